@@ -1,0 +1,37 @@
+# Every target builds the local virtual environment first, so each works on a fresh clone.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+
+.PHONY: demo test lint format docs bench clean
+
+$(STAMP): requirements-dev.txt pyproject.toml
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	.venv/bin/minipaged demo
+
+test: $(STAMP)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest
+
+lint: $(STAMP)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: $(STAMP)
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+docs: $(STAMP)
+	.venv/bin/mkdocs serve
+
+bench: $(STAMP)
+	.venv/bin/minipaged bench
+
+clean:
+	rm -rf .venv site .pytest_cache .hypothesis

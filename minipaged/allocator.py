@@ -1,0 +1,102 @@
+"""The physical block pool: $\\mathcal{P}_{\\max}$ blocks, each with a refcount $\\mathcal{R}[p]$.
+
+Source text §3 (physical blocks) and §5 (reference-counted physical blocks). This module holds
+metadata only: block ids and integers. The key and value tensors live in
+:class:`minipaged.kv_cache.KVCache`; which sequence holds which block lives in
+:class:`minipaged.block_table.BlockTable`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OutOfBlocks(RuntimeError):
+    """The pool has no free block left. The scheduler avoids this by asking ``can_allocate``
+    first and preempting a sequence when the answer is no (source text §6)."""
+
+
+class BlockAllocator:
+    """A pool of ``num_blocks`` ($\\mathcal{P}_{\\max}$) physical blocks with refcounts.
+
+    Invariants, kept by every method:
+
+    - $\\mathcal{R}[p] \\ge 0$ for every block $p$;
+    - $p$ is in the free list iff $\\mathcal{R}[p] = 0$, and at most once;
+    - ``num_free + num_used == num_blocks``.
+
+    Freed blocks go to the back of the free list, so after some traffic consecutive allocations
+    return scattered ids: the non-contiguous physical layout of the source text's §2 figure.
+    """
+
+    def __init__(self, num_blocks: int, pool: str = "device") -> None:
+        if not isinstance(num_blocks, int) or num_blocks <= 0:
+            raise ValueError(
+                f"num_blocks must be a positive integer, got {num_blocks!r}: "
+                "a pool needs at least one block"
+            )
+        self.pool = pool
+        self.num_blocks = num_blocks
+        self._refcounts = [0] * num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def refcount(self, block: int) -> int:
+        """$\\mathcal{R}[p]$: how many block tables hold ``block`` (0 when it is free)."""
+        self._check_id(block)
+        return self._refcounts[block]
+
+    def refcounts(self) -> tuple[int, ...]:
+        """$\\mathcal{R}$ for the whole pool, indexed by block id."""
+        return tuple(self._refcounts)
+
+    def free_blocks(self) -> tuple[int, ...]:
+        """The free list in allocation order: the next ``allocate`` returns the first."""
+        return tuple(self._free)
+
+    def allocate(self) -> int:
+        """Take the first free block and set $\\mathcal{R}[p] \\leftarrow 1$ (§5)."""
+        if not self._free:
+            raise OutOfBlocks(
+                f"the {self.pool} pool is full: all {self.num_blocks} blocks are in use. "
+                "Free or preempt a sequence first, or give the pool more blocks."
+            )
+        block = self._free.popleft()
+        self._refcounts[block] = 1
+        return block
+
+    def incref(self, block: int) -> int:
+        """One more table holds ``block``: $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] + 1$.
+        Returns the new refcount. A free block cannot be shared: allocate it first."""
+        self._check_id(block)
+        if self._refcounts[block] == 0:
+            raise ValueError(
+                f"cannot share {self.pool} block {block}: it is free (R=0); allocate it first"
+            )
+        self._refcounts[block] += 1
+        return self._refcounts[block]
+
+    def decref(self, block: int) -> int:
+        """One table lets go of ``block``: $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] - 1$.
+        At 0 the block returns to the back of the free list. Returns the new refcount."""
+        self._check_id(block)
+        if self._refcounts[block] == 0:
+            raise ValueError(f"double free of {self.pool} block {block}: it is already free (R=0)")
+        self._refcounts[block] -= 1
+        if self._refcounts[block] == 0:
+            self._free.append(block)
+        return self._refcounts[block]
+
+    def _check_id(self, block: int) -> None:
+        if not 0 <= block < self.num_blocks:
+            raise IndexError(
+                f"{self.pool} block id {block} is out of range: "
+                f"the pool has blocks 0..{self.num_blocks - 1}"
+            )

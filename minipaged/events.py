@@ -1,0 +1,186 @@
+"""What the block manager did, one small frozen record per change.
+
+Every change to the block state is an event, so the TUI can draw it, a trace can replay it and a
+test can assert on it. Each event carries enough to draw itself (sequence, logical index,
+physical block, refcount after) and narrates itself in one line: the narration lives with the
+event type, not in the TUI.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+SeqId = int
+
+
+@dataclass(frozen=True, slots=True)
+class Event(ABC):
+    """Base of every event: ``kind`` names it in traces; ``narrate()`` says why it happened."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def narrate(self) -> str:
+        """One line, in the source text's terms, saying what happened and why."""
+
+    def to_dict(self) -> dict:
+        """A JSON-ready record: ``{"kind": ..., field: value, ...}`` (tuples become lists)."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc(Event):
+    """A free block became ``seq``'s logical block ``logical_index`` ($\\mathcal{R}=1$)."""
+
+    kind: ClassVar[str] = "alloc"
+
+    seq: SeqId
+    logical_index: int
+    block: int
+    pool: str = "device"
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.seq} takes free {self.pool} block {self.block} "
+            f"as its logical block {self.logical_index} (R=1)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Free(Event):
+    """``seq`` let go of ``block``, which nobody else held: $\\mathcal{R}=0$, it is free."""
+
+    kind: ClassVar[str] = "free"
+
+    seq: SeqId
+    block: int
+    pool: str = "device"
+
+    def narrate(self) -> str:
+        return f"seq {self.seq} releases {self.pool} block {self.block}: R=0, it is free again"
+
+
+@dataclass(frozen=True, slots=True)
+class Incref(Event):
+    """``seq`` now shares ``block`` too; ``refcount`` is $\\mathcal{R}[p]$ after the change."""
+
+    kind: ClassVar[str] = "incref"
+
+    seq: SeqId
+    logical_index: int
+    block: int
+    refcount: int
+    pool: str = "device"
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.seq} shares {self.pool} block {self.block} "
+            f"as its logical block {self.logical_index}: R={self.refcount}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decref(Event):
+    """``seq`` let go of ``block`` while others still hold it ($\\mathcal{R}[p] > 0$ after)."""
+
+    kind: ClassVar[str] = "decref"
+
+    seq: SeqId
+    block: int
+    refcount: int
+    pool: str = "device"
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.seq} lets go of {self.pool} block {self.block}; "
+            f"{self.refcount} other table(s) still hold it (R={self.refcount})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fork(Event):
+    """``child`` got a copy of ``parent``'s block table; no key or value was copied (§5)."""
+
+    kind: ClassVar[str] = "fork"
+
+    parent: SeqId
+    child: SeqId
+    blocks: tuple[int, ...]
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.child} forks from seq {self.parent}: copies its table "
+            f"{list(self.blocks)} and raises each refcount by 1; no KV is copied"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CowCopy(Event):
+    """Copy-on-write (§5, case 2): ``seq`` was about to write token ``position`` into ``src``,
+    which ``refcount_before`` tables shared (``seq`` and those in ``shared_with``); it copied the
+    first ``num_tokens`` rows ($o$) into its own new block ``dst`` and writes there instead."""
+
+    kind: ClassVar[str] = "cow-copy"
+
+    seq: SeqId
+    position: int
+    logical_index: int
+    src: int
+    dst: int
+    num_tokens: int
+    refcount_before: int
+    shared_with: tuple[SeqId, ...] = ()
+
+    def narrate(self) -> str:
+        others = ", ".join(f"seq {s}" for s in self.shared_with) or "another table"
+        return (
+            f"seq {self.seq} writes token {self.position} into block {self.src}, shared with "
+            f"{others} (R={self.refcount_before}): copy-on-write of {self.num_tokens} "
+            f"token(s) to block {self.dst}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SwapOut(Event):
+    """``seq``'s blocks moved to host memory (§6, swapping); ``mapping`` is (device, host) pairs."""
+
+    kind: ClassVar[str] = "swap-out"
+
+    seq: SeqId
+    mapping: tuple[tuple[int, int], ...]
+
+    def narrate(self) -> str:
+        moves = ", ".join(f"{d}->{h}" for d, h in self.mapping)
+        return f"seq {self.seq} swaps out to host memory: device->host blocks {moves}"
+
+
+@dataclass(frozen=True, slots=True)
+class SwapIn(Event):
+    """``seq``'s blocks came back to the device (§6); ``mapping`` is (host, device) pairs."""
+
+    kind: ClassVar[str] = "swap-in"
+
+    seq: SeqId
+    mapping: tuple[tuple[int, int], ...]
+
+    def narrate(self) -> str:
+        moves = ", ".join(f"{h}->{d}" for h, d in self.mapping)
+        return f"seq {self.seq} swaps back in: host->device blocks {moves}"
+
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
+
+
+def event_from_dict(record: dict) -> Event:
+    """Rebuild an event from :meth:`Event.to_dict` output (the trace format)."""
+    record = dict(record)
+    kind = record.pop("kind", None)
+    if kind not in EVENT_TYPES:
+        raise ValueError(f"unknown event kind {kind!r}; known kinds: {sorted(EVENT_TYPES)}")
+    cls = EVENT_TYPES[kind]
+    tuple_fields = {f.name for f in fields(cls) if str(f.type).startswith("tuple")}
+    for name in tuple_fields & record.keys():
+        record[name] = tuple(tuple(x) if isinstance(x, list) else x for x in record[name])
+    return cls(**record)

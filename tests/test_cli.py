@@ -1,0 +1,26 @@
+import pytest
+
+from minipaged import cli
+
+
+def test_demo_narrates_fork_copy_on_write_and_swap_with_invariants_holding(capsys):
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "forks from seq 0" in out
+    assert "copy-on-write of 2 token(s)" in out
+    assert "swaps out to host memory" in out
+    assert "swaps back in" in out
+    assert "BROKEN" not in out
+    assert out.count("invariants: all hold") == 8
+
+
+@pytest.mark.parametrize("command", sorted(cli.NOT_YET_AVAILABLE))
+def test_unbuilt_subcommands_say_so_and_fail(command, capsys):
+    assert cli.main([command]) == 2
+    assert "not yet available" in capsys.readouterr().err
+
+
+def test_unknown_subcommand_is_a_usage_error():
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["frobnicate"])
+    assert exit_info.value.code == 2
