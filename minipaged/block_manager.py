@@ -101,24 +101,26 @@ class BlockManager:
         """$M = \\lceil L / B \\rceil$ blocks hold ``num_tokens`` tokens."""
         return memory.num_logical_blocks(num_tokens, self.block_size)
 
-    def can_allocate(self, num_tokens: int) -> bool:
-        """Room for a new sequence of ``num_tokens`` while keeping the watermark free."""
-        needed = self.blocks_needed(num_tokens)
+    def can_allocate(self, *lengths: int) -> bool:
+        """Room for new sequences of these lengths while keeping the watermark free."""
+        needed = sum(self.blocks_needed(n) for n in lengths)
         return self.device.num_free - needed >= self.watermark_blocks
 
-    def can_append(self, seq: SeqId) -> bool:
-        """Room for ``seq``'s next token: a block is needed when the last one is full, or
-        shared and so must be copied first."""
-        return self.device.num_free >= self._blocks_for_next_token(self._device_table(seq))
+    def can_append(self, *seqs: SeqId) -> bool:
+        """Room for the next token of every sequence in ``seqs``: each needs a block when its
+        last one is full, or shared and so must be copied first."""
+        needed = sum(self._blocks_for_next_token(self._device_table(seq)) for seq in seqs)
+        return self.device.num_free >= needed
 
     def can_swap_out(self, seqs: Iterable[SeqId]) -> bool:
         """The host pool can take every distinct block of ``seqs``."""
         needed = len(self._distinct_blocks(seqs, "device"))
         return self.host is not None and self.host.num_free >= needed
 
-    def can_swap_in(self, seqs: Iterable[SeqId]) -> bool:
-        """The device pool can take every distinct block of ``seqs`` and keep the watermark."""
-        needed = len(self._distinct_blocks(seqs, "host"))
+    def can_swap_in(self, seqs: Iterable[SeqId], extra_blocks: int = 0) -> bool:
+        """The device pool can take every distinct block of ``seqs``, plus ``extra_blocks``
+        (room for their next tokens), and keep the watermark."""
+        needed = len(self._distinct_blocks(seqs, "host")) + extra_blocks
         return self.device.num_free - needed >= self.watermark_blocks
 
     def refcount(self, block: int, pool: str = "device") -> int:
@@ -155,7 +157,7 @@ class BlockManager:
         table = BlockTable(self.block_size, num_tokens=num_tokens)
         for j in range(needed):
             table.blocks.append(self.device.allocate())
-            self._events.append(Alloc(seq, j, table.blocks[j]))
+            self.record(Alloc(seq, j, table.blocks[j]))
         self.tables[seq] = table
         return table
 
@@ -180,7 +182,7 @@ class BlockManager:
         cow = None
         if table.is_last_block_full:
             table.blocks.append(self.device.allocate())
-            self._events.append(Alloc(seq, j, table.blocks[j]))
+            self.record(Alloc(seq, j, table.blocks[j]))
         elif self.device.refcount(table.blocks[j]) > 1:
             src = table.blocks[j]
             dst = self.device.allocate()
@@ -193,8 +195,8 @@ class BlockManager:
             table.blocks[j] = dst
             after = self.device.decref(src)
             cow = (src, dst)
-            self._events.append(CowCopy(seq, t, j, src, dst, table.offset(t), before, shared_with))
-            self._events.append(Decref(seq, src, after))
+            self.record(CowCopy(seq, t, j, src, dst, table.offset(t), before, shared_with))
+            self.record(Decref(seq, src, after))
         table.num_tokens += 1
         return AppendResult(table.slot(t), cow)
 
@@ -207,9 +209,9 @@ class BlockManager:
         if child in self.tables:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
         table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
-        self._events.append(Fork(parent, child, tuple(table.blocks)))
+        self.record(Fork(parent, child, tuple(table.blocks)))
         for j, block in enumerate(table.blocks):
-            self._events.append(Incref(child, j, block, self.device.incref(block)))
+            self.record(Incref(child, j, block, self.device.incref(block)))
         self.tables[child] = table
         return table
 
@@ -225,7 +227,7 @@ class BlockManager:
                 if after == 0
                 else Decref(seq, block, after, table.pool)
             )
-            self._events.append(event)
+            self.record(event)
         del self.tables[seq]
 
     def swap_out(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
@@ -237,6 +239,10 @@ class BlockManager:
     def swap_in(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
         """Bring swapped-out ``seqs`` back to the device; returns the (host, device) copies."""
         return self._move(list(seqs), "host", "device")
+
+    def record(self, event: Event) -> None:
+        """Add an event of the caller's (a preemption, say) to the stream, in order."""
+        self._events.append(event)
 
     def pop_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first."""
@@ -310,5 +316,5 @@ class BlockManager:
                 table.blocks[j] = mapping[block]
             table.pool = dst_name
             event = SwapOut if dst_name == "host" else SwapIn
-            self._events.append(event(seq, tuple(pairs)))
+            self.record(event(seq, tuple(pairs)))
         return list(mapping.items())

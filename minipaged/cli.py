@@ -12,7 +12,6 @@ import sys
 # Subcommand -> the part of the project that will provide it.
 NOT_YET_AVAILABLE = {
     "tui": "the Textual step-through visualizer",
-    "generate": "the engine and the embedded tiny model",
     "simulate": "the real-scale simulator and baseline allocators",
     "bench": "the benchmark suite",
     "trace": "trace recording and replay",
@@ -30,9 +29,82 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="a narrated walk through the block manager: allocate, fork, copy-on-write, swap",
     )
+    _add_generate(sub)
     for name, part in NOT_YET_AVAILABLE.items():
         sub.add_parser(name, help=f"not yet available (comes with {part})")
     return parser
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    gen = sub.add_parser(
+        "generate",
+        help="generate text with the paged engine and print a memory summary",
+        description="Generate from one or more prompts; print the texts, then what the block "
+        "manager did: blocks used and shared, copy-on-write copies, swaps, preemptions.",
+    )
+    gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
+    gen.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
+    gen.add_argument("--max-tokens", type=int, default=48)
+    gen.add_argument("--temperature", type=float, default=0.8)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=40)
+    gen.add_argument("--n", type=int, default=1, help="parallel samples per prompt")
+    gen.add_argument("--beam-width", type=int, default=None, help="beam search with K beams")
+    gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--block-size", type=int, default=16)
+    gen.add_argument("--num-gpu-blocks", type=int, default=None)
+    gen.add_argument("--num-cpu-blocks", type=int, default=None)
+    gen.add_argument("--preemption", choices=["recompute", "swap"], default="recompute")
+    gen.add_argument("--device", default="cpu")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from minipaged.llm import LLM
+    from minipaged.sampling import SamplingParams
+    from minipaged.stats import RunStats
+
+    beam = args.beam_width is not None
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=0.0 if beam else args.temperature,
+        top_p=1.0 if beam else args.top_p,
+        top_k=0 if beam else args.top_k,
+        n=args.n,
+        use_beam_search=beam,
+        beam_width=args.beam_width or 1,
+        ignore_eos=args.ignore_eos,
+        seed=args.seed,
+    )
+    llm = LLM(
+        args.model,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
+        num_cpu_blocks=args.num_cpu_blocks,
+        preemption=args.preemption,
+        seed=args.seed,
+        device=args.device,
+    )
+    stats = RunStats()
+    outputs = llm.generate(args.prompt, params, on_step=stats.update)
+    console = Console()
+    for output in outputs:
+        console.rule(f"request {output.request_id}")
+        console.print(output.prompt, style="bold", end="")
+        if output.error:
+            console.print(f"\n[red]rejected:[/red] {output.error}")
+        for completion in output.outputs:
+            label = f"[dim]\n[{completion.index}] [/dim]" if len(output.outputs) > 1 else ""
+            console.print(label + completion.text, highlight=False, markup=False)
+        console.print()
+    table = Table(title="memory", show_header=False)
+    for label, value in stats.rows():
+        table.add_row(label, value)
+    console.print(table)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
         walkthrough.run()
         return 0
+    if args.command == "generate":
+        try:
+            return _generate(args)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"minipaged generate: {error}", file=sys.stderr)
+            return 2
     print(
         f"minipaged {args.command}: not yet available; it comes with "
         f"{NOT_YET_AVAILABLE[args.command]}. Try `minipaged demo`.",

@@ -170,6 +170,63 @@ class SwapIn(Event):
         return f"seq {self.seq} swaps back in: host->device blocks {moves}"
 
 
+@dataclass(frozen=True, slots=True)
+class Preempt(Event):
+    """The device pool ran out while running sequences needed room to grow (§6): request
+    ``request_id``, the latest arrival, gives up its device blocks. ``mode`` is ``"swap"``
+    (blocks copied to host memory) or ``"recompute"`` (blocks dropped, token ids kept)."""
+
+    kind: ClassVar[str] = "preempt"
+
+    request_id: str
+    seqs: tuple[SeqId, ...]
+    mode: str
+
+    def narrate(self) -> str:
+        seqs = ", ".join(str(s) for s in self.seqs)
+        if self.mode == "swap":
+            how = "its blocks are copied to host memory and freed on the device"
+        else:
+            how = "its blocks are freed; it keeps its token ids and will prefill them again"
+        return (
+            f"out of device blocks: request {self.request_id} (seq {seqs}), the latest "
+            f"arrival, is preempted by {self.mode}: {how}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Recompute(Event):
+    """A sequence preempted by recomputation is admitted again: its prompt and generated
+    tokens, ``num_tokens`` in all, go through one prefill to rebuild its cache (§6)."""
+
+    kind: ClassVar[str] = "recompute"
+
+    seq: SeqId
+    num_tokens: int
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.seq} returns: its {self.num_tokens} tokens (prompt + generated) are "
+            "prefilled again to rebuild its KV cache"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Finish(Event):
+    """``seq`` stopped generating (``reason``: ``"stop"`` for EOS or a stop token, ``"length"``
+    for max_tokens or the context limit); its blocks are released just after."""
+
+    kind: ClassVar[str] = "finish"
+
+    seq: SeqId
+    reason: str
+    num_tokens: int
+
+    def narrate(self) -> str:
+        why = "hit a stop token" if self.reason == "stop" else "reached its length limit"
+        return f"seq {self.seq} {why} after {self.num_tokens} tokens and releases its blocks"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
 
 

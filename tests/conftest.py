@@ -10,7 +10,12 @@ Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE``:
 
 import os
 
+import pytest
+import torch
 from hypothesis import HealthCheck, settings
+
+# One thread: the models in tests are tiny, and two cores are shared with other work.
+torch.set_num_threads(1)
 
 settings.register_profile("dev", max_examples=50)
 settings.register_profile(
@@ -23,3 +28,38 @@ settings.register_profile(
 )
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def transformers():
+    """transformers, offline (its import costs seconds: import it once per session)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="session")
+def hf_llama(transformers, tmp_path_factory):
+    """A random transformers Llama (grouped-query attention, 2 layers) saved as a Hugging Face
+    directory: ``(hf_model, path)``. lm_head is scaled up so logits are peaky and float
+    reordering between two correct implementations cannot flip an argmax."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        hf.lm_head.weight.mul_(20.0)
+    path = tmp_path_factory.mktemp("hf_llama")
+    hf.save_pretrained(path)
+    return hf, path

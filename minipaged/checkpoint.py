@@ -1,0 +1,303 @@
+"""Hugging Face Llama checkpoint directories: read them into :class:`~minipaged.model.Llama`,
+and write them so transformers' ``LlamaForCausalLM.from_pretrained`` reads ours.
+
+A directory holds ``config.json``, the weights (``model.safetensors``, or shards listed in
+``model.safetensors.index.json``) and usually ``tokenizer.json``. Our parameter names are HF's
+without the ``model.`` prefix and our RoPE is HF's rotate-half, so weights move across
+unchanged: loading is a rename, and so is saving.
+
+Everything here reads and writes local files only; nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer as HFTokenizer
+
+from minipaged.model import Llama, LlamaConfig
+from minipaged.tokenizer import Tokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+HF_PREFIX = "model."
+"""HF nests everything but ``lm_head`` under ``model``: ``model.layers.0...`` is our
+``layers.0...``."""
+
+# Buffers that older checkpoints saved though they are recomputed from the config.
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
+
+
+def load_config(path: str | Path) -> LlamaConfig:
+    """Read ``config.json`` of a Hugging Face Llama directory.
+
+    Absent optional keys take HF's defaults: ``rms_norm_eps`` 1e-6, ``tie_word_embeddings``
+    False, ``head_dim`` = hidden_size / num_attention_heads, ``num_key_value_heads`` =
+    num_attention_heads, ``rope_theta`` 10000 (read flat or under ``rope_parameters``, as
+    transformers 5 writes it). Raises :class:`CheckpointError` for another architecture, rope
+    scaling, biases or an activation other than SiLU, which this model does not implement.
+    """
+    directory = _existing_directory(path)
+    file = directory / CONFIG_FILE
+    raw = _read_json(file, "the model's hyperparameters")
+
+    architectures = raw.get("architectures") or ["LlamaForCausalLM"]
+    if "LlamaForCausalLM" not in architectures or raw.get("model_type", "llama") != "llama":
+        raise CheckpointError(
+            f"{file}: architectures {architectures} / model_type {raw.get('model_type')!r} is "
+            "not supported; minipaged loads LlamaForCausalLM checkpoints (model_type 'llama')"
+        )
+    rope_parameters = raw.get("rope_parameters") or {}
+    rope_type = rope_parameters.get("rope_type", "default")
+    if raw.get("rope_scaling") is not None or rope_type != "default":
+        scaling = raw.get("rope_scaling") or rope_parameters
+        raise CheckpointError(
+            f"{file}: rope scaling {scaling} is not supported; minipaged implements plain RoPE "
+            '(rope_scaling null, rope_parameters.rope_type "default")'
+        )
+    for key, supported in (("attention_bias", False), ("mlp_bias", False), ("hidden_act", "silu")):
+        if raw.get(key, supported) != supported:
+            raise CheckpointError(
+                f"{file}: {key} = {raw[key]!r} is not supported; minipaged's Llama has "
+                f"{key} = {supported!r}"
+            )
+
+    def required(key: str) -> Any:
+        if key not in raw:
+            raise CheckpointError(f"{file} has no {key!r}, which a Llama config must state")
+        return raw[key]
+
+    num_heads = required("num_attention_heads")
+    hidden_size = required("hidden_size")
+    try:
+        return LlamaConfig(
+            vocab_size=required("vocab_size"),
+            hidden_size=hidden_size,
+            intermediate_size=required("intermediate_size"),
+            num_hidden_layers=required("num_hidden_layers"),
+            num_attention_heads=num_heads,
+            num_key_value_heads=raw.get("num_key_value_heads") or num_heads,
+            head_dim=raw.get("head_dim") or hidden_size // num_heads,
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))),
+            max_position_embeddings=raw.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            bos_token_id=_first_id(raw.get("bos_token_id")),
+            eos_token_id=_first_id(raw.get("eos_token_id")),
+        )
+    except ValueError as error:
+        raise CheckpointError(f"{file}: {error}") from error
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> Llama:
+    """Build a :class:`Llama` from a Hugging Face directory, weights cast to ``dtype``.
+
+    Every parameter must be present with HF's name and shape; a tied model needs no
+    ``lm_head.weight`` (one that is present is ignored, as HF does). Raises
+    :class:`CheckpointError` naming the file for a missing or corrupt file, a missing or
+    unexpected tensor, or a shape that disagrees with ``config.json``.
+    """
+    directory = _existing_directory(path)
+    config = load_config(directory)
+    with torch.device("meta"):  # shapes only: the real tensors come from the file
+        model = Llama(config)
+    expected = {
+        name: tuple(param.shape)
+        for name, param in model.state_dict().items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
+
+    state: dict[str, torch.Tensor] = {}
+    for file, tensors in _read_weights(directory):
+        for hf_name, tensor in tensors.items():
+            name = hf_name.removeprefix(HF_PREFIX)
+            if name.endswith(_IGNORED_SUFFIXES) or (
+                config.tie_word_embeddings and name == "lm_head.weight"
+            ):
+                continue
+            if name not in expected:
+                raise CheckpointError(
+                    f"{file}: unexpected tensor {hf_name!r}; config.json describes a Llama "
+                    f"with {config.num_hidden_layers} layers and no such parameter"
+                )
+            if tuple(tensor.shape) != expected[name]:
+                raise CheckpointError(
+                    f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, but "
+                    f"config.json implies {expected[name]}"
+                )
+            state[name] = tensor.to(dtype=dtype, device=device)
+    missing = [_hf_name(name) for name in expected if name not in state]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise CheckpointError(
+            f"{directory}: the weights lack {len(missing)} tensor(s) the config needs: {shown}"
+        )
+
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["embed_tokens.weight"]
+    model.load_state_dict(state, assign=True)
+    if config.tie_word_embeddings:  # assign=True replaced both parameters: tie them again
+        model.lm_head.weight = model.embed_tokens.weight
+    return model.eval()
+
+
+def save_model(
+    model: Llama, tokenizer: Tokenizer | HFTokenizer | str | Path, path: str | Path
+) -> None:
+    """Write ``model`` and its tokenizer as a Hugging Face Llama directory at ``path``.
+
+    The result loads with transformers' ``LlamaForCausalLM.from_pretrained`` and gives the
+    same logits: fp32 weights under HF names (a tied ``lm_head`` is stored once, as
+    ``embed_tokens``), and a ``config.json`` that states every value whose HF default differs
+    from ours (``rms_norm_eps``, ``tie_word_embeddings``, ``head_dim``, ``rope_theta``).
+    ``tokenizer`` is a :class:`Tokenizer`, a ``tokenizers.Tokenizer``, or a path to a
+    ``tokenizer.json`` (or a directory holding one).
+    """
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = model.config
+
+    state = {
+        _hf_name(name): tensor.detach().to("cpu", torch.float32).contiguous()
+        for name, tensor in model.state_dict().items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
+    save_file(state, directory / WEIGHTS_FILE, metadata={"format": "pt"})
+    # safetensors creates the file owner-only (0600); a checkpoint is meant to be shared.
+    (directory / WEIGHTS_FILE).chmod(0o644)
+
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer(tokenizer)
+    tokenizer.save(directory / TOKENIZER_FILE)
+
+    _write_json(directory / CONFIG_FILE, _hf_config(config))
+    special = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id}
+    _write_json(directory / "generation_config.json", special)
+    token_names = {
+        key: tokenizer.tokenizer.id_to_token(token_id)
+        for key, token_id in (
+            ("bos_token", config.bos_token_id),
+            ("eos_token", config.eos_token_id),
+        )
+        if token_id is not None
+    }
+    _write_json(
+        directory / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": config.max_position_embeddings,
+            **token_names,
+        },
+    )
+
+
+def _hf_config(config: LlamaConfig) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "rms_norm_eps": config.rms_norm_eps,
+        # transformers 4 reads the flat key, transformers 5 the nested one.
+        "rope_theta": config.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rope_scaling": None,
+        "max_position_embeddings": config.max_position_embeddings,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+        "torch_dtype": "float32",
+        "dtype": "float32",
+    }
+
+
+def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
+    """Each weights file with its tensors: the single file, or every shard of the index."""
+    single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX_FILE
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        weight_map = _read_json(index, "the map from tensor names to shard files").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no 'weight_map' object naming each tensor's shard")
+        files = [directory / shard for shard in sorted(set(weight_map.values()))]
+    else:
+        raise CheckpointError(
+            f"{directory} has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE}: minipaged reads "
+            "safetensors weights (convert a pytorch_model.bin with transformers' save_pretrained)"
+        )
+    loaded = []
+    for file in files:
+        if not file.is_file():
+            raise CheckpointError(f"{file} does not exist, but {WEIGHTS_INDEX_FILE} lists it")
+        try:
+            loaded.append((file, load_file(file)))
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(
+                f"{file} is not a readable safetensors file ({error}); it may be truncated or "
+                "corrupt: download or export it again"
+            ) from error
+    return loaded
+
+
+def _existing_directory(path: str | Path) -> Path:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{directory} is not a directory: expected a Hugging Face Llama checkpoint "
+            f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}"
+        )
+    return directory
+
+
+def _read_json(file: Path, holds: str) -> dict[str, Any]:
+    if not file.is_file():
+        raise CheckpointError(f"{file} does not exist; it should hold {holds}")
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(
+            f"{file} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from error
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _write_json(file: Path, data: dict[str, Any]) -> None:
+    file.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _hf_name(name: str) -> str:
+    return name if name == "lm_head.weight" else HF_PREFIX + name
+
+
+def _first_id(token_id: int | list[int] | None) -> int | None:
+    """HF allows a list of end tokens (Llama 3); the first one is the model's EOS."""
+    if isinstance(token_id, list):
+        return token_id[0] if token_id else None
+    return token_id

@@ -1,0 +1,381 @@
+"""The step-through engine: add requests, call :meth:`LLMEngine.step`, watch what happens.
+
+One step = schedule (admit, decode, preempt: :mod:`minipaged.scheduler`), run the block copies
+and one forward pass (:mod:`minipaged.model_runner`), then pick tokens, fork for parallel
+sampling or beam search, and release finished sequences. Every step returns a
+:class:`StepOutput` with the new tokens, the events the block manager recorded and a snapshot
+of the block state: what the TUI draws and a trace records.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from minipaged import beam_search
+from minipaged.block_manager import BlockManager, BlockState
+from minipaged.events import Event, Finish
+from minipaged.kv_cache import KVCache
+from minipaged.model import Llama
+from minipaged.model_runner import ModelRunner
+from minipaged.sampling import SamplingParams, sample
+from minipaged.scheduler import ScheduledSeq, Scheduler
+from minipaged.sequence import Sequence, SequenceGroup
+from minipaged.tokenizer import Tokenizer
+
+Prompt = str | list[int] | dict
+
+
+class RequestRejected(ValueError):
+    """A request that can never run on this engine (it needs more blocks than the whole
+    device pool). Nothing else is affected: other requests keep running."""
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    token_ids: list[int]
+    text: str
+    cumulative_logprob: float
+    finish_reason: str | None
+
+
+@dataclass
+class RequestOutput:
+    """vLLM's result type: ``outputs[i].token_ids`` and ``outputs[i].text`` per sequence
+    (best first for beam search). ``error`` says why a rejected request produced nothing."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeqView:
+    request_id: str
+    seq_id: int
+    token_ids: tuple[int, ...]
+    prompt_len: int
+    status: str
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """Everything one step did: ``new_tokens`` (seq id -> token), the block manager's
+    ``events`` in order, the block ``state`` after the step, every live sequence, the queues
+    (request ids), the requests that finished, and how many tokens were prefilled / decoded."""
+
+    step: int
+    new_tokens: dict[int, int]
+    events: tuple[Event, ...]
+    state: BlockState
+    sequences: dict[int, SeqView]
+    queues: dict[str, tuple[str, ...]]
+    finished: tuple[RequestOutput, ...]
+    num_prefill_tokens: int
+    num_decode_tokens: int
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: Llama,
+        tokenizer: Tokenizer | None = None,
+        *,
+        block_size: int = 16,
+        num_gpu_blocks: int = 256,
+        num_cpu_blocks: int = 0,
+        backend: str = "torch",
+        preemption: str = "recompute",
+        seed: int = 0,
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int | None = None,
+        watermark: float = 0.01,
+    ) -> None:
+        config = model.config
+        param = next(model.parameters())
+        self.model = model
+        self.tokenizer = tokenizer
+        self.block_manager = BlockManager(num_gpu_blocks, num_cpu_blocks, block_size, watermark)
+        self.kv_cache = KVCache(
+            config.num_hidden_layers,
+            num_gpu_blocks,
+            config.num_key_value_heads,
+            block_size,
+            config.head_dim,
+            num_host_blocks=num_cpu_blocks,
+            dtype=param.dtype,
+            device=param.device,
+        )
+        self.max_model_len = config.max_position_embeddings
+        self.scheduler = Scheduler(
+            self.block_manager,
+            preemption,
+            max_num_seqs,
+            max_num_batched_tokens or max(self.max_model_len, 2048),
+        )
+        self.runner = ModelRunner(model, self.kv_cache, backend)
+        self.seed = seed
+        self.step_count = 0
+        self.requests: dict[str, SequenceGroup] = {}
+        self._seq_ids = itertools.count()
+        self._arrivals = itertools.count()
+
+    # -- requests --------------------------------------------------------------------------
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
+    ) -> str:
+        """Queue a request; it is admitted by a later :meth:`step`. Raises ``ValueError`` for a
+        prompt that is empty, holds unknown token ids or does not fit the context, and
+        :class:`RequestRejected` for one that needs more blocks than the device pool has."""
+        params = params or SamplingParams()
+        token_ids, text = self.prompt_tokens(prompt)
+        arrival = next(self._arrivals)
+        request_id = str(arrival) if request_id is None else request_id
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use; pick another")
+        self._check_fits(token_ids, params)
+        seed = params.seed if params.seed is not None else self.seed * 1_000_003 + arrival
+        generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
+        seq = Sequence(next(self._seq_ids), token_ids, len(token_ids))
+        group = SequenceGroup(request_id, arrival, params, [seq], generator, prompt=text)
+        self.requests[request_id] = group
+        self.scheduler.add(group)
+        return request_id
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def prompt_tokens(self, prompt: Prompt) -> tuple[list[int], str | None]:
+        """The prompt's token ids (and its text, when it was one), checked against the
+        vocabulary; raises ``ValueError`` naming the problem."""
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" not in prompt:
+                raise ValueError(
+                    "a dict prompt needs the key 'prompt_token_ids' (a list of token ids), "
+                    f"got keys {sorted(prompt)}"
+                )
+            token_ids, text = list(prompt["prompt_token_ids"]), None
+        elif isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
+            token_ids, text = self.tokenizer.encode(prompt), prompt
+        else:
+            token_ids, text = list(prompt), None
+        vocab = self.model.config.vocab_size
+        if not token_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        bad = [t for t in token_ids if not (isinstance(t, int) and 0 <= t < vocab)]
+        if bad:
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab}), got {bad[:5]}")
+        return token_ids, text
+
+    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(token_ids)} tokens but the model's context is "
+                f"{self.max_model_len} tokens (max_position_embeddings), with room needed for "
+                "at least one new token; shorten the prompt"
+            )
+        if params.num_sequences > self.scheduler.max_num_seqs:
+            raise ValueError(
+                f"the request runs {params.num_sequences} sequences but max_num_seqs is "
+                f"{self.scheduler.max_num_seqs}; lower n / beam_width or raise max_num_seqs"
+            )
+        # Enough for the request to finish alone even if preemption broke its sharing.
+        length = min(len(token_ids) + params.max_tokens, self.max_model_len)
+        needed = params.num_sequences * self.block_manager.blocks_needed(length)
+        pool = self.block_manager.device.num_blocks
+        if needed > pool:
+            raise RequestRejected(
+                f"the request needs up to {needed} blocks ({params.num_sequences} sequence(s) "
+                f"of up to {length} tokens, B={self.block_manager.block_size}) but the device "
+                f"pool has only {pool}; lower max_tokens, n or beam_width, or give the pool "
+                "more blocks (num_gpu_blocks)"
+            )
+
+    # -- one step --------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        plan = self.scheduler.schedule()
+        logits = self.runner.execute(plan)
+        new_tokens: dict[int, int] = {}
+        finished: list[RequestOutput] = []
+        by_group: dict[SequenceGroup, list[tuple[ScheduledSeq, torch.Tensor]]] = defaultdict(list)
+        for item, row in zip(plan.scheduled, logits if logits is not None else [], strict=True):
+            by_group[item.group].append((item, row))
+        for group, items in by_group.items():
+            if group.params.use_beam_search:
+                self._beam_step(group, items, new_tokens)
+            else:
+                self._sample_step(group, items, new_tokens)
+            for seq in list(group.seqs):
+                reason = self._finish_reason(group, seq)
+                if reason is not None:
+                    self._finish(group, seq, reason)
+            if group.is_finished:
+                self.scheduler.finish(group)
+                finished.append(self._output(group))
+        self.step_count += 1
+        num_prefill = plan.num_prefill_tokens
+        return StepOutput(
+            step=self.step_count,
+            new_tokens=new_tokens,
+            events=tuple(self.block_manager.pop_events()),
+            state=self.block_manager.snapshot(),
+            sequences=self._views(),
+            queues={
+                name: tuple(g.request_id for g in getattr(self.scheduler, name))
+                for name in ("waiting", "running", "swapped")
+            },
+            finished=tuple(finished),
+            num_prefill_tokens=num_prefill,
+            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
+        )
+
+    def _sample_step(self, group, items, new_tokens) -> None:
+        params = group.params
+        for item, row in items:
+            logprobs = torch.log_softmax(row.float(), dim=-1)
+            if item.is_prefill and not group.forked and params.n > 1:
+                # Parallel sampling (§5): n samples of the first token, n - 1 forks that share
+                # every prompt block; the first divergent write into a shared, partly filled
+                # block will copy it.
+                tokens = sample(row, params, group.generator, params.n)
+                seqs = [item.seq] + [self._fork(group, item.seq) for _ in tokens[1:]]
+            else:
+                tokens, seqs = sample(row, params, group.generator), [item.seq]
+            for seq, token in zip(seqs, tokens, strict=True):
+                seq.token_ids.append(token)
+                seq.cumulative_logprob += float(logprobs[token])
+                new_tokens[seq.seq_id] = token
+        group.forked = True
+
+    def _beam_step(self, group, items, new_tokens) -> None:
+        params = group.params
+        beams = [item.seq for item, _ in items]
+        eos = None if params.ignore_eos or self.tokenizer is None else self.tokenizer.eos_id
+        candidates, ended = beam_search.select(
+            torch.stack([row for _, row in items]),
+            [seq.cumulative_logprob for seq in beams],
+            params.beam_width,
+            eos,
+        )
+        for candidate in ended:
+            parent = beams[candidate.parent]
+            hypothesis = Sequence(
+                next(self._seq_ids),
+                [*parent.token_ids, candidate.token],
+                parent.prompt_len,
+                candidate.score,
+                "stop",
+            )
+            group.finished.append(hypothesis)
+        # Fork before anyone appends, so every child copies its parent's table as it was.
+        children: dict[int, list[Sequence]] = defaultdict(list)
+        for candidate in candidates:
+            parent = beams[candidate.parent]
+            own = children[candidate.parent]
+            own.append(parent if not own else self._fork(group, parent))
+        for index, parent in enumerate(beams):
+            if index not in children:  # no candidate extends this beam: drop it
+                self.block_manager.free(parent.seq_id)
+        order = []
+        for candidate in candidates:
+            seq = children[candidate.parent].pop(0)
+            seq.token_ids.append(candidate.token)
+            seq.cumulative_logprob = candidate.score
+            new_tokens[seq.seq_id] = candidate.token
+            order.append(seq)
+        group.seqs = order  # best first
+        group.forked = True
+        if self._beams_done(group):
+            for seq in list(group.seqs):
+                self.block_manager.free(seq.seq_id)
+            group.seqs = []
+
+    def _beams_done(self, group: SequenceGroup) -> bool:
+        """transformers' stopping rule (early_stopping=False): K finished hypotheses, and no
+        live beam can still beat the worst of them."""
+        params = group.params
+        if len(group.finished) < params.beam_width or not group.seqs:
+            return False
+        lp = params.length_penalty
+        worst = min(
+            beam_search.normalized(s.cumulative_logprob, len(s.output_ids), lp)
+            for s in group.finished
+        )
+        best = group.seqs[0]
+        return beam_search.normalized(best.cumulative_logprob, len(best.output_ids), lp) <= worst
+
+    def _fork(self, group: SequenceGroup, parent: Sequence) -> Sequence:
+        child = Sequence(next(self._seq_ids), list(parent.token_ids), parent.prompt_len)
+        child.cumulative_logprob = parent.cumulative_logprob
+        self.block_manager.fork(parent.seq_id, child.seq_id)
+        group.seqs.append(child)
+        return child
+
+    def _finish_reason(self, group: SequenceGroup, seq: Sequence) -> str | None:
+        params, last = group.params, seq.token_ids[-1]
+        eos = self.tokenizer.eos_id if self.tokenizer is not None else None
+        if not params.ignore_eos and last == eos and not params.use_beam_search:
+            return "stop"
+        if last in params.stop_token_ids:
+            return "stop"
+        if len(seq.output_ids) >= params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
+        seq.finish_reason = reason
+        self.block_manager.record(Finish(seq.seq_id, reason, len(seq.token_ids)))
+        self.block_manager.free(seq.seq_id)
+        group.seqs.remove(seq)
+        group.finished.append(seq)
+
+    def _output(self, group: SequenceGroup) -> RequestOutput:
+        params = group.params
+        seqs = group.finished
+        if params.use_beam_search:
+            seqs = sorted(
+                seqs,
+                key=lambda s: (
+                    -beam_search.normalized(
+                        s.cumulative_logprob, len(s.output_ids), params.length_penalty
+                    )
+                ),
+            )[: params.beam_width]
+        else:
+            seqs = sorted(seqs, key=lambda s: s.seq_id)
+        outputs = [
+            CompletionOutput(
+                index=i,
+                token_ids=seq.output_ids,
+                text=self.tokenizer.decode(seq.output_ids) if self.tokenizer else "",
+                cumulative_logprob=seq.cumulative_logprob,
+                finish_reason=seq.finish_reason,
+            )
+            for i, seq in enumerate(seqs)
+        ]
+        return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, outputs)
+
+    def _views(self) -> dict[int, SeqView]:
+        views = {}
+        for queue in (self.scheduler.waiting, self.scheduler.running, self.scheduler.swapped):
+            for group in queue:
+                for seq in group.seqs:
+                    views[seq.seq_id] = SeqView(
+                        group.request_id,
+                        seq.seq_id,
+                        tuple(seq.token_ids),
+                        seq.prompt_len,
+                        group.status.value,
+                    )
+        return views

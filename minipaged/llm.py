@@ -1,0 +1,143 @@
+"""``LLM``: vLLM's offline API over the step-through engine, so what a student learns here
+carries over: ``LLM(model=...).generate(prompts, SamplingParams(...))``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from minipaged.checkpoint import load_model
+from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
+from minipaged.memory import ModelShape
+from minipaged.sampling import SamplingParams
+from minipaged.tokenizer import Tokenizer
+
+TINY_MODEL = Path(__file__).parent / "models" / "tiny"
+DEFAULT_KV_CACHE_BYTES = 256 * 2**20
+
+
+class LLM:
+    """A model, its tokenizer and an engine with a paged KV cache.
+
+    - ``model``: ``"tiny"`` (the embedded model trained by ``minipaged.train``) or the path of
+      a Hugging Face Llama directory (``config.json``, ``model.safetensors``,
+      ``tokenizer.json``). Nothing is downloaded.
+    - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
+      blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
+      swap pool; by default as large as the device pool.
+    - ``backend``: the attention path, ``"torch"`` (the reference).
+    - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
+    """
+
+    def __init__(
+        self,
+        model: str | Path = "tiny",
+        *,
+        block_size: int = 16,
+        num_gpu_blocks: int | None = None,
+        num_cpu_blocks: int | None = None,
+        backend: str = "torch",
+        preemption: str = "recompute",
+        prefix_caching: str | None = None,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        max_num_seqs: int = 32,
+        watermark: float = 0.01,
+    ) -> None:
+        if prefix_caching is not None:
+            raise ValueError(f"prefix_caching={prefix_caching!r} is not available yet; use None")
+        if not isinstance(block_size, int) or block_size <= 0:
+            raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
+        path = TINY_MODEL if model == "tiny" else Path(model)
+        if model == "tiny" and not (path / "model.safetensors").is_file():
+            raise FileNotFoundError(
+                f"the embedded tiny model is missing from {path}; reinstall minipaged or "
+                "train it with `python -m minipaged.train`"
+            )
+        self.model = load_model(path, dtype=dtype, device=device)
+        self.tokenizer = Tokenizer(path)
+        config = self.model.config
+        if num_gpu_blocks is None:
+            shape = ModelShape(
+                config.num_hidden_layers,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                torch.finfo(dtype).bits // 8,
+            )
+            per_context = -(-config.max_position_embeddings // block_size)
+            fits = DEFAULT_KV_CACHE_BYTES // shape.block_bytes(block_size)
+            num_gpu_blocks = max(fits, per_context)
+        self.engine = LLMEngine(
+            self.model,
+            self.tokenizer,
+            block_size=block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            num_cpu_blocks=num_gpu_blocks if num_cpu_blocks is None else num_cpu_blocks,
+            backend=backend,
+            preemption=preemption,
+            seed=seed,
+            max_num_seqs=max_num_seqs,
+            watermark=watermark,
+        )
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | None = None,
+        show_progress: bool | None = None,
+        on_step: Callable[[StepOutput], None] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (a string or ``{"prompt_token_ids": [...]}``) and return
+        one :class:`RequestOutput` each, in the order given.
+
+        Every prompt is checked before any runs: a bad one raises ``ValueError`` and nothing
+        starts. A request that can never fit the device pool gets an output with ``error`` set
+        and no sequences; the others still run. ``show_progress`` (default: when the output is
+        a terminal) draws a progress bar over finished requests. ``on_step`` sees every
+        :class:`StepOutput`, events and block state included.
+        """
+        if isinstance(prompts, str | dict):
+            prompts = [prompts]
+        params = sampling_params or SamplingParams()
+        engine = self.engine
+        for prompt in prompts:
+            engine.prompt_tokens(prompt)  # raises before anything is queued
+        results: dict[str, RequestOutput] = {}
+        ids = []
+        for prompt in prompts:
+            try:
+                ids.append(engine.add_request(prompt, params))
+            except RequestRejected as rejected:
+                token_ids, text = engine.prompt_tokens(prompt)
+                request_id = f"rejected-{len(ids)}"
+                ids.append(request_id)
+                results[request_id] = RequestOutput(
+                    request_id, text, token_ids, [], error=str(rejected)
+                )
+        pending = len(ids) - len(results)
+        if show_progress is None:
+            show_progress = Console(stderr=True).is_terminal
+        with Progress(
+            TextColumn("generating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not show_progress,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("requests", total=pending)
+            while engine.has_unfinished():
+                step = engine.step()
+                if on_step is not None:
+                    on_step(step)
+                for output in step.finished:
+                    results[output.request_id] = output
+                    progress.advance(task)
+        return [results[request_id] for request_id in ids]

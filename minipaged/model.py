@@ -1,0 +1,294 @@
+"""A small Llama in plain PyTorch, readable top to bottom.
+
+The architecture of Llama 2/3 and of Hugging Face's ``LlamaForCausalLM``: token embedding,
+$N_L$ decoder layers (RMSNorm, grouped-query attention with rotary position embeddings, RMSNorm,
+SwiGLU MLP, each with a residual connection), a final RMSNorm and the vocabulary projection.
+
+Parameter names are Hugging Face's without the ``model.`` prefix (``layers.0.self_attn.q_proj.
+weight`` is HF's ``model.layers.0.self_attn.q_proj.weight``; ``lm_head.weight`` is the same), so
+loading a checkpoint (:mod:`minipaged.checkpoint`) is a pure rename. RoPE uses HF's rotate-half
+pairing (dimension $i$ with $i + d_h/2$), so the q and k rows need no permutation either.
+
+Two entry points share every layer and differ only in the attention step:
+
+- :meth:`Llama.forward_contiguous`: a ``[batch, T]`` block of tokens with causal attention over
+  the block itself. Training uses it, and tests use it as the contiguous oracle.
+- :meth:`Llama.forward`: the serving path. One engine step's tokens from all sequences are
+  flattened into ``N`` rows; each layer writes its keys and values into the paged KV cache and
+  attends through the block tables (:func:`minipaged.attention.paged_attention`, source text §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from minipaged.attention import PagedBatch, paged_attention
+from minipaged.kv_cache import KVCache
+
+AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
+"""``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
+k, v ``[..., N_KV, d_h]`` over the same leading dimensions; returns ``[..., H, d_h]``."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The hyperparameters of a Llama model, with Hugging Face's names.
+
+    Guarantees after construction: every size is a positive integer, ``num_attention_heads`` is
+    a multiple of ``num_key_value_heads`` (grouped-query attention), ``head_dim`` is even
+    (rotate-half RoPE pairs dimension $i$ with $i + d_h/2$) and the special token ids lie in the
+    vocabulary. ``head_dim`` need not equal ``hidden_size / num_attention_heads``: HF allows an
+    explicit one.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"head_dim ({self.head_dim}) must be even: rotary embeddings rotate pairs of "
+                "dimensions (i, i + head_dim/2)"
+            )
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}")
+        for name in ("bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(
+                    f"{name} ({value}) must be a token id in 0..{self.vocab_size - 1} or None"
+                )
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        """Query heads sharing one KV head: $N_Q / N_{KV}$."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+
+class RMSNorm(nn.Module):
+    """$y = x / \\sqrt{\\mathrm{mean}(x^2) + \\epsilon} \\cdot w$, in float32 as HF computes it."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))  # [dim]
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(
+    positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """cos and sin ``[len(positions), head_dim]`` of the rotation angles
+    $p \\cdot \\theta^{-2i/d_h}$, each frequency written twice (for dimension $i$ and
+    $i + d_h/2$) as HF's rotate-half convention needs."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv_freq = inv_freq.to(positions.device)  # [head_dim/2]
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
+    angles = torch.cat((angles, angles), dim=-1)  # [T, head_dim]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each pair (dimension $i$, dimension $i + d_h/2$) of every head of ``x``
+    ``[..., T, heads, head_dim]`` by its position's angle; cos, sin are ``[T, head_dim]``."""
+    first, second = x.chunk(2, dim=-1)
+    rotated = torch.cat((-second, first), dim=-1)  # rotate_half(x)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention: $N_Q$ query heads, $N_{KV}$ key/value heads, query head
+    $h$ reads KV head $h \\div (N_Q/N_{KV})$. No biases. The attention step itself is passed in
+    (``attend``), so the contiguous and paged paths share the projections and RoPE."""
+
+    def __init__(self, config: LlamaConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        hidden = config.hidden_size
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden, q_dim, bias=False)  # weight [H * d_h, hidden]
+        self.k_proj = nn.Linear(hidden, kv_dim, bias=False)  # weight [N_KV * d_h, hidden]
+        self.v_proj = nn.Linear(hidden, kv_dim, bias=False)  # weight [N_KV * d_h, hidden]
+        self.o_proj = nn.Linear(q_dim, hidden, bias=False)  # weight [hidden, H * d_h]
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
+        lead = x.shape[:-1]  # [batch, T] or [N]
+        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)  # [..., H, d_h]
+        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)  # [..., N_KV, d_h]
+        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)  # [..., N_KV, d_h]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attend(self.layer, q, k, v)  # [..., H, d_h]
+        return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: $\\mathrm{down}(\\mathrm{silu}(\\mathrm{gate}(x)) \\odot \\mathrm{up}(x))$."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        hidden, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)  # weight [inner, hidden]
+        self.up_proj = nn.Linear(hidden, inner, bias=False)  # weight [inner, hidden]
+        self.down_proj = nn.Linear(inner, hidden, bias=False)  # weight [hidden, inner]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: $x \\mathrel{+}= \\mathrm{attn}(\\mathrm{norm}(x))$, then
+    $x \\mathrel{+}= \\mathrm{mlp}(\\mathrm{norm}(x))$."""
+
+    def __init__(self, config: LlamaConfig, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    """The whole model. With ``tie_word_embeddings``, ``lm_head.weight`` *is*
+    ``embed_tokens.weight`` (one tensor, saved once)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)  # [V, hidden]
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)  # [V, hidden]
+        self._init_weights()
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def _init_weights(self) -> None:
+        """Normal(0, 0.02) as HF's ``initializer_range``, with the two projections that write
+        into the residual stream (``o_proj``, ``down_proj``) scaled by $1/\\sqrt{2 N_L}$ as in
+        GPT-2, so the residual's variance does not grow with depth at the start of training."""
+        residual_std = 0.02 / (2 * self.config.num_hidden_layers) ** 0.5
+        for name, param in self.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(param, std=residual_std)
+            elif param.dim() == 2:
+                nn.init.normal_(param, std=0.02)
+
+    def forward_contiguous(self, tokens: Tensor) -> Tensor:
+        """Logits ``[batch, T, V]`` for ``tokens`` ``[batch, T]`` at positions ``0..T-1``, with
+        causal attention: position $t$ sees positions $0 \\ldots t$ of its own row."""
+        _, seq_len = tokens.shape
+        positions = torch.arange(seq_len, device=tokens.device)
+        group = self.config.num_queries_per_kv
+
+        def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [batch, heads, T, d_h]
+            k = k.repeat_interleave(group, dim=1)  # [batch, H, T, d_h]: head h reads h // group
+            v = v.repeat_interleave(group, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/sqrt(d_h)
+            return out.transpose(1, 2)  # [batch, T, H, d_h]
+
+        return self.lm_head(self._hidden(tokens, positions, attend))
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        kv_cache: KVCache,
+        batch: PagedBatch,
+        logits_index: Tensor | None = None,
+    ) -> Tensor:
+        """One engine step on the paged KV cache.
+
+        ``tokens`` and ``positions`` are ``[N]``: every sequence's tokens computed this step,
+        concatenated in batch order (``batch.query_lens`` says how many belong to each). In each
+        layer the N keys and values are written to ``kv_cache`` at ``batch.slot_mapping`` and
+        each query attends to its sequence's cached tokens up to its own position.
+
+        Returns logits ``[N, V]``, or ``[len(logits_index), V]`` for only the rows
+        ``logits_index`` when given: a prefill needs the logits of each sequence's last token
+        only, and the vocabulary projection of every prompt token would be wasted work.
+        """
+        scale = self.config.head_dim**-0.5
+
+        def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
+            return paged_attention(q, k, v, key_pool, value_pool, batch, scale)
+
+        hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
+        if logits_index is not None:
+            hidden = hidden[logits_index]
+        return self.lm_head(hidden)
+
+    def _hidden(self, tokens: Tensor, positions: Tensor, attend: AttendFn) -> Tensor:
+        """Final normed hidden states ``[..., hidden]`` for tokens ``[...]``; the rows of
+        ``tokens`` are at ``positions`` (``[T]`` shared by a contiguous batch, or ``[N]``)."""
+        x = self.embed_tokens(tokens)  # [..., hidden]
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attend)
+        return self.norm(x)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> Llama:
+        """Load a Hugging Face Llama directory; see :func:`minipaged.checkpoint.load_model`."""
+        from minipaged.checkpoint import load_model  # checkpoint imports this module
+
+        return load_model(path, dtype=dtype, device=device)
+
+    def save_pretrained(self, path: str, tokenizer: object) -> None:
+        """Write a Hugging Face Llama directory; see :func:`minipaged.checkpoint.save_model`."""
+        from minipaged.checkpoint import save_model
+
+        save_model(self, tokenizer, path)

@@ -1,0 +1,120 @@
+"""How the next token is chosen: :class:`SamplingParams` (vLLM's names) and the sampler.
+
+Parallel sampling ($n > 1$) and beam search are where copy-on-write pays off (source text §5):
+the engine forks sequences through the block manager; this module only picks tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What to generate for one request.
+
+    - ``max_tokens``: tokens to generate per sequence (at most; EOS or a stop token ends it
+      sooner unless ``ignore_eos``).
+    - ``temperature``: 0 is greedy; otherwise logits are divided by it before softmax.
+    - ``top_k`` (0 = off) and ``top_p`` (1.0 = off): keep only the k most likely tokens, or the
+      smallest set whose probability reaches p.
+    - ``n``: parallel samples from one prompt, forked so they share the prompt's blocks.
+    - ``use_beam_search`` with ``beam_width`` ($K$ in §5): keep the $K$ best sequences by
+      cumulative log-probability; ``length_penalty`` ranks finished beams by
+      $\\log p / \\text{len}^{\\alpha}$ as transformers does.
+    - ``seed``: makes this request's sampling reproducible whatever else runs beside it.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    n: int = 1
+    use_beam_search: bool = False
+    beam_width: int = 1
+    length_penalty: float = 1.0
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(message)
+
+        need(
+            _is_int(self.max_tokens) and self.max_tokens >= 1,
+            f"max_tokens must be an integer >= 1, got {self.max_tokens!r}",
+        )
+        need(
+            _is_number(self.temperature) and self.temperature >= 0,
+            f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}",
+        )
+        need(
+            _is_number(self.top_p) and 0 < self.top_p <= 1,
+            f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}",
+        )
+        need(
+            _is_int(self.top_k) and self.top_k >= 0,
+            f"top_k must be an integer >= 0 (0 keeps every token), got {self.top_k!r}",
+        )
+        need(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
+        need(
+            _is_int(self.beam_width) and self.beam_width >= 1,
+            f"beam_width must be an integer >= 1, got {self.beam_width!r}",
+        )
+        need(
+            self.seed is None or _is_int(self.seed),
+            f"seed must be an integer or None, got {self.seed!r}",
+        )
+        if self.use_beam_search:
+            need(
+                self.n == 1,
+                f"beam search returns beam_width sequences; leave n at 1 (got n={self.n})",
+            )
+            need(
+                self.temperature == 0 and self.top_p == 1 and self.top_k == 0,
+                "beam search is deterministic: leave temperature=0, top_p=1.0 and top_k=0",
+            )
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+    @property
+    def num_sequences(self) -> int:
+        """How many sequences the request runs at once: n, or the beam width."""
+        return self.beam_width if self.use_beam_search else self.n
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def sample(
+    logits: Tensor, params: SamplingParams, generator: torch.Generator, num_samples: int = 1
+) -> list[int]:
+    """Draw ``num_samples`` tokens from one row of ``logits`` ``[vocab]``.
+
+    Greedy (temperature 0) returns the argmax ``num_samples`` times: $n$ greedy samples are
+    identical, as in vLLM. Otherwise samples are independent draws (with replacement) from the
+    temperature-scaled, top-k / top-p filtered distribution, using ``generator``.
+    """
+    if params.temperature == 0:
+        return [int(torch.argmax(logits))] * num_samples
+    logits = logits.float() / params.temperature
+    if params.top_k:
+        kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        # Keep a token while the mass before it is below top_p: the first always stays.
+        drop = sorted_probs.cumsum(0) - sorted_probs >= params.top_p
+        probs = probs.scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
+    drawn = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    return drawn.tolist()

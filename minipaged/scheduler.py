@@ -1,0 +1,180 @@
+"""Continuous batching over the block manager: who runs this step, and who must make room.
+
+Three queues, each kept in arrival order (first come, first served):
+
+- ``waiting``: requests with nothing cached (new, or preempted by recomputation);
+- ``running``: requests whose blocks are on the device; every step decodes all of them;
+- ``swapped``: requests whose blocks were moved to the host pool.
+
+Each step (:meth:`Scheduler.schedule`):
+
+1. every running sequence reserves the slot for its next token. When the device pool cannot
+   give one, the latest arrival among the running requests is preempted (as vLLM does: the
+   request that has waited least loses least) until the rest fit (source text §6);
+2. if nobody was preempted, swapped requests come back while the device has room;
+3. if nothing is swapped out, waiting requests are admitted while the pool keeps its
+   watermark and the step's token budget allows: their prompts are prefilled in the same
+   forward pass as everyone else's decode step.
+
+Preemption policy: ``"recompute"`` frees a request's blocks and keeps its token ids, so it is
+prefilled again later; ``"swap"`` copies its blocks to the host pool. A request with several
+sequences (parallel samples, beams) is swapped whenever the host pool has room, whatever the
+policy, because recomputing would lose the blocks its sequences share; with no room on the
+host, any request falls back to recomputation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minipaged.block_manager import BlockManager
+from minipaged.events import Preempt, Recompute
+from minipaged.sequence import Sequence, SequenceGroup, Status
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    """One sequence in this step's batch: it computes its last ``num_query_tokens`` tokens
+    (all of them for a prefill, one for a decode step) with block table ``block_table``."""
+
+    group: SequenceGroup
+    seq: Sequence
+    num_query_tokens: int
+    block_table: list[int]
+    is_prefill: bool
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """The step's batch and the block copies to run before it, in this order: swap-outs
+    (their device blocks may be reused by this very step), swap-ins, copy-on-write copies."""
+
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[SequenceGroup] = field(default_factory=list)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(s.num_query_tokens for s in self.scheduled if s.is_prefill)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        preemption: str = "recompute",
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 2048,
+    ) -> None:
+        if preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {preemption!r}")
+        self.block_manager = block_manager
+        self.preemption = preemption
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: list[SequenceGroup] = []
+        self.running: list[SequenceGroup] = []
+        self.swapped: list[SequenceGroup] = []
+
+    def add(self, group: SequenceGroup) -> None:
+        _insert_by_arrival(self.waiting, group)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def finish(self, group: SequenceGroup) -> None:
+        """Drop a finished request from the running queue (its blocks are already freed)."""
+        self.running.remove(group)
+        group.status = Status.FINISHED
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        bm = self.block_manager
+
+        # 1. Decode every running request, oldest first, preempting the newest when full.
+        queue, self.running = self.running, []
+        while queue:
+            group = queue.pop(0)
+            ids = [s.seq_id for s in group.seqs]
+            while not bm.can_append(*ids) and queue:
+                self._preempt(queue.pop(), out)
+            if bm.can_append(*ids):
+                self._append_slots(group, out)
+                self.running.append(group)
+            else:
+                self._preempt(group, out)
+
+        # 2. Bring swapped requests back, oldest first, with room for their next tokens.
+        while self.swapped and not out.preempted:
+            group = self.swapped[0]
+            ids = [s.seq_id for s in group.seqs]
+            if not bm.can_swap_in(ids, extra_blocks=len(ids)):
+                break
+            self.swapped.pop(0)
+            out.blocks_to_swap_in += bm.swap_in(ids)
+            group.status = Status.RUNNING
+            self._append_slots(group, out)
+            _insert_by_arrival(self.running, group)
+
+        # 3. Admit waiting requests, oldest first, while blocks and the token budget allow.
+        budget = self.max_num_batched_tokens - len(out.scheduled)
+        num_seqs = sum(len(g.seqs) for g in self.running)
+        while self.waiting and not self.swapped and not out.preempted:
+            group = self.waiting[0]
+            lengths = [len(s.token_ids) for s in group.seqs]
+            first_prefill = out.num_prefill_tokens == 0
+            if sum(lengths) > budget and not first_prefill:
+                break
+            width = max(len(lengths), group.params.num_sequences)  # a prompt forks into n
+            if num_seqs + width > self.max_num_seqs or not bm.can_allocate(*lengths):
+                break
+            self.waiting.pop(0)
+            for seq in group.seqs:
+                table = bm.allocate(seq.seq_id, len(seq.token_ids))
+                if len(seq.token_ids) > seq.prompt_len:  # it was preempted by recomputation
+                    bm.record(Recompute(seq.seq_id, len(seq.token_ids)))
+                out.scheduled.append(
+                    ScheduledSeq(group, seq, len(seq.token_ids), list(table.blocks), True)
+                )
+            budget -= sum(lengths)
+            num_seqs += width
+            group.status = Status.RUNNING
+            _insert_by_arrival(self.running, group)
+        return out
+
+    def _append_slots(self, group: SequenceGroup, out: SchedulerOutput) -> None:
+        for seq in group.seqs:
+            result = self.block_manager.append_slot(seq.seq_id)
+            if result.cow is not None:
+                out.blocks_to_copy.append(result.cow)
+            table = self.block_manager.table(seq.seq_id)
+            out.scheduled.append(ScheduledSeq(group, seq, 1, list(table.blocks), False))
+
+    def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
+        bm = self.block_manager
+        ids = [s.seq_id for s in group.seqs]
+        wants_swap = self.preemption == "swap" or len(ids) > 1
+        mode = "swap" if wants_swap and bm.can_swap_out(ids) else "recompute"
+        bm.record(Preempt(group.request_id, tuple(ids), mode))
+        if mode == "swap":
+            out.blocks_to_swap_out += bm.swap_out(ids)
+            group.status = Status.SWAPPED
+            _insert_by_arrival(self.swapped, group)
+        else:
+            for seq_id in ids:
+                bm.free(seq_id)
+            group.status = Status.WAITING
+            _insert_by_arrival(self.waiting, group)
+        out.preempted.append(group)
+
+
+def _insert_by_arrival(queue: list[SequenceGroup], group: SequenceGroup) -> None:
+    """Keep ``queue`` in arrival order, so its front is the oldest and its back the newest."""
+    index = len(queue)
+    while index > 0 and queue[index - 1].arrival > group.arrival:
+        index -= 1
+    queue.insert(index, group)

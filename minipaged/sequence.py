@@ -1,0 +1,76 @@
+"""Requests and their sequences, as the scheduler sees them.
+
+A request (:class:`SequenceGroup`) starts as one sequence holding the prompt. After the prompt's
+forward pass, parallel sampling ($n$) or beam search ($K$) forks it into several sequences that
+share the prompt's blocks (source text §5). The scheduler moves whole groups between the
+waiting, running and swapped queues, because a group's sequences share blocks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from minipaged.sampling import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # not in the cache: new, or preempted by recomputation
+    RUNNING = "running"  # its blocks are on the device
+    SWAPPED = "swapped"  # its blocks are in the host pool
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One stream of tokens.
+
+    Invariant: while RUNNING or SWAPPED, the cache holds keys and values for every token but
+    the last (``num_cached == len(token_ids) - 1``): the last sampled token is computed by the
+    next step, which also yields the token after it. A WAITING sequence has nothing cached.
+    """
+
+    seq_id: int
+    token_ids: list[int]
+    prompt_len: int
+    cumulative_logprob: float = 0.0
+    finish_reason: str | None = None
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(eq=False)
+class SequenceGroup:
+    """One request: its prompt, its parameters and its live sequences.
+
+    ``seqs`` holds the sequences still generating; finished ones move to ``finished``. The
+    request is done when ``seqs`` is empty. ``generator`` draws this request's samples, so a
+    seeded request samples the same tokens however the scheduler interleaves it with others.
+    """
+
+    request_id: str
+    arrival: int
+    params: SamplingParams
+    seqs: list[Sequence]
+    generator: torch.Generator
+    prompt: str | None = None
+    status: Status = Status.WAITING
+    finished: list[Sequence] = field(default_factory=list)
+    forked: bool = False  # whether the prompt has been forked into n samples or K beams
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        first = (self.seqs or self.finished)[0]
+        return first.token_ids[: first.prompt_len]
+
+    @property
+    def is_finished(self) -> bool:
+        return not self.seqs

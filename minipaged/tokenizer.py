@@ -1,0 +1,130 @@
+"""Text to token ids and back, with a Hugging Face ``tokenizer.json``.
+
+:class:`Tokenizer` reads any ``tokenizer.json`` the ``tokenizers`` library reads: the byte-level
+BPE that :func:`train_tokenizer` makes for the embedded tiny model, and the files that ship with
+real Llama-family checkpoints (SmolLM, TinyLlama). It adds the beginning-of-sequence token
+itself, so the ids do not depend on a file's post-processor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+ENDOFTEXT = "<|endoftext|>"
+"""The one special token of the trained tokenizer: it separates documents (paragraphs), so it
+is both the beginning-of-sequence and the end-of-sequence token."""
+
+# Where real checkpoints name their special tokens when tokenizer_config.json is absent or
+# silent, most specific first.
+_BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<|im_start|>", ENDOFTEXT)
+_EOS_CANDIDATES = ("</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", ENDOFTEXT)
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` plus the ids of its BOS and EOS tokens.
+
+    ``encode`` never adds special tokens other than an optional leading BOS; ``decode`` drops
+    special tokens. For the trained byte-level tokenizer, ``decode(encode(x, add_bos=False))``
+    equals ``x`` for every ASCII string.
+    """
+
+    def __init__(self, source: str | Path | HFTokenizer) -> None:
+        """``source`` is a ``tokenizers.Tokenizer``, a ``tokenizer.json`` file, or a model
+        directory holding one. BOS and EOS come from the directory's ``tokenizer_config.json``
+        when it names them, else from the vocabulary's conventional names (``<s>``/``</s>``,
+        ``<|endoftext|>``, ...); either is ``None`` when the vocabulary has neither."""
+        named: dict[str, str] = {}
+        if isinstance(source, HFTokenizer):
+            self.tokenizer = source
+        else:
+            path = Path(source)
+            file = path / "tokenizer.json" if path.is_dir() else path
+            if not file.is_file():
+                raise FileNotFoundError(
+                    f"{file} does not exist: a tokenizer is read from a Hugging Face "
+                    "tokenizer.json (pass the file or the model directory that holds it)"
+                )
+            self.tokenizer = HFTokenizer.from_file(str(file))
+            named = _special_tokens_from_config(file.parent / "tokenizer_config.json")
+        self.bos_id = _token_id(self.tokenizer, named.get("bos_token"), _BOS_CANDIDATES)
+        self.eos_id = _token_id(self.tokenizer, named.get("eos_token"), _EOS_CANDIDATES)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, added special tokens included."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of ``text``, preceded by BOS when ``add_bos`` and the tokenizer has one."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if add_bos and self.bos_id is not None:
+            return [self.bos_id, *ids]
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens left out."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def save(self, path: str | Path) -> None:
+        """Write ``tokenizer.json`` to ``path`` (a file name)."""
+        self.tokenizer.save(str(path))
+
+
+def train_tokenizer(
+    corpus_path: str | Path | None = None,
+    vocab_size: int = 2048,
+    texts: Iterable[str] | None = None,
+) -> HFTokenizer:
+    """Train a byte-level BPE (GPT-2's scheme) on the lines of ``corpus_path`` or on ``texts``.
+
+    Every byte is in the base alphabet, so any text encodes without an unknown token and
+    decodes back to itself; ``<|endoftext|>`` is id 0. Deterministic for a given input.
+    """
+    if (corpus_path is None) == (texts is None):
+        raise ValueError("train_tokenizer needs exactly one of corpus_path or texts")
+    if vocab_size < 257:
+        raise ValueError(
+            f"vocab_size must be at least 257 (256 bytes + {ENDOFTEXT}), got {vocab_size}"
+        )
+    tokenizer = HFTokenizer(models.BPE())
+    # add_prefix_space=False keeps decode(encode(x)) == x: no space is invented before the text.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[ENDOFTEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    if corpus_path is not None:
+        tokenizer.train([str(corpus_path)], trainer)
+    else:
+        tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def _special_tokens_from_config(path: Path) -> dict[str, str]:
+    """``bos_token`` / ``eos_token`` strings from ``tokenizer_config.json``, if it has them."""
+    if not path.is_file():
+        return {}
+    config = json.loads(path.read_text())
+    named = {}
+    for key in ("bos_token", "eos_token"):
+        token = config.get(key)
+        if isinstance(token, dict):  # older files store an AddedToken as a dict
+            token = token.get("content")
+        if isinstance(token, str):
+            named[key] = token
+    return named
+
+
+def _token_id(tokenizer: HFTokenizer, named: str | None, candidates: Sequence[str]) -> int | None:
+    for token in (named, *candidates):
+        if token is not None and (token_id := tokenizer.token_to_id(token)) is not None:
+            return token_id
+    return None
