@@ -7,6 +7,7 @@ made-up output.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 # Subcommand -> the part of the project that will provide it.
@@ -14,7 +15,6 @@ NOT_YET_AVAILABLE = {
     "tui": "the Textual step-through visualizer",
     "simulate": "the real-scale simulator and baseline allocators",
     "bench": "the benchmark suite",
-    "trace": "trace recording and replay",
     "exercises": "the classroom exercises and grader",
 }
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a narrated walk through the block manager: allocate, fork, copy-on-write, swap",
     )
     _add_generate(sub)
+    _add_trace(sub)
     for name, part in NOT_YET_AVAILABLE.items():
         sub.add_parser(name, help=f"not yet available (comes with {part})")
     return parser
@@ -42,6 +43,24 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         description="Generate from one or more prompts; print the texts, then what the block "
         "manager did: blocks used and shared, copy-on-write copies, swaps, preemptions.",
     )
+    _add_workload_args(gen)
+
+
+def _add_trace(sub: argparse._SubParsersAction) -> None:
+    trace = sub.add_parser("trace", help="record a run's events to JSONL, or replay one")
+    actions = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    record = actions.add_parser(
+        "record", help="generate like `minipaged generate` and save every step to FILE"
+    )
+    record.add_argument("file", help="the trace to write (JSON Lines)")
+    _add_workload_args(record)
+    replay = actions.add_parser(
+        "replay", help="print a recorded run step by step, without the model"
+    )
+    replay.add_argument("file", help="a trace written by `minipaged trace record`")
+
+
+def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
     gen.add_argument("--max-tokens", type=int, default=48)
@@ -59,13 +78,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--device", default="cpu")
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+def _workload(args: argparse.Namespace):
+    """The LLM and sampling parameters the workload flags describe."""
     from minipaged.llm import LLM
     from minipaged.sampling import SamplingParams
-    from minipaged.stats import RunStats
 
     beam = args.beam_width is not None
     params = SamplingParams(
@@ -88,6 +104,16 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         device=args.device,
     )
+    return llm, params
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from minipaged.stats import RunStats
+
+    llm, params = _workload(args)
     stats = RunStats()
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()
@@ -107,6 +133,38 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace(args: argparse.Namespace) -> int:
+    from minipaged import trace
+
+    if args.trace_command == "record":
+        llm, params = _workload(args)
+        steps = []
+        llm.generate(args.prompt, params, on_step=steps.append)
+        header = {
+            "model": args.model,
+            "prompts": args.prompt,
+            "sampling": dataclasses.asdict(params),
+            "engine": {
+                "block_size": args.block_size,
+                "num_gpu_blocks": llm.engine.block_manager.device.num_blocks,
+                "num_cpu_blocks": llm.engine.kv_cache.num_host_blocks,
+                "preemption": args.preemption,
+                "seed": args.seed,
+            },
+        }
+        trace.save(args.file, header, steps)
+        print(f"recorded {len(steps)} steps to {args.file}")
+        return 0
+    recorded = trace.load(args.file)
+    print(f"trace of {recorded.header.get('model', '?')}: {len(recorded.steps)} steps")
+    for step in recorded.steps:
+        tokens = ", ".join(f"seq {s}: {t}" for s, t in step.new_tokens.items())
+        print(f"step {step.step}: {tokens or 'no tokens'}")
+        for event in step.events:
+            print(f"  {event.narrate()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
@@ -114,11 +172,12 @@ def main(argv: list[str] | None = None) -> int:
 
         walkthrough.run()
         return 0
-    if args.command == "generate":
+    commands = {"generate": _generate, "trace": _trace}
+    if args.command in commands:
         try:
-            return _generate(args)
+            return commands[args.command](args)
         except (ValueError, FileNotFoundError) as error:
-            print(f"minipaged generate: {error}", file=sys.stderr)
+            print(f"minipaged {args.command}: {error}", file=sys.stderr)
             return 2
     print(
         f"minipaged {args.command}: not yet available; it comes with "
