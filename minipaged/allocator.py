@@ -8,8 +8,6 @@ metadata only: block ids and integers. The key and value tensors live in
 
 from __future__ import annotations
 
-from collections import deque
-
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left. The scheduler avoids this by asking ``can_allocate``
@@ -25,8 +23,11 @@ class BlockAllocator:
     - $p$ is in the free list iff $\\mathcal{R}[p] = 0$, and at most once;
     - ``num_free + num_used == num_blocks``.
 
-    Freed blocks go to the back of the free list, so after some traffic consecutive allocations
-    return scattered ids: the non-contiguous physical layout of the source text's §2 figure.
+    Freed blocks go to the back of the free list and ``allocate`` takes from the front, so the
+    block taken is always the one freed longest ago: with prefix caching, where a freed block
+    keeps its contents until it is reused, that makes reuse evict the least recently used.
+    After some traffic consecutive allocations return scattered ids: the non-contiguous
+    physical layout of the source text's §2 figure.
     """
 
     def __init__(self, num_blocks: int, pool: str = "device") -> None:
@@ -38,7 +39,8 @@ class BlockAllocator:
         self.pool = pool
         self.num_blocks = num_blocks
         self._refcounts = [0] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        # A dict as an ordered set: front-to-back iteration, O(1) removal of any block.
+        self._free: dict[int, None] = dict.fromkeys(range(num_blocks))
 
     @property
     def num_free(self) -> int:
@@ -68,7 +70,19 @@ class BlockAllocator:
                 f"the {self.pool} pool is full: all {self.num_blocks} blocks are in use. "
                 "Free or preempt a sequence first, or give the pool more blocks."
             )
-        block = self._free.popleft()
+        block = next(iter(self._free))
+        return self.take(block)
+
+    def take(self, block: int) -> int:
+        """Allocate this particular free block ($\\mathcal{R}[p]$: 0 to 1): a prefix-cache hit on
+        a block whose last holder is gone but whose contents are still valid."""
+        self._check_id(block)
+        if block not in self._free:
+            raise ValueError(
+                f"cannot take {self.pool} block {block}: it is in use "
+                f"(R={self._refcounts[block]}); share it with incref instead"
+            )
+        del self._free[block]
         self._refcounts[block] = 1
         return block
 
@@ -91,7 +105,7 @@ class BlockAllocator:
             raise ValueError(f"double free of {self.pool} block {block}: it is already free (R=0)")
         self._refcounts[block] -= 1
         if self._refcounts[block] == 0:
-            self._free.append(block)
+            self._free[block] = None
         return self._refcounts[block]
 
     def _check_id(self, block: int) -> None:

@@ -13,7 +13,7 @@ changes: ``can_allocate`` / ``allocate``, ``can_append`` / ``append_slot``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from minipaged import memory
@@ -27,10 +27,14 @@ from minipaged.events import (
     Fork,
     Free,
     Incref,
+    PrefixEvict,
+    PrefixHit,
+    PrefixInsert,
     SeqId,
     SwapIn,
     SwapOut,
 )
+from minipaged.prefix_cache import PrefixCache, make_prefix_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,7 @@ class BlockState:
     host_refcounts: tuple[int, ...]
     device_free: tuple[int, ...]
     host_free: tuple[int, ...]
+    cached: tuple[int, ...] = ()  # device blocks registered in the prefix cache
 
 
 class BlockManager:
@@ -73,6 +78,10 @@ class BlockManager:
 
     ``watermark`` keeps that fraction of the device pool free when admitting new work, so
     running sequences have room to grow before anyone must be preempted (as vLLM does).
+
+    ``prefix_caching`` (``"hash"`` or ``"radix"``) keeps full blocks findable by their tokens
+    after their last holder lets go (:mod:`minipaged.prefix_cache`): a new sequence given its
+    ``token_ids`` starts from the cached blocks of its longest cached prefix.
     """
 
     def __init__(
@@ -81,6 +90,7 @@ class BlockManager:
         num_host_blocks: int = 0,
         block_size: int = 16,
         watermark: float = 0.01,
+        prefix_caching: str | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
@@ -88,10 +98,10 @@ class BlockManager:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark!r}")
         self.block_size = block_size
         self.device = BlockAllocator(num_device_blocks, pool="device")
-        # A pool needs at least one block; a manager without swapping still gets a (useless)
-        # host pool of size 0, modelled as None.
+        # No swap space means no host pool: a pool has at least one block, so it is None.
         self.host = BlockAllocator(num_host_blocks, pool="host") if num_host_blocks else None
         self.watermark_blocks = int(watermark * num_device_blocks)
+        self.prefix_cache: PrefixCache | None = make_prefix_cache(prefix_caching, block_size)
         self.tables: dict[SeqId, BlockTable] = {}
         self._events: list[Event] = []
 
@@ -101,9 +111,18 @@ class BlockManager:
         """$M = \\lceil L / B \\rceil$ blocks hold ``num_tokens`` tokens."""
         return memory.num_logical_blocks(num_tokens, self.block_size)
 
-    def can_allocate(self, *lengths: int) -> bool:
-        """Room for new sequences of these lengths while keeping the watermark free."""
-        needed = sum(self.blocks_needed(n) for n in lengths)
+    def can_allocate(self, *prompts: int | Sequence[int]) -> bool:
+        """Room for new sequences while keeping the watermark free. Each is given by its length
+        or by its token ids; with prefix caching, blocks it finds cached and in use cost
+        nothing, and cached blocks on the free list cost what a fresh block does."""
+        needed = 0
+        for prompt in prompts:
+            if isinstance(prompt, int):
+                needed += self.blocks_needed(prompt)
+            else:
+                hits = self._prefix_hits(prompt)
+                reused = sum(1 for block in hits if self.device.refcount(block) > 0)
+                needed += self.blocks_needed(len(prompt)) - reused
         return self.device.num_free - needed >= self.watermark_blocks
 
     def can_append(self, *seqs: SeqId) -> bool:
@@ -135,13 +154,23 @@ class BlockManager:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def allocate(self, seq: SeqId, num_tokens: int) -> BlockTable:
-        """Give a new sequence $\\lceil L/B \\rceil$ fresh device blocks for its ``num_tokens``
-        prompt tokens (§3: physical blocks need not be contiguous)."""
+    def allocate(
+        self, seq: SeqId, num_tokens: int, token_ids: Sequence[int] | None = None
+    ) -> BlockTable:
+        """Give a new sequence $\\lceil L/B \\rceil$ device blocks for its ``num_tokens``
+        prompt tokens (§3: physical blocks need not be contiguous).
+
+        With prefix caching and ``token_ids``, the longest cached prefix of full blocks is
+        shared instead of allocated (``table.cached_tokens`` says how many tokens), except the
+        block holding the last token: at least one token must be computed to get logits, and
+        its block must be private to be written. The new full blocks are then registered.
+        """
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} already has a block table; free it first")
         if num_tokens <= 0:
             raise ValueError(f"a sequence needs at least one token, got num_tokens={num_tokens}")
+        if token_ids is not None and len(token_ids) != num_tokens:
+            raise ValueError(f"token_ids has {len(token_ids)} ids for num_tokens={num_tokens}")
         needed = self.blocks_needed(num_tokens)
         if needed > self.device.num_blocks:
             raise ValueError(
@@ -149,19 +178,32 @@ class BlockManager:
                 f"more than the whole device pool of {self.device.num_blocks} blocks; "
                 "use a shorter prompt or a larger pool"
             )
-        if needed > self.device.num_free:
+        hits = self._prefix_hits(token_ids) if token_ids is not None else []
+        taken = sum(1 for block in hits if self.device.refcount(block) == 0)
+        if needed - len(hits) + taken > self.device.num_free:
             raise OutOfBlocks(
-                f"sequence {seq!r} needs {needed} device blocks but only "
+                f"sequence {seq!r} needs {needed - len(hits) + taken} device blocks but only "
                 f"{self.device.num_free} are free; ask can_allocate first"
             )
         table = BlockTable(self.block_size, num_tokens=num_tokens)
-        for j in range(needed):
-            table.blocks.append(self.device.allocate())
-            self.record(Alloc(seq, j, table.blocks[j]))
+        for j, block in enumerate(hits):
+            if self.device.refcount(block) == 0:
+                self.device.take(block)
+                self.record(Alloc(seq, j, block))
+            else:
+                self.record(Incref(seq, j, block, self.device.incref(block)))
+            table.blocks.append(block)
+        if hits:
+            table.cached_tokens = len(hits) * self.block_size
+            self.record(PrefixHit(seq, tuple(hits), table.cached_tokens))
+        for j in range(len(hits), needed):
+            table.blocks.append(self._new_device_block(seq, j))
         self.tables[seq] = table
+        if token_ids is not None:
+            self._register_full_blocks(seq, token_ids)
         return table
 
-    def append_slot(self, seq: SeqId) -> AppendResult:
+    def append_slot(self, seq: SeqId, token_ids: Sequence[int] | None = None) -> AppendResult:
         """Reserve the slot for ``seq``'s next token at position $t$ = its length (§5).
 
         - $t \\bmod B = 0$: the last block is full; a fresh block becomes logical block $j$.
@@ -169,6 +211,9 @@ class BlockManager:
         - $\\mathcal{R}[p] > 1$: shared. Copy-on-write: allocate $p_{new}$, copy the $o$ rows
           already written, $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] - 1$,
           $\\mathcal{T}_r[j] \\leftarrow p_{new}$, and write there. The caller runs the copy.
+
+        With prefix caching, pass the sequence's ``token_ids`` (the new token included): a
+        block this token fills is registered in the cache.
         """
         table = self._device_table(seq)
         needed = self._blocks_for_next_token(table)
@@ -180,12 +225,15 @@ class BlockManager:
         t = table.num_tokens
         j = table.logical_block(t)
         cow = None
+        if token_ids is not None and len(token_ids) != t + 1:
+            raise ValueError(
+                f"token_ids has {len(token_ids)} ids; sequence {seq!r} will hold {t + 1} tokens"
+            )
         if table.is_last_block_full:
-            table.blocks.append(self.device.allocate())
-            self.record(Alloc(seq, j, table.blocks[j]))
+            table.blocks.append(self._new_device_block(seq, j))
         elif self.device.refcount(table.blocks[j]) > 1:
             src = table.blocks[j]
-            dst = self.device.allocate()
+            dst = self._new_device_block(seq, j, record=False)
             shared_with = tuple(
                 other
                 for other, other_table in self.tables.items()
@@ -198,6 +246,8 @@ class BlockManager:
             self.record(CowCopy(seq, t, j, src, dst, table.offset(t), before, shared_with))
             self.record(Decref(seq, src, after))
         table.num_tokens += 1
+        if token_ids is not None and table.is_last_block_full:
+            self._register_full_blocks(seq, token_ids)
         return AppendResult(table.slot(t), cow)
 
     def fork(self, parent: SeqId, child: SeqId) -> BlockTable:
@@ -217,10 +267,13 @@ class BlockManager:
 
     def free(self, seq: SeqId) -> None:
         """``seq`` is finished (or preempted by recomputation, §6): drop its table and decrement
-        every block's refcount; blocks no other table holds return to the free list."""
+        every block's refcount; blocks no other table holds return to the free list.
+
+        Blocks are released last block first, so that a cached child block always sits ahead
+        of its parent on the free list and is evicted first."""
         table = self.table(seq)
         pool = self._pool(table.pool)
-        for block in table.blocks:
+        for block in reversed(table.blocks):
             after = pool.decref(block)
             event = (
                 Free(seq, block, table.pool)
@@ -261,6 +314,7 @@ class BlockManager:
             host_refcounts=self.host.refcounts() if self.host else empty,
             device_free=self.device.free_blocks(),
             host_free=self.host.free_blocks() if self.host else empty,
+            cached=self.prefix_cache.cached_blocks() if self.prefix_cache else empty,
         )
 
     # -- internals -------------------------------------------------------------------------
@@ -271,6 +325,31 @@ class BlockManager:
         if name == "host" and self.host is not None:
             return self.host
         raise ValueError(f"no {name!r} pool: this manager was built with num_host_blocks=0")
+
+    def _new_device_block(self, seq: SeqId, j: int, record: bool = True) -> int:
+        """A fresh device block for ``seq``'s logical block ``j``; with prefix caching, the
+        block handed out may still be cached: its old contents are evicted."""
+        block = self.device.allocate()
+        if self.prefix_cache is not None and self.prefix_cache.forget(block):
+            self.record(PrefixEvict(block))
+        if record:
+            self.record(Alloc(seq, j, block))
+        return block
+
+    def _prefix_hits(self, token_ids: Sequence[int]) -> list[int]:
+        """Cached blocks for the full blocks of ``token_ids`` before the block of its last
+        token (which is always computed)."""
+        if self.prefix_cache is None:
+            return []
+        limit = (len(token_ids) - 1) // self.block_size
+        return self.prefix_cache.match(token_ids)[:limit]
+
+    def _register_full_blocks(self, seq: SeqId, token_ids: Sequence[int]) -> None:
+        if self.prefix_cache is None:
+            return
+        added = self.prefix_cache.insert(token_ids, self.tables[seq].blocks)
+        if added:
+            self.record(PrefixInsert(seq, tuple(added)))
 
     def _device_table(self, seq: SeqId) -> BlockTable:
         table = self.table(seq)
@@ -309,6 +388,8 @@ class BlockManager:
             for j, block in enumerate(table.blocks):
                 if block in mapping:
                     dst.incref(mapping[block])
+                elif dst is self.device:
+                    mapping[block] = self._new_device_block(seq, j, record=False)
                 else:
                     mapping[block] = dst.allocate()
                 pairs.append((block, mapping[block]))

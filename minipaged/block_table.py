@@ -19,13 +19,15 @@ class BlockTable:
     Invariant: ``len(blocks) == ceil(num_tokens / block_size)`` ($M = \\lceil L/B \\rceil$), so
     only the last block can have unwritten slots. ``pool`` says which pool the ids index:
     ``"device"`` while the sequence runs, ``"host"`` while it is swapped out; a table never
-    mixes the two.
+    mixes the two. ``cached_tokens`` counts the leading tokens whose blocks came from the
+    prefix cache when the table was made: their keys and values need no compute.
     """
 
     block_size: int
     blocks: list[int] = field(default_factory=list)
     num_tokens: int = 0
     pool: str = "device"
+    cached_tokens: int = 0
 
     def logical_block(self, t: int) -> int:
         """$j = \\lfloor t/B \\rfloor$."""

@@ -69,7 +69,8 @@ class SeqView:
 class StepOutput:
     """Everything one step did: ``new_tokens`` (seq id -> token), the block manager's
     ``events`` in order, the block ``state`` after the step, every live sequence, the queues
-    (request ids), the requests that finished, and how many tokens were prefilled / decoded."""
+    (request ids), the requests that finished, and how many tokens were prefilled / decoded /
+    found in the prefix cache (prefill skipped)."""
 
     step: int
     new_tokens: dict[int, int]
@@ -80,6 +81,7 @@ class StepOutput:
     finished: tuple[RequestOutput, ...]
     num_prefill_tokens: int
     num_decode_tokens: int
+    num_cached_tokens: int = 0
 
 
 class LLMEngine:
@@ -97,12 +99,15 @@ class LLMEngine:
         max_num_seqs: int = 32,
         max_num_batched_tokens: int | None = None,
         watermark: float = 0.01,
+        prefix_caching: str | None = None,
     ) -> None:
         config = model.config
         param = next(model.parameters())
         self.model = model
         self.tokenizer = tokenizer
-        self.block_manager = BlockManager(num_gpu_blocks, num_cpu_blocks, block_size, watermark)
+        self.block_manager = BlockManager(
+            num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching
+        )
         self.kv_cache = KVCache(
             config.num_hidden_layers,
             num_gpu_blocks,
@@ -238,6 +243,7 @@ class LLMEngine:
             finished=tuple(finished),
             num_prefill_tokens=num_prefill,
             num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
+            num_cached_tokens=plan.num_cached_tokens,
         )
 
     def _sample_step(self, group, items, new_tokens) -> None:

@@ -227,6 +227,50 @@ class Finish(Event):
         return f"seq {self.seq} {why} after {self.num_tokens} tokens and releases its blocks"
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixHit(Event):
+    """A new sequence found its first ``num_tokens`` tokens already cached in ``blocks``
+    (§5/§7 prefix sharing): it takes them as they are, with no compute for those tokens."""
+
+    kind: ClassVar[str] = "prefix-hit"
+
+    seq: SeqId
+    blocks: tuple[int, ...]
+    num_tokens: int
+
+    def narrate(self) -> str:
+        return (
+            f"seq {self.seq} finds its first {self.num_tokens} tokens cached in blocks "
+            f"{list(self.blocks)}: it shares them and skips their prefill"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixInsert(Event):
+    """``seq``'s full ``blocks`` were registered in the prefix cache, for later requests."""
+
+    kind: ClassVar[str] = "prefix-insert"
+
+    seq: SeqId
+    blocks: tuple[int, ...]
+
+    def narrate(self) -> str:
+        return f"seq {self.seq} registers full block(s) {list(self.blocks)} in the prefix cache"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixEvict(Event):
+    """A cached block nobody held ($\\mathcal{R}=0$) was reused for new contents: the least
+    recently released one goes first."""
+
+    kind: ClassVar[str] = "prefix-evict"
+
+    block: int
+
+    def narrate(self) -> str:
+        return f"cached block {self.block}, unused, is evicted from the prefix cache for reuse"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
 
 

@@ -31,6 +31,8 @@ class LLM:
       swap pool; by default as large as the device pool.
     - ``backend``: the attention path, ``"torch"`` (the reference).
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
+    - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
+      share a prefix share its blocks and skip its prefill.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class LLM:
             seed=seed,
             max_num_seqs=max_num_seqs,
             watermark=watermark,
+            prefix_caching=prefix_caching,
         )
 
     def generate(

@@ -56,6 +56,7 @@ class SchedulerOutput:
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[SequenceGroup] = field(default_factory=list)
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -126,20 +127,23 @@ class Scheduler:
         while self.waiting and not self.swapped and not out.preempted:
             group = self.waiting[0]
             lengths = [len(s.token_ids) for s in group.seqs]
+            prompts = [s.token_ids for s in group.seqs]
             first_prefill = out.num_prefill_tokens == 0
             if sum(lengths) > budget and not first_prefill:
                 break
             width = max(len(lengths), group.params.num_sequences)  # a prompt forks into n
-            if num_seqs + width > self.max_num_seqs or not bm.can_allocate(*lengths):
+            if num_seqs + width > self.max_num_seqs or not bm.can_allocate(*prompts):
                 break
             self.waiting.pop(0)
             for seq in group.seqs:
-                table = bm.allocate(seq.seq_id, len(seq.token_ids))
-                if len(seq.token_ids) > seq.prompt_len:  # it was preempted by recomputation
-                    bm.record(Recompute(seq.seq_id, len(seq.token_ids)))
-                out.scheduled.append(
-                    ScheduledSeq(group, seq, len(seq.token_ids), list(table.blocks), True)
-                )
+                length = len(seq.token_ids)
+                if length > seq.prompt_len:  # it was preempted by recomputation
+                    bm.record(Recompute(seq.seq_id, length))
+                table = bm.allocate(seq.seq_id, length, seq.token_ids)
+                # Tokens found in the prefix cache need no compute: prefill only the rest.
+                query = length - table.cached_tokens
+                out.scheduled.append(ScheduledSeq(group, seq, query, list(table.blocks), True))
+                out.num_cached_tokens += table.cached_tokens
             budget -= sum(lengths)
             num_seqs += width
             group.status = Status.RUNNING
@@ -148,7 +152,7 @@ class Scheduler:
 
     def _append_slots(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         for seq in group.seqs:
-            result = self.block_manager.append_slot(seq.seq_id)
+            result = self.block_manager.append_slot(seq.seq_id, seq.token_ids)
             if result.cow is not None:
                 out.blocks_to_copy.append(result.cow)
             table = self.block_manager.table(seq.seq_id)

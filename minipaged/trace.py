@@ -42,12 +42,14 @@ def step_to_dict(step: StepOutput) -> dict:
             "host_refcounts": list(state.host_refcounts),
             "device_free": list(state.device_free),
             "host_free": list(state.host_free),
+            "cached": list(state.cached),
         },
         "sequences": {str(seq): asdict(view) for seq, view in step.sequences.items()},
         "queues": {name: list(ids) for name, ids in step.queues.items()},
         "finished": [asdict(output) for output in step.finished],
         "num_prefill_tokens": step.num_prefill_tokens,
         "num_decode_tokens": step.num_decode_tokens,
+        "num_cached_tokens": step.num_cached_tokens,
     }
 
 
@@ -67,6 +69,7 @@ def step_from_dict(record: dict) -> StepOutput:
             host_refcounts=tuple(state["host_refcounts"]),
             device_free=tuple(state["device_free"]),
             host_free=tuple(state["host_free"]),
+            cached=tuple(state["cached"]),
         ),
         sequences={
             int(seq): SeqView(**{**view, "token_ids": tuple(view["token_ids"])})
@@ -81,6 +84,7 @@ def step_from_dict(record: dict) -> StepOutput:
         ),
         num_prefill_tokens=record["num_prefill_tokens"],
         num_decode_tokens=record["num_decode_tokens"],
+        num_cached_tokens=record["num_cached_tokens"],
     )
 
 

@@ -1,0 +1,124 @@
+"""Prefix caching by block hash, as vLLM does: a full block is found again by its contents.
+
+Source text §5 and §7: requests that share a prefix (a system prompt, earlier turns of a
+conversation) can share its KV blocks instead of recomputing them. A *full* block $j$ of a
+sequence is identified by a chained hash of its parent's hash and its own $B$ token ids,
+
+$$h_j = \\text{hash}(h_{j-1}, t_{jB}, \\dots, t_{jB+B-1}),$$
+
+so equal hashes mean equal prefixes up to a collision, and a hit is confirmed by comparing the
+tokens and the parent block, never by the hash alone. Only full blocks are cached: the last,
+partly filled block of a sequence is still being written.
+
+A cached block stays cached after its last holder lets go ($\\mathcal{R}[p] = 0$): it sits on
+the allocator's free list with its contents intact, and is *evicted* only when the allocator
+hands it out for new contents. The free list is ordered by release time, so eviction is least
+recently used first. Sequences release their blocks last block first, so a child block is
+always evicted before its parent.
+
+Both caches (this one and :class:`minipaged.radix_cache.RadixCache`) offer the same three
+operations to the block manager: ``match``, ``insert`` and ``forget``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+NO_PARENT = -1
+
+
+class PrefixCache(Protocol):
+    """What the block manager asks of a prefix cache."""
+
+    def __contains__(self, block: int) -> bool: ...
+    def cached_blocks(self) -> tuple[int, ...]: ...
+    def match(self, token_ids: Sequence[int]) -> list[int]: ...
+    def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> list[int]: ...
+    def forget(self, block: int) -> bool: ...
+
+
+def make_prefix_cache(kind: str | None, block_size: int) -> PrefixCache | None:
+    """``None`` (no caching), ``"hash"`` (:class:`HashPrefixCache`) or ``"radix"``."""
+    if kind is None:
+        return None
+    if kind == "hash":
+        return HashPrefixCache(block_size)
+    raise ValueError(f"prefix_caching must be None or 'hash', got {kind!r}")
+
+
+def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
+    """The token ids of every full block of a sequence, in order (the partial tail dropped)."""
+    count = len(token_ids) // block_size
+    return [tuple(token_ids[j * block_size : (j + 1) * block_size]) for j in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedBlock:
+    hash: int
+    parent: int  # the cached block before it in its sequence, or NO_PARENT
+    tokens: tuple[int, ...]
+
+
+class HashPrefixCache:
+    """Maps chained block hashes to device blocks.
+
+    Invariant: ``_by_hash[e.hash] == block`` for every ``block -> e`` in ``_entries``; a block
+    is registered at most once, and its parent is registered too (or it is block 0 of its
+    sequence), at the time of registration.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._by_hash: dict[int, int] = {}
+        self._entries: dict[int, CachedBlock] = {}
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._entries
+
+    def cached_blocks(self) -> tuple[int, ...]:
+        return tuple(sorted(self._entries))
+
+    def match(self, token_ids: Sequence[int]) -> list[int]:
+        """The cached blocks holding the longest run of ``token_ids``' full blocks, from the
+        first block on (each confirmed by tokens and parent, not only by hash)."""
+        blocks: list[int] = []
+        parent, parent_hash = NO_PARENT, None
+        for tokens in full_blocks(token_ids, self.block_size):
+            block_hash = hash((parent_hash, tokens))
+            block = self._by_hash.get(block_hash)
+            if block is None:
+                break
+            entry = self._entries[block]
+            if entry.tokens != tokens or entry.parent != parent:
+                break  # a hash collision: different contents, no hit
+            blocks.append(block)
+            parent, parent_hash = block, block_hash
+        return blocks
+
+    def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> list[int]:
+        """Register ``blocks[j]`` as the holder of full block $j$ of ``token_ids``; return the
+        blocks newly registered. A block whose contents are already cached under another block
+        stays unregistered (the first copy wins), and so do the blocks after it."""
+        added: list[int] = []
+        parent, parent_hash = NO_PARENT, None
+        for tokens, block in zip(full_blocks(token_ids, self.block_size), blocks, strict=False):
+            block_hash = hash((parent_hash, tokens))
+            holder = self._by_hash.get(block_hash)
+            if holder is None and block not in self._entries:
+                self._by_hash[block_hash] = block
+                self._entries[block] = CachedBlock(block_hash, parent, tokens)
+                added.append(block)
+            elif holder != block:
+                break
+            parent, parent_hash = block, block_hash
+        return added
+
+    def forget(self, block: int) -> bool:
+        """Drop ``block`` (the allocator is reusing it for new contents); True if it was cached."""
+        entry = self._entries.pop(block, None)
+        if entry is None:
+            return False
+        del self._by_hash[entry.hash]
+        return True
