@@ -18,6 +18,9 @@ test: $(STAMP)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest
+	# The CUDA kernels in Numba's simulator: a process of their own, since the simulator must be
+	# chosen before numba is first imported.
+	NUMBA_ENABLE_CUDASIM=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest tests/test_cuda_kernels.py
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

@@ -2,8 +2,8 @@
 
 Source text §3 (physical blocks) and §5 (reference-counted physical blocks). This module holds
 metadata only: block ids and integers. The key and value tensors live in
-:class:`minipaged.kv_cache.KVCache`; which sequence holds which block lives in
-:class:`minipaged.block_table.BlockTable`.
+``minipaged.kv_cache.KVCache``; which sequence holds which block lives in
+``minipaged.block_table.BlockTable``.
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ offset $t \\bmod B$ of the pools ``[num_blocks, num_kv_heads, B, head_dim]``. Ea
 reads keys and values through the block table and returns exactly what contiguous attention over
 the sequence's first ``seq_len`` tokens returns:
 
-- :func:`paged_attention_decode_loop`: §4's pseudo-code line by line (online softmax), to read;
-- :func:`paged_attention_decode`: the vectorized version the model uses;
-- :func:`paged_attention_decode_partitions`, :func:`combine_partitions` and
-  :func:`paged_attention_decode_partitioned`: §4's cross-partition reduction, the reference for
+- ``paged_attention_decode_loop``: §4's pseudo-code line by line (online softmax), to read;
+- ``paged_attention_decode``: the vectorized version the model uses;
+- ``paged_attention_decode_partitions``, ``combine_partitions`` and
+  ``paged_attention_decode_partitioned``: §4's cross-partition reduction, the reference for
   the v2 kernel's two stages;
-- :func:`paged_attention_prefill`: several queries per sequence with a causal mask;
-- :func:`paged_attention`: the one entry point the model calls, with a :class:`PagedBatch`.
+- ``paged_attention_prefill``: several queries per sequence with a causal mask;
+- ``paged_attention``: the one entry point the model calls, with a ``PagedBatch``.
 
 Grouped-query attention: query head $h$ reads KV head $h \\div (N_Q / N_{KV})$, the mapping of
 Hugging Face's ``repeat_kv`` (``repeat_interleave`` on the head axis).
@@ -31,7 +31,10 @@ from torch import Tensor
 
 from minipaged.kv_cache import write_kv
 
-SUPPORTED_BACKENDS = ("torch",)
+SUPPORTED_BACKENDS = ("torch", "numba")
+"""``"torch"``: this module. ``"numba"``: the kernels of ``cuda_kernels`` for the cache write and
+decode attention (on a GPU, or on the CPU under Numba's CUDA simulator); prefill has no kernel
+and runs on this module's reference on either backend."""
 
 NO_BLOCK = -1
 """Pads block tables past a sequence's last block. Never read: attention masks those positions."""
@@ -52,7 +55,7 @@ def paged_attention_decode_loop(
     Invariant after block $j$: ``acc / l_prev`` is softmax attention over tokens
     $0 \\ldots \\min((j+1)B, L) - 1$. Returns ``[batch, num_heads, head_dim]``.
     """
-    group = _check_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.zeros_like(query)
 
@@ -110,8 +113,8 @@ def paged_attention_decode(
 ) -> Tensor:
     """Vectorized decode: gather every sequence's blocks through its table, mask positions
     $\\ge$ ``seq_len``, one softmax. Same arguments and result as
-    :func:`paged_attention_decode_loop`; returns ``[batch, num_heads, head_dim]``."""
-    group = _check_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    ``paged_attention_decode_loop``; returns ``[batch, num_heads, head_dim]``."""
+    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     keys, values, valid = _gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
     scores = _masked_scores(query, keys, valid, group, scale)  # [batch, num_heads, max_len]
     probs = torch.softmax(scores, dim=-1)
@@ -159,7 +162,7 @@ def paged_attention_decode_partitions(
     ``[batch, num_heads, P, head_dim]`` (vLLM's ``max_logits``, ``exp_sums``, ``tmp_out``).
     A partition past a sequence's end holds no token and gets exactly $m_k = -\\infty$,
     $l_k = 0$, $O_k = 0$: never NaN."""
-    group = _check_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
         raise ValueError(
             f"partition_size must be a positive multiple of block_size={block_size} so each "
@@ -196,8 +199,8 @@ def paged_attention_decode_partitioned(
     block_size: int,
     partition_size: int,
 ) -> Tensor:
-    """Decode as vLLM's v2 kernel does it: :func:`paged_attention_decode_partitions`, then
-    :func:`combine_partitions`. Same result as :func:`paged_attention_decode`."""
+    """Decode as vLLM's v2 kernel does it: ``paged_attention_decode_partitions``, then
+    ``combine_partitions``. Same result as ``paged_attention_decode``."""
     args = (query, key_pool, value_pool, block_tables, seq_lens, scale, block_size)
     return combine_partitions(*paged_attention_decode_partitions(*args, partition_size))
 
@@ -221,7 +224,7 @@ def paged_attention_prefill(
     attends to cache positions $0 \\ldots t$ (causal). Returns ``[N, num_heads, head_dim]``.
     """
     paged = (key_pool, value_pool, block_tables, seq_lens)
-    group = _check_inputs(query, *paged, block_size, query_lens)
+    group = check_attention_inputs(query, *paged, block_size, query_lens)
     keys, values, _ = _gather_kv(*paged, block_size)
     output = torch.empty_like(query)
     start = 0
@@ -326,10 +329,18 @@ def paged_attention(
     (``[N, num_kv_heads, head_dim]``) at ``batch.slot_mapping``, then attend each query
     (``[N, num_heads, head_dim]``) to its sequence's cache. Decode when every query_len is 1,
     prefill otherwise. Returns ``[N, num_heads, head_dim]``."""
-    write_kv(key_pool, value_pool, key, value, batch.slot_mapping)
     paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
-    if bool((batch.query_lens == 1).all()):
-        return paged_attention_decode(query, *paged, scale, batch.block_size)
+    decoding = bool((batch.query_lens == 1).all())
+    if batch.backend == "numba":
+        import cuda_kernels  # numba loads only when this backend is asked for
+
+        cuda_kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
+        if decoding:
+            return cuda_kernels.paged_attention_decode(query, *paged, scale, batch.block_size)
+    else:
+        write_kv(key_pool, value_pool, key, value, batch.slot_mapping)
+        if decoding:
+            return paged_attention_decode(query, *paged, scale, batch.block_size)
     return paged_attention_prefill(query, *paged, batch.query_lens, scale, batch.block_size)
 
 
@@ -367,7 +378,7 @@ def _masked_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale
     return scores.masked_fill(~valid[:, None, :], -float("inf"))
 
 
-def _check_inputs(
+def check_attention_inputs(
     query: Tensor,
     key_pool: Tensor,
     value_pool: Tensor,

@@ -3,8 +3,8 @@
 This is the memory manager of the source text: allocation on demand (§3), forking and
 copy-on-write (§5), swapping between device and host memory (§6). It holds metadata only; the
 copies it decides on (copy-on-write pairs, swap mappings) are returned to the caller, which runs
-them on the :class:`~minipaged.kv_cache.KVCache`. Every change is also recorded as an event
-(:mod:`minipaged.events`); :meth:`BlockManager.pop_events` hands them out.
+them on the ``KVCache``. Every change is also recorded as an event
+(``minipaged.events``); ``BlockManager.pop_events`` hands them out.
 
 The protocol pairs a question with an action, so the scheduler can decide before anything
 changes: ``can_allocate`` / ``allocate``, ``can_append`` / ``append_slot``,
@@ -56,7 +56,7 @@ class TableState:
 @dataclass(frozen=True, slots=True)
 class BlockState:
     """A cheap immutable snapshot of everything the manager knows, for the TUI, traces and
-    :mod:`minipaged.invariants`."""
+    ``minipaged.invariants``."""
 
     block_size: int
     tables: dict[SeqId, TableState]
@@ -71,7 +71,7 @@ class BlockManager:
     """Block tables $\\mathcal{T}_r$ for every sequence, over a device pool of
     ``num_device_blocks`` ($\\mathcal{P}_{\\max}$) and a host pool of ``num_host_blocks``.
 
-    Invariants (checked by :func:`minipaged.invariants.check`): $\\mathcal{R}[p]$ equals the
+    Invariants (checked by ``minipaged.invariants.check``): $\\mathcal{R}[p]$ equals the
     number of tables holding $p$ in its pool; a block is free iff $\\mathcal{R}[p] = 0$; every
     table has $\\lceil L/B \\rceil$ blocks, all in one pool; a write never lands in a shared
     block; once every sequence is freed, every block is free.
@@ -80,7 +80,7 @@ class BlockManager:
     running sequences have room to grow before anyone must be preempted (as vLLM does).
 
     ``prefix_caching`` (``"hash"`` or ``"radix"``) keeps full blocks findable by their tokens
-    after their last holder lets go (:mod:`minipaged.prefix_cache`): a new sequence given its
+    after their last holder lets go (``minipaged.prefix_cache``): a new sequence given its
     ``token_ids`` starts from the cached blocks of its longest cached prefix.
     """
 

@@ -1,4 +1,4 @@
-"""Hugging Face Llama checkpoint directories: read them into :class:`~minipaged.model.Llama`,
+"""Hugging Face Llama checkpoint directories: read them into ``Llama``,
 and write them so transformers' ``LlamaForCausalLM.from_pretrained`` reads ours.
 
 A directory holds ``config.json``, the weights (``model.safetensors``, or shards listed in
@@ -32,6 +32,9 @@ HF_PREFIX = "model."
 """HF nests everything but ``lm_head`` under ``model``: ``model.layers.0...`` is our
 ``layers.0...``."""
 
+EMBEDDED_MODELS = {"tiny": Path(__file__).resolve().parent / "models" / "tiny"}
+"""Models that ship inside the package, by name; ``minipaged.train`` made ``tiny``."""
+
 # Buffers that older checkpoints saved though they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
@@ -40,13 +43,23 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
 
 
+def model_directory(model: str | Path) -> Path:
+    """The directory of ``model``: an embedded model's name (``"tiny"``) or a path to a Hugging
+    Face Llama directory. A name wins over a directory of the same name in the working
+    directory; pass ``./tiny`` for the latter."""
+    if isinstance(model, str) and model in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[model]
+    return Path(model)
+
+
 def load_config(path: str | Path) -> LlamaConfig:
-    """Read ``config.json`` of a Hugging Face Llama directory.
+    """Read ``config.json`` of a Hugging Face Llama directory (or embedded model name, see
+    ``model_directory``).
 
     Absent optional keys take HF's defaults: ``rms_norm_eps`` 1e-6, ``tie_word_embeddings``
     False, ``head_dim`` = hidden_size / num_attention_heads, ``num_key_value_heads`` =
     num_attention_heads, ``rope_theta`` 10000 (read flat or under ``rope_parameters``, as
-    transformers 5 writes it). Raises :class:`CheckpointError` for another architecture, rope
+    transformers 5 writes it). Raises ``CheckpointError`` for another architecture, rope
     scaling, biases or an activation other than SiLU, which this model does not implement.
     """
     directory = _existing_directory(path)
@@ -104,11 +117,12 @@ def load_config(path: str | Path) -> LlamaConfig:
 def load_model(
     path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
 ) -> Llama:
-    """Build a :class:`Llama` from a Hugging Face directory, weights cast to ``dtype``.
+    """Build a ``Llama`` from a Hugging Face directory (or embedded model name, see
+    ``model_directory``), weights cast to ``dtype``.
 
     Every parameter must be present with HF's name and shape; a tied model needs no
     ``lm_head.weight`` (one that is present is ignored, as HF does). Raises
-    :class:`CheckpointError` naming the file for a missing or corrupt file, a missing or
+    ``CheckpointError`` naming the file for a missing or corrupt file, a missing or
     unexpected tensor, or a shape that disagrees with ``config.json``.
     """
     directory = _existing_directory(path)
@@ -166,7 +180,7 @@ def save_model(
     same logits: fp32 weights under HF names (a tied ``lm_head`` is stored once, as
     ``embed_tokens``), and a ``config.json`` that states every value whose HF default differs
     from ours (``rms_norm_eps``, ``tie_word_embeddings``, ``head_dim``, ``rope_theta``).
-    ``tokenizer`` is a :class:`Tokenizer`, a ``tokenizers.Tokenizer``, or a path to a
+    ``tokenizer`` is a ``Tokenizer``, a ``tokenizers.Tokenizer``, or a path to a
     ``tokenizer.json`` (or a directory holding one).
     """
     directory = Path(path)
@@ -265,11 +279,16 @@ def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]
 
 
 def _existing_directory(path: str | Path) -> Path:
-    directory = Path(path)
+    directory = model_directory(path)
     if not directory.is_dir():
+        made_by = (
+            "; the embedded model is made by `python -m minipaged.train`"
+            if directory in EMBEDDED_MODELS.values()
+            else ""
+        )
         raise CheckpointError(
             f"{directory} is not a directory: expected a Hugging Face Llama checkpoint "
-            f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}"
+            f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}"
         )
     return directory
 

@@ -1,9 +1,9 @@
-"""The step-through engine: add requests, call :meth:`LLMEngine.step`, watch what happens.
+"""The step-through engine: add requests, call ``LLMEngine.step``, watch what happens.
 
-One step = schedule (admit, decode, preempt: :mod:`minipaged.scheduler`), run the block copies
-and one forward pass (:mod:`minipaged.model_runner`), then pick tokens, fork for parallel
+One step = schedule (admit, decode, preempt: ``minipaged.scheduler``), run the block copies
+and one forward pass (``minipaged.model_runner``), then pick tokens, fork for parallel
 sampling or beam search, and release finished sequences. Every step returns a
-:class:`StepOutput` with the new tokens, the events the block manager recorded and a snapshot
+``StepOutput`` with the new tokens, the events the block manager recorded and a snapshot
 of the block state: what the TUI draws and a trace records.
 """
 
@@ -117,6 +117,7 @@ class LLMEngine:
             num_host_blocks=num_cpu_blocks,
             dtype=param.dtype,
             device=param.device,
+            backend=backend,
         )
         self.max_model_len = config.max_position_embeddings
         self.scheduler = Scheduler(
@@ -137,9 +138,9 @@ class LLMEngine:
     def add_request(
         self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
     ) -> str:
-        """Queue a request; it is admitted by a later :meth:`step`. Raises ``ValueError`` for a
+        """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
-        :class:`RequestRejected` for one that needs more blocks than the device pool has."""
+        ``RequestRejected`` for one that needs more blocks than the device pool has."""
         params = params or SamplingParams()
         token_ids, text = self.prompt_tokens(prompt)
         arrival = next(self._arrivals)

@@ -275,7 +275,7 @@ EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclass
 
 
 def event_from_dict(record: dict) -> Event:
-    """Rebuild an event from :meth:`Event.to_dict` output (the trace format)."""
+    """Rebuild an event from ``Event.to_dict`` output (the trace format)."""
     record = dict(record)
     kind = record.pop("kind", None)
     if kind not in EVENT_TYPES:

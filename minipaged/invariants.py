@@ -1,4 +1,4 @@
-"""The rules the block manager must never break, as predicates over a :class:`BlockState`.
+"""The rules the block manager must never break, as predicates over a ``BlockState``.
 
 The same predicates run after every step of the hypothesis state machine in the tests and in
 the TUI's invariants panel. Each returns a list of violations in words; an empty list means the

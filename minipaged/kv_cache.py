@@ -6,7 +6,7 @@ head, in every layer. Each layer keeps a key pool and a value pool shaped
 block table $\\mathcal{T}_r$ sits at ``pool[T_r[t // B], :, t % B, :]``.
 
 This module owns tensors and executes the operations the block manager decides on: writing a
-step's keys and values at their slots (:func:`write_kv`), copy-on-write copies (§5) and swapping
+step's keys and values at their slots (``write_kv``), copy-on-write copies (§5) and swapping
 to and from the host pool (§6). It never decides which block to use.
 """
 
@@ -18,19 +18,12 @@ import torch
 from torch import Tensor
 
 
-def write_kv(
+def check_write(
     key_pool: Tensor, value_pool: Tensor, key: Tensor, value: Tensor, slot_mapping: Tensor
-) -> None:
-    """Write token $i$'s key and value into its slot (vLLM calls this ``reshape_and_cache``).
-
-    ``key`` and ``value`` are ``[N, num_kv_heads, head_dim]``; ``slot_mapping`` is ``[N]`` with
-    slot $= \\mathcal{T}_r[j] \\cdot B + o$. Token $i$ lands in block ``slot // B`` at offset
-    ``slot % B``. A negative slot means "do not write this token" (for example a token whose
-    key and value are already cached) and leaves the pools untouched.
-
-    Raises ``ValueError`` before writing anything if a slot is past the pool's end or two tokens
-    share a slot (the result would depend on write order).
-    """
+) -> Tensor:
+    """The checks every cache write makes (``write_kv`` here, ``reshape_and_cache`` in
+    ``cuda_kernels``) before touching the pools: matching shapes and dtypes, slots inside the
+    pool, no slot written twice. Returns the slots to write (the non-negative ones), int64."""
     num_blocks, num_kv_heads, block_size, head_dim = key_pool.shape
     if value_pool.shape != key_pool.shape:
         raise ValueError(
@@ -49,12 +42,9 @@ def write_kv(
                 f"{name} has dtype {tensor.dtype} but the pools hold {key_pool.dtype}: "
                 f"cast it with .to({key_pool.dtype}) first"
             )
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()  # [n] with n <= N
-    if slots.numel() == 0:
-        return
+    slots = slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
     num_slots = num_blocks * block_size
-    if int(slots.max()) >= num_slots:
+    if slots.numel() and int(slots.max()) >= num_slots:
         raise ValueError(
             f"slot {int(slots.max())} is past the end of the pool: {num_blocks} blocks of "
             f"B={block_size} hold slots 0..{num_slots - 1}"
@@ -64,6 +54,27 @@ def write_kv(
             f"slot_mapping {slots.tolist()} writes two tokens into the same slot; "
             "each token needs its own slot"
         )
+    return slots
+
+
+def write_kv(
+    key_pool: Tensor, value_pool: Tensor, key: Tensor, value: Tensor, slot_mapping: Tensor
+) -> None:
+    """Write token $i$'s key and value into its slot (vLLM calls this ``reshape_and_cache``).
+
+    ``key`` and ``value`` are ``[N, num_kv_heads, head_dim]``; ``slot_mapping`` is ``[N]`` with
+    slot $= \\mathcal{T}_r[j] \\cdot B + o$. Token $i$ lands in block ``slot // B`` at offset
+    ``slot % B``. A negative slot means "do not write this token" (for example a token whose
+    key and value are already cached) and leaves the pools untouched.
+
+    Raises ``ValueError`` before writing anything if a slot is past the pool's end or two tokens
+    share a slot (the result would depend on write order).
+    """
+    slots = check_write(key_pool, value_pool, key, value, slot_mapping)
+    if slots.numel() == 0:
+        return
+    keep = slot_mapping >= 0
+    block_size = key_pool.shape[2]
     block = slots // block_size
     offset = slots % block_size
     # Indices on dims 0 and 2 with a slice between them: the indexed view is [n, num_kv_heads,
@@ -81,7 +92,7 @@ class KVCache:
     asynchronously). Block id $p$ means the same block in every layer: the block manager
     allocates one id and this class moves that block in all $N_L$ layers at once.
 
-    Invariant: :meth:`copy_blocks`, :meth:`swap_out` and :meth:`swap_in` check every id before
+    Invariant: ``copy_blocks``, ``swap_out`` and ``swap_in`` check every id before
     moving anything, so a rejected call leaves all pools unchanged.
     """
 
@@ -95,6 +106,7 @@ class KVCache:
         num_host_blocks: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        backend: str = "torch",
     ) -> None:
         sizes = {
             "num_layers": num_layers,
@@ -119,6 +131,7 @@ class KVCache:
         self.num_host_blocks = num_host_blocks
         self.dtype = dtype
         self.device = torch.device(device)
+        self.backend = backend  # "numba": copies and swaps run as cuda_kernels' kernels
 
         block_shape = (num_kv_heads, block_size, head_dim)
         # One tensor per kind holds every layer, so a copy or swap moves block p in all layers
@@ -161,6 +174,11 @@ class KVCache:
                 f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
                 "a copy-on-write destination is a freshly allocated block"
             )
+        if self.backend == "numba":
+            import cuda_kernels
+
+            cuda_kernels.copy_blocks(self.key, self.value, pairs)
+            return
         self._key[:, dst] = self._key[:, src]
         self._value[:, dst] = self._value[:, src]
 
@@ -173,6 +191,9 @@ class KVCache:
         src, dst = self._check_pairs(
             mapping, "device", self.num_blocks, "host", self.num_host_blocks
         )
+        if self.backend == "numba":
+            self._swap_with_kernels(self.key + self.value, self.host_key + self.host_value, mapping)
+            return
         self._host_key[:, dst.cpu()] = self._key[:, src].cpu()
         self._host_value[:, dst.cpu()] = self._value[:, src].cpu()
 
@@ -184,8 +205,20 @@ class KVCache:
         src, dst = self._check_pairs(
             mapping, "host", self.num_host_blocks, "device", self.num_blocks
         )
+        if self.backend == "numba":
+            self._swap_with_kernels(self.host_key + self.host_value, self.key + self.value, mapping)
+            return
         self._key[:, dst] = self._host_key[:, src.cpu()].to(self.device)
         self._value[:, dst] = self._host_value[:, src.cpu()].to(self.device)
+
+    @staticmethod
+    def _swap_with_kernels(
+        sources: list[Tensor], destinations: list[Tensor], mapping: Sequence[tuple[int, int]]
+    ) -> None:
+        import cuda_kernels
+
+        for src_pool, dst_pool in zip(sources, destinations, strict=True):
+            cuda_kernels.swap_blocks(src_pool, dst_pool, mapping)
 
     def _check_pairs(
         self,

@@ -97,13 +97,13 @@ class LLM:
         on_step: Callable[[StepOutput], None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or ``{"prompt_token_ids": [...]}``) and return
-        one :class:`RequestOutput` each, in the order given.
+        one ``RequestOutput`` each, in the order given.
 
         Every prompt is checked before any runs: a bad one raises ``ValueError`` and nothing
         starts. A request that can never fit the device pool gets an output with ``error`` set
         and no sequences; the others still run. ``show_progress`` (default: when the output is
         a terminal) draws a progress bar over finished requests. ``on_step`` sees every
-        :class:`StepOutput`, events and block state included.
+        ``StepOutput``, events and block state included.
         """
         if isinstance(prompts, str | dict):
             prompts = [prompts]

@@ -2,10 +2,10 @@
 
 Sizes use the source text's symbols: $N_L$ layers, $N_Q$ query heads, $N_{KV}$ key-value heads,
 $d_h$ head dimension, $b$ bytes per element, $B$ tokens per block, $\\mathcal{T}_r$ a block
-table. Waste functions count **tokens**; :meth:`ModelShape.kv_bytes` turns tokens into bytes
+table. Waste functions count **tokens**; ``ModelShape.kv_bytes`` turns tokens into bytes
 by multiplying by $2 N_L N_{KV} d_h b$, the factor the source text writes after each waste
 formula. The source text's MB and GB are decimal ($10^6$, $10^9$ bytes), except for the one
-figure explained in :meth:`ModelShape.block_bytes`.
+figure explained in ``ModelShape.block_bytes``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class ModelShape:
         """The §4 strides, in bytes, of a layer's pool laid out ``[num_blocks, N_KV, B, d_h]``.
 
         Keys and values live in two such pools, so Stride_block is half of
-        :meth:`block_bytes_per_layer`.
+        ``block_bytes_per_layer``.
         """
         _check_int("block_size", block_size)
         token = self.head_dim * self.dtype_bytes
@@ -203,7 +203,7 @@ def expected_static_internal_waste(
 
     The discrete form of the source text's integral. ``lengths`` is either a mapping
     length → probability $p(L)$ (summing to 1) or samples, each weighted $1/n$ (the result is
-    then an exact :class:`~fractions.Fraction`). $N$ = ``num_requests``.
+    then an exact ``Fraction``). $N$ = ``num_requests``.
     """
     _check_int("num_requests", num_requests)
     if isinstance(lengths, Mapping):
@@ -259,6 +259,6 @@ def expected_paged_waste(block_size: int) -> Fraction:
 
 def paged_waste_fraction(num_tokens: int, block_size: int) -> Fraction:
     """$\\mathcal{F}_{waste} = \\frac{(B-1)/2}{L}$ (§3): the expected waste as a share of $L$
-    (1.5% at $L = 500$, $B = 16$). The waste of one given $L$ is :func:`paged_internal_waste`."""
+    (1.5% at $L = 500$, $B = 16$). The waste of one given $L$ is ``paged_internal_waste``."""
     _check_int("num_tokens", num_tokens)
     return expected_paged_waste(block_size) / num_tokens

@@ -6,22 +6,23 @@ SwiGLU MLP, each with a residual connection), a final RMSNorm and the vocabulary
 
 Parameter names are Hugging Face's without the ``model.`` prefix (``layers.0.self_attn.q_proj.
 weight`` is HF's ``model.layers.0.self_attn.q_proj.weight``; ``lm_head.weight`` is the same), so
-loading a checkpoint (:mod:`minipaged.checkpoint`) is a pure rename. RoPE uses HF's rotate-half
+loading a checkpoint (``minipaged.checkpoint``) is a pure rename. RoPE uses HF's rotate-half
 pairing (dimension $i$ with $i + d_h/2$), so the q and k rows need no permutation either.
 
 Two entry points share every layer and differ only in the attention step:
 
-- :meth:`Llama.forward_contiguous`: a ``[batch, T]`` block of tokens with causal attention over
+- ``Llama.forward_contiguous``: a ``[batch, T]`` block of tokens with causal attention over
   the block itself. Training uses it, and tests use it as the contiguous oracle.
-- :meth:`Llama.forward`: the serving path. One engine step's tokens from all sequences are
+- ``Llama.forward``: the serving path. One engine step's tokens from all sequences are
   flattened into ``N`` rows; each layer writes its keys and values into the paged KV cache and
-  attends through the block tables (:func:`minipaged.attention.paged_attention`, source text §4).
+  attends through the block tables (``minipaged.attention.paged_attention``, source text §4).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 
 from minipaged.attention import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
+from minipaged.tokenizer import Tokenizer
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
@@ -280,15 +282,19 @@ class Llama(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
     ) -> Llama:
-        """Load a Hugging Face Llama directory; see :func:`minipaged.checkpoint.load_model`."""
+        """Load a Hugging Face Llama directory or the embedded ``"tiny"``; see
+        ``minipaged.checkpoint.load_model``."""
         from minipaged.checkpoint import load_model  # checkpoint imports this module
 
         return load_model(path, dtype=dtype, device=device)
 
-    def save_pretrained(self, path: str, tokenizer: object) -> None:
-        """Write a Hugging Face Llama directory; see :func:`minipaged.checkpoint.save_model`."""
+    def save_pretrained(self, path: str | Path, tokenizer: Tokenizer | str | Path) -> None:
+        """Write a Hugging Face Llama directory; see ``minipaged.checkpoint.save_model``."""
         from minipaged.checkpoint import save_model
 
         save_model(self, tokenizer, path)

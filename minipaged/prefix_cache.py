@@ -16,7 +16,7 @@ hands it out for new contents. The free list is ordered by release time, so evic
 recently used first. Sequences release their blocks last block first, so a child block is
 always evicted before its parent.
 
-Both caches (this one and :class:`minipaged.radix_cache.RadixCache`) offer the same three
+Both caches (this one and ``minipaged.radix_cache.RadixCache``) offer the same three
 operations to the block manager: ``match``, ``insert`` and ``forget``.
 """
 
@@ -40,7 +40,7 @@ class PrefixCache(Protocol):
 
 
 def make_prefix_cache(kind: str | None, block_size: int) -> PrefixCache | None:
-    """``None`` (no caching), ``"hash"`` (:class:`HashPrefixCache`) or ``"radix"``."""
+    """``None`` (no caching), ``"hash"`` (``HashPrefixCache``) or ``"radix"``."""
     if kind is None:
         return None
     if kind == "hash":

@@ -1,4 +1,4 @@
-"""How the next token is chosen: :class:`SamplingParams` (vLLM's names) and the sampler.
+"""How the next token is chosen: ``SamplingParams`` (vLLM's names) and the sampler.
 
 Parallel sampling ($n > 1$) and beam search are where copy-on-write pays off (source text §5):
 the engine forks sequences through the block manager; this module only picks tokens.

@@ -6,7 +6,7 @@ Three queues, each kept in arrival order (first come, first served):
 - ``running``: requests whose blocks are on the device; every step decodes all of them;
 - ``swapped``: requests whose blocks were moved to the host pool.
 
-Each step (:meth:`Scheduler.schedule`):
+Each step (``Scheduler.schedule``):
 
 1. every running sequence reserves the slot for its next token. When the device pool cannot
    give one, the latest arrival among the running requests is preempted (as vLLM does: the

@@ -1,6 +1,6 @@
 """Requests and their sequences, as the scheduler sees them.
 
-A request (:class:`SequenceGroup`) starts as one sequence holding the prompt. After the prompt's
+A request (``SequenceGroup``) starts as one sequence holding the prompt. After the prompt's
 forward pass, parallel sampling ($n$) or beam search ($K$) forks it into several sequences that
 share the prompt's blocks (source text §5). The scheduler moves whole groups between the
 waiting, running and swapped queues, because a group's sequences share blocks.

@@ -29,7 +29,7 @@ def slot_usage(state: BlockState) -> tuple[int, int]:
 
 @dataclass
 class RunStats:
-    """Counters over a run, fed one :class:`StepOutput` at a time by :meth:`update`."""
+    """Counters over a run, fed one ``StepOutput`` at a time by ``update``."""
 
     num_device_blocks: int = 0
     steps: int = 0

@@ -1,7 +1,7 @@
 """Text to token ids and back, with a Hugging Face ``tokenizer.json``.
 
-:class:`Tokenizer` reads any ``tokenizer.json`` the ``tokenizers`` library reads: the byte-level
-BPE that :func:`train_tokenizer` makes for the embedded tiny model, and the files that ship with
+``Tokenizer`` reads any ``tokenizer.json`` the ``tokenizers`` library reads: the byte-level
+BPE that ``train_tokenizer`` makes for the embedded tiny model, and the files that ship with
 real Llama-family checkpoints (SmolLM, TinyLlama). It adds the beginning-of-sequence token
 itself, so the ids do not depend on a file's post-processor.
 """

@@ -2,7 +2,7 @@
 
 Line 1 is a header: ``{"format": "minipaged-trace", "version": 1, ...}`` with whatever the
 recorder describes (model, engine configuration, requests). Every other line is one
-:class:`~minipaged.engine.StepOutput`: new tokens, events (``Event.to_dict``), the block state
+``StepOutput``: new tokens, events (``Event.to_dict``), the block state
 after the step, the live sequences, the queues and the requests that finished. Loading a trace
 gives back equal ``StepOutput`` objects, so the TUI and ``minipaged trace replay`` treat a
 recorded run exactly like a live one.
@@ -97,7 +97,7 @@ def save(path: str | Path, header: dict, steps: Iterable[StepOutput]) -> None:
 
 
 def load(path: str | Path) -> Trace:
-    """Read a trace written by :func:`save`; raises ``ValueError`` naming the file and line for
+    """Read a trace written by ``save``; raises ``ValueError`` naming the file and line for
     anything that is not a minipaged trace of a known version."""
     path = Path(path)
     if not path.is_file():

@@ -1,6 +1,6 @@
 """A narrated walk through the block manager: the source text's §3, §5 and §6 on a small pool.
 
-``minipaged demo`` prints it. Each step runs the real :class:`BlockManager`, prints the events it
+``minipaged demo`` prints it. Each step runs the real ``BlockManager``, prints the events it
 recorded with their narration, then draws the pools and block tables, and checks the
 invariants. It needs no model: it shows the memory manager alone.
 """

@@ -331,7 +331,7 @@ def test_paged_batch_from_lists_slots_cover_each_sequences_last_query_len_positi
 
 
 def test_paged_batch_rejects_an_unknown_backend():
-    with pytest.raises(ValueError, match=r"unknown attention backend 'cuda'.*\['torch'\]"):
+    with pytest.raises(ValueError, match=r"unknown attention backend 'cuda'.*\['torch', 'numba'\]"):
         PagedBatch.from_lists([[0]], [1], block_size=8, backend="cuda")
 
 

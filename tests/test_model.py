@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from minipaged.attention import PagedBatch
-from minipaged.checkpoint import load_model
+from minipaged.checkpoint import EMBEDDED_MODELS, load_model
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama, LlamaConfig, apply_rope, rope_cos_sin
+from minipaged.tokenizer import Tokenizer
 
 VOCAB = 101
 
@@ -91,6 +92,25 @@ def test_tied_model_keeps_one_tensor_for_embedding_and_lm_head(hf_pair):
     _, ours = hf_pair
     tied = ours.config.tie_word_embeddings
     assert (ours.lm_head.weight is ours.embed_tokens.weight) == tied
+
+
+@pytest.mark.skipif(
+    not (EMBEDDED_MODELS["tiny"] / "model.safetensors").is_file(),
+    reason="the embedded tiny model is made by `python -m minipaged.train`",
+)
+def test_embedded_tiny_model_greedy_tokens_match_transformers(transformers):
+    hf = transformers.LlamaForCausalLM.from_pretrained(EMBEDDED_MODELS["tiny"]).eval()
+    ours = load_model("tiny")
+    tokenizer = Tokenizer(EMBEDDED_MODELS["tiny"])
+    tokens = torch.tensor([tokenizer.encode("It is a truth")])
+    with torch.no_grad():
+        expected = hf.generate(tokens, max_new_tokens=40, do_sample=False, pad_token_id=0)
+        for _ in range(40):  # transformers stops after EOS; so do we
+            next_token = ours.forward_contiguous(tokens)[:, -1].argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, next_token], dim=1)
+            if int(next_token) == tokenizer.eos_id:
+                break
+    assert tokens.tolist() == expected.tolist()
 
 
 def small_llama() -> Llama:

@@ -1,0 +1,179 @@
+"""The v1 paged-attention decode kernel: the source text's §4 loop on a GPU.
+
+One thread block per (sequence $r$, query head $h$), $T$ threads each
+(``NUM_THREADS``). The block walks the sequence's $L$ tokens in rounds
+of $T$ consecutive tokens; in a round, thread $t$ owns token $\\tau$ = round start $+ t$ and
+finds it through the block table, as §4's address formula does: logical block
+$j = \\lfloor \\tau / B \\rfloor$, physical block $\\mathcal{T}_r[j]$, offset $o = \\tau \\bmod B$.
+So the threads share out the tokens of each physical block, and the warps the blocks: with
+$T = 128$ (four warps of 32) and $B = 32$, warp $w$ of a round reads exactly one physical block,
+§4's "warps are assigned distinct physical blocks"; with $B = 16$ it reads two. After each round
+the thread block updates the online softmax's running max $m$, running sum $l$ and
+accumulator, exactly as §4's loop does after each block.
+
+Shared memory holds what every thread reads: the query, the round's probabilities $e^{s - m}$
+and physical block ids, and the accumulator (thread $t$ owns output dimensions
+$t, t + T, \\ldots$). Nothing is ever read at a position $\\ge L$: a NaN in an unused slot, or
+-1 in an unused block-table entry, cannot reach the result.
+
+vLLM's kernel computes the same thing in a different order: a *group* of threads shares one
+key row (each thread a slice of ``head_dim``), so neighbouring threads read neighbouring
+addresses, and it keeps all the scores in shared memory for a two-pass softmax. Here one thread
+reads a whole key row and the softmax is §4's online one, which is simpler to follow.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+from numba import cuda, float32, int32
+
+from cuda_kernels.block_reduce import REDUCTION, block_reductions
+from cuda_kernels.launch import NUM_THREADS, check_float32_inputs, kernel_array, launch_stream
+from minipaged.attention import check_attention_inputs
+
+NEG_INF = np.float32(-np.inf)
+"""$-\\infty$ as a float32 constant: a Python float would make Numba compute in float64
+(``.f64`` PTX instructions) wherever it meets a float32."""
+
+ZERO = np.float32(0.0)
+"""0 as a float32 constant, for the same reason as ``NEG_INF``."""
+
+
+@functools.cache
+def online_softmax(num_threads: int, reduction: str):
+    """The device function all decode kernels share (v1 over a whole sequence, v2 over one
+    partition): ``attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)``.
+
+    Attends the query ``q`` (``[head_dim]``, shared memory) to tokens ``start .. end - 1`` of
+    the sequence whose block table row is ``table``, reading KV head ``kv_head``. On return,
+    every thread holds the same $m$ (the largest score) and $l = \\sum_\\tau e^{s_\\tau - m}$,
+    and ``acc`` (``[head_dim]``, shared memory, zero on entry) holds
+    $\\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the attention output is ``acc / l``. Needs
+    ``start < end``.
+
+    Never reads a slot at or past ``end``, nor ``table[j]`` for a block holding no token below
+    ``end``: those may hold NaN or -1.
+    """
+    block_max, block_sum = block_reductions(reduction)
+
+    @cuda.jit(device=True)
+    def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
+        t = cuda.threadIdx.x
+        head_dim = q.shape[0]
+        block_size = key_pool.shape[2]  # B
+        # Shared so that every thread can weigh every token of the round by its probability and
+        # find its value row: thread t fills entry t, then all threads read them all.
+        probs = cuda.shared.array(num_threads, float32)  # [T] e^{s - m} of the round's tokens
+        blocks = cuda.shared.array(num_threads, int32)  # [T] physical block T_r[j] of each token
+        scratch = cuda.shared.array(num_threads, float32)  # [T] the reductions' workspace
+
+        m = NEG_INF
+        l = ZERO  # noqa: E741  (the source text's l)
+        for first in range(start, end, num_threads):
+            tau = first + t  # this thread's token
+            score = NEG_INF  # a thread past the end takes part in the reductions with e^{-inf} = 0
+            if tau < end:
+                block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
+                offset = tau % block_size  # o = tau mod B
+                blocks[t] = block
+                score = ZERO
+                for d in range(head_dim):
+                    score += q[d] * key_pool[block, kv_head, offset, d]
+                score *= scale
+
+            m_new = max(m, block_max(score, scratch))  # finite: token `first` is below `end`
+            rescale = math.exp(m - m_new)  # e^{m_prev - m_curr}: 0 in the first round
+            prob = math.exp(score - m_new)
+            l = rescale * l + block_sum(prob, scratch)  # noqa: E741
+            probs[t] = prob
+            cuda.syncthreads()
+
+            # Thread t owns output dimensions t, t + T, ...: no two threads write the same one.
+            tokens = min(num_threads, end - first)
+            for d in range(t, head_dim, num_threads):
+                total = rescale * acc[d]
+                for i in range(tokens):
+                    offset = (first + i) % block_size
+                    total += probs[i] * value_pool[blocks[i], kv_head, offset, d]
+                acc[d] = total
+            cuda.syncthreads()  # all reads of probs and blocks are done before the next round
+            m = m_new
+        return m, l
+
+    return attend
+
+
+def check_num_threads(num_threads: int) -> None:
+    """$T$ must be whole warps, and a power of two for the tree reduction."""
+    if num_threads not in (32, 64, 128, 256, 512, 1024):
+        raise ValueError(
+            f"num_threads must be a power of two from 32 to 1024 (whole warps, and the tree "
+            f"reduction halves it), got {num_threads!r}"
+        )
+
+
+@functools.cache
+def decode_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: str = REDUCTION):
+    """The v1 kernel compiled for one ``head_dim`` and $T$ (they size its shared memory, like
+    the template parameters of vLLM's kernel). Launch it on grid ``(num_heads, batch)`` with
+    ``num_threads`` threads per block."""
+    check_num_threads(num_threads)
+    attend = online_softmax(num_threads, reduction)
+
+    @cuda.jit
+    def paged_attention_v1(out, query, key_pool, value_pool, block_tables, seq_lens, scale):
+        """Thread block (h, r) writes ``out[r, h]``: attention of query head h of sequence r
+        over its seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
+        head = cuda.blockIdx.x
+        seq = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA: h // (N_Q / N_KV)
+        # The query is read by every thread for every token: load it once, into shared memory.
+        q = cuda.shared.array(head_dim, float32)  # [head_dim]
+        acc = cuda.shared.array(head_dim, float32)  # [head_dim] sum of e^{s - m} v
+        for d in range(t, head_dim, num_threads):
+            q[d] = query[seq, head, d]
+            acc[d] = ZERO
+        cuda.syncthreads()
+
+        table = block_tables[seq]  # T_r
+        _, l = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)  # noqa: E741
+        for d in range(t, head_dim, num_threads):  # each thread reads back what it wrote
+            out[seq, head, d] = acc[d] / l
+
+    return paged_attention_v1
+
+
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """Decode attention with the v1 kernel: same arguments and result as
+    ``minipaged.attention.paged_attention_decode`` (float32 tensors; on the GPU, or on the
+    CPU under the simulator). Returns ``[batch, num_heads, head_dim]``."""
+    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    batch_size, num_heads, head_dim = query.shape
+    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    if batch_size == 0:
+        return output
+    args = (
+        kernel_array(output, "output"),
+        kernel_array(query, "query"),
+        kernel_array(key_pool, "key_pool"),
+        kernel_array(value_pool, "value_pool"),
+        kernel_array(block_tables.to(torch.int32), "block_tables"),
+        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
+        np.float32(scale),
+    )
+    decode_kernel(head_dim)[(num_heads, batch_size), NUM_THREADS, launch_stream()](*args)
+    return output
