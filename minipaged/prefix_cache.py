@@ -40,12 +40,16 @@ class PrefixCache(Protocol):
 
 
 def make_prefix_cache(kind: str | None, block_size: int) -> PrefixCache | None:
-    """``None`` (no caching), ``"hash"`` (``HashPrefixCache``) or ``"radix"``."""
+    """``None`` (no caching), ``"hash"`` (``HashPrefixCache``) or ``"radix"`` (``RadixCache``)."""
     if kind is None:
         return None
     if kind == "hash":
         return HashPrefixCache(block_size)
-    raise ValueError(f"prefix_caching must be None or 'hash', got {kind!r}")
+    if kind == "radix":
+        from minipaged.radix_cache import RadixCache  # it builds on this module
+
+        return RadixCache(block_size)
+    raise ValueError(f"prefix_caching must be None, 'hash' or 'radix', got {kind!r}")
 
 
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:

@@ -12,10 +12,11 @@ from minipaged import invariants, prefix_cache
 from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine
-from minipaged.prefix_cache import HashPrefixCache
+from minipaged.prefix_cache import HashPrefixCache, make_prefix_cache
+from minipaged.radix_cache import RadixCache
 from minipaged.sampling import SamplingParams
 
-CACHES = ["hash"]
+CACHES = ["hash", "radix"]
 SYSTEM = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]  # 13 tokens: 3 full blocks of B=4
 GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
 
@@ -52,8 +53,9 @@ def kinds(steps):
 # -- the cache alone --------------------------------------------------------------------------
 
 
-def test_match_finds_the_longest_cached_run_of_full_blocks():
-    cache = HashPrefixCache(block_size=2)
+@pytest.mark.parametrize("cache_type", [HashPrefixCache, RadixCache])
+def test_match_finds_the_longest_cached_run_of_full_blocks(cache_type):
+    cache = cache_type(block_size=2)
     cache.insert([1, 2, 3, 4, 5], [10, 11, 12])  # 2 full blocks; block 12 is partial
     assert cache.match([1, 2, 3, 4, 9, 9]) == [10, 11]
     assert cache.match([1, 2, 9, 9]) == [10]
@@ -68,12 +70,50 @@ def test_a_hash_collision_is_never_a_hit(monkeypatch):
     assert cache.match([3, 4]) == [], "same hash, other tokens: not a hit"
 
 
-def test_forgotten_blocks_are_no_longer_found():
-    cache = HashPrefixCache(block_size=2)
+@pytest.mark.parametrize("cache_type", [HashPrefixCache, RadixCache])
+def test_forgotten_blocks_are_no_longer_found(cache_type):
+    cache = cache_type(block_size=2)
     cache.insert([1, 2, 3, 4], [10, 11])
     assert cache.forget(10)
     assert not cache.forget(10)
     assert cache.match([1, 2, 3, 4]) == []
+
+
+def test_radix_match_ending_inside_an_edge_splits_it():
+    cache = RadixCache(block_size=1)
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
+    assert cache.match([1, 2, 9]) == [10, 11]
+    (edge,) = cache.root.children.values()
+    assert edge.blocks == [10, 11], "the edge was split after the matched blocks"
+    (tail,) = edge.children.values()
+    assert tail.blocks == [12, 13]
+    assert cache.insert([1, 2, 7], [10, 11, 20]) == [20]
+    assert cache.match([1, 2, 3, 4]) == [10, 11, 12, 13]
+    assert cache.match([1, 2, 7]) == [10, 11, 20]
+
+
+def test_radix_forgetting_a_block_cuts_its_subtree():
+    cache = RadixCache(block_size=1)
+    cache.insert([1, 2, 3], [10, 11, 12])
+    cache.insert([1, 2, 4], [10, 11, 13])
+    assert cache.forget(11)
+    assert cache.cached_blocks() == (10,)
+    assert cache.match([1, 2, 3]) == [10]
+    assert cache.forget(10) and cache.root.children == {}
+
+
+def test_radix_shares_a_prefix_whichever_block_first_held_the_parent():
+    cache = RadixCache(block_size=2)
+    cache.insert([1, 2], [10])
+    # Another sequence computed the same first block itself (block 20) and went on: its later
+    # blocks hang under the cached path, since their contents depend on tokens, not on ids.
+    assert cache.insert([1, 2, 3, 4], [20, 21]) == [21]
+    assert cache.match([1, 2, 3, 4]) == [10, 21]
+
+
+def test_unknown_prefix_cache_kind_is_refused_listing_the_choices():
+    with pytest.raises(ValueError, match="None, 'hash' or 'radix'"):
+        make_prefix_cache("lru", block_size=16)
 
 
 # -- the block manager with a cache -----------------------------------------------------------
