@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from minipaged import beam_search
+from minipaged.attention import SUPPORTED_BACKENDS
 from minipaged.block_manager import BlockManager, BlockState
 from minipaged.events import Event, Finish
 from minipaged.kv_cache import KVCache
@@ -101,6 +102,10 @@ class LLMEngine:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
     ) -> None:
+        if backend not in SUPPORTED_BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
+            )
         config = model.config
         param = next(model.parameters())
         self.model = model

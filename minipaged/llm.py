@@ -10,13 +10,12 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from minipaged.checkpoint import load_model
+from minipaged.checkpoint import load_model, model_directory
 from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
 from minipaged.memory import ModelShape
 from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer
 
-TINY_MODEL = Path(__file__).parent / "models" / "tiny"
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
 
 
@@ -55,12 +54,7 @@ class LLM:
             raise ValueError(f"prefix_caching={prefix_caching!r} is not available yet; use None")
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
-        path = TINY_MODEL if model == "tiny" else Path(model)
-        if model == "tiny" and not (path / "model.safetensors").is_file():
-            raise FileNotFoundError(
-                f"the embedded tiny model is missing from {path}; reinstall minipaged or "
-                "train it with `python -m minipaged.train`"
-            )
+        path = model_directory(model)
         self.model = load_model(path, dtype=dtype, device=device)
         self.tokenizer = Tokenizer(path)
         config = self.model.config
