@@ -147,12 +147,11 @@ class LLMEngine:
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
         params = params or SamplingParams()
-        token_ids, text = self.prompt_tokens(prompt)
+        token_ids, text = self.check_request(prompt, params)
+        if request_id is not None and request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
         request_id = str(arrival) if request_id is None else request_id
-        if request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use; pick another")
-        self._check_fits(token_ids, params)
         seed = params.seed if params.seed is not None else self.seed * 1_000_003 + arrival
         generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
         seq = Sequence(next(self._seq_ids), token_ids, len(token_ids))
@@ -163,6 +162,13 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
+        """Everything :meth:`add_request` checks, without queuing anything: the prompt's token
+        ids and text, or ``ValueError`` / ``RequestRejected`` naming the problem."""
+        token_ids, text = self.prompt_tokens(prompt)
+        self._check_fits(token_ids, params)
+        return token_ids, text
 
     def prompt_tokens(self, prompt: Prompt) -> tuple[list[int], str | None]:
         """The prompt's token ids (and its text, when it was one), checked against the

@@ -50,8 +50,6 @@ class LLM:
         max_num_seqs: int = 32,
         watermark: float = 0.01,
     ) -> None:
-        if prefix_caching is not None:
-            raise ValueError(f"prefix_caching={prefix_caching!r} is not available yet; use None")
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
         path = model_directory(model)
@@ -103,20 +101,23 @@ class LLM:
             prompts = [prompts]
         params = sampling_params or SamplingParams()
         engine = self.engine
-        for prompt in prompts:
-            engine.prompt_tokens(prompt)  # raises before anything is queued
+        rejections: dict[int, str] = {}
+        for index, prompt in enumerate(prompts):  # a bad prompt raises before anything queues
+            try:
+                engine.check_request(prompt, params)
+            except RequestRejected as rejected:
+                rejections[index] = str(rejected)
         results: dict[str, RequestOutput] = {}
         ids = []
-        for prompt in prompts:
-            try:
-                ids.append(engine.add_request(prompt, params))
-            except RequestRejected as rejected:
+        for index, prompt in enumerate(prompts):
+            if index in rejections:
                 token_ids, text = engine.prompt_tokens(prompt)
-                request_id = f"rejected-{len(ids)}"
-                ids.append(request_id)
-                results[request_id] = RequestOutput(
-                    request_id, text, token_ids, [], error=str(rejected)
+                ids.append(f"rejected-{index}")
+                results[ids[-1]] = RequestOutput(
+                    ids[-1], text, token_ids, [], error=rejections[index]
                 )
+            else:
+                ids.append(engine.add_request(prompt, params))
         pending = len(ids) - len(results)
         if show_progress is None:
             show_progress = Console(stderr=True).is_terminal

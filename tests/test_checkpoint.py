@@ -5,7 +5,6 @@ the file and the problem."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -22,12 +21,6 @@ TEXT = [
     "fortune, must be in want of a wife.",
     "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition.",
 ] * 20
-
-
-@pytest.fixture(scope="module")
-def transformers():
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    return pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,126 @@
+"""The offline API on the embedded tiny model: ``LLM("tiny").generate(...)``, the
+``minipaged generate`` and ``minipaged trace`` commands, and their errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from minipaged import cli
+from minipaged.checkpoint import EMBEDDED_MODELS, CheckpointError
+from minipaged.llm import LLM
+from minipaged.sampling import SamplingParams
+
+PROMPT = "It is a truth universally acknowledged"
+COMMON_WORDS = {
+    "the", "of", "and", "to", "a", "in", "was", "her", "she", "he", "it", "that", "not", "be",
+    "is", "i", "you", "his", "had", "with", "for", "as", "but", "have", "my", "which", "by",
+    "mr", "so", "all", "at", "on", "been", "very", "would", "could", "him", "no", "were", "they",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", num_gpu_blocks=64, num_cpu_blocks=32)
+
+
+def test_the_tiny_model_writes_english(llm):
+    (output,) = llm.generate(PROMPT, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
+    words = [w.strip('.,;:!?"').lower() for w in output.outputs[0].text.split()]
+    assert len(output.outputs[0].token_ids) == 40
+    assert len([w for w in words if w in COMMON_WORDS]) >= 5, output.outputs[0].text
+
+
+def test_the_tiny_model_export_gives_transformers_the_same_greedy_tokens(llm, transformers):
+    hf = transformers.LlamaForCausalLM.from_pretrained(EMBEDDED_MODELS["tiny"]).eval()
+    ids = llm.tokenizer.encode(PROMPT)
+    with torch.no_grad():
+        # The prompt starts with BOS = id 0; without an explicit attention mask transformers
+        # would take id 0 for padding (pad_token_id=0) and mask the BOS out.
+        prompt = torch.tensor([ids])
+        expected = hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=30,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[0, len(ids) :].tolist()
+    (output,) = llm.generate(PROMPT, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
+    assert output.outputs[0].token_ids == expected
+
+
+def test_text_and_token_id_prompts_give_the_same_output(llm):
+    params = SamplingParams(max_tokens=8, temperature=0)
+    ids = llm.tokenizer.encode(PROMPT)
+    by_text, by_ids = llm.generate([PROMPT, {"prompt_token_ids": ids}], params)
+    assert by_text.prompt_token_ids == ids == by_ids.prompt_token_ids
+    assert by_text.outputs[0].token_ids == by_ids.outputs[0].token_ids
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_anything_runs(llm):
+    context = llm.model.config.max_position_embeddings
+    too_long = {"prompt_token_ids": [5] * (context + 1)}
+    with pytest.raises(ValueError, match=f"context is {context} tokens"):
+        llm.generate([PROMPT, too_long], SamplingParams(max_tokens=4))
+    assert not llm.engine.has_unfinished()
+
+
+def test_a_request_larger_than_the_pool_is_rejected_and_the_others_finish():
+    small = LLM("tiny", block_size=16, num_gpu_blocks=4)  # 64 tokens at most
+    too_long = " ".join(["and she said"] * 30)
+    ok, rejected = small.generate([PROMPT, too_long], SamplingParams(max_tokens=8, temperature=0))
+    assert ok.error is None and len(ok.outputs[0].token_ids) == 8
+    assert rejected.outputs == [] and "num_gpu_blocks" in rejected.error
+
+
+def test_a_missing_model_directory_is_named_in_the_error(tmp_path):
+    with pytest.raises(CheckpointError, match="not a directory"):
+        LLM(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"block_size": 0}, "block_size"),
+        ({"preemption": "drop"}, "preemption"),
+        ({"prefix_caching": "lru"}, "prefix_caching"),
+        ({"backend": "triton"}, "backend"),
+    ],
+)
+def test_bad_engine_settings_are_refused_naming_the_setting(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LLM("tiny", **kwargs)
+
+
+def test_generate_command_prints_the_texts_and_the_memory_summary(capsys):
+    code = cli.main(
+        ["generate", "--prompt", PROMPT, "--n", "2", "--max-tokens", "12", "--block-size", "4"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert PROMPT in out and "[1]" in out
+    assert "copy-on-write copies" in out and "peak blocks shared" in out
+
+
+def test_generate_command_reports_bad_input_without_a_traceback(capsys):
+    assert cli.main(["generate", "--prompt", PROMPT, "--temperature", "-1"]) == 2
+    assert "temperature must be >= 0" in capsys.readouterr().err
+
+
+def test_trace_record_then_replay_prints_the_recorded_events(tmp_path, capsys):
+    path = tmp_path / "run.jsonl"
+    args = ["--prompt", PROMPT, "--n", "2", "--max-tokens", "6", "--block-size", "5"]
+    assert cli.main(["trace", "record", str(path), *args]) == 0
+    assert cli.main(["trace", "replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "forks from seq 0" in out and "copy-on-write" in out
+
+
+def test_the_readme_python_example_runs():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    exec(compile(example, "README.md", "exec"), {})
