@@ -45,7 +45,7 @@ def test_replay_gives_back_equal_step_outputs(recorded, tmp_path):
 def test_a_file_that_is_not_a_trace_is_refused_naming_it(tmp_path):
     path = tmp_path / "notes.jsonl"
     path.write_text(json.dumps({"hello": 1}) + "\n")
-    with pytest.raises(ValueError, match="notes.jsonl is not a readable minipaged trace"):
+    with pytest.raises(ValueError, match=r"notes\.jsonl is not a readable minipaged trace"):
         trace.load(path)
 
 
