@@ -12,7 +12,7 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	.venv/bin/minipaged demo
+	.venv/bin/minipaged tui
 
 test: $(STAMP)
 	.venv/bin/ruff check .

@@ -12,7 +12,6 @@ import sys
 
 # Subcommand -> the part of the project that will provide it.
 NOT_YET_AVAILABLE = {
-    "tui": "the Textual step-through visualizer",
     "simulate": "the real-scale simulator and baseline allocators",
     "bench": "the benchmark suite",
     "exercises": "the classroom exercises and grader",
@@ -30,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a narrated walk through the block manager: allocate, fork, copy-on-write, swap",
     )
     _add_generate(sub)
+    _add_tui(sub)
     _add_trace(sub)
     for name, part in NOT_YET_AVAILABLE.items():
         sub.add_parser(name, help=f"not yet available (comes with {part})")
@@ -75,6 +75,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--num-gpu-blocks", type=int, default=None)
     gen.add_argument("--num-cpu-blocks", type=int, default=None)
     gen.add_argument("--preemption", choices=["recompute", "swap"], default="recompute")
+    gen.add_argument("--prefix-caching", choices=["hash", "radix"], default=None)
     gen.add_argument("--device", default="cpu")
 
 
@@ -101,10 +102,23 @@ def _workload(args: argparse.Namespace):
         num_gpu_blocks=args.num_gpu_blocks,
         num_cpu_blocks=args.num_cpu_blocks,
         preemption=args.preemption,
+        prefix_caching=args.prefix_caching,
         seed=args.seed,
         device=args.device,
     )
     return llm, params
+
+
+def _add_tui(sub: argparse._SubParsersAction) -> None:
+    from tui import command
+
+    command.add_parser(sub)
+
+
+def _tui(args: argparse.Namespace) -> int:
+    from tui import command
+
+    return command.run(args)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -149,6 +163,7 @@ def _trace(args: argparse.Namespace) -> int:
                 "num_gpu_blocks": llm.engine.block_manager.device.num_blocks,
                 "num_cpu_blocks": llm.engine.kv_cache.num_host_blocks,
                 "preemption": args.preemption,
+                "prefix_caching": args.prefix_caching,
                 "seed": args.seed,
             },
         }
@@ -172,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
 
         walkthrough.run()
         return 0
-    commands = {"generate": _generate, "trace": _trace}
+    commands = {
+        "generate": _generate,
+        "trace": _trace,
+        "tui": _tui,
+    }
     if args.command in commands:
         try:
             return commands[args.command](args)

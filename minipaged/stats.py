@@ -35,6 +35,7 @@ class RunStats:
     steps: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache: prefill skipped
     peak_blocks_used: int = 0
     peak_blocks_shared: int = 0
     filled_slots: int = 0  # summed over steps, so their ratio is a mean over the run
@@ -47,6 +48,7 @@ class RunStats:
         self.steps += 1
         self.prefill_tokens += step.num_prefill_tokens
         self.decode_tokens += step.num_decode_tokens
+        self.cached_tokens += step.num_cached_tokens
         used = sum(1 for r in state.device_refcounts if r > 0)
         self.peak_blocks_used = max(self.peak_blocks_used, used)
         shared = sum(1 for r in state.device_refcounts if r > 1)
@@ -76,4 +78,12 @@ class RunStats:
             ("preemptions", str(self.events["preempt"])),
             ("swap-outs / swap-ins", f"{self.events['swap-out']} / {self.events['swap-in']}"),
             ("recomputations", str(self.events["recompute"])),
+            ("prefix cache hits", str(self.events["prefix-hit"])),
+            ("prompt tokens from the cache", f"{self.cached_tokens} ({self.cache_hit_rate:.0%})"),
         ]
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """The share of prompt tokens whose prefill the prefix cache saved."""
+        prompt_tokens = self.cached_tokens + self.prefill_tokens
+        return self.cached_tokens / prompt_tokens if prompt_tokens else 0.0

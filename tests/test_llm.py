@@ -124,3 +124,14 @@ def test_the_readme_python_example_runs():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     (example,) = re.findall(r"```python\n(.*?)```", readme, re.S)
     exec(compile(example, "README.md", "exec"), {})
+
+
+@pytest.mark.parametrize("kind", ["hash", "radix"])
+def test_generate_command_reports_prefix_cache_savings(kind, capsys):
+    system = "It is a truth universally acknowledged, that a single man in possession of a"
+    prompts = [f"{system} {end}" for end in ("fortune", "house", "horse")]
+    args = ["generate", "--max-tokens", "4", "--block-size", "4", "--prefix-caching", kind]
+    assert cli.main([*args, *(f"--prompt={p}" for p in prompts)]) == 0
+    out = capsys.readouterr().out
+    hits = re.search(r"prefix cache hits\s*│?\s*(\d+)", out)
+    assert hits and int(hits.group(1)) >= 2, out

@@ -1,0 +1,121 @@
+"""``minipaged tui`` from the command line: headless screenshots, trace replay, custom
+scenarios, errors, and the real app in a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minipaged import cli
+from minipaged.checkpoint import model_directory
+
+pytestmark = pytest.mark.skipif(
+    not (model_directory("tiny") / "model.safetensors").is_file(),
+    reason="the embedded tiny model is not built (python -m minipaged.train)",
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def svg_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8").replace("&#160;", " ")
+
+
+def test_a_headless_screenshot_shows_the_requested_step(tmp_path, capsys):
+    out = tmp_path / "parallel.svg"
+    argv = ["tui", "--scenario", "parallel", "--steps", "5", "--screenshot", str(out)]
+    assert cli.main([*argv, "--size", "100x30"]) == 0
+    assert "step 5/" in svg_text(out)
+    assert "parallel sampling" in svg_text(out)
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_a_custom_scenario_comes_from_the_flags(tmp_path):
+    out = tmp_path / "custom.svg"
+    argv = ["tui", "--prompt", "Elizabeth", "--n", "3", "--block-size", "8"]
+    argv += ["--num-gpu-blocks", "24", "--steps", "3", "--screenshot", str(out)]
+    assert cli.main(argv) == 0
+    shown = svg_text(out)
+    assert "custom: n = 3, B = 8" in shown and "device: 24 blocks, B=8" in shown
+
+
+def test_a_recorded_trace_replays_without_the_model(tmp_path):
+    recorded, out = tmp_path / "run.jsonl", tmp_path / "replay.svg"
+    record = ["trace", "record", str(recorded), "--prompt", "Elizabeth", "--prompt", "Emma"]
+    assert (
+        cli.main([*record, "--max-tokens", "8", "--block-size", "4", "--num-gpu-blocks", "16"]) == 0
+    )
+    assert (
+        cli.main(["tui", "--trace", str(recorded), "--steps", "3", "--screenshot", str(out)]) == 0
+    )
+    shown = svg_text(out)
+    assert "trace of tiny" in shown and "step 3/" in shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "nope"], "unknown scenario 'nope'; choose one of several, parallel"),
+        (["--size", "big"], "--size must look like 120x40"),
+        (["--prompt", "Emma", "--n", "2", "--beam-width", "2"], "not both"),
+        (["--trace", "missing.jsonl"], "missing.jsonl does not exist"),
+        (["--model", "no/such/dir"], "no model at no/such/dir"),
+    ],
+)
+def test_bad_flags_say_what_is_wrong(argv, message, capsys):
+    assert cli.main(["tui", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_real_app_runs_in_a_terminal():
+    """Start ``minipaged tui`` in a detached tmux session (its own server socket), press keys,
+    read the screen, quit."""
+    tmux = ["tmux", "-L", f"minipaged-test-{time.monotonic_ns()}"]
+    command = f"{sys.executable} -m minipaged.cli tui --scenario parallel"
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", command],
+        check=True,
+        cwd=REPO,
+    )
+
+    def screen() -> str:
+        done = subprocess.run([*tmux, "capture-pane", "-p", "-t", "tui"], capture_output=True)
+        return done.stdout.decode("utf-8", "replace")
+
+    def wait_for(text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in screen():
+            assert time.monotonic() < deadline, f"{text!r} never appeared:\n{screen()}"
+            time.sleep(0.1)
+
+    try:
+        wait_for("physical blocks")
+        wait_for("step 0/")
+        for _ in range(3):
+            subprocess.run([*tmux, "send-keys", "-t", "tui", "n"], check=True)
+        wait_for("step 3/")
+        subprocess.run([*tmux, "send-keys", "-t", "tui", "c"], check=True)
+        wait_for("copy-on-write")
+        subprocess.run([*tmux, "send-keys", "-t", "tui", "q"], check=True)
+        deadline = time.monotonic() + 10
+        while (
+            subprocess.run([*tmux, "has-session", "-t", "tui"], capture_output=True).returncode == 0
+        ):
+            assert time.monotonic() < deadline, "q did not quit the app"
+            time.sleep(0.1)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_the_flag_help_names_every_scenario(capsys):
+    from tui.scenarios import SCENARIOS
+
+    with pytest.raises(SystemExit):
+        cli.main(["tui", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert all(name in shown for name in SCENARIOS)

@@ -1,0 +1,84 @@
+"""Snapshots of the visualizer in its key states, compared as SVG with ``snap_compare``.
+
+Each run samples with a fixed seed on the embedded tiny model, animations are off and nothing
+on screen blinks, and every snapshot waits until the whole run is recorded, so the status line
+reads ``step k/N`` with the final N. After retraining the model or changing the layout, look at
+the new screenshots and accept them with ``pytest tests/test_tui_snapshots.py
+--snapshot-update``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from minipaged.checkpoint import model_directory
+from tui.app import PagedApp
+from tui.scenarios import SCENARIOS
+
+pytestmark = pytest.mark.skipif(
+    not (model_directory("tiny") / "model.safetensors").is_file(),
+    reason="the embedded tiny model is not built (python -m minipaged.train)",
+)
+
+
+def app_for(name: str) -> PagedApp:
+    app = PagedApp(SCENARIOS[name])
+    app.animation_level = "none"
+    return app
+
+
+async def until(pilot, condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the app did not get there in time"
+        await pilot.pause(0.02)
+
+
+def recorded_then(*keys: str, step: int | None = None):
+    """A ``run_before`` that records the whole run, then moves to ``step`` and presses
+    ``keys``, waiting out each request."""
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await until(pilot, lambda: app.navigator is not None)
+        app.record_everything()
+        await until(pilot, lambda: app.timeline.finished)
+        if step is not None:
+            app.seek_step(step)
+        for key in keys:
+            await pilot.press(key)
+            await until(pilot, lambda: app.navigator.waiting is None)
+        await pilot.pause()
+
+    return run_before
+
+
+def test_first_copy_on_write_of_parallel_sampling(snap_compare):
+    assert snap_compare(app_for("parallel"), terminal_size=(120, 40), run_before=recorded_then("c"))
+
+
+def test_first_swap_under_memory_pressure(snap_compare):
+    assert snap_compare(app_for("swap"), terminal_size=(120, 40), run_before=recorded_then("w"))
+
+
+def test_several_requests_at_80_by_24(snap_compare):
+    assert snap_compare(
+        app_for("several"), terminal_size=(80, 24), run_before=recorded_then(step=8)
+    )
+
+
+def test_beam_search_with_a_selected_sequence(snap_compare):
+    async def select_beam(pilot) -> None:
+        await recorded_then(step=6)(pilot)
+        pilot.app.action_select_seq(min(pilot.app.timeline.frame().step.sequences))
+        await pilot.pause()
+
+    assert snap_compare(app_for("beam"), terminal_size=(120, 40), run_before=select_beam)
+
+
+def test_help_screen(snap_compare):
+    assert snap_compare(
+        app_for("several"), terminal_size=(100, 36), run_before=recorded_then("question_mark")
+    )

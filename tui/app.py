@@ -1,0 +1,328 @@
+"""The step-through visualizer: a run of the paged engine, one step at a time, forward and back.
+
+The model runs in a thread worker that records steps a little ahead of the cursor
+(:mod:`tui.feed`); the UI only reads the recorded history (:mod:`tui.timeline`), so stepping
+back is time travel, never recomputation. A recorded trace replays through the same path
+without any model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual import events, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Static
+from textual.worker import Worker, get_current_worker
+
+from minipaged.tokenizer import Tokenizer
+from minipaged.trace import Trace
+from tui import keymap, palette
+from tui.event_log import EventLog
+from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
+from tui.gauges import Gauges
+from tui.help import HelpScreen
+from tui.invariants_view import InvariantsView
+from tui.navigator import Move, Navigator
+from tui.pane import Pane, Selection
+from tui.picker import ScenarioPicker
+from tui.pool_view import PoolView
+from tui.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
+from tui.status import StatusLine
+from tui.tables_view import TablesView
+from tui.timeline import Timeline, opening_step_of_trace
+from tui.token_streams import TokenStreams, TokenText
+
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # steps per second while playing
+COMPACT_BELOW = 32  # rows: fewer than this and the panes lose their side borders
+
+
+class PagedApp(App[None]):
+    """Guarantees: the panes always show one frame, the cursor's; moving the cursor never runs
+    the model; the model thread computes no more than the cursor plus a lookahead unless a jump
+    or a seek asks for more; widgets change only in the UI thread."""
+
+    TITLE = "minipaged"
+    BINDINGS = keymap.bindings()
+    CSS = """
+    #main { height: 1fr; }
+    #left { width: 45%; }
+    #right { width: 1fr; }
+    #tables { max-height: 40%; }
+    #invariants { height: 1fr; }
+    #too-small { display: none; padding: 1 2; }
+    Screen.-too-small #too-small { display: block; }
+    Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small Footer {
+        display: none;
+    }
+    Screen.-compact Pane { border: none; border-top: round $primary 60%; padding: 0 1 0 0; }
+    Screen.-compact #invariants { height: auto; }
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | None = None,
+        *,
+        model: str = "tiny",
+        trace: Trace | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        """Run ``scenario`` (default: :data:`DEFAULT_SCENARIO`) on ``model``, or replay
+        ``trace``, decoding its tokens with ``tokenizer`` (token ids are shown without one)."""
+        super().__init__()
+        self.scenarios = dict(SCENARIOS)
+        if scenario is not None:
+            self.scenarios.setdefault(scenario.name, scenario)
+        self.scenario = scenario
+        self.model = model
+        self.trace = trace
+        self.trace_tokenizer = tokenizer
+        self.timeline: Timeline | None = None
+        self.navigator: Navigator | None = None
+        self.feed: StepFeed | None = None
+        self.worker: Worker | None = None
+        self.selection = Selection()
+        self.speed = SPEEDS.index(2.0)
+        self.player: Timer | None = None
+        self.error: str | None = None  # why the run could not start
+        self.notice = ""
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield PoolView(id="pools")
+                yield Gauges(id="gauges")
+                yield InvariantsView(id="invariants")
+            with Vertical(id="right"):
+                yield TablesView(id="tables")
+                yield TokenStreams(id="tokens")
+                yield EventLog(id="events")
+        yield Static(id="too-small")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.fit(self.size.width, self.size.height)
+        if self.trace is not None:
+            self.replay(self.trace)
+        else:
+            self.start(self.scenario or self.scenarios[DEFAULT_SCENARIO])
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit(event.size.width, event.size.height)
+
+    def fit(self, width: int, height: int) -> None:
+        """Below 80×24 say so instead of drawing the panes; below 32 rows drop side borders."""
+        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
+        main = self.screen_stack[0]
+        main.set_class(too_small, "-too-small")
+        main.set_class(height < COMPACT_BELOW, "-compact")
+        if too_small:
+            self.query_one("#too-small", Static).update(
+                f"The terminal is {width}×{height}; minipaged tui needs at least "
+                f"{MIN_WIDTH}×{MIN_HEIGHT}.\nEnlarge the window (or make the font smaller) and "
+                "it redraws at once. q quits."
+            )
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def start(self, scenario: Scenario) -> None:
+        """Run ``scenario`` from step 0 in a fresh worker (the previous one is cancelled)."""
+        self.pause()
+        self.scenario, self.trace = scenario, None
+        self.timeline = self.navigator = None
+        self.feed = StepFeed()
+        self.error, self.selection = None, Selection()
+        self.notice = "loading the model…"
+        for pane in self.query(Pane):
+            pane.frame = None
+            pane.refresh(layout=True)
+        self.worker = self.run_model(scenario, self.feed)
+        self.show_status()
+
+    def replay(self, trace: Trace) -> None:
+        """Show a recorded trace: every step is known at once and no model is loaded."""
+        if not trace.steps:
+            self.error = self.notice = "the trace holds no steps; record a run that does some"
+            self.show_status()
+            return
+        timeline = Timeline(opening_step_of_trace(trace.steps[0]))
+        timeline.record(trace.steps)
+        timeline.finished = True
+        self.begin(timeline, TokenText(self.trace_tokenizer))
+
+    def begin(self, timeline: Timeline, words: TokenText) -> None:
+        self.timeline = timeline
+        self.navigator = Navigator(timeline, self.feed)
+        self.query_one(TokenStreams).words = words
+        log = self.query_one(EventLog)
+        log.timeline = timeline
+        log.intro = self.scenario.story if self.trace is None and self.scenario else ""
+        self.notice = ""
+        self.refresh_panes()
+
+    @work(thread=True, exclusive=True, group="model")
+    def run_model(self, scenario: Scenario, feed: StepFeed) -> None:
+        """The model thread (:func:`tui.feed.produce`); a restart, another scenario or
+        quitting cancels it, and it stops within 0.1 s."""
+        worker = get_current_worker()
+        produce(
+            lambda: scenario.build(self.model),
+            feed,
+            self.post_message,
+            lambda: worker.is_cancelled,
+        )
+
+    def on_run_started(self, message: RunStarted) -> None:
+        if message.feed is self.feed:
+            self.begin(Timeline(message.opening), TokenText(message.tokenizer))
+
+    def on_steps_ready(self, message: StepsReady) -> None:
+        if message.feed is self.feed and self.timeline is not None:
+            self.timeline.record(self.feed.drain())
+            self.apply(self.navigator.recorded())
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        if message.feed is not self.feed:
+            return
+        if message.error is not None:
+            title = self.scenario.title if self.scenario else "the scenario"
+            self.error = self.notice = f"cannot run {title!r}: {message.error}"
+            self.show_status()
+        elif self.timeline is not None:
+            self.timeline.record(self.feed.drain())
+            self.timeline.finished = True
+            self.apply(self.navigator.recorded())
+
+    # -- the cursor ------------------------------------------------------------------------
+
+    def record_everything(self) -> None:
+        """Ask the model thread for the whole run, not just the lookahead (``timeline.finished``
+        is set when it is done): a screenshot then shows the run's final step count."""
+        if self.feed is not None:
+            self.feed.want(EVERYTHING)
+
+    def seek_step(self, index: int) -> None:
+        """Move to step ``index`` once it is recorded (the last step, if the run is shorter)."""
+        if self.navigator is not None:
+            self.apply(self.navigator.seek(index))
+
+    def apply(self, move: Move) -> None:
+        """Show what a navigator request did: redraw on a move; keep the notice otherwise."""
+        if move.moved or move.notice:
+            self.notice = move.notice
+        if move.moved:
+            self.refresh_panes()
+        else:
+            self.show_status()
+        if move.at_end:
+            self.pause()
+
+    def refresh_panes(self) -> None:
+        frame = self.timeline.frame()
+        for pane in self.query(Pane):
+            pane.show(frame, self.selection)
+        self.show_status()
+
+    def show_status(self) -> None:
+        if self.trace is not None:
+            title = f"trace of {self.trace.header.get('model', 'a model')}"
+        else:
+            title = self.scenario.title if self.scenario is not None else ""
+        self.query_one(StatusLine).show(
+            title,
+            self.timeline,
+            self.player is not None,
+            SPEEDS[self.speed],
+            self.selection,
+            self.notice,
+        )
+
+    # -- actions (the key map) -------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Keys belong to the open dialog while there is one; q still quits.
+        return action == "quit" or not isinstance(self.screen, ModalScreen)
+
+    def action_forward(self) -> None:
+        if self.navigator is not None:
+            self.apply(self.navigator.forward())
+
+    def action_back(self) -> None:
+        if self.navigator is not None:
+            self.apply(self.navigator.back())
+
+    def action_jump(self, name: str) -> None:
+        if self.navigator is not None:
+            self.apply(self.navigator.jump(name))
+
+    def action_play(self) -> None:
+        if self.player is not None:
+            self.pause()
+        else:
+            self.player = self.set_interval(1 / SPEEDS[self.speed], self.play_tick)
+            self.show_status()
+
+    def play_tick(self) -> None:
+        # A slow model makes playing wait for it, rather than pile up steps to skip over.
+        if self.navigator is not None and self.navigator.waiting is None:
+            self.apply(self.navigator.forward())
+
+    def pause(self) -> None:
+        if self.player is not None:
+            self.player.stop()
+            self.player = None
+        self.show_status()
+
+    def action_faster(self) -> None:
+        self.set_speed(min(self.speed + 1, len(SPEEDS) - 1))
+
+    def action_slower(self) -> None:
+        self.set_speed(max(self.speed - 1, 0))
+
+    def set_speed(self, speed: int) -> None:
+        self.speed = speed
+        if self.player is not None:
+            self.pause()
+            self.action_play()
+        self.show_status()
+
+    def action_restart(self) -> None:
+        if self.trace is not None:
+            self.pause()
+            self.seek_step(0)
+        elif self.scenario is not None:
+            self.start(self.scenario)
+
+    def action_scenarios(self) -> None:
+        current = self.scenario.name if self.scenario is not None else None
+        self.push_screen(ScenarioPicker(self.scenarios, current), self.picked)
+
+    def picked(self, name: str | None) -> None:
+        if name is not None:
+            self.start(self.scenarios[name])
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_select_seq(self, seq: int) -> None:
+        self.select(Selection(seq=seq))
+
+    def action_select_block(self, block: int) -> None:
+        self.select(Selection(block=block))
+
+    def select(self, selection: Selection) -> None:
+        """Select ``selection``, or clear it when it is already selected."""
+        self.selection = Selection() if selection == self.selection else selection
+        if self.timeline is not None:
+            self.refresh_panes()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield from palette.commands(self)

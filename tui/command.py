@@ -1,0 +1,140 @@
+"""``minipaged tui``: its flags, and running the app live, on a trace, or headless for a
+screenshot. Nothing here imports torch or Textual until the command runs, so ``minipaged``'s
+other subcommands start as fast as before."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+SCREENSHOT_TIMEOUT_S = 120.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    tui = sub.add_parser(
+        "tui",
+        help="the step-through visualizer: watch the block manager work while the model writes",
+        description="Step through a run of the paged engine: block pools, block tables, token "
+        "streams, events, memory gauges and invariants. Keys: n/→ step, b/← back, space play, "
+        "c/w/p/h jump, s scenarios, ? help, q quit.",
+    )
+    tui.add_argument(
+        "--scenario",
+        default="several",
+        help="several, parallel, beam, swap, recompute or prefix (default: several); "
+        "--prompt makes a custom one",
+    )
+    tui.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
+    tui.add_argument("--trace", type=Path, help="replay a recorded trace (no model is run)")
+    tui.add_argument("--screenshot", type=Path, metavar="OUT.svg", help="write an SVG and exit")
+    tui.add_argument("--steps", type=int, default=0, help="with --screenshot: the step to show")
+    tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
+    custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
+    custom.add_argument("--prompt", action="append", help="repeat for several requests")
+    custom.add_argument("--n", type=int, default=1, help="parallel samples per prompt")
+    custom.add_argument("--beam-width", type=int, default=None, help="beam search with K beams")
+    custom.add_argument("--max-tokens", type=int, default=24)
+    custom.add_argument("--block-size", type=int, default=4, help="B, slots per block")
+    custom.add_argument("--num-gpu-blocks", type=int, default=32, help="device pool size")
+    custom.add_argument("--num-cpu-blocks", type=int, default=0, help="host swap pool size")
+    custom.add_argument("--preemption", choices=["recompute", "swap"], default="recompute")
+    custom.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        app = build_app(args)
+        size = parse_size(args.size)
+        if args.steps < 0:
+            raise ValueError(f"--steps must be 0 or more, got {args.steps}")
+    except (ValueError, FileNotFoundError) as error:
+        print(f"minipaged tui: {error}", file=sys.stderr)
+        return 2
+    if args.screenshot is None:
+        app.run()
+        return 0
+    return screenshot(app, args.screenshot, args.steps, size)
+
+
+def build_app(args: argparse.Namespace):
+    from minipaged.checkpoint import model_directory
+    from tui.app import PagedApp
+    from tui.scenarios import SCENARIOS, custom
+
+    if args.trace is not None:
+        from minipaged import trace
+        from minipaged.tokenizer import Tokenizer
+
+        recorded = trace.load(args.trace)
+        directory = model_directory(recorded.header.get("model", args.model))
+        tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
+        return PagedApp(trace=recorded, tokenizer=tokenizer, model=args.model)
+    if args.prompt:
+        scenario = custom(
+            tuple(args.prompt),
+            n=args.n,
+            beam_width=args.beam_width,
+            block_size=args.block_size,
+            num_gpu_blocks=args.num_gpu_blocks,
+            num_cpu_blocks=args.num_cpu_blocks,
+            preemption=args.preemption,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+        )
+    elif args.scenario in SCENARIOS:
+        scenario = SCENARIOS[args.scenario]
+    else:
+        raise ValueError(
+            f"unknown scenario {args.scenario!r}; choose one of {', '.join(SCENARIOS)}, "
+            "or give --prompt for a custom one"
+        )
+    directory = model_directory(args.model)
+    if not (directory / "config.json").is_file():
+        fix = ", or train it with `python -m minipaged.train`" if args.model == "tiny" else ""
+        raise FileNotFoundError(
+            f"no model at {directory} (config.json is missing); pass --model DIR for a "
+            f"Hugging Face Llama directory{fix}"
+        )
+    return PagedApp(scenario, model=args.model)
+
+
+def parse_size(size: str) -> tuple[int, int]:
+    width, _, height = size.lower().partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r}")
+    return int(width), int(height)
+
+
+def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
+    """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
+    last one, if the run is shorter), write the screen as SVG to ``path`` and exit. The same
+    flags give the same picture every time."""
+    failure: list[str] = []
+
+    async def shoot(pilot) -> None:
+        deadline = time.monotonic() + SCREENSHOT_TIMEOUT_S
+        while app.navigator is None and app.error is None and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        if app.navigator is not None:
+            app.record_everything()  # so the status line reads "step k/N" with the final N
+            while not app.timeline.finished and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            app.seek_step(steps)
+            while app.navigator.waiting is not None and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+        if app.navigator is None or app.navigator.waiting is not None:
+            failure.append(app.notice or f"step {steps} was not reached in time")
+        else:
+            await pilot.pause()
+            app.save_screenshot(str(path))
+        app.exit()
+
+    app.animation_level = "none"
+    app.run(headless=True, size=size, auto_pilot=shoot)
+    if failure:
+        print(f"minipaged tui: no screenshot: {failure[0]}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} (step {app.timeline.cursor}, {size[0]}x{size[1]})")
+    return 0

@@ -1,0 +1,122 @@
+"""How steps travel from the model thread to the UI, and how demand travels back.
+
+The model runs in a thread worker so the UI never waits on a forward pass. It computes a step
+only while the UI wants more than it has recorded: the cursor plus :data:`LOOKAHEAD` while the
+user steps or plays, or everything while a jump looks for an event that has not happened yet.
+
+Steps wait in a buffer until the UI thread drains it. A burst of steps costs one message: the
+thread posts :class:`StepsReady` only when the buffer was empty, and a queued ``StepsReady``
+replaces an older one, so the handler runs once and takes them all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from textual.message import Message
+
+from minipaged.engine import LLMEngine, StepOutput
+from tui.timeline import opening_step
+
+LOOKAHEAD = 4
+"""Steps computed ahead of the cursor, so stepping forward shows the next one at once."""
+
+EVERYTHING = 1 << 30
+"""Demand for every step of the run (a jump looking ahead)."""
+
+
+class StepFeed:
+    """One run's handoff. Thread-safe; a new run gets a new feed, so messages that name an old
+    feed are recognised as stale and ignored."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._buffer: list[StepOutput] = []
+        self._wanted = LOOKAHEAD
+        self.stopped = threading.Event()
+        """Set by the model thread as it leaves, whether the run ended or was cancelled."""
+
+    def want(self, count: int) -> None:
+        """Ask for ``count`` steps in all (UI thread)."""
+        with self._changed:
+            self._wanted = count
+            self._changed.notify_all()
+
+    def wait_for_demand(self, produced: int, timeout: float) -> bool:
+        """Block until more than ``produced`` steps are wanted, or ``timeout`` seconds pass;
+        say whether another step is wanted (model thread)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: produced < self._wanted, timeout)
+
+    def put(self, step: StepOutput) -> bool:
+        """Buffer ``step``; say whether the UI must be told (the buffer was empty) (model
+        thread)."""
+        with self._changed:
+            self._buffer.append(step)
+            return len(self._buffer) == 1
+
+    def drain(self) -> list[StepOutput]:
+        """Every buffered step, oldest first (UI thread)."""
+        with self._changed:
+            steps, self._buffer = self._buffer, []
+            return steps
+
+
+class RunStarted(Message):
+    """The engine is built and its requests queued: ``opening`` is frame 0."""
+
+    def __init__(self, feed: StepFeed, opening: StepOutput, tokenizer: object) -> None:
+        super().__init__()
+        self.feed, self.opening, self.tokenizer = feed, opening, tokenizer
+
+
+class StepsReady(Message):
+    """Steps are waiting in ``feed``; drain it."""
+
+    def __init__(self, feed: StepFeed) -> None:
+        super().__init__()
+        self.feed = feed
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StepsReady) and message.feed is self.feed
+
+
+class RunEnded(Message):
+    """The model thread stopped: the run is complete, or ``error`` says why it could not run
+    (and what to do about it)."""
+
+    def __init__(self, feed: StepFeed, error: str | None = None) -> None:
+        super().__init__()
+        self.feed, self.error = feed, error
+
+
+def produce(
+    build: Callable[[], LLMEngine],
+    feed: StepFeed,
+    post: Callable[[Message], object],
+    cancelled: Callable[[], bool],
+) -> None:
+    """The model thread's whole job: ``build`` the engine, post :class:`RunStarted`, then step
+    while the UI wants steps, posting :class:`StepsReady` for each burst and :class:`RunEnded`
+    at the end. Checks ``cancelled()`` at least every 0.1 s and stops when it is true; sets
+    ``feed.stopped`` however it leaves."""
+    try:
+        try:
+            engine = build()
+        except (OSError, ValueError) as error:
+            post(RunEnded(feed, str(error)))
+            return
+        post(RunStarted(feed, opening_step(engine), engine.tokenizer))
+        produced = 0
+        while not cancelled() and engine.has_unfinished():
+            if not feed.wait_for_demand(produced, timeout=0.1):
+                continue
+            step = engine.step()
+            produced += 1
+            if feed.put(step):
+                post(StepsReady(feed))
+        if not cancelled():
+            post(RunEnded(feed))
+    finally:
+        feed.stopped.set()

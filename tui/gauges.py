@@ -1,0 +1,73 @@
+"""Memory gauges: how full the pools are and what the run has done so far.
+
+- device: blocks in use (R > 0) of $\\mathcal{P}_{\\max}$, and how many are shared (R > 1);
+- internal waste: empty slots in the device blocks in use (§3), from
+  :func:`minipaged.stats.slot_usage`: a shared block counts once, so it is always below $B$
+  slots per sequence;
+- host: blocks holding swapped-out sequences (§6);
+- counts from step 1 to the cursor: forks, copy-on-write copies, preemptions, swaps, and
+  recomputations.
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from minipaged.stats import slot_usage
+from tui.pane import Pane
+from tui.timeline import Frame
+
+LABEL = 7
+QUEUES = ("running", "waiting", "swapped")
+
+
+def bar(used: int, total: int, width: int) -> Text:
+    """``used`` of ``total`` as a bar ``width`` cells wide (nothing when the pool is empty)."""
+    filled = round(width * used / total) if total else 0
+    text = Text("█" * filled, style="bright_green" if used < total else "bright_red")
+    text.append("░" * (width - filled), style="bright_black")
+    return text
+
+
+def row(label: str, *parts: Text | str) -> Text:
+    text = Text(f"{label:<{LABEL}}", style="bold")
+    for part in parts:
+        text.append(part)
+    return text
+
+
+class Gauges(Pane):
+    """Figures for the frame. Guarantees: used + free = the pool size; waste is computed from
+    the snapshot alone; counts include the step under the cursor and nothing after it."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("memory", id=id)
+
+    def draw(self, frame: Frame, width: int) -> RenderableType:
+        state, counts, queues = frame.step.state, frame.counts, frame.step.queues
+        device = state.device_refcounts
+        used = sum(1 for r in device if r)
+        shared = sum(1 for r in device if r > 1)
+        filled, allocated = slot_usage(state)
+        waste = (allocated - filled) / allocated if allocated else 0.0
+        figures = f" {used}/{len(device)}"
+        lines = [
+            row("device", bar(used, len(device), max(width - LABEL - len(figures), 4)), figures),
+            row("", f"{len(device) - used} free, {shared} shared (R>1)"),
+            row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"),
+        ]
+        host = state.host_refcounts
+        if host:
+            host_used = sum(1 for r in host if r)
+            figures = f" {host_used}/{len(host)}"
+            gauge = bar(host_used, len(host), max(width - LABEL - len(figures), 4))
+            lines.append(row("host", gauge, figures))
+        running, waiting, swapped = (len(queues.get(q, ())) for q in QUEUES)
+        lines += [
+            row("queues", f"{running} run, {waiting} wait, {swapped} swapped"),
+            row("so far", f"{counts['fork']} forks, {counts['cow-copy']} CoW copies"),
+            row("", f"{counts['preempt']} preempted, {counts['recompute']} recomputed"),
+            row("", f"swaps: {counts['swap-out']} out, {counts['swap-in']} in"),
+        ]
+        return Text("\n").join(lines)

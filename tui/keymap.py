@@ -1,0 +1,67 @@
+"""The key map: one table that the app's bindings, its footer and its help screen all read, so
+they cannot disagree with each other or with the design document's key map."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """``keys`` (Textual key names) run ``action``; the help screen shows ``display`` and
+    ``description``; the footer shows ``footer`` after ``footer_keys`` (by default
+    ``display``), or nothing when ``footer`` is empty. Related keys share one footer item, so
+    the footer fits 80 columns."""
+
+    keys: tuple[str, ...]
+    display: str
+    action: str
+    description: str
+    footer: str = ""
+    footer_keys: str = ""
+
+
+KEYMAP: tuple[Key, ...] = (
+    Key(("n", "right"), "n or →", "forward", "step forward", "step", "n/→"),
+    Key(("b", "left"), "b or ←", "back", "step back (time travel: no recompute)", "back", "b/←"),
+    Key(("space",), "space", "play", "play / pause", "play"),
+    Key(("plus",), "+", "faster", "faster", "speed", "+/-"),
+    Key(("minus",), "-", "slower", "slower"),
+    Key(("c",), "c", "jump('cow')", "jump to the next copy-on-write", "jump", "c/w/p/h"),
+    Key(("w",), "w", "jump('swap')", "jump to the next swap"),
+    Key(("p",), "p", "jump('preempt')", "jump to the next preemption"),
+    Key(("h",), "h", "jump('prefix')", "jump to the next prefix hit"),
+    Key(("r",), "r", "restart", "restart the scenario", "restart"),
+    Key(("s",), "s", "scenarios", "scenario picker", "scenario"),
+    Key(("question_mark",), "?", "help", "help screen", "help"),
+    Key(("ctrl+p",), "ctrl+p", "command_palette", "command palette", "palette", "^p"),
+    Key(("q",), "q", "quit", "quit", "quit"),
+)
+
+
+FOOTER_ORDER = ("help", "forward", "back", "play", "jump('cow')", "scenarios", "quit")
+"""Footer items that come first, so an 80-column footer still shows them; the rest follow."""
+
+
+def bindings() -> list[Binding]:
+    """Textual bindings for :data:`KEYMAP`, in footer order. ctrl+p is also Textual's own
+    binding (``App.COMMAND_PALETTE_BINDING``); listing it here puts it in line with the other
+    keys in the footer, which then clips cleanly at the right edge of a narrow terminal."""
+    out = []
+    first_in_footer = {action: rank for rank, action in enumerate(FOOTER_ORDER)}
+    ordered = sorted(KEYMAP, key=lambda k: first_in_footer.get(k.action, len(FOOTER_ORDER)))
+    for key in ordered:
+        first, *others = key.keys
+        out.append(
+            Binding(
+                first,
+                key.action,
+                key.footer or key.description,
+                show=bool(key.footer),
+                key_display=key.footer_keys or key.display,
+            )
+        )
+        out += [Binding(other, key.action, key.description, show=False) for other in others]
+    return out

@@ -1,0 +1,109 @@
+"""The cursor's rules: what step forward, step back, a jump and a seek do, when the step they
+need may not be recorded yet.
+
+A request that needs a step the model has not computed waits (one at a time: a new request
+replaces it) and is finished by :meth:`Navigator.recorded` when steps arrive. While nothing waits,
+the navigator asks the model thread for the cursor plus :data:`~tui.feed.LOOKAHEAD` steps and no
+more. Plain logic, no widgets: the app turns each :class:`Move` into a redraw and a notice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tui.feed import EVERYTHING, LOOKAHEAD, StepFeed
+from tui.timeline import Timeline
+
+JUMPS = {  # jump name -> (what the user looks for, the event kinds that are one)
+    "cow": ("copy-on-write", frozenset({"cow-copy"})),
+    "swap": ("swap", frozenset({"swap-out", "swap-in"})),
+    "preempt": ("preemption", frozenset({"preempt"})),
+    "prefix": ("prefix hit", frozenset({"prefix-hit"})),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """What a request did: whether the cursor moved, and what to tell the user."""
+
+    moved: bool
+    notice: str = ""
+    at_end: bool = False  # a step forward found the run over: playing stops
+
+
+class Navigator:
+    """Moves ``timeline.cursor``. ``feed`` is the live run's (None for a trace, where every
+    step is recorded already). Guarantees: the cursor only ever lands on recorded frames; a
+    waiting request is resolved, as found or as not found, once the run has finished."""
+
+    def __init__(self, timeline: Timeline, feed: StepFeed | None) -> None:
+        self.timeline = timeline
+        self.feed = feed
+        self.waiting: tuple[str, object] | None = None  # ("jump", name) or ("seek", step)
+        self.want_ahead()
+
+    def forward(self) -> Move:
+        """One step past the cursor, or past the step a forward already waits for: pressing
+        n three times before the model catches up goes three steps."""
+        waiting_for = self.waiting[1] if self.waiting and self.waiting[0] == "seek" else None
+        target = (self.timeline.cursor if waiting_for is None else waiting_for) + 1
+        if self.timeline.finished and target > self.timeline.recorded:
+            self.waiting = None
+            end = self.timeline.recorded
+            return Move(False, f"the run ended at step {end}: b steps back, r restarts", True)
+        return self.seek(target)
+
+    def back(self) -> Move:
+        self.waiting = None
+        if self.timeline.move(self.timeline.cursor - 1):
+            return self.moved()
+        return Move(False, "this is step 0, before the first step")
+
+    def jump(self, name: str) -> Move:
+        """To the next step with an event of kind ``JUMPS[name]``."""
+        self.waiting = None
+        found = self.timeline.next_with(JUMPS[name][1])
+        if found is not None:
+            self.timeline.move(found)
+            return self.moved()
+        if self.timeline.finished:
+            return Move(False, self.not_found(name))
+        return self.wait(("jump", name), EVERYTHING)
+
+    def seek(self, index: int) -> Move:
+        """To step ``index``, or to the last step if the run is shorter."""
+        self.waiting = None
+        if index <= self.timeline.recorded or self.timeline.finished:
+            self.timeline.move(min(index, self.timeline.recorded))
+            return self.moved()
+        return self.wait(("seek", index), index + LOOKAHEAD)
+
+    def recorded(self) -> Move:
+        """Steps arrived, or the run finished: retry the waiting request, if any (it waits
+        again if its step is still missing)."""
+        if self.waiting is None:
+            return Move(False)
+        kind, arg = self.waiting
+        return self.jump(arg) if kind == "jump" else self.seek(arg)
+
+    def wait(self, request: tuple[str, object], steps: int) -> Move:
+        self.waiting = request
+        if self.feed is not None:
+            self.feed.want(steps)
+        what = f"step {request[1]}" if request[0] == "seek" else f"the next {JUMPS[request[1]][0]}"
+        return Move(False, f"computing {what}…")
+
+    def moved(self) -> Move:
+        self.want_ahead()
+        return Move(True)
+
+    def want_ahead(self) -> None:
+        if self.feed is not None:
+            self.feed.want(self.timeline.cursor + LOOKAHEAD)
+
+    def not_found(self, name: str) -> str:
+        what, kinds = JUMPS[name]
+        whole_run = self.timeline.frame(self.timeline.recorded).counts
+        if not any(whole_run[kind] for kind in kinds):
+            return f"no {what}s in this run"
+        return f"no {what} after step {self.timeline.cursor} in this run"

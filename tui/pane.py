@@ -1,0 +1,84 @@
+"""A pane: one bordered view of the frame under the cursor, and the selection that links panes.
+
+Every pane draws from the same :class:`~tui.timeline.Frame` and :class:`Selection`, handed to
+it by the app in one call, so the panes can never show two different moments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from tui.timeline import Frame
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the user picked: a sequence, or a device block $p$ (at most one of them). Every pane
+    highlights it: a sequence's blocks, table row, tokens and events; a block's cell, the table
+    entries that map to it, the tokens that live in it and the events that touch it."""
+
+    seq: int | None = None
+    block: int | None = None
+
+    def describe(self) -> str:
+        if self.seq is not None:
+            return f"seq {self.seq}"
+        if self.block is not None:
+            return f"block {self.block}"
+        return ""
+
+
+class Pane(Widget):
+    """A bordered view of one frame. Subclasses implement :meth:`draw`; nothing is drawn until
+    the app calls :meth:`show`."""
+
+    DEFAULT_CSS = """
+    Pane {
+        border: round $primary 60%;
+        border-title-color: $text;
+        padding: 0 1;
+        height: auto;
+    }
+    """
+
+    def __init__(self, title: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.border_title = title
+        self.frame: Frame | None = None
+        self.selection = Selection()
+
+    @property
+    def link_style(self) -> Style:
+        # Cells and labels are clickable (an "@click" action in their style); Textual would
+        # restyle them as links and hide the colours that carry the meaning.
+        return Style()
+
+    def show(self, frame: Frame, selection: Selection) -> None:
+        self.frame, self.selection = frame, selection
+        self.refresh(layout=True)
+
+    def render(self) -> RenderableType:
+        if self.frame is None:
+            return Text("loading the model…", style="dim")
+        return _AtWidth(self, self.frame)
+
+    def draw(self, frame: Frame, width: int) -> RenderableType:
+        """What to show for ``frame`` in ``width`` columns."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class _AtWidth:
+    """Defers :meth:`Pane.draw` until Rich knows the width, so a pane whose height follows its
+    content measures the same layout it draws (the pool grid wraps by width)."""
+
+    pane: Pane
+    frame: Frame
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.pane.draw(self.frame, options.max_width)

@@ -1,0 +1,208 @@
+"""The runs the visualizer can show: each a small pool and a few requests chosen so that one
+mechanism of the source text happens within the first few dozen steps.
+
+A :class:`Scenario` is plain data; :meth:`Scenario.build` turns it into a live
+:class:`~minipaged.engine.LLMEngine` with its requests queued, ready for ``step()``. Every
+scenario samples with a fixed seed (the tiny model loops when greedy), except beam search, which
+is deterministic by definition, so a run is the same every time it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minipaged.engine import LLMEngine
+from minipaged.llm import LLM
+from minipaged.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A device pool of ``num_gpu_blocks`` blocks of ``block_size`` ($B$) slots, a host swap
+    pool of ``num_cpu_blocks``, a preemption mode (§6), an optional prefix cache (§7) and the
+    requests, all queued at step 0."""
+
+    name: str
+    title: str
+    story: str
+    requests: tuple[Request, ...]
+    block_size: int = 4
+    num_gpu_blocks: int = 32
+    num_cpu_blocks: int = 0
+    preemption: str = "recompute"
+    prefix_caching: str | None = None
+    seed: int = 0
+
+    def build(self, model: str = "tiny") -> LLMEngine:
+        """Load ``model`` and return its engine with every request added (nothing run yet).
+        Raises ``FileNotFoundError`` or ``ValueError`` naming what is wrong."""
+        llm = LLM(
+            model,
+            block_size=self.block_size,
+            num_gpu_blocks=self.num_gpu_blocks,
+            num_cpu_blocks=self.num_cpu_blocks,
+            preemption=self.preemption,
+            prefix_caching=self.prefix_caching,
+            seed=self.seed,
+        )
+        for request in self.requests:
+            llm.engine.add_request(request.prompt, request.params)
+        return llm.engine
+
+
+def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:
+    """Temperature 0.8, top-k 40: varied text from a small model that loops when greedy.
+    EOS is ignored so a run's length, and so when its memory events happen, depends on
+    ``max_tokens`` alone."""
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=0.8, top_k=40, n=n, seed=seed, ignore_eos=True
+    )
+
+
+def beams(max_tokens: int, beam_width: int) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=0.0,
+        use_beam_search=True,
+        beam_width=beam_width,
+        ignore_eos=True,
+    )
+
+
+PRESSURE_PROMPTS = (
+    "It is a truth universally acknowledged, that a single man",
+    "Emma Woodhouse, handsome, clever, and rich,",
+    "Elizabeth could not help",
+    "Sir Walter Elliot",
+)
+
+SYSTEM_PROMPT = "It is a truth universally acknowledged, that a single man in possession of a"
+
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            name="several",
+            title="several requests",
+            story="Four requests of different lengths share one device pool: blocks are taken "
+            "one at a time as sequences grow (§3) and return to the pool as each finishes.",
+            requests=tuple(
+                Request(prompt, sampled(max_tokens, seed=i))
+                for i, (prompt, max_tokens) in enumerate(
+                    (
+                        ("It is a truth universally acknowledged", 24),
+                        ("Mr. Darcy", 12),
+                        ("Emma Woodhouse, handsome, clever, and rich,", 32),
+                        ("Elizabeth", 18),
+                    )
+                )
+            ),
+            num_gpu_blocks=32,
+        ),
+        Scenario(
+            name="parallel",
+            title="parallel sampling, n = 4",
+            story="One prompt, four samples (§5): the prompt's blocks are forked, not copied "
+            "(R[p] = 4); each sample's first write into the shared, partly filled last block "
+            "copies it (copy-on-write).",
+            requests=(Request("Elizabeth could not help", sampled(20, seed=3, n=4)),),
+            num_gpu_blocks=32,
+        ),
+        Scenario(
+            name="beam",
+            title="beam search, K = 4",
+            story="Beam search (§5): beams fork from their parents each step and share "
+            "everything before the split; beams that fall out of the top K free their blocks.",
+            requests=(Request("Mr. Darcy", beams(16, beam_width=4)),),
+            num_gpu_blocks=24,
+        ),
+        Scenario(
+            name="swap",
+            title="memory pressure: swapping",
+            story="Four requests outgrow a 20-block pool (§6): the latest arrival is preempted "
+            "and its blocks are copied to the host pool, then swapped back in when room "
+            "returns.",
+            requests=tuple(
+                Request(prompt, sampled(28, seed=10 + i))
+                for i, prompt in enumerate(PRESSURE_PROMPTS)
+            ),
+            num_gpu_blocks=20,
+            num_cpu_blocks=20,
+            preemption="swap",
+        ),
+        Scenario(
+            name="recompute",
+            title="memory pressure: recomputation",
+            story="The same four requests and pool (§6), preempted by recomputation: the "
+            "latest arrival drops its blocks, keeps its tokens, and prefills them all again "
+            "when it is readmitted.",
+            requests=tuple(
+                Request(prompt, sampled(28, seed=10 + i))
+                for i, prompt in enumerate(PRESSURE_PROMPTS)
+            ),
+            num_gpu_blocks=20,
+            preemption="recompute",
+        ),
+        Scenario(
+            name="prefix",
+            title="a shared system prompt, prefix caching",
+            story="Four requests start with the same long prompt (§7, the agent scenario). With "
+            "prefix caching, the first request's full prompt blocks are registered by their "
+            "tokens; the others find them cached, share them (R[p] = 4) and prefill only their "
+            "own last tokens.",
+            requests=tuple(
+                Request(f"{SYSTEM_PROMPT} {ending}", sampled(16, seed=20 + i))
+                for i, ending in enumerate(("good fortune", "large house", "fine horse", "wife"))
+            ),
+            num_gpu_blocks=32,
+            prefix_caching="hash",
+        ),
+    )
+}
+
+DEFAULT_SCENARIO = "several"
+
+
+def custom(
+    prompts: tuple[str, ...],
+    *,
+    n: int = 1,
+    beam_width: int | None = None,
+    block_size: int = 4,
+    num_gpu_blocks: int = 32,
+    num_cpu_blocks: int = 0,
+    preemption: str = "recompute",
+    max_tokens: int = 24,
+    seed: int = 0,
+) -> Scenario:
+    """One request per prompt, from the command line: ``n`` parallel samples each, or beam
+    search with ``beam_width`` beams. Raises ``ValueError`` naming a bad value."""
+    if not prompts or not all(prompts):
+        raise ValueError("a custom scenario needs at least one non-empty --prompt")
+    if beam_width is not None:
+        if n != 1:
+            raise ValueError(f"choose parallel sampling (n={n}) or beam search, not both")
+        params, what = beams(max_tokens, beam_width), f"beam search, K = {beam_width}"
+    else:
+        # No per-request seed: the engine derives one from its seed and the arrival order, so
+        # two identical prompts still sample differently.
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.8, top_k=40, n=n)
+        what = f"n = {n}"
+    return Scenario(
+        name="custom",
+        title=f"custom: {what}, B = {block_size}",
+        story=f"{len(prompts)} prompt(s) of yours on {num_gpu_blocks} device blocks and "
+        f"{num_cpu_blocks} host blocks, preemption by {preemption}.",
+        requests=tuple(Request(prompt, params) for prompt in prompts),
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        num_cpu_blocks=num_cpu_blocks,
+        preemption=preemption,
+        seed=seed,
+    )

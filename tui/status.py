@@ -1,0 +1,38 @@
+"""The status line: which run, where the cursor is, whether it plays, and the latest notice."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.pane import Selection
+from tui.timeline import Timeline
+
+
+class StatusLine(Static):
+    """One line. Guarantees: ``step k/N`` names the cursor's frame and the steps recorded so
+    far (``N+`` while the model may still add more); a notice is shown until the next move."""
+
+    DEFAULT_CSS = """
+    StatusLine { height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def show(
+        self,
+        title: str,
+        timeline: Timeline | None,
+        playing: bool,
+        speed: float,
+        selection: Selection,
+        notice: str,
+    ) -> None:
+        text = Text(title, style="bold")
+        if timeline is not None:
+            total = str(timeline.recorded) if timeline.finished else f"{timeline.recorded}+"
+            text.append(f"  step {timeline.cursor}/{total}")
+        text.append(f"  {'▶ playing' if playing else 'paused'} {speed:g} steps/s", style="dim")
+        if selection != Selection():
+            text.append(f"  selected: {selection.describe()}", style="reverse")
+        if notice:
+            text.append(f"  {notice}", style="bold yellow")
+        self.update(text)

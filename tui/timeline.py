@@ -1,0 +1,141 @@
+"""The recorded history of one run: every :class:`StepOutput`, and a cursor into it.
+
+Time travel is reading this list. Stepping back shows an earlier recorded step; nothing is
+recomputed, so stepping forward k times and back k times shows exactly what was shown before.
+Frame 0 is the moment before the first step: requests queued, every block free.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from minipaged.block_manager import BlockState
+from minipaged.engine import LLMEngine, SeqView, StepOutput
+from minipaged.events import Finish
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One sequence's tokens as the token-stream pane shows them. Live sequences come from the
+    step's :class:`SeqView`; a finished one keeps its final tokens (status ``"finished"``)."""
+
+    seq_id: int
+    request_id: str
+    token_ids: tuple[int, ...]
+    prompt_len: int
+    status: str
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every pane draws at one cursor position: the step, the step before it (to see what
+    changed), the streams so far and the event kinds counted from step 1 through this one."""
+
+    index: int
+    step: StepOutput
+    previous: StepOutput
+    streams: tuple[Stream, ...]
+    counts: Counter[str]
+
+
+def opening_step(engine: LLMEngine) -> StepOutput:
+    """Frame 0 of a live run: the engine's state before its first step (requests waiting)."""
+    sequences = {
+        seq.seq_id: SeqView(
+            group.request_id, seq.seq_id, tuple(seq.token_ids), seq.prompt_len, "waiting"
+        )
+        for group in engine.requests.values()
+        for seq in group.seqs
+    }
+    return StepOutput(
+        step=0,
+        new_tokens={},
+        events=(),
+        state=engine.block_manager.snapshot(),
+        sequences=sequences,
+        queues={"waiting": tuple(engine.requests), "running": (), "swapped": ()},
+        finished=(),
+        num_prefill_tokens=0,
+        num_decode_tokens=0,
+    )
+
+
+def opening_step_of_trace(first: StepOutput) -> StepOutput:
+    """Frame 0 of a recorded trace: the pools of its first step, all free. The trace does not
+    record the queued prompts, so no sequence is shown before step 1."""
+    state = first.state
+    num_device, num_host = len(state.device_refcounts), len(state.host_refcounts)
+    empty = BlockState(
+        block_size=state.block_size,
+        tables={},
+        device_refcounts=(0,) * num_device,
+        host_refcounts=(0,) * num_host,
+        device_free=tuple(range(num_device)),
+        host_free=tuple(range(num_host)),
+    )
+    return StepOutput(0, {}, (), empty, {}, {"waiting": (), "running": (), "swapped": ()}, (), 0, 0)
+
+
+class Timeline:
+    """Recorded frames ``0..recorded`` and a ``cursor`` among them.
+
+    Guarantees: ``frame(i)`` is the same object however often and in whatever order frames are
+    visited; ``cursor`` always names a recorded frame; ``finished`` is set once the run has no
+    more steps, and then ``recorded`` is final.
+    """
+
+    def __init__(self, opening: StepOutput) -> None:
+        self._frames = [Frame(0, opening, opening, _streams((), opening), Counter())]
+        self.cursor = 0
+        self.finished = False
+
+    @property
+    def recorded(self) -> int:
+        """How many steps are recorded (frame 0 is not a step)."""
+        return len(self._frames) - 1
+
+    def record(self, steps: Iterable[StepOutput]) -> None:
+        for step in steps:
+            last = self._frames[-1]
+            counts = last.counts + Counter(event.kind for event in step.events)
+            streams = _streams(last.streams, step)
+            self._frames.append(Frame(len(self._frames), step, last.step, streams, counts))
+
+    def frame(self, index: int | None = None) -> Frame:
+        """Frame ``index`` (default: the cursor's)."""
+        return self._frames[self.cursor if index is None else index]
+
+    def move(self, index: int) -> bool:
+        """Put the cursor on frame ``index`` if it is recorded; say whether it moved there."""
+        if not 0 <= index <= self.recorded:
+            return False
+        self.cursor = index
+        return True
+
+    def next_with(self, kinds: frozenset[str]) -> int | None:
+        """The first recorded frame after the cursor with an event of one of ``kinds``."""
+        for frame in self._frames[self.cursor + 1 :]:
+            if any(event.kind in kinds for event in frame.step.events):
+                return frame.index
+        return None
+
+
+def _streams(before: tuple[Stream, ...], step: StepOutput) -> tuple[Stream, ...]:
+    """Live sequences in id order, then the finished ones in the order they finished. A
+    sequence that leaves without a finish event (a beam that fell out of the top K) is gone."""
+    done = [s for s in before if s.status == "finished"]
+    previous = {s.seq_id: s for s in before}
+    for event in step.events:
+        if isinstance(event, Finish) and event.seq in previous:
+            last = previous[event.seq]
+            # The finishing token was sampled this step; the sequence is no longer in the view.
+            new = (step.new_tokens[event.seq],) if event.seq in step.new_tokens else ()
+            tokens = last.token_ids + new
+            done.append(Stream(last.seq_id, last.request_id, tokens, last.prompt_len, "finished"))
+    live = [
+        Stream(view.seq_id, view.request_id, view.token_ids, view.prompt_len, view.status)
+        for _, view in sorted(step.sequences.items())
+    ]
+    return (*live, *done)

@@ -1,0 +1,132 @@
+"""The tokens of every sequence, painted by the physical block their keys and values live in.
+
+Token $t$ of a sequence lives in logical block $j = \\lfloor t/B \\rfloor$, that is physical block
+$\\mathcal{T}_r[j]$, at offset $o = t \\bmod B$. Two sequences that share a block show the same
+colour under the same tokens; after a copy-on-write the colours part. The last sampled token
+has no slot yet (the next step writes it), so it is unpainted; so is a sequence without blocks.
+A swapped-out sequence's blocks are in host memory: its tokens are grey and italic.
+``¶`` is the special paragraph token, which also begins every prompt. Generated tokens are
+bold; the token this step produced is underlined.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rich.console import RenderableType
+from rich.style import Style
+from rich.text import Text
+
+from minipaged.tokenizer import Tokenizer
+from tui.colours import SELECTED, block_colour, seq_label
+from tui.pane import Pane
+from tui.timeline import Frame, Stream
+
+LABEL_WIDTH = 5  # "s12 " plus the status glyph
+HOST_COLOURS = ("#3a3a3a", "#505050")  # host blocks: greys, so no device block's colour is reused
+STATUS_GLYPH = {"running": "▶", "waiting": "…", "swapped": "⇣", "finished": "✓"}
+
+
+class TokenText:
+    """Token id -> the text to show for it (one token at a time, cached)."""
+
+    def __init__(self, tokenizer: Tokenizer | None) -> None:
+        self.tokenizer = tokenizer
+        self.piece = lru_cache(maxsize=4096)(self._piece)
+
+    def _piece(self, token: int) -> str:
+        if self.tokenizer is None:
+            return f"{token} "
+        text = self.tokenizer.decode([token])
+        if not text:
+            return "¶"
+        text = text.replace("\n", "⏎").replace("\t", "→")
+        # Control bytes would move the terminal's cursor: show them as replacement characters.
+        return "".join(ch if ch.isprintable() else "\N{REPLACEMENT CHARACTER}" for ch in text)
+
+
+def stream_text(stream: Stream, frame: Frame, words: TokenText, selected_block: int | None) -> Text:
+    state = frame.step.state
+    table = state.tables.get(stream.seq_id) if stream.status != "finished" else None
+    block_size = state.block_size
+    new = frame.step.new_tokens.get(stream.seq_id)
+    text = Text()
+    last = len(stream.token_ids) - 1
+    for t, token in enumerate(stream.token_ids):
+        style = Style(bold=t >= stream.prompt_len)
+        if table is not None and t < table.num_tokens:
+            block = table.blocks[t // block_size]
+            if table.pool == "host":
+                style += Style(bgcolor=HOST_COLOURS[block % len(HOST_COLOURS)], italic=True)
+            else:
+                style += Style(bgcolor=block_colour(block))
+                if block == selected_block:
+                    style += SELECTED
+        if t == last and new is not None and stream.status != "waiting":
+            style += Style(underline=True)
+        text.append(words.piece(token), style=style)
+    return text
+
+
+def dimmed(text: Text) -> Text:
+    """``text`` faded, for the sequences that are not selected."""
+    text.stylize(Style(dim=True))
+    return text
+
+
+class TokenStreams(Pane):
+    """Every sequence's text at the frame. Guarantees: a painted token's colour is the colour of
+    the physical block that holds its slot in the snapshot; when the pane is too short, each
+    sequence keeps its most recent lines and its label."""
+
+    DEFAULT_CSS = """
+    TokenStreams { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("token streams, painted by block", id=id)
+        self.words = TokenText(None)
+
+    def draw(self, frame: Frame, width: int) -> RenderableType:
+        streams = frame.streams
+        if not streams:
+            return Text("no sequences yet", style="dim")
+        body_width = max(width - LABEL_WIDTH, 8)
+        chosen = self.selection.seq
+        texts = [stream_text(s, frame, self.words, self.selection.block) for s in streams]
+        texts = [
+            dimmed(text) if chosen is not None and s.seq_id != chosen else text
+            for s, text in zip(streams, texts, strict=True)
+        ]
+        wrapped = [text.wrap(self.app.console, body_width) for text in texts]
+        budget = allot([len(lines) for lines in wrapped], max(self.content_size.height, 1))
+        out = []
+        for stream, lines, keep in zip(streams, wrapped, budget, strict=True):
+            if not keep:
+                continue
+            chosen = SELECTED if self.selection.seq == stream.seq_id else Style()
+            label = Text()
+            label.append(f"s{stream.seq_id}", style=seq_label(stream.seq_id) + chosen)
+            label.append(STATUS_GLYPH.get(stream.status, "?"), style="dim")
+            label.pad_right(LABEL_WIDTH - len(label))
+            for i, line in enumerate(lines[len(lines) - keep :]):
+                row = label.copy() if i == 0 else Text(" " * LABEL_WIDTH)
+                row.append_text(line)
+                out.append(row)
+        hidden = sum(1 for keep in budget if not keep)
+        if hidden:
+            out[-1] = Text(f"… and {hidden} more sequence(s)", style="dim")
+        return Text("\n").join(out)
+
+
+def allot(needs: list[int], height: int) -> list[int]:
+    """Share ``height`` lines among streams needing ``needs`` lines: one line each in turn
+    until each has what it needs or the lines run out (earlier streams first)."""
+    given = [0] * len(needs)
+    left = height
+    while left > 0 and any(g < n for g, n in zip(given, needs, strict=True)):
+        for i, need in enumerate(needs):
+            if left and given[i] < need:
+                given[i] += 1
+                left -= 1
+    return given
