@@ -8,6 +8,8 @@ metadata only: block ids and integers. The key and value tensors live in
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left. The scheduler avoids this by asking ``can_allocate``
@@ -39,8 +41,8 @@ class BlockAllocator:
         self.pool = pool
         self.num_blocks = num_blocks
         self._refcounts = [0] * num_blocks
-        # A dict as an ordered set: front-to-back iteration, O(1) removal of any block.
-        self._free: dict[int, None] = dict.fromkeys(range(num_blocks))
+        # An ordered set: O(1) to take the front, to append at the back and to remove any block.
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
 
     @property
     def num_free(self) -> int:
@@ -70,8 +72,9 @@ class BlockAllocator:
                 f"the {self.pool} pool is full: all {self.num_blocks} blocks are in use. "
                 "Free or preempt a sequence first, or give the pool more blocks."
             )
-        block = next(iter(self._free))
-        return self.take(block)
+        block, _ = self._free.popitem(last=False)
+        self._refcounts[block] = 1
+        return block
 
     def take(self, block: int) -> int:
         """Allocate this particular free block ($\\mathcal{R}[p]$: 0 to 1): a prefix-cache hit on

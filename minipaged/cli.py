@@ -1,21 +1,12 @@
-"""The ``minipaged`` command line.
-
-Subcommands that later work will provide say so plainly and exit with status 2; none prints
-made-up output.
-"""
+"""The ``minipaged`` command line: ``tui`` (the main job), ``demo``, ``generate``, ``trace``,
+``simulate``, ``bench`` and ``exercises``. Bad input exits with status 2 and a message that
+names the problem, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import sys
-
-# Subcommand -> the part of the project that will provide it.
-NOT_YET_AVAILABLE = {
-    "simulate": "the real-scale simulator and baseline allocators",
-    "bench": "the benchmark suite",
-    "exercises": "the classroom exercises and grader",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_tui(sub)
     _add_trace(sub)
-    for name, part in NOT_YET_AVAILABLE.items():
-        sub.add_parser(name, help=f"not yet available (comes with {part})")
+    _add_exercises(sub)
+    _add_simulate_and_bench(sub)
     return parser
 
 
@@ -107,6 +98,36 @@ def _workload(args: argparse.Namespace):
         device=args.device,
     )
     return llm, params
+
+
+def _add_exercises(sub: argparse._SubParsersAction) -> None:
+    from minipaged.grader import command
+
+    command.add_parser(sub)
+
+
+def _exercises(args: argparse.Namespace) -> int:
+    from minipaged.grader import command
+
+    return command.run(args)
+
+
+def _add_simulate_and_bench(sub: argparse._SubParsersAction) -> None:
+    from minipaged.bench import command
+
+    command.add_parsers(sub)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from minipaged.bench import command
+
+    return command.simulate(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from minipaged.bench import command
+
+    return command.bench(args)
 
 
 def _add_tui(sub: argparse._SubParsersAction) -> None:
@@ -191,19 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         "generate": _generate,
         "trace": _trace,
         "tui": _tui,
+        "exercises": _exercises,
+        "simulate": _simulate,
+        "bench": _bench,
     }
-    if args.command in commands:
-        try:
-            return commands[args.command](args)
-        except (ValueError, FileNotFoundError) as error:
-            print(f"minipaged {args.command}: {error}", file=sys.stderr)
-            return 2
-    print(
-        f"minipaged {args.command}: not yet available; it comes with "
-        f"{NOT_YET_AVAILABLE[args.command]}. Try `minipaged demo`.",
-        file=sys.stderr,
-    )
-    return 2
+    try:
+        return commands[args.command](args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"minipaged {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

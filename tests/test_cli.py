@@ -14,12 +14,6 @@ def test_demo_narrates_fork_copy_on_write_and_swap_with_invariants_holding(capsy
     assert out.count("invariants: all hold") == 8
 
 
-@pytest.mark.parametrize("command", sorted(cli.NOT_YET_AVAILABLE))
-def test_unbuilt_subcommands_say_so_and_fail(command, capsys):
-    assert cli.main([command]) == 2
-    assert "not yet available" in capsys.readouterr().err
-
-
 def test_unknown_subcommand_is_a_usage_error():
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["frobnicate"])

@@ -1,0 +1,28 @@
+"""Figures for the results page, written as SVG that is the same byte for byte when the numbers
+are (no date, fixed element ids), so regenerating the page only changes what changed.
+
+Figures are built with matplotlib's object API (``Figure``), not
+``pyplot``: no display, no global backend, nothing to close.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+
+def figure(ncols: int = 1, width: float = 6.4) -> tuple[Figure, list[Axes]]:
+    """A figure with ``ncols`` side-by-side axes."""
+    fig = Figure(figsize=(width * ncols, 4.0), layout="tight")
+    return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
+
+
+def save(fig: Figure, out: Path, name: str) -> Path:
+    """Write ``fig`` to ``out/name.svg``; returns the path."""
+    path = out / f"{name}.svg"
+    with matplotlib.rc_context({"svg.hashsalt": "minipaged"}):
+        fig.savefig(path, format="svg", metadata={"Date": None})
+    return path

@@ -1,0 +1,136 @@
+"""Checks for exercise 01: block-table arithmetic (source text §1 and §3).
+
+The student's ``memory.py`` mirrors ``minipaged.memory``: ``logical_block``, ``block_offset``,
+``num_logical_blocks``, ``slot`` and ``ModelShape``'s byte counts.
+"""
+
+from __future__ import annotations
+
+from minipaged.grader.report import CheckFailed, Criterion, expect
+
+EXAMPLE_TABLE = [47, 12, 93]
+"""§3's worked example: with $B = 16$, token $t = 38$ lives in $\\mathcal{T}_r[2] = 93$."""
+
+
+def check_logical_block(student):
+    """logical_block(t, B) is j = floor(t / B), the logical block holding token t"""
+    memory = student.memory
+    expect(memory.logical_block(38, 16), 2, "§3's example: logical_block(t=38, B=16)")
+    for block_size in (1, 4, 16):
+        for t in range(3 * block_size + 2):
+            expect(
+                memory.logical_block(t, block_size), t // block_size, f"j for t={t}, B={block_size}"
+            )
+
+
+def check_block_offset(student):
+    """block_offset(t, B) is o = t mod B, the token's place inside its block"""
+    memory = student.memory
+    expect(memory.block_offset(38, 16), 6, "§3's example: block_offset(t=38, B=16)")
+    for block_size in (1, 4, 16):
+        for t in range(3 * block_size + 2):
+            expect(
+                memory.block_offset(t, block_size), t % block_size, f"o for t={t}, B={block_size}"
+            )
+
+
+def check_num_logical_blocks(student):
+    """num_logical_blocks(L, B) is M = ceil(L / B): a partly filled last block counts"""
+    memory = student.memory
+    for length, block_size, blocks in [
+        (0, 16, 0),
+        (1, 16, 1),
+        (16, 16, 1),
+        (17, 16, 2),
+        (500, 16, 32),
+        (38, 16, 3),
+        (7, 1, 7),
+    ]:
+        expect(
+            memory.num_logical_blocks(length, block_size),
+            blocks,
+            f"M for L={length} tokens, B={block_size}",
+        )
+
+
+def check_slot(student):
+    """slot(T_r, t, B) is T_r[j] * B + o, the token's row in the flattened pool"""
+    memory = student.memory
+    expect(
+        memory.slot(EXAMPLE_TABLE, 38, 16),
+        93 * 16 + 6,
+        "§3's example: slot(T_r=[47, 12, 93], t=38, B=16) = T_r[2] * 16 + 6",
+    )
+    table = [5, 0, 3]
+    for t in range(3 * 4):
+        expected = table[t // 4] * 4 + t % 4
+        expect(memory.slot(table, t, 4), expected, f"slot(T_r={table}, t={t}, B=4)")
+
+
+def check_slot_outside_the_table(student):
+    """slot refuses a token the table does not reach, with a ValueError"""
+    memory = student.memory
+    try:
+        got = memory.slot(EXAMPLE_TABLE, 48, 16)
+    except ValueError:
+        return
+    except IndexError:
+        raise CheckFailed(
+            "slot(T_r=[47, 12, 93], t=48, B=16) raised IndexError: j = 3 is past the table's "
+            "3 blocks; raise a ValueError that says which positions the table holds"
+        ) from None
+    raise CheckFailed(
+        f"slot(T_r=[47, 12, 93], t=48, B=16) returned {got!r}: j = 3 is past the table's "
+        "3 blocks (positions 0..47), so it must raise a ValueError"
+    )
+
+
+def check_kv_bytes_per_token(student):
+    """ModelShape.kv_bytes_per_token is 2 * N_L * N_KV * d_h * b (§1)"""
+    shape = student.memory.ModelShape
+    for args, name, expected in [
+        ((32, 32, 8, 128, 2), "Llama-3-8B", 131_072),
+        ((80, 64, 8, 128, 2), "Llama-3-70B", 327_680),
+        ((80, 64, 64, 128, 2), "Llama-2-70B as §1 states it (N_KV = 64)", 2_621_440),
+        ((2, 4, 4, 8, 1), "N_L=2, N_KV=4, d_h=8, b=1", 128),
+    ]:
+        got = shape(*args).kv_bytes_per_token
+        if got == 2 * args[0] * args[1] * args[3] * args[4] and args[1] != args[2]:
+            raise CheckFailed(
+                f"{name}: got {got} bytes per token, which counts N_Q={args[1]} query heads; "
+                f"the cache stores keys and values for the N_KV={args[2]} KV heads only"
+            )
+        expect(got, expected, f"{name}: kv_bytes_per_token")
+
+
+def check_kv_bytes(student):
+    """ModelShape.kv_bytes(L) is M_KV(L) = 2 * N_L * N_KV * d_h * L * b (§1)"""
+    llama3_8b = student.memory.ModelShape(32, 32, 8, 128, 2)
+    expect(llama3_8b.kv_bytes(8192), 1_073_741_824, "Llama-3-8B, M_KV(8192) (about 1.07 GB)")
+    expect(llama3_8b.kv_bytes(0), 0, "Llama-3-8B, M_KV(0)")
+
+
+def check_block_bytes(student):
+    """block_bytes_per_layer(B) is 2 * N_KV * d_h * B * b; block_bytes(B) is N_L times that (§3)"""
+    llama3_70b = student.memory.ModelShape(80, 64, 8, 128, 2)
+    expect(llama3_70b.block_bytes_per_layer(16), 65_536, "§3: one block of B=16, one layer (64 KB)")
+    expect(
+        llama3_70b.block_bytes(16),
+        5_242_880,
+        "§3: one block of B=16 in all 80 layers (80 × 64 KiB, the text's '5.12 MB')",
+    )
+
+
+CRITERIA = tuple(
+    Criterion(check)
+    for check in (
+        check_logical_block,
+        check_block_offset,
+        check_num_logical_blocks,
+        check_slot,
+        check_slot_outside_the_table,
+        check_kv_bytes_per_token,
+        check_kv_bytes,
+        check_block_bytes,
+    )
+)

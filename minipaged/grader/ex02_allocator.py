@@ -1,0 +1,130 @@
+"""Checks for exercise 02: a refcounted block allocator (source text §3 and §5).
+
+The student's ``allocator.py`` mirrors ``minipaged.allocator``: ``OutOfBlocks`` and
+``BlockAllocator`` with ``allocate``, ``take``, ``incref``, ``decref`` and the questions
+``refcount``, ``refcounts``, ``free_blocks``, ``num_free``, ``num_used``.
+"""
+
+from __future__ import annotations
+
+from minipaged.block_manager import BlockManager
+from minipaged.grader.properties import BlockManagerMachine, run_programs
+from minipaged.grader.report import CheckFailed, Criterion, expect
+
+
+def block_manager_class(student) -> type[BlockManager]:
+    """The library's block manager running on the student's allocator, for both pools."""
+    allocator = student.allocator.BlockAllocator
+
+    class BlockManagerOnYourAllocator(BlockManager):
+        def __init__(self, num_device_blocks: int, num_host_blocks: int = 0, *args, **kwargs):
+            super().__init__(num_device_blocks, num_host_blocks, *args, **kwargs)
+            self.device = allocator(num_device_blocks, pool="device")
+            self.host = allocator(num_host_blocks, pool="host") if num_host_blocks else None
+
+    return BlockManagerOnYourAllocator
+
+
+def _raises(error_type, action, what: str) -> None:
+    try:
+        got = action()
+    except error_type:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise CheckFailed(
+            f"{what}: expected {error_type.__name__}, got {type(error).__name__}: {error}"
+        ) from None
+    raise CheckFailed(f"{what}: expected {error_type.__name__}, but it returned {got!r}")
+
+
+def check_new_pool_is_all_free(student):
+    """a new pool of P_max blocks has every block free, with R[p] = 0"""
+    pool = student.allocator.BlockAllocator(4)
+    expect(pool.num_free, 4, "BlockAllocator(4).num_free")
+    expect(pool.num_used, 0, "BlockAllocator(4).num_used")
+    expect(pool.free_blocks(), (0, 1, 2, 3), "BlockAllocator(4).free_blocks()")
+    expect(pool.refcounts(), (0, 0, 0, 0), "BlockAllocator(4).refcounts()")
+
+
+def check_allocate_takes_the_first_free_block(student):
+    """allocate takes the first block of the free list and sets R[p] = 1"""
+    pool = student.allocator.BlockAllocator(4)
+    got = [pool.allocate() for _ in range(3)]
+    expect(got, [0, 1, 2], "three allocations from a new pool of 4")
+    expect([pool.refcount(p) for p in got], [1, 1, 1], "R[p] of the allocated blocks")
+    expect((pool.num_free, pool.num_used), (1, 3), "(num_free, num_used) after 3 of 4")
+
+
+def check_incref_and_decref_count_tables(student):
+    """incref and decref move R[p] by one and return it; a block with R[p] > 0 stays in use"""
+    pool = student.allocator.BlockAllocator(2)
+    p = pool.allocate()
+    expect(pool.incref(p), 2, f"incref({p}) after allocate: the new R[{p}]")
+    expect(pool.decref(p), 1, f"decref({p}) with R[{p}]=2: the new R[{p}]")
+    expect(pool.free_blocks(), (1,), f"the free list while R[{p}]=1")
+    expect(pool.decref(p), 0, f"decref({p}) with R[{p}]=1: the new R[{p}]")
+    expect(pool.free_blocks(), (1, p), f"the free list once R[{p}]=0")
+
+
+def check_freed_blocks_join_the_back_of_the_free_list(student):
+    """a freed block joins the back of the free list: the block freed longest ago is reused first"""
+    pool = student.allocator.BlockAllocator(4)
+    for _ in range(4):
+        pool.allocate()
+    pool.decref(2)
+    pool.decref(0)
+    expect(pool.free_blocks(), (2, 0), "the free list after freeing block 2, then block 0")
+    expect(pool.allocate(), 2, "allocate() with free list (2, 0)")
+
+
+def check_full_pool_raises_out_of_blocks(student):
+    """allocate on a full pool raises OutOfBlocks and changes nothing"""
+    module = student.allocator
+    pool = module.BlockAllocator(2)
+    pool.allocate()
+    pool.allocate()
+    _raises(module.OutOfBlocks, pool.allocate, "allocate() on a full pool of 2")
+    expect(pool.refcounts(), (1, 1), "R after the refused allocate")
+
+
+def check_misuse_is_refused(student):
+    """decref or incref of a free block raises ValueError; an unknown block id raises IndexError"""
+    pool = student.allocator.BlockAllocator(2)
+    p = pool.allocate()
+    pool.decref(p)
+    _raises(ValueError, lambda: pool.decref(p), f"decref({p}) of a free block (a double free)")
+    _raises(ValueError, lambda: pool.incref(1), "incref(1) of a free block (share it unallocated)")
+    _raises(IndexError, lambda: pool.refcount(2), "refcount(2) in a pool of blocks 0..1")
+    _raises(IndexError, lambda: pool.decref(-1), "decref(-1)")
+    expect(pool.refcounts(), (0, 0), "R after the refused calls")
+
+
+def check_take_allocates_a_given_free_block(student):
+    """take(p) allocates that free block (R[p]: 0 to 1); taking a block in use is refused"""
+    pool = student.allocator.BlockAllocator(4)
+    expect(pool.take(2), 2, "take(2) on a new pool")
+    expect(pool.refcount(2), 1, "R[2] after take(2)")
+    expect(pool.free_blocks(), (0, 1, 3), "the free list after take(2)")
+    _raises(ValueError, lambda: pool.take(2), "take(2) while R[2]=1")
+
+
+def check_block_manager_runs_on_your_allocator(student):
+    """the library's block manager keeps every invariant on random programs over your allocator"""
+    run_programs(BlockManagerMachine, block_manager_class(student), max_examples=40)
+
+
+CRITERIA = tuple(
+    Criterion(check)
+    for check in (
+        check_new_pool_is_all_free,
+        check_allocate_takes_the_first_free_block,
+        check_incref_and_decref_count_tables,
+        check_freed_blocks_join_the_back_of_the_free_list,
+        check_full_pool_raises_out_of_blocks,
+        check_misuse_is_refused,
+        check_take_allocates_a_given_free_block,
+        check_block_manager_runs_on_your_allocator,
+    )
+)

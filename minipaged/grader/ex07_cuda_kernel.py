@@ -1,0 +1,118 @@
+"""Checks for exercise 07: a Numba CUDA paged-attention kernel (source text §4), run in Numba's
+CUDA simulator on the CPU, and on a real GPU where there is one.
+
+The student's ``cache_ops.py`` and ``paged_attention.py`` mirror ``cuda_kernels.cache_ops``
+(``reshape_and_cache``) and ``cuda_kernels.paged_attention`` (``paged_attention_decode``). The
+simulator runs one OS thread per CUDA thread, about 0.1 s per thread block per launch, so the
+simulator checks launch few, small blocks. This module imports no numba itself: the grader
+decides in which process (simulator or GPU) each check runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from minipaged.grader.ex06_attention import compare, make_case
+from minipaged.grader.report import CheckFailed, Criterion
+
+SENTINEL = -7.0
+"""What every slot of the pools holds before a write; a slot that should not change keeps it."""
+
+
+def check_cache_write(student):
+    """reshape_and_cache writes token i at slot s (block s // B, offset s mod B); s < 0: nowhere"""
+    gen = torch.Generator().manual_seed(0)
+    num_blocks, num_kv_heads, block_size, head_dim = 6, 2, 4, 4
+    key = torch.randn(5, num_kv_heads, head_dim, generator=gen)
+    value = torch.randn(5, num_kv_heads, head_dim, generator=gen)
+    slots = torch.tensor([5, 0, -1, 22, 9])
+    key_pool = torch.full((num_blocks, num_kv_heads, block_size, head_dim), SENTINEL)
+    value_pool = key_pool.clone()
+    expected_k, expected_v = key_pool.clone(), value_pool.clone()
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            expected_k[slot // block_size, :, slot % block_size] = key[i]
+            expected_v[slot // block_size, :, slot % block_size] = value[i]
+    student.cache_ops.reshape_and_cache(key, value, key_pool, value_pool, slots)
+    for name, got, expected in (
+        ("key_pool", key_pool, expected_k),
+        ("value_pool", value_pool, expected_v),
+    ):
+        wrong = (got != expected).any(dim=(1, 3)).nonzero().tolist()  # [block, offset] pairs
+        if wrong:
+            block, offset = wrong[0]
+            slot = block * block_size + offset
+            writer = [i for i, s in enumerate(slots.tolist()) if s == slot]
+            should = f"token {writer[0]}'s vector" if writer else f"{SENTINEL} (no token's slot)"
+            raise CheckFailed(
+                f"{name}[{block}, :, {offset}] (slot {slot}) should hold {should} after writing "
+                f"slot_mapping={slots.tolist()} with B={block_size}; it holds "
+                f"{got[block, 0, offset].tolist()} for KV head 0"
+            )
+
+
+def check_decode_one_head(student):
+    """the decode kernel attends one sequence, one head, ending mid-block (L=5, B=4)"""
+    case = make_case("one sequence, one head (L=5, B=4)", [5], num_heads=1, num_kv_heads=1)
+    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+
+
+def check_decode_batch_with_gqa(student):
+    """the decode kernel handles a batch, GQA, L longer than one round of threads, NaN slots"""
+    case = make_case(
+        "a batch of L=37, 6 with 4 query heads over 2 KV heads (B=8)",
+        [37, 6],
+        block_size=8,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        seed=5,
+    )
+    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+
+
+def check_decode_on_a_gpu(student):
+    """on a real GPU: correct at Llama scale and at most 10x the time of minipaged's v1 kernel"""
+    import cuda_kernels
+
+    case = make_case(
+        "a GPU batch: 8 sequences up to L=1000, 32 query heads over 8 KV heads",
+        [1000, 17, 512, 300, 999, 64, 128, 700],
+        block_size=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        seed=6,
+    )
+    args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in case.args)
+    gpu_case = dataclasses.replace(case, args=args, expected=case.expected.cuda())
+    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, gpu_case)
+    yours = _milliseconds(student.paged_attention.paged_attention_decode, args)
+    library = _milliseconds(cuda_kernels.paged_attention_decode, args)
+    if yours > 10 * library:
+        raise CheckFailed(
+            f"your kernel takes {yours:.3f} ms per launch, minipaged's v1 kernel {library:.3f} "
+            "ms: more than 10x. Do the threads of a block share out the tokens, and is the "
+            "query loaded once into shared memory?"
+        )
+
+
+def _milliseconds(function, args, repeats: int = 20) -> float:
+    function(*args)  # compile and warm up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        function(*args)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / repeats
+
+
+CRITERIA = (
+    Criterion(check_cache_write, runs_in="simulator"),
+    Criterion(check_decode_one_head, runs_in="simulator"),
+    Criterion(check_decode_batch_with_gqa, runs_in="simulator"),
+    Criterion(check_decode_on_a_gpu, runs_in="gpu"),
+)

@@ -1,0 +1,288 @@
+"""Random programs against a block manager, and the properties they must keep.
+
+``BlockManagerProgram`` is a hypothesis state machine that only *drives*: it builds a block
+manager of class ``manager_class`` on small pools and runs random programs of allocate / append /
+fork / free / swap-out / swap-in, asking the ``can_*`` question before each action, and asserts
+nothing. Beside the manager it keeps simulated KV contents: every token written is a unique
+number stored at its slot, and copy-on-write copies and swaps move those numbers, so a sequence
+can be read back through its block table $\\mathcal{T}_r$.
+
+``BlockManagerMachine`` adds the properties: the shared invariants of
+``minipaged.invariants``, exclusive writes (§5), read-back, and no leak once every sequence is
+freed. It is the solution of exercise 08, whose students write their own
+``BlockManagerMachine`` on the same driver, and the grader runs it against the block managers
+of exercises 02 to 05.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from minipaged import invariants
+from minipaged.block_manager import BlockManager, BlockState
+from minipaged.block_table import BlockTable
+from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
+
+SHRINK_SECONDS = 5.0
+"""How long hypothesis may shrink a failing program before the unshrunk one is reported."""
+
+
+class SimulatedKV:
+    """The contents of both pools as ``{pool: {slot: token}}``, and what each sequence wrote.
+
+    Invariant of a correct block manager: reading sequence $r$ through $\\mathcal{T}_r$ gives
+    exactly the tokens $r$ wrote (its parent's, up to a fork, then its own)."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.slots: dict[str, dict[int, int]] = {"device": {}, "host": {}}
+        self.written: dict[int, list[int]] = {}
+        self._tokens = itertools.count(1)
+
+    def write(self, seq: int, slot: int) -> None:
+        token = next(self._tokens)
+        self.slots["device"][slot] = token
+        self.written.setdefault(seq, []).append(token)
+
+    def copy(self, src_pool: str, src: int, dst_pool: str, dst: int) -> None:
+        """Copy block ``src`` onto block ``dst``, all $B$ slots (copy-on-write, swap)."""
+        b = self.block_size
+        for o in range(b):
+            value = self.slots[src_pool].get(src * b + o)
+            if value is None:
+                self.slots[dst_pool].pop(dst * b + o, None)
+            else:
+                self.slots[dst_pool][dst * b + o] = value
+
+    def read(self, table: BlockTable) -> list[int | None]:
+        """The tokens found through ``table``, position by position."""
+        pool = self.slots[table.pool]
+        b = self.block_size
+        return [pool.get(table.blocks[t // b] * b + t % b) for t in range(table.num_tokens)]
+
+
+class BlockManagerProgram(RuleBasedStateMachine):
+    """Drives ``manager_class`` through random programs; asserts nothing.
+
+    What a property can read: ``self.manager`` (``snapshot()`` gives a ``BlockState``),
+    ``self.kv`` (``SimulatedKV``: ``kv.read(table)`` against ``kv.written[seq]``) and
+    ``self.last_write``: the slot the last step wrote into, if it was an append, else None.
+    ``after_all_freed`` runs at the end of every program, once every sequence is freed.
+    ``program`` lists the steps taken, in the block manager's terms; the last program run
+    is left in the class attribute ``last_program``, for the grader's messages."""
+
+    manager_class: type = BlockManager
+    last_program: ClassVar[list[str]] = []
+
+    @initialize(
+        block_size=st.sampled_from([2, 3, 4]),
+        num_device=st.integers(2, 16),
+        num_host=st.integers(0, 8),
+    )
+    def setup(self, block_size, num_device, num_host):
+        self.manager = self.manager_class(num_device, num_host, block_size, watermark=0.0)
+        self.kv = SimulatedKV(block_size)
+        self.last_write: int | None = None
+        self.next_seq = 0
+        self.program = [f"{self.manager_class.__name__}({num_device}, {num_host}, B={block_size})"]
+        type(self).last_program = self.program
+
+    def seqs_in(self, pool: str) -> list[int]:
+        return sorted(s for s, t in self.manager.tables.items() if t.pool == pool)
+
+    def _pick(self, pool: str, index: int) -> int:
+        seqs = self.seqs_in(pool)
+        return seqs[index % len(seqs)]
+
+    @precondition(lambda self: len(self.manager.tables) < 3)  # few sequences, room to grow
+    @rule(num_tokens=st.integers(1, 10))
+    def allocate(self, num_tokens):
+        self.last_write = None
+        m = self.manager
+        if m.blocks_needed(num_tokens) > m.device.num_blocks or not m.can_allocate(num_tokens):
+            return
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        self.program.append(f"allocate({seq}, {num_tokens})")
+        table = m.allocate(seq, num_tokens)
+        self.program[-1] += f" -> T={table.blocks}"
+        self.kv.written[seq] = []
+        for t in range(num_tokens):  # the prefill writes every prompt token
+            self.kv.write(seq, table.slot(t))
+
+    @precondition(lambda self: bool(self.seqs_in("device")))
+    @rule(index=st.integers(0, 7))
+    def append(self, index):
+        self.last_write = None
+        seq = self._pick("device", index)
+        if not self.manager.can_append(seq):
+            return
+        self.program.append(f"append_slot({seq})")
+        result = self.manager.append_slot(seq)
+        cow = f", copy-on-write {result.cow}" if result.cow else ""
+        self.program[-1] += f" -> slot {result.slot}{cow}"
+        if result.cow is not None:
+            self.kv.copy("device", result.cow[0], "device", result.cow[1])
+        self.kv.write(seq, result.slot)
+        self.last_write = result.slot
+
+    @precondition(lambda self: bool(self.seqs_in("device")) and len(self.manager.tables) < 5)
+    @rule(index=st.integers(0, 7))
+    def fork(self, index):
+        self.last_write = None
+        parent = self._pick("device", index)
+        child, self.next_seq = self.next_seq, self.next_seq + 1
+        self.program.append(f"fork({parent}, {child})")
+        self.manager.fork(parent, child)
+        self.kv.written[child] = list(self.kv.written[parent])
+
+    @precondition(lambda self: bool(self.manager.tables))
+    @rule(index=st.integers(0, 7))
+    def free(self, index):
+        self.last_write = None
+        seqs = sorted(self.manager.tables)
+        seq = seqs[index % len(seqs)]
+        self.program.append(f"free({seq})")
+        self.manager.free(seq)
+        del self.kv.written[seq]
+
+    @precondition(lambda self: bool(self.seqs_in("device")))
+    @rule(indices=st.lists(st.integers(0, 7), min_size=1, max_size=3))
+    def swap_out(self, indices):
+        self.last_write = None
+        group = sorted({self._pick("device", i) for i in indices})
+        if not self.manager.can_swap_out(group):
+            return
+        self.program.append(f"swap_out({group})")
+        mapping = self.manager.swap_out(group)
+        self.program[-1] += f" -> {mapping}"
+        for device_block, host_block in mapping:
+            self.kv.copy("device", device_block, "host", host_block)
+
+    @precondition(lambda self: bool(self.seqs_in("host")))
+    @rule(indices=st.lists(st.integers(0, 7), min_size=1, max_size=3))
+    def swap_in(self, indices):
+        self.last_write = None
+        group = sorted({self._pick("host", i) for i in indices})
+        if not self.manager.can_swap_in(group):
+            return
+        self.program.append(f"swap_in({group})")
+        mapping = self.manager.swap_in(group)
+        self.program[-1] += f" -> {mapping}"
+        for host_block, device_block in mapping:
+            self.kv.copy("host", host_block, "device", device_block)
+
+    def teardown(self):
+        if not hasattr(self, "manager"):
+            return
+        self.program.append(f"free every sequence left: {sorted(self.manager.tables)}")
+        for seq in sorted(self.manager.tables):
+            self.manager.free(seq)
+        self.after_all_freed()
+
+    def after_all_freed(self) -> None:
+        """Every sequence has been freed: check what must hold now."""
+
+
+class BlockManagerMachine(BlockManagerProgram):
+    """The reference properties (exercise 08's solution)."""
+
+    @invariant()
+    def block_state_invariants_hold(self):
+        invariants.assert_holds(self.manager)
+
+    @invariant()
+    def writes_land_in_private_blocks(self):
+        if self.last_write is not None:
+            state: BlockState = self.manager.snapshot()
+            problems = invariants.write_is_exclusive(state, self.last_write)
+            assert not problems, f"copy-on-write broken (§5): {problems[0]}"
+
+    @invariant()
+    def every_sequence_reads_back_its_own_tokens(self):
+        for seq, table in self.manager.tables.items():
+            read = self.kv.read(table)
+            assert read == self.kv.written[seq], (
+                f"seq {seq} reads back tokens {read} through T={table.blocks} "
+                f"({table.pool}), but wrote {self.kv.written[seq]}"
+            )
+
+    def after_all_freed(self):
+        m = self.manager
+        assert m.device.num_free == m.device.num_blocks, (
+            f"leak: every sequence is freed, yet {m.device.num_used} device block(s) are in use"
+        )
+        if m.host is not None:
+            assert m.host.num_free == m.host.num_blocks, (
+                f"leak: every sequence is freed, yet {m.host.num_used} host block(s) are in use"
+            )
+
+
+def run_programs(
+    machine: type[BlockManagerProgram],
+    manager_class: type,
+    max_examples: int = 60,
+    shrink: bool = True,
+) -> None:
+    """Run ``machine``'s properties over random programs against ``manager_class``
+    (derandomized: the same programs every time). Re-raises the first failure with the
+    (shrunk, unless ``shrink`` is False) program that caused it appended to its message."""
+    cls = type(f"{machine.__name__}On{manager_class.__name__}", (machine,), {})
+    cls.manager_class = manager_class
+    try:
+        _run(cls, max_examples, shrink=False)
+        return
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        failure, program = _first_assertion(error) or error, cls.last_program
+    if shrink:  # the same programs again, now shrinking the failing one, for a while
+        try:
+            with time_limit(SHRINK_SECONDS) as budget:
+                _run(cls, max_examples, shrink=True)
+        except TimeLimitExceeded as error:
+            if error is not budget:
+                raise
+        except Exception as error:
+            failure, program = _first_assertion(error) or error, cls.last_program
+    steps = "\n".join(f"  {line}" for line in program)
+    failure.args = (f"{failure}\nafter this program:\n{steps}",) + failure.args[1:]
+    raise failure
+
+
+def _run(cls: type[BlockManagerProgram], max_examples: int, shrink: bool) -> None:
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    config = settings(
+        max_examples=max_examples,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=phases,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    run_state_machine_as_test(cls, settings=config)
+
+
+def _first_assertion(error: BaseException) -> AssertionError | None:
+    """The earliest AssertionError that ``error`` was raised while handling, if any. When a
+    property fails, hypothesis still runs ``teardown``, which may crash on the broken state
+    (freeing a block twice, say); the property's failure is the one to report."""
+    first = None
+    while error is not None:
+        if isinstance(error, AssertionError):
+            first = error
+        error = error.__context__
+    return first

@@ -1,0 +1,90 @@
+"""The work under grading: a student's files, or the library's own modules (the solution).
+
+Every exercise names its files after the library modules they mirror (``block_manager.py`` for
+``minipaged.block_manager``), with the same classes and signatures, so one set of checks grades
+either. Checks reach the work as attributes: ``student.block_manager.BlockManager``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+_loads = itertools.count()
+
+
+class StudentImportError(Exception):
+    """A student's file could not be imported; every check that needs it fails with this."""
+
+
+class Student:
+    """The modules under grading, by file stem. ``files`` maps each stem to the student's file
+    (empty for the solution), so an error can be traced to a line the student wrote."""
+
+    def __init__(
+        self,
+        modules: dict[str, ModuleType | object],
+        files: dict[str, Path] | None = None,
+        errors: dict[str, str] | None = None,
+    ) -> None:
+        self._modules = modules
+        self.files = files or {}
+        self._errors = errors or {}
+
+    def __getattr__(self, stem: str):
+        if stem.startswith("_"):
+            raise AttributeError(stem)
+        if stem in self._errors:
+            raise StudentImportError(self._errors[stem])
+        try:
+            return self._modules[stem]
+        except KeyError:
+            raise AttributeError(f"no module {stem!r} under grading") from None
+
+    def where(self, error: BaseException) -> str:
+        """``" (block_manager.py, line 42)"``: the deepest frame of ``error`` in a student's
+        file, or ``""`` when it did not pass through one."""
+        paths = {str(p.resolve()): p.name for p in self.files.values()}
+        found = ""
+        for frame in traceback.extract_tb(error.__traceback__):
+            name = paths.get(str(Path(frame.filename).resolve()))
+            if name:
+                found = f" ({name}, line {frame.lineno})"
+        return found
+
+
+def load_folder(folder: Path, stems: tuple[str, ...]) -> Student:
+    """Import ``stem.py`` from ``folder`` for every stem, each under a fresh module name so that
+    two folders (or two loads of one) never share state. A file that fails to import is
+    recorded, not raised: the checks that need it report the error."""
+    modules: dict[str, ModuleType] = {}
+    files: dict[str, Path] = {}
+    errors: dict[str, str] = {}
+    for stem in stems:
+        path = folder / f"{stem}.py"
+        files[stem] = path
+        name = f"minipaged_student_{next(_loads)}_{stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the class is built
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:  # a student's syntax or import error is a result, not a crash
+            del sys.modules[name]
+            line = f", line {error.lineno}" if isinstance(error, SyntaxError) else ""
+            errors[stem] = f"could not import {path.name}{line}: {type(error).__name__}: {error}"
+            continue
+        modules[stem] = module
+    return Student(modules, files, errors)
+
+
+def load_solution(solution: dict[str, str]) -> Student:
+    """The library modules that solve an exercise, by the student file stem they stand for:
+    ``{"block_manager": "minipaged.block_manager"}``."""
+    modules = {stem: importlib.import_module(name) for stem, name in solution.items()}
+    return Student(modules)

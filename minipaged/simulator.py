@@ -1,0 +1,319 @@
+"""A model-free serving simulator: replay a workload's lengths on a KV-cache allocator at a real
+model's scale, and measure what the source text's §2 and §3 argue about.
+
+One step admits waiting requests first-come first-served until the allocator refuses one, then
+grows every running sequence by one token. A sequence that cannot grow preempts the newest
+running request (recomputation, §6: its memory is freed and it waits again, to be re-admitted
+at its current lengths without sharing). There is no batch-size cap and prefill is free:
+memory is the only limit, and "tokens per step" counts decode tokens.
+
+Each running sequence $i$ has length $l_i$, final length $L_i$ and spans $r_i$ slots of its own
+buffer or block table. Its unused slots $r_i - l_i$ split into
+
+- **internal** $\\mathcal{W}_{int}$: slots past $L_i$, never written (§2's $L_{\\max} - L_i$
+  for static allocation; the last block's empty slots after the last token, §3);
+- **reservation** $\\mathcal{W}_{res}$: slots reserved ahead that will be written later (§2's
+  $\\lceil t/\\Delta L \\rceil \\Delta L - t$ before the last chunk; under paging, the current
+  block's empty slots are the reservation of $\\Delta L = B$ until the sequence ends).
+
+**External** waste is the memory that was free when an allocation was refused although enough
+was free in total (§2's condition), counted at the steps where that happened. **Shared** slots
+are those several sequences' tables hold in common (copy-on-write, §5): $\\sum_i r_i$ =
+reserved + shared. Means are over the measured steps: those that end with a request still
+waiting (memory is full, the steady state), or every step when memory never filled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from minipaged.baselines import KVAllocator
+from minipaged.workloads import Request
+
+
+@dataclass
+class SimResult:
+    """What one allocator did with one workload. Memory shares are of ``capacity`` slots,
+    averaged over the measured steps; ``unused_per_seq`` is $\\overline{r_i - l_i}$ in tokens."""
+
+    allocator: str
+    capacity: int
+    measured: str  # "saturated" or "all" steps
+    steps: int
+    reserved: float
+    internal: float
+    reservation: float
+    external: float
+    shared: float
+    waste_of_reserved: float  # (internal + reservation) / sum of r_i
+    unused_per_seq: float
+    peak_seqs: int
+    mean_seqs: float
+    tokens_per_step: float
+    stalls: int
+    preemptions: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(eq=False)  # compared by identity: two requests may have equal lengths
+class _Group:
+    """A request's live sequences, as parallel lists; a finished sequence leaves them."""
+
+    request: Request
+    lengths: list[int]  # l_i
+    finals: list[int]  # L_i
+    seqs: list[int] = field(default_factory=list)  # allocator ids, while admitted
+    started: bool = False  # admitted once: later admissions are re-admissions, unshared
+
+
+class _Totals:
+    """Running sums over the live sequences, kept exact as each one changes."""
+
+    def __init__(self) -> None:
+        self.span: dict[int, int] = {}  # r_i
+        self.final: dict[int, int] = {}  # L_i
+        # Sums of l_i, r_i, max(0, r_i - L_i) and min(r_i, L_i).
+        self.length = self.spans = self.internal = self.bounded = 0
+
+    def set(self, seq: int, span: int, final: int) -> None:
+        self.drop(seq)
+        self.span[seq], self.final[seq] = span, final
+        self.spans += span
+        self.internal += max(0, span - final)
+        self.bounded += min(span, final)
+
+    def drop(self, seq: int) -> None:
+        if seq in self.span:
+            span, final = self.span.pop(seq), self.final.pop(seq)
+            self.spans -= span
+            self.internal -= max(0, span - final)
+            self.bounded -= min(span, final)
+
+
+class Simulation:
+    """Replays ``requests`` on ``allocator``; ``run`` returns a ``SimResult``.
+    Deterministic: the beam branching process draws from ``seed``."""
+
+    def __init__(self, allocator: KVAllocator, requests: list[Request], seed: int = 0) -> None:
+        self.alloc = allocator
+        self.rng = random.Random(seed)
+        self.waiting = deque(
+            _Group(r, [r.prompt_len] * len(r.output_lens), list(r.final_lens)) for r in requests
+        )
+        self.running: list[_Group] = []
+        self.totals = _Totals()
+        self._ids = itertools.count()
+        self.preemptions = 0
+        self._unusable = 0  # free slots when this step's allocator last stalled (§2)
+
+    def run(self, progress: Progress | None = None, task: TaskID | None = None) -> SimResult:
+        alloc, totals = self.alloc, self.totals
+        keys = ("reserved", "span", "internal", "reservation", "external", "seqs", "tokens")
+        saturated, every = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+        steps = every_steps = peak = 0
+        while self.waiting or self.running:
+            self._unusable = 0
+            self._admit()
+            tokens, finished = self._decode()
+            if progress is not None and task is not None:
+                progress.advance(task, finished)
+            peak = max(peak, len(totals.span))
+            step = {
+                "reserved": alloc.reserved,
+                "span": totals.spans,
+                "internal": totals.internal,
+                "reservation": totals.bounded - totals.length,
+                "external": self._unusable,
+                "seqs": len(totals.span),
+                "tokens": tokens,
+            }
+            every_steps += 1
+            for key in keys:
+                every[key] += step[key]
+            if self.waiting:  # memory, not the workload, limited this step
+                steps += 1
+                for key in keys:
+                    saturated[key] += step[key]
+        measured, sums = ("saturated", saturated) if steps else ("all", every)
+        steps = steps or every_steps
+        cap = alloc.capacity * steps
+        unused = sums["internal"] + sums["reservation"]
+        return SimResult(
+            allocator=alloc.name,
+            capacity=alloc.capacity,
+            measured=measured,
+            steps=steps,
+            reserved=sums["reserved"] / cap,
+            internal=sums["internal"] / cap,
+            reservation=sums["reservation"] / cap,
+            external=sums["external"] / cap,
+            shared=(sums["span"] - sums["reserved"]) / cap,
+            waste_of_reserved=unused / sums["span"] if sums["span"] else 0.0,
+            unused_per_seq=unused / sums["seqs"] if sums["seqs"] else 0.0,
+            peak_seqs=peak,
+            mean_seqs=sums["seqs"] / steps,
+            tokens_per_step=sums["tokens"] / steps,
+            stalls=alloc.stalls,
+            preemptions=self.preemptions,
+        )
+
+    # -- one step --------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self.waiting:
+            group = self.waiting[0]
+            if not self._place(group):
+                if not self.running:
+                    raise ValueError(
+                        f"a request of {len(group.lengths)} sequence(s) of up to "
+                        f"{max(group.finals)} tokens does not fit the empty KV cache of "
+                        f"{self.alloc.capacity} slots under {self.alloc.name}; "
+                        "give the cache more memory"
+                    )
+                return
+            self.waiting.popleft()
+            self.running.append(group)
+
+    def _place(self, group: _Group) -> bool:
+        """Admit every sequence of ``group`` or none. A fresh multi-sequence request on a
+        sharing allocator stores its prompt once and forks the rest (§5)."""
+        alloc, max_len = self.alloc, group.request.max_len
+        share = alloc.shares_prefixes and not group.started and len(group.lengths) > 1
+        seqs: list[int] = []
+        for i, length in enumerate(group.lengths):
+            seq = next(self._ids)
+            stalls = alloc.stalls
+            if share and i > 0:
+                alloc.fork(seqs[0], seq)
+            elif not alloc.admit(seq, length, max_len):
+                self._note_stall(stalls)
+                for placed in seqs:
+                    alloc.release(placed)
+                    self.totals.drop(placed)
+                return False
+            seqs.append(seq)
+            self.totals.set(seq, alloc.reserved_slots(seq), group.finals[i])
+        self.totals.length += sum(group.lengths)
+        group.seqs, group.started = seqs, True
+        return True
+
+    def _decode(self) -> tuple[int, int]:
+        """Grow every running sequence by one token and retire those that reach $L_i$;
+        returns (tokens generated, requests finished)."""
+        tokens = finished = 0
+        for group in list(self.running):
+            if not group.seqs:  # preempted earlier in this step
+                continue
+            if group.request.beam and self.alloc.shares_prefixes and len(group.seqs) > 1:
+                self._branch(group)
+            i = 0
+            while i < len(group.seqs):
+                if not self._grow(group, i):
+                    break  # the group itself was preempted
+                tokens += 1
+                if group.lengths[i] == group.finals[i]:
+                    self._release(group.seqs.pop(i), group.lengths.pop(i))
+                    group.finals.pop(i)
+                else:
+                    i += 1
+            if not group.finals:  # every sequence reached its L_i
+                self.running.remove(group)
+                finished += 1
+        return tokens, finished
+
+    def _grow(self, group: _Group, i: int) -> bool:
+        """Grow sequence ``i`` of ``group``, preempting the newest requests while it cannot;
+        False when ``group`` itself was preempted."""
+        alloc, totals, seq = self.alloc, self.totals, group.seqs[i]
+        full = totals.span[seq] == group.lengths[i]
+        while True:
+            stalls = alloc.stalls
+            if alloc.grow(seq):
+                break
+            self._note_stall(stalls)
+            victim = self.running.pop()
+            self._evict(victim)
+            if victim is group:
+                return False
+        group.lengths[i] += 1
+        totals.length += 1
+        if full:  # a span grows only when the sequence has filled it
+            totals.set(seq, alloc.reserved_slots(seq), totals.final[seq])
+        return True
+
+    def _note_stall(self, stalls_before: int) -> None:
+        """After a refusal: if it was a stall, the memory free right now could not be used."""
+        if self.alloc.stalls > stalls_before:
+            self._unusable = max(self._unusable, self.alloc.capacity - self.alloc.reserved)
+
+    def _branch(self, group: _Group) -> None:
+        """One step of a model-free beam search on a sharing allocator: each of the $K$ new
+        beams picks a parent beam, rank $k$ with weight $1/(k+1)$; a parent's first child
+        continues it in place, the others fork from it (§5), and unpicked beams are freed."""
+        k = len(group.seqs)
+        parents = sorted(self.rng.choices(range(k), weights=[1 / (r + 1) for r in range(k)], k=k))
+        seqs = []
+        for j, parent in enumerate(parents):
+            seq = group.seqs[parent]
+            if j > 0 and parents[j - 1] == parent:  # not the parent's first child: fork
+                child = next(self._ids)
+                self.alloc.fork(seq, child)
+                self.totals.set(child, self.totals.span[seq], self.totals.final[seq])
+                self.totals.length += group.lengths[parent]
+                seq = child
+            seqs.append(seq)
+        for index, seq in enumerate(group.seqs):
+            if index not in parents:
+                self._release(seq, group.lengths[index])
+        group.lengths = [group.lengths[p] for p in parents]
+        group.finals = [group.finals[p] for p in parents]
+        group.seqs = seqs
+
+    def _evict(self, group: _Group) -> None:
+        """Recompute-preemption (§6): free everything, wait again at the front of the queue."""
+        for seq, length in zip(group.seqs, group.lengths, strict=True):
+            self._release(seq, length)
+        group.seqs = []
+        self.waiting.appendleft(group)
+        self.preemptions += 1
+
+    def _release(self, seq: int, length: int) -> None:
+        self.alloc.release(seq)
+        self.totals.drop(seq)
+        self.totals.length -= length
+
+
+def simulate(
+    allocators: list[KVAllocator], requests: list[Request], seed: int = 0, show_progress=None
+) -> list[SimResult]:
+    """Replay ``requests`` on each allocator in turn, with a progress bar over requests."""
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (console.is_terminal if show_progress is None else show_progress),
+        transient=True,
+    ) as progress:
+        results = []
+        for alloc in allocators:
+            task = progress.add_task(f"simulating {alloc.name}", total=len(requests))
+            results.append(Simulation(alloc, requests, seed).run(progress, task))
+        return results
