@@ -101,7 +101,10 @@ class LLMEngine:
         max_num_batched_tokens: int | None = None,
         watermark: float = 0.01,
         prefix_caching: str | None = None,
+        block_manager_class: type[BlockManager] = BlockManager,
     ) -> None:
+        """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
+        and methods: a student's, from the exercises, to watch it run the real model."""
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
                 f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
@@ -110,7 +113,7 @@ class LLMEngine:
         param = next(model.parameters())
         self.model = model
         self.tokenizer = tokenizer
-        self.block_manager = BlockManager(
+        self.block_manager = block_manager_class(
             num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching
         )
         self.kv_cache = KVCache(

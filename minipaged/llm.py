@@ -10,6 +10,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model, model_directory
 from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
 from minipaged.memory import ModelShape
@@ -32,6 +33,7 @@ class LLM:
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
     - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
       share a prefix share its blocks and skip its prefill.
+    - ``block_manager_class``: another manager with ``BlockManager``'s interface (a student's).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class LLM:
         backend: str = "torch",
         preemption: str = "recompute",
         prefix_caching: str | None = None,
+        block_manager_class: type[BlockManager] = BlockManager,
         seed: int = 0,
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
@@ -79,6 +82,7 @@ class LLM:
             max_num_seqs=max_num_seqs,
             watermark=watermark,
             prefix_caching=prefix_caching,
+            block_manager_class=block_manager_class,
         )
 
     def generate(

@@ -340,3 +340,25 @@ def test_a_pool_sized_for_real_memory_is_summarised_not_drawn_cell_by_cell():
     assert len(grid) == MAX_ROWS + 1
     drawn = per_row * MAX_ROWS
     assert grid[-1] == f"… {blocks - drawn} more blocks not drawn, 1 of them in use"
+
+
+async def test_a_students_unfinished_block_manager_stops_the_run_with_their_error():
+    from tui.scenarios import with_student_manager
+
+    scenario = with_student_manager(SCENARIOS["parallel"], 3)  # the untouched starter
+    async with PagedApp(scenario).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        await until(pilot, lambda: app.error is not None)
+        assert "NotImplementedError" in app.error and "exercise 03" in app.error
+
+
+async def test_the_exercise_solution_runs_in_the_tui_with_its_invariants_holding():
+    from tui.scenarios import with_student_manager
+
+    scenario = with_student_manager(SCENARIOS["parallel"], 3, solution=True)
+    async with PagedApp(scenario).run_test(size=SIZE) as pilot:
+        app = await started(pilot)
+        await pilot.press("c")
+        await settled(pilot)
+        assert "cow-copy" in {event.kind for event in app.timeline.frame().step.events}
+        assert "[solution]" in app.scenario.title

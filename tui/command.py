@@ -22,9 +22,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     tui.add_argument(
         "--scenario",
-        default="several",
-        help="several, parallel, beam, swap, recompute or prefix (default: several); "
-        "--prompt makes a custom one",
+        default=None,
+        help="several, parallel, beam, swap, recompute or prefix (default: several, or the "
+        "exercise's); --prompt makes a custom one",
+    )
+    tui.add_argument(
+        "--exercise",
+        type=int,
+        metavar="N",
+        help="run on the block manager you built in exercise N (2, 3, 4, 5 or 9)",
+    )
+    tui.add_argument("--path", type=Path, help="with --exercise: your copy of the exercise")
+    tui.add_argument(
+        "--solution", action="store_true", help="with --exercise: the library's own solution"
     )
     tui.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
     tui.add_argument("--trace", type=Path, help="replay a recorded trace (no model is run)")
@@ -61,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 def build_app(args: argparse.Namespace):
     from minipaged.checkpoint import model_directory
     from tui.app import PagedApp
-    from tui.scenarios import SCENARIOS, custom
+    from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
     if args.trace is not None:
         from minipaged import trace
@@ -83,13 +93,18 @@ def build_app(args: argparse.Namespace):
             max_tokens=args.max_tokens,
             seed=args.seed,
         )
-    elif args.scenario in SCENARIOS:
-        scenario = SCENARIOS[args.scenario]
     else:
-        raise ValueError(
-            f"unknown scenario {args.scenario!r}; choose one of {', '.join(SCENARIOS)}, "
-            "or give --prompt for a custom one"
-        )
+        name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)
+        if name not in SCENARIOS:
+            raise ValueError(
+                f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
+                "or give --prompt for a custom one"
+            )
+        scenario = SCENARIOS[name]
+    if args.exercise is not None:
+        from tui.scenarios import with_student_manager
+
+        scenario = with_student_manager(scenario, args.exercise, args.path, args.solution)
     directory = model_directory(args.model)
     if not (directory / "config.json").is_file():
         fix = ", or train it with `python -m minipaged.train`" if args.model == "tiny" else ""
@@ -119,12 +134,16 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
             await pilot.pause(0.05)
         if app.navigator is not None:
             app.record_everything()  # so the status line reads "step k/N" with the final N
-            while not app.timeline.finished and time.monotonic() < deadline:
+            while app.error is None and not app.timeline.finished:
+                if time.monotonic() > deadline:
+                    break
                 await pilot.pause(0.05)
             app.seek_step(steps)
             while app.navigator.waiting is not None and time.monotonic() < deadline:
                 await pilot.pause(0.05)
-        if app.navigator is None or app.navigator.waiting is not None:
+        if app.error is not None:
+            failure.append(app.error)
+        elif app.navigator is None or app.navigator.waiting is not None:
             failure.append(app.notice or f"step {steps} was not reached in time")
         else:
             await pilot.pause()

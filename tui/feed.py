@@ -112,7 +112,11 @@ def produce(
         while not cancelled() and engine.has_unfinished():
             if not feed.wait_for_demand(produced, timeout=0.1):
                 continue
-            step = engine.step()
+            try:
+                step = engine.step()
+            except Exception as error:  # a student's plugged-in block manager may raise anything
+                post(RunEnded(feed, f"step {produced + 1} failed: {type(error).__name__}: {error}"))
+                return
             produced += 1
             if feed.put(step):
                 post(StepsReady(feed))

@@ -9,8 +9,10 @@ is deterministic by definition, so a run is the same every time it is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from minipaged.block_manager import BlockManager
 from minipaged.engine import LLMEngine
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
@@ -38,6 +40,7 @@ class Scenario:
     preemption: str = "recompute"
     prefix_caching: str | None = None
     seed: int = 0
+    block_manager_class: type[BlockManager] = BlockManager  # or a student's, from the exercises
 
     def build(self, model: str = "tiny") -> LLMEngine:
         """Load ``model`` and return its engine with every request added (nothing run yet).
@@ -50,6 +53,11 @@ class Scenario:
             preemption=self.preemption,
             prefix_caching=self.prefix_caching,
             seed=self.seed,
+            **(
+                {"block_manager_class": self.block_manager_class}
+                if self.block_manager_class
+                else {}
+            ),
         )
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
@@ -167,6 +175,27 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 DEFAULT_SCENARIO = "several"
+
+
+EXERCISE_SCENARIOS = {2: "several", 3: "parallel", 4: "beam", 5: "swap", 9: "prefix"}
+"""Which run shows a student's work on exercise N best."""
+
+
+def with_student_manager(
+    scenario: Scenario, number: int, path: Path | None = None, solution: bool = False
+) -> Scenario:
+    """``scenario`` run on the block manager a student built in exercise ``number`` (2, 3, 4,
+    5 or 9): the panes and the invariants then show their code at work. Their code records no
+    events of its own, so the event log shows only what the library's parts record."""
+    from minipaged.grader.exercises import block_manager_class
+
+    label = "solution" if solution else f"exercise {number:02d}"
+    return replace(
+        scenario,
+        title=f"{scenario.title} [{label}]",
+        block_manager_class=block_manager_class(number, path, solution),
+        prefix_caching="radix" if number == 9 else scenario.prefix_caching,
+    )
 
 
 def custom(

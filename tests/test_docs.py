@@ -1,0 +1,465 @@
+"""The docs site as a test subject: every Python example runs, the build is strict, the site is
+offline.
+
+Conventions for ``docs/**/*.md``:
+
+- Every ```` ```python ```` fence runs. The fences of one page run in order in one namespace, so a
+  page reads, and runs, as one script. Examples ``assert`` their claims, so a number that drifts
+  from the code fails here.
+- A ```` ```text title="Output" ```` fence right after a Python fence (blank lines between are
+  allowed) is what that fence prints; the test compares it line by line, ignoring trailing spaces.
+- ``<!-- skip-test -->`` on the line before a Python fence leaves it out. Use it rarely, and say
+  on the page why the example cannot run.
+- ``<!-- run-in-shell -->`` on the line before a ```` ```bash ```` fence runs that command with
+  bash from the repository root (``.venv/bin/python`` becomes this interpreter), for what cannot
+  run in this process, such as Numba's CUDA simulator. A ```` ```text title="Shell output" ````
+  fence right after it is what it must print (``--update-output`` leaves these alone). Other
+  bash fences are not run.
+- Python lines fit in 80 columns, the width of a code block on the site.
+
+Screenshots of the terminal UI in ``docs/assets/screenshots`` are made by
+``minipaged tui --screenshot`` (``SCREENSHOT_ARGS`` below lists them);
+``.venv/bin/python tests/test_docs.py --update-screenshots`` makes them again.
+
+When the code changes what an example prints on purpose, run
+``.venv/bin/python tests/test_docs.py --update-output`` to rewrite the Output fences from what the
+examples print now, then read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from html.parser import HTMLParser
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+VENDOR = DOCS / "assets" / "javascripts" / "vendor"
+
+SKIP_MARKER = "<!-- skip-test -->"
+OUTPUT_INFO = 'text title="Output"'
+# Every fence must name one of these languages, so that a ```py or ```python3 example cannot slip
+# past the runner unnoticed.
+KNOWN_LANGUAGES = {"python", "text", "mermaid", "bash", "console", "yaml", "json"}
+# Wider Python lines hide behind a horizontal scroll bar on the site.
+MAX_CODE_COLUMNS = 80
+# The vendored MathJax and mermaid builds take about 6 MB; a much larger folder means someone
+# copied a whole npm package.
+VENDOR_BUDGET_BYTES = 8_000_000
+# A shell command the runner cannot exec as Python (for example one that must choose Numba's CUDA
+# simulator before numba loads) runs in a shell of its own when this marker precedes its fence.
+SHELL_MARKER = "<!-- run-in-shell -->"
+SHELL_OUTPUT_INFO = 'text title="Shell output"'
+
+FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
+
+
+@dataclass(frozen=True)
+class Fence:
+    page: str  # path relative to docs/
+    number: int  # 1-based among the page's Python fences; 0 for other languages
+    line: int  # 1-based line of the first line of code in the Markdown file
+    end: int  # 0-based index of the closing fence line
+    language: str
+    info: str
+    body: tuple[str, ...]
+    skipped: bool
+    runs_in_shell: bool = False  # a bash fence after SHELL_MARKER
+    output: Fence | None = None  # the Output fence right after a Python fence (or shell command)
+
+    @property
+    def source(self) -> str:
+        return "\n".join(self.body) + "\n"
+
+
+def read_fences(path: Path) -> list[Fence]:
+    """All fenced code blocks of one Markdown page except Output fences, which are attached to
+    the Python fence they follow."""
+    page = path.relative_to(DOCS).as_posix()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[Fence] = []
+    i = 0
+    while i < len(lines):
+        match = FENCE_OPEN.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, fence, info = match["indent"], match["fence"], match["info"].strip()
+        previous = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
+        close = re.compile(rf"^{re.escape(indent)}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        j = i + 1
+        while j < len(lines) and not close.match(lines[j]):
+            j += 1
+        if j == len(lines):
+            raise AssertionError(f"docs/{page}:{i + 1}: code fence is never closed")
+        body = tuple(s[len(indent) :] if s.startswith(indent) else s for s in lines[i + 1 : j])
+        language = info.split()[0] if info else ""
+        skipped, in_shell = previous == SKIP_MARKER, previous == SHELL_MARKER
+        found.append(Fence(page, 0, i + 2, j, language, info, body, skipped, in_shell))
+        i = j + 1
+
+    fences: list[Fence] = []
+    number = 0
+    for k, fence in enumerate(found):
+        if fence.info in (OUTPUT_INFO, SHELL_OUTPUT_INFO):
+            continue  # attached to the fence before it, below
+        after = found[k + 1] if k + 1 < len(found) else None
+        adjacent = after is not None and not any(
+            s.strip() for s in lines[fence.end + 1 : after.line - 2]
+        )
+        if fence.language == "python":
+            number += 1
+            output = after if adjacent and after.info == OUTPUT_INFO else None
+            fence = replace(fence, number=number, output=output)
+        elif fence.runs_in_shell:
+            output = after if adjacent and after.info == SHELL_OUTPUT_INFO else None
+            fence = replace(fence, output=output)
+        fences.append(fence)
+    return fences
+
+
+PAGES = sorted(DOCS.rglob("*.md"))
+FENCES = {path.relative_to(DOCS).as_posix(): read_fences(path) for path in PAGES}
+PAGES_WITH_PYTHON = sorted(
+    page for page, fences in FENCES.items() if any(f.language == "python" for f in fences)
+)
+
+
+def run_page(page: str) -> Iterator[tuple[Fence, str, str | None]]:
+    """Run the page's Python fences in order in one namespace; yield each fence with what it
+    printed and the traceback it raised (None when it ran through)."""
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    for fence in FENCES[page]:
+        if fence.language != "python" or fence.skipped:
+            continue
+        # Pad with blank lines so that tracebacks give the line number in the Markdown file.
+        code = compile("\n" * (fence.line - 1) + fence.source, str(DOCS / page), "exec")
+        stdout = io.StringIO()
+        error = None
+        try:
+            with contextlib.redirect_stdout(stdout):
+                exec(code, namespace)
+        except Exception:
+            error = traceback.format_exc()
+        yield fence, stdout.getvalue(), error
+
+
+def _normalise(lines: str | tuple[str, ...]) -> list[str]:
+    if isinstance(lines, str):
+        lines = tuple(lines.splitlines())
+    kept = [line.rstrip() for line in lines]
+    while kept and not kept[-1]:
+        kept.pop()
+    return kept
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
+def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch) -> None:
+    # Examples run from an empty folder, so one that writes a file cannot touch the repository.
+    monkeypatch.chdir(tmp_path)
+    for fence, printed, error in run_page(page):
+        where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
+        if error is not None:
+            pytest.fail(f"{where} raised:\n{error}", pytrace=False)
+        if fence.output is not None:
+            expected, actual = _normalise(fence.output.body), _normalise(printed)
+            if actual != expected:
+                diff = difflib.unified_diff(expected, actual, "Output", "printed", lineterm="")
+                pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
+
+
+def test_python_examples_fit_the_page() -> None:
+    wide = [
+        f"docs/{f.page}:{f.line + n}: {len(text)} columns"
+        for fences in FENCES.values()
+        for f in fences
+        if f.language == "python"
+        for n, text in enumerate(f.body)
+        if len(text) > MAX_CODE_COLUMNS
+    ]
+    assert not wide, f"Python lines wider than {MAX_CODE_COLUMNS} columns: {wide}"
+
+
+def test_every_fence_names_a_known_language() -> None:
+    unknown = [
+        f"docs/{f.page}:{f.line - 1}: ```{f.info}"
+        for fences in FENCES.values()
+        for f in fences
+        if f.language not in KNOWN_LANGUAGES
+    ]
+    assert not unknown, f"fences in no known language (use ```python to run one): {unknown}"
+
+
+def test_every_tutorial_and_explanation_page_has_a_tested_example() -> None:
+    pages = [p for p in FENCES if p.startswith(("tutorials/", "explanation/"))]
+    assert pages, "no tutorial or explanation page found"
+    untested = [p for p in pages if p not in PAGES_WITH_PYTHON]
+    assert not untested, f"pages whose claims no example checks: {untested}"
+
+
+def test_output_blocks_follow_a_python_example() -> None:
+    """An Output fence that is not attached to a Python fence would never be checked."""
+    for path in PAGES:
+        text = path.read_text(encoding="utf-8")
+        fences = FENCES[path.relative_to(DOCS).as_posix()]
+        attached = sum(f.output is not None for f in fences)
+        outputs = text.count(f"```{OUTPUT_INFO}") + text.count(f"```{SHELL_OUTPUT_INFO}")
+        assert outputs == attached, (
+            f"docs/{path.relative_to(DOCS)}: an Output block does not directly follow a "
+            "Python example (or a Shell output block a command marked to run)"
+        )
+
+
+SHELL_COMMANDS = [
+    pytest.param(fence, id=f"{fence.page}:{fence.line}")
+    for fences in FENCES.values()
+    for fence in fences
+    if fence.runs_in_shell
+]
+
+
+@pytest.mark.parametrize("fence", SHELL_COMMANDS)
+def test_every_shell_command_marked_to_run_prints_what_the_page_shows(fence: Fence) -> None:
+    """Such commands set up a process the runner cannot (Numba's CUDA simulator, say), so they
+    run in bash from the repository root and must print the "Shell output" block after them."""
+    where = f"docs/{fence.page}:{fence.line}"
+    assert fence.language == "bash", f"{where}: {SHELL_MARKER} marks a bash fence"
+    assert fence.output is not None, f"{where}: a Shell output block must follow the command"
+    if "NUMBA_ENABLE_CUDASIM" in fence.source:
+        pytest.importorskip("numba", reason="the command runs Numba's CUDA simulator")
+    # Pages tell readers to use the repository's .venv; run with this interpreter instead.
+    script = fence.source.replace(".venv/bin/python", sys.executable)
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, f"{where}: the command failed:\n{result.stderr}"
+    expected, actual = _normalise(fence.output.body), _normalise(result.stdout)
+    if actual != expected:
+        diff = difflib.unified_diff(expected, actual, "Shell output", "printed", lineterm="")
+        pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
+
+
+def test_vendored_javascript_stays_small() -> None:
+    total = sum(f.stat().st_size for f in VENDOR.rglob("*") if f.is_file())
+    assert 0 < total <= VENDOR_BUDGET_BYTES, f"docs vendor folder holds {total:,} bytes"
+
+
+# -- the built site ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
+    command += ["--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
+    return site_dir
+
+
+def test_mkdocs_build_strict_succeeds(site: Path) -> None:
+    assert (site / "index.html").is_file()
+    for page in PAGES:
+        html = site / page.relative_to(DOCS).with_suffix("") / "index.html"
+        if page.name == "index.md":
+            html = site / page.relative_to(DOCS).with_name("index.html")
+        assert html.is_file(), f"docs/{page.relative_to(DOCS)} was not built"
+
+
+EXTERNAL = re.compile(r"^(https?:)?//", re.IGNORECASE)
+CSS_EXTERNAL = re.compile(
+    r"""(url\(\s*['"]?|@import\s+['"])(https?:)?//""",
+    re.IGNORECASE,
+)
+# <link> relations that name a page instead of loading a resource.
+LINK_RELS_NOT_LOADED = {"canonical", "alternate", "prev", "next", "author", "license"}
+LOADING_ATTRIBUTES = {
+    "script": ["src"],
+    "img": ["src", "srcset"],
+    "iframe": ["src"],
+    "source": ["src", "srcset"],
+    "video": ["src", "poster"],
+    "audio": ["src"],
+    "embed": ["src"],
+    "object": ["data"],
+}
+
+
+class _ResourceFinder(HTMLParser):
+    """Collects every URL an HTML page loads when viewed (not the links a reader may follow)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[str] = []
+        self.scripts: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        if tag == "script" and "src" in values:
+            self.scripts.append(values["src"])
+        if tag == "link":
+            rels = set(values.get("rel", "").lower().split())
+            if "href" in values and not rels <= LINK_RELS_NOT_LOADED:
+                self.loaded.append(values["href"])
+        for name in LOADING_ATTRIBUTES.get(tag, []):
+            if name in values:
+                self.loaded.extend(part.split()[0] for part in values[name].split(",") if part)
+
+
+def _parse(page: Path) -> _ResourceFinder:
+    finder = _ResourceFinder()
+    finder.feed(page.read_text(encoding="utf-8"))
+    return finder
+
+
+def test_site_loads_no_external_script_stylesheet_or_font(site: Path) -> None:
+    problems = []
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        external = [url for url in _parse(page).loaded if EXTERNAL.match(url.strip())]
+        problems += [f"{page.relative_to(site)} loads {url}" for url in external]
+        if CSS_EXTERNAL.search(text):
+            problems.append(f"{page.relative_to(site)} has an inline style that loads a URL")
+    for sheet in sorted([*site.rglob("*.css"), *site.rglob("*.svg")]):
+        if CSS_EXTERNAL.search(sheet.read_text(encoding="utf-8")):
+            problems.append(f"{sheet.relative_to(site)} imports a font or file from a URL")
+    assert not problems, "the site must work offline:\n" + "\n".join(problems)
+
+
+def test_math_and_diagram_pages_load_the_vendored_scripts(site: Path) -> None:
+    """mkdocs-material fetches mermaid from a CDN unless window.mermaid already exists when the
+    page is ready, so every page with a diagram must load the vendored copy; likewise MathJax."""
+    needs = {"mermaid": "/mermaid.min.js", "arithmatex": "/tex-svg-full.js"}
+    seen = dict.fromkeys(needs, 0)
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        scripts = _parse(page).scripts
+        for css_class, script in needs.items():
+            if f'class="{css_class}"' in text:
+                seen[css_class] += 1
+                local = [s for s in scripts if s.endswith(script) and not EXTERNAL.match(s)]
+                assert local, f"{page.relative_to(site)} uses {css_class} but not {script}"
+                assert (page.parent / local[0]).resolve().is_file(), f"{local[0]} is missing"
+    assert all(seen.values()), f"expected math and diagrams somewhere in the site: {seen}"
+
+
+# -- screenshots of the terminal UI ----------------------------------------------------------
+
+SCREENSHOTS = DOCS / "assets" / "screenshots"
+# Each screenshot in docs/assets/screenshots is made by `minipaged tui --screenshot`, never by
+# hand: `.venv/bin/python tests/test_docs.py --update-screenshots` rewrites them all.
+SCREENSHOT_ARGS = {
+    "parallel-step-2.svg": ["--scenario", "parallel", "--steps", "2"],
+    "beam-step-3.svg": ["--scenario", "beam", "--steps", "3"],
+    "swap-step-8.svg": ["--scenario", "swap", "--steps", "8"],
+    "recompute-step-29.svg": ["--scenario", "recompute", "--steps", "29"],
+}
+# Rich's SVG names a web font on a CDN after the local one; the site must not load it.
+WEB_FONT = re.compile(r',\s*url\("https?://[^"]*"\)\s*format\("[^"]*"\)')
+SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
+
+
+def take_screenshot(name: str, out: Path) -> None:
+    """Run ``minipaged tui --screenshot`` for one of SCREENSHOT_ARGS, keeping it offline."""
+    command = [sys.executable, "-m", "minipaged.cli", "tui", *SCREENSHOT_ARGS[name]]
+    result = subprocess.run(
+        [*command, "--screenshot", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
+    out.write_text(WEB_FONT.sub("", out.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def screen_text(svg: Path) -> list[str]:
+    """The characters on the screen, line by line, without the SVG's styling."""
+    root = ElementTree.parse(svg).getroot()
+    assert root.tag == SVG_ROOT, f"{svg} is not an SVG image"
+    return _normalise("".join(root.itertext()).replace("\xa0", " "))
+
+
+def test_every_screenshot_is_listed_and_used_by_a_page() -> None:
+    on_disk = {path.name for path in SCREENSHOTS.glob("*.svg")}
+    assert on_disk == set(SCREENSHOT_ARGS), "docs/assets/screenshots must hold exactly these"
+    pages = "".join(path.read_text(encoding="utf-8") for path in PAGES)
+    unused = [name for name in SCREENSHOT_ARGS if f"screenshots/{name}" not in pages]
+    assert not unused, f"screenshots no page shows: {unused}"
+
+
+def test_a_screenshot_regenerated_from_the_tui_is_an_svg_showing_the_same_screen(tmp_path):
+    """The screenshots cannot go stale unnoticed: one is made again and must show what the
+    committed one shows."""
+    name = "parallel-step-2.svg"
+    take_screenshot(name, tmp_path / name)
+    fresh = screen_text(tmp_path / name)
+    assert any("parallel sampling" in line for line in fresh), fresh[:3]
+    assert fresh == screen_text(SCREENSHOTS / name), (
+        f"docs/assets/screenshots/{name} is stale: run "
+        "`.venv/bin/python tests/test_docs.py --update-screenshots` and review the pictures"
+    )
+
+
+def update_screenshots() -> int:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for name in SCREENSHOT_ARGS:
+        take_screenshot(name, SCREENSHOTS / name)
+        print(f"docs/assets/screenshots/{name}: written by minipaged tui")
+    return 0
+
+
+def update_output() -> int:
+    """Rewrite every Output fence with what its example prints now. Returns 1 if an example
+    raised (its page is left as it was), else 0."""
+    status = 0
+    for page in PAGES_WITH_PYTHON:
+        path = DOCS / page
+        lines = path.read_text(encoding="utf-8").splitlines()
+        replacements = []
+        for fence, printed, error in run_page(page):
+            if error is not None:
+                print(f"docs/{page}, Python example {fence.number} raised:\n{error}")
+                status = 1
+                break
+            if fence.output is not None and _normalise(printed) != _normalise(fence.output.body):
+                replacements.append((fence.output, _normalise(printed)))
+        else:
+            for output, new_body in reversed(replacements):
+                lines[output.line - 1 : output.end] = new_body
+            if replacements:
+                path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                print(f"docs/{page}: rewrote {len(replacements)} Output block(s)")
+    return status
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update-screenshots"]:
+        sys.exit(update_screenshots())
+    if sys.argv[1:] != ["--update-output"]:
+        sys.exit(f"usage: {sys.argv[0]} --update-output | --update-screenshots")
+    # Examples run from an empty folder, as under pytest.
+    with tempfile.TemporaryDirectory() as folder:
+        os.chdir(folder)
+        sys.exit(update_output())
