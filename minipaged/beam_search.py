@@ -20,6 +20,8 @@ from torch import Tensor
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
+    """A beam extended by one token, with the cumulative log-probability it would have."""
+
     parent: int  # index of the beam it extends
     token: int
     score: float  # cumulative log-probability with the token

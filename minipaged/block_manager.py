@@ -234,10 +234,12 @@ class BlockManager:
         elif self.device.refcount(table.blocks[j]) > 1:
             src = table.blocks[j]
             dst = self._new_device_block(seq, j, record=False)
+            # A shared block sits at the same logical index in every table holding it: fork
+            # copies tables position by position, and a prefix hit shares a whole prefix.
             shared_with = tuple(
                 other
-                for other, other_table in self.tables.items()
-                if other != seq and other_table.pool == "device" and src in other_table.blocks
+                for other, t in self.tables.items()
+                if other != seq and t.pool == "device" and t.blocks[j : j + 1] == [src]
             )
             before = self.device.refcount(src)
             table.blocks[j] = dst

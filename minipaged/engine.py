@@ -37,6 +37,9 @@ class RequestRejected(ValueError):
 
 @dataclass
 class CompletionOutput:
+    """One generated sequence: its new tokens (the prompt excluded), their text, the sum of
+    their log-probabilities, and why it stopped (``"stop"`` or ``"length"``)."""
+
     index: int
     token_ids: list[int]
     text: str
@@ -59,6 +62,8 @@ class RequestOutput:
 
 @dataclass(frozen=True, slots=True)
 class SeqView:
+    """A live sequence as a step saw it: its tokens so far (prompt included) and its queue."""
+
     request_id: str
     seq_id: int
     token_ids: tuple[int, ...]
@@ -86,6 +91,13 @@ class StepOutput:
 
 
 class LLMEngine:
+    """The step-through engine: a model, a ``BlockManager`` over device and host pools, the
+    ``KVCache`` tensors those blocks index, a ``Scheduler`` and a ``ModelRunner``.
+
+    Invariant between steps: the block manager's invariants hold, and every live sequence has
+    a cached key and value for every token but its last (the next step computes that one).
+    """
+
     def __init__(
         self,
         model: Llama,
@@ -164,10 +176,11 @@ class LLMEngine:
         return request_id
 
     def has_unfinished(self) -> bool:
+        """Whether any request is still waiting, running or swapped out."""
         return self.scheduler.has_unfinished()
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
-        """Everything :meth:`add_request` checks, without queuing anything: the prompt's token
+        """Everything ``add_request`` checks, without queuing anything: the prompt's token
         ids and text, or ``ValueError`` / ``RequestRejected`` naming the problem."""
         token_ids, text = self.prompt_tokens(prompt)
         self._check_fits(token_ids, params)
@@ -224,6 +237,9 @@ class LLMEngine:
     # -- one step --------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
+        """One iteration: schedule (admit, decode, preempt), run the block copies and one
+        forward pass over every scheduled sequence, pick each one's next token (forking for
+        parallel samples and beams), release what finished, and report it all."""
         plan = self.scheduler.schedule()
         logits = self.runner.execute(plan)
         new_tokens: dict[int, int] = {}

@@ -29,7 +29,8 @@ class LLM:
     - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
       blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
       swap pool; by default as large as the device pool.
-    - ``backend``: the attention path, ``"torch"`` (the reference).
+    - ``backend``: the attention path, ``"torch"`` (the reference) or ``"numba"`` (the
+      ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU).
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
     - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
       share a prefix share its blocks and skip its prefill.

@@ -13,6 +13,9 @@ from minipaged.scheduler import SchedulerOutput
 
 
 class ModelRunner:
+    """Turns a scheduler plan into tensors: runs its block copies on the ``KVCache``, then one
+    forward pass with the slot mapping and block tables of every scheduled sequence."""
+
     def __init__(self, model: Llama, kv_cache: KVCache, backend: str = "torch") -> None:
         self.model = model
         self.kv_cache = kv_cache

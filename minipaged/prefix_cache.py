@@ -60,6 +60,8 @@ def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ..
 
 @dataclass(frozen=True, slots=True)
 class CachedBlock:
+    """What the cache knows of a block: its chained hash, the block before it, its tokens."""
+
     hash: int
     parent: int  # the cached block before it in its sequence, or NO_PARENT
     tokens: tuple[int, ...]

@@ -2,7 +2,7 @@
 
 The tree's edges are labelled with runs of tokens and hold the KV blocks of those tokens; the
 path from the root to a node spells a cached prefix. Where the hash cache
-(:mod:`minipaged.prefix_cache`) finds block $j$ by hashing the $j$ blocks before it, the tree
+(``minipaged.prefix_cache``) finds block $j$ by hashing the $j$ blocks before it, the tree
 walks the prefix once, and it can share a prefix between any requests that have it, whatever
 physical block first held each part.
 
@@ -14,7 +14,7 @@ Locks and eviction: SGLang counts the running requests on each node (a lock) and
 unlocked leaves, least recently used first. Here the lock is the block's refcount
 $\\mathcal{R}[p] > 0$, and eviction order is the allocator's free list, ordered by release
 time; sequences release their last block first, so a block is always evicted before its parent:
-leaves first, least recently released first. When the allocator reuses a block, :meth:`forget`
+leaves first, least recently released first. When the allocator reuses a block, ``forget``
 cuts the tree below it.
 """
 

@@ -17,7 +17,7 @@ cut a wide table's cells short."""
 
 
 def console(stderr: bool = False) -> Console:
-    """A console of the terminal's width, or :data:`PIPE_WIDTH` columns off a terminal."""
+    """A console of the terminal's width, or ``PIPE_WIDTH`` columns off a terminal."""
     probe = Console(stderr=stderr)
     return probe if probe.is_terminal else Console(stderr=stderr, width=PIPE_WIDTH)
 

@@ -64,6 +64,9 @@ class SchedulerOutput:
 
 
 class Scheduler:
+    """The three queues and the per-step decision described at the top of this module. It owns
+    no tensors: it asks the ``BlockManager`` and hands the ``ModelRunner`` a plan."""
+
     def __init__(
         self,
         block_manager: BlockManager,
@@ -82,6 +85,7 @@ class Scheduler:
         self.swapped: list[SequenceGroup] = []
 
     def add(self, group: SequenceGroup) -> None:
+        """Queue a new request as waiting, in arrival order."""
         _insert_by_arrival(self.waiting, group)
 
     def has_unfinished(self) -> bool:
@@ -93,6 +97,8 @@ class Scheduler:
         group.status = Status.FINISHED
 
     def schedule(self) -> SchedulerOutput:
+        """Decide this step: decode the running (preempting when full), swap back in, admit
+        waiting requests. Returns the batch and the block copies to run before it."""
         out = SchedulerOutput()
         bm = self.block_manager
 

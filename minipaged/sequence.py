@@ -17,6 +17,8 @@ from minipaged.sampling import SamplingParams
 
 
 class Status(enum.Enum):
+    """Which scheduler queue a request is in (or that it is done)."""
+
     WAITING = "waiting"  # not in the cache: new, or preempted by recomputation
     RUNNING = "running"  # its blocks are on the device
     SWAPPED = "swapped"  # its blocks are in the host pool

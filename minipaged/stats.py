@@ -43,6 +43,7 @@ class RunStats:
     events: Counter[str] = field(default_factory=Counter)
 
     def update(self, step: StepOutput) -> None:
+        """Count one more step (pass it as ``LLM.generate(..., on_step=stats.update)``)."""
         state = step.state
         self.num_device_blocks = len(state.device_refcounts)
         self.steps += 1

@@ -25,11 +25,14 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class Trace:
+    """A loaded trace: the recorder's header (model, engine settings, prompts) and every step."""
+
     header: dict
     steps: list[StepOutput]
 
 
 def step_to_dict(step: StepOutput) -> dict:
+    """One step as JSON-ready data (integer keys become strings, tuples lists)."""
     state = step.state
     return {
         "step": step.step,
@@ -54,6 +57,7 @@ def step_to_dict(step: StepOutput) -> dict:
 
 
 def step_from_dict(record: dict) -> StepOutput:
+    """The inverse of ``step_to_dict``: an equal ``StepOutput``."""
     state = record["state"]
     return StepOutput(
         step=record["step"],
@@ -113,7 +117,9 @@ def load(path: str | Path) -> Trace:
         for number, line in enumerate(lines[1:], start=2):
             try:
                 steps.append(step_from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as error:
+            except KeyError as error:
+                raise ValueError(f"line {number}: the step lacks the field {error}") from error
+            except (ValueError, TypeError) as error:
                 raise ValueError(f"line {number}: {error}") from error
     except ValueError as error:
         raise ValueError(f"{path} is not a readable minipaged trace: {error}") from error

@@ -158,11 +158,15 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if not self.manager.can_append(seq):
             self._expect_refusal(lambda: self.manager.append_slot(seq))
             return
+        others = self.manager.tables.items()
+        holders = {s: list(t.blocks) for s, t in others if t.pool == "device" and s != seq}
         result = self.manager.append_slot(seq)
         self.model.append(seq)
         if result.cow is not None:
             src, dst = result.cow
             self._copy_block("device", src, "device", dst)
+            (cow,) = [e for e in self.manager.pop_events() if e.kind == "cow-copy"]
+            assert set(cow.shared_with) == {s for s, blocks in holders.items() if src in blocks}
         assert invariants.write_is_exclusive(self.manager.snapshot(), result.slot) == []
         self._write(seq, result.slot)
 

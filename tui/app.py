@@ -1,7 +1,7 @@
 """The step-through visualizer: a run of the paged engine, one step at a time, forward and back.
 
 The model runs in a thread worker that records steps a little ahead of the cursor
-(:mod:`tui.feed`); the UI only reads the recorded history (:mod:`tui.timeline`), so stepping
+(``tui.feed``); the UI only reads the recorded history (``tui.timeline``), so stepping
 back is time travel, never recomputation. A recorded trace replays through the same path
 without any model.
 """
@@ -71,7 +71,7 @@ class PagedApp(App[None]):
         trace: Trace | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> None:
-        """Run ``scenario`` (default: :data:`DEFAULT_SCENARIO`) on ``model``, or replay
+        """Run ``scenario`` (default: ``DEFAULT_SCENARIO``) on ``model``, or replay
         ``trace``, decoding its tokens with ``tokenizer`` (token ids are shown without one)."""
         super().__init__()
         self.scenarios = dict(SCENARIOS)
@@ -169,7 +169,7 @@ class PagedApp(App[None]):
 
     @work(thread=True, exclusive=True, group="model")
     def run_model(self, scenario: Scenario, feed: StepFeed) -> None:
-        """The model thread (:func:`tui.feed.produce`); a restart, another scenario or
+        """The model thread (``tui.feed.produce``); a restart, another scenario or
         quitting cancels it, and it stops within 0.1 s."""
         worker = get_current_worker()
         produce(

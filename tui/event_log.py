@@ -1,5 +1,5 @@
 """The event log: what the block manager did, newest at the bottom, each event in its own words
-(``Event.narrate()``, which lives with the event type in :mod:`minipaged.events`).
+(``Event.narrate()``, which lives with the event type in ``minipaged.events``).
 
 The step under the cursor is bright and earlier steps are dim; with a selection, the events
 that touch the selected sequence or block stand out.

@@ -1,11 +1,11 @@
 """How steps travel from the model thread to the UI, and how demand travels back.
 
 The model runs in a thread worker so the UI never waits on a forward pass. It computes a step
-only while the UI wants more than it has recorded: the cursor plus :data:`LOOKAHEAD` while the
+only while the UI wants more than it has recorded: the cursor plus ``LOOKAHEAD`` while the
 user steps or plays, or everything while a jump looks for an event that has not happened yet.
 
 Steps wait in a buffer until the UI thread drains it. A burst of steps costs one message: the
-thread posts :class:`StepsReady` only when the buffer was empty, and a queued ``StepsReady``
+thread posts ``StepsReady`` only when the buffer was empty, and a queued ``StepsReady``
 replaces an older one, so the handler runs once and takes them all.
 """
 
@@ -97,8 +97,8 @@ def produce(
     post: Callable[[Message], object],
     cancelled: Callable[[], bool],
 ) -> None:
-    """The model thread's whole job: ``build`` the engine, post :class:`RunStarted`, then step
-    while the UI wants steps, posting :class:`StepsReady` for each burst and :class:`RunEnded`
+    """The model thread's whole job: ``build`` the engine, post ``RunStarted``, then step
+    while the UI wants steps, posting ``StepsReady`` for each burst and ``RunEnded``
     at the end. Checks ``cancelled()`` at least every 0.1 s and stops when it is true; sets
     ``feed.stopped`` however it leaves."""
     try:

@@ -2,7 +2,7 @@
 
 - device: blocks in use (R > 0) of $\\mathcal{P}_{\\max}$, and how many are shared (R > 1);
 - internal waste: empty slots in the device blocks in use (§3), from
-  :func:`minipaged.stats.slot_usage`: a shared block counts once, so it is always below $B$
+  ``minipaged.stats.slot_usage``: a shared block counts once, so it is always below $B$
   slots per sequence;
 - host: blocks holding swapped-out sequences (§6);
 - counts from step 1 to the cursor: forks, copy-on-write copies, preemptions, swaps, and

@@ -44,7 +44,7 @@ LEGEND = (
 
 
 class HelpScreen(ModalScreen[None]):
-    """Shows :data:`~tui.keymap.KEYMAP` (the same table the bindings come from) and a legend.
+    """Shows ``KEYMAP`` (the same table the bindings come from) and a legend.
     Escape or ? closes it."""
 
     DEFAULT_CSS = """

@@ -1,4 +1,4 @@
-"""The invariants panel: every rule of :data:`minipaged.invariants.INVARIANTS`, checked on the
+"""The invariants panel: every rule of ``minipaged.invariants.INVARIANTS``, checked on the
 snapshot under the cursor. Green while it holds; red, naming the first violation, when not.
 
 The same predicates run after every step of the block manager's hypothesis state machine, so a
@@ -18,7 +18,7 @@ from tui.timeline import Frame
 
 class InvariantsView(Pane):
     """The invariants on the frame's snapshot. Guarantees: an invariant shows green iff
-    :func:`minipaged.invariants.check` finds no violation of it, and every violated invariant
+    ``minipaged.invariants.check`` finds no violation of it, and every violated invariant
     is named in red, in the compact layout too (which folds the ones that hold into a line)."""
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -46,7 +46,7 @@ FOOTER_ORDER = ("help", "forward", "back", "play", "jump('cow')", "scenarios", "
 
 
 def bindings() -> list[Binding]:
-    """Textual bindings for :data:`KEYMAP`, in footer order. ctrl+p is also Textual's own
+    """Textual bindings for ``KEYMAP``, in footer order. ctrl+p is also Textual's own
     binding (``App.COMMAND_PALETTE_BINDING``); listing it here puts it in line with the other
     keys in the footer, which then clips cleanly at the right edge of a narrow terminal."""
     out = []

@@ -2,9 +2,9 @@
 need may not be recorded yet.
 
 A request that needs a step the model has not computed waits (one at a time: a new request
-replaces it) and is finished by :meth:`Navigator.recorded` when steps arrive. While nothing waits,
-the navigator asks the model thread for the cursor plus :data:`~tui.feed.LOOKAHEAD` steps and no
-more. Plain logic, no widgets: the app turns each :class:`Move` into a redraw and a notice.
+replaces it) and is finished by ``Navigator.recorded`` when steps arrive. While nothing waits,
+the navigator asks the model thread for the cursor plus ``LOOKAHEAD`` steps and no
+more. Plain logic, no widgets: the app turns each ``Move`` into a redraw and a notice.
 """
 
 from __future__ import annotations

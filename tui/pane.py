@@ -1,6 +1,6 @@
 """A pane: one bordered view of the frame under the cursor, and the selection that links panes.
 
-Every pane draws from the same :class:`~tui.timeline.Frame` and :class:`Selection`, handed to
+Every pane draws from the same ``Frame`` and ``Selection``, handed to
 it by the app in one call, so the panes can never show two different moments.
 """
 
@@ -34,8 +34,8 @@ class Selection:
 
 
 class Pane(Widget):
-    """A bordered view of one frame. Subclasses implement :meth:`draw`; nothing is drawn until
-    the app calls :meth:`show`."""
+    """A bordered view of one frame. Subclasses implement ``draw``; nothing is drawn until
+    the app calls ``show``."""
 
     DEFAULT_CSS = """
     Pane {
@@ -74,7 +74,7 @@ class Pane(Widget):
 
 @dataclass(frozen=True, slots=True)
 class _AtWidth:
-    """Defers :meth:`Pane.draw` until Rich knows the width, so a pane whose height follows its
+    """Defers ``Pane.draw`` until Rich knows the width, so a pane whose height follows its
     content measures the same layout it draws (the pool grid wraps by width)."""
 
     pane: Pane

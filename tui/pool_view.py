@@ -50,7 +50,7 @@ def pool_grid(
     width: int,
 ) -> Text:
     """The cells of ``pool``, as many to a row as ``width`` allows, for at most
-    :data:`MAX_ROWS` rows; a pool too large for that ends with a line counting the rest."""
+    ``MAX_ROWS`` rows; a pool too large for that ends with a line counting the rest."""
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
     cached = set(state.cached) if pool == "device" else set()
@@ -91,7 +91,7 @@ def pool_grid(
 
 class PoolView(Pane):
     """Both pools of the frame. Guarantees: blocks appear once each, in id order (past
-    :data:`MAX_ROWS` rows, a line counts the rest and how many of them are in use); a cell's
+    ``MAX_ROWS`` rows, a line counts the rest and how many of them are in use); a cell's
     number is exactly $\\mathcal{R}[p]$ of the snapshot; a cell is coloured iff some table in
     that pool holds the block."""
 

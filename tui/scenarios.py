@@ -1,8 +1,8 @@
 """The runs the visualizer can show: each a small pool and a few requests chosen so that one
 mechanism of the source text happens within the first few dozen steps.
 
-A :class:`Scenario` is plain data; :meth:`Scenario.build` turns it into a live
-:class:`~minipaged.engine.LLMEngine` with its requests queued, ready for ``step()``. Every
+A ``Scenario`` is plain data; ``Scenario.build`` turns it into a live
+``LLMEngine`` with its requests queued, ready for ``step()``. Every
 scenario samples with a fixed seed (the tiny model loops when greedy), except beam search, which
 is deterministic by definition, so a run is the same every time it is built.
 """

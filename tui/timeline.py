@@ -1,4 +1,4 @@
-"""The recorded history of one run: every :class:`StepOutput`, and a cursor into it.
+"""The recorded history of one run: every ``StepOutput``, and a cursor into it.
 
 Time travel is reading this list. Stepping back shows an earlier recorded step; nothing is
 recomputed, so stepping forward k times and back k times shows exactly what was shown before.
@@ -19,7 +19,7 @@ from minipaged.events import Finish
 @dataclass(frozen=True, slots=True)
 class Stream:
     """One sequence's tokens as the token-stream pane shows them. Live sequences come from the
-    step's :class:`SeqView`; a finished one keeps its final tokens (status ``"finished"``)."""
+    step's ``SeqView``; a finished one keeps its final tokens (status ``"finished"``)."""
 
     seq_id: int
     request_id: str

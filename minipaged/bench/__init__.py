@@ -55,7 +55,7 @@ class Options:
 
 
 def run(name: str, options: Options) -> Report:
-    """Run the sub-benchmark ``name`` (a key of :data:`SUBBENCHMARKS`) and return its report."""
+    """Run the sub-benchmark ``name`` (a key of ``SUBBENCHMARKS``) and return its report."""
     if name not in SUBBENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(SUBBENCHMARKS)}")
     options.out.mkdir(parents=True, exist_ok=True)
