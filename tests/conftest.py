@@ -38,20 +38,34 @@ def transformers():
 
 
 @pytest.fixture(scope="session")
-def hf_llama(transformers, tmp_path_factory):
-    """A random transformers Llama (grouped-query attention, 2 layers) saved as a Hugging Face
-    directory: ``(hf_model, path)``. lm_head is scaled up so logits are peaky and float
-    reordering between two correct implementations cannot flip an argmax."""
+def llama_config(transformers):
+    """A factory of small random-model configs for transformers' Llama: 2 layers, hidden 64,
+    4 query heads over 2 KV heads (grouped-query attention); keywords override any field."""
+
+    def make(**overrides):
+        fields = dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rms_norm_eps=1e-5,
+            rope_theta=10000.0,
+        )
+        return transformers.LlamaConfig(**(fields | overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hf_llama(transformers, llama_config, tmp_path_factory):
+    """A random transformers Llama saved as a Hugging Face directory: ``(hf_model, path)``.
+    lm_head is scaled up so logits are peaky and float reordering between two correct
+    implementations cannot flip an argmax."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    config = llama_config(
         vocab_size=128,
         max_position_embeddings=256,
-        rms_norm_eps=1e-5,
         tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,

@@ -29,21 +29,11 @@ def tokenizer() -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def hf_dir(transformers, tmp_path_factory) -> Path:
+def hf_dir(transformers, llama_config, tmp_path_factory) -> Path:
     """A random untied transformers Llama saved with ``save_pretrained``: the good checkpoint
     that the error tests break one way each."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=64,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-    )
+    config = llama_config(vocab_size=64, tie_word_embeddings=False)
     path = tmp_path_factory.mktemp("hf_llama")
     transformers.LlamaForCausalLM(config).save_pretrained(path)
     return path

@@ -18,22 +18,12 @@ VOCAB = 101
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
-def hf_pair(request, transformers, tmp_path_factory) -> tuple[object, Llama]:
+def hf_pair(request, transformers, llama_config, tmp_path_factory) -> tuple[object, Llama]:
     """A random transformers Llama saved to disk, and minipaged's load of it, with weights
     scaled by :func:`sharpen`."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=request.param,
-        bos_token_id=1,
-        eos_token_id=2,
+    config = llama_config(
+        vocab_size=VOCAB, tie_word_embeddings=request.param, bos_token_id=1, eos_token_id=2
     )
     hf = transformers.LlamaForCausalLM(config).eval()
     sharpen(hf)

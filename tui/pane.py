@@ -6,6 +6,7 @@ it by the app in one call, so the panes can never show two different moments.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -67,9 +68,9 @@ class Pane(Widget):
             return Text("loading the model…", style="dim")
         return _AtWidth(self, self.frame)
 
+    @abstractmethod
     def draw(self, frame: Frame, width: int) -> RenderableType:
-        """What to show for ``frame`` in ``width`` columns."""
-        raise NotImplementedError
+        """What to show for ``frame`` in ``width`` columns: every pane defines it."""
 
 
 @dataclass(frozen=True, slots=True)
