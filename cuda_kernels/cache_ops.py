@@ -22,7 +22,7 @@ import torch
 from numba import cuda
 
 from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream, transfer_array
-from minipaged.kv_cache import check_write
+from minipaged.kv_cache import check_block_pairs, check_write
 
 
 @cuda.jit
@@ -103,13 +103,7 @@ def copy_blocks(
                 f"every pool must have the same shape, got {tuple(pool.shape)} and "
                 f"{tuple(key_pools[0].shape)}"
             )
-    _check_pairs(pairs, "copy", num_blocks, num_blocks)
-    sources = {src for src, _ in pairs}
-    if sources & {dst for _, dst in pairs}:
-        raise ValueError(
-            f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
-            "a copy-on-write destination is a freshly allocated block"
-        )
+    check_block_pairs(pairs, num_blocks, num_blocks, ("device", "device"), copy_on_write=True)
     block_pairs = torch.tensor(pairs, dtype=torch.int64, device=key_pools[0].device)  # [n, 2]
     layers = [
         (kernel_array(key_pool, "key_pool"), kernel_array(value_pool, "value_pool"))
@@ -134,7 +128,7 @@ def swap_blocks(
             f"{tuple(dst_pool.shape)} {dst_pool.dtype} must hold blocks of the same shape "
             "[num_kv_heads, B, head_dim] and dtype"
         )
-    _check_pairs(mapping, "swap", src_pool.shape[0], dst_pool.shape[0])
+    check_block_pairs(mapping, src_pool.shape[0], dst_pool.shape[0])
     src, dst = transfer_array(src_pool), transfer_array(dst_pool)
     if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
         for s, d in mapping:  # host to host: every swap in the simulator, whose "device" is host
@@ -147,19 +141,3 @@ def swap_blocks(
         else:
             dst[d].copy_to_device(src[s], stream=stream)  # host (or device) to device: swap in
     stream.synchronize()  # the copies are complete, in host memory too, when this returns
-
-
-def _check_pairs(pairs: Sequence[tuple[int, int]], verb: str, src_size: int, dst_size: int) -> None:
-    """Every ``(src, dst)`` names a block of its pool, and no destination repeats."""
-    for src, dst in pairs:
-        for role, block, size in (("source", src, src_size), ("destination", dst, dst_size)):
-            if not 0 <= block < size:
-                raise ValueError(
-                    f"{role} block {block} in {verb} pair ({src}, {dst}) is outside its pool "
-                    f"of {size} blocks (ids 0..{size - 1})"
-                )
-    destinations = [dst for _, dst in pairs]
-    if len(set(destinations)) != len(destinations):
-        raise ValueError(
-            f"destination blocks {destinations} repeat; each destination must appear once"
-        )

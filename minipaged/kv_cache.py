@@ -83,6 +83,41 @@ def write_kv(
     value_pool[block, :, offset] = value[keep]
 
 
+def check_block_pairs(
+    pairs: Sequence[tuple[int, int]],
+    src_size: int,
+    dst_size: int,
+    pools: tuple[str, str] = ("source-pool", "destination-pool"),
+    copy_on_write: bool = False,
+) -> None:
+    """The checks every block copy makes (``KVCache`` here, ``copy_blocks`` and
+    ``swap_blocks`` in ``cuda_kernels``) before moving anything: each ``(src, dst)`` names a
+    block of its pool (``pools`` names them in messages), no destination repeats, and for
+    copy-on-write no block is both a source and a destination. Raises ``ValueError`` naming
+    the first bad pair."""
+    for src, dst in pairs:
+        for role, block, pool, size in (
+            ("source", src, pools[0], src_size),
+            ("destination", dst, pools[1], dst_size),
+        ):
+            if not 0 <= block < size:
+                valid = f"blocks 0..{size - 1}" if size else "no blocks (num_host_blocks=0)"
+                raise ValueError(
+                    f"{role} block {block} in pair ({src}, {dst}) is not a {pool} block: it "
+                    f"is outside its pool of {size} blocks ({valid})"
+                )
+    destinations = [dst for _, dst in pairs]
+    if len(set(destinations)) != len(destinations):
+        raise ValueError(
+            f"destination blocks {destinations} repeat; each destination must appear once"
+        )
+    if copy_on_write and {src for src, _ in pairs} & set(destinations):
+        raise ValueError(
+            f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
+            "a copy-on-write destination is a freshly allocated block"
+        )
+
+
 class KVCache:
     """Key and value pools for every layer, on the compute device, plus a host pool for swapping.
 
@@ -168,17 +203,14 @@ class KVCache:
         """
         if not pairs:
             return
-        src, dst = self._check_pairs(pairs, "device", self.num_blocks, "device", self.num_blocks)
-        if set(src.tolist()) & set(dst.tolist()):
-            raise ValueError(
-                f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
-                "a copy-on-write destination is a freshly allocated block"
-            )
+        sizes = (self.num_blocks, self.num_blocks)
+        check_block_pairs(pairs, *sizes, ("device", "device"), copy_on_write=True)
         if self.backend == "numba":
             import cuda_kernels
 
             cuda_kernels.copy_blocks(self.key, self.value, pairs)
             return
+        src, dst = self._indices(pairs, self.device)
         self._key[:, dst] = self._key[:, src]
         self._value[:, dst] = self._value[:, src]
 
@@ -188,28 +220,33 @@ class KVCache:
         it."""
         if not mapping:
             return
-        src, dst = self._check_pairs(
-            mapping, "device", self.num_blocks, "host", self.num_host_blocks
-        )
+        check_block_pairs(mapping, self.num_blocks, self.num_host_blocks, ("device", "host"))
         if self.backend == "numba":
             self._swap_with_kernels(self.key + self.value, self.host_key + self.host_value, mapping)
             return
-        self._host_key[:, dst.cpu()] = self._key[:, src].cpu()
-        self._host_value[:, dst.cpu()] = self._value[:, src].cpu()
+        src, dst = self._indices(mapping, self.device)
+        host_dst = dst.cpu()
+        self._host_key[:, host_dst] = self._key[:, src].cpu()
+        self._host_value[:, host_dst] = self._value[:, src].cpu()
 
     def swap_in(self, mapping: Sequence[tuple[int, int]]) -> None:
         """Swapping back (§6): for each ``(host_block, device_block)``, copy the host block into
         the device block in every layer, restoring its bytes exactly."""
         if not mapping:
             return
-        src, dst = self._check_pairs(
-            mapping, "host", self.num_host_blocks, "device", self.num_blocks
-        )
+        check_block_pairs(mapping, self.num_host_blocks, self.num_blocks, ("host", "device"))
         if self.backend == "numba":
             self._swap_with_kernels(self.host_key + self.host_value, self.key + self.value, mapping)
             return
-        self._key[:, dst] = self._host_key[:, src.cpu()].to(self.device)
-        self._value[:, dst] = self._host_value[:, src.cpu()].to(self.device)
+        host_src, dst = self._indices(mapping, "cpu")
+        self._key[:, dst.to(self.device)] = self._host_key[:, host_src].to(self.device)
+        self._value[:, dst.to(self.device)] = self._host_value[:, host_src].to(self.device)
+
+    @staticmethod
+    def _indices(pairs: Sequence[tuple[int, int]], device) -> tuple[Tensor, Tensor]:
+        """The sources and destinations of checked ``pairs`` as index tensors on ``device``."""
+        src, dst = torch.tensor(pairs, dtype=torch.long, device=device).unbind(1)
+        return src, dst
 
     @staticmethod
     def _swap_with_kernels(
@@ -219,33 +256,3 @@ class KVCache:
 
         for src_pool, dst_pool in zip(sources, destinations, strict=True):
             cuda_kernels.swap_blocks(src_pool, dst_pool, mapping)
-
-    def _check_pairs(
-        self,
-        pairs: Sequence[tuple[int, int]],
-        src_pool: str,
-        src_size: int,
-        dst_pool: str,
-        dst_size: int,
-    ) -> tuple[Tensor, Tensor]:
-        """Check every ``(src, dst)`` id against its pool and return them as index tensors on the
-        compute device. Raises ``ValueError`` naming the first bad pair."""
-        for src, dst in pairs:
-            for role, block, pool, size in (
-                ("source", src, src_pool, src_size),
-                ("destination", dst, dst_pool, dst_size),
-            ):
-                if not 0 <= block < size:
-                    valid = f"blocks 0..{size - 1}" if size else "no blocks (num_host_blocks=0)"
-                    raise ValueError(
-                        f"{role} block {block} in pair ({src}, {dst}) is not a {pool} block: "
-                        f"the {pool} pool has {valid}"
-                    )
-        destinations = [dst for _, dst in pairs]
-        if len(set(destinations)) != len(destinations):
-            raise ValueError(
-                f"destination blocks {destinations} repeat; each destination must appear once"
-            )
-        src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
-        dst = torch.tensor(destinations, dtype=torch.long, device=self.device)
-        return src, dst
