@@ -113,19 +113,19 @@ def _exercises(args: argparse.Namespace) -> int:
 
 
 def _add_simulate_and_bench(sub: argparse._SubParsersAction) -> None:
-    from minipaged.bench import command
+    from minipaged.study.bench import command
 
     command.add_parsers(sub)
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from minipaged.bench import command
+    from minipaged.study.bench import command
 
     return command.simulate(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from minipaged.bench import command
+    from minipaged.study.bench import command
 
     return command.bench(args)
 

@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from minipaged import memory
-from minipaged.baselines import (
+from minipaged.study.baselines import (
     ContiguousHeap,
     OrcaAllocator,
     PagedAllocator,

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from minipaged import cli
-from minipaged.bench import SUBBENCHMARKS
 from minipaged.checkpoint import model_directory
+from minipaged.study.bench import SUBBENCHMARKS
 
 pytestmark = pytest.mark.skipif(
     not (model_directory("tiny") / "model.safetensors").is_file(),

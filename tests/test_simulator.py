@@ -6,11 +6,11 @@ from fractions import Fraction
 import pytest
 
 from minipaged import memory
-from minipaged.baselines import PagedAllocator, StaticAllocator
-from minipaged.bench.memory import kv_budget_bytes, make_allocators
-from minipaged.bench.sharing import count_blocks
-from minipaged.simulator import Simulation, simulate
-from minipaged.workloads import Request, make_workload
+from minipaged.study.baselines import PagedAllocator, StaticAllocator
+from minipaged.study.bench.memory import kv_budget_bytes, make_allocators
+from minipaged.study.bench.sharing import count_blocks
+from minipaged.study.simulator import Simulation, simulate
+from minipaged.study.workloads import Request, make_workload
 
 LLAMA_8B = memory.PRESETS["llama-3-8b"]
 

@@ -12,11 +12,11 @@ over all steps.
 
 from __future__ import annotations
 
-from minipaged.baselines import PagedAllocator
-from minipaged.bench import Options, plot
-from minipaged.report import Column, Report
-from minipaged.simulator import Simulation
-from minipaged.workloads import make_workload
+from minipaged.study.baselines import PagedAllocator
+from minipaged.study.bench import Options, plot
+from minipaged.study.report import Column, Report
+from minipaged.study.simulator import Simulation
+from minipaged.study.workloads import make_workload
 
 BLOCK_SIZE = 16
 

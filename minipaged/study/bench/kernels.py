@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from minipaged import attention, memory
-from minipaged.bench import Options, plot
-from minipaged.report import Column, Report
+from minipaged.study.bench import Options, plot
+from minipaged.study.report import Column, Report
 
 SHAPE = memory.PRESETS["llama-3-8b"]
 

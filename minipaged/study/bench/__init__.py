@@ -26,15 +26,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from minipaged.report import Report, console
+from minipaged.study.report import Report, console
 
 SUBBENCHMARKS = {
-    "memory": "minipaged.bench.memory",
-    "sharing": "minipaged.bench.sharing",
-    "fork": "minipaged.bench.fork",
-    "kernels": "minipaged.bench.kernels",
-    "engine": "minipaged.bench.engine",
-    "block-size": "minipaged.bench.block_size",
+    "memory": "minipaged.study.bench.memory",
+    "sharing": "minipaged.study.bench.sharing",
+    "fork": "minipaged.study.bench.fork",
+    "kernels": "minipaged.study.bench.kernels",
+    "engine": "minipaged.study.bench.engine",
+    "block-size": "minipaged.study.bench.block_size",
 }
 
 DEFAULT_OUT = Path("docs") / "results"

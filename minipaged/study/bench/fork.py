@@ -16,12 +16,12 @@ import time
 import torch
 
 from minipaged import memory
-from minipaged.bench import Options, plot
 from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_config
 from minipaged.events import CowCopy, Incref
 from minipaged.kv_cache import KVCache
-from minipaged.report import Column, Report
+from minipaged.study.bench import Options, plot
+from minipaged.study.report import Column, Report
 
 BLOCK_SIZE = 16
 

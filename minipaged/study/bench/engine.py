@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from minipaged.bench import Options, plot
 from minipaged.checkpoint import load_config, model_directory
 from minipaged.llm import LLM
-from minipaged.report import Column, Report
 from minipaged.sampling import SamplingParams
+from minipaged.study.bench import Options, plot
+from minipaged.study.report import Column, Report
 
 COLUMNS = [
     Column("system", "system"),

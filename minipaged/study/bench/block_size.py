@@ -2,19 +2,19 @@
 each sequence's last block, $(B - 1)/2$ tokens on average, and a kernel that walks the block
 table one block at a time makes fewer, larger steps.
 
-Waste is simulated (the paged allocator on the real block manager, ``minipaged.simulator``);
-kernel times are measured (``minipaged.bench.kernels``), both in this run.
+Waste is simulated (the paged allocator on the real block manager, ``minipaged.study.simulator``);
+kernel times are measured (``minipaged.study.bench.kernels``), both in this run.
 """
 
 from __future__ import annotations
 
 from minipaged import memory
-from minipaged.baselines import PagedAllocator
-from minipaged.bench import Options, kernels, plot
-from minipaged.bench.memory import kv_budget_bytes
-from minipaged.report import Column, Report
-from minipaged.simulator import Simulation
-from minipaged.workloads import make_workload
+from minipaged.study.baselines import PagedAllocator
+from minipaged.study.bench import Options, kernels, plot
+from minipaged.study.bench.memory import kv_budget_bytes
+from minipaged.study.report import Column, Report
+from minipaged.study.simulator import Simulation
+from minipaged.study.workloads import make_workload
 
 SIZES = (8, 16, 32)
 

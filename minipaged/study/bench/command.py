@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from minipaged.bench import DEFAULT_OUT, SUBBENCHMARKS
+from minipaged.study.bench import DEFAULT_OUT, SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
 
@@ -75,8 +75,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from minipaged.bench.memory import simulate_report
-    from minipaged.report import console
+    from minipaged.study.bench.memory import simulate_report
+    from minipaged.study.report import console
 
     report = simulate_report(
         args.model,
@@ -102,7 +102,7 @@ def simulate(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     import torch
 
-    from minipaged.bench import Options, run_many
+    from minipaged.study.bench import Options, run_many
 
     if args.threads <= 0:
         raise ValueError(f"--threads must be positive, got {args.threads}")

@@ -29,7 +29,7 @@ class Request:
     """One request: ``prompt_len`` tokens, then ``output_lens[i]`` new tokens for sequence $i$.
 
     ``beam`` marks beam search: the $K$ = ``len(output_lens)`` beams all have the same length
-    and, under paging, share blocks along a branching process (``minipaged.simulator``).
+    and, under paging, share blocks along a branching process (``minipaged.study.simulator``).
     Guaranteed: every length is at least 1 and ``prompt_len + max(output_lens) <= max_len``.
     """
 

@@ -40,8 +40,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from minipaged.baselines import KVAllocator
-from minipaged.workloads import Request
+from minipaged.study.baselines import KVAllocator
+from minipaged.study.workloads import Request
 
 
 @dataclass

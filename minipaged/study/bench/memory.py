@@ -1,5 +1,5 @@
 """``bench memory`` (and ``minipaged simulate``): KV-cache waste and concurrency per allocator
-at a real model's scale, simulated without a model (``minipaged.simulator``).
+at a real model's scale, simulated without a model (``minipaged.study.simulator``).
 
 The theory column is the expected unused slots per sequence when lengths are uniform modulo
 the allocation unit $U$: $(U - 1)/2$, §3's argument, with $U$ = $B$ for paging, the page for
@@ -10,7 +10,7 @@ $\\mathbb{E}[\\mathcal{W}_{int}] = L_{\\max} - \\mathbb{E}[L]$.
 from __future__ import annotations
 
 from minipaged import memory
-from minipaged.baselines import (
+from minipaged.study.baselines import (
     KVAllocator,
     OrcaAllocator,
     PagedAllocator,
@@ -18,10 +18,10 @@ from minipaged.baselines import (
     VAttentionAllocator,
     page_tokens,
 )
-from minipaged.bench import Options, plot
-from minipaged.report import Column, Report
-from minipaged.simulator import simulate
-from minipaged.workloads import Request, make_workload
+from minipaged.study.bench import Options, plot
+from minipaged.study.report import Column, Report
+from minipaged.study.simulator import simulate
+from minipaged.study.workloads import Request, make_workload
 
 WEIGHTS_GB = {"llama-3-8b": 16.0, "llama-3-70b": 140.0, "llama-2-70b": 140.0}
 """BF16 weights of each preset in decimal GB (2 bytes per parameter), the default to subtract
