@@ -8,63 +8,28 @@ them on the ``KVCache``. Every change is also recorded as an event
 
 The protocol pairs a question with an action, so the scheduler can decide before anything
 changes: ``can_allocate`` / ``allocate``, ``can_append`` / ``append_slot``,
-``can_swap_out`` / ``swap_out``, ``can_swap_in`` / ``swap_in``.
+``can_swap_out`` / ``swap_out``, ``can_swap_in`` / ``swap_in``. Questions (``can_*``,
+``blocks_needed``, ``next_token_blocks``, ``table``, ``snapshot``) never change anything, the
+prefix cache included. Every action that releases blocks (``free``, ``swap_out``, hence
+preemption) releases a table's last block first, so a cached child block always sits ahead of
+its parent on the free list and is evicted first: a cached prefix is lost from its tail, never
+cut at its root.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from minipaged import memory
+from minipaged import block_state, events, memory
 from minipaged.allocator import BlockAllocator, OutOfBlocks
+from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableState
 from minipaged.block_table import BlockTable
-from minipaged.events import (
-    Alloc,
-    CowCopy,
-    Decref,
-    Event,
-    Fork,
-    Free,
-    Incref,
-    PrefixEvict,
-    PrefixHit,
-    PrefixInsert,
-    SeqId,
-    SwapIn,
-    SwapOut,
-)
-from minipaged.prefix_cache import PrefixCache, make_prefix_cache
+from minipaged.events import Event, SeqId
+from minipaged.prefix_cache import PrefixCache
+from minipaged.prefix_caching import make_prefix_cache
 
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Where the next token goes. ``slot`` is $\\mathcal{T}_r[j] \\cdot B + o$ after any
-    copy-on-write; ``cow`` is the (src, dst) block copy to run first, or None."""
-
-    slot: int
-    cow: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TableState:
-    blocks: tuple[int, ...]
-    num_tokens: int
-    pool: str
-
-
-@dataclass(frozen=True, slots=True)
-class BlockState:
-    """A cheap immutable snapshot of everything the manager knows, for the TUI, traces and
-    ``minipaged.invariants``."""
-
-    block_size: int
-    tables: dict[SeqId, TableState]
-    device_refcounts: tuple[int, ...]
-    host_refcounts: tuple[int, ...]
-    device_free: tuple[int, ...]
-    host_free: tuple[int, ...]
-    cached: tuple[int, ...] = ()  # device blocks registered in the prefix cache
+# Re-exported: the TUI, traces and exercises import these from here.
+__all__ = ["AllocStatus", "AppendResult", "BlockManager", "BlockState", "TableState"]
 
 
 class BlockManager:
@@ -82,6 +47,9 @@ class BlockManager:
     ``prefix_caching`` (``"hash"`` or ``"radix"``) keeps full blocks findable by their tokens
     after their last holder lets go (``minipaged.prefix_cache``): a new sequence given its
     ``token_ids`` starts from the cached blocks of its longest cached prefix.
+
+    ``record_events=False`` builds no event objects (a simulator that never reads them runs
+    faster); every decision and every table is the same either way.
     """
 
     def __init__(
@@ -91,6 +59,7 @@ class BlockManager:
         block_size: int = 16,
         watermark: float = 0.01,
         prefix_caching: str | None = None,
+        record_events: bool = True,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
@@ -103,6 +72,7 @@ class BlockManager:
         self.watermark_blocks = int(watermark * num_device_blocks)
         self.prefix_cache: PrefixCache | None = make_prefix_cache(prefix_caching, block_size)
         self.tables: dict[SeqId, BlockTable] = {}
+        self.recording = record_events
         self._events: list[Event] = []
 
     # -- questions -------------------------------------------------------------------------
@@ -111,19 +81,22 @@ class BlockManager:
         """$M = \\lceil L / B \\rceil$ blocks hold ``num_tokens`` tokens."""
         return memory.num_logical_blocks(num_tokens, self.block_size)
 
-    def can_allocate(self, *prompts: int | Sequence[int]) -> bool:
-        """Room for new sequences while keeping the watermark free. Each is given by its length
-        or by its token ids; with prefix caching, blocks it finds cached and in use cost
-        nothing, and cached blocks on the free list cost what a fresh block does."""
-        needed = 0
+    def can_allocate(self, *prompts: int | Sequence[int]) -> AllocStatus:
+        """Can new sequences get their blocks while the watermark stays free? Each is given by
+        its length or by its token ids; with prefix caching, blocks it finds cached and in use
+        cost nothing, and cached blocks on the free list cost what a fresh block does.
+
+        ``NEVER`` when the blocks they need without any sharing exceed what an empty pool
+        gives while keeping the watermark, $\\mathcal{P}_{\\max} - W$; ``OK`` when they are
+        free now; ``LATER`` otherwise."""
+        needed = alone = 0
         for prompt in prompts:
-            if isinstance(prompt, int):
-                needed += self.blocks_needed(prompt)
-            else:
-                hits = self._prefix_hits(prompt)
-                reused = sum(1 for block in hits if self.device.refcount(block) > 0)
-                needed += self.blocks_needed(len(prompt)) - reused
-        return self.device.num_free - needed >= self.watermark_blocks
+            length = prompt if isinstance(prompt, int) else len(prompt)
+            hits = [] if isinstance(prompt, int) else self._prefix_hits(prompt)
+            alone += self.blocks_needed(length)
+            needed += self.blocks_needed(length)
+            needed -= sum(1 for block in hits if self.device.refcount(block) > 0)
+        return self._status(needed, alone)
 
     def can_append(self, *seqs: SeqId) -> bool:
         """Room for the next token of every sequence in ``seqs``: each needs a block when its
@@ -131,16 +104,22 @@ class BlockManager:
         needed = sum(self._blocks_for_next_token(self._device_table(seq)) for seq in seqs)
         return self.device.num_free >= needed
 
+    def next_token_blocks(self, *seqs: SeqId) -> int:
+        """Device blocks the next token of each of ``seqs`` takes, in whichever pool they are:
+        one when its last block is full or shared (copy-on-write), else none."""
+        return sum(self._blocks_for_next_token(self.table(seq)) for seq in seqs)
+
     def can_swap_out(self, seqs: Iterable[SeqId]) -> bool:
         """The host pool can take every distinct block of ``seqs``."""
         needed = len(self._distinct_blocks(seqs, "device"))
         return self.host is not None and self.host.num_free >= needed
 
-    def can_swap_in(self, seqs: Iterable[SeqId], extra_blocks: int = 0) -> bool:
-        """The device pool can take every distinct block of ``seqs``, plus ``extra_blocks``
-        (room for their next tokens), and keep the watermark."""
+    def can_swap_in(self, seqs: Iterable[SeqId], extra_blocks: int = 0) -> AllocStatus:
+        """Can the device pool take every distinct block of swapped-out ``seqs``, plus
+        ``extra_blocks`` (room for their next tokens: ``next_token_blocks``), and keep the
+        watermark? ``NEVER`` when not even an empty device pool could."""
         needed = len(self._distinct_blocks(seqs, "host")) + extra_blocks
-        return self.device.num_free - needed >= self.watermark_blocks
+        return self._status(needed, needed)
 
     def refcount(self, block: int, pool: str = "device") -> int:
         """$\\mathcal{R}[p]$ of ``block`` in ``pool``."""
@@ -189,15 +168,15 @@ class BlockManager:
         for j, block in enumerate(hits):
             if self.device.refcount(block) == 0:
                 self.device.take(block)
-                self.record(Alloc(seq, j, block))
+                self.record(events.Alloc(seq, j, block))
             else:
-                self.record(Incref(seq, j, block, self.device.incref(block)))
+                self.record(events.Incref(seq, j, block, self.device.incref(block)))
             table.blocks.append(block)
         if hits:
             table.cached_tokens = len(hits) * self.block_size
-            self.record(PrefixHit(seq, tuple(hits), table.cached_tokens))
-        for j in range(len(hits), needed):
-            table.blocks.append(self._new_device_block(seq, j))
+            self.record(events.PrefixHit(seq, tuple(hits), table.cached_tokens))
+        while len(table.blocks) < needed:
+            self._append_block(seq, table)
         self.tables[seq] = table
         if token_ids is not None:
             self._register_full_blocks(seq, token_ids)
@@ -208,45 +187,28 @@ class BlockManager:
 
         - $t \\bmod B = 0$: the last block is full; a fresh block becomes logical block $j$.
         - $\\mathcal{R}[p] = 1$ for $p = \\mathcal{T}_r[j]$: exclusive, write in place.
-        - $\\mathcal{R}[p] > 1$: shared. Copy-on-write: allocate $p_{new}$, copy the $o$ rows
-          already written, $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] - 1$,
-          $\\mathcal{T}_r[j] \\leftarrow p_{new}$, and write there. The caller runs the copy.
+        - $\\mathcal{R}[p] > 1$: shared. Copy-on-write: allocate $p_{new}$ with $R = 1$, the
+          caller copies the $o$ rows already written, $\\mathcal{R}[p] \\leftarrow
+          \\mathcal{R}[p] - 1$, and $\\mathcal{T}_r[j] \\leftarrow p_{new}$: write there.
 
         With prefix caching, pass the sequence's ``token_ids`` (the new token included): a
         block this token fills is registered in the cache.
         """
         table = self._device_table(seq)
-        needed = self._blocks_for_next_token(table)
-        if needed > self.device.num_free:
-            raise OutOfBlocks(
-                f"sequence {seq!r} needs a new device block for token {table.num_tokens} "
-                "but none is free; ask can_append first and preempt a sequence"
-            )
+        self._check_append(seq, table, token_ids)
         t = table.num_tokens
         j = table.logical_block(t)
         cow = None
-        if token_ids is not None and len(token_ids) != t + 1:
-            raise ValueError(
-                f"token_ids has {len(token_ids)} ids; sequence {seq!r} will hold {t + 1} tokens"
-            )
         if table.is_last_block_full:
-            table.blocks.append(self._new_device_block(seq, j))
+            self._append_block(seq, table)
         elif self.device.refcount(table.blocks[j]) > 1:
             src = table.blocks[j]
-            dst = self._new_device_block(seq, j, record=False)
-            # A shared block sits at the same logical index in every table holding it: fork
-            # copies tables position by position, and a prefix hit shares a whole prefix.
-            shared_with = tuple(
-                other
-                for other, t in self.tables.items()
-                if other != seq and t.pool == "device" and t.blocks[j : j + 1] == [src]
-            )
-            before = self.device.refcount(src)
-            table.blocks[j] = dst
-            after = self.device.decref(src)
-            cow = (src, dst)
-            self.record(CowCopy(seq, t, j, src, dst, table.offset(t), before, shared_with))
-            self.record(Decref(seq, src, after))
+            dst = self._fresh_block()  # 1. a new block, R[dst] = 1
+            cow = (src, dst)  # 2. the caller copies the o rows already written
+            self.device.decref(src)  # 3. R[src] <- R[src] - 1
+            table.blocks[j] = dst  # 4. T_r[j] <- dst
+            if self.recording:
+                self._record_cow(seq, t, src, dst)
         table.num_tokens += 1
         if token_ids is not None and table.is_last_block_full:
             self._register_full_blocks(seq, token_ids)
@@ -261,10 +223,12 @@ class BlockManager:
         if child in self.tables:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
         table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
-        self.record(Fork(parent, child, tuple(table.blocks)))
-        for j, block in enumerate(table.blocks):
-            self.record(Incref(child, j, block, self.device.incref(block)))
+        self.device.incref_all(table.blocks)
         self.tables[child] = table
+        if self.recording:
+            self.record(events.Fork(parent, child, tuple(table.blocks)))
+            for j, block in enumerate(table.blocks):
+                self.record(events.Incref(child, j, block, self.device.refcount(block)))
         return table
 
     def free(self, seq: SeqId) -> None:
@@ -277,18 +241,19 @@ class BlockManager:
         pool = self._pool(table.pool)
         for block in reversed(table.blocks):
             after = pool.decref(block)
-            event = (
-                Free(seq, block, table.pool)
-                if after == 0
-                else Decref(seq, block, after, table.pool)
-            )
-            self.record(event)
+            if self.recording:
+                self.record(
+                    events.Free(seq, block, table.pool)
+                    if after == 0
+                    else events.Decref(seq, block, after, table.pool)
+                )
         del self.tables[seq]
 
     def swap_out(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
         """Move the tables of ``seqs`` to the host pool (§6, swapping) and return the
         (device, host) block copies to run, each block once: a block shared inside the group
-        gets one host block whose refcount counts the same tables."""
+        gets one host block whose refcount counts the same tables. Device blocks are released
+        last block first, as ``free`` releases them."""
         return self._move(list(seqs), "device", "host")
 
     def swap_in(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
@@ -297,29 +262,29 @@ class BlockManager:
 
     def record(self, event: Event) -> None:
         """Add an event of the caller's (a preemption, say) to the stream, in order."""
-        self._events.append(event)
+        if self.recording:
+            self._events.append(event)
 
     def pop_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first."""
-        events, self._events = self._events, []
-        return events
+        popped, self._events = self._events, []
+        return popped
 
     def snapshot(self) -> BlockState:
-        empty: tuple[int, ...] = ()
-        return BlockState(
-            block_size=self.block_size,
-            tables={
-                seq: TableState(tuple(t.blocks), t.num_tokens, t.pool)
-                for seq, t in self.tables.items()
-            },
-            device_refcounts=self.device.refcounts(),
-            host_refcounts=self.host.refcounts() if self.host else empty,
-            device_free=self.device.free_blocks(),
-            host_free=self.host.free_blocks() if self.host else empty,
-            cached=self.prefix_cache.cached_blocks() if self.prefix_cache else empty,
+        """Everything the manager knows, as an immutable ``BlockState``."""
+        return block_state.snapshot(
+            self.block_size, self.tables, self.device, self.host, self.prefix_cache
         )
 
     # -- internals -------------------------------------------------------------------------
+
+    def _status(self, needed: int, alone: int) -> AllocStatus:
+        """``needed`` blocks now, ``alone`` on an empty pool, the watermark $W$ kept free."""
+        if self.device.num_blocks - alone < self.watermark_blocks:
+            return AllocStatus.NEVER
+        if self.device.num_free - needed >= self.watermark_blocks:
+            return AllocStatus.OK
+        return AllocStatus.LATER
 
     def _pool(self, name: str) -> BlockAllocator:
         if name == "device":
@@ -328,15 +293,45 @@ class BlockManager:
             return self.host
         raise ValueError(f"no {name!r} pool: this manager was built with num_host_blocks=0")
 
-    def _new_device_block(self, seq: SeqId, j: int, record: bool = True) -> int:
-        """A fresh device block for ``seq``'s logical block ``j``; with prefix caching, the
-        block handed out may still be cached: its old contents are evicted."""
+    def _fresh_block(self) -> int:
+        """A free device block, $R = 1$. With prefix caching it may still be cached: its old
+        contents are evicted (the free list's front: the least recently released)."""
         block = self.device.allocate()
         if self.prefix_cache is not None and self.prefix_cache.forget(block):
-            self.record(PrefixEvict(block))
-        if record:
-            self.record(Alloc(seq, j, block))
+            self.record(events.PrefixEvict(block))
         return block
+
+    def _append_block(self, seq: SeqId, table: BlockTable) -> None:
+        """A fresh device block becomes ``seq``'s next logical block $j$."""
+        block = self._fresh_block()
+        if self.recording:
+            self.record(events.Alloc(seq, len(table.blocks), block))
+        table.blocks.append(block)
+
+    def _check_append(self, seq: SeqId, table: BlockTable, token_ids: Sequence[int] | None) -> None:
+        """Refuse an append before it changes anything."""
+        if self._blocks_for_next_token(table) > self.device.num_free:
+            raise OutOfBlocks(
+                f"sequence {seq!r} needs a new device block for token {table.num_tokens} "
+                "but none is free; ask can_append first and preempt a sequence"
+            )
+        if token_ids is not None and len(token_ids) != table.num_tokens + 1:
+            raise ValueError(
+                f"token_ids has {len(token_ids)} ids; sequence {seq!r} will hold "
+                f"{table.num_tokens + 1} tokens"
+            )
+
+    def _record_cow(self, seq: SeqId, t: int, src: int, dst: int) -> None:
+        """The events of the copy-on-write that just moved ``seq``'s token ``t`` from ``src``
+        to ``dst``, naming the other tables that still hold ``src``."""
+        j = memory.logical_block(t, self.block_size)
+        shared_with = tuple(
+            other for other in block_state.holders(self.tables, j, src) if other != seq
+        )
+        after = self.device.refcount(src)
+        offset = memory.block_offset(t, self.block_size)
+        self.record(events.CowCopy(seq, t, j, src, dst, offset, after + 1, shared_with))
+        self.record(events.Decref(seq, src, after))
 
     def _prefix_hits(self, token_ids: Sequence[int]) -> list[int]:
         """Cached blocks for the full blocks of ``token_ids`` before the block of its last
@@ -351,7 +346,7 @@ class BlockManager:
             return
         added = self.prefix_cache.insert(token_ids, self.tables[seq].blocks)
         if added:
-            self.record(PrefixInsert(seq, tuple(added)))
+            self.record(events.PrefixInsert(seq, tuple(added)))
 
     def _device_table(self, seq: SeqId) -> BlockTable:
         table = self.table(seq)
@@ -362,7 +357,7 @@ class BlockManager:
     def _blocks_for_next_token(self, table: BlockTable) -> int:
         if table.is_last_block_full:
             return 1
-        return 1 if self.device.refcount(table.blocks[-1]) > 1 else 0
+        return 1 if self._pool(table.pool).refcount(table.blocks[-1]) > 1 else 0
 
     def _distinct_blocks(self, seqs: Iterable[SeqId], pool: str) -> set[int]:
         blocks: set[int] = set()
@@ -386,18 +381,16 @@ class BlockManager:
         mapping: dict[int, int] = {}
         for seq in seqs:
             table = self.tables[seq]
-            pairs = []
-            for j, block in enumerate(table.blocks):
+            old = table.blocks
+            for block in old:
                 if block in mapping:
                     dst.incref(mapping[block])
-                elif dst is self.device:
-                    mapping[block] = self._new_device_block(seq, j, record=False)
                 else:
-                    mapping[block] = dst.allocate()
-                pairs.append((block, mapping[block]))
+                    mapping[block] = self._fresh_block() if dst is self.device else dst.allocate()
+            for block in reversed(old):  # last block first, as free releases them
                 src.decref(block)
-                table.blocks[j] = mapping[block]
+            table.blocks = [mapping[block] for block in old]
             table.pool = dst_name
-            event = SwapOut if dst_name == "host" else SwapIn
-            self.record(event(seq, tuple(pairs)))
+            event = events.SwapOut if dst_name == "host" else events.SwapIn
+            self.record(event(seq, tuple(zip(old, table.blocks, strict=True))))
         return list(mapping.items())

@@ -2,28 +2,27 @@
 
 One step = schedule (admit, decode, preempt: ``minipaged.scheduler``), run the block copies
 and one forward pass (``minipaged.model_runner``), then pick tokens, fork for parallel
-sampling or beam search, and release finished sequences. Every step returns a
-``StepOutput`` with the new tokens, the events the block manager recorded and a snapshot
-of the block state: what the TUI draws and a trace records.
+sampling or beam search (``minipaged.decoding``), and release finished sequences. Every
+step returns a ``StepOutput`` with the new tokens, the events the block manager recorded and
+a snapshot of the block state: what the TUI draws and a trace records.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
 
-from minipaged import beam_search
 from minipaged.attention import SUPPORTED_BACKENDS
-from minipaged.block_manager import BlockManager, BlockState
-from minipaged.events import Event, Finish
+from minipaged.block_manager import AllocStatus, BlockManager, BlockState
+from minipaged.decoding import Decoder, ranked
+from minipaged.events import Event, Finish, Refuse
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
-from minipaged.sampling import SamplingParams, sample
-from minipaged.scheduler import ScheduledSeq, Scheduler
+from minipaged.sampling import SamplingParams
+from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
 from minipaged.tokenizer import Tokenizer
 
@@ -31,8 +30,15 @@ Prompt = str | list[int] | dict
 
 
 class RequestRejected(ValueError):
-    """A request that can never run on this engine (it needs more blocks than the whole
-    device pool). Nothing else is affected: other requests keep running."""
+    """A request that can never run on this engine: admission says NEVER for everything it
+    may come to hold (its sequences at full length need more blocks than an empty device pool
+    gives while keeping its watermark free). Nothing else is affected: other requests run.
+    ``num_blocks`` is what it needs, ``limit`` what an empty pool gives."""
+
+    def __init__(self, message: str, num_blocks: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.num_blocks = num_blocks
+        self.limit = limit
 
 
 @dataclass
@@ -50,7 +56,7 @@ class CompletionOutput:
 @dataclass
 class RequestOutput:
     """vLLM's result type: ``outputs[i].token_ids`` and ``outputs[i].text`` per sequence
-    (best first for beam search). ``error`` says why a rejected request produced nothing."""
+    (best first for beam search). ``error`` says why a rejected or aborted request stopped."""
 
     request_id: str
     prompt: str | None
@@ -147,10 +153,11 @@ class LLMEngine:
             max_num_batched_tokens or max(self.max_model_len, 2048),
         )
         self.runner = ModelRunner(model, self.kv_cache, backend)
+        eos_id = tokenizer.eos_id if tokenizer is not None else None
+        self.decoder = Decoder(self.block_manager, eos_id, self.max_model_len)
         self.seed = seed
         self.step_count = 0
-        self.requests: dict[str, SequenceGroup] = {}
-        self._seq_ids = itertools.count()
+        self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
 
     # -- requests --------------------------------------------------------------------------
@@ -162,14 +169,19 @@ class LLMEngine:
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
         params = params or SamplingParams()
-        token_ids, text = self.check_request(prompt, params)
+        try:
+            token_ids, text = self.check_request(prompt, params)
+        except RequestRejected as rejected:  # the refusal shows in the next step's events
+            name = "new" if request_id is None else request_id
+            self.block_manager.record(Refuse(name, rejected.num_blocks, rejected.limit))
+            raise
         if request_id is not None and request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
         request_id = str(arrival) if request_id is None else request_id
         seed = params.seed if params.seed is not None else self.seed * 1_000_003 + arrival
         generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
-        seq = Sequence(next(self._seq_ids), token_ids, len(token_ids))
+        seq = Sequence(self.decoder.new_seq_id(), token_ids, len(token_ids))
         group = SequenceGroup(request_id, arrival, params, [seq], generator, prompt=text)
         self.requests[request_id] = group
         self.scheduler.add(group)
@@ -178,6 +190,16 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         """Whether any request is still waiting, running or swapped out."""
         return self.scheduler.has_unfinished()
+
+    def abort_request(self, request_id: str) -> None:
+        """End an unfinished request now, wherever it is (waiting, running or swapped out):
+        its blocks are released and an ``Abort`` event is recorded for the next step."""
+        if request_id not in self.requests:
+            raise KeyError(
+                f"no unfinished request {request_id!r}: it finished, was aborted or never "
+                f"existed; unfinished: {sorted(self.requests)}"
+            )
+        self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
@@ -197,6 +219,8 @@ class LLMEngine:
                 )
             token_ids, text = list(prompt["prompt_token_ids"]), None
         elif isinstance(prompt, str):
+            if not prompt:  # as an empty prompt_token_ids is: there is nothing to continue
+                raise ValueError("the prompt is empty: give at least one token")
             if self.tokenizer is None:
                 raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
             token_ids, text = self.tokenizer.encode(prompt), prompt
@@ -222,17 +246,23 @@ class LLMEngine:
                 f"the request runs {params.num_sequences} sequences but max_num_seqs is "
                 f"{self.scheduler.max_num_seqs}; lower n / beam_width or raise max_num_seqs"
             )
-        # Enough for the request to finish alone even if preemption broke its sharing.
+        # Everything the request may come to hold, unshared (preemption breaks sharing), must
+        # be admissible on an empty pool: then it can always run alone, and never spins.
+        bm = self.block_manager
         length = min(len(token_ids) + params.max_tokens, self.max_model_len)
-        needed = params.num_sequences * self.block_manager.blocks_needed(length)
-        pool = self.block_manager.device.num_blocks
-        if needed > pool:
-            raise RequestRejected(
-                f"the request needs up to {needed} blocks ({params.num_sequences} sequence(s) "
-                f"of up to {length} tokens, B={self.block_manager.block_size}) but the device "
-                f"pool has only {pool}; lower max_tokens, n or beam_width, or give the pool "
-                "more blocks (num_gpu_blocks)"
-            )
+        if bm.can_allocate(*[length] * params.num_sequences) is not AllocStatus.NEVER:
+            return
+        needed = params.num_sequences * bm.blocks_needed(length)
+        limit = bm.device.num_blocks - bm.watermark_blocks
+        raise RequestRejected(
+            f"the request needs up to {needed} blocks ({params.num_sequences} sequence(s) "
+            f"of up to {length} tokens, B={bm.block_size}) but the device pool can give only "
+            f"{limit} ({bm.device.num_blocks} blocks, {bm.watermark_blocks} kept free as the "
+            "watermark); lower max_tokens, n or beam_width, or give the pool more blocks "
+            "(num_gpu_blocks)",
+            needed,
+            limit,
+        )
 
     # -- one step --------------------------------------------------------------------------
 
@@ -244,23 +274,19 @@ class LLMEngine:
         logits = self.runner.execute(plan)
         new_tokens: dict[int, int] = {}
         finished: list[RequestOutput] = []
-        by_group: dict[SequenceGroup, list[tuple[ScheduledSeq, torch.Tensor]]] = defaultdict(list)
-        for item, row in zip(plan.scheduled, logits if logits is not None else [], strict=True):
-            by_group[item.group].append((item, row))
-        for group, items in by_group.items():
-            if group.params.use_beam_search:
-                self._beam_step(group, items, new_tokens)
-            else:
-                self._sample_step(group, items, new_tokens)
+        for group, reason in plan.aborted:
+            del self.requests[group.request_id]
+            finished.append(self._output(group, error=reason))
+        for group in self.decoder.decode(plan.scheduled, logits, new_tokens):
             for seq in list(group.seqs):
-                reason = self._finish_reason(group, seq)
+                reason = self.decoder.finish_reason(group, seq)
                 if reason is not None:
                     self._finish(group, seq, reason)
             if group.is_finished:
                 self.scheduler.finish(group)
+                del self.requests[group.request_id]
                 finished.append(self._output(group))
         self.step_count += 1
-        num_prefill = plan.num_prefill_tokens
         return StepOutput(
             step=self.step_count,
             new_tokens=new_tokens,
@@ -272,103 +298,10 @@ class LLMEngine:
                 for name in ("waiting", "running", "swapped")
             },
             finished=tuple(finished),
-            num_prefill_tokens=num_prefill,
+            num_prefill_tokens=plan.num_prefill_tokens,
             num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
             num_cached_tokens=plan.num_cached_tokens,
         )
-
-    def _sample_step(self, group, items, new_tokens) -> None:
-        params = group.params
-        for item, row in items:
-            logprobs = torch.log_softmax(row.float(), dim=-1)
-            if item.is_prefill and not group.forked and params.n > 1:
-                # Parallel sampling (§5): n samples of the first token, n - 1 forks that share
-                # every prompt block; the first divergent write into a shared, partly filled
-                # block will copy it.
-                tokens = sample(row, params, group.generator, params.n)
-                seqs = [item.seq] + [self._fork(group, item.seq) for _ in tokens[1:]]
-            else:
-                tokens, seqs = sample(row, params, group.generator), [item.seq]
-            for seq, token in zip(seqs, tokens, strict=True):
-                seq.token_ids.append(token)
-                seq.cumulative_logprob += float(logprobs[token])
-                new_tokens[seq.seq_id] = token
-        group.forked = True
-
-    def _beam_step(self, group, items, new_tokens) -> None:
-        params = group.params
-        beams = [item.seq for item, _ in items]
-        eos = None if params.ignore_eos or self.tokenizer is None else self.tokenizer.eos_id
-        candidates, ended = beam_search.select(
-            torch.stack([row for _, row in items]),
-            [seq.cumulative_logprob for seq in beams],
-            params.beam_width,
-            eos,
-        )
-        for candidate in ended:
-            parent = beams[candidate.parent]
-            hypothesis = Sequence(
-                next(self._seq_ids),
-                [*parent.token_ids, candidate.token],
-                parent.prompt_len,
-                candidate.score,
-                "stop",
-            )
-            group.finished.append(hypothesis)
-        # Fork before anyone appends, so every child copies its parent's table as it was.
-        children: dict[int, list[Sequence]] = defaultdict(list)
-        for candidate in candidates:
-            parent = beams[candidate.parent]
-            own = children[candidate.parent]
-            own.append(parent if not own else self._fork(group, parent))
-        for index, parent in enumerate(beams):
-            if index not in children:  # no candidate extends this beam: drop it
-                self.block_manager.free(parent.seq_id)
-        order = []
-        for candidate in candidates:
-            seq = children[candidate.parent].pop(0)
-            seq.token_ids.append(candidate.token)
-            seq.cumulative_logprob = candidate.score
-            new_tokens[seq.seq_id] = candidate.token
-            order.append(seq)
-        group.seqs = order  # best first
-        group.forked = True
-        if self._beams_done(group):
-            for seq in list(group.seqs):
-                self.block_manager.free(seq.seq_id)
-            group.seqs = []
-
-    def _beams_done(self, group: SequenceGroup) -> bool:
-        """transformers' stopping rule (early_stopping=False): K finished hypotheses, and no
-        live beam can still beat the worst of them."""
-        params = group.params
-        if len(group.finished) < params.beam_width or not group.seqs:
-            return False
-        lp = params.length_penalty
-        worst = min(
-            beam_search.normalized(s.cumulative_logprob, len(s.output_ids), lp)
-            for s in group.finished
-        )
-        best = group.seqs[0]
-        return beam_search.normalized(best.cumulative_logprob, len(best.output_ids), lp) <= worst
-
-    def _fork(self, group: SequenceGroup, parent: Sequence) -> Sequence:
-        child = Sequence(next(self._seq_ids), list(parent.token_ids), parent.prompt_len)
-        child.cumulative_logprob = parent.cumulative_logprob
-        self.block_manager.fork(parent.seq_id, child.seq_id)
-        group.seqs.append(child)
-        return child
-
-    def _finish_reason(self, group: SequenceGroup, seq: Sequence) -> str | None:
-        params, last = group.params, seq.token_ids[-1]
-        eos = self.tokenizer.eos_id if self.tokenizer is not None else None
-        if not params.ignore_eos and last == eos and not params.use_beam_search:
-            return "stop"
-        if last in params.stop_token_ids:
-            return "stop"
-        if len(seq.output_ids) >= params.max_tokens or len(seq.token_ids) >= self.max_model_len:
-            return "length"
-        return None
 
     def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason
@@ -377,20 +310,7 @@ class LLMEngine:
         group.seqs.remove(seq)
         group.finished.append(seq)
 
-    def _output(self, group: SequenceGroup) -> RequestOutput:
-        params = group.params
-        seqs = group.finished
-        if params.use_beam_search:
-            seqs = sorted(
-                seqs,
-                key=lambda s: (
-                    -beam_search.normalized(
-                        s.cumulative_logprob, len(s.output_ids), params.length_penalty
-                    )
-                ),
-            )[: params.beam_width]
-        else:
-            seqs = sorted(seqs, key=lambda s: s.seq_id)
+    def _output(self, group: SequenceGroup, error: str | None = None) -> RequestOutput:
         outputs = [
             CompletionOutput(
                 index=i,
@@ -399,9 +319,11 @@ class LLMEngine:
                 cumulative_logprob=seq.cumulative_logprob,
                 finish_reason=seq.finish_reason,
             )
-            for i, seq in enumerate(seqs)
+            for i, seq in enumerate(ranked(group))
         ]
-        return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, outputs)
+        return RequestOutput(
+            group.request_id, group.prompt, group.prompt_token_ids, outputs, error=error
+        )
 
     def _views(self) -> dict[int, SeqView]:
         views = {}

@@ -271,6 +271,41 @@ class PrefixEvict(Event):
         return f"cached block {self.block}, unused, is evicted from the prefix cache for reuse"
 
 
+@dataclass(frozen=True, slots=True)
+class Refuse(Event):
+    """Admission said NEVER: request ``request_id`` needs ``num_blocks`` device blocks at
+    most, more than the ``limit`` an empty pool gives while keeping its watermark free. It is
+    refused up front, so it can never wait forever; other requests are not affected."""
+
+    kind: ClassVar[str] = "refuse"
+
+    request_id: str
+    num_blocks: int
+    limit: int
+
+    def narrate(self) -> str:
+        return (
+            f"request {self.request_id} is refused: it needs up to {self.num_blocks} blocks, "
+            f"but the device pool can give at most {self.limit} while keeping its watermark free"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Abort(Event):
+    """Request ``request_id`` ended before it finished, for ``reason`` (its caller aborted
+    it, or it can never fit the device pool again); ``seqs`` release their blocks just after."""
+
+    kind: ClassVar[str] = "abort"
+
+    request_id: str
+    seqs: tuple[SeqId, ...]
+    reason: str
+
+    def narrate(self) -> str:
+        seqs = ", ".join(str(s) for s in self.seqs) or "none live"
+        return f"request {self.request_id} (seq {seqs}) is aborted: {self.reason}"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
 
 

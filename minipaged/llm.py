@@ -3,6 +3,7 @@ carries over: ``LLM(model=...).generate(prompts, SamplingParams(...))``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer
 
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class LLM:
@@ -28,7 +30,11 @@ class LLM:
       ``tokenizer.json``). Nothing is downloaded.
     - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
       blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
-      swap pool; by default as large as the device pool.
+      swap pool; by default as large as the device pool. These keep vLLM's names; the block
+      manager calls the same pools ``num_device_blocks`` and ``num_host_blocks``, because its
+      "device" pool is wherever the model runs, a CPU included.
+    - ``dtype``: of the weights and the KV cache, a ``torch.dtype`` or one of ``"float32"``,
+      ``"float16"`` and ``"bfloat16"``.
     - ``backend``: the attention path, ``"torch"`` (the reference) or ``"numba"`` (the
       ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU).
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
@@ -50,12 +56,13 @@ class LLM:
         block_manager_class: type[BlockManager] = BlockManager,
         seed: int = 0,
         device: str = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         max_num_seqs: int = 32,
         watermark: float = 0.01,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
+        dtype = _torch_dtype(dtype)
         path = model_directory(model)
         self.model = load_model(path, dtype=dtype, device=device)
         self.tokenizer = Tokenizer(path)
@@ -98,32 +105,51 @@ class LLM:
 
         Every prompt is checked before any runs: a bad one raises ``ValueError`` and nothing
         starts. A request that can never fit the device pool gets an output with ``error`` set
-        and no sequences; the others still run. ``show_progress`` (default: when the output is
-        a terminal) draws a progress bar over finished requests. ``on_step`` sees every
-        ``StepOutput``, events and block state included.
+        and no sequences, and so does one aborted because it grew too large to ever come back
+        after preemption; the others still run. If anything interrupts the run (Ctrl-C, an
+        exception, in ``on_step`` too), this call's unfinished requests are aborted and their
+        blocks released before the exception goes on: the engine is left as it was found.
+        ``show_progress`` (default: when the output is a terminal) draws a progress bar over
+        finished requests. ``on_step`` sees every ``StepOutput``, events and block state
+        included.
         """
         if isinstance(prompts, str | dict):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
         engine = self.engine
-        rejections: dict[int, str] = {}
-        for index, prompt in enumerate(prompts):  # a bad prompt raises before anything queues
-            try:
+        for prompt in prompts:  # a bad prompt raises before anything queues
+            with contextlib.suppress(RequestRejected):  # refused below, while the others run
                 engine.check_request(prompt, params)
-            except RequestRejected as rejected:
-                rejections[index] = str(rejected)
         results: dict[str, RequestOutput] = {}
-        ids = []
-        for index, prompt in enumerate(prompts):
-            if index in rejections:
-                token_ids, text = engine.prompt_tokens(prompt)
-                ids.append(f"rejected-{index}")
-                results[ids[-1]] = RequestOutput(
-                    ids[-1], text, token_ids, [], error=rejections[index]
-                )
-            else:
-                ids.append(engine.add_request(prompt, params))
-        pending = len(ids) - len(results)
+        ids: list[str] = []
+        try:
+            for index, prompt in enumerate(prompts):
+                try:
+                    ids.append(engine.add_request(prompt, params))
+                except RequestRejected as rejected:
+                    token_ids, text = engine.prompt_tokens(prompt)
+                    ids.append(f"rejected-{index}")
+                    results[ids[-1]] = RequestOutput(
+                        ids[-1], text, token_ids, [], error=str(rejected)
+                    )
+            self._run(ids, results, show_progress, on_step)
+        except BaseException:
+            for request_id in ids:
+                if request_id in engine.requests:
+                    engine.abort_request(request_id)
+            engine.block_manager.pop_events()  # nobody will see this run's events
+            raise
+        return [results[request_id] for request_id in ids]
+
+    def _run(
+        self,
+        ids: list[str],
+        results: dict[str, RequestOutput],
+        show_progress: bool | None,
+        on_step: Callable[[StepOutput], None] | None,
+    ) -> None:
+        """Step until every request is done, filling ``results`` by request id."""
+        engine = self.engine
         if show_progress is None:
             show_progress = Console(stderr=True).is_terminal
         with Progress(
@@ -135,7 +161,7 @@ class LLM:
             disable=not show_progress,
             transient=True,
         ) as progress:
-            task = progress.add_task("requests", total=pending)
+            task = progress.add_task("requests", total=len(ids) - len(results))
             while engine.has_unfinished():
                 step = engine.step()
                 if on_step is not None:
@@ -143,4 +169,11 @@ class LLM:
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
-        return [results[request_id] for request_id in ids]
+
+
+def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be a torch.dtype or one of {list(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]

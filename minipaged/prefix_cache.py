@@ -16,8 +16,9 @@ hands it out for new contents. The free list is ordered by release time, so evic
 recently used first. Sequences release their blocks last block first, so a child block is
 always evicted before its parent.
 
-Both caches (this one and ``minipaged.radix_cache.RadixCache``) offer the same three
-operations to the block manager: ``match``, ``insert`` and ``forget``.
+Both caches (this one and ``minipaged.radix_cache.RadixCache``) offer the same operations to
+the block manager: ``match`` (a pure lookup: it never changes the cache), ``insert`` and
+``forget``; ``minipaged.prefix_caching`` picks one by name.
 """
 
 from __future__ import annotations
@@ -34,22 +35,10 @@ class PrefixCache(Protocol):
 
     def __contains__(self, block: int) -> bool: ...
     def cached_blocks(self) -> tuple[int, ...]: ...
+    def contents(self) -> object: ...
     def match(self, token_ids: Sequence[int]) -> list[int]: ...
     def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> list[int]: ...
     def forget(self, block: int) -> bool: ...
-
-
-def make_prefix_cache(kind: str | None, block_size: int) -> PrefixCache | None:
-    """``None`` (no caching), ``"hash"`` (``HashPrefixCache``) or ``"radix"`` (``RadixCache``)."""
-    if kind is None:
-        return None
-    if kind == "hash":
-        return HashPrefixCache(block_size)
-    if kind == "radix":
-        from minipaged.radix_cache import RadixCache  # it builds on this module
-
-        return RadixCache(block_size)
-    raise ValueError(f"prefix_caching must be None, 'hash' or 'radix', got {kind!r}")
 
 
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
@@ -86,9 +75,15 @@ class HashPrefixCache:
     def cached_blocks(self) -> tuple[int, ...]:
         return tuple(sorted(self._entries))
 
+    def contents(self) -> tuple[tuple[int, CachedBlock], ...]:
+        """Every registered block with its entry, by block id: two caches with equal contents
+        answer every lookup alike."""
+        return tuple(sorted(self._entries.items()))
+
     def match(self, token_ids: Sequence[int]) -> list[int]:
         """The cached blocks holding the longest run of ``token_ids``' full blocks, from the
-        first block on (each confirmed by tokens and parent, not only by hash)."""
+        first block on (each confirmed by tokens and parent, not only by hash). A pure lookup:
+        the cache is left as it was."""
         blocks: list[int] = []
         parent, parent_hash = NO_PARENT, None
         for tokens in full_blocks(token_ids, self.block_size):

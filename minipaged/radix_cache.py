@@ -8,7 +8,8 @@ physical block first held each part.
 
 Here the tree works in whole blocks of $B$ tokens: an edge holds $k$ blocks and $kB$ tokens
 (SGLang's tree is token-grained, with a page size of 1). Inserting a sequence whose path leaves
-an edge partway *splits* the edge at that block boundary.
+an edge partway *splits* the edge at that block boundary; a lookup (``match``) never does: it
+only reads the tree.
 
 Locks and eviction: SGLang counts the running requests on each node (a lock) and evicts
 unlocked leaves, least recently used first. Here the lock is the block's refcount
@@ -26,9 +27,10 @@ from dataclasses import dataclass, field
 from minipaged.prefix_cache import full_blocks
 
 Chunk = tuple[int, ...]  # the B token ids of one block
+Tree = tuple[tuple[tuple[Chunk, ...], tuple[int, ...], "Tree"], ...]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RadixNode:
     """An edge into this node: ``chunks[i]`` are the tokens held by ``blocks[i]``."""
 
@@ -53,20 +55,28 @@ class RadixCache:
     def cached_blocks(self) -> tuple[int, ...]:
         return tuple(sorted(self._node_of))
 
+    def contents(self) -> Tree:
+        """The whole tree as nested tuples (each child: its chunks, its blocks, its subtree),
+        children in key order: two caches with equal contents answer every lookup alike."""
+        return _contents(self.root)
+
     def match(self, token_ids: Sequence[int]) -> list[int]:
         """``match_prefix``: the blocks of the longest cached prefix of ``token_ids``' full
-        blocks."""
-        return self._walk(full_blocks(token_ids, self.block_size))[1]
+        blocks. A pure lookup: the tree is left as it was."""
+        return self._walk(full_blocks(token_ids, self.block_size))[2]
 
     def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> list[int]:
         """Add the full blocks of ``token_ids``, held by ``blocks``, below their longest cached
         prefix; return the blocks newly cached. Where the walk leaves an edge partway, the edge
         is split. A block already cached elsewhere is never added twice."""
         chunks = full_blocks(token_ids, self.block_size)
-        node, matched, rest = self._walk(chunks)
+        node, k, matched = self._walk(chunks)
+        rest = chunks[len(matched) :]
         new_blocks = list(blocks[len(matched) : len(chunks)])
         if any(block in self._node_of for block in new_blocks) or not rest:
             return []
+        if k < len(node.blocks):  # the path leaves node's edge after k blocks: split it there
+            self._split(node, k)
         child = RadixNode(list(rest), new_blocks, parent=node)
         node.children[rest[0]] = child
         for block in new_blocks:
@@ -90,23 +100,24 @@ class RadixCache:
             del node.parent.children[next(k for k, v in node.parent.children.items() if v is node)]
         return True
 
-    def _walk(self, chunks: list[Chunk]) -> tuple[RadixNode, list[int], list[Chunk]]:
-        """Follow ``chunks`` from the root: the node where the cached path ends (an edge left
-        partway is split there first), the blocks matched, and the chunks left over."""
-        node, matched, i = self.root, [], 0
-        while i < len(chunks) and chunks[i] in node.children:
-            child = node.children[chunks[i]]
+    def _walk(self, chunks: list[Chunk]) -> tuple[RadixNode, int, list[int]]:
+        """Follow ``chunks`` from the root, changing nothing: the last node entered, how many
+        blocks of its edge matched (all of them, or fewer where the path leaves the edge
+        partway), and the blocks matched in all."""
+        node, k, matched = self.root, 0, []
+        while len(matched) < len(chunks) and chunks[len(matched)] in node.children:
+            node = node.children[chunks[len(matched)]]
             k = 0
             while (
-                k < len(child.blocks) and i + k < len(chunks) and child.chunks[k] == chunks[i + k]
+                k < len(node.blocks)
+                and len(matched) < len(chunks)
+                and node.chunks[k] == chunks[len(matched)]
             ):
+                matched.append(node.blocks[k])
                 k += 1
-            matched += child.blocks[:k]
-            i += k
-            if k < len(child.blocks):
-                self._split(child, k)
-            node = child
-        return node, matched, chunks[i:]
+            if k < len(node.blocks):
+                break
+        return node, k, matched
 
     def _split(self, node: RadixNode, k: int) -> None:
         """Keep the first ``k`` blocks on ``node``'s edge; move the rest into a new child."""
@@ -123,3 +134,10 @@ class RadixCache:
             self._drop(child)
         for block in node.blocks:
             del self._node_of[block]
+
+
+def _contents(node: RadixNode) -> Tree:
+    return tuple(
+        (tuple(child.chunks), tuple(child.blocks), _contents(child))
+        for _, child in sorted(node.children.items())
+    )

@@ -16,6 +16,13 @@ Each step (``Scheduler.schedule``):
    watermark and the step's token budget allows: their prompts are prefilled in the same
    forward pass as everyone else's decode step.
 
+Admission asks the block manager for an ``AllocStatus``, as vLLM does: ``OK`` admits, ``LATER``
+waits for blocks to be released, ``NEVER`` (not even an empty pool could hold the request and
+keep its watermark) aborts the request with its reason instead of letting it wait forever. The
+same rule holds for a request coming back after preemption: it may have grown while it ran.
+A step that can neither run, preempt, swap nor abort anything while work remains would repeat
+forever: ``schedule`` raises ``SchedulerStuck`` instead.
+
 Preemption policy: ``"recompute"`` frees a request's blocks and keeps its token ids, so it is
 prefilled again later; ``"swap"`` copies its blocks to the host pool. A request with several
 sequences (parallel samples, beams) is swapped whenever the host pool has room, whatever the
@@ -27,11 +34,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from minipaged.block_manager import BlockManager
-from minipaged.events import Preempt, Recompute
+from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
 
 PREEMPTION_MODES = ("recompute", "swap")
+
+
+class SchedulerStuck(RuntimeError):
+    """A step could make no progress although requests remain: the next one would be the
+    same. Raised instead of spinning; the message names the queues and the pool."""
 
 
 @dataclass(slots=True)
@@ -56,6 +68,7 @@ class SchedulerOutput:
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[SequenceGroup] = field(default_factory=list)
+    aborted: list[tuple[SequenceGroup, str]] = field(default_factory=list)  # (group, why)
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
     @property
@@ -76,6 +89,15 @@ class Scheduler:
     ) -> None:
         if preemption not in PREEMPTION_MODES:
             raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {preemption!r}")
+        for name, value in (
+            ("max_num_seqs", max_num_seqs),
+            ("max_num_batched_tokens", max_num_batched_tokens),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive integer, got {value!r}: "
+                    "with no room in a batch no request could ever run"
+                )
         self.block_manager = block_manager
         self.preemption = preemption
         self.max_num_seqs = max_num_seqs
@@ -94,6 +116,23 @@ class Scheduler:
     def finish(self, group: SequenceGroup) -> None:
         """Drop a finished request from the running queue (its blocks are already freed)."""
         self.running.remove(group)
+        group.status = Status.FINISHED
+
+    def abort(self, group: SequenceGroup, reason: str) -> None:
+        """End ``group`` wherever it is: out of its queue, its live sequences' blocks released
+        (device or host) and finished with reason ``"abort"``, an ``Abort`` event recorded."""
+        for queue in (self.waiting, self.running, self.swapped):
+            if group in queue:
+                queue.remove(group)
+        bm = self.block_manager
+        live = [seq.seq_id for seq in group.seqs if seq.seq_id in bm.tables]
+        bm.record(Abort(group.request_id, tuple(seq.seq_id for seq in group.seqs), reason))
+        for seq_id in live:
+            bm.free(seq_id)
+        for seq in group.seqs:  # what each sequence made so far is still reported
+            seq.finish_reason = "abort"
+        group.finished += group.seqs
+        group.seqs = []
         group.status = Status.FINISHED
 
     def schedule(self) -> SchedulerOutput:
@@ -119,7 +158,11 @@ class Scheduler:
         while self.swapped and not out.preempted:
             group = self.swapped[0]
             ids = [s.seq_id for s in group.seqs]
-            if not bm.can_swap_in(ids, extra_blocks=len(ids)):
+            status = bm.can_swap_in(ids, extra_blocks=bm.next_token_blocks(*ids))
+            if status is AllocStatus.NEVER:
+                self._abort_never(group, out)
+                continue
+            if not status:
                 break
             self.swapped.pop(0)
             out.blocks_to_swap_in += bm.swap_in(ids)
@@ -138,7 +181,11 @@ class Scheduler:
             if sum(lengths) > budget and not first_prefill:
                 break
             width = max(len(lengths), group.params.num_sequences)  # a prompt forks into n
-            if num_seqs + width > self.max_num_seqs or not bm.can_allocate(*prompts):
+            status = bm.can_allocate(*prompts)
+            if status is AllocStatus.NEVER:
+                self._abort_never(group, out)
+                continue
+            if num_seqs + width > self.max_num_seqs or not status:
                 break
             self.waiting.pop(0)
             for seq in group.seqs:
@@ -154,7 +201,35 @@ class Scheduler:
             num_seqs += width
             group.status = Status.RUNNING
             _insert_by_arrival(self.running, group)
+        if not (out.scheduled or out.preempted or out.aborted) and self.has_unfinished():
+            raise SchedulerStuck(self._stuck_message())
         return out
+
+    def _abort_never(self, group: SequenceGroup, out: SchedulerOutput) -> None:
+        """Admission said NEVER for a request at the head of a queue: abort it, saying why."""
+        bm = self.block_manager
+        tokens = sum(len(seq.token_ids) for seq in group.seqs)
+        limit = bm.device.num_blocks - bm.watermark_blocks
+        reason = (
+            f"its {len(group.seqs)} sequence(s) of {tokens} tokens in all can never fit the "
+            f"device pool again: an empty pool gives {limit} blocks of B={bm.block_size} while "
+            "keeping its watermark free; give it more blocks (num_gpu_blocks) or a lower watermark"
+        )
+        self.abort(group, reason)
+        out.aborted.append((group, reason))
+
+    def _stuck_message(self) -> str:
+        bm = self.block_manager
+        queues = ", ".join(
+            f"{name} {[g.request_id for g in getattr(self, name)]}"
+            for name in ("waiting", "running", "swapped")
+        )
+        return (
+            f"the scheduler can make no progress ({queues}; {bm.device.num_free} of "
+            f"{bm.device.num_blocks} device blocks free, watermark {bm.watermark_blocks}, "
+            f"max_num_seqs {self.max_num_seqs}): the next step would be the same. Abort the "
+            "request at the head of the queue, or give the pool more blocks"
+        )
 
     def _append_slots(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         for seq in group.seqs:

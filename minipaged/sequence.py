@@ -25,13 +25,13 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     """One stream of tokens.
 
     Invariant: while RUNNING or SWAPPED, the cache holds keys and values for every token but
-    the last (``num_cached == len(token_ids) - 1``): the last sampled token is computed by the
-    next step, which also yields the token after it. A WAITING sequence has nothing cached.
+    the last, ``len(token_ids) - 1`` of them: the last sampled token is computed by the next
+    step, which also yields the token after it. A WAITING sequence has nothing cached.
     """
 
     seq_id: int
@@ -49,7 +49,7 @@ class Sequence:
         return self.finish_reason is not None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SequenceGroup:
     """One request: its prompt, its parameters and its live sequences.
 

@@ -12,7 +12,8 @@ from minipaged import invariants, prefix_cache
 from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine
-from minipaged.prefix_cache import HashPrefixCache, make_prefix_cache
+from minipaged.prefix_cache import HashPrefixCache
+from minipaged.prefix_caching import make_prefix_cache
 from minipaged.radix_cache import RadixCache
 from minipaged.sampling import SamplingParams
 
@@ -79,15 +80,22 @@ def test_forgotten_blocks_are_no_longer_found(cache_type):
     assert cache.match([1, 2, 3, 4]) == []
 
 
-def test_radix_match_ending_inside_an_edge_splits_it():
+def test_radix_match_ending_inside_an_edge_leaves_it_whole():
     cache = RadixCache(block_size=1)
     cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
     assert cache.match([1, 2, 9]) == [10, 11]
     (edge,) = cache.root.children.values()
-    assert edge.blocks == [10, 11], "the edge was split after the matched blocks"
-    (tail,) = edge.children.values()
-    assert tail.blocks == [12, 13]
+    assert edge.blocks == [10, 11, 12, 13], "a lookup must not split an edge"
+    assert edge.children == {}
+
+
+def test_radix_insert_leaving_an_edge_partway_splits_it():
+    cache = RadixCache(block_size=1)
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13])
     assert cache.insert([1, 2, 7], [10, 11, 20]) == [20]
+    (edge,) = cache.root.children.values()
+    assert edge.blocks == [10, 11], "the edge was split after the shared blocks"
+    assert sorted(child.blocks for child in edge.children.values()) == [[12, 13], [20]]
     assert cache.match([1, 2, 3, 4]) == [10, 11, 12, 13]
     assert cache.match([1, 2, 7]) == [10, 11, 20]
 

@@ -1,0 +1,180 @@
+"""Decoding: from one step's logits to every request's next tokens (source text §5).
+
+Parallel sampling draws $n$ first tokens and forks the prompt's sequence $n - 1$ times; beam
+search keeps the $K$ best (beam, token) pairs, forking a beam chosen twice and freeing a beam
+chosen never. Forks and frees go through the block manager, so the sequences share every block
+they have in common and copy only where they diverge.
+
+The log-softmax and the greedy choices of the whole batch are one call each. A sampling
+request draws from its own generator, so a seeded request gets the same tokens however the
+scheduler batches it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from minipaged import beam_search
+from minipaged.block_manager import BlockManager
+from minipaged.sampling import sample
+from minipaged.scheduler import ScheduledSeq
+from minipaged.sequence import Sequence, SequenceGroup
+
+
+class Decoder:
+    """Picks tokens, makes the fork and free decisions of §5, and says when a sequence is
+    done. Sequence ids come from here, so forks and beams never reuse one."""
+
+    def __init__(self, block_manager: BlockManager, eos_id: int | None, max_model_len: int):
+        self.block_manager = block_manager
+        self.eos_id = eos_id
+        self.max_model_len = max_model_len
+        self._seq_ids = itertools.count()
+
+    def new_seq_id(self) -> int:
+        return next(self._seq_ids)
+
+    def decode(
+        self, scheduled: list[ScheduledSeq], logits: Tensor | None, new_tokens: dict[int, int]
+    ) -> Iterator[SequenceGroup]:
+        """Choose the next token of every scheduled sequence from its row of ``logits``
+        ``[len(scheduled), vocab]`` into ``new_tokens`` (seq id -> token), one request at a
+        time, yielding each request once its tokens are chosen (so the caller can release
+        what finished before the next one forks). Parallel samples and beams fork here; beams
+        that lose are freed, and a beam search that is done frees all its beams."""
+        if logits is None:
+            return
+        logprobs = torch.log_softmax(logits.float(), dim=-1)  # [batch, vocab]
+        greedy = torch.argmax(logits, dim=-1).tolist()
+        rows: dict[SequenceGroup, list[int]] = defaultdict(list)
+        for row, item in enumerate(scheduled):
+            rows[item.group].append(row)
+        for group, group_rows in rows.items():
+            items = [scheduled[row] for row in group_rows]
+            if group.params.use_beam_search:
+                self._beam_step(group, items, logits[group_rows], new_tokens)
+            else:
+                for item, row in zip(items, group_rows, strict=True):
+                    self._sample(group, item, logits[row], logprobs[row], greedy[row], new_tokens)
+                group.forked = True
+            yield group
+
+    def finish_reason(self, group: SequenceGroup, seq: Sequence) -> str | None:
+        """``"stop"`` (EOS or a stop token), ``"length"`` (max_tokens or the context), or
+        None while ``seq`` goes on. Beam search handles EOS itself: a beam ending in EOS
+        becomes a finished hypothesis."""
+        params, last = group.params, seq.token_ids[-1]
+        if not params.ignore_eos and last == self.eos_id and not params.use_beam_search:
+            return "stop"
+        if last in params.stop_token_ids:
+            return "stop"
+        if len(seq.output_ids) >= params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _sample(
+        self,
+        group: SequenceGroup,
+        item: ScheduledSeq,
+        logits: Tensor,
+        logprobs: Tensor,
+        greedy: int,
+        new_tokens: dict[int, int],
+    ) -> None:
+        """One row: a token for its sequence, or, for a prompt's first step with $n > 1$,
+        $n$ tokens and $n - 1$ forks that share every prompt block (the first divergent write
+        into a shared, partly filled block will copy it)."""
+        params = group.params
+        fork = item.is_prefill and not group.forked and params.n > 1
+        count = params.n if fork else 1
+        if params.temperature == 0:
+            tokens = [greedy] * count  # n greedy samples are identical, as in vLLM
+        else:
+            tokens = sample(logits, params, group.generator, count)
+        seqs = [item.seq] + [self._fork(group, item.seq) for _ in tokens[1:]]
+        for seq, token in zip(seqs, tokens, strict=True):
+            seq.token_ids.append(token)
+            seq.cumulative_logprob += float(logprobs[token])
+            new_tokens[seq.seq_id] = token
+
+    def _beam_step(
+        self,
+        group: SequenceGroup,
+        items: list[ScheduledSeq],
+        logits: Tensor,
+        new_tokens: dict[int, int],
+    ) -> None:
+        params = group.params
+        beams = [item.seq for item in items]
+        eos = None if params.ignore_eos else self.eos_id
+        candidates, ended = beam_search.select(
+            logits, [seq.cumulative_logprob for seq in beams], params.beam_width, eos
+        )
+        for candidate in ended:
+            parent = beams[candidate.parent]
+            hypothesis = Sequence(
+                self.new_seq_id(),
+                [*parent.token_ids, candidate.token],
+                parent.prompt_len,
+                candidate.score,
+                "stop",
+            )
+            group.finished.append(hypothesis)
+        # Fork before anyone appends, so every child copies its parent's table as it was.
+        children: dict[int, list[Sequence]] = defaultdict(list)
+        for candidate in candidates:
+            parent = beams[candidate.parent]
+            own = children[candidate.parent]
+            own.append(parent if not own else self._fork(group, parent))
+        for index, parent in enumerate(beams):
+            if index not in children:  # no candidate extends this beam: drop it
+                self.block_manager.free(parent.seq_id)
+        order = []
+        for candidate in candidates:
+            seq = children[candidate.parent].pop(0)
+            seq.token_ids.append(candidate.token)
+            seq.cumulative_logprob = candidate.score
+            new_tokens[seq.seq_id] = candidate.token
+            order.append(seq)
+        group.seqs = order  # best first
+        group.forked = True
+        if _beams_done(group):
+            for seq in group.seqs:
+                self.block_manager.free(seq.seq_id)
+            group.seqs = []
+
+    def _fork(self, group: SequenceGroup, parent: Sequence) -> Sequence:
+        child = Sequence(self.new_seq_id(), list(parent.token_ids), parent.prompt_len)
+        child.cumulative_logprob = parent.cumulative_logprob
+        self.block_manager.fork(parent.seq_id, child.seq_id)
+        group.seqs.append(child)
+        return child
+
+
+def ranked(group: SequenceGroup) -> list[Sequence]:
+    """A finished request's sequences in output order: the ``beam_width`` best hypotheses by
+    length-normalized score for beam search, else in the order they were made."""
+    params = group.params
+    if not params.use_beam_search:
+        return sorted(group.finished, key=lambda s: s.seq_id)
+    return sorted(group.finished, key=lambda s: -_normalized(group, s))[: params.beam_width]
+
+
+def _beams_done(group: SequenceGroup) -> bool:
+    """transformers' stopping rule (early_stopping=False): K finished hypotheses, and no live
+    beam can still beat the worst of them."""
+    if len(group.finished) < group.params.beam_width or not group.seqs:
+        return False
+    worst = min(_normalized(group, s) for s in group.finished)
+    return _normalized(group, group.seqs[0]) <= worst
+
+
+def _normalized(group: SequenceGroup, seq: Sequence) -> float:
+    return beam_search.normalized(
+        seq.cumulative_logprob, len(seq.output_ids), group.params.length_penalty
+    )
