@@ -1,7 +1,8 @@
 """The block manager against a plain dict model, driven by hypothesis through random programs of
-allocate / append / fork / free / swap-out / swap-in on small pools.
+allocate / append / fork / free / swap-out / swap-in on small pools, without a prefix cache and
+with each kind of prefix cache (prompts drawn from a tiny alphabet, so prefixes repeat).
 
-Three oracles run after every step:
+Four oracles run after every step:
 
 1. the shared invariants (:mod:`minipaged.invariants`);
 2. a dict model of the protocol, with its own abstract block ids: the manager's free counts,
@@ -9,7 +10,10 @@ Three oracles run after every step:
 3. simulated KV contents: every written token is a unique number stored at its slot; copy-on-write
    copies and swaps move those numbers; reading each sequence back through its block table must
    give exactly the tokens that sequence wrote. A missing copy-on-write, a stale table after a
-   swap or a block handed out twice shows up here as a wrong token.
+   swap or a block handed out twice shows up here as a wrong token. A prefix hit must read
+   back the very token ids it was matched on;
+4. questions never change state: every ``can_*`` and every cache lookup leaves the snapshot and
+   the cache's whole contents (the radix tree's shape included) exactly as they were.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from minipaged import invariants
 from minipaged.allocator import OutOfBlocks
-from minipaged.block_manager import BlockManager
+from minipaged.block_manager import AllocStatus, BlockManager
 
 
 class DictModel:
@@ -45,8 +49,17 @@ class DictModel:
         if self.refs[pool][aid] == 0:
             del self.refs[pool][aid]
 
-    def allocate(self, seq: int, n: int) -> None:
-        blocks = [self._new("device") for _ in range(-(-n // self.block_size))]
+    def allocate(self, seq: int, n: int, shared: list[int | None] = ()) -> None:
+        """``shared[j]`` is the abstract block a prefix hit shares as block j (None: a cached
+        block nobody held, taken afresh); the rest are new."""
+        blocks = []
+        for j in range(-(-n // self.block_size)):
+            aid = shared[j] if j < len(shared) else None
+            if aid is None:
+                blocks.append(self._new("device"))
+            else:
+                self.refs["device"][aid] += 1
+                blocks.append(aid)
         self.tables[seq] = ("device", blocks, n)
 
     def append(self, seq: int) -> None:
@@ -89,15 +102,21 @@ def _in(pool):
     return lambda machine: bool(machine.in_pool(pool))
 
 
+PROMPTS = st.lists(st.integers(0, 2), min_size=1, max_size=40)  # few ids: prefixes repeat
+
+
 class BlockManagerMachine(RuleBasedStateMachine):
     @initialize(
         block_size=st.sampled_from([1, 2, 4, 16]),
         num_device=st.integers(1, 24),
         num_host=st.integers(0, 16),
         watermark=st.sampled_from([0.0, 0.1]),
+        prefix_caching=st.sampled_from([None, "hash", "radix"]),
     )
-    def setup(self, block_size, num_device, num_host, watermark):
-        self.manager = BlockManager(num_device, num_host, block_size, watermark)
+    def setup(self, block_size, num_device, num_host, watermark, prefix_caching):
+        self.manager = BlockManager(num_device, num_host, block_size, watermark, prefix_caching)
+        self.caching = prefix_caching is not None
+        self.ids: dict[int, list[int]] = {}  # each sequence's token ids
         self.model = DictModel(block_size)
         self.block_size = block_size
         self.next_seq = 0
@@ -117,10 +136,24 @@ class BlockManagerMachine(RuleBasedStateMachine):
             else:
                 self.data[dst_pool][dst * b + o] = value
 
-    def _write(self, seq, slot):
-        token = next(self.tokens)
-        self.data["device"][slot] = token
-        self.history[seq].append(token)
+    def _write(self, seq, slot, token_id):
+        # A unique serial catches a missing copy; the token id checks what a prefix hit reads.
+        value = (token_id, next(self.tokens))
+        self.data["device"][slot] = value
+        self.history[seq].append(value)
+
+    def _to_model(self) -> dict[int, int]:
+        """Device block -> the dict model's abstract block, for every block a table holds."""
+        return {
+            block: aid
+            for seq, table in self.manager.tables.items()
+            if table.pool == "device"
+            for block, aid in zip(table.blocks, self.model.tables[seq][1], strict=True)
+        }
+
+    def _cache_contents(self):
+        cache = self.manager.prefix_cache
+        return None if cache is None else cache.contents()
 
     def in_pool(self, pool):
         return sorted(s for s, t in self.manager.tables.items() if t.pool == pool)
@@ -133,34 +166,50 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     # -- rules ----------------------------------------------------------------------------
 
-    @rule(num_tokens=st.integers(1, 40))
-    def allocate(self, num_tokens):
+    @rule(prompt=PROMPTS)
+    def allocate(self, prompt):
         seq = self.next_seq
         self.next_seq += 1
+        num_tokens = len(prompt)
+        token_ids = prompt if self.caching else None
         needed = self.manager.blocks_needed(num_tokens)
+        status = self.manager.can_allocate(prompt if self.caching else num_tokens)
+        m = self.manager
+        never = needed > m.device.num_blocks - m.watermark_blocks
+        assert (status is AllocStatus.NEVER) == never, f"{status} for {needed} blocks"
         if needed > self.manager.device.num_blocks:
-            self._expect_refusal(lambda: self.manager.allocate(seq, num_tokens), ValueError)
+            self._expect_refusal(lambda: m.allocate(seq, num_tokens, token_ids), ValueError)
             return
-        if not self.manager.can_allocate(num_tokens):
-            if needed > self.manager.device.num_free:
+        if not status:
+            if needed > self.manager.device.num_free and not self.caching:
                 self._expect_refusal(lambda: self.manager.allocate(seq, num_tokens))
             return
-        table = self.manager.allocate(seq, num_tokens)
-        self.model.allocate(seq, num_tokens)
+        held = self._to_model()
+        table = self.manager.allocate(seq, num_tokens, token_ids)
+        hits = table.cached_tokens // self.block_size
+        self.model.allocate(seq, num_tokens, [held.get(block) for block in table.blocks[:hits]])
         self.history[seq] = []
-        for t in range(num_tokens):  # the prefill writes every prompt token
-            self._write(seq, table.slot(t))
+        self.ids[seq] = list(prompt)
+        for t in range(num_tokens):
+            if t < table.cached_tokens:  # a prefix hit: the cached block holds these tokens
+                value = self.data["device"].get(table.slot(t))
+                assert value is not None and value[0] == prompt[t], f"hit reads {value} at {t}"
+                self.history[seq].append(value)
+            else:  # the prefill writes every other prompt token
+                self._write(seq, table.slot(t), prompt[t])
 
     @precondition(_in("device"))
     @rule(data=st.data())
     def append(self, data):
         seq = data.draw(st.sampled_from(self.in_pool("device")))
+        token_id = data.draw(st.integers(0, 2))
         if not self.manager.can_append(seq):
             self._expect_refusal(lambda: self.manager.append_slot(seq))
             return
         others = self.manager.tables.items()
         holders = {s: list(t.blocks) for s, t in others if t.pool == "device" and s != seq}
-        result = self.manager.append_slot(seq)
+        self.ids[seq].append(token_id)
+        result = self.manager.append_slot(seq, self.ids[seq] if self.caching else None)
         self.model.append(seq)
         if result.cow is not None:
             src, dst = result.cow
@@ -168,7 +217,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             (cow,) = [e for e in self.manager.pop_events() if e.kind == "cow-copy"]
             assert set(cow.shared_with) == {s for s, blocks in holders.items() if src in blocks}
         assert invariants.write_is_exclusive(self.manager.snapshot(), result.slot) == []
-        self._write(seq, result.slot)
+        self._write(seq, result.slot, token_id)
 
     @precondition(_in("device"))
     @rule(data=st.data())
@@ -180,6 +229,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self.manager.fork(parent, child)
         self.model.fork(parent, child)
         self.history[child] = list(self.history[parent])
+        self.ids[child] = list(self.ids[parent])
         assert self.manager.device.num_free == free_before, "fork must not allocate"
 
     @precondition(lambda machine: bool(machine.manager.tables))
@@ -188,7 +238,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         seq = data.draw(st.sampled_from(sorted(self.manager.tables)))
         self.manager.free(seq)
         self.model.free(seq)
-        del self.history[seq]
+        del self.history[seq], self.ids[seq]
 
     @precondition(_in("device"))
     @rule(data=st.data())
@@ -222,6 +272,27 @@ class BlockManagerMachine(RuleBasedStateMachine):
         for host_block, device_block in self.manager.swap_in(group):
             self._copy_block("host", host_block, "device", device_block)
         self.model.move(group, "device")
+
+    @rule(prompt=PROMPTS, data=st.data())
+    def ask_questions(self, prompt, data):
+        """Every question, asked of the current state, must leave it exactly as it was."""
+        m = self.manager
+        before = (m.snapshot(), self._cache_contents())
+        device, host = self.in_pool("device"), self.in_pool("host")
+        m.can_allocate(len(prompt))
+        m.can_allocate(prompt)
+        m.can_allocate(prompt, len(prompt))
+        if device:
+            group = data.draw(st.lists(st.sampled_from(device), min_size=1, unique=True))
+            m.can_append(*group)
+            m.can_swap_out(group)
+            m.next_token_blocks(*group)
+        if host:
+            group = data.draw(st.lists(st.sampled_from(host), min_size=1, unique=True))
+            m.can_swap_in(group, extra_blocks=m.next_token_blocks(*group))
+        if m.prefix_cache is not None:
+            m.prefix_cache.match(prompt)
+        assert (m.snapshot(), self._cache_contents()) == before, "a question changed the state"
 
     # -- invariants -----------------------------------------------------------------------
 

@@ -62,8 +62,12 @@ def play(model, requests, **engine_args):
     return results
 
 
+# A quarter of the profile's examples (each plays two engines): 12 in dev, 25 in ci, 500 in
+# thorough.
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=max(1, settings().max_examples // 4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     requests=st.lists(request_strategy, min_size=1, max_size=6),
@@ -71,10 +75,13 @@ def play(model, requests, **engine_args):
     num_gpu_blocks=st.integers(10, 24),
     num_cpu_blocks=st.sampled_from([0, 8, 32]),
     preemption=st.sampled_from(["recompute", "swap"]),
+    watermark=st.sampled_from([0.0, 0.01, 0.2]),
+    prefix_caching=st.sampled_from([None, "hash", "radix"]),
 )
 def test_random_workloads_finish_without_leaks_and_match_an_unpressured_run(
-    model, requests, block_size, num_gpu_blocks, num_cpu_blocks, preemption
-):
+    model, requests, block_size, num_gpu_blocks, num_cpu_blocks, preemption, watermark,
+    prefix_caching,
+):  # fmt: skip
     pressured = play(
         model,
         requests,
@@ -82,6 +89,8 @@ def test_random_workloads_finish_without_leaks_and_match_an_unpressured_run(
         num_gpu_blocks=num_gpu_blocks,
         num_cpu_blocks=num_cpu_blocks,
         preemption=preemption,
+        watermark=watermark,
+        prefix_caching=prefix_caching,
     )
     roomy = play(model, requests, block_size=block_size, num_gpu_blocks=512)
     assert set(pressured) == set(range(len(requests))), "every request finishes or is rejected"
@@ -89,6 +98,7 @@ def test_random_workloads_finish_without_leaks_and_match_an_unpressured_run(
         result = pressured[index]
         if isinstance(result, RequestRejected):
             assert "num_gpu_blocks" in str(result)
+            assert result.num_blocks > result.limit, "only a request that can never fit"
             continue
         params = SamplingParams(max_tokens=max_tokens, **KINDS[kind])
         assert len(result) == params.num_sequences

@@ -5,6 +5,7 @@ preemption)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ from minipaged.prefix_cache import HashPrefixCache
 from minipaged.prefix_caching import make_prefix_cache
 from minipaged.radix_cache import RadixCache
 from minipaged.sampling import SamplingParams
+from minipaged.scheduler import Scheduler
+from minipaged.sequence import Sequence, SequenceGroup
 
 CACHES = ["hash", "radix"]
 SYSTEM = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]  # 13 tokens: 3 full blocks of B=4
@@ -247,3 +250,62 @@ def test_random_streams_with_shared_prefixes_match_the_uncached_run(
     plain, _ = run(model, prompts, None, arrivals, **args)
     cached, _ = run(model, prompts, kind, arrivals, **args)
     assert cached == plain
+
+
+# -- release order: children before parents, on every path -------------------------------------
+
+
+def _release_by_free(manager):
+    manager.free(0)
+
+
+def _release_by_swap_out(manager):
+    manager.swap_out([0])
+
+
+def _release_by_preemption(mode):
+    def release(manager):
+        scheduler = Scheduler(manager, preemption=mode)
+        params = SamplingParams(max_tokens=8)
+        for seq, arrival in ((1, 0), (0, 1)):  # seq 0 arrived last: it is preempted
+            # Each holds one sampled token more than its table: the next step computes it.
+            tokens = [*range(13), 60] if seq == 0 else [50, 51, 52, 53, 54]
+            group = SequenceGroup(str(seq), arrival, params, [Sequence(seq, tokens, len(tokens))],
+                                  torch.Generator())  # fmt: skip
+            scheduler.running.append(group)
+        plan = scheduler.schedule()  # seq 1 needs a block for token 4: none is free
+        assert [g.request_id for g in plan.preempted] == ["0"]
+        return True  # seq 1's new block was this step's allocation
+
+    return release
+
+
+def _release_by_copy_on_write(manager):
+    manager.fork(0, 2)
+    manager.free(0)  # seq 2 still holds every block
+    manager.free(1)  # one free, cached block
+    manager.append_slot(2, [*range(13), 99])  # copy-on-write: seq 2 had shared the last block
+    return True  # the copy was the allocation
+
+
+RELEASES = {
+    "free": _release_by_free,
+    "swap-out": _release_by_swap_out,
+    "preempt-recompute": _release_by_preemption("recompute"),
+    "preempt-swap": _release_by_preemption("swap"),
+    "copy-on-write": _release_by_copy_on_write,
+}
+
+
+@pytest.mark.parametrize("kind", CACHES)
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_every_release_path_keeps_the_cached_prefix_findable(kind, release):
+    """The issue's repro, for every way blocks are released: a chain of three cached blocks
+    survives the next allocation, because the tail is released (and so evicted) first."""
+    manager = BlockManager(5, 5, block_size=4, watermark=0.0, prefix_caching=kind)
+    chain = manager.allocate(0, 13, list(range(13))).blocks[:3]  # 3 full blocks + 1 partial
+    manager.allocate(1, 4, [50, 51, 52, 53])  # the pool is full
+    if not RELEASES[release](manager):
+        manager.allocate(9, 1, [77])  # takes the front of the free list
+    assert manager.prefix_cache.match(list(range(13))) == chain
+    invariants.assert_holds(manager)
