@@ -223,12 +223,12 @@ class BlockManager:
         if child in self.tables:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
         table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
-        self.device.incref_all(table.blocks)
+        self.record(events.Fork(parent, child, tuple(table.blocks)))
+        for j, block in enumerate(table.blocks):
+            refcount = self.device.incref(block)
+            if self.recording:  # no event object per block when nobody records
+                self.record(events.Incref(child, j, block, refcount))
         self.tables[child] = table
-        if self.recording:
-            self.record(events.Fork(parent, child, tuple(table.blocks)))
-            for j, block in enumerate(table.blocks):
-                self.record(events.Incref(child, j, block, self.device.refcount(block)))
         return table
 
     def free(self, seq: SeqId) -> None:
@@ -242,11 +242,12 @@ class BlockManager:
         for block in reversed(table.blocks):
             after = pool.decref(block)
             if self.recording:
-                self.record(
+                event = (
                     events.Free(seq, block, table.pool)
                     if after == 0
                     else events.Decref(seq, block, after, table.pool)
                 )
+                self.record(event)
         del self.tables[seq]
 
     def swap_out(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:

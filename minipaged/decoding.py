@@ -30,8 +30,8 @@ class Decoder:
     """Picks tokens, makes the fork and free decisions of §5, and says when a sequence is
     done. Sequence ids come from here, so forks and beams never reuse one."""
 
-    def __init__(self, block_manager: BlockManager, eos_id: int | None, max_model_len: int):
-        self.block_manager = block_manager
+    def __init__(self, eos_id: int | None, max_model_len: int):
+        self.block_manager: BlockManager | None = None  # the step's, set by decode
         self.eos_id = eos_id
         self.max_model_len = max_model_len
         self._seq_ids = itertools.count()
@@ -40,13 +40,19 @@ class Decoder:
         return next(self._seq_ids)
 
     def decode(
-        self, scheduled: list[ScheduledSeq], logits: Tensor | None, new_tokens: dict[int, int]
+        self,
+        block_manager: BlockManager,
+        scheduled: list[ScheduledSeq],
+        logits: Tensor | None,
+        new_tokens: dict[int, int],
     ) -> Iterator[SequenceGroup]:
         """Choose the next token of every scheduled sequence from its row of ``logits``
         ``[len(scheduled), vocab]`` into ``new_tokens`` (seq id -> token), one request at a
         time, yielding each request once its tokens are chosen (so the caller can release
         what finished before the next one forks). Parallel samples and beams fork here; beams
-        that lose are freed, and a beam search that is done frees all its beams."""
+        that lose are freed, and a beam search that is done frees all its beams, all through
+        ``block_manager`` (passed each step: the TUI may plug in a student's)."""
+        self.block_manager = block_manager
         if logits is None:
             return
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [batch, vocab]

@@ -154,7 +154,7 @@ class LLMEngine:
         )
         self.runner = ModelRunner(model, self.kv_cache, backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
-        self.decoder = Decoder(self.block_manager, eos_id, self.max_model_len)
+        self.decoder = Decoder(eos_id, self.max_model_len)
         self.seed = seed
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
@@ -277,7 +277,7 @@ class LLMEngine:
         for group, reason in plan.aborted:
             del self.requests[group.request_id]
             finished.append(self._output(group, error=reason))
-        for group in self.decoder.decode(plan.scheduled, logits, new_tokens):
+        for group in self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens):
             for seq in list(group.seqs):
                 reason = self.decoder.finish_reason(group, seq)
                 if reason is not None:

@@ -104,3 +104,21 @@ def test_kv_budget_needs_room_beside_the_weights():
     assert kv_budget_bytes(80, 16) == 64 * 10**9
     with pytest.raises(ValueError, match="no room for a KV cache"):
         kv_budget_bytes(80, 140)
+
+
+@pytest.mark.parametrize("kind", [dict(beam_width=4), dict(n=3)], ids=["beam", "n=3"])
+def test_recording_events_or_not_changes_no_decision(kind):
+    """The simulator's block manager records no events (for speed); every count, every table
+    and every refcount must be what a recording manager gives on the same workload."""
+    requests = make_workload("enterprise", 24, max_len=2048, seed=1, **kind)
+    results, managers = [], []
+    for record in (True, False):
+        alloc = PagedAllocator(300, block_size=16)
+        alloc.manager.recording = record
+        results.append(Simulation(alloc, requests, seed=1).run())
+        managers.append(alloc.manager)
+    assert results[0] == results[1]
+    assert results[0].preemptions > 0, "the pool is small enough to preempt"
+    recorded, silent = managers
+    assert recorded.snapshot() == silent.snapshot()
+    assert silent.pop_events() == [] and recorded.recording
