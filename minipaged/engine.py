@@ -235,6 +235,8 @@ class LLMEngine:
         return token_ids, text
 
     def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
+        """``ValueError`` for a prompt the model or the batch cannot take; ``RequestRejected``
+        when admission says NEVER for everything the request may come to hold."""
         if len(token_ids) >= self.max_model_len:
             raise ValueError(
                 f"the prompt has {len(token_ids)} tokens but the model's context is "
