@@ -22,7 +22,7 @@ import torch
 from numba import cuda
 
 from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream, transfer_array
-from minipaged.kv_cache import check_block_pairs, check_write
+from minipaged.contract import check_block_pairs, check_write
 
 
 @cuda.jit

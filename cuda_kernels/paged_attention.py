@@ -33,7 +33,7 @@ from numba import cuda, float32, int32
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
 from cuda_kernels.launch import NUM_THREADS, check_float32_inputs, kernel_array, launch_stream
-from minipaged.attention import check_attention_inputs
+from minipaged.contract import check_attention_inputs
 
 NEG_INF = np.float32(-np.inf)
 """$-\\infty$ as a float32 constant: a Python float would make Numba compute in float64

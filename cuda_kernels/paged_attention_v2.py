@@ -33,7 +33,7 @@ from cuda_kernels.paged_attention import (
     check_num_threads,
     online_softmax,
 )
-from minipaged.attention import check_attention_inputs
+from minipaged.contract import check_attention_inputs, check_partition_size
 
 
 @functools.cache
@@ -134,11 +134,7 @@ def paged_attention_decode_v2(
     multiple of ``block_size``. Returns ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
-    if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
-        raise ValueError(
-            f"partition_size must be a positive multiple of block_size={block_size} so each "
-            f"partition holds whole blocks, got {partition_size!r}"
-        )
+    check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:

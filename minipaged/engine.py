@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from minipaged import beam_search
-from minipaged.attention import SUPPORTED_BACKENDS
+from minipaged.backend import SUPPORTED_BACKENDS, kernels_for
 from minipaged.block_manager import BlockManager, BlockState
 from minipaged.events import Event, Finish
 from minipaged.kv_cache import KVCache
@@ -137,7 +137,7 @@ class LLMEngine:
             num_host_blocks=num_cpu_blocks,
             dtype=param.dtype,
             device=param.device,
-            backend=backend,
+            kernels=kernels_for(backend),
         )
         self.max_model_len = config.max_position_embeddings
         self.scheduler = Scheduler(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from minipaged import attention, memory
+from minipaged import attention, backend, memory
 from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 
@@ -100,10 +100,10 @@ def numba_kernel(device: str) -> tuple[Callable | None, str]:
     if not torch.cuda.is_available():
         return None, "not run: no GPU"
     try:
-        from cuda_kernels import paged_attention_decode
+        kernel = backend.kernels_for("numba").paged_attention_decode
     except (ImportError, AttributeError) as error:
         return None, f"not run: {error}"
-    return paged_attention_decode, "Numba kernel: cuda_kernels.paged_attention_decode"
+    return kernel, "Numba kernel: cuda_kernels.paged_attention_decode"
 
 
 def measure(batch: int, context: int, block_size: int, options: Options, repeats: int) -> dict:
