@@ -61,32 +61,32 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
         head = cuda.blockIdx.x
         seq = cuda.blockIdx.y
         part = cuda.blockIdx.z
-        t = cuda.threadIdx.x
+        thread = cuda.threadIdx.x
         start = part * partition_size
         end = min(start + partition_size, seq_lens[seq])
         if start >= end:  # the whole thread block returns here: no barrier is left waiting
-            if t == 0:
+            if thread == 0:
                 max_logits[seq, head, part] = NEG_INF
                 exp_sums[seq, head, part] = ZERO
-            for d in range(t, head_dim, num_threads):
+            for d in range(thread, head_dim, num_threads):
                 tmp_out[seq, head, part, d] = ZERO
             return
 
         kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA: h // (N_Q / N_KV)
         q = cuda.shared.array(head_dim, float32)  # [head_dim] read by every thread: shared
         acc = cuda.shared.array(head_dim, float32)  # [head_dim] sum of e^{s - m_k} v
-        for d in range(t, head_dim, num_threads):
+        for d in range(thread, head_dim, num_threads):
             q[d] = query[seq, head, d]
             acc[d] = ZERO
         cuda.syncthreads()
 
         table = block_tables[seq]  # T_r
-        m, l = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)  # noqa: E741
-        if t == 0:
-            max_logits[seq, head, part] = m
-            exp_sums[seq, head, part] = l
-        for d in range(t, head_dim, num_threads):
-            tmp_out[seq, head, part, d] = acc[d] / l
+        m_k, l_k = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)
+        if thread == 0:
+            max_logits[seq, head, part] = m_k
+            exp_sums[seq, head, part] = l_k
+        for d in range(thread, head_dim, num_threads):
+            tmp_out[seq, head, part, d] = acc[d] / l_k
 
     return paged_attention_v2_partitions
 
@@ -94,8 +94,9 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
 @cuda.jit
 def reduce_kernel(out, max_logits, exp_sums, tmp_out):
     """Stage 2, grid ``(num_heads, batch)``: thread block (h, r) writes ``out[r, h]`` from the
-    P partitions' (m_k, l_k, O_k) with §4's formula. Thread t computes output dimensions
-    t, t + T, ...; P is small (L / partition_size), so each thread loops over it itself."""
+    P partitions' (m_k, l_k, O_k) with §4's formula. Each thread computes output dimensions
+    ``thread``, ``thread + T``, ...; P is small (L / partition_size), so each thread loops over
+    it itself."""
     head = cuda.blockIdx.x
     seq = cuda.blockIdx.y
     num_partitions = max_logits.shape[2]

@@ -183,3 +183,41 @@ def check_block_pairs(
             f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
             "a copy-on-write destination is a freshly allocated block"
         )
+
+
+def check_copy_pairs(
+    key_pools: Sequence[Tensor], value_pools: Sequence[Tensor], pairs: Sequence[tuple[int, int]]
+) -> bool:
+    """The checks of a copy-on-write kernel launch (``copy_blocks``): one key and one value
+    pool per layer, all of one shape, and ``pairs`` valid for ``check_block_pairs``. Returns
+    whether there is anything to copy."""
+    if len(key_pools) != len(value_pools):
+        raise ValueError(
+            f"got {len(key_pools)} key pools and {len(value_pools)} value pools: pass one of "
+            "each per layer"
+        )
+    if not pairs or not key_pools:
+        return False
+    num_blocks = key_pools[0].shape[0]
+    for pool in (*key_pools, *value_pools):
+        if pool.shape != key_pools[0].shape:
+            raise ValueError(
+                f"every pool must have the same shape, got {tuple(pool.shape)} and "
+                f"{tuple(key_pools[0].shape)}"
+            )
+    check_block_pairs(pairs, num_blocks, num_blocks, ("device", "device"), copy_on_write=True)
+    return True
+
+
+def check_swap_pairs(
+    src_pool: Tensor, dst_pool: Tensor, mapping: Sequence[tuple[int, int]]
+) -> None:
+    """The checks of a swap (``swap_blocks``): both pools hold blocks of one shape and dtype,
+    and ``mapping`` is valid for ``check_block_pairs``."""
+    if src_pool.shape[1:] != dst_pool.shape[1:] or src_pool.dtype != dst_pool.dtype:
+        raise ValueError(
+            f"src_pool {tuple(src_pool.shape)} {src_pool.dtype} and dst_pool "
+            f"{tuple(dst_pool.shape)} {dst_pool.dtype} must hold blocks of the same shape "
+            "[num_kv_heads, B, head_dim] and dtype"
+        )
+    check_block_pairs(mapping, src_pool.shape[0], dst_pool.shape[0])
