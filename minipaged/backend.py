@@ -32,6 +32,7 @@ SUPPORTED_BACKENDS = ("torch", "numba", "numba-cpu")
 
 
 def check_backend(backend: str) -> None:
+    """``backend`` is one of ``SUPPORTED_BACKENDS``."""
     if backend not in SUPPORTED_BACKENDS:
         raise ValueError(
             f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
@@ -48,8 +49,13 @@ def kernels_for(backend: str) -> ModuleType | None:
 
         return cuda_kernels
     if backend == "numba-cpu":
-        from cuda_kernels import cpu
-
+        try:
+            from cuda_kernels import cpu
+        except ImportError as error:
+            raise ImportError(
+                f"backend 'numba-cpu' needs numba ({error}): install it with "
+                "pip install 'minipaged[cuda]', or use backend 'torch'"
+            ) from error
         return cpu
     return None
 
