@@ -49,13 +49,13 @@ def tree_reduce(combine):
 
     @cuda.jit(device=True)
     def reduce(value, scratch):
-        t = cuda.threadIdx.x
-        scratch[t] = value
+        thread = cuda.threadIdx.x
+        scratch[thread] = value
         cuda.syncthreads()
         stride = scratch.shape[0] // 2
         while stride > 0:
-            if t < stride:
-                scratch[t] = combine(scratch[t], scratch[t + stride])
+            if thread < stride:
+                scratch[thread] = combine(scratch[thread], scratch[thread + stride])
             cuda.syncthreads()
             stride //= 2
         result = scratch[0]
@@ -70,13 +70,13 @@ def shuffle_reduce(combine):
 
     @cuda.jit(device=True)
     def reduce(value, scratch):
-        t = cuda.threadIdx.x
+        thread = cuda.threadIdx.x
         offset = WARP_SIZE // 2
         while offset > 0:  # lane i meets lane i ^ 16, then i ^ 8, ...: all lanes end equal
             value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
             offset //= 2
-        if t % WARP_SIZE == 0:
-            scratch[t // WARP_SIZE] = value
+        if thread % WARP_SIZE == 0:
+            scratch[thread // WARP_SIZE] = value
         cuda.syncthreads()
         result = scratch[0]
         for warp in range(1, cuda.blockDim.x // WARP_SIZE):

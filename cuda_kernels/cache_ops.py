@@ -9,7 +9,7 @@
   between host and device; a kernel could not reach ordinary host memory.
 
 Each checks its arguments before moving anything, so a rejected call leaves every pool as it was.
-In the kernels, thread $t$ of a block copies elements $t, t + T, \\ldots$ of a token's
+In the kernels, each thread copies elements ``thread``, ``thread + T``, ... of a token's
 ``[num_kv_heads, head_dim]`` or of a block's ``[num_kv_heads, B, head_dim]``.
 """
 
@@ -22,7 +22,7 @@ import torch
 from numba import cuda
 
 from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream, transfer_array
-from minipaged.kv_cache import check_block_pairs, check_write
+from minipaged.contract import check_copy_pairs, check_swap_pairs, check_write
 
 
 @cuda.jit
@@ -89,21 +89,8 @@ def copy_blocks(
     ``src`` in every layer's key and value pools (one ``[num_blocks, num_kv_heads, B, head_dim]``
     tensor per layer). No destination may be a source and destinations are distinct, so the
     order of the copies does not matter."""
-    if len(key_pools) != len(value_pools):
-        raise ValueError(
-            f"got {len(key_pools)} key pools and {len(value_pools)} value pools: pass one of "
-            "each per layer"
-        )
-    if not pairs or not key_pools:
+    if not check_copy_pairs(key_pools, value_pools, pairs):
         return
-    num_blocks = key_pools[0].shape[0]
-    for pool in (*key_pools, *value_pools):
-        if pool.shape != key_pools[0].shape:
-            raise ValueError(
-                f"every pool must have the same shape, got {tuple(pool.shape)} and "
-                f"{tuple(key_pools[0].shape)}"
-            )
-    check_block_pairs(pairs, num_blocks, num_blocks, ("device", "device"), copy_on_write=True)
     block_pairs = torch.tensor(pairs, dtype=torch.int64, device=key_pools[0].device)  # [n, 2]
     layers = [
         (kernel_array(key_pool, "key_pool"), kernel_array(value_pool, "value_pool"))
@@ -122,13 +109,7 @@ def swap_blocks(
     ``dst`` of ``dst_pool``, byte for byte. One pool is usually on the device and the other on
     the host (swap out: device to host; swap in: host to device); call once per layer and per
     key and value pool. Pinned host memory makes the transfers faster, not different."""
-    if src_pool.shape[1:] != dst_pool.shape[1:] or src_pool.dtype != dst_pool.dtype:
-        raise ValueError(
-            f"src_pool {tuple(src_pool.shape)} {src_pool.dtype} and dst_pool "
-            f"{tuple(dst_pool.shape)} {dst_pool.dtype} must hold blocks of the same shape "
-            "[num_kv_heads, B, head_dim] and dtype"
-        )
-    check_block_pairs(mapping, src_pool.shape[0], dst_pool.shape[0])
+    check_swap_pairs(src_pool, dst_pool, mapping)
     src, dst = transfer_array(src_pool), transfer_array(dst_pool)
     if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
         for s, d in mapping:  # host to host: every swap in the simulator, whose "device" is host

@@ -1,19 +1,19 @@
 """The v1 paged-attention decode kernel: the source text's §4 loop on a GPU.
 
-One thread block per (sequence $r$, query head $h$), $T$ threads each
-(``NUM_THREADS``). The block walks the sequence's $L$ tokens in rounds
-of $T$ consecutive tokens; in a round, thread $t$ owns token $\\tau$ = round start $+ t$ and
-finds it through the block table, as §4's address formula does: logical block
-$j = \\lfloor \\tau / B \\rfloor$, physical block $\\mathcal{T}_r[j]$, offset $o = \\tau \\bmod B$.
+One thread block per (sequence $r$, query head $h$), $T$ threads each (``NUM_THREADS``). The
+block walks the sequence's $L$ tokens in rounds of $T$ consecutive tokens; in a round, thread
+``thread`` owns token $\\tau$ = round start + ``thread`` and finds it through the block table,
+as §4's address formula does: logical block $j = \\lfloor \\tau / B \\rfloor$, physical block
+$\\mathcal{T}_r[j]$, offset $o = \\tau \\bmod B$.
 So the threads share out the tokens of each physical block, and the warps the blocks: with
 $T = 128$ (four warps of 32) and $B = 32$, warp $w$ of a round reads exactly one physical block,
 §4's "warps are assigned distinct physical blocks"; with $B = 16$ it reads two. After each round
-the thread block updates the online softmax's running max $m$, running sum $l$ and
-accumulator, exactly as §4's loop does after each block.
+the thread block updates the online softmax's running max ``m_prev``, running sum ``l_prev`` and
+accumulator ``acc``, exactly as §4's loop does after each block, with the loop's names.
 
 Shared memory holds what every thread reads: the query, the round's probabilities $e^{s - m}$
-and physical block ids, and the accumulator (thread $t$ owns output dimensions
-$t, t + T, \\ldots$). Nothing is ever read at a position $\\ge L$: a NaN in an unused slot, or
+and physical block ids, and the accumulator (each thread owns output dimensions ``thread``,
+``thread + T``, ...). Nothing is ever read at a position $\\ge L$: a NaN in an unused slot, or
 -1 in an unused block-table entry, cannot reach the result.
 
 vLLM's kernel computes the same thing in a different order: a *group* of threads shares one
@@ -33,7 +33,7 @@ from numba import cuda, float32, int32
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
 from cuda_kernels.launch import NUM_THREADS, check_float32_inputs, kernel_array, launch_stream
-from minipaged.attention import check_attention_inputs
+from minipaged.contract import check_attention_inputs
 
 NEG_INF = np.float32(-np.inf)
 """$-\\infty$ as a float32 constant: a Python float would make Numba compute in float64
@@ -50,10 +50,10 @@ def online_softmax(num_threads: int, reduction: str):
 
     Attends the query ``q`` (``[head_dim]``, shared memory) to tokens ``start .. end - 1`` of
     the sequence whose block table row is ``table``, reading KV head ``kv_head``. On return,
-    every thread holds the same $m$ (the largest score) and $l = \\sum_\\tau e^{s_\\tau - m}$,
-    and ``acc`` (``[head_dim]``, shared memory, zero on entry) holds
-    $\\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the attention output is ``acc / l``. Needs
-    ``start < end``.
+    every thread holds the same ``m_prev`` $= m$ (the largest score) and ``l_prev``
+    $= l = \\sum_\\tau e^{s_\\tau - m}$, and ``acc`` (``[head_dim]``, shared memory, zero on
+    entry) holds $\\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the attention output is ``acc / l``.
+    The names are those of §4's loop (``paged_attention_decode_loop``). Needs ``start < end``.
 
     Never reads a slot at or past ``end``, nor ``table[j]`` for a block holding no token below
     ``end``: those may hold NaN or -1.
@@ -62,47 +62,48 @@ def online_softmax(num_threads: int, reduction: str):
 
     @cuda.jit(device=True)
     def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
-        t = cuda.threadIdx.x
+        thread = cuda.threadIdx.x
         head_dim = q.shape[0]
         block_size = key_pool.shape[2]  # B
         # Shared so that every thread can weigh every token of the round by its probability and
-        # find its value row: thread t fills entry t, then all threads read them all.
-        probs = cuda.shared.array(num_threads, float32)  # [T] e^{s - m} of the round's tokens
+        # find its value row: each thread fills its own entry, then all threads read them all.
+        probs = cuda.shared.array(num_threads, float32)  # [T] p_curr = e^{s - m_curr} per token
         blocks = cuda.shared.array(num_threads, int32)  # [T] physical block T_r[j] of each token
         scratch = cuda.shared.array(num_threads, float32)  # [T] the reductions' workspace
 
-        m = NEG_INF
-        l = ZERO  # noqa: E741  (the source text's l)
+        m_prev = NEG_INF
+        l_prev = ZERO
         for first in range(start, end, num_threads):
-            tau = first + t  # this thread's token
+            tau = first + thread  # this thread's token
             score = NEG_INF  # a thread past the end takes part in the reductions with e^{-inf} = 0
             if tau < end:
                 block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
                 offset = tau % block_size  # o = tau mod B
-                blocks[t] = block
+                blocks[thread] = block
                 score = ZERO
                 for d in range(head_dim):
                     score += q[d] * key_pool[block, kv_head, offset, d]
                 score *= scale
 
-            m_new = max(m, block_max(score, scratch))  # finite: token `first` is below `end`
-            rescale = math.exp(m - m_new)  # e^{m_prev - m_curr}: 0 in the first round
-            prob = math.exp(score - m_new)
-            l = rescale * l + block_sum(prob, scratch)  # noqa: E741
-            probs[t] = prob
+            m_curr = max(m_prev, block_max(score, scratch))  # finite: token `first` is below `end`
+            p_prev = math.exp(m_prev - m_curr)  # rescales what was summed under the old max
+            p_curr = math.exp(score - m_curr)
+            l_curr = p_prev * l_prev + block_sum(p_curr, scratch)
+            probs[thread] = p_curr
             cuda.syncthreads()
 
-            # Thread t owns output dimensions t, t + T, ...: no two threads write the same one.
+            # Each thread owns output dimensions thread, thread + T, ...: no two write the same.
             tokens = min(num_threads, end - first)
-            for d in range(t, head_dim, num_threads):
-                total = rescale * acc[d]
+            for d in range(thread, head_dim, num_threads):
+                total = p_prev * acc[d]
                 for i in range(tokens):
                     offset = (first + i) % block_size
                     total += probs[i] * value_pool[blocks[i], kv_head, offset, d]
                 acc[d] = total
             cuda.syncthreads()  # all reads of probs and blocks are done before the next round
-            m = m_new
-        return m, l
+            m_prev = m_curr
+            l_prev = l_curr
+        return m_prev, l_prev
 
     return attend
 
@@ -130,20 +131,20 @@ def decode_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: str 
         over its seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
         head = cuda.blockIdx.x
         seq = cuda.blockIdx.y
-        t = cuda.threadIdx.x
+        thread = cuda.threadIdx.x
         kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA: h // (N_Q / N_KV)
         # The query is read by every thread for every token: load it once, into shared memory.
         q = cuda.shared.array(head_dim, float32)  # [head_dim]
         acc = cuda.shared.array(head_dim, float32)  # [head_dim] sum of e^{s - m} v
-        for d in range(t, head_dim, num_threads):
+        for d in range(thread, head_dim, num_threads):
             q[d] = query[seq, head, d]
             acc[d] = ZERO
         cuda.syncthreads()
 
         table = block_tables[seq]  # T_r
-        _, l = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)  # noqa: E741
-        for d in range(t, head_dim, num_threads):  # each thread reads back what it wrote
-            out[seq, head, d] = acc[d] / l
+        _, l_prev = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)
+        for d in range(thread, head_dim, num_threads):  # each thread reads back what it wrote
+            out[seq, head, d] = acc[d] / l_prev
 
     return paged_attention_v1
 

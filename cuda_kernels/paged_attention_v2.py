@@ -33,7 +33,7 @@ from cuda_kernels.paged_attention import (
     check_num_threads,
     online_softmax,
 )
-from minipaged.attention import check_attention_inputs
+from minipaged.contract import check_attention_inputs, check_partition_size
 
 
 @functools.cache
@@ -61,32 +61,32 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
         head = cuda.blockIdx.x
         seq = cuda.blockIdx.y
         part = cuda.blockIdx.z
-        t = cuda.threadIdx.x
+        thread = cuda.threadIdx.x
         start = part * partition_size
         end = min(start + partition_size, seq_lens[seq])
         if start >= end:  # the whole thread block returns here: no barrier is left waiting
-            if t == 0:
+            if thread == 0:
                 max_logits[seq, head, part] = NEG_INF
                 exp_sums[seq, head, part] = ZERO
-            for d in range(t, head_dim, num_threads):
+            for d in range(thread, head_dim, num_threads):
                 tmp_out[seq, head, part, d] = ZERO
             return
 
         kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA: h // (N_Q / N_KV)
         q = cuda.shared.array(head_dim, float32)  # [head_dim] read by every thread: shared
         acc = cuda.shared.array(head_dim, float32)  # [head_dim] sum of e^{s - m_k} v
-        for d in range(t, head_dim, num_threads):
+        for d in range(thread, head_dim, num_threads):
             q[d] = query[seq, head, d]
             acc[d] = ZERO
         cuda.syncthreads()
 
         table = block_tables[seq]  # T_r
-        m, l = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)  # noqa: E741
-        if t == 0:
-            max_logits[seq, head, part] = m
-            exp_sums[seq, head, part] = l
-        for d in range(t, head_dim, num_threads):
-            tmp_out[seq, head, part, d] = acc[d] / l
+        m_k, l_k = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)
+        if thread == 0:
+            max_logits[seq, head, part] = m_k
+            exp_sums[seq, head, part] = l_k
+        for d in range(thread, head_dim, num_threads):
+            tmp_out[seq, head, part, d] = acc[d] / l_k
 
     return paged_attention_v2_partitions
 
@@ -94,8 +94,9 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
 @cuda.jit
 def reduce_kernel(out, max_logits, exp_sums, tmp_out):
     """Stage 2, grid ``(num_heads, batch)``: thread block (h, r) writes ``out[r, h]`` from the
-    P partitions' (m_k, l_k, O_k) with §4's formula. Thread t computes output dimensions
-    t, t + T, ...; P is small (L / partition_size), so each thread loops over it itself."""
+    P partitions' (m_k, l_k, O_k) with §4's formula. Each thread computes output dimensions
+    ``thread``, ``thread + T``, ...; P is small (L / partition_size), so each thread loops over
+    it itself."""
     head = cuda.blockIdx.x
     seq = cuda.blockIdx.y
     num_partitions = max_logits.shape[2]
@@ -134,11 +135,7 @@ def paged_attention_decode_v2(
     multiple of ``block_size``. Returns ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
-    if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
-        raise ValueError(
-            f"partition_size must be a positive multiple of block_size={block_size} so each "
-            f"partition holds whole blocks, got {partition_size!r}"
-        )
+    check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:

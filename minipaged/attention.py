@@ -10,11 +10,14 @@ the sequence's first ``seq_len`` tokens returns:
 - ``paged_attention_decode_partitions``, ``combine_partitions`` and
   ``paged_attention_decode_partitioned``: §4's cross-partition reduction, the reference for
   the v2 kernel's two stages;
-- ``paged_attention_prefill``: several queries per sequence with a causal mask;
-- ``paged_attention``: the one entry point the model calls, with a ``PagedBatch``.
+- ``paged_attention_prefill``: several queries per sequence with a causal mask.
+
+The kernels in ``cuda_kernels`` compute the same results; ``minipaged.backend`` chooses between
+them and this module, which imports no kernel: it is what every other path is tested against.
 
 Grouped-query attention: query head $h$ reads KV head $h \\div (N_Q / N_{KV})$, the mapping of
-Hugging Face's ``repeat_kv`` (``repeat_interleave`` on the head axis).
+Hugging Face's ``repeat_kv`` (``repeat_interleave`` on the head axis). $N_Q$ is ``num_heads``
+everywhere, and ``group`` is $N_Q / N_{KV}$.
 
 Guarantee shared by all paths: no key or value at a position $\\ge$ ``seq_len``, and no block
 named by an unused block-table entry, influences the result, even when it holds NaN or inf.
@@ -22,19 +25,11 @@ named by an unused block-table entry, influences the result, even when it holds 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from minipaged.kv_cache import write_kv
-
-SUPPORTED_BACKENDS = ("torch", "numba")
-"""``"torch"``: this module. ``"numba"``: the kernels of ``cuda_kernels`` for the cache write and
-decode attention (on a GPU, or on the CPU under Numba's CUDA simulator); prefill has no kernel
-and runs on this module's reference on either backend."""
+from minipaged.contract import check_attention_inputs, check_partition_size
 
 NO_BLOCK = -1
 """Pads block tables past a sequence's last block. Never read: attention masks those positions."""
@@ -50,7 +45,8 @@ def paged_attention_decode_loop(
     block_size: int,
 ) -> Tensor:
     """§4's decode pseudo-code, line by line: one query per sequence, one logical block at a
-    time, with the online softmax's running max $m$, running sum $l$ and accumulator.
+    time, with the online softmax's running max ``m_prev``, running sum ``l_prev`` and
+    accumulator ``acc`` (the kernels use the same names).
 
     Invariant after block $j$: ``acc / l_prev`` is softmax attention over tokens
     $0 \\ldots \\min((j+1)B, L) - 1$. Returns ``[batch, num_heads, head_dim]``.
@@ -111,15 +107,18 @@ def paged_attention_decode(
     scale: float,
     block_size: int,
 ) -> Tensor:
-    """Vectorized decode: gather every sequence's blocks through its table, mask positions
-    $\\ge$ ``seq_len``, one softmax. Same arguments and result as
-    ``paged_attention_decode_loop``; returns ``[batch, num_heads, head_dim]``."""
+    """Vectorized decode: gather every sequence's blocks through its table (``gather_kv``),
+    then attend with one softmax over the valid positions. Same arguments and result as
+    ``paged_attention_decode_loop``; returns ``[batch, num_heads, head_dim]``.
+
+    Each KV head is read once for its whole group of query heads: the query is viewed as
+    ``[num_kv_heads, batch, group, head_dim]`` rather than the keys copied ``group`` times."""
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    keys, values, valid = _gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
-    scores = _masked_scores(query, keys, valid, group, scale)  # [batch, num_heads, max_len]
+    keys, values, valid = gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
+    scores = grouped_scores(query, keys, valid, group, scale)  # [N_KV, batch, group, max_len]
     probs = torch.softmax(scores, dim=-1)
-    values = values.repeat_interleave(group, dim=1)  # [batch, num_heads, max_len, head_dim]
-    return torch.einsum("bht,bhtd->bhd", probs, values)
+    out = probs @ values  # [num_kv_heads, batch, group, head_dim]
+    return out.transpose(0, 1).reshape(query.shape)  # head h = kv_head * group + g
 
 
 def combine_partitions(m_k: Tensor, l_k: Tensor, o_k: Tensor) -> Tensor:
@@ -163,30 +162,30 @@ def paged_attention_decode_partitions(
     A partition past a sequence's end holds no token and gets exactly $m_k = -\\infty$,
     $l_k = 0$, $O_k = 0$: never NaN."""
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
-        raise ValueError(
-            f"partition_size must be a positive multiple of block_size={block_size} so each "
-            f"partition holds whole blocks, got {partition_size!r}"
-        )
-    keys, values, valid = _gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
-    batch_size, num_heads, head_dim = query.shape
-    num_partitions = -(-keys.shape[2] // partition_size)
-    pad = num_partitions * partition_size - keys.shape[2]
-    keys = F.pad(keys, (0, 0, 0, pad))  # [batch, num_kv_heads, P * partition_size, head_dim]
-    values = F.pad(values, (0, 0, 0, pad)).repeat_interleave(group, dim=1)
+    check_partition_size(partition_size, block_size)
+    keys, values, valid = gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
+    num_kv_heads, batch_size, max_len, head_dim = keys.shape
+    num_partitions = -(-max_len // partition_size)
+    pad = num_partitions * partition_size - max_len
+    keys = F.pad(keys, (0, 0, 0, pad))  # [N_KV, batch, P * partition_size, head_dim]
+    values = F.pad(values, (0, 0, 0, pad))
     valid = F.pad(valid, (0, pad), value=False)  # [batch, P * partition_size]
 
-    by_partition = (batch_size, num_heads, num_partitions, partition_size)
-    scores = _masked_scores(query, keys, valid, group, scale).view(by_partition)
-    values = values.view(*by_partition, head_dim)
-    m_k = scores.amax(dim=-1)  # [batch, num_heads, P]; -inf for an empty partition
+    by_partition = (num_kv_heads, batch_size, group, num_partitions, partition_size)
+    scores = grouped_scores(query, keys, valid, group, scale).view(by_partition)
+    values = values.view(num_kv_heads, batch_size, 1, num_partitions, partition_size, head_dim)
+    m_k = scores.amax(dim=-1)  # [N_KV, batch, group, P]; -inf for an empty partition
     # Shift an empty partition's scores by 0, not by m_k = -inf: -inf - (-inf) would be NaN.
     shift = torch.where(torch.isfinite(m_k), m_k, 0.0)
-    p = torch.exp(scores - shift[..., None])  # [batch, num_heads, P, partition_size]
-    l_k = p.sum(dim=-1)  # [batch, num_heads, P]
-    acc = torch.einsum("bhps,bhpsd->bhpd", p, values)
-    o_k = torch.where(l_k[..., None] > 0, acc / l_k[..., None], 0.0)  # [batch, heads, P, dim]
-    return m_k, l_k, o_k
+    p_curr = torch.exp(scores - shift[..., None])  # [N_KV, batch, group, P, partition_size]
+    l_k = p_curr.sum(dim=-1)  # [N_KV, batch, group, P]
+    acc = (p_curr[..., None, :] @ values).squeeze(-2)  # [N_KV, batch, group, P, head_dim]
+    o_k = torch.where(l_k[..., None] > 0, acc / l_k[..., None], 0.0)
+
+    def by_head(tensor: Tensor) -> Tensor:  # [N_KV, batch, group, ...] -> [batch, N_Q, ...]
+        return tensor.transpose(0, 1).flatten(1, 2)
+
+    return by_head(m_k), by_head(l_k), by_head(o_k)
 
 
 def paged_attention_decode_partitioned(
@@ -225,15 +224,15 @@ def paged_attention_prefill(
     """
     paged = (key_pool, value_pool, block_tables, seq_lens)
     group = check_attention_inputs(query, *paged, block_size, query_lens)
-    keys, values, _ = _gather_kv(*paged, block_size)
+    keys, values, _ = gather_kv(*paged, block_size)  # [N_KV, batch, max_len, head_dim]
     output = torch.empty_like(query)
     start = 0
     lens = zip(seq_lens.tolist(), query_lens.tolist(), strict=True)
     for b, (seq_len, query_len) in enumerate(lens):
         rows = slice(start, start + query_len)
         q = query[rows].transpose(0, 1)  # [num_heads, query_len, head_dim]
-        k = keys[b, :, :seq_len].repeat_interleave(group, dim=0)  # [num_heads, seq_len, head_dim]
-        v = values[b, :, :seq_len].repeat_interleave(group, dim=0)
+        k = keys[:, b, :seq_len].repeat_interleave(group, dim=0)  # [num_heads, seq_len, head_dim]
+        v = values[:, b, :seq_len].repeat_interleave(group, dim=0)
         # Query i sits at position t = seq_len - query_len + i and sees cache positions 0..t.
         positions = torch.arange(seq_len - query_len, seq_len, device=query.device)
         sees = torch.arange(seq_len, device=query.device)[None, :] <= positions[:, None]
@@ -243,217 +242,45 @@ def paged_attention_prefill(
     return output
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # eq on tensors would be ambiguous
-class PagedBatch:
-    """One engine step's attention metadata, shared by every layer.
-
-    - ``slot_mapping`` ``[N]`` int64: where token $i$'s key and value are written,
-      slot $= \\mathcal{T}_r[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$; negative = skip;
-    - ``block_tables`` ``[batch, max_blocks]`` int32: row $r$ is $\\mathcal{T}_r$, padded;
-    - ``seq_lens`` ``[batch]`` int32: tokens in the cache per sequence after this step's writes;
-    - ``query_lens`` ``[batch]`` int32: tokens computed this step (1 when decoding), so
-      $N = \\sum_b$ ``query_lens[b]``;
-    - ``block_size``: $B$; ``backend``: one of ``SUPPORTED_BACKENDS``.
-    """
-
-    slot_mapping: Tensor
-    block_tables: Tensor
-    seq_lens: Tensor
-    query_lens: Tensor
-    block_size: int
-    backend: str = "torch"
-
-    def __post_init__(self) -> None:
-        if self.backend not in SUPPORTED_BACKENDS:
-            raise ValueError(
-                f"unknown attention backend {self.backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
-            )
-        if not isinstance(self.block_size, int) or self.block_size <= 0:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
-        num_queries = int(self.query_lens.sum())
-        if self.slot_mapping.shape != (num_queries,):
-            raise ValueError(
-                f"slot_mapping must have one slot per computed token: query_lens add up to "
-                f"{num_queries}, got slot_mapping of shape {tuple(self.slot_mapping.shape)}"
-            )
-
-    @classmethod
-    def from_lists(
-        cls,
-        block_tables: Sequence[Sequence[int]],
-        seq_lens: Sequence[int],
-        block_size: int,
-        query_lens: Sequence[int] | None = None,
-        slot_mapping: Sequence[int] | None = None,
-        backend: str = "torch",
-        device: torch.device | str = "cpu",
-    ) -> PagedBatch:
-        """Build a batch from Python lists: tables of varying length are padded with
-        ``NO_BLOCK``; ``query_lens`` defaults to all 1 (a decode step); ``slot_mapping``
-        defaults to the slots of each sequence's last ``query_lens[b]`` positions $t$,
-        $\\mathcal{T}_b[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$."""
-        if query_lens is None:
-            query_lens = [1] * len(seq_lens)
-        _check_query_lens(list(seq_lens), list(query_lens))
-        if slot_mapping is None:
-            slot_mapping = []
-            lens = zip(block_tables, seq_lens, query_lens, strict=True)
-            for b, (table, seq_len, query_len) in enumerate(lens):
-                if len(table) * block_size < seq_len:
-                    raise ValueError(_table_too_short(b, seq_len, block_size, len(table)))
-                for t in range(seq_len - query_len, seq_len):
-                    slot_mapping.append(table[t // block_size] * block_size + t % block_size)
-        width = max((len(table) for table in block_tables), default=0)
-        padded = [list(table) + [NO_BLOCK] * (width - len(table)) for table in block_tables]
-        tables = torch.tensor(padded, dtype=torch.int32, device=device)
-        return cls(
-            slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64, device=device),
-            block_tables=tables.reshape(len(padded), width),  # [batch, max_blocks]
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-            query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
-            block_size=block_size,
-            backend=backend,
-        )
-
-
-def paged_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    key_pool: Tensor,
-    value_pool: Tensor,
-    batch: PagedBatch,
-    scale: float,
-) -> Tensor:
-    """One layer's attention for one engine step: write this step's keys and values
-    (``[N, num_kv_heads, head_dim]``) at ``batch.slot_mapping``, then attend each query
-    (``[N, num_heads, head_dim]``) to its sequence's cache. Decode when every query_len is 1,
-    prefill otherwise. Returns ``[N, num_heads, head_dim]``."""
-    paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
-    decoding = bool((batch.query_lens == 1).all())
-    if batch.backend == "numba":
-        import cuda_kernels  # numba loads only when this backend is asked for
-
-        cuda_kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
-        if decoding:
-            return cuda_kernels.paged_attention_decode(query, *paged, scale, batch.block_size)
-    else:
-        write_kv(key_pool, value_pool, key, value, batch.slot_mapping)
-        if decoding:
-            return paged_attention_decode(query, *paged, scale, batch.block_size)
-    return paged_attention_prefill(query, *paged, batch.query_lens, scale, batch.block_size)
-
-
-def _gather_kv(
+def gather_kv(
     key_pool: Tensor, value_pool: Tensor, block_tables: Tensor, seq_lens: Tensor, block_size: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sequence's keys and values in token order, ``[batch, num_kv_heads, max_len,
-    head_dim]`` with ``max_len`` the longest sequence rounded up to whole blocks, and ``valid``
-    ``[batch, max_len]`` = position < seq_len. Invalid positions are set to 0, so NaN or inf
-    in unused slots cannot reach a result (multiplying by a zero weight would not help:
-    NaN * 0 = NaN)."""
+    """§4's gather: each sequence's keys and values in token order, read through its block
+    table. Returns ``keys`` and ``values`` ``[num_kv_heads, batch, max_len, head_dim]`` (KV head
+    first, so a head's tokens are contiguous for the matrix products), with ``max_len`` the
+    longest sequence rounded up to whole blocks, and ``valid`` ``[batch, max_len]`` = position
+    < seq_len.
+
+    Values at invalid positions are set to 0, so NaN or inf in unused slots cannot reach a
+    result (a zero probability would not help: NaN * 0 = NaN). Keys are left as gathered:
+    their scores are replaced by $-\\infty$ (``grouped_scores``), which no NaN survives."""
     batch_size = block_tables.shape[0]
     num_blocks, num_kv_heads, _, head_dim = key_pool.shape
     max_blocks = -(-int(seq_lens.max()) // block_size)
     # Entries past a sequence's last block may hold NO_BLOCK or garbage: clamp them to some
-    # real block so indexing works; the positions they supply are masked out below.
+    # real block so indexing works; the positions they supply are masked out.
     table = block_tables[:, :max_blocks].long().clamp(0, num_blocks - 1)  # [batch, max_blocks]
     max_len = max_blocks * block_size
     positions = torch.arange(max_len, device=seq_lens.device)
     valid = positions[None, :] < seq_lens[:, None]  # [batch, max_len]
 
     def gather(pool: Tensor) -> Tensor:
-        blocks = pool[table]  # [batch, max_blocks, num_kv_heads, B, head_dim]
-        tokens = blocks.permute(0, 2, 1, 3, 4).reshape(batch_size, num_kv_heads, max_len, head_dim)
-        return torch.where(valid[:, None, :, None], tokens, 0.0)
+        # Block T_b[j] of every KV head, in one indexing copy: [N_KV, batch, max_blocks, B, d_h]
+        blocks = pool.transpose(0, 1)[:, table]
+        return blocks.view(num_kv_heads, batch_size, max_len, head_dim)
 
-    return gather(key_pool), gather(value_pool), valid
-
-
-def _masked_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale: float) -> Tensor:
-    """Scores ``[batch, num_heads, max_len]`` of ``query [batch, num_heads, head_dim]`` against
-    ``keys [batch, num_kv_heads, max_len, head_dim]``, with $-\\infty$ where not ``valid``."""
-    keys = keys.repeat_interleave(group, dim=1)  # [batch, num_heads, max_len, head_dim]
-    scores = torch.einsum("bhd,bhtd->bht", query, keys) * scale
-    return scores.masked_fill(~valid[:, None, :], -float("inf"))
+    values = gather(value_pool)
+    for b, seq_len in enumerate(seq_lens.tolist()):
+        values[:, b, seq_len:] = 0.0  # positions L_b .. max_len - 1: never written, maybe NaN
+    return gather(key_pool), values, valid
 
 
-def check_attention_inputs(
-    query: Tensor,
-    key_pool: Tensor,
-    value_pool: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    block_size: int,
-    query_lens: Tensor | None = None,
-) -> int:
-    """Check query, pools, tables and lengths against each other (``query_lens`` None: one
-    query per sequence); return the GQA group size $N_Q / N_{KV}$."""
-    lens = seq_lens.tolist()
-    queries = [1] * len(lens) if query_lens is None else query_lens.tolist()
-    if query.dim() != 3 or query.shape[0] != sum(_check_query_lens(lens, queries)):
-        raise ValueError(
-            f"query must be [N, num_heads, head_dim] with N = {sum(queries)} rows, one per "
-            f"query (query_lens {queries}), got {tuple(query.shape)}"
-        )
-    if key_pool.dim() != 4 or value_pool.shape != key_pool.shape:
-        raise ValueError(
-            "key_pool and value_pool must both be [num_blocks, num_kv_heads, B, head_dim], got "
-            f"{tuple(key_pool.shape)} and {tuple(value_pool.shape)}"
-        )
-    num_heads, head_dim = query.shape[1:]
-    num_blocks, num_kv_heads, pool_block_size, pool_head_dim = key_pool.shape
-    if (pool_block_size, pool_head_dim) != (block_size, head_dim):
-        raise ValueError(
-            f"the pools hold blocks of B={pool_block_size} tokens with head_dim={pool_head_dim}, "
-            f"but block_size={block_size} and the query's head_dim={head_dim}"
-        )
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}: grouped-"
-            "query attention shares each KV head among num_heads // num_kv_heads query heads"
-        )
-    if block_tables.dim() != 2 or block_tables.shape[0] != len(lens):
-        raise ValueError(
-            f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
-            f"{len(lens)}, got {tuple(block_tables.shape)}"
-        )
-    for b, seq_len in enumerate(lens):
-        if block_tables.shape[1] * block_size < seq_len:
-            raise ValueError(_table_too_short(b, seq_len, block_size, block_tables.shape[1]))
-        used = block_tables[b, : -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
-        if bool(((used < 0) | (used >= num_blocks)).any()):
-            raise ValueError(
-                f"sequence {b}'s block table {used.tolist()} names a block outside the pool "
-                f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
-            )
-    return num_heads // num_kv_heads
-
-
-def _check_query_lens(seq_lens: list[int], query_lens: list[int]) -> list[int]:
-    """Check $1 \\le$ ``query_len`` $\\le$ ``seq_len`` per sequence (so no sequence is empty);
-    return ``query_lens``."""
-    if len(seq_lens) != len(query_lens):
-        raise ValueError(
-            f"seq_lens {seq_lens} and query_lens {query_lens} must have one entry per sequence"
-        )
-    for b, (seq_len, query_len) in enumerate(zip(seq_lens, query_lens, strict=True)):
-        if seq_len <= 0:
-            raise ValueError(
-                f"sequence {b} has seq_len {seq_len}: attention needs at least one cached token "
-                "(a step writes its own keys and values before attending)"
-            )
-        if not 1 <= query_len <= seq_len:
-            raise ValueError(
-                f"sequence {b} has query_len {query_len} and seq_len {seq_len}: its queries are "
-                "its last query_len cache positions, so 1 <= query_len <= seq_len"
-            )
-    return query_lens
-
-
-def _table_too_short(b: int, seq_len: int, block_size: int, width: int) -> str:
-    needed = -(-seq_len // block_size)
-    return (
-        f"sequence {b} has seq_len {seq_len}, which needs ceil({seq_len}/{block_size}) = "
-        f"{needed} blocks, but its block table has only {width} entries"
-    )
+def grouped_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale: float) -> Tensor:
+    """Scores ``[num_kv_heads, batch, group, max_len]`` of ``query [batch, num_heads,
+    head_dim]`` against ``keys [num_kv_heads, batch, max_len, head_dim]``, $-\\infty$ where not
+    ``valid``. Query head $h$ = ``kv_head * group + g`` meets its KV head's keys without a
+    copy of them per query head."""
+    batch_size, num_heads, head_dim = query.shape
+    q = query.view(batch_size, num_heads // group, group, head_dim).transpose(0, 1)
+    scores = (q @ keys.transpose(-1, -2)) * scale  # [num_kv_heads, batch, group, max_len]
+    return scores.masked_fill_(~valid[None, :, None, :], -float("inf"))

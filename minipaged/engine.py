@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minipaged.attention import SUPPORTED_BACKENDS
+from minipaged.backend import SUPPORTED_BACKENDS, kernels_for
 from minipaged.block_manager import AllocStatus, BlockManager, BlockState
 from minipaged.decoding import Decoder, ranked
 from minipaged.events import Event, Finish, Refuse
@@ -143,7 +143,7 @@ class LLMEngine:
             num_host_blocks=num_cpu_blocks,
             dtype=param.dtype,
             device=param.device,
-            backend=backend,
+            kernels=kernels_for(backend),
         )
         self.max_model_len = config.max_position_embeddings
         self.scheduler = Scheduler(

@@ -7,54 +7,20 @@ block table $\\mathcal{T}_r$ sits at ``pool[T_r[t // B], :, t % B, :]``.
 
 This module owns tensors and executes the operations the block manager decides on: writing a
 step's keys and values at their slots (``write_kv``), copy-on-write copies (§5) and swapping
-to and from the host pool (§6). It never decides which block to use.
+to and from the host pool (§6). It never decides which block to use, and it imports no kernel:
+a ``KVCache`` built with ``kernels`` (``minipaged.backend.kernels_for`` picks them) runs its
+copies with those kernels' ``copy_blocks`` and ``swap_blocks`` instead of torch indexing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-
-def check_write(
-    key_pool: Tensor, value_pool: Tensor, key: Tensor, value: Tensor, slot_mapping: Tensor
-) -> Tensor:
-    """The checks every cache write makes (``write_kv`` here, ``reshape_and_cache`` in
-    ``cuda_kernels``) before touching the pools: matching shapes and dtypes, slots inside the
-    pool, no slot written twice. Returns the slots to write (the non-negative ones), int64."""
-    num_blocks, num_kv_heads, block_size, head_dim = key_pool.shape
-    if value_pool.shape != key_pool.shape:
-        raise ValueError(
-            f"key_pool {tuple(key_pool.shape)} and value_pool {tuple(value_pool.shape)} must "
-            "have the same shape [num_blocks, num_kv_heads, B, head_dim]"
-        )
-    expected = (slot_mapping.shape[0], num_kv_heads, head_dim)
-    for name, tensor in (("key", key), ("value", value)):
-        if tuple(tensor.shape) != expected:
-            raise ValueError(
-                f"{name} must be [N, num_kv_heads, head_dim] = {expected} to match slot_mapping "
-                f"and the pools, got {tuple(tensor.shape)}"
-            )
-        if tensor.dtype != key_pool.dtype:
-            raise ValueError(
-                f"{name} has dtype {tensor.dtype} but the pools hold {key_pool.dtype}: "
-                f"cast it with .to({key_pool.dtype}) first"
-            )
-    slots = slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
-    num_slots = num_blocks * block_size
-    if slots.numel() and int(slots.max()) >= num_slots:
-        raise ValueError(
-            f"slot {int(slots.max())} is past the end of the pool: {num_blocks} blocks of "
-            f"B={block_size} hold slots 0..{num_slots - 1}"
-        )
-    if torch.unique(slots).numel() != slots.numel():
-        raise ValueError(
-            f"slot_mapping {slots.tolist()} writes two tokens into the same slot; "
-            "each token needs its own slot"
-        )
-    return slots
+from minipaged.contract import check_block_pairs, check_write
 
 
 def write_kv(
@@ -83,39 +49,17 @@ def write_kv(
     value_pool[block, :, offset] = value[keep]
 
 
-def check_block_pairs(
-    pairs: Sequence[tuple[int, int]],
-    src_size: int,
-    dst_size: int,
-    pools: tuple[str, str] = ("source-pool", "destination-pool"),
-    copy_on_write: bool = False,
-) -> None:
-    """The checks every block copy makes (``KVCache`` here, ``copy_blocks`` and
-    ``swap_blocks`` in ``cuda_kernels``) before moving anything: each ``(src, dst)`` names a
-    block of its pool (``pools`` names them in messages), no destination repeats, and for
-    copy-on-write no block is both a source and a destination. Raises ``ValueError`` naming
-    the first bad pair."""
-    for src, dst in pairs:
-        for role, block, pool, size in (
-            ("source", src, pools[0], src_size),
-            ("destination", dst, pools[1], dst_size),
-        ):
-            if not 0 <= block < size:
-                valid = f"blocks 0..{size - 1}" if size else "no blocks (num_host_blocks=0)"
-                raise ValueError(
-                    f"{role} block {block} in pair ({src}, {dst}) is not a {pool} block: it "
-                    f"is outside its pool of {size} blocks ({valid})"
-                )
-    destinations = [dst for _, dst in pairs]
-    if len(set(destinations)) != len(destinations):
-        raise ValueError(
-            f"destination blocks {destinations} repeat; each destination must appear once"
-        )
-    if copy_on_write and {src for src, _ in pairs} & set(destinations):
-        raise ValueError(
-            f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
-            "a copy-on-write destination is a freshly allocated block"
-        )
+class CacheKernels(Protocol):
+    """What ``KVCache`` needs from a kernel module (``cuda_kernels`` or its CPU twin
+    ``cuda_kernels.cpu``) to run its copies as kernels: vLLM's ``cache_ops``."""
+
+    def copy_blocks(
+        self, key_pools: list[Tensor], value_pools: list[Tensor], pairs: Sequence[tuple[int, int]]
+    ) -> None: ...
+
+    def swap_blocks(
+        self, src_pool: Tensor, dst_pool: Tensor, mapping: Sequence[tuple[int, int]]
+    ) -> None: ...
 
 
 class KVCache:
@@ -141,7 +85,7 @@ class KVCache:
         num_host_blocks: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
-        backend: str = "torch",
+        kernels: CacheKernels | None = None,
     ) -> None:
         sizes = {
             "num_layers": num_layers,
@@ -166,7 +110,7 @@ class KVCache:
         self.num_host_blocks = num_host_blocks
         self.dtype = dtype
         self.device = torch.device(device)
-        self.backend = backend  # "numba": copies and swaps run as cuda_kernels' kernels
+        self.kernels = kernels  # None: copies and swaps by torch indexing, the reference
 
         block_shape = (num_kv_heads, block_size, head_dim)
         # One tensor per kind holds every layer, so a copy or swap moves block p in all layers
@@ -205,10 +149,8 @@ class KVCache:
             return
         sizes = (self.num_blocks, self.num_blocks)
         check_block_pairs(pairs, *sizes, ("device", "device"), copy_on_write=True)
-        if self.backend == "numba":
-            import cuda_kernels
-
-            cuda_kernels.copy_blocks(self.key, self.value, pairs)
+        if self.kernels is not None:
+            self.kernels.copy_blocks(self.key, self.value, pairs)
             return
         src, dst = self._indices(pairs, self.device)
         self._key[:, dst] = self._key[:, src]
@@ -221,7 +163,7 @@ class KVCache:
         if not mapping:
             return
         check_block_pairs(mapping, self.num_blocks, self.num_host_blocks, ("device", "host"))
-        if self.backend == "numba":
+        if self.kernels is not None:
             self._swap_with_kernels(self.key + self.value, self.host_key + self.host_value, mapping)
             return
         src, dst = self._indices(mapping, self.device)
@@ -235,7 +177,7 @@ class KVCache:
         if not mapping:
             return
         check_block_pairs(mapping, self.num_host_blocks, self.num_blocks, ("host", "device"))
-        if self.backend == "numba":
+        if self.kernels is not None:
             self._swap_with_kernels(self.host_key + self.host_value, self.key + self.value, mapping)
             return
         host_src, dst = self._indices(mapping, "cpu")
@@ -248,11 +190,8 @@ class KVCache:
         src, dst = torch.tensor(pairs, dtype=torch.long, device=device).unbind(1)
         return src, dst
 
-    @staticmethod
     def _swap_with_kernels(
-        sources: list[Tensor], destinations: list[Tensor], mapping: Sequence[tuple[int, int]]
+        self, sources: list[Tensor], destinations: list[Tensor], mapping: Sequence[tuple[int, int]]
     ) -> None:
-        import cuda_kernels
-
         for src_pool, dst_pool in zip(sources, destinations, strict=True):
-            cuda_kernels.swap_blocks(src_pool, dst_pool, mapping)
+            self.kernels.swap_blocks(src_pool, dst_pool, mapping)

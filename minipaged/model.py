@@ -15,7 +15,7 @@ Two entry points share every layer and differ only in the attention step:
   the block itself. Training uses it, and tests use it as the contiguous oracle.
 - ``Llama.forward``: the serving path. One engine step's tokens from all sequences are
   flattened into ``N`` rows; each layer writes its keys and values into the paged KV cache and
-  attends through the block tables (``minipaged.attention.paged_attention``, source text §4).
+  attends through the block tables (``minipaged.backend.paged_attention``, source text §4).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minipaged.attention import PagedBatch, paged_attention
+from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
 from minipaged.tokenizer import Tokenizer
 

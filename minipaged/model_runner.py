@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from minipaged.attention import PagedBatch
+from minipaged.backend import PagedBatch
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
 from minipaged.scheduler import SchedulerOutput

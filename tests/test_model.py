@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minipaged.attention import PagedBatch
+from minipaged.backend import PagedBatch
 from minipaged.checkpoint import EMBEDDED_MODELS, load_model
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama, LlamaConfig, apply_rope, rope_cos_sin

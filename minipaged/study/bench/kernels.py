@@ -1,24 +1,25 @@
 """``bench kernels``: decode attention through block tables (§4) against contiguous attention.
 
-Three paths compute the same thing for one layer of Llama-3-8B's shape ($N_Q = 32$,
+Every path computes the same thing for one layer of Llama-3-8B's shape ($N_Q = 32$,
 $N_{KV} = 8$, $d_h = 128$, fp32): the reference written as §4's loop
-(``paged_attention_decode_loop``), the vectorized reference
-(``paged_attention_decode``), and PyTorch's
-``scaled_dot_product_attention`` over the same keys and values laid out contiguously, the
-baseline every ratio divides by. Block tables are shuffled, so physical blocks are scattered
-as after real traffic. With ``--device cuda`` and a GPU, the Numba kernel
-(``cuda_kernels.paged_attention_decode``) joins them.
+(``paged_attention_decode_loop``), the vectorized reference (``paged_attention_decode``), the
+kernels (on a CPU run the CUDA kernel's CPU twin, ``cuda_kernels.cpu``; with ``--device cuda``
+and a GPU the CUDA kernel itself), and PyTorch's ``scaled_dot_product_attention`` over the same
+keys and values laid out contiguously, the baseline every ratio divides by. Block tables are
+shuffled, so physical blocks are scattered as after real traffic. Each row states its thread
+count; the paths take turns within one process, so every ratio compares like with like.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from minipaged import attention, memory
+from minipaged import attention, backend, memory
 from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 
@@ -28,16 +29,20 @@ COLUMNS = [
     Column("batch", "batch", "{}"),
     Column("context", "context", "{:,}"),
     Column("block_size", "B", "{}"),
+    Column("threads", "threads", "{}"),
     Column("sdpa_ms", "contiguous SDPA (ms)", "{:.3f}"),
-    Column("vectorized_ms", "vectorized ref (ms)", "{:.3f}"),
     Column("loop_ms", "loop ref (ms)", "{:.3f}"),
-    Column("numba_ms", "Numba kernel (ms)", "{:.3f}"),
-    Column("vectorized_ratio", "vectorized / SDPA", "{:.1f}×"),
-    Column("loop_ratio", "loop / SDPA", "{:.1f}×"),
-    Column("numba_ratio", "Numba / SDPA", "{:.2f}×"),
+    Column("vectorized_ms", "vectorized ref (ms)", "{:.3f}"),
+    Column("numba_cpu_ms", "Numba CPU (ms)", "{:.3f}"),
+    Column("numba_cuda_ms", "Numba CUDA (ms)", "{:.3f}"),
+    Column("loop_ratio", "loop / SDPA", "{:.2f}×"),
+    Column("vectorized_ratio", "vectorized / SDPA", "{:.2f}×"),
+    Column("numba_cpu_ratio", "Numba CPU / SDPA", "{:.2f}×"),
+    Column("numba_cuda_ratio", "Numba CUDA / SDPA", "{:.2f}×"),
     Column("sdpa_gbps", "SDPA GB/s", "{:.1f}"),
     Column("vectorized_gbps", "vectorized GB/s", "{:.1f}"),
-    Column("numba_gbps", "Numba GB/s", "{:.1f}"),
+    Column("numba_cpu_gbps", "Numba CPU GB/s", "{:.1f}"),
+    Column("numba_cuda_gbps", "Numba CUDA GB/s", "{:.1f}"),
     Column("max_error", "max |Δ| vs SDPA", "{:.1e}"),
 ]
 
@@ -90,64 +95,90 @@ def _median_ms(paths: dict[str, Callable[[], torch.Tensor]], repeats: int, devic
     return {name: sorted(t)[len(t) // 2] * 1e3 for name, t in times.items()}
 
 
-def numba_kernel(device: str) -> tuple[Callable | None, str]:
-    """The Numba decode kernel when it can run here, else None and the reason."""
-    if device != "cuda":
-        return None, (
-            "not run: CPU run. On a CPU the kernels run only in Numba's CUDA simulator, which "
-            "checks what they compute, not how fast (use --device cuda on a GPU machine)"
+def numba_kernels(device: str) -> tuple[dict[str, Callable], list[str]]:
+    """The Numba decode kernels that can run here (``numba_cpu``: the CPU twin, on a CPU run;
+    ``numba_cuda``: the CUDA kernel, on a GPU run), and a note for each that cannot."""
+    found, notes = {}, []
+    if device == "cuda" and not torch.cuda.is_available():
+        notes.append("Numba: not run: no GPU")
+    elif device == "cuda":
+        try:
+            found["numba_cuda"] = backend.kernels_for("numba").paged_attention_decode
+            notes.append("Numba CUDA: cuda_kernels.paged_attention_decode")
+        except (ImportError, AttributeError) as error:
+            notes.append(f"Numba: not run: {error}")
+    else:
+        notes.append(
+            "Numba: not run: CPU run. On a CPU the CUDA kernels run only in Numba's CUDA "
+            "simulator, which checks what they compute, not how fast (use --device cuda on a "
+            "GPU machine). Their CPU twins run instead (Numba CPU)"
         )
-    if not torch.cuda.is_available():
-        return None, "not run: no GPU"
-    try:
-        from cuda_kernels import paged_attention_decode
-    except (ImportError, AttributeError) as error:
-        return None, f"not run: {error}"
-    return paged_attention_decode, "Numba kernel: cuda_kernels.paged_attention_decode"
+        try:
+            found["numba_cpu"] = backend.kernels_for("numba-cpu").paged_attention_decode
+        except ImportError as error:
+            notes.append(f"Numba CPU: not run: {error}")
+    return found, notes
 
 
-def measure(batch: int, context: int, block_size: int, options: Options, repeats: int) -> dict:
+def measure(
+    batch: int, context: int, block_size: int, options: Options, repeats: int, threads: int = 1
+) -> dict:
+    """One row: every path's median time over ``repeats`` interleaved rounds, with torch (and
+    so the Numba CPU twin) on ``threads`` threads."""
     device = options.device
     paged, (q, k, v) = decode_inputs(batch, context, block_size, device, options.seed)
     paths = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True).squeeze(2),
-        "vectorized": lambda: attention.paged_attention_decode(*paged),
         "loop": lambda: attention.paged_attention_decode_loop(*paged),
+        "vectorized": lambda: attention.paged_attention_decode(*paged),
     }
-    kernel, _ = numba_kernel(device)
-    if kernel is not None:
-        paths["numba"] = lambda: kernel(*paged)
-    row = {"batch": batch, "context": context, "block_size": block_size}
-    row.update({f"{name}_ms": ms for name, ms in _median_ms(paths, repeats, device).items()})
+    kernels, _ = numba_kernels(device)
+    for name, kernel in kernels.items():
+        paths[name] = functools.partial(kernel, *paged)
+    row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        row.update({f"{name}_ms": ms for name, ms in _median_ms(paths, repeats, device).items()})
+        expected = paths["sdpa"]()
+        row["max_error"] = max(float((fn() - expected).abs().max()) for fn in paths.values())
+    finally:
+        torch.set_num_threads(previous)
     # Achieved bandwidth: the keys and values every path must read once, over its time.
     kv_bytes = 2 * batch * context * SHAPE.num_kv_heads * SHAPE.head_dim * q.element_size()
-    for name in paths.keys() - {"loop"}:
+    for name in paths:
         row[f"{name}_gbps"] = kv_bytes / (row[f"{name}_ms"] * 1e-3) / 1e9
-    expected = paths["sdpa"]()
-    for name in paths.keys() - {"sdpa"}:
-        row[f"{name}_ratio"] = row[f"{name}_ms"] / row["sdpa_ms"]
-    row["max_error"] = max(float((paths[name]() - expected).abs().max()) for name in paths)
+        if name != "sdpa":
+            row[f"{name}_ratio"] = row[f"{name}_ms"] / row["sdpa_ms"]
     return row
 
 
 def run(options: Options) -> Report:
     if options.quick:
-        grid, repeats = [(1, 64, 16)], 3
+        grid, thread_counts, repeats = [(1, 64, 16)], (1,), 3
     else:
-        grid = [(b, c, bs) for b in (1, 4) for c in (256, 1024) for bs in (8, 16, 32)]
-        repeats = 3
-    rows = [measure(b, c, bs, options, repeats) for b, c, bs in grid]
-    _, numba_note = numba_kernel(options.device)
+        grid = [(1, 1024, 16), (4, 1024, 8), (4, 1024, 16), (4, 1024, 32), (4, 4096, 16)]
+        thread_counts, repeats = (1, 2), 5
+    rows = [
+        measure(b, c, bs, options, repeats, threads)
+        for threads in thread_counts
+        for b, c, bs in grid
+    ]
+    _, numba_notes = numba_kernels(options.device)
     notes = [
-        f"Measured on {options.device} with {torch.get_num_threads()} thread(s), median of "
-        f"{repeats} rounds after a warm-up: one layer of {SHAPE.name}'s attention (N_Q = "
-        f"{SHAPE.num_q_heads}, N_KV = {SHAPE.num_kv_heads}, d_h = {SHAPE.head_dim}), fp32, "
-        "every sequence at the full context.",
-        "Ratios divide by contiguous scaled_dot_product_attention measured in the same run. "
-        "The references are written to be read, not to be fast.",
+        f"Measured on {options.device} with {' and '.join(map(str, thread_counts))} thread(s) "
+        f"(column 'threads'), median of {repeats} interleaved rounds after a warm-up: each "
+        "round calls every path once, so a change in the machine's load touches all of them "
+        f"alike. One layer of {SHAPE.name}'s attention (N_Q = {SHAPE.num_q_heads}, N_KV = "
+        f"{SHAPE.num_kv_heads}, d_h = {SHAPE.head_dim}), fp32, every sequence at the full "
+        "context, blocks shuffled.",
+        "Ratios divide by contiguous scaled_dot_product_attention measured in the same rounds. "
+        "The loop and vectorized references are written to be read; the Numba CPU twin "
+        "(cuda_kernels.cpu, backend 'numba-cpu') is the CUDA kernel's loop nest compiled for "
+        "the CPU, one parallel iteration per (sequence, KV head).",
         "GB/s: the keys and values each path must read (2 · batch · context · N_KV · d_h · b "
-        "bytes) over its median time; §4's claim is the Numba kernel's GB/s near SDPA's.",
-        f"Numba: {numba_note}.",
+        "bytes) over its median time; §4's claim is a paged kernel's GB/s near SDPA's.",
+        *(f"{note}." for note in numba_notes),
     ]
     report = Report("kernels", "Paged decode attention vs contiguous (§4)", COLUMNS, rows, notes)
     report.plots.append(_plot(rows, options))
@@ -156,11 +187,12 @@ def run(options: Options) -> Report:
 
 def _plot(rows: list[dict], options: Options):
     fig, (axis,) = plot.figure()
-    labels = [f"b={r['batch']} L={r['context']} B={r['block_size']}" for r in rows]
+    labels = [f"b={r['batch']} L={r['context']} B={r['block_size']} t={r['threads']}" for r in rows]
     x = range(len(rows))
-    for name, marker in (("vectorized", "o"), ("loop", "s"), ("numba", "^")):
+    markers = {"loop": "s", "vectorized": "o", "numba_cpu": "^", "numba_cuda": "v"}
+    for name, marker in markers.items():
         if f"{name}_ratio" in rows[0]:
-            axis.plot(x, [r[f"{name}_ratio"] for r in rows], marker, label=name)
+            axis.plot(x, [r[f"{name}_ratio"] for r in rows], marker, label=name.replace("_", " "))
     axis.axhline(1.0, color="gray", linewidth=0.8)
     axis.set_yscale("log")
     axis.set_xticks(list(x), labels, rotation=60, ha="right", fontsize="x-small")

@@ -1,0 +1,137 @@
+"""The v1 paged-attention decode kernel's CPU twin: §4's loop, one ``prange`` iteration per
+(sequence $r$, KV head).
+
+Read it beside ``cuda_kernels/paged_attention.py``. The CUDA kernel's thread block (query head
+$h$, sequence $r$) becomes iteration (sequence $r$, KV head $k$) of a parallel loop, which
+attends the $N_Q / N_{KV}$ query heads $h = k \\cdot$ ``group`` $+ g$ that share KV head $k$. The
+rounds are the same: $T$ consecutive tokens, token $\\tau$ = round start + ``thread``, found
+through the block table as logical block $j = \\lfloor \\tau / B \\rfloor$, physical block
+$\\mathcal{T}_r[j]$, offset $o = \\tau \\bmod B$. Where the CUDA threads compute their tokens'
+scores at once and meet in a block reduction for the round's max and sum, the twin loops over
+``thread`` and then over the round. After each round the online softmax's ``m_prev``,
+``l_prev`` and ``acc`` move exactly as in §4's loop (``paged_attention_decode_loop``), with
+its names.
+
+What shared memory holds on the GPU (the query, the round's probabilities and block ids, the
+accumulator) lives in small per-iteration arrays that stay in the core's cache. Nothing is
+read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
+reach the result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from cuda_kernels.cpu.launch import (
+    FASTMATH,
+    NUM_THREADS,
+    check_float32_inputs,
+    kernel_array,
+    use_torch_threads,
+)
+from minipaged.contract import check_attention_inputs
+
+NEG_INF = np.float32(-np.inf)
+ZERO = np.float32(0.0)
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
+    """The CUDA kernels' ``attend`` for a group of query heads: attends ``q``
+    (``[group, head_dim]``, the query heads reading ``kv_head``) to tokens ``start .. end - 1``
+    of the sequence whose block table row is ``table``. On return ``m_prev[g]`` is head g's
+    largest score, ``l_prev[g]`` $= \\sum_\\tau e^{s_\\tau - m}$ and ``acc[g]`` (zero on entry)
+    $= \\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the output is ``acc / l_prev``. Needs
+    ``start < end``; never reads a slot at or past ``end``."""
+    group, head_dim = q.shape
+    block_size = key_pool.shape[2]  # B
+    probs = np.empty((group, NUM_THREADS), np.float32)  # [group, T] scores, then p_curr
+    blocks = np.empty(NUM_THREADS, np.int64)  # [T] physical block T_r[j] of each token
+    m_prev = np.full(group, NEG_INF, np.float32)
+    l_prev = np.zeros(group, np.float32)
+    for first in range(start, end, NUM_THREADS):
+        tokens = min(NUM_THREADS, end - first)
+        for thread in range(tokens):  # what CUDA thread `thread` computes for its token
+            tau = first + thread
+            block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
+            blocks[thread] = block
+            key = key_pool[block, kv_head, tau % block_size]  # [head_dim], o = tau mod B
+            for g in range(group):
+                score = ZERO
+                for d in range(head_dim):
+                    score += q[g, d] * key[d]
+                probs[g, thread] = score * scale
+
+        for g in range(group):  # the block reductions, one query head at a time
+            m_curr = max(m_prev[g], probs[g, :tokens].max())  # finite: token `first` < end
+            p_prev = math.exp(m_prev[g] - m_curr)  # rescales what was summed under the old max
+            total = ZERO
+            for thread in range(tokens):
+                p_curr = math.exp(probs[g, thread] - m_curr)
+                probs[g, thread] = p_curr
+                total += p_curr
+            l_curr = p_prev * l_prev[g] + total
+            for d in range(head_dim):
+                acc[g, d] *= p_prev
+            m_prev[g] = m_curr
+            l_prev[g] = l_curr
+
+        for thread in range(tokens):  # acc += p_curr v, one value row per token
+            value = value_pool[blocks[thread], kv_head, (first + thread) % block_size]
+            for g in range(group):
+                p_curr = probs[g, thread]
+                for d in range(head_dim):
+                    acc[g, d] += p_curr * value[d]
+    return m_prev, l_prev
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def paged_attention_v1(out, query, key_pool, value_pool, block_tables, seq_lens, scale):
+    """Iteration (r, k) writes ``out[r, h]`` for the query heads h of KV head k: attention
+    over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
+    batch_size, num_heads, head_dim = query.shape
+    num_kv_heads = key_pool.shape[1]
+    group = num_heads // num_kv_heads  # GQA: query head h reads KV head h // group
+    for item in prange(batch_size * num_kv_heads):
+        seq, kv_head = item // num_kv_heads, item % num_kv_heads
+        heads = slice(kv_head * group, (kv_head + 1) * group)
+        q = query[seq, heads]  # [group, head_dim]
+        acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m} v per query head
+        table = block_tables[seq]  # T_r
+        _, l_prev = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)
+        for g in range(group):
+            out[seq, kv_head * group + g] = acc[g] / l_prev[g]
+
+
+def paged_attention_decode(
+    query: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """Decode attention with the v1 twin: same arguments and result as
+    ``minipaged.attention.paged_attention_decode`` (float32 CPU tensors). Returns
+    ``[batch, num_heads, head_dim]``."""
+    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    if query.shape[0] == 0:
+        return output
+    use_torch_threads()
+    paged_attention_v1(
+        kernel_array(output, "output"),
+        kernel_array(query.contiguous(), "query"),
+        kernel_array(key_pool, "key_pool"),
+        kernel_array(value_pool, "value_pool"),
+        kernel_array(block_tables.to(torch.int32).contiguous(), "block_tables"),
+        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
+        np.float32(scale),
+    )
+    return output

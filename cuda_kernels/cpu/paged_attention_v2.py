@@ -1,0 +1,140 @@
+"""The v2 decode kernels' CPU twins: §4's partitioned reduction, in two parallel loops.
+
+Read it beside ``cuda_kernels/paged_attention_v2.py``:
+
+1. ``paged_attention_v2_partitions``: iteration (sequence $r$, KV head, partition $k$) runs
+   the v1 twin's ``attend`` over partition $k$ only and writes each of its query heads'
+   $m_k$, $l_k$ and $O_k$ (CUDA: thread block $(h, r, k)$);
+2. ``reduce_kernel``: iteration (sequence $r$, query head $h$) combines them with §4's formula
+   $O = \\sum_k \\frac{l_k e^{m_k - m}}{l} O_k$ (CUDA: thread block $(h, r)$).
+
+A partition past a sequence's end writes $m_k = -\\infty$, $l_k = 0$, $O_k = 0$, and the
+reduction skips every partition with $l_k = 0$.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from cuda_kernels.cpu.launch import (
+    FASTMATH,
+    check_float32_inputs,
+    kernel_array,
+    use_torch_threads,
+)
+from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
+from minipaged.contract import check_attention_inputs, check_partition_size
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def paged_attention_v2_partitions(
+    max_logits,  # [batch, num_heads, P] m_k
+    exp_sums,  # [batch, num_heads, P] l_k
+    tmp_out,  # [batch, num_heads, P, head_dim] O_k
+    query,
+    key_pool,
+    value_pool,
+    block_tables,
+    seq_lens,
+    scale,
+    partition_size,
+):
+    """Iteration (r, k_v, p) attends the query heads of KV head k_v in sequence r to the
+    tokens of partition p, [p * partition_size, (p + 1) * partition_size) cut at seq_lens[r]."""
+    batch_size, num_heads, head_dim = query.shape
+    num_kv_heads = key_pool.shape[1]
+    num_partitions = max_logits.shape[2]
+    group = num_heads // num_kv_heads  # GQA: query head h reads KV head h // group
+    for item in prange(batch_size * num_kv_heads * num_partitions):
+        seq = item // (num_kv_heads * num_partitions)
+        kv_head = (item // num_partitions) % num_kv_heads
+        part = item % num_partitions
+        start = part * partition_size
+        end = min(start + partition_size, seq_lens[seq])
+        heads = slice(kv_head * group, (kv_head + 1) * group)
+        if start >= end:  # a partition past the sequence's end holds no token
+            max_logits[seq, heads, part] = NEG_INF
+            exp_sums[seq, heads, part] = ZERO
+            tmp_out[seq, heads, part] = ZERO
+        else:
+            q = query[seq, heads]  # [group, head_dim]
+            acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m_k} v per head
+            table = block_tables[seq]  # T_r
+            m_k, l_k = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)
+            for g in range(group):
+                head = kv_head * group + g
+                max_logits[seq, head, part] = m_k[g]
+                exp_sums[seq, head, part] = l_k[g]
+                tmp_out[seq, head, part] = acc[g] / l_k[g]
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def reduce_kernel(out, max_logits, exp_sums, tmp_out):
+    """Iteration (r, h) writes ``out[r, h]`` from the P partitions' (m_k, l_k, O_k) with
+    §4's formula."""
+    batch_size, num_heads, num_partitions = max_logits.shape
+    for item in prange(batch_size * num_heads):
+        seq, head = item // num_heads, item % num_heads
+        m = NEG_INF  # m = max_k m_k over partitions holding a token (l_k > 0)
+        for k in range(num_partitions):
+            if exp_sums[seq, head, k] > ZERO:
+                m = max(m, max_logits[seq, head, k])
+        l = ZERO  # noqa: E741  l = sum_k l_k e^{m_k - m}
+        for k in range(num_partitions):
+            if exp_sums[seq, head, k] > ZERO:
+                l += exp_sums[seq, head, k] * math.exp(max_logits[seq, head, k] - m)  # noqa: E741
+
+        for d in range(out.shape[2]):
+            total = ZERO
+            for k in range(num_partitions):
+                if exp_sums[seq, head, k] > ZERO:
+                    weight = exp_sums[seq, head, k] * math.exp(max_logits[seq, head, k] - m)
+                    total += weight * tmp_out[seq, head, k, d]
+            out[seq, head, d] = total / l
+
+
+def paged_attention_decode_v2(
+    query: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    block_size: int,
+    partition_size: int = 512,
+) -> torch.Tensor:
+    """Decode attention with the v2 twins: same arguments and result as
+    ``cuda_kernels.paged_attention_decode_v2`` and
+    ``minipaged.attention.paged_attention_decode_partitioned`` (float32 CPU tensors). Returns
+    ``[batch, num_heads, head_dim]``."""
+    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_partition_size(partition_size, block_size)
+    batch_size, num_heads, head_dim = query.shape
+    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    if batch_size == 0:
+        return output
+    num_partitions = -(-int(seq_lens.max()) // partition_size)  # P
+    max_logits = query.new_empty(batch_size, num_heads, num_partitions)  # [batch, num_heads, P]
+    exp_sums = torch.empty_like(max_logits)  # [batch, num_heads, P]
+    tmp_out = query.new_empty(batch_size, num_heads, num_partitions, head_dim)
+    stage_one = (
+        kernel_array(max_logits, "max_logits"),
+        kernel_array(exp_sums, "exp_sums"),
+        kernel_array(tmp_out, "tmp_out"),
+        kernel_array(query.contiguous(), "query"),
+        kernel_array(key_pool, "key_pool"),
+        kernel_array(value_pool, "value_pool"),
+        kernel_array(block_tables.to(torch.int32).contiguous(), "block_tables"),
+        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
+        np.float32(scale),
+        np.int64(partition_size),
+    )
+    use_torch_threads()
+    paged_attention_v2_partitions(*stage_one)
+    reduce_kernel(kernel_array(output, "output"), *stage_one[:3])  # out, m_k, l_k, O_k
+    return output

@@ -1,0 +1,158 @@
+"""The one place that chooses how attention and the cache operations run: the reference in
+PyTorch, or the Numba kernels of ``cuda_kernels`` (on a GPU, or their CPU twins). It is the
+only module that imports ``cuda_kernels``; the reference (``attention``, ``kv_cache``) imports
+no kernel, so every kernel can be tested against it.
+
+- ``"torch"``: ``minipaged.attention`` and ``minipaged.kv_cache``, the reference;
+- ``"numba"``: ``cuda_kernels``, the CUDA kernels (on a GPU, or on the CPU under Numba's CUDA
+  simulator, which checks what they compute, not how fast);
+- ``"numba-cpu"``: ``cuda_kernels.cpu``, the kernels' CPU twins: the same names and loop nests,
+  compiled by Numba for the CPU, one parallel loop iteration per (sequence, KV head) where the
+  CUDA kernel has a thread block per (sequence, query head).
+
+Prefill has no kernel: it runs on the reference on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from minipaged import attention, memory
+from minipaged.attention import NO_BLOCK
+from minipaged.contract import check_query_lens, table_too_short
+from minipaged.kv_cache import write_kv
+
+SUPPORTED_BACKENDS = ("torch", "numba", "numba-cpu")
+"""The names ``LLM(backend=...)`` accepts; see the module docstring."""
+
+
+def check_backend(backend: str) -> None:
+    """``backend`` is one of ``SUPPORTED_BACKENDS``."""
+    if backend not in SUPPORTED_BACKENDS:
+        raise ValueError(
+            f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
+        )
+
+
+def kernels_for(backend: str) -> ModuleType | None:
+    """The module whose functions run ``backend``'s kernels, or None for the reference. Both
+    kernel modules have the same names: ``paged_attention_decode``,
+    ``paged_attention_decode_v2``, ``reshape_and_cache``, ``copy_blocks``, ``swap_blocks``."""
+    check_backend(backend)
+    if backend == "numba":
+        import cuda_kernels  # numba loads only when a kernel backend is asked for
+
+        return cuda_kernels
+    if backend == "numba-cpu":
+        try:
+            from cuda_kernels import cpu
+        except ImportError as error:
+            raise ImportError(
+                f"backend 'numba-cpu' needs numba ({error}): install it with "
+                "pip install 'minipaged[cuda]', or use backend 'torch'"
+            ) from error
+        return cpu
+    return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # eq on tensors would be ambiguous
+class PagedBatch:
+    """One engine step's attention metadata, shared by every layer.
+
+    - ``slot_mapping`` ``[N]`` int64: where token $i$'s key and value are written,
+      slot $= \\mathcal{T}_r[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$; negative = skip;
+    - ``block_tables`` ``[batch, max_blocks]`` int32: row $r$ is $\\mathcal{T}_r$, padded;
+    - ``seq_lens`` ``[batch]`` int32: tokens in the cache per sequence after this step's writes;
+    - ``query_lens`` ``[batch]`` int32: tokens computed this step (1 when decoding), so
+      $N = \\sum_b$ ``query_lens[b]``;
+    - ``block_size``: $B$; ``backend``: one of ``SUPPORTED_BACKENDS``.
+    """
+
+    slot_mapping: Tensor
+    block_tables: Tensor
+    seq_lens: Tensor
+    query_lens: Tensor
+    block_size: int
+    backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)
+        if not isinstance(self.block_size, int) or self.block_size <= 0:
+            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
+        num_queries = int(self.query_lens.sum())
+        if self.slot_mapping.shape != (num_queries,):
+            raise ValueError(
+                f"slot_mapping must have one slot per computed token: query_lens add up to "
+                f"{num_queries}, got slot_mapping of shape {tuple(self.slot_mapping.shape)}"
+            )
+
+    @classmethod
+    def from_lists(
+        cls,
+        block_tables: Sequence[Sequence[int]],
+        seq_lens: Sequence[int],
+        block_size: int,
+        query_lens: Sequence[int] | None = None,
+        slot_mapping: Sequence[int] | None = None,
+        backend: str = "torch",
+        device: torch.device | str = "cpu",
+    ) -> PagedBatch:
+        """Build a batch from Python lists: tables of varying length are padded with
+        ``NO_BLOCK``; ``query_lens`` defaults to all 1 (a decode step); ``slot_mapping``
+        defaults to the slots of each sequence's last ``query_lens[b]`` positions $t$,
+        $\\mathcal{T}_b[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$."""
+        if query_lens is None:
+            query_lens = [1] * len(seq_lens)
+        check_query_lens(list(seq_lens), list(query_lens))
+        if slot_mapping is None:
+            slot_mapping = []
+            lens = zip(block_tables, seq_lens, query_lens, strict=True)
+            for b, (table, seq_len, query_len) in enumerate(lens):
+                if len(table) * block_size < seq_len:
+                    raise ValueError(table_too_short(b, seq_len, block_size, len(table)))
+                slot_mapping += [
+                    memory.slot(table, t, block_size) for t in range(seq_len - query_len, seq_len)
+                ]
+        width = max((len(table) for table in block_tables), default=0)
+        padded = [list(table) + [NO_BLOCK] * (width - len(table)) for table in block_tables]
+        tables = torch.tensor(padded, dtype=torch.int32, device=device)
+        return cls(
+            slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64, device=device),
+            block_tables=tables.reshape(len(padded), width),  # [batch, max_blocks]
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
+            block_size=block_size,
+            backend=backend,
+        )
+
+
+def paged_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_pool: Tensor,
+    value_pool: Tensor,
+    batch: PagedBatch,
+    scale: float,
+) -> Tensor:
+    """One layer's attention for one engine step: write this step's keys and values
+    (``[N, num_kv_heads, head_dim]``) at ``batch.slot_mapping``, then attend each query
+    (``[N, num_heads, head_dim]``) to its sequence's cache. Decode when every query_len is 1,
+    prefill otherwise. Returns ``[N, num_heads, head_dim]``."""
+    paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
+    kernels = kernels_for(batch.backend)
+    if kernels is None:
+        write_kv(key_pool, value_pool, key, value, batch.slot_mapping)
+    else:
+        kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
+    if not bool((batch.query_lens == 1).all()):
+        return attention.paged_attention_prefill(
+            query, *paged, batch.query_lens, scale, batch.block_size
+        )
+    decode = attention.paged_attention_decode if kernels is None else kernels.paged_attention_decode
+    return decode(query, *paged, scale, batch.block_size)

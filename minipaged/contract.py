@@ -1,0 +1,223 @@
+"""What every implementation of §4's attention and of the cache operations accepts: one
+contract, checked in one place.
+
+The reference (``attention``, ``kv_cache``), the CUDA kernels and their CPU twins
+(``cuda_kernels``) read the same layout: pools ``[num_blocks, num_kv_heads, B, head_dim]``, block
+tables ``[batch, max_blocks]`` whose row $r$ is $\\mathcal{T}_r$, lengths ``seq_lens`` $L_r$,
+slots $\\mathcal{T}_r[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$. Each of them calls these
+checks before it reads or writes anything, so a rejected call changes nothing and every path
+rejects the same inputs with the same message.
+
+This module imports no other module of the project: the reference and the kernels both depend
+on it, and it on neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def check_attention_inputs(
+    query: Tensor,
+    key_pool: Tensor,
+    value_pool: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    block_size: int,
+    query_lens: Tensor | None = None,
+) -> int:
+    """Check query, pools, tables and lengths against each other (``query_lens`` None: one
+    query per sequence); return the GQA group size $N_Q / N_{KV}$."""
+    lens = seq_lens.tolist()
+    queries = [1] * len(lens) if query_lens is None else query_lens.tolist()
+    if query.dim() != 3 or query.shape[0] != sum(check_query_lens(lens, queries)):
+        raise ValueError(
+            f"query must be [N, num_heads, head_dim] with N = {sum(queries)} rows, one per "
+            f"query (query_lens {queries}), got {tuple(query.shape)}"
+        )
+    if key_pool.dim() != 4 or value_pool.shape != key_pool.shape:
+        raise ValueError(
+            "key_pool and value_pool must both be [num_blocks, num_kv_heads, B, head_dim], got "
+            f"{tuple(key_pool.shape)} and {tuple(value_pool.shape)}"
+        )
+    num_heads, head_dim = query.shape[1:]
+    num_blocks, num_kv_heads, pool_block_size, pool_head_dim = key_pool.shape
+    if (pool_block_size, pool_head_dim) != (block_size, head_dim):
+        raise ValueError(
+            f"the pools hold blocks of B={pool_block_size} tokens with head_dim={pool_head_dim}, "
+            f"but block_size={block_size} and the query's head_dim={head_dim}"
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}: grouped-"
+            "query attention shares each KV head among num_heads // num_kv_heads query heads"
+        )
+    if block_tables.dim() != 2 or block_tables.shape[0] != len(lens):
+        raise ValueError(
+            f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
+            f"{len(lens)}, got {tuple(block_tables.shape)}"
+        )
+    for b, seq_len in enumerate(lens):
+        if block_tables.shape[1] * block_size < seq_len:
+            raise ValueError(table_too_short(b, seq_len, block_size, block_tables.shape[1]))
+        used = block_tables[b, : -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
+        if bool(((used < 0) | (used >= num_blocks)).any()):
+            raise ValueError(
+                f"sequence {b}'s block table {used.tolist()} names a block outside the pool "
+                f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
+            )
+    return num_heads // num_kv_heads
+
+
+def check_query_lens(seq_lens: list[int], query_lens: list[int]) -> list[int]:
+    """Check $1 \\le$ ``query_len`` $\\le$ ``seq_len`` per sequence (so no sequence is empty);
+    return ``query_lens``."""
+    if len(seq_lens) != len(query_lens):
+        raise ValueError(
+            f"seq_lens {seq_lens} and query_lens {query_lens} must have one entry per sequence"
+        )
+    for b, (seq_len, query_len) in enumerate(zip(seq_lens, query_lens, strict=True)):
+        if seq_len <= 0:
+            raise ValueError(
+                f"sequence {b} has seq_len {seq_len}: attention needs at least one cached token "
+                "(a step writes its own keys and values before attending)"
+            )
+        if not 1 <= query_len <= seq_len:
+            raise ValueError(
+                f"sequence {b} has query_len {query_len} and seq_len {seq_len}: its queries are "
+                "its last query_len cache positions, so 1 <= query_len <= seq_len"
+            )
+    return query_lens
+
+
+def table_too_short(b: int, seq_len: int, block_size: int, width: int) -> str:
+    """The message for a block table with fewer than $\\lceil L_b / B \\rceil$ entries."""
+    needed = -(-seq_len // block_size)
+    return (
+        f"sequence {b} has seq_len {seq_len}, which needs ceil({seq_len}/{block_size}) = "
+        f"{needed} blocks, but its block table has only {width} entries"
+    )
+
+
+def check_partition_size(partition_size: int, block_size: int) -> None:
+    """§4's partitions (the v2 kernel) hold whole blocks: ``partition_size`` is a positive
+    multiple of $B$."""
+    if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
+        raise ValueError(
+            f"partition_size must be a positive multiple of block_size={block_size} so each "
+            f"partition holds whole blocks, got {partition_size!r}"
+        )
+
+
+def check_write(
+    key_pool: Tensor, value_pool: Tensor, key: Tensor, value: Tensor, slot_mapping: Tensor
+) -> Tensor:
+    """The checks every cache write makes (``kv_cache.write_kv``, ``reshape_and_cache`` in
+    ``cuda_kernels``) before touching the pools: matching shapes and dtypes, slots inside the
+    pool, no slot written twice. Returns the slots to write (the non-negative ones), int64."""
+    num_blocks, num_kv_heads, block_size, head_dim = key_pool.shape
+    if value_pool.shape != key_pool.shape:
+        raise ValueError(
+            f"key_pool {tuple(key_pool.shape)} and value_pool {tuple(value_pool.shape)} must "
+            "have the same shape [num_blocks, num_kv_heads, B, head_dim]"
+        )
+    expected = (slot_mapping.shape[0], num_kv_heads, head_dim)
+    for name, tensor in (("key", key), ("value", value)):
+        if tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"{name} must be [N, num_kv_heads, head_dim] = {expected} to match slot_mapping "
+                f"and the pools, got {tuple(tensor.shape)}"
+            )
+        if tensor.dtype != key_pool.dtype:
+            raise ValueError(
+                f"{name} has dtype {tensor.dtype} but the pools hold {key_pool.dtype}: "
+                f"cast it with .to({key_pool.dtype}) first"
+            )
+    slots = slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
+    num_slots = num_blocks * block_size
+    if slots.numel() and int(slots.max()) >= num_slots:
+        raise ValueError(
+            f"slot {int(slots.max())} is past the end of the pool: {num_blocks} blocks of "
+            f"B={block_size} hold slots 0..{num_slots - 1}"
+        )
+    if torch.unique(slots).numel() != slots.numel():
+        raise ValueError(
+            f"slot_mapping {slots.tolist()} writes two tokens into the same slot; "
+            "each token needs its own slot"
+        )
+    return slots
+
+
+def check_block_pairs(
+    pairs: Sequence[tuple[int, int]],
+    src_size: int,
+    dst_size: int,
+    pools: tuple[str, str] = ("source-pool", "destination-pool"),
+    copy_on_write: bool = False,
+) -> None:
+    """The checks every block copy makes (``KVCache``, ``copy_blocks`` and ``swap_blocks`` in
+    ``cuda_kernels``) before moving anything: each ``(src, dst)`` names a block of its pool
+    (``pools`` names them in messages), no destination repeats, and for copy-on-write no block
+    is both a source and a destination. Raises ``ValueError`` naming the first bad pair."""
+    for src, dst in pairs:
+        for role, block, pool, size in (
+            ("source", src, pools[0], src_size),
+            ("destination", dst, pools[1], dst_size),
+        ):
+            if not 0 <= block < size:
+                valid = f"blocks 0..{size - 1}" if size else "no blocks (num_host_blocks=0)"
+                raise ValueError(
+                    f"{role} block {block} in pair ({src}, {dst}) is not a {pool} block: it "
+                    f"is outside its pool of {size} blocks ({valid})"
+                )
+    destinations = [dst for _, dst in pairs]
+    if len(set(destinations)) != len(destinations):
+        raise ValueError(
+            f"destination blocks {destinations} repeat; each destination must appear once"
+        )
+    if copy_on_write and {src for src, _ in pairs} & set(destinations):
+        raise ValueError(
+            f"copy_blocks pairs {list(pairs)} use a block as both source and destination; "
+            "a copy-on-write destination is a freshly allocated block"
+        )
+
+
+def check_copy_pairs(
+    key_pools: Sequence[Tensor], value_pools: Sequence[Tensor], pairs: Sequence[tuple[int, int]]
+) -> bool:
+    """The checks of a copy-on-write kernel launch (``copy_blocks``): one key and one value
+    pool per layer, all of one shape, and ``pairs`` valid for ``check_block_pairs``. Returns
+    whether there is anything to copy."""
+    if len(key_pools) != len(value_pools):
+        raise ValueError(
+            f"got {len(key_pools)} key pools and {len(value_pools)} value pools: pass one of "
+            "each per layer"
+        )
+    if not pairs or not key_pools:
+        return False
+    num_blocks = key_pools[0].shape[0]
+    for pool in (*key_pools, *value_pools):
+        if pool.shape != key_pools[0].shape:
+            raise ValueError(
+                f"every pool must have the same shape, got {tuple(pool.shape)} and "
+                f"{tuple(key_pools[0].shape)}"
+            )
+    check_block_pairs(pairs, num_blocks, num_blocks, ("device", "device"), copy_on_write=True)
+    return True
+
+
+def check_swap_pairs(
+    src_pool: Tensor, dst_pool: Tensor, mapping: Sequence[tuple[int, int]]
+) -> None:
+    """The checks of a swap (``swap_blocks``): both pools hold blocks of one shape and dtype,
+    and ``mapping`` is valid for ``check_block_pairs``."""
+    if src_pool.shape[1:] != dst_pool.shape[1:] or src_pool.dtype != dst_pool.dtype:
+        raise ValueError(
+            f"src_pool {tuple(src_pool.shape)} {src_pool.dtype} and dst_pool "
+            f"{tuple(dst_pool.shape)} {dst_pool.dtype} must hold blocks of the same shape "
+            "[num_kv_heads, B, head_dim] and dtype"
+        )
+    check_block_pairs(mapping, src_pool.shape[0], dst_pool.shape[0])

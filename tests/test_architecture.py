@@ -1,0 +1,209 @@
+"""The architecture DESIGN.md promises, checked on the source text of every module.
+
+- No import cycle among the project's modules (``minipaged``, ``cuda_kernels``, ``tui``),
+  counting imports inside functions too: a deferred import hides a cycle, it does not break it.
+  Only imports under ``if TYPE_CHECKING:``, which never run, are left out.
+- The paging modules (allocator, block tables, block manager, prefix caches, events,
+  invariants) import no torch, directly or through another project module: they hold ints.
+- ``minipaged.backend`` is the only project module that imports ``cuda_kernels``, so the
+  reference (``attention``, ``kv_cache``) that every kernel is tested against imports none.
+- ``minipaged.contract``, the checks the reference and the kernels share, imports no other
+  project module.
+- No module is over 400 lines.
+
+Imports are read with ``ast``, not by importing: nothing here loads torch or numba.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("minipaged", "cuda_kernels", "tui")
+PAGING = [
+    "minipaged.allocator",
+    "minipaged.block_table",
+    "minipaged.block_manager",
+    "minipaged.prefix_cache",
+    "minipaged.radix_cache",
+    "minipaged.events",
+    "minipaged.invariants",
+]
+MAX_LINES = 400
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Every module of the project's packages under ``root``, by dotted name."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
+    """Every dotted name ``module`` imports when it runs, at the top or inside functions.
+    ``from a.b import c`` yields ``a.b.c`` when that is a module of the project, else ``a.b``;
+    a parent package that Python runs on the way is not counted. Imports under
+    ``if TYPE_CHECKING:`` never run (they let an annotation name a class) and are skipped."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from .x import y, from .. import z
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                names.add(submodule if submodule in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return names
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (a package's ``__init__`` counts as the
+    package's name)."""
+    files = module_files(root)
+    graph = {}
+    for module, path in files.items():
+        names = imported_names(path, module, files)
+        graph[module] = {name for name in names if name in files and name != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm):
+    every module of one can reach every other, so each holds at least one cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def imports_torch(module: str) -> bool:
+    names = imported_names(FILES[module], module, FILES)
+    return any(name == "torch" or name.startswith("torch.") for name in names)
+
+
+FILES = module_files(ROOT)
+GRAPH = import_graph()
+
+
+def test_no_import_cycles_among_project_modules():
+    found = cycles(GRAPH)
+    assert not found, "import cycles (each list imports itself around): " + "; ".join(
+        " <-> ".join(component) for component in found
+    )
+
+
+@pytest.mark.parametrize("module", PAGING)
+def test_paging_modules_import_no_torch_even_through_other_modules(module):
+    offenders = sorted(m for m in reachable(GRAPH, module) if imports_torch(m))
+    assert not offenders, f"{module} reaches torch through {offenders}"
+
+
+def test_only_the_backend_module_imports_cuda_kernels():
+    # The grader is exempt: exercise 7 times a student's CUDA kernel against cuda_kernels' own,
+    # which is a comparison of two kernels, not a choice between the reference and a kernel.
+    importers = sorted(
+        module
+        for module, targets in GRAPH.items()
+        if not module.startswith(("cuda_kernels", "minipaged.grader"))
+        and any(target.startswith("cuda_kernels") for target in targets)
+    )
+    assert importers == ["minipaged.backend"]
+
+
+@pytest.mark.parametrize("module", ["minipaged.attention", "minipaged.kv_cache"])
+def test_the_reference_reaches_no_kernel(module):
+    kernels = sorted(m for m in reachable(GRAPH, module) if m.startswith("cuda_kernels"))
+    assert not kernels, f"{module} reaches {kernels}"
+
+
+def test_the_shared_checks_import_no_project_module():
+    assert GRAPH["minipaged.contract"] == set()
+
+
+def test_no_module_is_over_400_lines():
+    sizes = {module: len(path.read_text().splitlines()) for module, path in FILES.items()}
+    too_long = {module: lines for module, lines in sizes.items() if lines > MAX_LINES}
+    assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+def write_package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_a_cycle_through_a_deferred_import_is_found(tmp_path):
+    write_package(
+        tmp_path,
+        {
+            "minipaged/__init__.py": "",
+            "minipaged/a.py": "from minipaged.b import f\n",
+            "minipaged/b.py": "def f():\n    from minipaged import a\n    return a\n",
+            "minipaged/c.py": "from . import a\n",
+            "minipaged/d.py": "if TYPE_CHECKING:\n    import minipaged.c\n",
+            "cuda_kernels/__init__.py": "",
+            "tui/__init__.py": "",
+        },
+    )
+    graph = import_graph(tmp_path)
+    assert graph["minipaged.c"] == {"minipaged.a"}
+    assert graph["minipaged.d"] == set()
+    assert cycles(graph) == [["minipaged.a", "minipaged.b"]]

@@ -1,0 +1,69 @@
+"""The CPU twins of the kernels (``cuda_kernels.cpu``, backend ``"numba-cpu"``) against the
+torch reference: the same properties as the CUDA kernels (``tests/kernel_properties.py``), plus
+the v2 twin's first stage called by hand.
+
+Numba's CPU compiler works in any process, with or without ``NUMBA_ENABLE_CUDASIM``, so these
+tests run in the main pytest process. The twins compile once (``cache=True`` keeps the machine
+code in ``__pycache__`` for the next run).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("numba", reason="the CPU kernels need numba")
+
+from kernel_properties import (  # noqa: F401  (pytest collects the imported tests here)
+    TOLERANCE,
+    make_case,
+    test_copy_blocks_copies_exactly_what_kvcache_copies,
+    test_copy_blocks_rejects_a_block_that_is_both_source_and_destination,
+    test_engine_with_the_kernels_generates_the_torch_backend_tokens,
+    test_kernels_reject_a_dtype_other_than_float32,
+    test_reshape_and_cache_rejects_a_slot_past_the_pool_without_writing,
+    test_reshape_and_cache_writes_exactly_what_write_kv_writes,
+    test_swap_blocks_out_and_back_in_restores_every_byte,
+    test_swap_blocks_out_copies_exactly_what_kvcache_swap_out_copies,
+    test_swap_blocks_rejects_a_host_block_outside_the_host_pool,
+    test_v1_equals_the_loop_reference_and_contiguous_attention,
+    test_v2_equals_v1_for_partitions_of_one_to_three_blocks,
+    test_v2_rejects_a_partition_size_that_is_not_whole_blocks,
+)
+
+from cuda_kernels import cpu
+from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
+from minipaged.attention import paged_attention_decode_partitions
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return cpu
+
+
+@pytest.fixture(scope="module")
+def backend_name():
+    return "numba-cpu"
+
+
+def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end():
+    case = make_case(3, seq_lens=[5, 40], num_heads=4, num_kv_heads=2, head_dim=8, block_size=8)
+    m_ref, l_ref, o_ref = paged_attention_decode_partitions(*case.args, partition_size=16)
+    m_k, l_k, o_k = torch.empty_like(m_ref), torch.empty_like(l_ref), torch.empty_like(o_ref)
+    query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
+    tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
+    paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16)
+    for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
+        torch.testing.assert_close(got, want, **TOLERANCE)
+    assert (m_k[0, :, 1:] == -math.inf).all()  # sequence 0 (5 tokens) is empty past partition 0
+    assert (l_k[0, :, 1:] == 0).all()
+    assert (o_k[0, :, 1:] == 0).all()
+
+
+def test_the_twins_reject_a_gpu_tensor_with_the_way_out():
+    case = make_case(0, seq_lens=[9], num_heads=1, num_kv_heads=1, head_dim=8, block_size=8)
+    with pytest.raises(ValueError, match=r"query is on meta.*\.cpu\(\)"):
+        cpu.paged_attention_decode(case.query.to("meta"), *case.args[1:])
