@@ -266,6 +266,8 @@ class Llama(nn.Module):
 
         def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
+            # q, k, v are views into the packed projection; the kernels read flat buffers.
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # [N, heads, d_h] each
             return paged_attention(q, k, v, key_pool, value_pool, batch, scale)
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
