@@ -4,7 +4,9 @@ and write them so transformers' ``LlamaForCausalLM.from_pretrained`` reads ours.
 A directory holds ``config.json``, the weights (``model.safetensors``, or shards listed in
 ``model.safetensors.index.json``) and usually ``tokenizer.json``. Our parameter names are HF's
 without the ``model.`` prefix and our RoPE is HF's rotate-half, so weights move across
-unchanged: loading is a rename, and so is saving.
+unchanged: loading is a rename, and so is saving, except that HF's separate q/k/v and gate/up
+matrices are stacked into our packed projections on loading and split again on saving
+(``minipaged.model.packed_projections``).
 
 Everything here reads and writes local files only; nothing touches the network.
 """
@@ -12,6 +14,7 @@ Everything here reads and writes local files only; nothing touches the network.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer as HFTokenizer
 
-from minipaged.model import Llama, LlamaConfig
+from minipaged.model import Llama, LlamaConfig, packed_projections
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -131,7 +134,7 @@ def load_model(
         model = Llama(config)
     expected = {
         name: tuple(param.shape)
-        for name, param in model.state_dict().items()
+        for name, param in _unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
 
@@ -165,7 +168,7 @@ def load_model(
 
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
-    model.load_state_dict(state, assign=True)
+    model.load_state_dict(_pack(state, model.state_dict(), config), assign=True)
     if config.tie_word_embeddings:  # assign=True replaced both parameters: tie them again
         model.lm_head.weight = model.embed_tokens.weight
     return model.eval()
@@ -189,7 +192,7 @@ def save_model(
 
     state = {
         _hf_name(name): tensor.detach().to("cpu", torch.float32).contiguous()
-        for name, tensor in model.state_dict().items()
+        for name, tensor in _unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
     save_file(state, directory / WEIGHTS_FILE, metadata={"format": "pt"})
@@ -309,6 +312,40 @@ def _read_json(file: Path, holds: str) -> dict[str, Any]:
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
     file.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _hf_parts(name: str, config: LlamaConfig) -> dict[str, int] | None:
+    """For a parameter of a packed projection (``layers.0.self_attn.qkv_proj.weight``), HF's
+    tensors that are stacked into it, in order, with their rows; None for any other."""
+    module_path, _, leaf = name.rpartition(".")
+    parent, _, module = module_path.rpartition(".")
+    parts = packed_projections(config).get(module)
+    if parts is None:
+        return None
+    return {f"{parent}.{part}.{leaf}": rows for part, rows in parts.items()}
+
+
+def _unpack(state: dict[str, torch.Tensor], config: LlamaConfig) -> dict[str, torch.Tensor]:
+    """Our ``state`` under HF's names (still without ``model.``): packed projections split."""
+    unpacked = {}
+    for name, tensor in state.items():
+        parts = _hf_parts(name, config)
+        if parts is None:
+            unpacked[name] = tensor
+        else:
+            unpacked.update(zip(parts, tensor.split(list(parts.values())), strict=True))
+    return unpacked
+
+
+def _pack(
+    state: dict[str, torch.Tensor], names: Iterable[str], config: LlamaConfig
+) -> dict[str, torch.Tensor]:
+    """Our parameters ``names`` from HF's tensors ``state``: packed projections stacked."""
+    packed = {}
+    for name in names:
+        parts = _hf_parts(name, config)
+        packed[name] = state[name] if parts is None else torch.cat([state[p] for p in parts])
+    return packed
 
 
 def _hf_name(name: str) -> str:

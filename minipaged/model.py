@@ -4,10 +4,13 @@ The architecture of Llama 2/3 and of Hugging Face's ``LlamaForCausalLM``: token 
 $N_L$ decoder layers (RMSNorm, grouped-query attention with rotary position embeddings, RMSNorm,
 SwiGLU MLP, each with a residual connection), a final RMSNorm and the vocabulary projection.
 
-Parameter names are Hugging Face's without the ``model.`` prefix (``layers.0.self_attn.q_proj.
-weight`` is HF's ``model.layers.0.self_attn.q_proj.weight``; ``lm_head.weight`` is the same), so
-loading a checkpoint (``minipaged.checkpoint``) is a pure rename. RoPE uses HF's rotate-half
-pairing (dimension $i$ with $i + d_h/2$), so the q and k rows need no permutation either.
+Parameter names are Hugging Face's without the ``model.`` prefix (``layers.0.input_layernorm.
+weight`` is HF's ``model.layers.0.input_layernorm.weight``; ``lm_head.weight`` is the same),
+except that the projections reading the same input run as one matrix multiply, as in vLLM:
+``qkv_proj`` stacks HF's ``q_proj``, ``k_proj`` and ``v_proj`` and ``gate_up_proj`` stacks
+``gate_proj`` and ``up_proj`` (``packed_projections``). Loading a checkpoint
+(``minipaged.checkpoint``) is a rename plus that stacking. RoPE uses HF's rotate-half pairing
+(dimension $i$ with $i + d_h/2$), so the q and k rows need no permutation.
 
 Two entry points share every layer and differ only in the attention step:
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +32,6 @@ from torch import Tensor, nn
 
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
-from minipaged.tokenizer import Tokenizer
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
@@ -112,31 +113,29 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))  # [dim]
 
     def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)  # x / rms(x), fp32
+        return self.weight * normed.to(x.dtype)
 
 
 def rope_cos_sin(
     positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin ``[len(positions), head_dim]`` of the rotation angles
+    """cos and sin ``[len(positions), 1, head_dim]`` of the rotation angles
     $p \\cdot \\theta^{-2i/d_h}$, each frequency written twice (for dimension $i$ and
-    $i + d_h/2$) as HF's rotate-half convention needs."""
+    $i + d_h/2$) as HF's rotate-half convention needs; the 1 broadcasts over heads."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     inv_freq = inv_freq.to(positions.device)  # [head_dim/2]
     angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
-    angles = torch.cat((angles, angles), dim=-1)  # [T, head_dim]
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [T, 1, head_dim]
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair (dimension $i$, dimension $i + d_h/2$) of every head of ``x``
-    ``[..., T, heads, head_dim]`` by its position's angle; cos, sin are ``[T, head_dim]``."""
+    ``[..., T, heads, head_dim]`` by its position's angle; cos, sin are ``[T, 1, head_dim]``."""
     first, second = x.chunk(2, dim=-1)
     rotated = torch.cat((-second, first), dim=-1)  # rotate_half(x)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -151,34 +150,37 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         hidden = config.hidden_size
-        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(hidden, q_dim, bias=False)  # weight [H * d_h, hidden]
-        self.k_proj = nn.Linear(hidden, kv_dim, bias=False)  # weight [N_KV * d_h, hidden]
-        self.v_proj = nn.Linear(hidden, kv_dim, bias=False)  # weight [N_KV * d_h, hidden]
+        q_dim = self.num_heads * self.head_dim
+        # q, k and v read the same x: one matrix multiply, weight rows stacked as q, k, v.
+        qkv_dim = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        self.qkv_proj = nn.Linear(hidden, qkv_dim, bias=False)  # weight [(H + 2 N_KV) d_h, hidden]
         self.o_proj = nn.Linear(q_dim, hidden, bias=False)  # weight [hidden, H * d_h]
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: AttendFn) -> Tensor:
         lead = x.shape[:-1]  # [batch, T] or [N]
-        q = self.q_proj(x).view(*lead, self.num_heads, self.head_dim)  # [..., H, d_h]
-        k = self.k_proj(x).view(*lead, self.num_kv_heads, self.head_dim)  # [..., N_KV, d_h]
-        v = self.v_proj(x).view(*lead, self.num_kv_heads, self.head_dim)  # [..., N_KV, d_h]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        heads = self.num_heads + 2 * self.num_kv_heads
+        qkv = self.qkv_proj(x).view(*lead, heads, self.head_dim)  # [..., H + 2 N_KV, d_h]
+        # q and k turn by the same angles: rotate their H + N_KV heads in one go.
+        qk = apply_rope(qkv[..., : self.num_heads + self.num_kv_heads, :], cos, sin)
+        q, k = qk.split((self.num_heads, self.num_kv_heads), dim=-2)  # [..., H | N_KV, d_h]
+        v = qkv[..., self.num_heads + self.num_kv_heads :, :]  # [..., N_KV, d_h]
         out = attend(self.layer, q, k, v)  # [..., H, d_h]
         return self.o_proj(out.reshape(*lead, self.num_heads * self.head_dim))
 
 
 class MLP(nn.Module):
-    """SwiGLU: $\\mathrm{down}(\\mathrm{silu}(\\mathrm{gate}(x)) \\odot \\mathrm{up}(x))$."""
+    """SwiGLU: $\\mathrm{down}(\\mathrm{silu}(\\mathrm{gate}(x)) \\odot \\mathrm{up}(x))$, with gate
+    and up as one matrix multiply (weight rows stacked as gate, up)."""
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         hidden, inner = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(hidden, inner, bias=False)  # weight [inner, hidden]
-        self.up_proj = nn.Linear(hidden, inner, bias=False)  # weight [inner, hidden]
+        self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=False)  # weight [2 inner, hidden]
         self.down_proj = nn.Linear(inner, hidden, bias=False)  # weight [hidden, inner]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [..., inner] each
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -264,6 +266,8 @@ class Llama(nn.Module):
 
         def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
+            # q, k, v are views into the packed projection; the kernels read flat buffers.
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # [N, heads, d_h] each
             return paged_attention(q, k, v, key_pool, value_pool, batch, scale)
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
@@ -280,21 +284,15 @@ class Llama(nn.Module):
             x = layer(x, cos, sin, attend)
         return self.norm(x)
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> Llama:
-        """Load a Hugging Face Llama directory or the embedded ``"tiny"``; see
-        ``minipaged.checkpoint.load_model``."""
-        from minipaged.checkpoint import load_model  # checkpoint imports this module
 
-        return load_model(path, dtype=dtype, device=device)
-
-    def save_pretrained(self, path: str | Path, tokenizer: Tokenizer | str | Path) -> None:
-        """Write a Hugging Face Llama directory; see ``minipaged.checkpoint.save_model``."""
-        from minipaged.checkpoint import save_model
-
-        save_model(self, tokenizer, path)
+def packed_projections(config: LlamaConfig) -> dict[str, dict[str, int]]:
+    """The projections this model runs as one matrix multiply that Hugging Face stores apart:
+    for each packed module, HF's modules in the order their weight rows are stacked, with
+    each one's rows (output features)."""
+    q_rows = config.num_attention_heads * config.head_dim
+    kv_rows = config.num_key_value_heads * config.head_dim
+    inner = config.intermediate_size
+    return {
+        "qkv_proj": {"q_proj": q_rows, "k_proj": kv_rows, "v_proj": kv_rows},
+        "gate_up_proj": {"gate_proj": inner, "up_proj": inner},
+    }

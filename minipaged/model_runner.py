@@ -1,11 +1,12 @@
-"""Runs one scheduled step: the block copies the block manager decided on, then one forward
-pass of the model over every scheduled sequence (prefills and decodes in the same batch)."""
+"""Runs one scheduled step: the block copies the block manager decided on, then one forward pass
+of the model over every scheduled sequence (prefills and decodes in the same batch)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from minipaged.attention import NO_BLOCK
 from minipaged.backend import PagedBatch
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
@@ -36,28 +37,47 @@ class ModelRunner:
         self.kv_cache.copy_blocks(plan.blocks_to_copy)
         if not plan.scheduled:
             return None
+        tokens, positions, batch = self.prepare(plan)
+        # A prefill needs only its last token's logits; a decode step's rows are all last.
+        last_token = None
+        if len(tokens) > len(plan.scheduled):
+            last_token = torch.cumsum(batch.query_lens, 0) - 1  # [batch]
+        return self.model.forward(tokens, positions, self.kv_cache, batch, last_token)
 
-        tokens: list[int] = []
-        positions: list[int] = []
-        for item in plan.scheduled:
-            length = len(item.seq.token_ids)
-            first = length - item.num_query_tokens
-            tokens += item.seq.token_ids[first:]
-            positions += range(first, length)
-        batch = PagedBatch.from_lists(
-            block_tables=[item.block_table for item in plan.scheduled],
-            seq_lens=[len(item.seq.token_ids) for item in plan.scheduled],
-            query_lens=[item.num_query_tokens for item in plan.scheduled],
-            block_size=self.kv_cache.block_size,
+    def prepare(self, plan: SchedulerOutput) -> tuple[Tensor, Tensor, PagedBatch]:
+        """The step's inputs as tensors: tokens and positions ``[N]`` (each sequence's last
+        ``num_query_tokens`` tokens, in batch order) and their ``PagedBatch``.
+
+        The Python side only lists what the plan already says; the slot mapping is one
+        gather over the padded block tables, slot $= \\mathcal{T}_b[\\lfloor t/B \\rfloor]
+        \\cdot B + (t \\bmod B)$ (``memory.slot``) for every token $t$ of sequence $b$, so a
+        step costs a fixed handful of tensor operations however many sequences it runs.
+        """
+        block_size = self.kv_cache.block_size
+        scheduled = plan.scheduled
+        seq_lens, query_lens, tokens, positions, rows = [], [], [], [], []
+        for b, item in enumerate(scheduled):
+            seq_len, query_len = len(item.seq.token_ids), item.num_query_tokens
+            seq_lens.append(seq_len)
+            query_lens.append(query_len)
+            tokens += item.seq.token_ids[seq_len - query_len :]
+            positions += range(seq_len - query_len, seq_len)
+            rows += [b] * query_len
+        width = max(len(item.block_table) for item in scheduled)
+        tables = [
+            item.block_table + [NO_BLOCK] * (width - len(item.block_table)) for item in scheduled
+        ]
+
+        device = self.device
+        block_tables = torch.tensor(tables, dtype=torch.int32, device=device)  # [batch, width]
+        position = torch.tensor(positions, device=device)  # [N]
+        block = block_tables[torch.tensor(rows, device=device), position // block_size]  # T_b[j]
+        batch = PagedBatch(
+            slot_mapping=block * block_size + position % block_size,  # [N] int64
+            block_tables=block_tables,
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
+            block_size=block_size,
             backend=self.backend,
-            device=self.device,
         )
-        query_lens = batch.query_lens.to(torch.int64)
-        last_token = torch.cumsum(query_lens, 0) - 1  # each sequence's last row in the batch
-        return self.model.forward(
-            torch.tensor(tokens, device=self.device),
-            torch.tensor(positions, device=self.device),
-            self.kv_cache,
-            batch,
-            logits_index=last_token,
-        )
+        return torch.tensor(tokens, device=device), position, batch

@@ -5,12 +5,14 @@ they are measurements, not specifications."""
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
+import minipaged
 from minipaged import cli
 from minipaged.checkpoint import model_directory
-from minipaged.study.bench import SUBBENCHMARKS
+from minipaged.study.bench import SUBBENCHMARKS, default_out
 
 pytestmark = pytest.mark.skipif(
     not (model_directory("tiny") / "model.safetensors").is_file(),
@@ -81,14 +83,41 @@ def test_a_full_run_writes_the_results_page_with_every_table_and_plot(tables):
 
 
 def test_engine_bench_generates_the_same_greedy_tokens_as_transformers(as_json):
-    ours = as_json["engine"]["rows"][0]
-    assert ours["same_tokens"] == f"{ours['requests']} of {ours['requests']}"
+    rows = as_json["engine"]["rows"]
+    ours = [row for row in rows if row["system"].startswith("minipaged")]
+    assert {row["workload"] for row in ours} == {"uniform", "mixed"}
+    for row in ours:
+        assert row["same_tokens"] == f"{row['requests']} of {row['requests']}"
+
+
+def test_engine_bench_mixed_workload_pads_static_batches_to_their_longest_request(as_json):
+    """transformers runs each static batch as long as its longest request; continuous
+    batching refills a finished sequence's place, so it needs fewer forward passes."""
+    mixed = {row["system"]: row for row in as_json["engine"]["rows"] if row["workload"] == "mixed"}
+    theirs = mixed.pop("transformers (static batches)")
+    assert mixed and all(row["passes"] < theirs["passes"] for row in mixed.values())
+    assert all(row["tokens"] == theirs["tokens"] for row in mixed.values())
+
+
+def test_every_timing_row_says_how_many_threads_it_used(as_json):
+    for name in ("fork", "engine", "block-size"):
+        assert all(row["threads"] >= 1 for row in as_json[name]["rows"]), name
 
 
 def test_fork_copies_no_key_or_value_and_touches_one_refcount_per_block(as_json):
     for row in as_json["fork"]["rows"]:
         assert row["fork_bytes"] == 0
         assert row["blocks_touched"] == row["blocks"] == -(-row["prompt_tokens"] // 16)
+
+
+def test_fork_at_llama_3_8b_copies_its_whole_kv_and_labels_how_it_was_timed(as_json):
+    llama = [row for row in as_json["fork"]["rows"] if row["cache"].startswith("Llama-3-8B")]
+    one_layer, every_layer = llama
+    assert one_layer["prompt_tokens"] == every_layer["prompt_tokens"] == 2048
+    assert one_layer["copy_bytes"] == 2048 * 2 * 8 * 128 * 2  # K and V, 8 KV heads, d_h 128, fp16
+    assert every_layer["copy_bytes"] == 32 * one_layer["copy_bytes"]
+    assert one_layer["how"] == "measured"
+    assert every_layer["how"].startswith("computed: 32 ×")  # quick mode measures one layer
 
 
 def test_kernels_bench_says_why_the_numba_kernel_did_not_run_on_cpu(as_json):
@@ -104,6 +133,24 @@ def test_simulate_prints_a_row_per_allocator_and_valid_json():
     status, printed = run_cli(*argv, "--json")
     assert status == 0
     assert [row["allocator"] for row in json.loads(printed)["rows"]][-1] == "paged B=16"
+
+
+def test_bench_run_outside_the_repository_writes_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, printed = run_cli("bench", "memory", "--quick")
+    assert status == 0
+    assert TITLES["memory"] in printed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_go_to_the_project_docs_only_from_the_repository_root(tmp_path):
+    root = Path(minipaged.__file__).resolve().parent.parent
+    assert default_out(root) == Path("docs") / "results"
+    assert default_out(root / "docs") is None
+    # A folder that looks like a repository root but is not the one whose code is running.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text("site_name: another project\n")
+    assert default_out(tmp_path) is None
 
 
 def test_unknown_benchmark_is_an_error(capsys):

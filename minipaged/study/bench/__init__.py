@@ -37,35 +37,51 @@ SUBBENCHMARKS = {
     "block-size": "minipaged.study.bench.block_size",
 }
 
-DEFAULT_OUT = Path("docs") / "results"
-"""Where plots and the results page go, relative to the working directory: the repository's
-docs when run by ``make bench``."""
+RESULTS = Path("docs") / "results"
+"""The results page and its plots, relative to the repository root."""
+
+
+def default_out(cwd: Path | None = None) -> Path | None:
+    """Where files go when ``--out`` is not given: ``docs/results`` when the working directory
+    ``cwd`` is the root of the repository whose code is running (the ``minipaged`` package
+    imported is ``cwd/minipaged``, beside ``mkdocs.yml`` and ``docs/``), as under
+    ``make bench``; None anywhere else, so that a run from another folder writes nothing."""
+    cwd = (Path.cwd() if cwd is None else cwd).resolve()
+    root = Path(__file__).resolve().parents[3]  # <root>/minipaged/study/bench/__init__.py
+    is_root = cwd == root and (root / "mkdocs.yml").is_file() and (root / "docs").is_dir()
+    return RESULTS if is_root else None
 
 
 @dataclass(frozen=True)
 class Options:
     """What every sub-benchmark may read: ``quick`` shrinks it to seconds (for tests), plots go
-    to ``out``, ``device`` is where torch runs, ``model`` is the engine benchmark's model."""
+    to ``out`` (None: no files are written), ``device`` is where torch runs, ``model`` is the
+    engine and fork benchmarks' model, ``backends`` the engine benchmark's attention backends
+    (empty: its default for the device)."""
 
-    out: Path = DEFAULT_OUT
+    out: Path | None = None
     quick: bool = False
     device: str = "cpu"
     model: str = "tiny"
     seed: int = 0
+    backends: tuple[str, ...] = ()
 
 
 def run(name: str, options: Options) -> Report:
     """Run the sub-benchmark ``name`` (a key of ``SUBBENCHMARKS``) and return its report."""
     if name not in SUBBENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(SUBBENCHMARKS)}")
-    options.out.mkdir(parents=True, exist_ok=True)
-    return importlib.import_module(SUBBENCHMARKS[name]).run(options)
+    if options.out is not None:
+        options.out.mkdir(parents=True, exist_ok=True)
+    report = importlib.import_module(SUBBENCHMARKS[name]).run(options)
+    report.plots = [path for path in report.plots if path is not None]  # None: not written
+    return report
 
 
 def run_many(names: list[str], options: Options, as_json: bool = False) -> list[Report]:
     """Run each named sub-benchmark, printing its table (or, with ``as_json``, one JSON object
     of all reports on stdout). When every sub-benchmark ran, write the results page
-    ``index.md`` beside the plots."""
+    ``index.md`` beside the plots (when ``options.out`` names a folder)."""
     out = console(stderr=as_json)
     reports = []
     for name in names:
@@ -76,7 +92,9 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
     if as_json:
         json.dump({r.name: r.as_dict() for r in reports}, sys.stdout, indent=2)
         sys.stdout.write("\n")
-    if set(names) == set(SUBBENCHMARKS):
+    if options.out is None:
+        out.print("[dim]no files written: pass --out DIR for the plots and index.md[/dim]")
+    elif set(names) == set(SUBBENCHMARKS):
         page = options.out / "index.md"
         page.write_text(results_page(reports, options), encoding="utf-8")
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")

@@ -8,6 +8,8 @@ kernel times are measured (``minipaged.study.bench.kernels``), both in this run.
 
 from __future__ import annotations
 
+import torch
+
 from minipaged import memory
 from minipaged.study.baselines import PagedAllocator
 from minipaged.study.bench import Options, kernels, plot
@@ -28,6 +30,7 @@ COLUMNS = [
     Column("loop_ms", "loop ref (ms)", "{:.3f}"),
     Column("vectorized_ratio", "vectorized / SDPA", "{:.1f}×"),
     Column("loop_ratio", "loop / SDPA", "{:.1f}×"),
+    Column("threads", "threads", "{}"),
 ]
 
 
@@ -50,15 +53,17 @@ def run(options: Options) -> Report:
                 "waste_of_reserved": waste.waste_of_reserved,
                 "peak_seqs": waste.peak_seqs,
                 **{key: timing[key] for key in timing if key.endswith(("_ms", "_ratio"))},
+                "threads": torch.get_num_threads(),
             }
         )
     notes = [
         f"Waste: simulated, model-free; {num_requests} enterprise requests on {shape.name} with "
         f"{hbm_gb} GB HBM minus 16 GB weights, paged allocator on the real BlockManager.",
-        f"Kernel time: measured on {options.device}, batch {batch} at context {context}, one "
-        f"layer of {shape.name}'s attention, median of {repeats} rounds; ratios against "
-        "contiguous SDPA in the same run. These are the PyTorch references: a CUDA kernel's "
-        "trade-off differs (it parallelises over blocks).",
+        f"Kernel time: measured on {options.device} with {torch.get_num_threads()} thread(s), "
+        f"batch {batch} at context {context}, one layer of {shape.name}'s attention, median of "
+        f"{repeats} interleaved rounds; ratios against contiguous SDPA in the same rounds. These "
+        "are the PyTorch references: a CUDA kernel's trade-off differs (it parallelises over "
+        "blocks).",
     ]
     report = Report("block-size", "Block size: waste against kernel time", COLUMNS, rows, notes)
     report.plots.append(_plot(rows, options))

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from minipaged.study.bench import DEFAULT_OUT, SUBBENCHMARKS
+from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
 
@@ -57,17 +57,35 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="benchmarks: memory, sharing, fork, kernels, engine, block-size",
         description="Run sub-benchmarks (all by default), print their tables and write plots; "
-        "a full run also writes the docs' results page, index.md, into --out.",
+        "a full run also writes the docs' results page, index.md. Files go only into --out; "
+        "without it, into the project's docs/results when run from the root of the minipaged "
+        "repository (the folder holding mkdocs.yml, docs/ and the minipaged package that "
+        "runs), and nowhere when run from any other folder. Timings are medians of "
+        "interleaved runs against their baseline in the same process, with --threads threads.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument(
         "names", nargs="*", metavar="NAME", help=f"any of: {', '.join(SUBBENCHMARKS)} (all)"
     )
     bench.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for tests")
-    bench.add_argument("--out", type=Path, default=DEFAULT_OUT, help="plots and index.md")
+    bench.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for plots and index.md; unset: docs/results when run from the repository "
+        "root, no files anywhere else",
+    )
     bench.add_argument("--json", action="store_true", help="print JSON instead of tables")
     bench.add_argument("--device", default="cpu", help="cpu or cuda")
     bench.add_argument("--model", default="tiny", help="the engine and fork benchmarks' model")
+    bench.add_argument(
+        "--backend",
+        action="append",
+        dest="backends",
+        metavar="NAME",
+        help="attention backend for the engine benchmark, repeatable; unset: torch and the "
+        "device's kernel backend (numba on cuda, numba-cpu on cpu)",
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: stable timings on busy cores)"
@@ -102,7 +120,7 @@ def simulate(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     import torch
 
-    from minipaged.study.bench import Options, run_many
+    from minipaged.study.bench import Options, default_out, run_many
 
     if args.threads <= 0:
         raise ValueError(f"--threads must be positive, got {args.threads}")
@@ -111,7 +129,12 @@ def bench(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
     torch.set_num_threads(args.threads)
     options = Options(
-        out=args.out, quick=args.quick, device=args.device, model=args.model, seed=args.seed
+        out=default_out() if args.out is None else args.out,
+        quick=args.quick,
+        device=args.device,
+        model=args.model,
+        seed=args.seed,
+        backends=tuple(args.backends or ()),
     )
     run_many(args.names or list(SUBBENCHMARKS), options, as_json=args.json)
     return 0

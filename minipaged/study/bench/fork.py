@@ -1,17 +1,24 @@
-"""``bench fork``: what forking a sequence costs (§5), against prompt length.
+"""``bench fork``: what forking a sequence costs (§5), against prompt length and at a real
+model's shape.
 
-``BlockManager.fork`` copies the parent's block table and raises
-each block's refcount: $M = \\lceil L/B \\rceil$ integer updates and no key or value moved. The
-source text calls this $\\mathcal{O}(1)$; per fork it is $\\mathcal{O}(M)$ metadata, which is
-what the *blocks touched* column counts (from the fork's events) and the timing shows. Beside
-it, a deep copy of the same $L$ tokens' keys and values with
-``KVCache.copy_blocks``, what a contiguous allocator must do for every
-branch.
+``BlockManager.fork`` copies the parent's block table and raises each block's refcount:
+$M = \\lceil L/B \\rceil$ integer updates and no key or value moved. The source text calls this
+$\\mathcal{O}(1)$; per fork it is $\\mathcal{O}(M)$ metadata, which is what the *blocks touched*
+column counts (from the fork's events) and the timing shows. Beside it, a deep copy of the same
+$L$ tokens' keys and values with ``KVCache.copy_blocks``, what a contiguous allocator must do
+for every branch.
+
+The fork's cost does not depend on the model: a block id is an integer whatever a block holds.
+The copy's does, so the table measures it twice: in a cache shaped like the benchmark's model
+(the tiny one by default), against $L$; and for a 2,048-token sequence in a cache shaped like
+Llama-3-8B's (fp16), one layer and all 32.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -24,8 +31,11 @@ from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 
 BLOCK_SIZE = 16
+LLAMA = memory.PRESETS["llama-3-8b"]
+LLAMA_TOKENS = 2048
 
 COLUMNS = [
+    Column("cache", "KV cache copied"),
     Column("prompt_tokens", "prompt L", "{:,}"),
     Column("blocks", "blocks M", "{:,}"),
     Column("fork_us", "fork (µs)", "{:,.1f}"),
@@ -34,20 +44,25 @@ COLUMNS = [
     Column("copy_us", "deep copy (µs)", "{:,.1f}"),
     Column("copy_bytes", "deep copy bytes", "{:,}"),
     Column("ratio", "copy / fork", "{:,.0f}×"),
-    Column("llama_bytes", "deep copy at Llama-3-8B", "{:,}"),
+    Column("how", "deep copy time"),
+    Column("threads", "threads", "{}"),
 ]
 
 
-def _median_us(action, repeats: int, undo=None) -> float:
-    """Median wall time of ``action()`` in µs; ``undo()`` runs after each, untimed."""
-    times = []
+def _interleaved_us(
+    actions: dict[str, tuple[Callable[[], None], Callable[[], None] | None]], repeats: int
+) -> dict[str, list[float]]:
+    """Wall times in µs of each ``action``, run in turns, one call each per round, so a change
+    in the machine's load touches all of them alike; ``undo`` runs after its action, untimed."""
+    times: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-        if undo is not None:
-            undo()
-    return sorted(times)[len(times) // 2] * 1e6
+        for name, (action, undo) in actions.items():
+            start = time.perf_counter()
+            action()
+            times[name].append((time.perf_counter() - start) * 1e6)
+            if undo is not None:
+                undo()
+    return times
 
 
 def _copy(cache: KVCache, pairs: list[tuple[int, int]]) -> None:
@@ -57,8 +72,9 @@ def _copy(cache: KVCache, pairs: list[tuple[int, int]]) -> None:
 
 
 def measure(prompt_tokens: int, cache: KVCache, repeats: int) -> dict:
-    """Fork a sequence of ``prompt_tokens`` tokens ``repeats`` times (median time, events
-    counted once), and time a deep copy of its keys and values in ``cache``."""
+    """Fork a sequence of ``prompt_tokens`` tokens and deep-copy its keys and values in
+    ``cache``, ``repeats`` times each in turns: the medians, their ratio (median of the rounds'
+    ratios) and what the fork's events say it touched."""
     manager = BlockManager(cache.num_blocks, block_size=BLOCK_SIZE, watermark=0.0)
     parent = manager.allocate("parent", prompt_tokens)
     manager.pop_events()
@@ -66,26 +82,58 @@ def measure(prompt_tokens: int, cache: KVCache, repeats: int) -> dict:
     manager.fork("parent", "child")
     events = manager.pop_events()
     manager.free("child")
-    fork_us = _median_us(
-        lambda: manager.fork("parent", "child"), repeats, lambda: manager.free("child")
-    )
     copied = sum(e.offset for e in events if isinstance(e, CowCopy))  # rows moved: none
 
     # What a contiguous allocator does for every branch: copy all M blocks, every layer.
     pairs = [(block, cache.num_blocks - 1 - j) for j, block in enumerate(parent.blocks)]
-    copy_us = _median_us(lambda: _copy(cache, pairs), repeats)
+    times = _interleaved_us(
+        {
+            "fork": (lambda: manager.fork("parent", "child"), lambda: manager.free("child")),
+            "copy": (lambda: _copy(cache, pairs), None),
+        },
+        repeats,
+    )
+    ratios = [c / f for c, f in zip(times["copy"], times["fork"], strict=True)]
     token_bytes = cache.bytes_per_block // BLOCK_SIZE
     return {
         "prompt_tokens": prompt_tokens,
         "blocks": len(parent.blocks),
-        "fork_us": fork_us,
+        "fork_us": statistics.median(times["fork"]),
         "blocks_touched": sum(isinstance(e, Incref) for e in events),
         "fork_bytes": copied * token_bytes,
-        "copy_us": copy_us,
+        "copy_us": statistics.median(times["copy"]),
         "copy_bytes": len(parent.blocks) * cache.bytes_per_block,
-        "ratio": copy_us / fork_us,
-        "llama_bytes": memory.PRESETS["llama-3-8b"].kv_bytes(prompt_tokens),
+        "ratio": statistics.median(ratios),
+        "how": "measured",
+        "threads": torch.get_num_threads(),
     }
+
+
+def llama_cache(num_layers: int, device: str) -> KVCache:
+    """A Llama-3-8B-shaped fp16 cache of ``num_layers`` layers, with room for a 2,048-token
+    sequence and a disjoint copy of it."""
+    blocks = memory.num_logical_blocks(LLAMA_TOKENS, BLOCK_SIZE)
+    shape = (num_layers, 2 * blocks, LLAMA.num_kv_heads, BLOCK_SIZE, LLAMA.head_dim)
+    return KVCache(*shape, dtype=torch.float16, device=device)
+
+
+def llama_rows(options: Options, repeats: int) -> list[dict]:
+    """Fork against deep copy for 2,048 tokens at Llama-3-8B's shape: one layer measured; all
+    layers measured, or in quick mode computed as $N_L$ times the one layer's copy time (the
+    copy moves $N_L$ times the bytes at the same bandwidth)."""
+    one = measure(LLAMA_TOKENS, llama_cache(1, options.device), repeats)
+    one["cache"] = f"{LLAMA.name}, 1 of {LLAMA.num_layers} layers, fp16"
+    if options.quick:
+        every = dict(one, how=f"computed: {LLAMA.num_layers} × the 1-layer copy")
+        every["copy_us"] = LLAMA.num_layers * one["copy_us"]
+        every["copy_bytes"] = LLAMA.num_layers * one["copy_bytes"]
+        every["ratio"] = every["copy_us"] / every["fork_us"]
+    else:
+        every = measure(LLAMA_TOKENS, llama_cache(LLAMA.num_layers, options.device), repeats)
+    every["cache"] = f"{LLAMA.name}, all {LLAMA.num_layers} layers, fp16"
+    if every["copy_bytes"] != LLAMA.kv_bytes(LLAMA_TOKENS):
+        raise AssertionError("the deep copy must move M_KV(L) bytes (§1)")
+    return [one, every]
 
 
 def run(options: Options) -> Report:
@@ -101,16 +149,21 @@ def run(options: Options) -> Report:
         device=options.device,
     )
     repeats = 5 if options.quick else 21
-    rows = [measure(length, cache, repeats) for length in lengths]
+    rows = []
+    for length in lengths:
+        rows.append(measure(length, cache, repeats))
+        rows[-1]["cache"] = f"{options.model} ({config.num_hidden_layers} layers, fp32)"
+    rows += llama_rows(options, repeats)
     notes = [
-        f"Measured on {options.device}, median of {repeats}. fork is the real "
-        "BlockManager.fork; 'refcounts raised' and 'KV bytes copied' are counted from its "
-        "events (Incref, CowCopy).",
-        f"Deep copy: the same blocks of a KV cache shaped like the {options.model} model "
+        f"Measured on {options.device} with {torch.get_num_threads()} thread(s): medians of "
+        f"{repeats} rounds, each round one fork and one deep copy; copy / fork is the median "
+        "of the rounds' ratios. fork is the real BlockManager.fork; 'refcounts raised' and "
+        "'KV bytes copied' are counted from its events (Incref, CowCopy).",
+        f"Deep copy: KVCache.copy_blocks of the sequence's M blocks (B = {BLOCK_SIZE}), keys "
+        f"and values of every layer, in a cache shaped like the {options.model} model "
         f"({config.num_hidden_layers} layers, {config.num_key_value_heads} KV heads, "
-        f"d_h = {config.head_dim}, fp32), every layer's keys and values, B = {BLOCK_SIZE}.",
-        "Deep copy at Llama-3-8B: the bytes the same copy would move there, M_KV(L) (§1), "
-        "computed, not measured.",
+        f"d_h = {config.head_dim}, fp32) or like {LLAMA.name} ({LLAMA.num_kv_heads} KV heads, "
+        f"d_h = {LLAMA.head_dim}, fp16). Its bytes at {LLAMA.name} are M_KV(L) (§1).",
     ]
     report = Report("fork", "Fork cost against prompt length (§5)", COLUMNS, rows, notes)
     report.plots.append(_plot(rows, options))
@@ -119,9 +172,13 @@ def run(options: Options) -> Report:
 
 def _plot(rows: list[dict], options: Options):
     fig, (axis,) = plot.figure()
-    lengths = [r["prompt_tokens"] for r in rows]
-    axis.loglog(lengths, [r["fork_us"] for r in rows], marker="o", label="fork (metadata)")
-    axis.loglog(lengths, [r["copy_us"] for r in rows], marker="s", label="deep copy of the KV")
+    own = [r for r in rows if r["cache"].startswith(options.model)]
+    lengths = [r["prompt_tokens"] for r in own]
+    axis.loglog(lengths, [r["fork_us"] for r in own], marker="o", label="fork (metadata)")
+    axis.loglog(lengths, [r["copy_us"] for r in own], marker="s", label="deep copy, own model")
+    for row, marker in zip(rows[len(own) :], ("^", "v"), strict=True):
+        label = f"deep copy, {row['cache']} ({row['how']})"
+        axis.loglog([row["prompt_tokens"]], [row["copy_us"]], marker=marker, ls="", label=label)
     axis.set_xlabel("prompt length L (tokens)")
     axis.set_ylabel("time (µs)")
     axis.legend(fontsize="small")

@@ -20,8 +20,11 @@ def figure(ncols: int = 1, width: float = 6.4) -> tuple[Figure, list[Axes]]:
     return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
 
-def save(fig: Figure, out: Path, name: str) -> Path:
-    """Write ``fig`` to ``out/name.svg``; returns the path."""
+def save(fig: Figure, out: Path | None, name: str) -> Path | None:
+    """Write ``fig`` to ``out/name.svg`` and return the path; with ``out`` None (no folder to
+    write to), write nothing and return None."""
+    if out is None:
+        return None
     path = out / f"{name}.svg"
     with matplotlib.rc_context({"svg.hashsalt": "minipaged"}):
         fig.savefig(path, format="svg", metadata={"Date": None})

@@ -1,0 +1,99 @@
+"""The model runner turns a scheduler plan into the step's tensors: every token of the plan at
+its position, written at the slot §3 defines, with the block tables padded for the kernels."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minipaged import memory
+from minipaged.attention import NO_BLOCK
+from minipaged.kv_cache import KVCache
+from minipaged.model import Llama, LlamaConfig
+from minipaged.model_runner import ModelRunner
+from minipaged.scheduler import ScheduledSeq, SchedulerOutput
+from minipaged.sequence import Sequence
+
+NUM_BLOCKS = 64
+
+
+@st.composite
+def plans(draw) -> tuple[int, SchedulerOutput]:
+    """A block size and a plan of 1–6 sequences, each a prefill (several query tokens) or a
+    decode (one), with block tables of distinct blocks in a shuffled order."""
+    block_size = draw(st.sampled_from([1, 2, 4, 16]))
+    blocks = draw(st.permutations(range(NUM_BLOCKS)))
+    scheduled, next_block = [], 0
+    for seq_id in range(draw(st.integers(1, 6))):
+        seq_len = draw(st.integers(1, 40))
+        query_len = draw(st.sampled_from([1, draw(st.integers(1, seq_len))]))
+        needed = memory.num_logical_blocks(seq_len, block_size)
+        if next_block + needed > NUM_BLOCKS:
+            break
+        table = list(blocks[next_block : next_block + needed])
+        next_block += needed
+        tokens = draw(st.lists(st.integers(0, 99), min_size=seq_len, max_size=seq_len))
+        seq = Sequence(seq_id, tokens, prompt_len=seq_len)
+        # prepare reads only the sequence, its query length and its table, not the group.
+        scheduled.append(ScheduledSeq(None, seq, query_len, table, query_len > 1))
+    return block_size, SchedulerOutput(scheduled=scheduled)
+
+
+def runner(block_size: int) -> ModelRunner:
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+    )
+    cache = KVCache(1, NUM_BLOCKS, 1, block_size, 8)
+    return ModelRunner(Llama(config), cache)
+
+
+@given(plans())
+def test_prepare_lists_each_query_token_at_its_position_and_slot(case):
+    block_size, plan = case
+    tokens, positions, batch = runner(block_size).prepare(plan)
+    expected_tokens, expected_positions, expected_slots = [], [], []
+    for item in plan.scheduled:
+        seq_len = len(item.seq.token_ids)
+        for t in range(seq_len - item.num_query_tokens, seq_len):
+            expected_tokens.append(item.seq.token_ids[t])
+            expected_positions.append(t)
+            expected_slots.append(memory.slot(item.block_table, t, block_size))
+    assert tokens.tolist() == expected_tokens
+    assert positions.tolist() == expected_positions
+    assert batch.slot_mapping.tolist() == expected_slots
+    assert batch.slot_mapping.dtype == torch.int64
+
+
+@given(plans())
+def test_prepare_pads_block_tables_and_states_each_length(case):
+    block_size, plan = case
+    _, _, batch = runner(block_size).prepare(plan)
+    width = max(len(item.block_table) for item in plan.scheduled)
+    assert batch.block_tables.dtype == torch.int32
+    assert batch.block_tables.tolist() == [
+        item.block_table + [NO_BLOCK] * (width - len(item.block_table)) for item in plan.scheduled
+    ]
+    assert batch.seq_lens.tolist() == [len(item.seq.token_ids) for item in plan.scheduled]
+    assert batch.query_lens.tolist() == [item.num_query_tokens for item in plan.scheduled]
+    assert batch.block_size == block_size
+
+
+@given(plans())
+def test_execute_returns_one_row_of_logits_per_scheduled_sequence(case):
+    """Prefill rows are reduced to each sequence's last token; decode rows are all last."""
+    block_size, plan = case
+    model_runner = runner(block_size)
+    logits = model_runner.execute(plan)
+    assert logits.shape == (len(plan.scheduled), 100)
+    tokens, positions, batch = model_runner.prepare(plan)
+    with torch.inference_mode():
+        every = model_runner.model(tokens, positions, model_runner.kv_cache, batch)
+    last = torch.cumsum(batch.query_lens, 0) - 1
+    torch.testing.assert_close(logits, every[last])
