@@ -68,8 +68,8 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         help="generate text with the paged engine and print a memory summary",
         description="Generate from one or more prompts; print the texts, then what the block "
         "manager did: blocks used and shared, copy-on-write copies, swaps, preemptions, prefix "
-        "cache hits. Prompts are admitted in the order given; requests admitted in the same "
-        "step cannot share a prefix (nothing is cached until a prefill has run).",
+        "cache hits. With --prefix-caching, prompts that start with the same whole blocks of B "
+        "tokens share them, even when admitted in the same step.",
     )
     _add_workload_args(gen)
 

@@ -48,9 +48,9 @@ def print_summary(console: Console, stats: RunStats, prefix_caching: str | None)
     if prefix_caching and stats.events["prefix-hit"] == 0:
         console.print(
             Text(
-                "no prefix hits: a request shares only full blocks (B tokens) that an earlier "
-                "request's prefill has already cached; requests admitted in the same step "
-                "cannot share.",
+                "no prefix hits: requests share only whole blocks of B tokens that start "
+                "their prompts alike; give them a common start longer than B (requests "
+                "admitted in the same step share too: a block is cached when it is allocated)",
                 style="dim",
             )
         )
