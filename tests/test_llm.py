@@ -135,3 +135,17 @@ def test_generate_command_reports_prefix_cache_savings(kind, capsys):
     out = capsys.readouterr().out
     hits = re.search(r"prefix cache hits\s*│?\s*(\d+)", out)
     assert hits and int(hits.group(1)) >= 2, out
+
+
+def test_skip_tokenizer_init_needs_no_tokenizer_and_gives_token_ids(tmp_path):
+    import shutil
+
+    from minipaged.checkpoint import EMBEDDED_MODELS
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(EMBEDDED_MODELS["tiny"] / name, tmp_path / name)
+    llm = LLM(tmp_path, skip_tokenizer_init=True)
+    (output,) = llm.generate({"prompt_token_ids": [0, 37, 746]}, SamplingParams(max_tokens=4))
+    assert len(output.outputs[0].token_ids) == 4 and output.outputs[0].text == ""
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate("Emma", SamplingParams(max_tokens=4))
