@@ -68,7 +68,16 @@ def load_config(path: str | Path) -> LlamaConfig:
     directory = _existing_directory(path)
     file = directory / CONFIG_FILE
     raw = _read_json(file, "the model's hyperparameters")
+    try:
+        return _config_from(raw, file)
+    except (TypeError, AttributeError, ZeroDivisionError) as error:
+        raise CheckpointError(
+            f"{file}: a value has the wrong type ({error}); sizes are positive integers, "
+            "as in a config.json written by transformers' save_pretrained"
+        ) from error
 
+
+def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
     architectures = raw.get("architectures") or ["LlamaForCausalLM"]
     if "LlamaForCausalLM" not in architectures or raw.get("model_type", "llama") != "llama":
         raise CheckpointError(
@@ -76,6 +85,8 @@ def load_config(path: str | Path) -> LlamaConfig:
             "not supported; minipaged loads LlamaForCausalLM checkpoints (model_type 'llama')"
         )
     rope_parameters = raw.get("rope_parameters") or {}
+    if not isinstance(rope_parameters, dict):
+        raise CheckpointError(f"{file}: rope_parameters must be an object, got {rope_parameters!r}")
     rope_type = rope_parameters.get("rope_type", "default")
     if raw.get("rope_scaling") is not None or rope_type != "default":
         scaling = raw.get("rope_scaling") or rope_parameters
@@ -128,6 +139,7 @@ def load_model(
     ``CheckpointError`` naming the file for a missing or corrupt file, a missing or
     unexpected tensor, or a shape that disagrees with ``config.json``.
     """
+    device = check_device(device)
     directory = _existing_directory(path)
     config = load_config(directory)
     with torch.device("meta"):  # shapes only: the real tensors come from the file
@@ -261,7 +273,7 @@ def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]
         weight_map = _read_json(index, "the map from tensor names to shard files").get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index} has no 'weight_map' object naming each tensor's shard")
-        files = [directory / shard for shard in sorted(set(weight_map.values()))]
+        files = sorted({_shard_path(directory, index, shard) for shard in weight_map.values()})
     else:
         raise CheckpointError(
             f"{directory} has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE}: minipaged reads "
@@ -279,6 +291,46 @@ def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]
                 "corrupt: download or export it again"
             ) from error
     return loaded
+
+
+def _shard_path(directory: Path, index: Path, shard: object) -> Path:
+    """The file a ``weight_map`` entry names, which must be a file name inside ``directory``:
+    an index must not make us read ``../`` or absolute paths elsewhere on the machine."""
+    if not isinstance(shard, str) or not shard:
+        raise CheckpointError(f"{index}: weight_map values must be shard file names, got {shard!r}")
+    file = directory / shard
+    if not file.resolve().is_relative_to(directory.resolve()):
+        raise CheckpointError(
+            f"{index} names the shard {shard!r}, outside {directory}; shards must lie in the "
+            "checkpoint directory"
+        )
+    return file
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device``, refused with a ``ValueError`` unless it is the CPU or
+    a CUDA device this machine has (torch itself fails with an ``AssertionError`` deep inside
+    the first copy)."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(
+            f"device {device!r} is not a device name ({error}); use 'cpu' or 'cuda'"
+        ) from error
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
+                f"built for CUDA {torch.version.cuda}); use 'cpu'"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+                "device(s), numbered from 0"
+            )
+    elif resolved.type != "cpu":
+        raise ValueError(f"device {device!r}: minipaged runs on 'cpu' or 'cuda'")
+    return resolved
 
 
 def _existing_directory(path: str | Path) -> Path:
@@ -300,7 +352,11 @@ def _read_json(file: Path, holds: str) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f"{file} does not exist; it should hold {holds}")
     try:
-        data = json.loads(file.read_text())
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise CheckpointError(
+            f"{file} is not UTF-8 text (byte {error.start}); it should be JSON holding {holds}"
+        ) from error
     except json.JSONDecodeError as error:
         raise CheckpointError(
             f"{file} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"

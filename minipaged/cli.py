@@ -1,23 +1,58 @@
 """The ``minipaged`` command line: ``tui`` (the main job), ``demo``, ``generate``, ``trace``,
-``simulate``, ``bench`` and ``exercises``. Bad input exits with status 2 and a message that
-names the problem, never a traceback."""
+``simulate``, ``bench`` and ``exercises``.
+
+Every error is one line on stderr that names the problem and the way out, never a traceback.
+Exit status: 0 done, 2 bad usage (a flag, a value, a path that is not there), 1 a failure (a
+corrupt file, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
+Textual) is imported before the command runs, so Ctrl-C during start-up is caught too.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
+
+from minipaged.arguments import (
+    FAILURE,
+    INTERRUPTED,
+    USAGE_ERROR,
+    Parser,
+    free_memory,
+    integer,
+    real,
+    say,
+    text,
+)
+
+FILE_ERRORS = (
+    ("minipaged.checkpoint", "CheckpointError"),
+    ("minipaged.tokenizer", "TokenizerError"),
+    ("minipaged.trace", "TraceError"),
+)
+"""ValueErrors that mean a file exists but is broken: a failure (1), not bad usage (2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="minipaged",
         description="PagedAttention's paged KV-cache memory manager, to read, run and teach.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    sub.add_parser(
+    demo = sub.add_parser(
         "demo",
         help="a narrated walk through the block manager: allocate, fork, copy-on-write, swap",
+        description="Eight narrated steps on a 12-block pool, no model needed. In a terminal "
+        "it waits for Enter between steps.",
+    )
+    demo.add_argument("--steps", type=integer(1), default=None, help="stop after N steps (all)")
+    demo.add_argument(
+        "--no-pause", action="store_true", help="print every step at once, even in a terminal"
     )
     _add_generate(sub)
     _add_tui(sub)
@@ -32,7 +67,9 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text with the paged engine and print a memory summary",
         description="Generate from one or more prompts; print the texts, then what the block "
-        "manager did: blocks used and shared, copy-on-write copies, swaps, preemptions.",
+        "manager did: blocks used and shared, copy-on-write copies, swaps, preemptions, prefix "
+        "cache hits. With --prefix-caching, prompts that start with the same whole blocks of B "
+        "tokens share them, even when admitted in the same step.",
     )
     _add_workload_args(gen)
 
@@ -43,38 +80,78 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
     record = actions.add_parser(
         "record", help="generate like `minipaged generate` and save every step to FILE"
     )
-    record.add_argument("file", help="the trace to write (JSON Lines)")
+    record.add_argument("file", type=text("the trace to write"), help="the trace (JSON Lines)")
     _add_workload_args(record)
     replay = actions.add_parser(
         "replay", help="print a recorded run step by step, without the model"
     )
-    replay.add_argument("file", help="a trace written by `minipaged trace record`")
+    replay.add_argument(
+        "file", type=text("a trace"), help="a trace written by `minipaged trace record`"
+    )
 
 
 def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
-    gen.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
-    gen.add_argument("--max-tokens", type=int, default=48)
-    gen.add_argument("--temperature", type=float, default=0.8)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=40)
-    gen.add_argument("--n", type=int, default=1, help="parallel samples per prompt")
-    gen.add_argument("--beam-width", type=int, default=None, help="beam search with K beams")
-    gen.add_argument("--ignore-eos", action="store_true")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--block-size", type=int, default=16)
-    gen.add_argument("--num-gpu-blocks", type=int, default=None)
-    gen.add_argument("--num-cpu-blocks", type=int, default=None)
-    gen.add_argument("--preemption", choices=["recompute", "swap"], default="recompute")
-    gen.add_argument("--prefix-caching", choices=["hash", "radix"], default=None)
-    gen.add_argument("--device", default="cpu")
+    gen.add_argument(
+        "--model",
+        type=text("a model"),
+        default="tiny",
+        help='"tiny" (embedded) or a Hugging Face Llama directory',
+    )
+    gen.add_argument("--max-tokens", type=integer(1), default=48, help="tokens per sample")
+    gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
+    gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
+    gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut")
+    gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
+    gen.add_argument(
+        "--beam-width", type=integer(1, 256), default=None, help="beam search with K beams"
+    )
+    gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
+    gen.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
+    gen.add_argument(
+        "--block-size",
+        type=integer(1, 4096),
+        default=16,
+        help="B, slots per block: vLLM's default (the tui uses 4, so short prompts span "
+        "several blocks you can watch)",
+    )
+    gen.add_argument(
+        "--num-gpu-blocks",
+        type=integer(1),
+        default=None,
+        help="device pool size; None: as many as fit in 256 MiB",
+    )
+    gen.add_argument(
+        "--num-cpu-blocks",
+        type=integer(0),
+        default=None,
+        help="host swap pool size; None: as large as the device pool",
+    )
+    gen.add_argument(
+        "--preemption", choices=["recompute", "swap"], default="recompute", help="§6's two ways"
+    )
+    gen.add_argument(
+        "--prefix-caching",
+        choices=["hash", "radix"],
+        default=None,
+        help="share cached prompt prefixes between requests; None: off",
+    )
+    gen.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
 
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
+    from minipaged.checkpoint import check_device, model_directory
     from minipaged.llm import LLM
     from minipaged.sampling import SamplingParams
 
+    if not model_directory(args.model).is_dir():
+        raise FileNotFoundError(
+            f'--model {args.model}: no such directory; pass "tiny" or a Hugging Face Llama '
+            "directory holding config.json, model.safetensors and tokenizer.json"
+        )
+    check_device(args.device)
+    _check_kv_cache_fits(args)
     beam = args.beam_width is not None
     params = SamplingParams(
         max_tokens=args.max_tokens,
@@ -98,6 +175,32 @@ def _workload(args: argparse.Namespace):
         device=args.device,
     )
     return llm, params
+
+
+def _check_kv_cache_fits(args: argparse.Namespace) -> None:
+    """Refuse pools that would not fit in this machine's free memory, before allocating any."""
+    from minipaged.checkpoint import load_config
+    from minipaged.llm import default_num_gpu_blocks
+    from minipaged.memory import ModelShape
+
+    config = load_config(args.model)
+    shape = ModelShape(
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        4,  # float32
+    )
+    device = args.num_gpu_blocks or default_num_gpu_blocks(config, args.block_size)
+    host = device if args.num_cpu_blocks is None else args.num_cpu_blocks
+    need = (device + host) * shape.block_bytes(args.block_size)
+    free = free_memory()
+    if free is not None and need > free:
+        raise ValueError(
+            f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
+            f"blocks of B = {args.block_size}) but {free / 1e9:,.1f} GB are free; lower "
+            "--num-gpu-blocks, --num-cpu-blocks or --block-size"
+        )
 
 
 def _add_exercises(sub: argparse._SubParsersAction) -> None:
@@ -142,39 +245,42 @@ def _tui(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from minipaged import walkthrough
+
+    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not args.no_pause
+    walkthrough.run(steps=args.steps, pause=_wait_for_enter if interactive else None)
+    return 0
+
+
+def _wait_for_enter() -> bool:
+    """True to go on to the next step; False when the reader typed q."""
+    return input("Enter: next step, q: quit ").strip().lower() != "q"
+
+
 def _generate(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
+    from minipaged import transcript
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
     stats = RunStats()
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()
-    for output in outputs:
-        console.rule(f"request {output.request_id}")
-        console.print(output.prompt, style="bold", end="")
-        if output.error:
-            console.print(f"\n[red]rejected:[/red] {output.error}")
-        for completion in output.outputs:
-            label = f"[dim]\n[{completion.index}] [/dim]" if len(output.outputs) > 1 else ""
-            console.print(label + completion.text, highlight=False, markup=False)
-        console.print()
-    table = Table(title="memory", show_header=False)
-    for label, value in stats.rows():
-        table.add_row(label, value)
-    console.print(table)
+    transcript.print_outputs(console, outputs)
+    transcript.print_summary(console, stats, args.prefix_caching)
     return 0
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from minipaged import trace
+    from rich.console import Console
 
+    from minipaged import trace, transcript
+
+    console = Console()
     if args.trace_command == "record":
         llm, params = _workload(args)
-        steps = []
-        llm.generate(args.prompt, params, on_step=steps.append)
         header = {
             "model": args.model,
             "prompts": args.prompt,
@@ -188,39 +294,104 @@ def _trace(args: argparse.Namespace) -> int:
                 "seed": args.seed,
             },
         }
-        trace.save(args.file, header, steps)
-        print(f"recorded {len(steps)} steps to {args.file}")
+        with trace.Recorder(args.file, header) as recorder:
+            outputs = llm.generate(args.prompt, params, on_step=recorder.write)
+        transcript.print_outputs(console, outputs)
+        print(f"recorded {recorder.num_steps} steps to {args.file}")
         return 0
     recorded = trace.load(args.file)
-    print(f"trace of {recorded.header.get('model', '?')}: {len(recorded.steps)} steps")
-    for step in recorded.steps:
-        tokens = ", ".join(f"seq {s}: {t}" for s, t in step.new_tokens.items())
-        print(f"step {step.step}: {tokens or 'no tokens'}")
-        for event in step.events:
-            print(f"  {event.narrate()}")
+    transcript.replay(recorded)
+    transcript.print_outputs(console, [out for step in recorded.steps for out in step.finished])
+    if recorded.error is not None:
+        say("trace replay", recorded.error)
+        return FAILURE
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from minipaged import walkthrough
+COMMANDS = {
+    "demo": _demo,
+    "generate": _generate,
+    "trace": _trace,
+    "tui": _tui,
+    "exercises": _exercises,
+    "simulate": _simulate,
+    "bench": _bench,
+}
 
-        walkthrough.run()
-        return 0
-    commands = {
-        "generate": _generate,
-        "trace": _trace,
-        "tui": _tui,
-        "exercises": _exercises,
-        "simulate": _simulate,
-        "bench": _bench,
-    }
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand and return its exit status; never raises, never prints a
+    traceback (set ``MINIPAGED_TRACEBACK=1`` to see one while debugging)."""
+    command, previous = "", None
     try:
-        return commands[args.command](args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"minipaged {args.command}: {error}", file=sys.stderr)
-        return 2
+        previous = _on_ctrl_c(lambda: command)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as done:  # --help, or a usage error argparse has printed
+            return done.code if isinstance(done.code, int) else USAGE_ERROR
+        command = " ".join(
+            name
+            for name in (args.command, getattr(args, "trace_command", None))
+            if name is not None
+        )
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        say(command, "interrupted (Ctrl-C)")
+        return INTERRUPTED
+    except Exception as error:
+        if os.environ.get("MINIPAGED_TRACEBACK"):
+            raise
+        say(command, _message(error))
+        return _status(error)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _on_ctrl_c(command: Callable[[], str]):
+    """Make Ctrl-C end the command at once: one line, status 130. A KeyboardInterrupt can be
+    swallowed by a library's bare ``except:`` (some probe optional imports that way while torch
+    loads), and the command would run on. Traces are flushed line by line and the pools live
+    in this process, so exiting loses nothing. Returns the handler it replaced, or None off
+    the main thread, where Python allows no signal handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupted(signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):  # stdout may be mid-write; its text can go
+            sys.stdout.flush()
+        say(command(), "interrupted (Ctrl-C)")
+        os._exit(INTERRUPTED)
+
+    return signal.signal(signal.SIGINT, interrupted)
+
+
+def _status(error: Exception) -> int:
+    # An error class can only have been raised once its module is loaded; looking the
+    # classes up in sys.modules keeps torch out of the command line's start-up.
+    broken_file = tuple(
+        getattr(sys.modules[module], name) for module, name in FILE_ERRORS if module in sys.modules
+    )
+    if isinstance(error, broken_file):
+        return FAILURE
+    if isinstance(error, ValueError | FileNotFoundError | NotADirectoryError):
+        return USAGE_ERROR
+    return FAILURE
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror}; check the path and its permissions"
+    if isinstance(error, ValueError | OSError):
+        return str(error) or type(error).__name__
+    if isinstance(error, RuntimeError):  # torch's: the first line says what failed
+        return f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
+    if isinstance(error, MemoryError):
+        return "out of memory; try smaller sizes (fewer blocks, requests or tokens)"
+    return (
+        f"unexpected {type(error).__name__}: {error}. This is a bug in minipaged; please report "
+        "it with the command you ran (MINIPAGED_TRACEBACK=1 shows the traceback)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model, model_directory
 from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
 from minipaged.memory import ModelShape
+from minipaged.model import LlamaConfig
 from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer
 
@@ -41,6 +42,9 @@ class LLM:
     - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
       share a prefix share its blocks and skip its prefill.
     - ``block_manager_class``: another manager with ``BlockManager``'s interface (a student's).
+    - ``skip_tokenizer_init``: load no tokenizer (the directory needs no ``tokenizer.json``);
+      as in vLLM, prompts must then be ``{"prompt_token_ids": [...]}``, outputs carry token
+      ids and empty text, and generation stops at ``max_tokens`` (no tokenizer names EOS).
     """
 
     def __init__(
@@ -59,25 +63,17 @@ class LLM:
         dtype: torch.dtype | str = torch.float32,
         max_num_seqs: int = 32,
         watermark: float = 0.01,
+        skip_tokenizer_init: bool = False,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
         dtype = _torch_dtype(dtype)
         path = model_directory(model)
         self.model = load_model(path, dtype=dtype, device=device)
-        self.tokenizer = Tokenizer(path)
+        self.tokenizer = None if skip_tokenizer_init else Tokenizer(path)
         config = self.model.config
         if num_gpu_blocks is None:
-            shape = ModelShape(
-                config.num_hidden_layers,
-                config.num_attention_heads,
-                config.num_key_value_heads,
-                config.head_dim,
-                torch.finfo(dtype).bits // 8,
-            )
-            per_context = -(-config.max_position_embeddings // block_size)
-            fits = DEFAULT_KV_CACHE_BYTES // shape.block_bytes(block_size)
-            num_gpu_blocks = max(fits, per_context)
+            num_gpu_blocks = default_num_gpu_blocks(config, block_size, dtype)
         self.engine = LLMEngine(
             self.model,
             self.tokenizer,
@@ -177,3 +173,20 @@ def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be a torch.dtype or one of {list(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]
+
+
+def default_num_gpu_blocks(
+    config: LlamaConfig, block_size: int, dtype: torch.dtype = torch.float32
+) -> int:
+    """$\\mathcal{P}_{\\max}$ when none is given: as many blocks as fit in 256 MiB, and at
+    least enough for one full context of ``config.max_position_embeddings`` tokens."""
+    shape = ModelShape(
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        torch.finfo(dtype).bits // 8,
+    )
+    per_context = -(-config.max_position_embeddings // block_size)
+    fits = DEFAULT_KV_CACHE_BYTES // shape.block_bytes(block_size)
+    return max(fits, per_context)

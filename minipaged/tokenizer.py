@@ -25,6 +25,10 @@ _BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<|im_start|>", ENDOFTEXT)
 _EOS_CANDIDATES = ("</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", ENDOFTEXT)
 
 
+class TokenizerError(ValueError):
+    """A tokenizer file that cannot be read; the message names the file and the fix."""
+
+
 class Tokenizer:
     """A ``tokenizers.Tokenizer`` plus the ids of its BOS and EOS tokens.
 
@@ -49,7 +53,14 @@ class Tokenizer:
                     f"{file} does not exist: a tokenizer is read from a Hugging Face "
                     "tokenizer.json (pass the file or the model directory that holds it)"
                 )
-            self.tokenizer = HFTokenizer.from_file(str(file))
+            try:
+                self.tokenizer = HFTokenizer.from_file(str(file))
+            except Exception as error:  # tokenizers raises a bare Exception for a bad file
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise TokenizerError(
+                    f"{file} is not a tokenizer.json the tokenizers library reads ({first}); "
+                    "copy it again from the model's files"
+                ) from error
             named = _special_tokens_from_config(file.parent / "tokenizer_config.json")
         self.bos_id = _token_id(self.tokenizer, named.get("bos_token"), _BOS_CANDIDATES)
         self.eos_id = _token_id(self.tokenizer, named.get("eos_token"), _EOS_CANDIDATES)
@@ -112,7 +123,14 @@ def _special_tokens_from_config(path: Path) -> dict[str, str]:
     """``bos_token`` / ``eos_token`` strings from ``tokenizer_config.json``, if it has them."""
     if not path.is_file():
         return {}
-    config = json.loads(path.read_text())
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TokenizerError(
+            f"{path} is not valid JSON ({error}); fix or delete it (it only names BOS and EOS)"
+        ) from error
+    if not isinstance(config, dict):
+        raise TokenizerError(f"{path} must hold a JSON object, got {type(config).__name__}")
     named = {}
     for key in ("bos_token", "eos_token"):
         token = config.get(key)

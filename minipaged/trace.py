@@ -1,11 +1,17 @@
 """Traces: a run's step outputs saved as JSON Lines, replayable without the model.
 
-Line 1 is a header: ``{"format": "minipaged-trace", "version": 1, ...}`` with whatever the
-recorder describes (model, engine configuration, requests). Every other line is one
-``StepOutput``: new tokens, events (``Event.to_dict``), the block state
-after the step, the live sequences, the queues and the requests that finished. Loading a trace
-gives back equal ``StepOutput`` objects, so the TUI and ``minipaged trace replay`` treat a
-recorded run exactly like a live one.
+Line 1 is a header: ``{"format": "minipaged-trace", "version": 2, "keyframe_every": K, ...}``
+with whatever the recorder describes (model, engine configuration, requests). Every other line
+is one ``StepOutput``. What happened in the step is stored whole: new tokens, events
+(``Event.to_dict``), queues, finished requests, token counts. What the step left behind, the
+block state $\\mathcal{T}_r$, $\\mathcal{R}[p]$ and the live sequences, is stored as a
+*keyframe* on the first step and every K-th, and otherwise as a *delta*: only what changed
+since the line before (refcounts that moved, tables and sequences that grew, by their new
+tails). A keyframe is a delta from an empty state, so one decoder reads both.
+
+Loading gives back equal ``StepOutput`` objects, so the TUI and ``minipaged trace replay``
+treat a recorded run exactly like a live one. A damaged line (a file cut off mid-write, say)
+ends the readable part: ``load`` returns the steps before it and says which line broke.
 """
 
 from __future__ import annotations
@@ -14,40 +20,68 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 from minipaged.block_manager import BlockState, TableState
 from minipaged.engine import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.events import event_from_dict
 
 FORMAT = "minipaged-trace"
-VERSION = 1
+VERSION = 2
+KEYFRAME_EVERY = 32
+"""Steps between keyframes: a reader can start from any keyframe, and a delta line depends
+on at most this many lines before it."""
+
+_POOLS = ("device", "host")
+_ORDERED = ("device_free", "host_free", "cached")  # block lists whose order matters
+
+
+class TraceError(ValueError):
+    """A file that is not a readable minipaged trace; the message names the file and line."""
 
 
 @dataclass(frozen=True)
 class Trace:
-    """A loaded trace: the recorder's header (model, engine settings, prompts) and every step."""
+    """A loaded trace: the recorder's header (model, engine settings, prompts), every step
+    that could be read and, when a line was damaged, ``error`` saying which."""
 
     header: dict
     steps: list[StepOutput]
+    error: str | None = None
 
 
-def step_to_dict(step: StepOutput) -> dict:
-    """One step as JSON-ready data (integer keys become strings, tuples lists)."""
+def step_to_dict(step: StepOutput, previous: StepOutput | None = None) -> dict:
+    """One step as JSON-ready data: a keyframe when ``previous`` is None, else a delta from
+    ``previous`` (the step before it)."""
+    before_state = previous.state if previous is not None else None
+    before_seqs = previous.sequences if previous is not None else {}
     state = step.state
+    changes: dict[str, Any] = {}
+    if previous is None:
+        changes["block_size"] = state.block_size
+    for pool in _POOLS:
+        key = f"{pool}_refcounts"
+        old = getattr(before_state, key) if before_state else ()
+        moved = _changed_entries(old, getattr(state, key))
+        if moved is not None:
+            changes[key] = moved
+    for key in _ORDERED:
+        new = getattr(state, key)
+        if before_state is None or getattr(before_state, key) != new:
+            changes[key] = _runs(new)
+    old_tables = before_state.tables if before_state else {}
+    tables = {seq: asdict(table) for seq, table in state.tables.items()}
+    changes["tables"] = _diff_map({s: asdict(t) for s, t in old_tables.items()}, tables, "blocks")
+    views = {seq: asdict(view) for seq, view in step.sequences.items()}
+    sequences = _diff_map({s: asdict(v) for s, v in before_seqs.items()}, views, "token_ids")
     return {
         "step": step.step,
+        "keyframe": previous is None,
         "new_tokens": {str(seq): token for seq, token in step.new_tokens.items()},
         "events": [event.to_dict() for event in step.events],
-        "state": {
-            "block_size": state.block_size,
-            "tables": {str(seq): asdict(table) for seq, table in state.tables.items()},
-            "device_refcounts": list(state.device_refcounts),
-            "host_refcounts": list(state.host_refcounts),
-            "device_free": list(state.device_free),
-            "host_free": list(state.host_free),
-            "cached": list(state.cached),
-        },
-        "sequences": {str(seq): asdict(view) for seq, view in step.sequences.items()},
+        "state": changes,
+        "sequences": sequences,
         "queues": {name: list(ids) for name, ids in step.queues.items()},
         "finished": [asdict(output) for output in step.finished],
         "num_prefill_tokens": step.num_prefill_tokens,
@@ -56,28 +90,43 @@ def step_to_dict(step: StepOutput) -> dict:
     }
 
 
-def step_from_dict(record: dict) -> StepOutput:
-    """The inverse of ``step_to_dict``: an equal ``StepOutput``."""
-    state = record["state"]
+def step_from_dict(record: dict, previous: StepOutput | None = None) -> StepOutput:
+    """The inverse of ``step_to_dict``: an equal ``StepOutput``. A delta needs ``previous``,
+    the step decoded from the line before."""
+    if not isinstance(record, dict):
+        raise TraceError(f"a step must be a JSON object, got {type(record).__name__}")
+    if not record["keyframe"] and previous is None:
+        raise TraceError("a delta line with no keyframe before it")
+    base = None if record["keyframe"] else previous
+    changes = record["state"]
+    old = base.state if base is not None else None
+    pools = {}
+    for pool in _POOLS:
+        key = f"{pool}_refcounts"
+        pools[key] = _apply_entries(getattr(old, key) if old else (), changes.get(key))
+    ordered = {
+        key: _from_runs(changes[key]) if key in changes else getattr(old, key) for key in _ORDERED
+    }
+    old_tables = {s: asdict(t) for s, t in old.tables.items()} if old else {}
+    tables = _apply_map(old_tables, changes["tables"], "blocks")
+    old_seqs = {s: asdict(v) for s, v in base.sequences.items()} if base else {}
+    views = _apply_map(old_seqs, record["sequences"], "token_ids")
     return StepOutput(
         step=record["step"],
         new_tokens={int(seq): token for seq, token in record["new_tokens"].items()},
         events=tuple(event_from_dict(event) for event in record["events"]),
         state=BlockState(
-            block_size=state["block_size"],
+            block_size=changes["block_size"] if old is None else old.block_size,
             tables={
-                int(seq): TableState(tuple(t["blocks"]), t["num_tokens"], t["pool"])
-                for seq, t in state["tables"].items()
+                seq: TableState(tuple(t["blocks"]), t["num_tokens"], t["pool"])
+                for seq, t in tables.items()
             },
-            device_refcounts=tuple(state["device_refcounts"]),
-            host_refcounts=tuple(state["host_refcounts"]),
-            device_free=tuple(state["device_free"]),
-            host_free=tuple(state["host_free"]),
-            cached=tuple(state["cached"]),
+            **pools,
+            **ordered,
         ),
         sequences={
-            int(seq): SeqView(**{**view, "token_ids": tuple(view["token_ids"])})
-            for seq, view in record["sequences"].items()
+            seq: SeqView(**{**view, "token_ids": tuple(view["token_ids"])})
+            for seq, view in views.items()
         },
         queues={name: tuple(ids) for name, ids in record["queues"].items()},
         finished=tuple(
@@ -92,35 +141,177 @@ def step_from_dict(record: dict) -> StepOutput:
     )
 
 
-def save(path: str | Path, header: dict, steps: Iterable[StepOutput]) -> None:
+class Recorder:
+    """Writes a trace as the run goes: the header at once, then one line per ``write``,
+    flushed, so a run that is interrupted leaves a trace of every step it finished."""
+
+    def __init__(
+        self, path: str | Path, header: dict, keyframe_every: int = KEYFRAME_EVERY
+    ) -> None:
+        if keyframe_every < 1:
+            raise ValueError(f"keyframe_every must be at least 1, got {keyframe_every}")
+        self.keyframe_every = keyframe_every
+        self.num_steps = 0
+        self._previous: StepOutput | None = None
+        # Open for the recorder's lifetime, closed by close() or the with block.
+        self._file = Path(path).open("w", encoding="utf-8")  # noqa: SIM115
+        start = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
+        self._file.write(json.dumps({**start, **header}) + "\n")
+        self._file.flush()
+
+    def write(self, step: StepOutput) -> None:
+        previous = None if self.num_steps % self.keyframe_every == 0 else self._previous
+        self._file.write(json.dumps(step_to_dict(step, previous)) + "\n")
+        self._file.flush()
+        self._previous = step
+        self.num_steps += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(
+        self, kind: type | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def save(
+    path: str | Path,
+    header: dict,
+    steps: Iterable[StepOutput],
+    keyframe_every: int = KEYFRAME_EVERY,
+) -> None:
     """Write a trace: the header line, then one line per step."""
-    with Path(path).open("w", encoding="utf-8") as file:
-        file.write(json.dumps({"format": FORMAT, "version": VERSION, **header}) + "\n")
+    with Recorder(path, header, keyframe_every) as recorder:
         for step in steps:
-            file.write(json.dumps(step_to_dict(step)) + "\n")
+            recorder.write(step)
 
 
 def load(path: str | Path) -> Trace:
-    """Read a trace written by ``save``; raises ``ValueError`` naming the file and line for
-    anything that is not a minipaged trace of a known version."""
+    """Read a trace written by ``save``. Raises ``FileNotFoundError`` for a missing file and
+    ``TraceError`` (a ``ValueError``) naming the file for a header that is not a minipaged
+    trace of this version. A damaged step line ends the trace: the steps before it are
+    returned, with ``error`` naming the line and the last good one."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: record one with `minipaged trace record`")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    try:
-        header = json.loads(lines[0]) if lines else {}
-        if header.get("format") != FORMAT:
-            raise ValueError(f"line 1 is not a {FORMAT} header")
-        if header.get("version") != VERSION:
-            raise ValueError(f"trace version {header.get('version')!r}; this reads {VERSION}")
-        steps = []
-        for number, line in enumerate(lines[1:], start=2):
-            try:
-                steps.append(step_from_dict(json.loads(line)))
-            except KeyError as error:
-                raise ValueError(f"line {number}: the step lacks the field {error}") from error
-            except (ValueError, TypeError) as error:
-                raise ValueError(f"line {number}: {error}") from error
-    except ValueError as error:
-        raise ValueError(f"{path} is not a readable minipaged trace: {error}") from error
+    lines = path.read_bytes().splitlines()
+    header = _header(path, lines[0] if lines else b"")
+    steps: list[StepOutput] = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            steps.append(step_from_dict(json.loads(line), steps[-1] if steps else None))
+        except KeyError as error:
+            problem = f"the step lacks the field {error}"
+        except (ValueError, TypeError, AttributeError, IndexError) as error:
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        else:
+            continue
+        kept = f"replayed the {len(steps)} step(s) up to line {number - 1}, the last good line"
+        return Trace(
+            header,
+            steps,
+            f"{path}: line {number} is cut off or corrupt ({problem}); "
+            + (kept if steps else "no step before it was readable"),
+        )
     return Trace(header, steps)
+
+
+def _header(path: Path, line: bytes) -> dict:
+    def refuse(why: str) -> TraceError:
+        return TraceError(f"{path} is not a readable minipaged trace: {why}")
+
+    try:
+        header = json.loads(line)
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise refuse(f"line 1 is not a JSON header ({error})") from error
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise refuse(f"line 1 is not a {FORMAT} header")
+    if header.get("version") != VERSION:
+        raise refuse(
+            f"trace version {header.get('version')!r}; this minipaged reads version {VERSION}: "
+            "record the run again with `minipaged trace record`"
+        )
+    return header
+
+
+def _changed_entries(old: tuple[int, ...], new: tuple[int, ...]) -> list | None:
+    """``[size, [[index, value], ...]]`` for the entries of ``new`` that differ from ``old``
+    (zeros where ``old`` is shorter); None when nothing changed."""
+    if old == new:
+        return None
+    base = old if len(old) == len(new) else (0,) * len(new)
+    return [len(new), [[i, v] for i, (u, v) in enumerate(zip(base, new, strict=True)) if u != v]]
+
+
+def _apply_entries(old: tuple[int, ...], changed: list | None) -> tuple[int, ...]:
+    if changed is None:
+        return tuple(old)
+    size, entries = changed
+    values = list(old) if len(old) == size else [0] * size
+    for index, value in entries:
+        values[index] = value
+    return tuple(values)
+
+
+def _runs(values: Iterable[int]) -> list[list[int]]:
+    """Block ids as ``[first, last]`` runs stepping by +1 or -1: a free list of 8,000 blocks
+    handed out in order is one run."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs:
+            first, last = runs[-1]
+            step = (1 if last > first else -1) if last != first else value - last
+            if step in (1, -1) and value - last == step:
+                runs[-1][1] = value
+                continue
+        runs.append([value, value])
+    return runs
+
+
+def _from_runs(runs: list[list[int]]) -> tuple[int, ...]:
+    values: list[int] = []
+    for first, last in runs:
+        step = 1 if last >= first else -1
+        values.extend(range(first, last + step, step))
+    return tuple(values)
+
+
+def _diff_map(old: dict[int, dict], new: dict[int, dict], grows: str) -> dict:
+    """``{id: changed fields}`` for entries of ``new`` that are new or changed, ``{id: None}``
+    for those that left, and ``"order"`` when the ids' order is not the one applying them
+    gives. A list field ``grows`` that kept its start is stored as ``"append"``: its tail."""
+    changes: dict[str, Any] = {str(key): None for key in old if key not in new}
+    for key, fields in new.items():
+        before = old.get(key, {})
+        diff = {name: value for name, value in fields.items() if before.get(name) != value}
+        grown, kept = list(fields[grows]), list(before.get(grows, ()))
+        if grows in diff and kept and grown[: len(kept)] == kept:
+            del diff[grows]
+            diff["append"] = grown[len(kept) :]
+        if diff or key not in old:
+            changes[str(key)] = diff
+    if list(new) != [key for key in old if key in new] + [key for key in new if key not in old]:
+        changes["order"] = list(new)
+    return changes
+
+
+def _apply_map(old: dict[int, dict], changes: dict, grows: str) -> dict[int, dict]:
+    result = {key: dict(fields) for key, fields in old.items()}
+    for key, diff in changes.items():
+        if key == "order":
+            continue
+        seq = int(key)
+        if diff is None:
+            del result[seq]
+            continue
+        fields = result.setdefault(seq, {})
+        if "append" in diff:
+            fields[grows] = list(fields[grows]) + diff["append"]
+        fields.update({name: value for name, value in diff.items() if name != "append"})
+    if "order" in changes:
+        result = {int(key): result[int(key)] for key in changes["order"]}
+    return result

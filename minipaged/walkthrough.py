@@ -101,13 +101,19 @@ def _steps(manager: BlockManager) -> list[tuple[str, Callable[[], object]]]:
     ]
 
 
-def run(console: Console | None = None) -> None:
-    """Print the walkthrough, step by step."""
+def run(
+    console: Console | None = None,
+    steps: int | None = None,
+    pause: Callable[[], bool] | None = None,
+) -> None:
+    """Print the walkthrough, step by step: the first ``steps`` of them (all by default).
+    ``pause``, when given, is called between steps; the walk stops when it returns False."""
     console = console or Console()
     manager = BlockManager(num_device_blocks=12, num_host_blocks=8, block_size=4, watermark=0.0)
-    for number, (story, action) in enumerate(_steps(manager), start=1):
+    story = _steps(manager)[:steps]
+    for number, (story_text, action) in enumerate(story, start=1):
         action()
-        lines = [Text(story, style="italic"), Text("")]
+        lines = [Text(story_text, style="italic"), Text("")]
         lines += [Text(f"  {event.narrate()}") for event in manager.pop_events()]
         lines += [Text("\npools, one cell per block p as p:R[p] (· = free):", style="dim")]
         lines += [render_pool(manager, "device"), render_pool(manager, "host")]
@@ -117,3 +123,5 @@ def run(console: Console | None = None) -> None:
         console.print(Panel(Text("\n").join(lines), title=f"step {number}", title_align="left"))
         if manager.tables:
             console.print(render_tables(manager))
+        if pause is not None and number < len(story) and not pause():
+            return

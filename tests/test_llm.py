@@ -108,7 +108,7 @@ def test_generate_command_prints_the_texts_and_the_memory_summary(capsys):
 
 def test_generate_command_reports_bad_input_without_a_traceback(capsys):
     assert cli.main(["generate", "--prompt", PROMPT, "--temperature", "-1"]) == 2
-    assert "temperature must be >= 0" in capsys.readouterr().err
+    assert "argument --temperature: must be at least 0, got -1" in capsys.readouterr().err
 
 
 def test_trace_record_then_replay_prints_the_recorded_events(tmp_path, capsys):
@@ -135,3 +135,17 @@ def test_generate_command_reports_prefix_cache_savings(kind, capsys):
     out = capsys.readouterr().out
     hits = re.search(r"prefix cache hits\s*│?\s*(\d+)", out)
     assert hits and int(hits.group(1)) >= 2, out
+
+
+def test_skip_tokenizer_init_needs_no_tokenizer_and_gives_token_ids(tmp_path):
+    import shutil
+
+    from minipaged.checkpoint import EMBEDDED_MODELS
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(EMBEDDED_MODELS["tiny"] / name, tmp_path / name)
+    llm = LLM(tmp_path, skip_tokenizer_init=True)
+    (output,) = llm.generate({"prompt_token_ids": [0, 37, 746]}, SamplingParams(max_tokens=4))
+    assert len(output.outputs[0].token_ids) == 4 and output.outputs[0].text == ""
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate("Emma", SamplingParams(max_tokens=4))

@@ -5,9 +5,12 @@ other subcommands start as fast as before."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
+
+from minipaged.arguments import integer
 
 SCREENSHOT_TIMEOUT_S = 120.0
 
@@ -28,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     tui.add_argument(
         "--exercise",
-        type=int,
+        type=integer(1, 9),
         metavar="N",
         help="run on the block manager you built in exercise N (2, 3, 4, 5 or 9)",
     )
@@ -39,30 +42,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
     tui.add_argument("--trace", type=Path, help="replay a recorded trace (no model is run)")
     tui.add_argument("--screenshot", type=Path, metavar="OUT.svg", help="write an SVG and exit")
-    tui.add_argument("--steps", type=int, default=0, help="with --screenshot: the step to show")
+    tui.add_argument(
+        "--steps", type=integer(0), default=0, help="with --screenshot: the step to show"
+    )
     tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     custom.add_argument("--prompt", action="append", help="repeat for several requests")
-    custom.add_argument("--n", type=int, default=1, help="parallel samples per prompt")
-    custom.add_argument("--beam-width", type=int, default=None, help="beam search with K beams")
-    custom.add_argument("--max-tokens", type=int, default=24)
-    custom.add_argument("--block-size", type=int, default=4, help="B, slots per block")
-    custom.add_argument("--num-gpu-blocks", type=int, default=32, help="device pool size")
-    custom.add_argument("--num-cpu-blocks", type=int, default=0, help="host swap pool size")
-    custom.add_argument("--preemption", choices=["recompute", "swap"], default="recompute")
-    custom.add_argument("--seed", type=int, default=0)
+    custom.add_argument("--n", type=integer(1, 64), default=1, help="parallel samples per prompt")
+    custom.add_argument(
+        "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+    )
+    custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample")
+    custom.add_argument(
+        "--block-size",
+        type=integer(1, 4096),
+        default=4,
+        help="B, slots per block: smaller than generate's 16 so a short prompt spans several "
+        "blocks you can watch",
+    )
+    custom.add_argument(
+        "--num-gpu-blocks", type=integer(1, 4096), default=32, help="device pool size"
+    )
+    custom.add_argument(
+        "--num-cpu-blocks", type=integer(0, 4096), default=0, help="host swap pool size"
+    )
+    custom.add_argument(
+        "--preemption", choices=["recompute", "swap"], default="recompute", help="§6's two ways"
+    )
+    custom.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        app = build_app(args)
-        size = parse_size(args.size)
-        if args.steps < 0:
-            raise ValueError(f"--steps must be 0 or more, got {args.steps}")
-    except (ValueError, FileNotFoundError) as error:
-        print(f"minipaged tui: {error}", file=sys.stderr)
-        return 2
+    """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
+    to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
+    size = parse_size(args.size)
+    app = build_app(args)
     if args.screenshot is None:
+        # The command line exits at once on SIGINT; in the app, let Textual restore the
+        # terminal first (it raises KeyboardInterrupt, which the command line reports).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         app.run()
         return 0
     return screenshot(app, args.screenshot, args.steps, size)
@@ -117,7 +135,7 @@ def build_app(args: argparse.Namespace):
 
 def parse_size(size: str) -> tuple[int, int]:
     width, _, height = size.lower().partition("x")
-    if not (width.isdigit() and height.isdigit()):
+    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
         raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r}")
     return int(width), int(height)
 

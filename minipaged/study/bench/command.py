@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from minipaged.arguments import free_memory, integer, real, text
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
@@ -23,9 +24,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sim.add_argument("--model", choices=PRESET_NAMES, default="llama-3-8b", help="shape preset")
-    sim.add_argument("--hbm-gb", type=float, default=80.0, help="GPU memory, decimal GB")
     sim.add_argument(
-        "--weights-gb", type=float, default=None, help="weights, decimal GB; None: BF16 size"
+        "--hbm-gb", type=real(0, above=True), default=80.0, help="GPU memory, decimal GB"
+    )
+    sim.add_argument(
+        "--weights-gb", type=real(0), default=None, help="weights, decimal GB; None: BF16 size"
     )
     sim.add_argument(
         "--workload",
@@ -33,24 +36,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="enterprise",
         help="lengths: the source text's §2 mix, ShareGPT-like or Alpaca-like",
     )
-    sim.add_argument("--requests", type=int, default=1000, help="requests in the workload")
-    sim.add_argument("--n", type=int, default=1, help="parallel samples per request")
+    sim.add_argument("--requests", type=integer(1), default=1000, help="requests in the workload")
+    sim.add_argument("--n", type=integer(1, 1024), default=1, help="parallel samples per request")
     sim.add_argument(
         "--beam-width",
-        type=int,
+        type=integer(0, 1024),
         default=0,
         help="beam search with K beams; the paged path forks every step on the real block "
         "manager, so keep it small (--hbm-gb 24 --requests 50 runs in seconds)",
     )
-    sim.add_argument("--block-size", type=int, default=16, help="B of the paged allocator")
-    sim.add_argument("--delta", type=int, default=256, help="ΔL of the Orca-style allocator")
+    sim.add_argument(
+        "--block-size", type=integer(1, 8192), default=16, help="B of the paged allocator"
+    )
+    sim.add_argument(
+        "--delta", type=integer(1, 8192), default=256, help="ΔL of the Orca-style allocator"
+    )
     sim.add_argument(
         "--page-kb",
-        type=int,
+        type=integer(1, 2**20),
         action="append",
         help="vAttention page size in KiB, repeatable; None: 2048, CUDA's VMM granularity",
     )
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="workload seed")
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     bench = sub.add_parser(
@@ -76,7 +83,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "root, no files anywhere else",
     )
     bench.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    bench.add_argument("--device", default="cpu", help="cpu or cuda")
+    bench.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
     bench.add_argument("--model", default="tiny", help="the engine and fork benchmarks' model")
     bench.add_argument(
         "--backend",
@@ -86,16 +93,47 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="attention backend for the engine benchmark, repeatable; unset: torch and the "
         "device's kernel backend (numba on cuda, numba-cpu on cpu)",
     )
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="random seed")
     bench.add_argument(
-        "--threads", type=int, default=1, help="torch threads (1: stable timings on busy cores)"
+        "--threads",
+        type=integer(1, 1024),
+        default=1,
+        help="torch threads (1: stable timings on busy cores)",
     )
+
+
+# What the simulator holds per paged block (the real BlockManager's refcount, free-list and
+# table entries) and per sequence of the workload, measured with tracemalloc, rounded up.
+BYTES_PER_BLOCK = 160
+BYTES_PER_SEQUENCE = 400
+
+
+def check_fits(args: argparse.Namespace) -> None:
+    """Refuse, before allocating, a simulation whose block pool and workload would not fit in
+    this machine's free memory (``--hbm-gb 1e9`` asks for billions of blocks)."""
+    from minipaged import memory
+    from minipaged.study.bench.memory import WEIGHTS_GB, kv_budget_bytes
+
+    shape = memory.PRESETS[args.model]
+    weights_gb = WEIGHTS_GB[args.model] if args.weights_gb is None else args.weights_gb
+    blocks = shape.num_blocks_for(kv_budget_bytes(args.hbm_gb, weights_gb), args.block_size)
+    sequences = args.requests * max(args.n, args.beam_width)
+    need = blocks * BYTES_PER_BLOCK + sequences * BYTES_PER_SEQUENCE
+    free = free_memory()
+    if free is not None and need > free // 2:
+        raise ValueError(
+            f"this simulation would hold {blocks:,} blocks of B = {args.block_size} and "
+            f"{sequences:,} sequences, about {need / 1e9:,.1f} GB, but {free / 1e9:,.1f} GB "
+            "are free (the simulator uses at most half); lower --hbm-gb or --requests, or "
+            "raise --block-size"
+        )
 
 
 def simulate(args: argparse.Namespace) -> int:
     from minipaged.study.bench.memory import simulate_report
     from minipaged.study.report import console
 
+    check_fits(args)
     report = simulate_report(
         args.model,
         hbm_gb=args.hbm_gb,

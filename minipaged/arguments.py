@@ -1,0 +1,100 @@
+"""What the command line accepts: a parser whose usage errors are one line, and value types
+that refuse a bad number where it is typed, naming the flag, the value and the range.
+
+Every subcommand's parser is a ``Parser`` (``add_parser`` makes the parent's class), so every
+``--help`` shows every default and every usage error exits with status 2 in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+USAGE_ERROR = 2
+"""Exit status for bad usage: a flag, value or combination the command does not accept."""
+
+FAILURE = 1
+"""Exit status for a failure: the command was well formed but could not do its work (a missing
+or corrupt file, a device that is not there, a model that does not load)."""
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` that shows defaults in ``--help`` and reports a usage
+    error as one line, ``minipaged generate: argument --n: ...; see ...``, with status 2."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+
+def integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for an integer in [low, high] (no upper bound when ``high`` is None)."""
+    bounds = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:,}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def real(low: float, high: float | None = None, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type for a finite number in [low, high] (or (low, high] when ``above``):
+    ``inf`` and ``nan`` are refused, since no size, probability or temperature is either."""
+    opening = "above" if above else "at least"
+    bounds = f"{opening} {low:g}" + (f" and at most {high:g}" if high is not None else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number ({bounds}), got {text!r}")
+        if value < low or (above and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:g}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def text(what: str) -> Callable[[str], str]:
+    """An argparse type for a non-empty string (a path, a model name)."""
+
+    def parse(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"must name {what}, got an empty string")
+        return value
+
+    parse.__name__ = "text"
+    return parse
+
+
+def say(command: str, message: str) -> None:
+    """Print ``message`` as one line on stderr, prefixed by the command that failed."""
+    prefix = f"minipaged {command}" if command else "minipaged"
+    print(f"{prefix}: {' '.join(message.splitlines())}", file=sys.stderr)
+
+
+def free_memory() -> int | None:
+    """Bytes of memory free now, or None where the system does not say (not Linux)."""
+    if "SC_AVPHYS_PAGES" not in os.sysconf_names:
+        return None
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
