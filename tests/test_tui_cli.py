@@ -59,7 +59,7 @@ def test_a_recorded_trace_replays_without_the_model(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--scenario", "nope"], "unknown scenario 'nope'; choose one of several, parallel"),
+        (["--scenario", "nope"], "unknown scenario 'nope'; choose one of tour, several, parallel"),
         (["--size", "big"], "--size must look like 120x40"),
         (["--prompt", "Emma", "--n", "2", "--beam-width", "2"], "not both"),
         (["--trace", "missing.jsonl"], "missing.jsonl does not exist"),

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument(
         "--scenario",
         default=None,
-        help="several, parallel, beam, swap, recompute or prefix (default: several, or the "
+        help="tour, several, parallel, beam, swap, recompute or prefix (default: tour, or the "
         "exercise's); --prompt makes a custom one",
     )
     tui.add_argument(

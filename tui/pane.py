@@ -19,14 +19,18 @@ from tui.timeline import Frame
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """What the user picked: a sequence, or a device block $p$ (at most one of them). Every pane
-    highlights it: a sequence's blocks, table row, tokens and events; a block's cell, the table
-    entries that map to it, the tokens that live in it and the events that touch it."""
+    """What the user picked: a sequence (and maybe its token $t$), or a device block $p$. Every
+    pane highlights it: a sequence's blocks, table row, tokens and events; a block's cell, the
+    table entries that map to it, the tokens that live in it and the events that touch it. A
+    selected token also shows its address translation; a selected block, its $B$ slots."""
 
     seq: int | None = None
     block: int | None = None
+    token: int | None = None  # position t in sequence ``seq``
 
     def describe(self) -> str:
+        if self.token is not None:
+            return f"seq {self.seq}, token {self.token}"
         if self.seq is not None:
             return f"seq {self.seq}"
         if self.block is not None:
