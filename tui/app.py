@@ -215,6 +215,9 @@ class PagedApp(SelectionKeys, App[None]):
         if message.error is not None:
             title = self.scenario.title if self.scenario else "the scenario"
             self.error = self.notice = f"cannot run {title!r}: {message.error}"
+            if message.loading:  # nothing to show: end with the message and a failure status
+                self.exit(return_code=1)
+                return
             self.show_status()
         elif self.timeline is not None:
             self.timeline.record(self.feed.drain())

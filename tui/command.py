@@ -64,8 +64,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.screenshot is None:
         app.run()
-        return 0
+        return failed(app)
     return screenshot(app, args.screenshot, args.steps, size)
+
+
+def failed(app) -> int:
+    """1 with the app's error on stderr if its run could not start (a corrupt model or
+    tokenizer), else 0."""
+    if app.return_code:
+        print(f"minipaged tui: {app.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_app(args: argparse.Namespace):
@@ -122,6 +131,14 @@ def parse_size(size: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
+def keep_spaces(path: Path) -> None:
+    """Mark the SVG's text as space-preserving: converters such as rsvg-convert otherwise
+    collapse the runs of spaces that lay out a terminal screen ("It is" becomes "Itis")."""
+    svg = path.read_text(encoding="utf-8")
+    if "xml:space" not in svg:
+        path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
+
+
 def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
     """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
     last one, if the run is shorter), write the screen as SVG to ``path`` and exit. The same
@@ -148,12 +165,15 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
         else:
             await pilot.pause()
             app.save_screenshot(str(path))
+            keep_spaces(path)
         app.exit()
 
     app.animation_level = "none"
     app.run(headless=True, size=size, auto_pilot=shoot)
+    if app.return_code:
+        return failed(app)
     if failure:
         print(f"minipaged tui: no screenshot: {failure[0]}", file=sys.stderr)
-        return 2
+        return 1
     print(f"wrote {path} (step {app.timeline.cursor}, {size[0]}x{size[1]})")
     return 0

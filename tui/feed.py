@@ -81,11 +81,12 @@ class StepsReady(Message):
 
 class RunEnded(Message):
     """The model thread stopped: the run is complete, or ``error`` says why it could not run
-    (and what to do about it)."""
+    (and what to do about it); ``loading`` says it failed before the first step (the model,
+    its tokenizer or the block manager could not be built)."""
 
-    def __init__(self, feed: StepFeed, error: str | None = None) -> None:
+    def __init__(self, feed: StepFeed, error: str | None = None, loading: bool = False) -> None:
         super().__init__()
-        self.feed, self.error = feed, error
+        self.feed, self.error, self.loading = feed, error, loading
 
 
 def produce(
@@ -101,8 +102,8 @@ def produce(
     try:
         try:
             engine = build()
-        except (OSError, ValueError) as error:
-            post(RunEnded(feed, str(error)))
+        except Exception as error:  # a corrupt checkpoint or tokenizer may raise anything
+            post(RunEnded(feed, f"{type(error).__name__}: {error}", loading=True))
             return
         post(RunStarted(feed, opening_step(engine), engine.tokenizer))
         produced = 0

@@ -1,0 +1,177 @@
+"""The TUI's redesign, as the issue's done-when list states it: block identities never lie,
+every jump key lands in the default run, the log scrolls back to a busy step's first line, a
+selected token shows its address translation. Driven through Textual's Pilot on the tiny model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.console import Console
+from rich.segment import Segment
+
+from minipaged.checkpoint import model_directory
+from tui.app import PagedApp
+from tui.event_log import EventLog
+from tui.inspector import Inspector
+from tui.navigator import JUMPS
+from tui.pool_view import PoolView
+from tui.scenarios import SCENARIOS
+from tui.tables_view import TablesView
+from tui.token_streams import TokenStreams
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        not (model_directory("tiny") / "model.safetensors").is_file(),
+        reason="the embedded tiny model is not built (python -m minipaged.train)",
+    ),
+]
+SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def until(pilot, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the app did not get there in time"
+        await pilot.pause(0.02)
+
+
+async def recorded(pilot) -> PagedApp:
+    """The default app with its whole run computed."""
+    app = pilot.app
+    await until(pilot, lambda: app.timeline is not None and app.timeline.finished)
+    return app
+
+
+async def at_step(pilot, index: int) -> None:
+    pilot.app.seek_step(index)
+    await pilot.pause()
+    await pilot.pause()
+
+
+def block_segments(pane, frame, width: int = 100) -> list[tuple[tuple[str, int], Segment]]:
+    """Each rendered segment of ``pane`` that shows a block, with the block it names."""
+    console = Console(width=width, color_system="truecolor")
+    out = []
+    for segment in console.render(pane.draw(frame, width)):
+        meta = segment.style.meta if segment.style else {}
+        if "block" in meta and segment.text.strip():
+            out.append((tuple(meta["block"]), segment))
+    return out
+
+
+def identities(pane, frame) -> dict[tuple[str, int], set[tuple[str, str]]]:
+    """Block -> what a reader sees of it in ``pane``: (background colour, id shown)."""
+    seen: dict[tuple[str, int], set[tuple[str, str]]] = {}
+    current_tag: dict[tuple[str, int], str] = {}
+    for block, segment in block_segments(pane, frame):
+        text = segment.text.strip()
+        digits = text.translate(SUPERSCRIPT)
+        if digits.isdigit() and text != digits:  # a token's block tag (white when shared)
+            current_tag[block] = digits
+            continue
+        if text.split(":")[0].isdigit():  # a pool cell or a table entry: the id itself
+            current_tag[block] = text.split(":")[0]
+        else:
+            assert block in current_tag, f"tokens of block {block} appear before its tag"
+        colour = segment.style.bgcolor.name if segment.style.bgcolor else ""
+        state = frame.step.state
+        refcounts = state.device_refcounts if block[0] == "device" else state.host_refcounts
+        if not refcounts[block[1]] or text.startswith(":") or "×" in text:
+            continue  # a free cell, or the R of a shared block (its own look)
+        seen.setdefault(block, set()).add((colour, current_tag[block]))
+    return seen
+
+
+async def test_no_two_live_blocks_share_an_identity_in_any_pane_of_a_frame():
+    async with PagedApp().run_test(size=(160, 50)) as pilot:
+        app = await recorded(pilot)
+        for step in (1, 2, 4, 20, 25, 34):
+            await at_step(pilot, step)
+            frame = app.timeline.frame()
+            panes = [app.base.query_one(kind) for kind in (PoolView, TablesView, TokenStreams)]
+            everywhere: dict[tuple[str, int], set[tuple[str, str]]] = {}
+            for pane in panes:
+                for block, seen in identities(pane, frame).items():
+                    assert all(shown == str(block[1]) for _, shown in seen), (step, block, seen)
+                    everywhere.setdefault(block, set()).update(seen)
+            for block, seen in everywhere.items():
+                assert len(seen) == 1, f"step {step}: block {block} looks different: {seen}"
+            owners: dict[tuple[str, str], tuple[str, int]] = {}
+            for block, seen in everywhere.items():
+                look = next(iter(seen))
+                assert owners.setdefault(look, block) == block, f"step {step}: {look} is shared"
+            live = {p for p, r in enumerate(frame.step.state.device_refcounts) if r}
+            assert live <= {p for pool, p in everywhere if pool == "device"}
+
+
+async def test_every_jump_key_lands_on_its_kind_in_the_default_run():
+    async with PagedApp().run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        assert app.scenario.name == "tour"
+        for key, name in (("c", "cow"), ("w", "swap"), ("p", "preempt"), ("h", "prefix")):
+            await at_step(pilot, 0)
+            await pilot.press(key)
+            await pilot.pause()
+            kinds = {event.kind for event in app.timeline.frame().step.events}
+            assert kinds & JUMPS[name][1], f"{key} landed on step {app.timeline.cursor}: {kinds}"
+            assert app.timeline.cursor <= 40
+
+
+async def test_a_jump_that_finds_nothing_names_a_scenario_that_has_it():
+    async with PagedApp(SCENARIOS["several"]).run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        await pilot.press("w")
+        await pilot.pause()
+        assert "'swap' and 'tour' scenarios have them" in app.notice
+
+
+async def test_the_log_scrolls_back_to_a_busy_steps_first_line():
+    async with PagedApp().run_test(size=(80, 24)) as pilot:
+        app = await recorded(pilot)
+        await at_step(pilot, 1)
+        log = app.base.query_one(EventLog)
+        await pilot.pause()
+        lines = app.base.query_one(EventLog).query_one("Static").render().plain.splitlines()
+        assert len(lines) > log.scrollable_content_region.height, "step 1 should not fit"
+        assert lines[log.header_line].startswith("step 1 ·")
+        top = round(log.scroll_y)
+        assert top <= log.header_line < top + log.scrollable_content_region.height
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert log.scroll_y > top, "the rest of the busy step is a page down away"
+        await pilot.press("pageup")
+        await pilot.pause()
+        assert round(log.scroll_y) <= log.header_line
+
+
+async def test_selecting_a_token_shows_its_logical_block_offset_block_and_slot():
+    async with PagedApp().run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        await at_step(pilot, 4)
+        await pilot.press("down", "left_square_bracket", "left_square_bracket")
+        await pilot.pause()
+        chosen = app.selection
+        frame = app.timeline.frame()
+        table = frame.step.state.tables[chosen.seq]
+        t, block_size = chosen.token, frame.step.state.block_size
+        j, o = t // block_size, t % block_size
+        p = table.blocks[j]
+        shown = app.base.query_one(Inspector).draw(frame, 200).plain
+        assert f"t={t}" in shown
+        assert f"j=⌊{t}/{block_size}⌋={j}" in shown
+        assert f"o={t} mod {block_size}={o}" in shown
+        assert f"p=T_{chosen.seq}[{j}]={p}" in shown
+        assert f"= {p * block_size + o}" in shown
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.selection.block == p
+        slots = app.base.query_one(Inspector).draw(app.timeline.frame(), 200).plain
+        assert f"slots {'■' * min(block_size, table.num_tokens - j * block_size)}" in slots
