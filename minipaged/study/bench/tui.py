@@ -1,0 +1,105 @@
+"""``bench tui``: what one step of the step-through visualizer costs with 8 sequences.
+
+A step in the TUI is an engine step (scheduling, the model's forward pass, sampling, the
+block manager's events and snapshot) and a redraw of every pane for the new frame. The engine
+step is timed on its own; the redraw is timed by moving the app, running headless, onto each
+recorded step and waiting until Textual has drawn it. Budget: 100 ms a step, so playing at
+8 steps/s keeps up. Both times are medians over the run, on this machine, under its load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from minipaged.study.bench import Options
+from minipaged.study.report import Column, Report
+from minipaged.trace import Trace
+
+BUDGET_MS = 100.0
+SIZES = ((120, 40), (160, 50))
+
+COLUMNS = [
+    Column("size", "terminal", "{}"),
+    Column("sequences", "sequences", "{:,}"),
+    Column("steps", "steps", "{:,}"),
+    Column("engine_ms", "engine step (ms)", "{:,.1f}"),
+    Column("render_ms", "redraw (ms)", "{:,.1f}"),
+    Column("total_ms", "TUI step (ms)", "{:,.1f}"),
+    Column("within", f"≤ {BUDGET_MS:.0f} ms", "{}"),
+]
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def engine_steps(model: str, max_tokens: int):
+    """Eight sequences (two prompts, n = 4 each) on a pool that makes them fork and copy:
+    every step's output and how long each ``engine.step()`` took (ms)."""
+    from tui.scenarios import Request, Scenario, sampled
+
+    scenario = Scenario(
+        "bench",
+        "bench: 8 sequences",
+        "",
+        (
+            Request("It is a truth universally acknowledged", sampled(max_tokens, seed=1, n=4)),
+            Request("Emma Woodhouse, handsome, clever", sampled(max_tokens, seed=2, n=4)),
+        ),
+        num_gpu_blocks=128,
+    )
+    engine = scenario.build(model)
+    steps, times = [], []
+    while engine.has_unfinished():
+        start = time.perf_counter()
+        steps.append(engine.step())
+        times.append((time.perf_counter() - start) * 1e3)
+    return engine, steps, times
+
+
+async def redraw_times(trace: Trace, tokenizer, size: tuple[int, int]) -> list[float]:
+    """Milliseconds from moving the cursor to a step until the screen shows it, per step."""
+    from tui.app import PagedApp
+
+    app = PagedApp(trace=trace, tokenizer=tokenizer)
+    times = []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for index in range(1, len(trace.steps) + 1):
+            start = time.perf_counter()
+            app.seek_step(index)
+            await pilot.pause()
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def run(options: Options) -> Report:
+    engine, steps, engine_ms = engine_steps(options.model, 8 if options.quick else 32)
+    trace = Trace({"model": options.model}, steps)
+    rows = []
+    for size in SIZES[:1] if options.quick else SIZES:
+        render_ms = asyncio.run(redraw_times(trace, engine.tokenizer, size))
+        total = median(engine_ms) + median(render_ms)
+        rows.append(
+            {
+                "size": f"{size[0]}×{size[1]}",
+                "sequences": 8,
+                "steps": len(steps),
+                "engine_ms": median(engine_ms),
+                "render_ms": median(render_ms),
+                "total_ms": total,
+                "within": "yes" if total <= BUDGET_MS else "NO",
+            }
+        )
+    notes = [
+        f"Model {options.model} on CPU; two prompts with n = 4 samples each (8 sequences), "
+        "B = 4, 128 device blocks. Medians over every step of the run.",
+        "Redraw: the app headless (Textual's run_test), from seek_step to the next idle "
+        "frame, every pane drawn for the new step.",
+        "Timed on a shared machine: compare the two columns with each other, not with "
+        "another machine.",
+    ]
+    return Report(
+        "tui", f"TUI step time with 8 sequences (budget {BUDGET_MS:.0f} ms)", COLUMNS, rows, notes
+    )
