@@ -163,6 +163,7 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
         elif app.navigator is None or app.navigator.waiting is not None:
             failure.append(app.notice or f"step {steps} was not reached in time")
         else:
+            await pilot.pause(0.1)  # the log scrolls to the step once its new size is laid out
             await pilot.pause()
             app.save_screenshot(str(path))
             keep_spaces(path)

@@ -23,7 +23,7 @@ from tui.story import fold, headline, in_story_order
 from tui.timeline import Frame, Timeline
 
 INDENT = 2
-MAX_STEPS = 60  # steps drawn before the cursor's; older ones are a step back away
+MAX_STEPS = 24  # steps drawn before the cursor's; older ones are a step back away
 KIND_COLOURS = {
     "alloc": "green",
     "free": "bright_black",
@@ -54,6 +54,8 @@ def step_rows(
     title = f"step {step.step} · {headline(step)}"
     header = Text(title, style=Style(bold=True, reverse=current, dim=not current))
     rows = [*header.wrap(console, width)]
+    for row in rows:
+        row.rstrip()
     for line in fold(in_story_order(step.events)):
         style = Style(color=KIND_COLOURS.get(line.events[0].kind))
         if selection != Selection():
@@ -70,6 +72,7 @@ def step_rows(
             for i, part in enumerate(body.wrap(console, max(width - INDENT, 8))):
                 row = Text(" " * INDENT if i == 0 else " " * (INDENT + 2))
                 row.append_text(part)
+                row.rstrip()
                 rows.append(row)
     return rows
 
@@ -86,7 +89,7 @@ class EventLog(VerticalScroll):
         height: 1fr;
         scrollbar-size-vertical: 1;
     }
-    EventLog > Static { width: 100%; }
+    EventLog > Static { width: 100%; text-wrap: nowrap; text-overflow: clip; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -98,6 +101,7 @@ class EventLog(VerticalScroll):
         self.frame: Frame | None = None
         self.selection = Selection()
         self.header_line = 0  # where the cursor's step begins in the log
+        self.wanted_y = (0, 0)  # (the cursor's header line, lines in all) to scroll to
 
     def compose(self):
         yield Static(Text("loading the model…", style="dim"))
@@ -117,7 +121,9 @@ class EventLog(VerticalScroll):
         frame = self.frame
         if frame is None or not self.is_mounted:
             return
-        width = max(self.scrollable_content_region.width, 20)
+        # One column spare: a wrapped row must never wrap again in the Static (it would shift
+        # every line below it, and the scroll position with them).
+        width = max(self.scrollable_content_region.width - 1, 20)
         body = self.query_one(Static)
         if self.timeline is None or frame.index == 0:
             intro = Text(f"{self.intro}\n\n" if self.intro else "", style="italic")
@@ -141,9 +147,21 @@ class EventLog(VerticalScroll):
         body.styles.height = len(rows)  # known now, so the scroll below need not wait a layout
         # Bottom-aligned, unless the cursor's step is taller than the pane: then its header
         # goes to the top, so a busy step never loses its first lines.
-        height = self.scrollable_content_region.height
-        target = min(self.header_line, max(len(rows) - height, 0))
-        self.call_after_refresh(self.scroll_to, y=target, animate=False)
+        self.wanted_y = self.header_line, len(rows)
+        self.settle()
+
+    def settle(self) -> None:
+        """Scroll to the wanted place once the new content's size is known (now, or when the
+        layout catches up: ``watch_virtual_size``)."""
+        header, total = self.wanted_y
+        target = min(header, max(total - self.scrollable_content_region.height, 0))
+        if target <= self.max_scroll_y:
+            self.scroll_to(y=target, animate=False, immediate=True)
+        else:
+            self.call_after_refresh(self.settle)
+
+    def watch_virtual_size(self) -> None:
+        self.settle()
 
     def toggle_expanded(self) -> None:
         self.expanded = not self.expanded

@@ -10,6 +10,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
@@ -56,6 +57,7 @@ class Pane(Widget):
         self.border_title = title
         self.frame: Frame | None = None
         self.selection = Selection()
+        self.drawn: tuple[tuple, list[Segment]] | None = None  # the last draw, and its key
 
     @property
     def link_style(self) -> Style:
@@ -86,4 +88,17 @@ class _AtWidth:
     frame: Frame
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.pane.draw(self.frame, options.max_width)
+        # Textual renders a pane more than once per frame (to measure its height, then to
+        # draw it): reuse the segments while nothing they depend on has changed.
+        pane = self.pane
+        key = (
+            id(self.frame),
+            pane.selection,
+            options.max_width,
+            pane.content_size,
+            tuple(sorted(pane.screen.classes)),
+        )
+        if pane.drawn is None or pane.drawn[0] != key:
+            drawn = pane.draw(self.frame, options.max_width)
+            pane.drawn = (key, list(console.render(drawn, options)))
+        yield from pane.drawn[1]
