@@ -41,6 +41,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument("--screenshot", type=Path, metavar="OUT.svg", help="write an SVG and exit")
     tui.add_argument("--steps", type=int, default=0, help="with --screenshot: the step to show")
     tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
+    tui.add_argument(
+        "--projection",
+        action="store_true",
+        help="projection mode: larger cells, light high-contrast theme (v toggles it)",
+    )
+    tui.add_argument(
+        "--serve", action="store_true", help="serve the app to browsers (textual-serve)"
+    )
+    tui.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on")
+    tui.add_argument("--port", type=int, default=8000, help="with --serve: the port")
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     custom.add_argument("--prompt", action="append", help="repeat for several requests")
     custom.add_argument("--n", type=int, default=1, help="parallel samples per prompt")
@@ -62,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"minipaged tui: {error}", file=sys.stderr)
         return 2
+    if args.serve:
+        from tui.serve import serve
+
+        return serve(args)
     if args.screenshot is None:
         app.run()
         return failed(app)
@@ -89,7 +103,9 @@ def build_app(args: argparse.Namespace):
         recorded = trace.load(args.trace)
         directory = model_directory(recorded.header.get("model", args.model))
         tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
-        return PagedApp(trace=recorded, tokenizer=tokenizer, model=args.model)
+        return PagedApp(
+            trace=recorded, tokenizer=tokenizer, model=args.model, projection=args.projection
+        )
     if args.prompt:
         scenario = custom(
             tuple(args.prompt),
@@ -121,7 +137,7 @@ def build_app(args: argparse.Namespace):
             f"no model at {directory} (config.json is missing); pass --model DIR for a "
             f"Hugging Face Llama directory{fix}"
         )
-    return PagedApp(scenario, model=args.model)
+    return PagedApp(scenario, model=args.model, projection=args.projection)
 
 
 def parse_size(size: str) -> tuple[int, int]:

@@ -128,7 +128,8 @@ class EventLog(VerticalScroll):
         if self.timeline is None or frame.index == 0:
             intro = Text(f"{self.intro}\n\n" if self.intro else "", style="italic")
             intro.append("n or → runs the first step; space plays; ? explains", style="dim")
-            body.update(intro)
+            body.update(Text("\n").join(intro.wrap(self.app.console, width)))
+            body.styles.height = "auto"
             self.header_line = 0
             self.scroll_home(animate=False)
             return

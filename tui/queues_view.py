@@ -3,9 +3,11 @@
 Requests are what users sent; sequences are what hold block tables (a request with n samples
 or K beams has several). Each queue lists its requests, oldest first, with their sequences;
 waiting and swapped requests show their block need against the free device blocks, and say
-what holds them back: too few free blocks, or (head-of-line) an older swapped request that
-must come back first. A step that preempted says why that victim: the scheduler preempts the
-latest arrival among the running requests, so the oldest keep their progress.
+what holds them back: too few free blocks, or (head-of-line) an older request that must
+move first: the scheduler takes each queue in arrival order, and admits no waiting request
+while any is swapped. Needs are before prefix-cache hits, which can only lower them. A step
+that preempted says why that victim: the scheduler preempts the latest arrival among the
+running requests, so the oldest keep their progress.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class QueuesView(Pane):
             members = sum(len(by_request.get(r, [])) for r in requests)
             line = Text(f"{queue:<8}", style="bold")
             line.append(f"{len(requests)} req ({members} seq) ", style="dim")
+            left, stuck = free, None  # free blocks after the older requests, who blocks
             for request in requests:
                 line.append(f" r{request}(")
                 for n, stream in enumerate(by_request.get(request, [])):
@@ -69,17 +72,18 @@ class QueuesView(Pane):
                     continue
                 wanted = need(request, frame, by_request.get(request, []))
                 line.append(f" needs {wanted}", style="bold")
-                head = requests[0]
                 if queue == "waiting" and swapped_first:
                     line.append(": behind swapped (head-of-line)", style="yellow")
-                elif request != head:
-                    line.append(f": behind r{head} (head-of-line)", style="yellow")
                 elif preempted:
-                    line.append(": none return in a step that preempts", style="yellow")
-                elif wanted > free:
-                    line.append(f" > {free} free", style="yellow")
+                    line.append(": none move in a step that preempts", style="yellow")
+                elif stuck is not None:  # the scheduler takes each queue in order
+                    line.append(f": behind r{stuck} (head-of-line)", style="yellow")
+                elif wanted > left:
+                    line.append(f" > {left} free", style="yellow")
+                    stuck = request
                 else:
-                    line.append(f" ≤ {free} free: goes next step", style="green")
+                    line.append(f" ≤ {left} free: goes next step", style="green")
+                    left -= wanted
             lines.append(line)
         for event in step.events:
             if isinstance(event, Preempt):
