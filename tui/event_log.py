@@ -47,9 +47,16 @@ def involves(event: Event, selection: Selection) -> bool:
 
 
 def step_rows(
-    frame: Frame, selection: Selection, current: bool, expanded: bool, width: int, console: Console
+    frame: Frame,
+    selection: Selection,
+    current: bool,
+    expanded: bool,
+    width: int,
+    console: Console,
+    colours: dict[str, str] = KIND_COLOURS,
 ) -> list[Text]:
-    """Frame's header and story, wrapped to ``width`` with a hanging indent."""
+    """Frame's header and story, wrapped to ``width`` with a hanging indent, each kind of event
+    in its colour from ``colours``."""
     step = frame.step
     title = f"step {step.step} · {headline(step)}"
     header = Text(title, style=Style(bold=True, reverse=current, dim=not current))
@@ -57,7 +64,7 @@ def step_rows(
     for row in rows:
         row.rstrip()
     for line in fold(in_story_order(step.events)):
-        style = Style(color=KIND_COLOURS.get(line.events[0].kind))
+        style = Style(color=colours.get(line.events[0].kind))
         if selection != Selection():
             hit = any(involves(event, selection) for event in line.events)
             style += Style(bold=True) if hit else Style(dim=True)
@@ -133,6 +140,8 @@ class EventLog(VerticalScroll):
             self.header_line = 0
             self.scroll_home(animate=False)
             return
+        # Projection: the theme's own high-contrast text; pale kind colours wash out on a screen.
+        colours = {} if self.screen.has_class("-projection") else KIND_COLOURS
         rows: list[Text] = []
         for index in range(max(1, frame.index - MAX_STEPS + 1), frame.index + 1):
             current = index == frame.index
@@ -140,7 +149,7 @@ class EventLog(VerticalScroll):
                 self.header_line = len(rows)
             earlier = self.timeline.frame(index)
             rows += step_rows(
-                earlier, self.selection, current, self.expanded, width, self.app.console
+                earlier, self.selection, current, self.expanded, width, self.app.console, colours
             )
         text = Text("\n").join(rows)
         text.no_wrap = True

@@ -63,15 +63,16 @@ def pool_grid(
     changed: set[int],
     selection: Selection,
     width: int,
+    gap: int = 1,
 ) -> Text:
-    """The cells of ``pool``, as many to a row as ``width`` allows. A pool with more cells
-    than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed) and lists the free
-    ones as ranges."""
+    """The cells of ``pool``, ``gap`` spaces apart, as many to a row as ``width`` allows. A
+    pool with more cells than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed)
+    and lists the free ones as ranges."""
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
     cached = set(state.cached) if pool == "device" else set()
     digits = len(str(max(len(refcounts) - 1, 0)))
-    per_row = max(1, width // (digits + 4))  # a cell is a space, the mark, the id, ':' and R
+    per_row = max(1, width // (digits + 3 + gap))  # a cell: the gap, the mark, the id, ':', R
     drawn = list(range(len(refcounts)))
     huge = len(refcounts) > per_row * MAX_ROWS
     if huge:
@@ -81,7 +82,7 @@ def pool_grid(
     for i, block in enumerate(shown):
         if i and i % per_row == 0:
             text.append("\n")
-        text.append(" ")
+        text.append(" " * gap)
         text.append("•" if block in changed else " ", style=MARK)
         holders = held.get(block, [])
         chosen = (pool == "device" and selection.block == block) or selection.seq in holders
@@ -116,6 +117,7 @@ class PoolView(Pane):
     def draw(self, frame: Frame, width: int) -> RenderableType:
         state = frame.step.state
         device, host = state.device_refcounts, state.host_refcounts
+        gap = 3 if self.screen.has_class("-projection") else 1  # room to read from the back
         used = sum(1 for r in device if r)
         parts: list[RenderableType] = [
             Text(f"device: {len(device)} blocks, B={state.block_size}, {used} used", style="dim"),
@@ -125,6 +127,7 @@ class PoolView(Pane):
                 changed_blocks(frame.step.events, "device"),
                 self.selection,
                 width,
+                gap,
             ),
         ]
         if host:
@@ -132,7 +135,12 @@ class PoolView(Pane):
             parts += [
                 Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"),
                 pool_grid(
-                    state, "host", changed_blocks(frame.step.events, "host"), self.selection, width
+                    state,
+                    "host",
+                    changed_blocks(frame.step.events, "host"),
+                    self.selection,
+                    width,
+                    gap,
                 ),
             ]
         return Group(*parts)
