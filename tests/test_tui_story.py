@@ -175,3 +175,48 @@ async def test_selecting_a_token_shows_its_logical_block_offset_block_and_slot()
         assert app.selection.block == p
         slots = app.base.query_one(Inspector).draw(app.timeline.frame(), 200).plain
         assert f"slots {'■' * min(block_size, table.num_tokens - j * block_size)}" in slots
+
+
+async def test_typing_a_scenario_name_in_the_palette_ranks_that_scenario_first_with_its_notation():
+    from textual.command import CommandList
+
+    async with PagedApp(SCENARIOS["several"]).run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: pilot.app.timeline is not None)
+        await pilot.press("ctrl+p", *"prefix")
+        await pilot.pause(0.5)
+        options = pilot.app.screen.query_one(CommandList)
+        await until(pilot, lambda: options.option_count > 1)
+        first = options.get_option_at_index(0).prompt
+        shown = first.plain if hasattr(first, "plain") else str(first)
+        assert shown.startswith("Scenario prefix:"), shown
+        assert "R[p] = 4" in shown  # notation, not Rich markup
+
+
+def test_a_step_story_puts_the_prefix_hit_before_the_shares_it_causes_and_folds_runs():
+    from minipaged.events import Alloc, Free, Incref, PrefixHit
+    from tui.story import fold, in_story_order
+
+    events = [
+        Alloc(0, 0, 0),
+        Incref(1, 0, 0, 2),
+        Incref(1, 1, 1, 2),
+        PrefixHit(1, (0, 1), 8),
+        Free(2, 5),
+        Free(2, 6),
+        Free(2, 7),
+    ]
+    ordered = in_story_order(events)
+    assert [e.kind for e in ordered] == ["alloc", "prefix-hit", "incref", "incref"] + ["free"] * 3
+    lines = fold(ordered)
+    assert [len(line.events) for line in lines] == [1, 1, 2, 3]
+    assert lines[-1].text() == "seq 2 releases 3 blocks: 5, 6, 7; R=0, free again"
+
+
+def test_a_headline_names_the_copy_on_write_with_its_refcounts():
+    from minipaged.engine import StepOutput
+    from minipaged.events import CowCopy, Decref
+    from tui.story import headline
+
+    events = (CowCopy(0, 6, 1, 1, 2, 2, 4, (1, 2, 3)), Decref(0, 1, 3))
+    out = StepOutput(3, {}, events, None, {}, {}, (), 0, 4)
+    assert headline(out) == "CoW: s0 copied block 1→2, R 4→3"
