@@ -112,8 +112,8 @@ class PagedApp(SelectionKeys, App[None]):
             with Vertical(id="left"):
                 yield PoolView(id="pools")
                 yield Gauges(id="gauges")
+                yield InvariantsView(id="invariants")  # one line while all hold
                 yield QueuesView(id="queues")
-                yield InvariantsView(id="invariants")
             with Vertical(id="right"):
                 yield TablesView(id="tables")
                 yield Inspector(id="inspector")

@@ -51,18 +51,20 @@ class Gauges(Pane):
         filled, allocated = slot_usage(state)
         waste = (allocated - filled) / allocated if allocated else 0.0
         figures = f" {used}/{len(device)}"
+        compact = self.screen.has_class("-compact")
         lines = [
-            row("device", bar(used, len(device), max(width - LABEL - len(figures), 4)), figures),
-            row("", f"{len(device) - used} free, {shared} shared (R>1)"),
-            row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"),
+            row("device", bar(used, len(device), max(width - LABEL - len(figures), 4)), figures)
         ]
+        if not compact:  # a short terminal: the pool above shows the shared blocks
+            lines.append(row("", f"{len(device) - used} free, {shared} shared (R>1)"))
+        lines.append(row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"))
         host = state.host_refcounts
         if host:
             host_used = sum(1 for r in host if r)
             figures = f" {host_used}/{len(host)}"
             gauge = bar(host_used, len(host), max(width - LABEL - len(figures), 4))
             lines.append(row("host", gauge, figures))
-        if self.screen.has_class("-compact"):  # the timeline strip marks the same events
+        if compact:  # the timeline strip marks the same events
             return Text("\n").join(lines)
         lines += [
             row("so far", f"{counts['fork']} forks, {counts['cow-copy']} CoW copies"),

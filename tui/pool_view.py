@@ -64,17 +64,19 @@ def pool_grid(
     selection: Selection,
     width: int,
     gap: int = 1,
+    summarise: bool = False,
 ) -> Text:
     """The cells of ``pool``, ``gap`` spaces apart, as many to a row as ``width`` allows. A
     pool with more cells than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed)
-    and lists the free ones as ranges."""
+    and lists the free ones as ranges; so does any pool when ``summarise`` is set (a short
+    terminal)."""
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
     cached = set(state.cached) if pool == "device" else set()
     digits = len(str(max(len(refcounts) - 1, 0)))
     per_row = max(1, width // (digits + 3 + gap))  # a cell: the gap, the mark, the id, ':', R
     drawn = list(range(len(refcounts)))
-    huge = len(refcounts) > per_row * MAX_ROWS
+    huge = summarise or len(refcounts) > per_row * MAX_ROWS
     if huge:
         drawn = [p for p in drawn if refcounts[p] or p in changed or p in cached]
     shown = drawn[: per_row * MAX_ROWS]
@@ -118,6 +120,7 @@ class PoolView(Pane):
         state = frame.step.state
         device, host = state.device_refcounts, state.host_refcounts
         gap = 3 if self.screen.has_class("-projection") else 1  # room to read from the back
+        short = self.screen.has_class("-compact")
         used = sum(1 for r in device if r)
         parts: list[RenderableType] = [
             Text(f"device: {len(device)} blocks, B={state.block_size}, {used} used", style="dim"),
@@ -141,6 +144,7 @@ class PoolView(Pane):
                     self.selection,
                     width,
                     gap,
+                    summarise=short,
                 ),
             ]
         return Group(*parts)
