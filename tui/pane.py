@@ -67,7 +67,17 @@ class Pane(Widget):
 
     def show(self, frame: Frame, selection: Selection) -> None:
         self.frame, self.selection = frame, selection
-        self.refresh(layout=True)
+        self.refresh(layout=self.height_changes())
+
+    def height_changes(self) -> bool:
+        """Whether the new frame changes this pane's height: only then must the whole screen be
+        laid out again (a repaint of the pane alone is much cheaper)."""
+        if not self.styles.height or not self.styles.height.is_auto or not self.size.width:
+            return not self.size.width  # a pane never laid out needs its first layout
+        width = self.content_size.width
+        options = self.app.console.options.update(width=width, max_width=width)
+        segments = self.app.console.render(_AtWidth(self, self.frame), options)
+        return len(list(Segment.split_lines(segments))) != self.content_size.height
 
     def render(self) -> RenderableType:
         if self.frame is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from minipaged.study.bench import Options
+from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 from minipaged.trace import Trace
 
@@ -100,6 +100,21 @@ def run(options: Options) -> Report:
         "Timed on a shared machine: compare the two columns with each other, not with "
         "another machine.",
     ]
-    return Report(
+    report = Report(
         "tui", f"TUI step time with 8 sequences (budget {BUDGET_MS:.0f} ms)", COLUMNS, rows, notes
     )
+    report.plots.append(_plot(rows, options))
+    return report
+
+
+def _plot(rows: list[dict], options: Options):
+    """Stacked bars: engine step and redraw per terminal size, against the budget."""
+    fig, (axis,) = plot.figure()
+    sizes = [row["size"] for row in rows]
+    engine = [row["engine_ms"] for row in rows]
+    axis.bar(sizes, engine, label="engine step")
+    axis.bar(sizes, [row["render_ms"] for row in rows], bottom=engine, label="redraw")
+    axis.axhline(BUDGET_MS, color="black", linestyle="--", label=f"budget {BUDGET_MS:.0f} ms")
+    axis.set_ylabel("ms per step (median)")
+    axis.legend(fontsize="small")
+    return plot.save(fig, options.out, "tui")
