@@ -220,3 +220,15 @@ def test_a_headline_names_the_copy_on_write_with_its_refcounts():
     events = (CowCopy(0, 6, 1, 1, 2, 2, 4, (1, 2, 3)), Decref(0, 1, 3))
     out = StepOutput(3, {}, events, None, {}, {}, (), 0, 4)
     assert headline(out) == "CoW: s0 copied block 1→2, R 4→3"
+
+
+async def test_a_click_on_the_timeline_strip_moves_the_cursor_to_that_step():
+    from tui.strip import LABEL, TimelineStrip
+
+    async with PagedApp().run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        strip = app.base.query_one(TimelineStrip)
+        assert strip.per_column() == 1  # 38 steps fit in 120 columns
+        await pilot.click(TimelineStrip, offset=(strip.styles.padding.left + LABEL + 7, 1))
+        await pilot.pause()
+        assert app.timeline.cursor == 7

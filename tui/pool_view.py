@@ -104,7 +104,8 @@ def pool_grid(
         text.append(f"\n… {len(rest)} more blocks in use not drawn", style="dim")
     if huge:
         free = [p for p in range(len(refcounts)) if not refcounts[p]]
-        text.append(f"\nfree ({len(free)}): {ranges(free)}", style="dim")
+        newline = "\n" if shown else ""
+        text.append(f"{newline}free ({len(free)}): {ranges(free)}", style="dim")
     return text
 
 

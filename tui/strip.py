@@ -1,6 +1,7 @@
 """The timeline strip along the bottom: the whole run at a glance, and a way to move along it.
 
-Top row: device blocks in use at each step, as a sparkline over the pool size. Bottom row: a
+Top row: device blocks in use at each step, as a sparkline scaled to the run's peak (named at
+its end, with the pool size). Bottom row: a
 mark at each step with a fork ``F``, copy-on-write ``C``, swap ``W``, preemption ``P`` or prefix
 hit ``H`` (the most drastic wins where several share a column). The cursor's column is
 reversed; a click moves the cursor there. While the model thread is still computing, the
@@ -57,7 +58,9 @@ class TimelineStrip(Widget):
         if timeline is None:
             return Text("")
         per = self.per_column()
-        size = max(len(timeline.frame(0).step.state.device_refcounts), 1)
+        pool = len(timeline.frame(0).step.state.device_refcounts)
+        peak = max(timeline.used)
+        size = max(peak, 1)  # scaled to the run's peak, so a huge pool's use still shows
         spark = Text("blocks   ", style="dim")
         marks = Text("events   ", style="dim")
         for start in range(0, timeline.recorded + 1, per):
@@ -71,6 +74,7 @@ class TimelineStrip(Widget):
             found = mark_of(kinds)
             mark, colour = found if found else ("·" if here else " ", "bright_black")
             marks.append(mark, style=Style(color=colour, bold=True) + here)
+        spark.append(f"  peak {peak} of {pool} blocks", style="dim")
         done = "" if timeline.finished else f"  computing… {timeline.recorded} steps"
         spark.append(done, style="italic yellow")
         marks.append("  F fork C CoW W swap P preempt H prefix hit", style="dim")
