@@ -232,3 +232,30 @@ async def test_a_click_on_the_timeline_strip_moves_the_cursor_to_that_step():
         await pilot.click(TimelineStrip, offset=(strip.styles.padding.left + LABEL + 7, 1))
         await pilot.pause()
         assert app.timeline.cursor == 7
+
+
+async def test_e_expands_a_folded_run_into_its_events_and_folds_it_again():
+    async with PagedApp().run_test(size=(160, 50)) as pilot:
+        app = await recorded(pilot)
+        await at_step(pilot, 1)  # seq 0 takes 7 blocks: one folded line
+        log = app.base.query_one(EventLog)
+
+        def shown() -> str:
+            return log.query_one("Static").render().plain
+
+        assert "▸ seq 0 takes 7 free device blocks" in shown()
+        assert "seq 0 takes free device block 3 as its logical block 3" not in shown()
+        await pilot.press("e")
+        assert "▾ seq 0 takes 7 free device blocks" in shown()
+        assert "seq 0 takes free device block 3 as its logical block 3" in shown()
+        await pilot.press("e")
+        assert "▸ seq 0 takes 7 free device blocks" in shown()
+
+
+async def test_token_rows_keep_their_order_when_sequences_finish():
+    async with PagedApp().run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        for index in range(app.timeline.recorded + 1):
+            seqs = [stream.seq_id for stream in app.timeline.frame(index).streams]
+            assert seqs == sorted(seqs), f"step {index}: rows {seqs}"
+        assert app.timeline.frame(app.timeline.recorded).streams[0].status == "finished"

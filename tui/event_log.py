@@ -23,7 +23,7 @@ from tui.story import fold, headline, in_story_order
 from tui.timeline import Frame, Timeline
 
 INDENT = 2
-MAX_STEPS = 24  # steps drawn before the cursor's; older ones are a step back away
+MAX_STEPS = 12  # steps drawn up to the cursor (fewer is a cheaper redraw); older: step back
 KIND_COLOURS = {
     "alloc": "green",
     "free": "bright_black",
