@@ -259,3 +259,18 @@ async def test_token_rows_keep_their_order_when_sequences_finish():
             seqs = [stream.seq_id for stream in app.timeline.frame(index).streams]
             assert seqs == sorted(seqs), f"step {index}: rows {seqs}"
         assert app.timeline.frame(app.timeline.recorded).streams[0].status == "finished"
+
+
+async def test_a_click_on_a_token_selects_it_and_shows_its_translation():
+    from tui.token_streams import LABEL_WIDTH
+
+    async with PagedApp().run_test(size=(120, 40)) as pilot:
+        app = await recorded(pilot)
+        await at_step(pilot, 2)
+        # Offsets count from the border: row 1 is s0's first line; its text starts after the
+        # border, the padding and the label.
+        await pilot.click(TokenStreams, offset=(1 + 1 + LABEL_WIDTH + 3, 1))
+        await pilot.pause()
+        assert app.selection.seq == 0 and app.selection.token is not None
+        shown = app.base.query_one(Inspector).draw(app.timeline.frame(), 200).plain
+        assert f"t={app.selection.token}" in shown and "slot" in shown

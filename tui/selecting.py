@@ -23,6 +23,10 @@ class SelectionKeys:
     def action_select_seq(self, seq: int) -> None:
         self.select(Selection(seq=seq))
 
+    def action_select_token(self, seq: int, token: int) -> None:
+        """Select token ``token`` of ``seq`` (a click on it in the token streams)."""
+        self.select(Selection(seq=seq, token=token))
+
     def action_next_seq(self, delta: int) -> None:
         """Select the next (``delta`` = 1) or previous (-1) sequence shown, by keyboard."""
         if self.timeline is None:

@@ -72,7 +72,9 @@ def stream_text(stream: Stream, frame: Frame, words: TokenText, selection: Selec
             style += Style(underline=True)
         if t == chosen_token:
             style += SELECTED
-        text.append(words.piece(token), style=style)
+        # A click on a token selects it (its address translation); the block stays named.
+        click = Style.from_meta({"@click": f"app.select_token({stream.seq_id}, {t})"})
+        text.append(words.piece(token), style=style + click)
     return text
 
 
