@@ -199,18 +199,23 @@ class PagedApp(SelectionKeys, App[None]):
             lambda: worker.is_cancelled,
         )
 
+    def has_panes(self) -> bool:
+        """False while the app quits: the model thread's last messages may arrive after the
+        panes are gone, and must then be dropped."""
+        return bool(self.screen_stack) and bool(self.base.query(TimelineStrip))
+
     def on_run_started(self, message: RunStarted) -> None:
-        if message.feed is self.feed and self.screen_stack:
+        if message.feed is self.feed and self.has_panes():
             self.begin(Timeline(message.opening), TokenText(message.tokenizer))
 
     def on_steps_ready(self, message: StepsReady) -> None:
-        if message.feed is self.feed and self.timeline is not None and self.screen_stack:
+        if message.feed is self.feed and self.timeline is not None and self.has_panes():
             self.timeline.record(self.feed.drain())
             self.base.query_one(TimelineStrip).refresh()
             self.apply(self.navigator.recorded())
 
     def on_run_ended(self, message: RunEnded) -> None:
-        if message.feed is not self.feed or not self.screen_stack:  # stale, or quitting
+        if message.feed is not self.feed or not self.has_panes():  # stale, or quitting
             return
         if message.error is not None:
             title = self.scenario.title if self.scenario else "the scenario"
