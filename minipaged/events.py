@@ -25,6 +25,15 @@ class Event(ABC):
     def narrate(self) -> str:
         """One line, in the source text's terms, saying what happened and why."""
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        """The blocks of ``pool`` (``"device"`` or ``"host"``) this event changed: the blocks
+        the TUI marks for it. None, unless the event type says otherwise."""
+        return frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        """The sequences this event is about (the TUI highlights it when one is selected)."""
+        return frozenset()
+
     def to_dict(self) -> dict:
         """A JSON-ready record: ``{"kind": ..., field: value, ...}`` (tuples become lists)."""
         return {"kind": self.kind, **asdict(self)}
@@ -40,6 +49,12 @@ class Alloc(Event):
     logical_index: int
     block: int
     pool: str = "device"
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == self.pool else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
 
     def narrate(self) -> str:
         return (
@@ -58,6 +73,12 @@ class Free(Event):
     block: int
     pool: str = "device"
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == self.pool else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         return f"seq {self.seq} releases {self.pool} block {self.block}: R=0, it is free again"
 
@@ -73,6 +94,12 @@ class Incref(Event):
     block: int
     refcount: int
     pool: str = "device"
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == self.pool else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
 
     def narrate(self) -> str:
         return (
@@ -92,6 +119,12 @@ class Decref(Event):
     refcount: int
     pool: str = "device"
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == self.pool else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         return (
             f"seq {self.seq} lets go of {self.pool} block {self.block}; "
@@ -108,6 +141,12 @@ class Fork(Event):
     parent: SeqId
     child: SeqId
     blocks: tuple[int, ...]
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset(self.blocks) if pool == "device" else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.parent, self.child})
 
     def narrate(self) -> str:
         return (
@@ -133,6 +172,12 @@ class CowCopy(Event):
     refcount_before: int
     shared_with: tuple[SeqId, ...] = ()
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.src, self.dst}) if pool == "device" else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         others = ", ".join(f"seq {s}" for s in self.shared_with) or "another table"
         return (
@@ -151,6 +196,13 @@ class SwapOut(Event):
     seq: SeqId
     mapping: tuple[tuple[int, int], ...]
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        side = 0 if pool == "device" else 1  # mapping pairs are (device, host)
+        return frozenset(pair[side] for pair in self.mapping)
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         moves = ", ".join(f"{d}->{h}" for d, h in self.mapping)
         return f"seq {self.seq} swaps out to host memory: device->host blocks {moves}"
@@ -164,6 +216,13 @@ class SwapIn(Event):
 
     seq: SeqId
     mapping: tuple[tuple[int, int], ...]
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        side = 1 if pool == "device" else 0  # mapping pairs are (host, device)
+        return frozenset(pair[side] for pair in self.mapping)
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
 
     def narrate(self) -> str:
         moves = ", ".join(f"{h}->{d}" for h, d in self.mapping)
@@ -181,6 +240,9 @@ class Preempt(Event):
     request_id: str
     seqs: tuple[SeqId, ...]
     mode: str
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset(self.seqs)
 
     def narrate(self) -> str:
         seqs = ", ".join(str(s) for s in self.seqs)
@@ -204,6 +266,9 @@ class Recompute(Event):
     seq: SeqId
     num_tokens: int
 
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         return (
             f"seq {self.seq} returns: its {self.num_tokens} tokens (prompt + generated) are "
@@ -222,6 +287,9 @@ class Finish(Event):
     reason: str
     num_tokens: int
 
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         why = "hit a stop token" if self.reason == "stop" else "reached its length limit"
         return f"seq {self.seq} {why} after {self.num_tokens} tokens and releases its blocks"
@@ -237,6 +305,12 @@ class PrefixHit(Event):
     seq: SeqId
     blocks: tuple[int, ...]
     num_tokens: int
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset(self.blocks) if pool == "device" else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
 
     def narrate(self) -> str:
         return (
@@ -254,6 +328,12 @@ class PrefixInsert(Event):
     seq: SeqId
     blocks: tuple[int, ...]
 
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset(self.blocks) if pool == "device" else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
     def narrate(self) -> str:
         return f"seq {self.seq} registers full block(s) {list(self.blocks)} in the prefix cache"
 
@@ -266,6 +346,9 @@ class PrefixEvict(Event):
     kind: ClassVar[str] = "prefix-evict"
 
     block: int
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == "device" else frozenset()
 
     def narrate(self) -> str:
         return f"cached block {self.block}, unused, is evicted from the prefix cache for reuse"

@@ -26,6 +26,7 @@ TITLES = {
     "kernels": "Paged decode attention vs contiguous",
     "engine": "Engine throughput",
     "block-size": "Block size: waste against kernel time",
+    "tui": "TUI step time with 8 sequences",
 }
 
 

@@ -34,6 +34,51 @@ def test_a_headless_screenshot_shows_the_requested_step(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
 
 
+def test_a_screenshot_keeps_its_spaces_for_svg_converters(tmp_path):
+    out = tmp_path / "tour.svg"
+    assert cli.main(["tui", "--steps", "1", "--screenshot", str(out)]) == 0
+    assert '<svg xml:space="preserve" ' in out.read_text(encoding="utf-8")
+
+
+def corrupt_model(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    shutil.copytree(model_directory("tiny"), model)
+    (model / "tokenizer.json").write_text("{garbage", encoding="utf-8")
+    return model
+
+
+def test_a_corrupt_tokenizer_ends_the_screenshot_at_once_with_one_line_and_status_1(
+    tmp_path, capsys
+):
+    argv = ["tui", "--model", str(corrupt_model(tmp_path)), "--screenshot", str(tmp_path / "x")]
+    start = time.monotonic()
+    assert cli.main(argv) == 1
+    assert time.monotonic() - start < 60, "it waited for the screenshot timeout"
+    err = capsys.readouterr().err
+    assert err.startswith("minipaged tui: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_a_corrupt_tokenizer_ends_the_live_app_with_status_1(tmp_path, capsys):
+    import asyncio
+
+    from tui.app import PagedApp
+    from tui.command import failed
+
+    app = PagedApp(model=str(corrupt_model(tmp_path)))
+
+    async def drive() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            deadline = time.monotonic() + 60
+            while app.is_running and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+
+    asyncio.run(drive())
+    assert app.return_code == 1
+    assert failed(app) == 1
+    assert "cannot run" in capsys.readouterr().err
+
+
 def test_a_custom_scenario_comes_from_the_flags(tmp_path):
     out = tmp_path / "custom.svg"
     argv = ["tui", "--prompt", "Elizabeth", "--n", "3", "--block-size", "8"]
@@ -59,7 +104,7 @@ def test_a_recorded_trace_replays_without_the_model(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--scenario", "nope"], "unknown scenario 'nope'; choose one of several, parallel"),
+        (["--scenario", "nope"], "unknown scenario 'nope'; choose one of tour, several, parallel"),
         (["--size", "big"], "--size must look like 120x40"),
         (["--prompt", "Emma", "--n", "2", "--beam-width", "2"], "not both"),
         (["--trace", "missing.jsonl"], "missing.jsonl does not exist"),

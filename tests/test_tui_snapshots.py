@@ -50,6 +50,7 @@ def recorded_then(*keys: str, step: int | None = None):
         for key in keys:
             await pilot.press(key)
             await until(pilot, lambda: app.navigator.waiting is None)
+        await pilot.pause(0.1)  # the log scrolls once its new content is laid out
         await pilot.pause()
 
     return run_before
@@ -63,9 +64,25 @@ def test_first_swap_under_memory_pressure(snap_compare):
     assert snap_compare(app_for("swap"), terminal_size=(120, 40), run_before=recorded_then("w"))
 
 
-def test_several_requests_at_80_by_24(snap_compare):
+def test_every_pane_at_80_by_24_with_a_token_selected(snap_compare):
+    # The tour's first swap-out; the inspector shows the selected token's address translation.
+    keys = ("down", "left_square_bracket", "left_square_bracket")
     assert snap_compare(
-        app_for("several"), terminal_size=(80, 24), run_before=recorded_then(step=8)
+        app_for("tour"), terminal_size=(80, 24), run_before=recorded_then(*keys, step=4)
+    )
+
+
+def test_every_pane_at_160_by_50_with_a_block_selected(snap_compare):
+    # The tour's preemption by recompute; the inspector shows a block's slots.
+    keys = ("down", "left_square_bracket", "left_square_bracket", "enter")
+    assert snap_compare(
+        app_for("tour"), terminal_size=(160, 50), run_before=recorded_then(*keys, step=20)
+    )
+
+
+def test_projection_mode(snap_compare):
+    assert snap_compare(
+        app_for("tour"), terminal_size=(120, 40), run_before=recorded_then("v", step=2)
     )
 
 

@@ -1,7 +1,7 @@
 """The step-through visualizer: a run of the paged engine, one step at a time, forward and back.
 
-The model runs in a thread worker that records steps a little ahead of the cursor
-(``tui.feed``); the UI only reads the recorded history (``tui.timeline``), so stepping
+The model runs in a thread worker that computes the whole run ahead of the cursor from the
+start (``tui.feed``); the UI only reads the recorded history (``tui.timeline``), so stepping
 back is time travel, never recomputation. A recorded trace replays through the same path
 without any model.
 """
@@ -25,13 +25,17 @@ from tui.event_log import EventLog
 from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
 from tui.gauges import Gauges
 from tui.help import HelpScreen
+from tui.inspector import Inspector
 from tui.invariants_view import InvariantsView
 from tui.navigator import Move, Navigator
 from tui.pane import Pane, Selection
 from tui.picker import ScenarioPicker
 from tui.pool_view import PoolView
+from tui.queues_view import QueuesView
 from tui.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
+from tui.selecting import SelectionKeys
 from tui.status import StatusLine
+from tui.strip import TimelineStrip
 from tui.tables_view import TablesView
 from tui.timeline import Timeline, opening_step_of_trace
 from tui.token_streams import TokenStreams, TokenText
@@ -41,10 +45,9 @@ SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # steps per second while playing
 COMPACT_BELOW = 32  # rows: fewer than this and the panes lose their side borders
 
 
-class PagedApp(App[None]):
+class PagedApp(SelectionKeys, App[None]):
     """Guarantees: the panes always show one frame, the cursor's; moving the cursor never runs
-    the model; the model thread computes no more than the cursor plus a lookahead unless a jump
-    or a seek asks for more; widgets change only in the UI thread."""
+    the model; widgets change only in the UI thread."""
 
     TITLE = "minipaged"
     BINDINGS = keymap.bindings()
@@ -53,14 +56,17 @@ class PagedApp(App[None]):
     #left { width: 45%; }
     #right { width: 1fr; }
     #tables { max-height: 40%; }
-    #invariants { height: 1fr; }
+    #invariants { height: auto; }
     #too-small { display: none; padding: 1 2; }
     Screen.-too-small #too-small { display: block; }
-    Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small Footer {
+    Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small Footer,
+    Screen.-too-small #strip {
         display: none;
     }
-    Screen.-compact Pane { border: none; border-top: round $primary 60%; padding: 0 1 0 0; }
-    Screen.-compact #invariants { height: auto; }
+    Screen.-compact Pane, Screen.-compact EventLog {
+        border: none; border-top: round $primary 60%; padding: 0 1 0 0;
+    }
+    Screen.-projection Pane, Screen.-projection EventLog { padding: 0 2; }
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class PagedApp(App[None]):
         model: str = "tiny",
         trace: Trace | None = None,
         tokenizer: Tokenizer | None = None,
+        projection: bool = False,
     ) -> None:
         """Run ``scenario`` (default: ``DEFAULT_SCENARIO``) on ``model``, or replay
         ``trace``, decoding its tokens with ``tokenizer`` (token ids are shown without one)."""
@@ -90,8 +97,14 @@ class PagedApp(App[None]):
         self.player: Timer | None = None
         self.error: str | None = None  # why the run could not start
         self.notice = ""
+        self.projection = projection
 
     # -- layout ----------------------------------------------------------------------------
+
+    @property
+    def base(self) -> Screen:
+        """The screen with the panes, even while a dialog is open over it."""
+        return self.screen_stack[0]
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
@@ -99,16 +112,20 @@ class PagedApp(App[None]):
             with Vertical(id="left"):
                 yield PoolView(id="pools")
                 yield Gauges(id="gauges")
-                yield InvariantsView(id="invariants")
+                yield InvariantsView(id="invariants")  # one line while all hold
+                yield QueuesView(id="queues")
             with Vertical(id="right"):
                 yield TablesView(id="tables")
+                yield Inspector(id="inspector")
                 yield TokenStreams(id="tokens")
                 yield EventLog(id="events")
+        yield TimelineStrip(id="strip")
         yield Static(id="too-small")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.fit(self.size.width, self.size.height)
+        self.set_projection(self.projection)
         if self.trace is not None:
             self.replay(self.trace)
         else:
@@ -124,7 +141,7 @@ class PagedApp(App[None]):
         main.set_class(too_small, "-too-small")
         main.set_class(height < COMPACT_BELOW, "-compact")
         if too_small:
-            self.query_one("#too-small", Static).update(
+            self.base.query_one("#too-small", Static).update(
                 f"The terminal is {width}×{height}; minipaged tui needs at least "
                 f"{MIN_WIDTH}×{MIN_HEIGHT}.\nEnlarge the window (or make the font smaller) and "
                 "it redraws at once. q quits."
@@ -140,9 +157,10 @@ class PagedApp(App[None]):
         self.feed = StepFeed()
         self.error, self.selection = None, Selection()
         self.notice = "loading the model…"
-        for pane in self.query(Pane):
+        for pane in self.base.query(Pane):
             pane.frame = None
             pane.refresh(layout=True)
+        self.base.query_one(TimelineStrip).timeline = None
         self.worker = self.run_model(scenario, self.feed)
         self.show_status()
 
@@ -160,8 +178,10 @@ class PagedApp(App[None]):
     def begin(self, timeline: Timeline, words: TokenText) -> None:
         self.timeline = timeline
         self.navigator = Navigator(timeline, self.feed)
-        self.query_one(TokenStreams).words = words
-        log = self.query_one(EventLog)
+        self.base.query_one(TokenStreams).words = words
+        self.base.query_one(Inspector).words = words
+        self.base.query_one(TimelineStrip).timeline = timeline
+        log = self.base.query_one(EventLog)
         log.timeline = timeline
         log.intro = self.scenario.story if self.trace is None and self.scenario else ""
         self.notice = ""
@@ -179,25 +199,35 @@ class PagedApp(App[None]):
             lambda: worker.is_cancelled,
         )
 
+    def has_panes(self) -> bool:
+        """False while the app quits: the model thread's last messages may arrive after the
+        panes are gone, and must then be dropped."""
+        return bool(self.screen_stack) and bool(self.base.query(TimelineStrip))
+
     def on_run_started(self, message: RunStarted) -> None:
-        if message.feed is self.feed:
+        if message.feed is self.feed and self.has_panes():
             self.begin(Timeline(message.opening), TokenText(message.tokenizer))
 
     def on_steps_ready(self, message: StepsReady) -> None:
-        if message.feed is self.feed and self.timeline is not None:
+        if message.feed is self.feed and self.timeline is not None and self.has_panes():
             self.timeline.record(self.feed.drain())
+            self.base.query_one(TimelineStrip).refresh()
             self.apply(self.navigator.recorded())
 
     def on_run_ended(self, message: RunEnded) -> None:
-        if message.feed is not self.feed:
+        if message.feed is not self.feed or not self.has_panes():  # stale, or quitting
             return
         if message.error is not None:
             title = self.scenario.title if self.scenario else "the scenario"
             self.error = self.notice = f"cannot run {title!r}: {message.error}"
+            if message.loading:  # nothing to show: end with the message and a failure status
+                self.exit(return_code=1)
+                return
             self.show_status()
         elif self.timeline is not None:
             self.timeline.record(self.feed.drain())
             self.timeline.finished = True
+            self.base.query_one(TimelineStrip).refresh()
             self.apply(self.navigator.recorded())
 
     # -- the cursor ------------------------------------------------------------------------
@@ -226,8 +256,11 @@ class PagedApp(App[None]):
 
     def refresh_panes(self) -> None:
         frame = self.timeline.frame()
-        for pane in self.query(Pane):
+        self.base.query_one(Inspector).set_class(self.selection != Selection(), "-active")
+        for pane in self.base.query(Pane):
             pane.show(frame, self.selection)
+        self.base.query_one(EventLog).show(frame, self.selection)
+        self.base.query_one(TimelineStrip).refresh()
         self.show_status()
 
     def show_status(self) -> None:
@@ -235,7 +268,7 @@ class PagedApp(App[None]):
             title = f"trace of {self.trace.header.get('model', 'a model')}"
         else:
             title = self.scenario.title if self.scenario is not None else ""
-        self.query_one(StatusLine).show(
+        self.base.query_one(StatusLine).show(
             title,
             self.timeline,
             self.player is not None,
@@ -311,17 +344,26 @@ class PagedApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
-    def action_select_seq(self, seq: int) -> None:
-        self.select(Selection(seq=seq))
+    def action_expand(self) -> None:
+        self.base.query_one(EventLog).toggle_expanded()
+
+    def action_scroll_log(self, pages: int) -> None:
+        log = self.base.query_one(EventLog)
+        log.scroll_to(y=log.scroll_y + pages * max(log.size.height - 3, 1), animate=False)
+
+    def action_projection(self) -> None:
+        self.set_projection(not self.projection)
+
+    def set_projection(self, on: bool) -> None:
+        """Projection mode: larger cells and a light, high-contrast theme for a classroom."""
+        self.projection = on
+        self.screen_stack[0].set_class(on, "-projection")
+        self.theme = "textual-light" if on else "textual-dark"
+        if self.timeline is not None:
+            self.refresh_panes()
 
     def action_select_block(self, block: int) -> None:
         self.select(Selection(block=block))
-
-    def select(self, selection: Selection) -> None:
-        """Select ``selection``, or clear it when it is already selected."""
-        self.selection = Selection() if selection == self.selection else selection
-        if self.timeline is not None:
-            self.refresh_panes()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -1,8 +1,12 @@
-"""The two colourings every pane shares, so one glance links them.
+"""Identities every pane shares, so one glance links them.
 
-- A sequence has a colour: its label, its row in the block tables and the pool cells it owns.
-- A physical block has a (darker) colour: the tokens whose keys and values live in it are
-  painted with it, so two sequences sharing a block show the same colour under the same tokens.
+- A sequence has a colour: its label in every pane (``s3`` in the tables, tokens and queues).
+- A physical block $p$ has an identity: a background colour *and* its id. Its pool cell, its
+  entries in the block tables and the tokens whose keys and values live in it all carry both
+  (tokens show the id as a small tag where the block begins). Colours repeat every
+  ``len(BLOCK_COLOURS)`` blocks, so the id, never the colour alone, tells two blocks apart.
+- A shared block ($\\mathcal{R}[p] > 1$) has its own look wherever it appears: black on white,
+  with its $R$.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ BLOCK_COLOURS = (
     "#1f6b6b",
     "#6b6b1f",
     "#802f2f",
-    "#2f4f80",
+    "#2f6f9f",
     "#5a3a1a",
     "#2e5e46",
     "#603070",
+    "#8f4f2f",
+    "#4f6f2f",
+    "#6f2f5f",
+    "#2f4f80",
 )
 
 SELECTED = Style(reverse=True, bold=True)
@@ -41,6 +49,14 @@ SELECTED = Style(reverse=True, bold=True)
 CHANGED = Style(bold=True, underline=True)
 """What the step under the cursor changed."""
 
+SHARED = Style(color="black", bgcolor="white", bold=True)
+"""A shared block ($\\mathcal{R}[p] > 1$): its R in the pool, its id in tables and tokens."""
+
+HOST = Style(color="white", bgcolor="#4a4a4a", italic=True)
+"""A host block (swapped out): grey, so no device block's colour is reused."""
+
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
 
 def seq_colour(seq: int) -> str:
     return SEQ_COLOURS[seq % len(SEQ_COLOURS)]
@@ -48,6 +64,25 @@ def seq_colour(seq: int) -> str:
 
 def block_colour(block: int) -> str:
     return BLOCK_COLOURS[block % len(BLOCK_COLOURS)]
+
+
+def block_style(block: int) -> Style:
+    """Device block ``block``'s colour: white on its background."""
+    return Style(color="white", bgcolor=block_colour(block))
+
+
+def block_tag(block: int) -> str:
+    """Block ``block``'s id as superscript digits, the tag tokens carry where a block begins."""
+    return str(block).translate(_SUPERSCRIPT)
+
+
+def block_meta(block: int, pool: str = "device") -> Style:
+    """Marks a span as showing ``block`` (tests read it back) and makes a device block
+    clickable: a click selects it."""
+    meta: dict[str, object] = {"block": (pool, block)}
+    if pool == "device":
+        meta["@click"] = f"app.select_block({block})"
+    return Style.from_meta(meta)
 
 
 def seq_label(seq: int) -> Style:

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument(
         "--scenario",
         default=None,
-        help="several, parallel, beam, swap, recompute or prefix (default: several, or the "
+        help="tour, several, parallel, beam, swap, recompute or prefix (default: tour, or the "
         "exercise's); --prompt makes a custom one",
     )
     tui.add_argument(
@@ -46,6 +46,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--steps", type=integer(0), default=0, help="with --screenshot: the step to show"
     )
     tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
+    tui.add_argument(
+        "--projection",
+        action="store_true",
+        help="projection mode: larger cells, light high-contrast theme (v toggles it)",
+    )
+    tui.add_argument(
+        "--serve", action="store_true", help="serve the app to browsers (textual-serve)"
+    )
+    tui.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on")
+    tui.add_argument("--port", type=integer(1, 65535), default=8000, help="with --serve: the port")
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     custom.add_argument("--prompt", action="append", help="repeat for several requests")
     custom.add_argument("--n", type=integer(1, 64), default=1, help="parallel samples per prompt")
@@ -76,14 +86,27 @@ def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     size = parse_size(args.size)
+    if args.serve:
+        from tui.serve import serve
+
+        return serve(args)
     app = build_app(args)
     if args.screenshot is None:
         # The command line exits at once on SIGINT; in the app, let Textual restore the
         # terminal first (it raises KeyboardInterrupt, which the command line reports).
         signal.signal(signal.SIGINT, signal.default_int_handler)
         app.run()
-        return 0
+        return failed(app)
     return screenshot(app, args.screenshot, args.steps, size)
+
+
+def failed(app) -> int:
+    """1 with the app's error on stderr if its run could not start (a corrupt model or
+    tokenizer), else 0."""
+    if app.return_code:
+        print(f"minipaged tui: {app.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_app(args: argparse.Namespace):
@@ -98,7 +121,9 @@ def build_app(args: argparse.Namespace):
         recorded = trace.load(args.trace)
         directory = model_directory(recorded.header.get("model", args.model))
         tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
-        return PagedApp(trace=recorded, tokenizer=tokenizer, model=args.model)
+        return PagedApp(
+            trace=recorded, tokenizer=tokenizer, model=args.model, projection=args.projection
+        )
     if args.prompt:
         scenario = custom(
             tuple(args.prompt),
@@ -130,7 +155,7 @@ def build_app(args: argparse.Namespace):
             f"no model at {directory} (config.json is missing); pass --model DIR for a "
             f"Hugging Face Llama directory{fix}"
         )
-    return PagedApp(scenario, model=args.model)
+    return PagedApp(scenario, model=args.model, projection=args.projection)
 
 
 def parse_size(size: str) -> tuple[int, int]:
@@ -138,6 +163,14 @@ def parse_size(size: str) -> tuple[int, int]:
     if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
         raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r}")
     return int(width), int(height)
+
+
+def keep_spaces(path: Path) -> None:
+    """Mark the SVG's text as space-preserving: converters such as rsvg-convert otherwise
+    collapse the runs of spaces that lay out a terminal screen ("It is" becomes "Itis")."""
+    svg = path.read_text(encoding="utf-8")
+    if "xml:space" not in svg:
+        path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
 
 
 def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
@@ -164,14 +197,18 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
         elif app.navigator is None or app.navigator.waiting is not None:
             failure.append(app.notice or f"step {steps} was not reached in time")
         else:
+            await pilot.pause(0.1)  # the log scrolls to the step once its new size is laid out
             await pilot.pause()
             app.save_screenshot(str(path))
+            keep_spaces(path)
         app.exit()
 
     app.animation_level = "none"
     app.run(headless=True, size=size, auto_pilot=shoot)
+    if app.return_code:
+        return failed(app)
     if failure:
         print(f"minipaged tui: no screenshot: {failure[0]}", file=sys.stderr)
-        return 2
+        return 1
     print(f"wrote {path} (step {app.timeline.cursor}, {size[0]}x{size[1]})")
     return 0

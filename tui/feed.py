@@ -1,8 +1,8 @@
 """How steps travel from the model thread to the UI, and how demand travels back.
 
-The model runs in a thread worker so the UI never waits on a forward pass. It computes a step
-only while the UI wants more than it has recorded: the cursor plus ``LOOKAHEAD`` while the
-user steps or plays, or everything while a jump looks for an event that has not happened yet.
+The model runs in a thread worker so the UI never waits on a forward pass. From the start it
+computes the whole run ahead of the cursor (the timeline strip shows how far it has got), so
+a jump or a seek rarely has to wait; a caller may still lower the demand with ``want``.
 
 Steps wait in a buffer until the UI thread drains it. A burst of steps costs one message: the
 thread posts ``StepsReady`` only when the buffer was empty, and a queued ``StepsReady``
@@ -19,9 +19,6 @@ from textual.message import Message
 from minipaged.engine import LLMEngine, StepOutput
 from tui.timeline import opening_step
 
-LOOKAHEAD = 4
-"""Steps computed ahead of the cursor, so stepping forward shows the next one at once."""
-
 EVERYTHING = 1 << 30
 """Demand for every step of the run (a jump looking ahead)."""
 
@@ -33,7 +30,7 @@ class StepFeed:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._buffer: list[StepOutput] = []
-        self._wanted = LOOKAHEAD
+        self._wanted = EVERYTHING
         self.stopped = threading.Event()
         """Set by the model thread as it leaves, whether the run ended or was cancelled."""
 
@@ -84,11 +81,12 @@ class StepsReady(Message):
 
 class RunEnded(Message):
     """The model thread stopped: the run is complete, or ``error`` says why it could not run
-    (and what to do about it)."""
+    (and what to do about it); ``loading`` says it failed before the first step (the model,
+    its tokenizer or the block manager could not be built)."""
 
-    def __init__(self, feed: StepFeed, error: str | None = None) -> None:
+    def __init__(self, feed: StepFeed, error: str | None = None, loading: bool = False) -> None:
         super().__init__()
-        self.feed, self.error = feed, error
+        self.feed, self.error, self.loading = feed, error, loading
 
 
 def produce(
@@ -104,8 +102,8 @@ def produce(
     try:
         try:
             engine = build()
-        except (OSError, ValueError) as error:
-            post(RunEnded(feed, str(error)))
+        except Exception as error:  # a corrupt checkpoint or tokenizer may raise anything
+            post(RunEnded(feed, f"{type(error).__name__}: {error}", loading=True))
             return
         post(RunStarted(feed, opening_step(engine), engine.tokenizer))
         produced = 0

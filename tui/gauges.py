@@ -19,7 +19,6 @@ from tui.pane import Pane
 from tui.timeline import Frame
 
 LABEL = 7
-QUEUES = ("running", "waiting", "swapped")
 
 
 def bar(used: int, total: int, width: int) -> Text:
@@ -45,27 +44,29 @@ class Gauges(Pane):
         super().__init__("memory", id=id)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
-        state, counts, queues = frame.step.state, frame.counts, frame.step.queues
+        state, counts = frame.step.state, frame.counts
         device = state.device_refcounts
         used = sum(1 for r in device if r)
         shared = sum(1 for r in device if r > 1)
         filled, allocated = slot_usage(state)
         waste = (allocated - filled) / allocated if allocated else 0.0
         figures = f" {used}/{len(device)}"
+        compact = self.screen.has_class("-compact")
         lines = [
-            row("device", bar(used, len(device), max(width - LABEL - len(figures), 4)), figures),
-            row("", f"{len(device) - used} free, {shared} shared (R>1)"),
-            row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"),
+            row("device", bar(used, len(device), max(width - LABEL - len(figures), 4)), figures)
         ]
+        if not compact:  # a short terminal: the pool above shows the shared blocks
+            lines.append(row("", f"{len(device) - used} free, {shared} shared (R>1)"))
+        lines.append(row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"))
         host = state.host_refcounts
         if host:
             host_used = sum(1 for r in host if r)
             figures = f" {host_used}/{len(host)}"
             gauge = bar(host_used, len(host), max(width - LABEL - len(figures), 4))
             lines.append(row("host", gauge, figures))
-        running, waiting, swapped = (len(queues.get(q, ())) for q in QUEUES)
+        if compact:  # the timeline strip marks the same events
+            return Text("\n").join(lines)
         lines += [
-            row("queues", f"{running} run, {waiting} wait, {swapped} swapped"),
             row("so far", f"{counts['fork']} forks, {counts['cow-copy']} CoW copies"),
             row("", f"{counts['preempt']} preempted, {counts['recompute']} recomputed"),
             row("", f"swaps: {counts['swap-out']} out, {counts['swap-in']} in"),

@@ -16,30 +16,55 @@ from tui.keymap import KEYMAP
 
 LEGEND = (
     (
+        "block identity",
+        "every physical block p has one colour and its id, the same in its pool cell, its "
+        "table entries and its tokens (which carry the id as a small tag where the block "
+        "begins). Colours repeat every 16 blocks: the id tells blocks apart. A shared block "
+        "(R[p] > 1) shows R in black on white.",
+    ),
+    (
         "physical blocks",
         "a cell p:R is block p with refcount R[p]; · means free (c: free, but its contents "
-        "kept in the prefix cache). Its colour is the sequence that owns it. R in black on "
-        "white marks a shared block (R > 1). • marks the blocks the step under the cursor "
-        "changed. Click a cell to select the block.",
+        "kept in the prefix cache). • glued to a cell marks a block the step under the cursor "
+        "changed. A huge pool shows its used blocks and the free ranges. Click a cell to "
+        "select the block.",
     ),
     (
         "block tables T_r",
-        "one row per sequence: L tokens with a slot, entries j→p (logical block j to physical "
-        "block p), and [fill/B] of the last block; underlined = changed this step.",
+        "one row per sequence: L tokens with a slot (old→new when the step changed it), "
+        "entries j→p, and [fill/B] of the last block; an entry the step changed is "
+        "underlined, one that moved shows the old block struck out (old›new). A sequence "
+        "without a table says why: not admitted yet, or preempted by recompute.",
+    ),
+    (
+        "selection",
+        "↑/↓ select a sequence, [ and ] one of its tokens: t → j = ⌊t/B⌋, o = t mod B → "
+        "p = T_r[j] → slot p·B + o. enter selects that token's block: its B slots, filled or "
+        "empty (internal fragmentation). esc clears; clicks work too.",
     ),
     (
         "token streams",
-        "each token painted in the colour of the block its key and value live in: shared "
-        "blocks show the same colour in every sequence that holds them. The last token is "
+        "each token on its block's colour, rows in sequence id order. The last token is "
         "unpainted until the next step writes it; swapped-out tokens are grey. ¶ = paragraph.",
     ),
     (
         "events",
-        "each change the block manager made, in its own words; the current step is bright. "
-        "Selecting a sequence or block (click it, or ctrl+p) highlights it everywhere.",
+        "each step under a headline, causes before effects; ▸ lines fold runs of like events "
+        "(e expands them). Scroll with the mouse or page up / page down.",
+    ),
+    (
+        "scheduler",
+        "requests (r) and their sequences (s) per queue; waiting and swapped requests show "
+        "their block need against the free blocks and what holds them back; a preemption "
+        "says why that victim.",
     ),
     ("memory", "pool use, internal waste (§3) and counts so far."),
-    ("invariants", "minipaged.invariants checked at every step: green while they hold."),
+    ("invariants", "minipaged.invariants checked at every step: one green line while all hold."),
+    (
+        "timeline",
+        "blocks in use per step, and marks: F fork, C copy-on-write, W swap, P preemption, "
+        "H prefix hit. Click to move there.",
+    ),
 )
 
 

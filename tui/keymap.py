@@ -33,6 +33,18 @@ KEYMAP: tuple[Key, ...] = (
     Key(("w",), "w", "jump('swap')", "jump to the next swap"),
     Key(("p",), "p", "jump('preempt')", "jump to the next preemption"),
     Key(("h",), "h", "jump('prefix')", "jump to the next prefix hit"),
+    Key(("down",), "↓", "next_seq(1)", "select the next sequence", "select", "↑↓[]"),
+    Key(("up",), "↑", "next_seq(-1)", "select the previous sequence"),
+    Key(
+        ("right_square_bracket",), "]", "next_token(1)", "select the next token: its j, o, p, slot"
+    ),
+    Key(("left_square_bracket",), "[", "next_token(-1)", "select the previous token"),
+    Key(("enter",), "enter", "token_block", "select the selected token's block: its B slots"),
+    Key(("escape",), "esc", "clear_selection", "clear the selection"),
+    Key(("e",), "e", "expand", "expand or fold the log's runs of like events", "expand"),
+    Key(("pageup",), "page up", "scroll_log(-1)", "scroll the event log back"),
+    Key(("pagedown",), "page down", "scroll_log(1)", "scroll the event log forward"),
+    Key(("v",), "v", "projection", "projection mode: larger cells, light high-contrast theme"),
     Key(("r",), "r", "restart", "restart the scenario", "restart"),
     Key(("s",), "s", "scenarios", "scenario picker", "scenario"),
     Key(("question_mark",), "?", "help", "help screen", "help"),

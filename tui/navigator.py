@@ -1,24 +1,24 @@
 """The cursor's rules: what step forward, step back, a jump and a seek do, when the step they
 need may not be recorded yet.
 
-A request that needs a step the model has not computed waits (one at a time: a new request
-replaces it) and is finished by ``Navigator.recorded`` when steps arrive. While nothing waits,
-the navigator asks the model thread for the cursor plus ``LOOKAHEAD`` steps and no
-more. Plain logic, no widgets: the app turns each ``Move`` into a redraw and a notice.
+A request that needs a step the model has not computed yet waits (one at a time: a new request
+replaces it) and is finished by ``Navigator.recorded`` when steps arrive; the model thread
+computes the whole run ahead from the start, so waits are short. Plain logic, no widgets: the
+app turns each ``Move`` into a redraw and a notice.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.feed import EVERYTHING, LOOKAHEAD, StepFeed
+from tui.feed import EVERYTHING, StepFeed
 from tui.timeline import Timeline
 
-JUMPS = {  # jump name -> (what the user looks for, the event kinds that are one)
-    "cow": ("copy-on-write", frozenset({"cow-copy"})),
-    "swap": ("swap", frozenset({"swap-out", "swap-in"})),
-    "preempt": ("preemption", frozenset({"preempt"})),
-    "prefix": ("prefix hit", frozenset({"prefix-hit"})),
+JUMPS = {  # jump name -> (what the user looks for, the event kinds that are one, a run with it)
+    "cow": ("copy-on-write", frozenset({"cow-copy"}), "parallel"),
+    "swap": ("swap", frozenset({"swap-out", "swap-in"}), "swap"),
+    "preempt": ("preemption", frozenset({"preempt"}), "recompute"),
+    "prefix": ("prefix hit", frozenset({"prefix-hit"}), "prefix"),
 }
 
 
@@ -40,7 +40,6 @@ class Navigator:
         self.timeline = timeline
         self.feed = feed
         self.waiting: tuple[str, object] | None = None  # ("jump", name) or ("seek", step)
-        self.want_ahead()
 
     def forward(self) -> Move:
         """One step past the cursor, or past the step a forward already waits for: pressing
@@ -68,7 +67,7 @@ class Navigator:
             return self.moved()
         if self.timeline.finished:
             return Move(False, self.not_found(name))
-        return self.wait(("jump", name), EVERYTHING)
+        return self.wait(("jump", name))
 
     def seek(self, index: int) -> Move:
         """To step ``index``, or to the last step if the run is shorter."""
@@ -76,7 +75,7 @@ class Navigator:
         if index <= self.timeline.recorded or self.timeline.finished:
             self.timeline.move(min(index, self.timeline.recorded))
             return self.moved()
-        return self.wait(("seek", index), index + LOOKAHEAD)
+        return self.wait(("seek", index))
 
     def recorded(self) -> Move:
         """Steps arrived, or the run finished: retry the waiting request, if any (it waits
@@ -86,24 +85,19 @@ class Navigator:
         kind, arg = self.waiting
         return self.jump(arg) if kind == "jump" else self.seek(arg)
 
-    def wait(self, request: tuple[str, object], steps: int) -> Move:
+    def wait(self, request: tuple[str, object]) -> Move:
         self.waiting = request
         if self.feed is not None:
-            self.feed.want(steps)
+            self.feed.want(EVERYTHING)
         what = f"step {request[1]}" if request[0] == "seek" else f"the next {JUMPS[request[1]][0]}"
         return Move(False, f"computing {what}…")
 
     def moved(self) -> Move:
-        self.want_ahead()
         return Move(True)
 
-    def want_ahead(self) -> None:
-        if self.feed is not None:
-            self.feed.want(self.timeline.cursor + LOOKAHEAD)
-
     def not_found(self, name: str) -> str:
-        what, kinds = JUMPS[name]
+        what, kinds, scenario = JUMPS[name]
         whole_run = self.timeline.frame(self.timeline.recorded).counts
         if not any(whole_run[kind] for kind in kinds):
-            return f"no {what}s in this run"
+            return f"no {what}s in this run; the {scenario!r} and 'tour' scenarios have them (s)"
         return f"no {what} after step {self.timeline.cursor} in this run"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from textual.app import SystemCommand
 
 from tui import keymap
@@ -16,15 +17,20 @@ if TYPE_CHECKING:
 
 
 def commands(app: PagedApp) -> Iterable[SystemCommand]:
+    """Scenarios first: the palette keeps this order among equal matches, so typing a
+    scenario's name ("prefix") ranks the scenario above a key that mentions the word. Help
+    texts are Rich markup to the palette, so the notation in them ("R[p]") is escaped."""
+    for name, scenario in app.scenarios.items():
+        yield SystemCommand(
+            f"Scenario {name}: {scenario.title}",
+            escape(scenario.story),
+            lambda n=name: app.picked(n),
+        )
     for key in keymap.KEYMAP:
         if key.action not in ("command_palette", "quit"):
             yield SystemCommand(
-                key.description.capitalize(), f"key: {key.display}", run(app, key.action)
+                key.description.capitalize(), escape(f"key: {key.display}"), run(app, key.action)
             )
-    for name, scenario in app.scenarios.items():
-        yield SystemCommand(
-            f"Scenario: {scenario.title}", scenario.story, lambda n=name: app.picked(n)
-        )
     if app.timeline is not None:
         frame = app.timeline.frame()
         for stream in frame.streams:

@@ -10,6 +10,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
@@ -19,14 +20,18 @@ from tui.timeline import Frame
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """What the user picked: a sequence, or a device block $p$ (at most one of them). Every pane
-    highlights it: a sequence's blocks, table row, tokens and events; a block's cell, the table
-    entries that map to it, the tokens that live in it and the events that touch it."""
+    """What the user picked: a sequence (and maybe its token $t$), or a device block $p$. Every
+    pane highlights it: a sequence's blocks, table row, tokens and events; a block's cell, the
+    table entries that map to it, the tokens that live in it and the events that touch it. A
+    selected token also shows its address translation; a selected block, its $B$ slots."""
 
     seq: int | None = None
     block: int | None = None
+    token: int | None = None  # position t in sequence ``seq``
 
     def describe(self) -> str:
+        if self.token is not None:
+            return f"seq {self.seq}, token {self.token}"
         if self.seq is not None:
             return f"seq {self.seq}"
         if self.block is not None:
@@ -52,6 +57,7 @@ class Pane(Widget):
         self.border_title = title
         self.frame: Frame | None = None
         self.selection = Selection()
+        self.drawn: tuple[tuple, list[Segment]] | None = None  # the last draw, and its key
 
     @property
     def link_style(self) -> Style:
@@ -61,7 +67,17 @@ class Pane(Widget):
 
     def show(self, frame: Frame, selection: Selection) -> None:
         self.frame, self.selection = frame, selection
-        self.refresh(layout=True)
+        self.refresh(layout=self.height_changes())
+
+    def height_changes(self) -> bool:
+        """Whether the new frame changes this pane's height: only then must the whole screen be
+        laid out again (a repaint of the pane alone is much cheaper)."""
+        if not self.styles.height or not self.styles.height.is_auto or not self.size.width:
+            return not self.size.width  # a pane never laid out needs its first layout
+        width = self.content_size.width
+        options = self.app.console.options.update(width=width, max_width=width)
+        segments = self.app.console.render(_AtWidth(self, self.frame), options)
+        return len(list(Segment.split_lines(segments))) != self.content_size.height
 
     def render(self) -> RenderableType:
         if self.frame is None:
@@ -82,4 +98,17 @@ class _AtWidth:
     frame: Frame
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.pane.draw(self.frame, options.max_width)
+        # Textual renders a pane more than once per frame (to measure its height, then to
+        # draw it): reuse the segments while nothing they depend on has changed.
+        pane = self.pane
+        key = (
+            id(self.frame),
+            pane.selection,
+            options.max_width,
+            pane.content_size,
+            tuple(sorted(pane.screen.classes)),
+        )
+        if pane.drawn is None or pane.drawn[0] != key:
+            drawn = pane.draw(self.frame, options.max_width)
+            pane.drawn = (key, list(console.render(drawn, options)))
+        yield from pane.drawn[1]

@@ -1,11 +1,13 @@
 """The physical block pools as grids: the device pool ($\\mathcal{P}_{\\max}$ blocks) and,
 below it, the host swap pool (§6).
 
-Each cell is ``p:R`` for block $p$ with refcount $\\mathcal{R}[p]$, painted in the colour of
-the sequence that owns it (the lowest sequence id among its holders). A free block shows ``·``,
-or ``c`` while the prefix cache still keeps its contents for a later prefix hit. A shared
-block ($\\mathcal{R}[p] > 1$) shows its R in black on white. A ``•`` before a cell means the
-step under the cursor changed that block: allocated, freed, shared, copied or swapped.
+Each cell is ``p:R`` for block $p$ with refcount $\\mathcal{R}[p]$, in block $p$'s own colour
+(the colour its table entries and tokens carry too). A free block shows ``·``, or ``c`` while
+the prefix cache still keeps its contents for a later prefix hit. A shared block
+($\\mathcal{R}[p] > 1$) shows its R in black on white. A ``•`` glued to the front of a cell
+means the step under the cursor changed that block: allocated, freed, shared, copied or
+swapped. A pool too large to draw (a trace at real scale) shows its used blocks and
+summarises the free ones as ranges.
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ from rich.text import Text
 
 from minipaged.block_manager import BlockState
 from minipaged.events import Event
-from tui.colours import SELECTED, seq_colour
-from tui.event_log import touched_blocks
+from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style
 from tui.pane import Pane, Selection
 from tui.timeline import Frame
 
-SHARED = Style(color="black", bgcolor="white", bold=True)
 MARK = Style(color="bright_yellow", bold=True)
 CACHED = Style(color="cyan", dim=True)
 MAX_ROWS = 10  # per pool: a pool sized for real memory (thousands of blocks) is summarised
@@ -29,7 +29,7 @@ MAX_ROWS = 10  # per pool: a pool sized for real memory (thousands of blocks) is
 
 def changed_blocks(events: tuple[Event, ...], pool: str) -> set[int]:
     """The blocks of ``pool`` that ``events`` touched."""
-    return {block for event in events for block in touched_blocks(event, pool)}
+    return {block for event in events for block in event.blocks_in(pool)}
 
 
 def owners(state: BlockState, pool: str) -> dict[int, list[int]]:
@@ -42,58 +42,77 @@ def owners(state: BlockState, pool: str) -> dict[int, list[int]]:
     return held
 
 
+def ranges(blocks: list[int], limit: int = 8) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``"0–2, 5, 7–8"``; past ``limit`` ranges, how many more."""
+    out: list[str] = []
+    start = prev = None
+    for block in [*blocks, None]:
+        if block is not None and prev is not None and block == prev + 1:
+            prev = block
+            continue
+        if start is not None:
+            out.append(f"{start}" if start == prev else f"{start}–{prev}")
+        start = prev = block
+    more = f", … ({len(out) - limit} more ranges)" if len(out) > limit else ""
+    return ", ".join(out[:limit]) + more
+
+
 def pool_grid(
     state: BlockState,
     pool: str,
     changed: set[int],
     selection: Selection,
     width: int,
+    gap: int = 1,
+    summarise: bool = False,
 ) -> Text:
-    """The cells of ``pool``, as many to a row as ``width`` allows, for at most
-    ``MAX_ROWS`` rows; a pool too large for that ends with a line counting the rest."""
+    """The cells of ``pool``, ``gap`` spaces apart, as many to a row as ``width`` allows. A
+    pool with more cells than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed)
+    and lists the free ones as ranges; so does any pool when ``summarise`` is set (a short
+    terminal)."""
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
     cached = set(state.cached) if pool == "device" else set()
     digits = len(str(max(len(refcounts) - 1, 0)))
-    per_row = max(1, width // (digits + 3))  # a cell is the mark, the id, ':' and R
-    shown = min(len(refcounts), per_row * MAX_ROWS)
+    per_row = max(1, width // (digits + 3 + gap))  # a cell: the gap, the mark, the id, ':', R
+    drawn = list(range(len(refcounts)))
+    huge = summarise or len(refcounts) > per_row * MAX_ROWS
+    if huge:
+        drawn = [p for p in drawn if refcounts[p] or p in changed or p in cached]
+    shown = drawn[: per_row * MAX_ROWS]
     text = Text(no_wrap=True, overflow="crop")
-    for block in range(shown):
-        if block and block % per_row == 0:
+    for i, block in enumerate(shown):
+        if i and i % per_row == 0:
             text.append("\n")
+        text.append(" " * gap)
         text.append("•" if block in changed else " ", style=MARK)
         holders = held.get(block, [])
         chosen = (pool == "device" and selection.block == block) or selection.seq in holders
-        if pool == "device":
-            click = Style.from_meta({"@click": f"app.select_block({block})"})
-        elif holders:
-            click = Style.from_meta({"@click": f"app.select_seq({holders[0]})"})
-        else:
-            click = Style()
-        if not holders:
+        meta = block_meta(block, pool)
+        if not refcounts[block]:
             style = SELECTED if chosen else CACHED if block in cached else Style(dim=True)
-            text.append(f"{block:>{digits}}:{'c' if block in cached else '·'}", style=style + click)
+            text.append(f"{block:>{digits}}:{'c' if block in cached else '·'}", style=style + meta)
             continue
-        body = Style(color="black", bgcolor=seq_colour(holders[0]))
-        if chosen:
-            body += SELECTED
-        text.append(f"{block:>{digits}}", style=body + click)
-        r = refcounts[block]
-        text.append(f":{r if r < 10 else '+'}", style=(SHARED if r > 1 else body) + click)
-    if shown < len(refcounts):
-        rest = refcounts[shown:]
-        text.append(
-            f"\n… {len(rest)} more blocks not drawn, {sum(1 for r in rest if r)} of them in use",
-            style="dim",
+        body = (block_style(block) if pool == "device" else HOST) + (
+            SELECTED if chosen else Style()
         )
+        text.append(f"{block:>{digits}}", style=body + meta)
+        r = refcounts[block]
+        text.append(f":{r if r < 10 else '+'}", style=(SHARED if r > 1 else body) + meta)
+    if len(shown) < len(drawn):
+        rest = drawn[len(shown) :]
+        text.append(f"\n… {len(rest)} more blocks in use not drawn", style="dim")
+    if huge:
+        free = [p for p in range(len(refcounts)) if not refcounts[p]]
+        newline = "\n" if shown else ""
+        text.append(f"{newline}free ({len(free)}): {ranges(free)}", style="dim")
     return text
 
 
 class PoolView(Pane):
-    """Both pools of the frame. Guarantees: blocks appear once each, in id order (past
-    ``MAX_ROWS`` rows, a line counts the rest and how many of them are in use); a cell's
-    number is exactly $\\mathcal{R}[p]$ of the snapshot; a cell is coloured iff some table in
-    that pool holds the block."""
+    """Both pools of the frame. Guarantees: blocks appear once each, in id order (a pool too
+    large to draw shows the used ones and the free ranges); a cell's number is exactly
+    $\\mathcal{R}[p]$ of the snapshot; a used cell carries its block's colour and id."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("physical blocks", id=id)
@@ -101,6 +120,8 @@ class PoolView(Pane):
     def draw(self, frame: Frame, width: int) -> RenderableType:
         state = frame.step.state
         device, host = state.device_refcounts, state.host_refcounts
+        gap = 3 if self.screen.has_class("-projection") else 1  # room to read from the back
+        short = self.screen.has_class("-compact")
         used = sum(1 for r in device if r)
         parts: list[RenderableType] = [
             Text(f"device: {len(device)} blocks, B={state.block_size}, {used} used", style="dim"),
@@ -110,6 +131,7 @@ class PoolView(Pane):
                 changed_blocks(frame.step.events, "device"),
                 self.selection,
                 width,
+                gap,
             ),
         ]
         if host:
@@ -117,7 +139,13 @@ class PoolView(Pane):
             parts += [
                 Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"),
                 pool_grid(
-                    state, "host", changed_blocks(frame.step.events, "host"), self.selection, width
+                    state,
+                    "host",
+                    changed_blocks(frame.step.events, "host"),
+                    self.selection,
+                    width,
+                    gap,
+                    summarise=short,
                 ),
             ]
         return Group(*parts)

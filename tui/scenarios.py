@@ -96,6 +96,23 @@ SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
         Scenario(
+            name="tour",
+            title="a tour of every mechanism",
+            story="Two requests share a long opening and a third asks for n = 3 samples, on a "
+            "16-block pool with prefix caching. Step 1: a prefix hit (§7) and a fork (§5); "
+            "step 2: copy-on-write. Soon the pool runs out (§6): the sampled request, the "
+            "latest arrival, is swapped out to host memory, a single request is preempted by "
+            "recompute, and both come back. c, w, p and h jump to each.",
+            requests=(
+                Request(f"{SYSTEM_PROMPT} good fortune", sampled(24, seed=20)),
+                Request(f"{SYSTEM_PROMPT} large house", sampled(24, seed=21)),
+                Request("Elizabeth could not help", sampled(12, seed=3, n=3)),
+            ),
+            num_gpu_blocks=16,
+            num_cpu_blocks=16,
+            prefix_caching="hash",
+        ),
+        Scenario(
             name="several",
             title="several requests",
             story="Four requests of different lengths share one device pool: blocks are taken "
@@ -174,7 +191,7 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 
-DEFAULT_SCENARIO = "several"
+DEFAULT_SCENARIO = "tour"
 
 
 EXERCISE_SCENARIOS = {2: "several", 3: "parallel", 4: "beam", 5: "swap", 9: "prefix"}

@@ -88,6 +88,8 @@ class Timeline:
 
     def __init__(self, opening: StepOutput) -> None:
         self._frames = [Frame(0, opening, opening, _streams((), opening), Counter())]
+        self.used = [_used(opening)]
+        """Device blocks in use ($\\mathcal{R}[p] > 0$) at each frame, for the timeline strip."""
         self.cursor = 0
         self.finished = False
 
@@ -102,6 +104,7 @@ class Timeline:
             counts = last.counts + Counter(event.kind for event in step.events)
             streams = _streams(last.streams, step)
             self._frames.append(Frame(len(self._frames), step, last.step, streams, counts))
+            self.used.append(_used(step))
 
     def frame(self, index: int | None = None) -> Frame:
         """Frame ``index`` (default: the cursor's)."""
@@ -122,9 +125,14 @@ class Timeline:
         return None
 
 
+def _used(step: StepOutput) -> int:
+    return sum(1 for r in step.state.device_refcounts if r)
+
+
 def _streams(before: tuple[Stream, ...], step: StepOutput) -> tuple[Stream, ...]:
-    """Live sequences in id order, then the finished ones in the order they finished. A
-    sequence that leaves without a finish event (a beam that fell out of the top K) is gone."""
+    """Live and finished sequences, in id order, so a row keeps its place when a sequence
+    finishes. A sequence that leaves without a finish event (a beam that fell out of the top
+    K) is gone."""
     done = [s for s in before if s.status == "finished"]
     previous = {s.seq_id: s for s in before}
     for event in step.events:
@@ -138,4 +146,4 @@ def _streams(before: tuple[Stream, ...], step: StepOutput) -> tuple[Stream, ...]
         Stream(view.seq_id, view.request_id, view.token_ids, view.prompt_len, view.status)
         for _, view in sorted(step.sequences.items())
     ]
-    return (*live, *done)
+    return tuple(sorted((*live, *done), key=lambda stream: stream.seq_id))

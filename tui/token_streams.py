@@ -1,8 +1,10 @@
 """The tokens of every sequence, painted by the physical block their keys and values live in.
 
 Token $t$ of a sequence lives in logical block $j = \\lfloor t/B \\rfloor$, that is physical block
-$\\mathcal{T}_r[j]$, at offset $o = t \\bmod B$. Two sequences that share a block show the same
-colour under the same tokens; after a copy-on-write the colours part. The last sampled token
+$\\mathcal{T}_r[j]$, at offset $o = t \\bmod B$. Each block's run of tokens begins with the
+block's id as a superscript tag (black on white when the block is shared), on the block's
+colour: two sequences that share a block show the same tag and colour under the same tokens;
+after a copy-on-write they part. Rows keep their place, in sequence id order. The last sampled token
 has no slot yet (the next step writes it), so it is unpainted; so is a sequence without blocks.
 A swapped-out sequence's blocks are in host memory: its tokens are grey and italic.
 ``¶`` is the special paragraph token, which also begins every prompt. Generated tokens are
@@ -18,12 +20,11 @@ from rich.style import Style
 from rich.text import Text
 
 from minipaged.tokenizer import Tokenizer
-from tui.colours import SELECTED, block_colour, seq_label
-from tui.pane import Pane
+from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
+from tui.pane import Pane, Selection
 from tui.timeline import Frame, Stream
 
 LABEL_WIDTH = 5  # "s12 " plus the status glyph
-HOST_COLOURS = ("#3a3a3a", "#505050")  # host blocks: greys, so no device block's colour is reused
 STATUS_GLYPH = {"running": "▶", "waiting": "…", "swapped": "⇣", "finished": "✓"}
 
 
@@ -45,26 +46,35 @@ class TokenText:
         return "".join(ch if ch.isprintable() else "\N{REPLACEMENT CHARACTER}" for ch in text)
 
 
-def stream_text(stream: Stream, frame: Frame, words: TokenText, selected_block: int | None) -> Text:
+def stream_text(stream: Stream, frame: Frame, words: TokenText, selection: Selection) -> Text:
+    """``stream``'s tokens, each on the colour of the block that holds its slot; the block's id
+    is tagged (superscript, black on white when shared) where the block begins."""
     state = frame.step.state
     table = state.tables.get(stream.seq_id) if stream.status != "finished" else None
     block_size = state.block_size
     new = frame.step.new_tokens.get(stream.seq_id)
     text = Text()
     last = len(stream.token_ids) - 1
+    chosen_token = selection.token if selection.seq == stream.seq_id else None
     for t, token in enumerate(stream.token_ids):
         style = Style(bold=t >= stream.prompt_len)
         if table is not None and t < table.num_tokens:
             block = table.blocks[t // block_size]
-            if table.pool == "host":
-                style += Style(bgcolor=HOST_COLOURS[block % len(HOST_COLOURS)], italic=True)
-            else:
-                style += Style(bgcolor=block_colour(block))
-                if block == selected_block:
-                    style += SELECTED
+            refcounts = state.host_refcounts if table.pool == "host" else state.device_refcounts
+            body = HOST if table.pool == "host" else block_style(block)
+            if t % block_size == 0:
+                tag = SHARED if refcounts[block] > 1 else body
+                text.append(block_tag(block), style=tag + block_meta(block, table.pool))
+            style += body + block_meta(block, table.pool)
+            if table.pool == "device" and block == selection.block:
+                style += SELECTED
         if t == last and new is not None and stream.status != "waiting":
             style += Style(underline=True)
-        text.append(words.piece(token), style=style)
+        if t == chosen_token:
+            style += SELECTED
+        # A click on a token selects it (its address translation); the block stays named.
+        click = Style.from_meta({"@click": f"app.select_token({stream.seq_id}, {t})"})
+        text.append(words.piece(token), style=style + click)
     return text
 
 
@@ -93,7 +103,7 @@ class TokenStreams(Pane):
             return Text("no sequences yet", style="dim")
         body_width = max(width - LABEL_WIDTH, 8)
         chosen = self.selection.seq
-        texts = [stream_text(s, frame, self.words, self.selection.block) for s in streams]
+        texts = [stream_text(s, frame, self.words, self.selection) for s in streams]
         texts = [
             dimmed(text) if chosen is not None and s.seq_id != chosen else text
             for s, text in zip(streams, texts, strict=True)

@@ -35,6 +35,7 @@ SUBBENCHMARKS = {
     "kernels": "minipaged.study.bench.kernels",
     "engine": "minipaged.study.bench.engine",
     "block-size": "minipaged.study.bench.block_size",
+    "tui": "minipaged.study.bench.tui",
 }
 
 RESULTS = Path("docs") / "results"

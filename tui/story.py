@@ -1,0 +1,150 @@
+"""A step's story: its events in the order a reader needs them, folded into runs, under one
+headline. Plain logic over ``minipaged.events``, no widgets (the event log draws it).
+
+- *Causes before effects*: an event that explains the events just before it (a prefix hit
+  explains the ``incref`` lines that share its blocks) is moved in front of them.
+- *Runs fold*: consecutive events of one kind about the same sequences (a finishing sequence
+  releasing 12 blocks) become one line that lists their blocks; it can be expanded.
+- *A headline* names the step's most telling events in order of importance, for example
+  ``CoW: s0 copied block 1→2, R 4→3``. Event kinds this module does not know (added to
+  ``minipaged.events`` later) still appear, through their ``narrate()`` and ``kind``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from minipaged.engine import StepOutput
+from minipaged.events import (
+    Alloc,
+    CowCopy,
+    Event,
+    Finish,
+    Fork,
+    Preempt,
+    PrefixHit,
+    Recompute,
+    SwapIn,
+    SwapOut,
+)
+
+EXPLAINS = {"prefix-hit": frozenset({"incref"})}
+"""A kind -> the kinds of the events just before it (same sequence) that it causes."""
+
+
+def in_story_order(events: Sequence[Event]) -> list[Event]:
+    """``events`` with each explaining event moved in front of the run of events it explains."""
+    out: list[Event] = []
+    for event in events:
+        at = len(out)
+        explained = EXPLAINS.get(event.kind, frozenset())
+        while at and out[at - 1].kind in explained and out[at - 1].seq_ids() == event.seq_ids():
+            at -= 1
+        out.insert(at, event)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of a step's story: a single event, or a run of like events folded into one."""
+
+    events: tuple[Event, ...]
+
+    @property
+    def folded(self) -> bool:
+        return len(self.events) > 1
+
+    def text(self) -> str:
+        first, count = self.events[0], len(self.events)
+        if count == 1:
+            return first.narrate()
+        blocks = ", ".join(str(b) for e in self.events for b in sorted(e.blocks_in("device")))
+        seqs = ", ".join(f"seq {s}" for s in sorted(first.seq_ids()))
+        summary = {
+            "alloc": f"{seqs} takes {count} free device blocks: {blocks} (R=1 each)",
+            "free": f"{seqs} releases {count} blocks: {blocks}; R=0, free again",
+            "incref": f"{seqs} shares {count} blocks: {blocks} (R+1 each)",
+            "decref": f"{seqs} lets go of {count} blocks others still hold: {blocks}",
+            "prefix-evict": f"{count} unused cached blocks are evicted for reuse: {blocks}",
+        }
+        return summary.get(first.kind, f"{first.narrate()} (and {count - 1} more like it)")
+
+
+def fold(events: Sequence[Event]) -> list[Line]:
+    """Consecutive events of one kind about the same sequences, as one ``Line`` each."""
+    lines: list[list[Event]] = []
+    for event in events:
+        last = lines[-1][-1] if lines else None
+        if last is not None and last.kind == event.kind and last.seq_ids() == event.seq_ids():
+            lines[-1].append(event)
+        else:
+            lines.append([event])
+    return [Line(tuple(run)) for run in lines]
+
+
+def seqs(ids) -> str:
+    return ", ".join(f"s{s}" for s in sorted(ids))
+
+
+HEADLINED = frozenset(
+    {"alloc", "free", "incref", "decref", "prefix-insert", "prefix-evict", "preempt"}
+    | {"swap-out", "swap-in", "cow-copy", "fork", "prefix-hit", "recompute", "finish"}
+)
+"""Kinds ``headline`` summarises (or deliberately leaves to the lines below it)."""
+
+
+def of_type(by_kind: dict[str, list[Event]], kind: str, cls) -> list:
+    return [event for event in by_kind.get(kind, []) if isinstance(event, cls)]
+
+
+def headline(step: StepOutput) -> str:
+    """What the step did, most telling first (at most three parts)."""
+    events = step.events
+    by_kind: dict[str, list[Event]] = {}
+    for event in events:
+        by_kind.setdefault(event.kind, []).append(event)
+    parts: list[str] = []
+    for preempt in of_type(by_kind, "preempt", Preempt):
+        parts.append(
+            f"preempt by {preempt.mode}: request {preempt.request_id} ({seqs(preempt.seqs)})"
+        )
+    for kind, arrow in (("swap-out", "→ host"), ("swap-in", "← host")):
+        swaps = of_type(by_kind, kind, SwapOut | SwapIn)
+        if swaps:
+            moved = {pair for swap in swaps for pair in swap.mapping}
+            who = seqs({s.seq for s in swaps})
+            parts.append(f"swap {kind[5:]}: {who} {arrow}, {len(moved)} block copies")
+    cows = of_type(by_kind, "cow-copy", CowCopy)
+    if cows:
+        said = "; ".join(
+            f"s{c.seq} copied block {c.src}→{c.dst}, R {c.refcount_before}→{c.refcount_before - 1}"
+            for c in cows[:2]
+        )
+        parts.append(f"CoW: {said}{'; …' if len(cows) > 2 else ''}")
+    forks = of_type(by_kind, "fork", Fork)
+    if forks:
+        parents = seqs({f.parent for f in forks})
+        parts.append(f"fork: {seqs({f.child for f in forks})} from {parents}, no KV copied")
+    for hit in of_type(by_kind, "prefix-hit", PrefixHit):
+        parts.append(f"prefix hit: s{hit.seq} reuses {hit.num_tokens} cached tokens")
+    for again in of_type(by_kind, "recompute", Recompute):
+        parts.append(f"recompute: s{again.seq} prefills {again.num_tokens} tokens again")
+    finished = of_type(by_kind, "finish", Finish)
+    if finished:
+        freed = len(by_kind.get("free", []))
+        parts.append(f"finish: {seqs({f.seq for f in finished})}, {freed} blocks freed")
+    for kind, found in by_kind.items():
+        if kind not in HEADLINED:  # a kind added later: its own words
+            parts.append(f"{kind}: {found[0].narrate()}")
+    allocs = of_type(by_kind, "alloc", Alloc)
+    if allocs and len(parts) < 3:
+        parts.append(f"{len(allocs)} block(s) allocated to {seqs({a.seq for a in allocs})}")
+    inserts = by_kind.get("prefix-insert", [])
+    if inserts and len(parts) < 3:
+        who = seqs({s for event in inserts for s in event.seq_ids()})
+        parts.append(f"prefix cache: {who} register their full blocks")
+    if not parts:
+        tokens = step.num_prefill_tokens + step.num_decode_tokens
+        return f"no block changes: {tokens} token(s) fit in free slots"
+    return " · ".join(parts[:3]) + (" · …" if len(parts) > 3 else "")
