@@ -8,17 +8,23 @@ member of the bug zoo.
 
 from __future__ import annotations
 
+import inspect
 import json
+import operator
 import re
+from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis.stateful import invariant
 
-from minipaged import cli, memory
+from minipaged import attention, cli, invariants, memory, radix_cache
 from minipaged.attention import paged_attention_decode
 from minipaged.block_manager import BlockManager
 from minipaged.grader import bug_zoo, grading
+from minipaged.grader.broken_states import BROKEN_STATES
 from minipaged.grader.exercises import EXERCISES, TUTORIALS, block_manager_class
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram, run_programs
@@ -91,7 +97,8 @@ def test_reference_properties_catch_each_bug_zoo_member(member):
 def test_properties_that_check_nothing_raise_no_false_alarm_and_catch_no_bug():
     failed = failures(8, properties=SimpleNamespace(BlockManagerMachine=BlockManagerProgram))
     assert "no_false_alarm" not in failed
-    assert sorted(failed) == sorted(f"catches_{m.__name__}" for m in bug_zoo.BUG_ZOO)
+    rules = [f"rule_{n}_on_its_own" for n in range(1, 6)]
+    assert sorted(failed) == sorted(rules + [f"catches_{m.__name__}" for m in bug_zoo.BUG_ZOO])
     assert "broke none of your properties" in failed["catches_MissingCow"]
 
 
@@ -123,7 +130,7 @@ def test_an_off_by_one_block_count_fails_with_expected_and_got():
     assert failed == {"num_logical_blocks": "M for L=0 tokens, B=16: expected 0, got 1"}
 
 
-def test_softmax_without_the_running_max_fails_only_the_stability_criterion():
+def test_softmax_without_the_running_max_fails_only_the_stability_criteria():
     def loop_without_max(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
         group = query.shape[1] // key_pool.shape[1]
         output = torch.zeros_like(query)
@@ -143,7 +150,10 @@ def test_softmax_without_the_running_max_fails_only_the_stability_criterion():
         paged_attention_decode_loop=loop_without_max, paged_attention_decode=paged_attention_decode
     )
     failed = failures(6, attention=student)
-    assert list(failed) == ["loop_online_softmax_is_stable"]
+    assert list(failed) == [
+        "loop_online_softmax_is_stable",
+        "loop_online_softmax_starts_at_minus_infinity",  # exp(s) of every score underflows
+    ]
     assert "subtract the running max m" in failed["loop_online_softmax_is_stable"]
 
 
@@ -252,3 +262,329 @@ def test_a_plugged_in_block_manager_runs_the_engine_like_the_library():
     assert {"cow-copy", "swap-out"} <= kinds  # the run forks, copies on write and swaps
     for number in (2, 3, 4, 5):
         assert run(block_manager_class(number, solution=True))[0] == library
+
+
+# -- §1 of the grader's contract: each realistic student bug is caught, with its fault named --
+
+
+def failures_of(exercise: int, names: list[str], **modules) -> dict[str, str]:
+    """Like ``failures``, running only the criteria ``names`` (the random ones are slow)."""
+    criteria = [c for c in EXERCISES[exercise].criteria() if c.name in names]
+    assert len(criteria) == len(names), f"no criteria {names} in exercise {exercise}"
+    results = run_criteria(criteria, Student(modules))
+    return {r.name: r.message for r in results if r.outcome == FAIL}
+
+
+def student_properties(
+    refcount_test=operator.eq,
+    pools=("device", "host"),
+    duplicates=True,
+    exclusive=lambda r: r == 1,
+    rules=(1, 2, 3, 4, 5),
+):
+    """An exercise-08 answer written the way a student would, with one knob per realistic
+    mistake: ``refcount_test`` (R against its holders), the ``pools`` checked,
+    ``duplicates`` (whether the free list is checked for them), ``exclusive`` (the test of a
+    written block's R), and which ``rules`` are written at all."""
+
+    class Machine(BlockManagerProgram):
+        def pools(self):
+            s = self.manager.snapshot()
+            both = {
+                "device": (s.device_refcounts, s.device_free),
+                "host": (s.host_refcounts, s.host_free),
+            }
+            return s, [(name, *both[name]) for name in pools]
+
+        @invariant()
+        def refcounts(self):
+            if 1 in rules:
+                s, checked = self.pools()
+                for pool, refcounts, _ in checked:
+                    held = Counter(p for t in s.tables.values() if t.pool == pool for p in t.blocks)
+                    for p, r in enumerate(refcounts):
+                        assert refcount_test(r, held[p]), f"{pool} block {p}: R={r}"
+
+        @invariant()
+        def free_list(self):
+            if 2 in rules:
+                _, checked = self.pools()
+                for pool, refcounts, free in checked:
+                    assert {p for p, r in enumerate(refcounts) if r == 0} == set(free), pool
+                    if duplicates:
+                        assert len(set(free)) == len(free), f"{pool} free list has duplicates"
+
+        @invariant()
+        def exclusive_write(self):
+            if 3 in rules and self.last_write is not None:
+                s = self.manager.snapshot()
+                assert exclusive(s.device_refcounts[self.last_write // s.block_size])
+
+        @invariant()
+        def read_back(self):
+            if 4 in rules:
+                for seq, table in self.manager.tables.items():
+                    assert self.kv.read(table) == self.kv.written[seq]
+
+        def after_all_freed(self):
+            if 5 in rules:
+                m = self.manager
+                assert m.device.num_free == m.device.num_blocks
+                if "host" in pools and m.host is not None:
+                    assert m.host.num_free == m.host.num_blocks
+
+    return SimpleNamespace(BlockManagerMachine=Machine)
+
+
+RULE_CRITERIA = [f"rule_{n}_on_its_own" for n in range(1, 6)]
+
+
+def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
+    answer = student_properties()
+    assert failures_of(8, RULE_CRITERIA + ["no_false_alarm"], properties=answer) == {}
+
+
+@pytest.mark.parametrize(
+    ("mistake", "rules", "words"),
+    [
+        ({"refcount_test": operator.ge}, [1], "not merely be at least"),
+        ({"refcount_test": operator.le}, [1], "both hold it"),
+        ({"pools": ("device",)}, [1, 2, 5], "host block 0 has R=2"),
+        ({"duplicates": False}, [2], "on the free list twice"),
+        ({"exclusive": lambda r: r >= 1}, [3], "not merely at least 1"),
+        ({"rules": (1, 2, 3, 5)}, [4], "reading slot 1"),
+        ({"rules": (1, 2, 3, 4)}, [5], "device block 1 is not free"),
+    ],
+    ids=[
+        "R>=holders",
+        "R<=holders",
+        "host-pool-skipped",
+        "duplicates-skipped",
+        "vacuous-exclusive-write",
+        "no-read-back",
+        "no-leak-check",
+    ],
+)
+def test_an_incomplete_property_fails_exactly_its_rules(mistake, rules, words):
+    failed = failures_of(8, RULE_CRITERIA, properties=student_properties(**mistake))
+    assert list(failed) == [f"rule_{rule}_on_its_own" for rule in rules]
+    assert words in failed[f"rule_{rules[0]}_on_its_own"]
+
+
+def test_a_suite_of_only_two_rules_fails_the_other_three():
+    failed = failures_of(8, RULE_CRITERIA, properties=student_properties(rules=(1, 4)))
+    assert sorted(failed) == ["rule_2_on_its_own", "rule_3_on_its_own", "rule_5_on_its_own"]
+
+
+@pytest.mark.parametrize("state", BROKEN_STATES, ids=lambda s: s.name)
+def test_each_broken_state_breaks_only_its_rule_of_the_reference(state):
+    """The reference properties fail on each hand-built state through its rule alone (rules 1
+    and 2 are ``minipaged.invariants``' refcount and free-list invariants)."""
+    manager, kv, last_write = state.build()
+    machine = BlockManagerMachine()
+    machine.manager, machine.kv, machine.last_write = manager, kv, last_write
+    by_rule = {
+        1: lambda: invariants.refcounts_match_tables(manager.snapshot()),
+        2: lambda: invariants.free_iff_unreferenced(manager.snapshot()),
+        3: lambda: _assertion(machine.writes_land_in_private_blocks),
+        4: lambda: _assertion(machine.every_sequence_reads_back_its_own_tokens),
+        5: lambda: _assertion(machine.after_all_freed),
+    }
+    broken = {rule for rule, problems in by_rule.items() if problems()}
+    if state.rule == 5:  # a leak once all is freed is also a free-list or refcount fault
+        assert 5 in broken and not manager.tables
+    else:  # rule 5 runs only once every sequence is freed
+        assert broken - {5} == {state.rule}
+    for name in ("one pool per table", "M = ceil(L / B)"):
+        assert invariants.check(manager)[name] == []
+
+
+def _assertion(method) -> list[str]:
+    try:
+        method()
+    except AssertionError as error:
+        return [str(error)]
+    return []
+
+
+def _scheduler_with(preempt):
+    from minipaged import scheduler
+
+    class Student(scheduler.Scheduler):
+        _preempt = preempt
+
+    return SimpleNamespace(Scheduler=Student)
+
+
+def _preempt_by_recompute(queue_insert, record_first=True):
+    def _preempt(self, group, out):
+        from minipaged.events import Preempt
+        from minipaged.sequence import Status
+
+        ids = [s.seq_id for s in group.seqs]
+        mode = (
+            "swap"
+            if self.preemption == "swap" and self.block_manager.can_swap_out(ids)
+            else ("recompute")
+        )
+        event = Preempt(group.request_id, tuple(ids), mode)
+        if record_first:
+            self.block_manager.record(event)
+        if mode == "swap":
+            out.blocks_to_swap_out += self.block_manager.swap_out(ids)
+            group.status, queue = Status.SWAPPED, self.swapped
+        else:
+            for seq_id in ids:
+                self.block_manager.free(seq_id)
+            group.status, queue = Status.WAITING, self.waiting
+        if not record_first:
+            self.block_manager.record(event)
+        queue_insert(queue, group)
+        out.preempted.append(group)
+
+    return _preempt
+
+
+@pytest.mark.parametrize(
+    ("insert", "words"),
+    [
+        (lambda queue, group: queue.append(group), "it is now ['z', 'c', 'b']"),
+        (lambda queue, group: queue.insert(0, group), "it is now ['b', 'z', 'c']"),
+    ],
+    ids=["appended-behind-later-arrivals", "put-in-front-of-earlier-arrivals"],
+)
+def test_a_victim_out_of_arrival_order_is_caught(insert, words):
+    scheduler = _scheduler_with(_preempt_by_recompute(insert))
+    failed = failures_of(5, ["a_victim_keeps_its_arrival_order"], scheduler=scheduler)
+    assert words in failed["a_victim_keeps_its_arrival_order"]
+
+
+def test_a_preempt_event_recorded_after_its_frees_is_caught():
+    from minipaged.scheduler import _insert_by_arrival
+
+    scheduler = _scheduler_with(_preempt_by_recompute(_insert_by_arrival, record_first=False))
+    names = ["the_preempt_event_comes_first", "a_victim_keeps_its_arrival_order"]
+    failed = failures_of(5, names, scheduler=scheduler)
+    assert list(failed) == ["the_preempt_event_comes_first"]
+    assert "come before the preempt that caused them" in failed["the_preempt_event_comes_first"]
+
+
+def test_a_running_max_started_at_zero_fails_with_the_cause_named():
+    """m = 0 instead of -inf passes every case whose scores reach 0; when all are below -88,
+    exp(s - 0) underflows to 0 and the output is 0 / 0."""
+    source = inspect.getsource(attention.paged_attention_decode_loop)
+    wrong = source.replace('-float("inf")', "0.0")
+    assert wrong != source
+    namespace = dict(vars(attention))
+    exec(compile(wrong, "attention.py", "exec"), namespace)
+    student = SimpleNamespace(
+        paged_attention_decode_loop=namespace["paged_attention_decode_loop"],
+        paged_attention_decode=paged_attention_decode,
+    )
+    failed = failures(6, attention=student)
+    assert list(failed) == ["loop_online_softmax_starts_at_minus_infinity"]
+    assert (
+        "does the running max m start at 0?"
+        in failed["loop_online_softmax_starts_at_minus_infinity"]
+    )
+
+
+def test_reading_past_the_sequence_end_is_named_as_the_cause_of_nan():
+    def reads_whole_blocks(query, key_pool, value_pool, block_tables, seq_lens, scale, B):
+        full = (seq_lens + B - 1) // B * B  # every slot of the last block, used or not
+        return paged_attention_decode(query, key_pool, value_pool, block_tables, full, scale, B)
+
+    student = SimpleNamespace(
+        paged_attention_decode_loop=reads_whole_blocks, paged_attention_decode=reads_whole_blocks
+    )
+    failed = failures(6, attention=student)
+    assert "loop_one_block" in failed
+    for message in failed.values():
+        assert "reads slots past the sequence's end" in message, message
+        assert "overflows" not in message
+
+
+def test_kv_bytes_rounded_up_to_whole_blocks_fails():
+    student = SimpleNamespace(**vars(memory))
+
+    class RoundsUp(memory.ModelShape):
+        def kv_bytes(self, num_tokens):
+            return self.kv_bytes_per_token * memory.num_logical_blocks(num_tokens, 16) * 16
+
+    student.ModelShape = RoundsUp
+    failed = failures(1, memory=student)
+    assert list(failed) == ["kv_bytes"]
+    assert "M_KV(1): got 2097152, the bytes of ceil(L/16) whole blocks" in failed["kv_bytes"]
+
+
+class _KeepsEmptyEdges(radix_cache.RadixCache):
+    """forget empties an edge but leaves its node in the tree."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        if node is None:
+            return False
+        i = node.blocks.index(block)
+        for child in list(node.children.values()):
+            self._drop(child)
+        node.children.clear()
+        for gone in node.blocks[i:]:
+            del self._node_of[gone]
+        del node.blocks[i:], node.chunks[i:]
+        return True
+
+
+class _StaleParents(radix_cache.RadixCache):
+    """A split moves the grandchildren under the new tail but leaves their parent pointers."""
+
+    def _split(self, node, k):
+        tail = radix_cache.RadixNode(node.chunks[k:], node.blocks[k:], node, node.children)
+        for block in tail.blocks:
+            self._node_of[block] = tail
+        node.chunks, node.blocks = node.chunks[:k], node.blocks[:k]
+        node.children = {tail.chunks[0]: tail}
+
+
+class _ForgetsTheWrongBlock(radix_cache.RadixCache):
+    """forget looks up an off-by-one block: list.index raises ValueError."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        return node is not None and node.blocks.index(block + 1) >= 0
+
+
+@pytest.mark.parametrize(
+    ("cls", "words"),
+    [
+        (_KeepsEmptyEdges, "is empty: remove an emptied node"),
+        (_StaleParents, "has a parent other than the node whose children hold it"),
+        (_ForgetsTheWrongBlock, "raised ValueError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "")[:20],
+)
+def test_a_radix_tree_bug_is_shown_as_a_short_program(cls, words):
+    module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
+    failed = failures_of(9, ["random_operations_match_the_contract"], radix_cache=module)
+    message = failed["random_operations_match_the_contract"]
+    assert words in message
+    program = message.split("RadixCache(block_size=2):\n")[1].splitlines()
+    assert 1 <= len(program) <= 6, message
+    assert all(line.strip().startswith("cache.") for line in program)
+
+
+@pytest.mark.slow
+def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
+    """Without the barrier that ends a round, a fast thread overwrites probs[t] while others
+    still read the last round's: the race check names the two lines."""
+    import cuda_kernels
+
+    library = Path(cuda_kernels.__file__).parent
+    source = (library / "paged_attention.py").read_text()
+    barrier = "            cuda.syncthreads()  # all reads of probs and blocks are done"
+    assert barrier in source
+    (tmp_path / "paged_attention.py").write_text(source.replace(barrier, "            # gone"))
+    (tmp_path / "cache_ops.py").write_text((library / "cache_ops.py").read_text())
+    result = {r.name: r for r in grade(7, tmp_path).results}["decode_has_no_shared_memory_race"]
+    assert result.outcome == FAIL
+    assert "no cuda.syncthreads() between them" in result.message
+    assert "paged_attention.py, line" in result.message

@@ -28,11 +28,21 @@ class Case:
     expected: torch.Tensor  # [batch, num_heads, head_dim]
 
 
-UNUSED_SLOTS = "Unused slots hold NaN: read only tokens τ < L (block j holds min(B, L - jB))"
+UNUSED_SLOTS = (
+    "With the unused slots set to 0 instead of NaN the output is finite, so your code reads "
+    "slots past the sequence's end: read only tokens τ < L (block j holds min(B, L - jB) "
+    "tokens, and table entries past ceil(L/B) are -1)"
+)
 OVERFLOW = (
     "exp(s) overflows float32 once s > 88: subtract the running max m before exp, and "
     "rescale what came before by exp(m_prev - m_curr)"
 )
+UNDERFLOW = (
+    "every score here is below -88, where exp(s) underflows float32 to 0, so the sum l is 0 "
+    "and l divides 0: does the running max m start at 0? Start it at -inf, so that the first "
+    "score sets it and exp(s - m) is 1 for the largest score"
+)
+UNKNOWN = "NaN or inf came from your arithmetic: is anything divided by a sum that can be 0?"
 
 
 def make_case(
@@ -44,12 +54,17 @@ def make_case(
     head_dim=8,
     shared_blocks=0,
     score_scale=1.0,
+    far_below=0.0,
     seed=0,
 ) -> Case:
     """Sequences of ``seq_lens`` tokens in a pool of scattered blocks; every slot no token uses
     holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
-    sequence are the same physical blocks (a forked prompt)."""
+    sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
+    query head per KV head), every key points away from the query: each score is about
+    ``-far_below``."""
     gen = torch.Generator().manual_seed(seed)
+    scale = 1.0 / math.sqrt(head_dim)
+    query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen) * score_scale
     batch = len(seq_lens)
     blocks_of = [-(-length // block_size) for length in seq_lens]
     num_blocks = sum(blocks_of) + 3
@@ -64,6 +79,9 @@ def make_case(
     for b, length in enumerate(seq_lens):
         k = torch.randn(num_kv_heads, length, head_dim, generator=gen) * score_scale
         v = torch.randn(num_kv_heads, length, head_dim, generator=gen)
+        if far_below:  # s = scale q.k = scale 0.1 q.noise - far_below
+            q = query[b, :, None, :]  # [num_kv_heads, 1, head_dim]
+            k = 0.1 * k - q * (far_below / (scale * q.square().sum(-1, keepdim=True)))
         if shared_blocks:
             n = shared_blocks * block_size
             prefix = prefix or (k[:, :n].clone(), v[:, :n].clone())
@@ -76,8 +94,6 @@ def make_case(
             key_pool[p, :, o], value_pool[p, :, o] = k[:, t], v[:, t]
         keys.append(k)
         values.append(v)
-    query = torch.randn(batch, num_heads, head_dim, generator=gen) * score_scale
-    scale = 1.0 / math.sqrt(head_dim)
     group = num_heads // num_kv_heads
     expected = torch.empty_like(query)
     for b in range(batch):
@@ -86,7 +102,7 @@ def make_case(
         probs = torch.softmax(torch.einsum("hd,htd->ht", query[b].double(), k) * scale, dim=-1)
         expected[b] = torch.einsum("ht,htd->hd", probs, v).float()
     lens = torch.tensor(seq_lens, dtype=torch.int32)
-    hint = OVERFLOW if score_scale > 1 else UNUSED_SLOTS
+    hint = OVERFLOW if score_scale > 1 else UNDERFLOW if far_below else UNKNOWN
     args = (query, key_pool, value_pool, tables, lens, scale, block_size)
     return Case(what, hint, args, expected)
 
@@ -116,7 +132,7 @@ def compare(name: str, function, case: Case) -> None:
             if torch.isnan(row).any() or torch.isinf(row).any():
                 raise CheckFailed(
                     f"{where}: sequence {b}, head {h} has NaN or inf: {_short(row)}. "
-                    f"{case.nan_hint}"
+                    f"{_nan_cause(function, case)}"
                 )
             error = (row - want).abs().max().item()
             if error > TOLERANCE:
@@ -124,6 +140,25 @@ def compare(name: str, function, case: Case) -> None:
                     f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
                     f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
                 )
+
+
+def _nan_cause(function, case: Case) -> str:
+    """The likely cause of NaN in ``function``'s output: run it again with the unused slots
+    holding 0 instead of NaN; if the output is then finite, it reads past the sequence's end."""
+    query, key_pool, value_pool, tables, lens, scale, block_size = case.args
+    try:
+        clean = function(
+            query.clone(),
+            key_pool.nan_to_num(0.0),
+            value_pool.nan_to_num(0.0),
+            tables.clone(),
+            lens.clone(),
+            scale,
+            block_size,
+        )
+    except Exception:
+        return case.nan_hint
+    return UNUSED_SLOTS if bool(torch.isfinite(clean).all()) else case.nan_hint
 
 
 def _short(row: torch.Tensor) -> str:
@@ -144,6 +179,12 @@ GQA = make_case(
     seed=2,
 )
 LARGE = make_case("large scores (|q·k| in the thousands)", [9, 4], score_scale=12.0, seed=3)
+FAR_BELOW = make_case(
+    "scores all far below zero (s ≈ -120, where exp(s) is 0 in float32)",
+    [7, 3],
+    far_below=120.0,
+    seed=7,
+)
 SHARED = make_case(
     "two sequences sharing their first 2 blocks (a fork)", [10, 13], shared_blocks=2, seed=4
 )
@@ -178,6 +219,11 @@ def check_loop_online_softmax_is_stable(student):
     compare("paged_attention_decode_loop", _loop(student), LARGE)
 
 
+def check_loop_online_softmax_starts_at_minus_infinity(student):
+    """the running max starts at m = -inf, so scores all far below zero stay finite"""
+    compare("paged_attention_decode_loop", _loop(student), FAR_BELOW)
+
+
 def check_loop_shared_blocks(student):
     """the loop reads blocks two sequences share (after a fork) for both"""
     compare("paged_attention_decode_loop", _loop(student), SHARED)
@@ -185,7 +231,7 @@ def check_loop_shared_blocks(student):
 
 def check_vectorized_matches(student):
     """paged_attention_decode (vectorized) gives the same result on every case"""
-    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, SHARED):
+    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
 
 
@@ -197,6 +243,7 @@ CRITERIA = tuple(
         check_loop_batch_reads_only_tokens_below_each_length,
         check_loop_grouped_query_attention,
         check_loop_online_softmax_is_stable,
+        check_loop_online_softmax_starts_at_minus_infinity,
         check_loop_shared_blocks,
         check_vectorized_matches,
     )

@@ -4,8 +4,10 @@ CUDA simulator on the CPU, and on a real GPU where there is one.
 The student's ``cache_ops.py`` and ``paged_attention.py`` mirror ``cuda_kernels.cache_ops``
 (``reshape_and_cache``) and ``cuda_kernels.paged_attention`` (``paged_attention_decode``). The
 simulator runs one OS thread per CUDA thread, about 0.1 s per thread block per launch, so the
-simulator checks launch few, small blocks. This module imports no numba itself: the grader
-decides in which process (simulator or GPU) each check runs.
+simulator checks launch few, small blocks. The simulator cannot show a missing
+``cuda.syncthreads()`` by a wrong answer, so one check watches every shared-memory access for
+races instead (``minipaged.grader.shared_memory_races``). This module imports no numba itself:
+the grader decides in which process (simulator or GPU) each check runs.
 """
 
 from __future__ import annotations
@@ -73,6 +75,29 @@ def check_decode_batch_with_gqa(student):
     compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
 
 
+def check_decode_has_no_shared_memory_race(student):
+    """threads wait at cuda.syncthreads() before touching what another thread wrote to shared
+    memory, and before overwriting what another thread still reads"""
+    from minipaged.grader.shared_memory_races import watch_shared_memory
+
+    case = make_case(
+        "a sequence longer than one round of threads (L=37, B=8)", [37], block_size=8, seed=8
+    )
+    with watch_shared_memory() as log:
+        try:
+            student.paged_attention.paged_attention_decode(*case.args)
+        except NotImplementedError:
+            raise
+        except Exception:  # a wrong answer or a crash is for the other criteria to report
+            pass
+    if log.races:
+        raise CheckFailed(
+            f"{len(log.races)} shared-memory race(s) on {case.what}; the first: {log.races[0]}. "
+            "The simulator may still give the right answer; a GPU, whose threads really run "
+            "at once, will not, every time"
+        )
+
+
 def check_decode_on_a_gpu(student):
     """on a real GPU: correct at Llama scale and at most 10x the time of minipaged's v1 kernel"""
     import cuda_kernels
@@ -114,5 +139,6 @@ CRITERIA = (
     Criterion(check_cache_write, runs_in="simulator"),
     Criterion(check_decode_one_head, runs_in="simulator"),
     Criterion(check_decode_batch_with_gqa, runs_in="simulator"),
+    Criterion(check_decode_has_no_shared_memory_race, runs_in="simulator"),
     Criterion(check_decode_on_a_gpu, runs_in="gpu"),
 )

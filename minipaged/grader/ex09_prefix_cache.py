@@ -9,6 +9,7 @@ cache's part is to forget a reused block and everything below it.
 from __future__ import annotations
 
 import random
+import time
 
 from minipaged.block_manager import BlockManager
 from minipaged.events import PrefixEvict, PrefixHit
@@ -130,35 +131,129 @@ def check_forget_cuts_the_subtree(student):
     expect(cache.cached_blocks(), (), "cached_blocks() after forgetting the root's child")
 
 
-def check_random_operations_match_the_contract(student):
-    """500 random inserts, matches and forgets give what the prefix contract says"""
-    rng = random.Random(9)
-    cache, model = _cache(student), PrefixModel(2)
-    log, next_block = [], 0
-    for _ in range(500):
+def tree_problems(cache) -> list[str]:
+    """What is wrong with the tree's own shape, walking it from ``cache.root``: every non-root
+    edge holds at least one block, with one chunk per block; every child's ``parent`` is the
+    node whose ``children`` hold it, under the key of its first chunk; and the blocks on the
+    edges are exactly ``cached_blocks()``."""
+    problems, on_edges, stack = [], [], [(cache.root, ())]
+    while stack:
+        node, path = stack.pop()
+        for key, child in node.children.items():
+            here = path + tuple(child.chunks[:1])
+            if not child.blocks:
+                problems.append(f"the edge after {list(path)} is empty: remove an emptied node")
+            if len(child.chunks) != len(child.blocks):
+                problems.append(
+                    f"the edge after {list(path)} has {len(child.chunks)} chunks but "
+                    f"{len(child.blocks)} blocks {child.blocks}: one block per chunk"
+                )
+            if child.parent is not node:
+                problems.append(
+                    f"the node of blocks {child.blocks} (after {list(path)}) has a parent "
+                    "other than the node whose children hold it: set child.parent when you "
+                    "split or move a node"
+                )
+            if child.chunks and key != child.chunks[0]:
+                problems.append(
+                    f"the node of blocks {child.blocks} is a child under key {key}, but its "
+                    f"first chunk is {child.chunks[0]}"
+                )
+            on_edges += child.blocks
+            stack.append((child, here))
+    cached = tuple(cache.cached_blocks())
+    if tuple(sorted(on_edges)) != cached:
+        problems.append(
+            f"the edges hold blocks {sorted(on_edges)}, but cached_blocks() is {list(cached)}"
+        )
+    return problems
+
+
+def random_program(seed: int = 9, length: int = 500) -> list[tuple]:
+    """``length`` random operations, each ``("insert", tokens, blocks)``, ``("match", tokens)``
+    or ``("forget", block)``, over tokens 1 and 2 so that prefixes collide and edges split.
+    Half the inserts reuse the blocks of the cached prefix, as a prefix hit would."""
+    rng, model, program, next_block = random.Random(seed), PrefixModel(2), [], 0
+    for _ in range(length):
         tokens = [rng.randint(1, 2) for _ in range(rng.randint(0, 9))]
         op = rng.random()
         if op < 0.4:
             blocks = list(range(next_block, next_block + len(tokens) // 2 + 1))
-            if rng.random() < 0.5:  # share the blocks of the cached prefix, as a hit would
+            if rng.random() < 0.5:
                 hit = model.match(tokens)
                 blocks[: len(hit)] = hit
             next_block += len(blocks)
-            log.append(f"insert({tokens}, {blocks})")
-            expect(cache.insert(tokens, blocks), model.insert(tokens, blocks), log[-1])
+            program.append(("insert", tokens, blocks))
+            model.insert(tokens, blocks)
         elif op < 0.8:
-            log.append(f"match({tokens})")
-            expect(cache.match(tokens), model.match(tokens), log[-1])
+            program.append(("match", tokens))
         else:
             block = rng.randrange(max(next_block, 1))
-            log.append(f"forget({block})")
-            expect(cache.forget(block), model.forget(block), log[-1])
-        got = tuple(cache.cached_blocks())
-        if got != tuple(sorted(model.blocks.values())):
-            raise CheckFailed(
-                f"cached_blocks() is {got}, expected {tuple(sorted(model.blocks.values()))}, "
-                "after:\n  " + "\n  ".join(log[-6:])
+            program.append(("forget", block))
+            model.forget(block)
+    return program
+
+
+def _call(op: tuple) -> str:
+    return f"{op[0]}({', '.join(map(repr, op[1:]))})"
+
+
+def run_program(student, program: list[tuple]) -> str:
+    """Run ``program`` on a fresh tree of the student's and on the contract's model; return
+    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``."""
+    cache, model = _cache(student), PrefixModel(2)
+    for op in program:
+        try:
+            got = getattr(cache, op[0])(*op[1:])
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            return f"{_call(op)} raised {type(error).__name__}: {error}{student.where(error)}"
+        expected = getattr(model, op[0])(*op[1:])
+        if got != expected:
+            return f"{_call(op)} returned {got!r}, expected {expected!r}"
+        problems = tree_problems(cache)
+        if problems:
+            return f"after {_call(op)} the tree is broken: " + "; ".join(problems[:2])
+        blocks = tuple(sorted(model.blocks.values()))
+        if tuple(cache.cached_blocks()) != blocks:
+            return (
+                f"after {_call(op)}, cached_blocks() is {cache.cached_blocks()}, expected {blocks}"
             )
+    return ""
+
+
+def shrink(student, program: list[tuple], failure: str, seconds: float = 3.0):
+    """A shorter program that still fails, and its failure: drop runs of operations, halving
+    the run's length, for as long as something fails (delta debugging), within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    size = max(len(program) // 2, 1)
+    while size >= 1 and time.monotonic() < deadline:
+        i, dropped = 0, False
+        while i < len(program) and time.monotonic() < deadline:
+            candidate = program[:i] + program[i + size :]
+            why = run_program(student, candidate) if candidate else ""
+            if why:
+                program, failure, dropped = candidate, why, True
+            else:
+                i += size
+        if not dropped:
+            size //= 2
+    return program, failure
+
+
+def check_random_operations_match_the_contract(student):
+    """500 random inserts, matches and forgets give what the contract says, and keep the tree
+    sound: no empty edge below the root, parent pointers that agree with the children"""
+    program = random_program()
+    failure = run_program(student, program)
+    if failure:
+        short, failure = shrink(student, program, failure)
+        steps = "\n  ".join(f"cache.{_call(op)}" for op in short)
+        raise CheckFailed(
+            f"{failure}\nThe shortest failing program found ({len(short)} of the "
+            f"{len(program)} random operations), on a new RadixCache(block_size=2):\n  {steps}"
+        )
 
 
 def check_block_manager_hits_and_evicts_least_recent_first(student):

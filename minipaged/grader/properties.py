@@ -51,9 +51,9 @@ class SimulatedKV:
         self.written: dict[int, list[int]] = {}
         self._tokens = itertools.count(1)
 
-    def write(self, seq: int, slot: int) -> None:
+    def write(self, seq: int, slot: int, pool: str = "device") -> None:
         token = next(self._tokens)
-        self.slots["device"][slot] = token
+        self.slots[pool][slot] = token
         self.written.setdefault(seq, []).append(token)
 
     def copy(self, src_pool: str, src: int, dst_pool: str, dst: int) -> None:
