@@ -30,6 +30,7 @@ from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram, run_programs
 from minipaged.grader.report import BLOCKED, FAIL, PASS
 from minipaged.grader.student import Student
+from minipaged.scheduler import _insert_by_arrival
 
 IN_PROCESS = [
     n for n, ex in EXERCISES.items() if all(c.runs_in == "process" for c in ex.criteria())
@@ -460,8 +461,6 @@ def test_a_victim_out_of_arrival_order_is_caught(insert, words):
 
 
 def test_a_preempt_event_recorded_after_its_frees_is_caught():
-    from minipaged.scheduler import _insert_by_arrival
-
     scheduler = _scheduler_with(_preempt_by_recompute(_insert_by_arrival, record_first=False))
     names = ["the_preempt_event_comes_first", "a_victim_keeps_its_arrival_order"]
     failed = failures_of(5, names, scheduler=scheduler)
@@ -588,3 +587,86 @@ def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
     assert result.outcome == FAIL
     assert "no cuda.syncthreads() between them" in result.message
     assert "paged_attention.py, line" in result.message
+
+
+# -- §2: messages a student can act on ----------------------------------------------------------
+
+
+def test_a_changed_block_state_is_shown_as_the_fields_that_differ():
+    class CountsFirst(BlockManager):
+        """Counts the token before finding out there is no block for it."""
+
+        def append_slot(self, seq, token_ids=None):
+            self.table(seq).num_tokens += 1
+            self.table(seq).num_tokens -= 1 if self.device.num_free else 0
+            return super().append_slot(seq, token_ids)
+
+    module = SimpleNamespace(BlockManager=CountsFirst)
+    failed = failures_of(3, ["out_of_blocks_changes_nothing"], block_manager=module)
+    message = failed["out_of_blocks_changes_nothing"]
+    assert message == (
+        "the block state after the refused append: tables[1].num_tokens: expected 6, got 7"
+    )
+
+
+def test_preempted_requests_are_named_by_request_id():
+    def preempt_twice(self, group, out):  # reports the victim twice
+        _preempt_by_recompute(_insert_by_arrival)(self, group, out)
+        out.preempted.append(group)
+
+    failed = failures_of(
+        5, ["recompute_frees_the_blocks_and_requeues"], scheduler=_scheduler_with(preempt_twice)
+    )
+    assert failed["recompute_frees_the_blocks_and_requeues"] == (
+        "the step's preempted requests, by id: expected ['b'], got ['b', 'b']"
+    )
+
+
+def test_a_fork_that_accepts_an_unknown_parent_says_what_it_did():
+    class Lenient(BlockManager):
+        def fork(self, parent, child):
+            if parent in self.tables:
+                return super().fork(parent, child)
+            return None
+
+    module = SimpleNamespace(BlockManager=Lenient)
+    failed = failures_of(4, ["fork_refuses_bad_sequences"], block_manager=module)
+    assert failed["fork_refuses_bad_sequences"].startswith(
+        "fork(7, 8) when seq 7 does not exist: expected KeyError, but it returned without raising"
+    )
+
+
+def test_hypothesis_failing_while_shrinking_reports_the_original_failure(monkeypatch):
+    """A student's manager that behaves differently on a rerun makes hypothesis end its
+    shrinking in FlakyStrategyDefinition; the student sees their own bug, not that."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from minipaged.grader import properties
+
+    real_run = properties._run
+
+    def flaky_when_shrinking(cls, max_examples, shrink):
+        if shrink:
+            raise FlakyStrategyDefinition("Inconsistent data generation!")
+        real_run(cls, max_examples, shrink)
+
+    monkeypatch.setattr(properties, "_run", flaky_when_shrinking)
+    with pytest.raises(AssertionError, match="leak: every sequence is freed") as caught:
+        run_programs(BlockManagerMachine, bug_zoo.LeakOnFree)
+    assert "after this program:" in str(caught.value)
+    assert "Flaky" not in str(caught.value)
+
+
+def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkeypatch):
+    """Two runs give the same shrunk program, and a budget of one program still reports a
+    failing program: the shortest seen, not the unshrunk one."""
+    from minipaged.grader import properties
+
+    def report():
+        with pytest.raises(AssertionError) as caught:
+            run_programs(BlockManagerMachine, bug_zoo.MissingCow)
+        return str(caught.value)
+
+    assert report() == report()
+    monkeypatch.setattr(properties, "SHRINK_RUNS", 1)
+    assert "after this program:" in report()

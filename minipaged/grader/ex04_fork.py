@@ -118,7 +118,10 @@ def check_fork_refuses_bad_sequences(student):
             raise
         except Exception as other:
             raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
-        raise CheckFailed(f"{what}: expected {error.__name__}, but it returned")
+        raise CheckFailed(
+            f"{what}: expected {error.__name__}, but it returned without raising; check the "
+            "sequences before changing any table or refcount"
+        )
 
 
 def check_random_programs_keep_every_invariant(student):
