@@ -13,6 +13,7 @@ import json
 import operator
 import re
 from collections import Counter
+from importlib import import_module
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram
 from minipaged.grader.report import BLOCKED, FAIL, PASS
 from minipaged.grader.student import Student
 from minipaged.scheduler import _insert_by_arrival
+from tui.scenarios import EXERCISE_SCENARIOS
 
 IN_PROCESS = [
     n for n, ex in EXERCISES.items() if all(c.runs_in == "process" for c in ex.criteria())
@@ -52,9 +54,13 @@ def test_each_exercise_has_a_readme_starter_files_and_checks(number):
     ex = EXERCISES[number]
     folder = TUTORIALS / ex.folder
     readme = (folder / "README.md").read_text()
-    for section in ("**Goal.**", "## Background", "## Tasks", "## Hints"):
+    sections = ("**Goal.**", "**Time.** About", "## Background", "## Tasks", "## Hints")
+    for section in sections + ("<details>", "## See it run"):
         assert section in readme, f"{ex.folder}/README.md lacks {section}"
-    assert f"minipaged exercises check {number}" in readme
+    assert readme.startswith(f"# {number:02d} · ")
+    assert f"minipaged exercises check {number}`" in readme
+    if number in EXERCISE_SCENARIOS:  # the TUI can run this exercise's part of a block manager
+        assert f"minipaged tui --exercise {number}`" in readme
     for target in re.findall(r"\]\(([^)#]+)", readme):
         assert (folder / target).exists(), f"{ex.folder}/README.md links to missing {target}"
     for name in ex.files:
@@ -77,14 +83,19 @@ def test_untouched_starter_fails_every_criterion(number):
     assert all("not written yet" in r.message for r in report.results)
 
 
+SIMULATED = [n for n, ex in EXERCISES.items() if n not in IN_PROCESS]
+
+
 @pytest.mark.slow
-def test_kernel_exercise_passes_in_the_simulator_and_its_starter_fails():
-    """Exercise 07 runs its checks in a simulator process (and blocks the GPU one here)."""
+@pytest.mark.parametrize("number", SIMULATED)
+def test_kernel_exercise_passes_in_the_simulator_and_its_starter_fails(number):
+    """The CUDA exercises run their checks in a simulator process (and block the GPU ones)."""
     gpu = torch.cuda.is_available()
-    solution = outcomes(grade(7, solution=True))
-    starter = outcomes(grade(7))
-    assert solution.pop("decode_on_a_gpu") == (PASS if gpu else BLOCKED)
-    assert starter.pop("decode_on_a_gpu") == (FAIL if gpu else BLOCKED)
+    solution = outcomes(grade(number, solution=True))
+    starter = outcomes(grade(number))
+    for name in [n for n in solution if n.endswith("on_a_gpu")]:
+        assert solution.pop(name) == (PASS if gpu else BLOCKED)
+        assert starter.pop(name) == (FAIL if gpu else BLOCKED)
     assert set(solution.values()) == {PASS}
     assert set(starter.values()) == {FAIL}
 
@@ -96,7 +107,7 @@ def test_reference_properties_catch_each_bug_zoo_member(member):
 
 
 def test_properties_that_check_nothing_raise_no_false_alarm_and_catch_no_bug():
-    failed = failures(8, properties=SimpleNamespace(BlockManagerMachine=BlockManagerProgram))
+    failed = failures(6, properties=SimpleNamespace(BlockManagerMachine=BlockManagerProgram))
     assert "no_false_alarm" not in failed
     rules = [f"rule_{n}_on_its_own" for n in range(1, 6)]
     assert sorted(failed) == sorted(rules + [f"catches_{m.__name__}" for m in bug_zoo.BUG_ZOO])
@@ -106,10 +117,10 @@ def test_properties_that_check_nothing_raise_no_false_alarm_and_catch_no_bug():
 @pytest.mark.parametrize(
     ("exercise", "member", "criterion", "words"),
     [
-        (3, bug_zoo.MissingCow, "shared_partly_filled_block_is_copied", "no copy-on-write"),
-        (3, bug_zoo.LostCowCopy, "shared_partly_filled_block_is_copied", "returned cow=None"),
-        (4, bug_zoo.DoubleFree, "fork_raises_each_refcount_by_one", "expected [2, 2], got [1, 1]"),
-        (4, bug_zoo.LeakOnFree, "free_releases_only_unshared_blocks", "got [1, 1, 1]"),
+        (4, bug_zoo.MissingCow, "shared_partly_filled_block_is_copied", "no copy-on-write"),
+        (4, bug_zoo.LostCowCopy, "shared_partly_filled_block_is_copied", "returned cow=None"),
+        (3, bug_zoo.DoubleFree, "fork_raises_each_refcount_by_one", "expected [2, 2], got [1, 1]"),
+        (3, bug_zoo.LeakOnFree, "free_releases_only_unshared_blocks", "got [1, 1, 1]"),
         (5, bug_zoo.StaleTableAfterSwap, "swap_in_restores_the_contents", "seq 1's tokens"),
     ],
 )
@@ -150,7 +161,7 @@ def test_softmax_without_the_running_max_fails_only_the_stability_criteria():
     student = SimpleNamespace(
         paged_attention_decode_loop=loop_without_max, paged_attention_decode=paged_attention_decode
     )
-    failed = failures(6, attention=student)
+    failed = failures(7, attention=student)
     assert list(failed) == [
         "loop_online_softmax_is_stable",
         "loop_online_softmax_starts_at_minus_infinity",  # exp(s) of every score underflows
@@ -165,18 +176,70 @@ def test_a_file_that_does_not_import_fails_every_criterion_with_the_line(tmp_pat
     assert report.results[0].message.startswith("could not import memory.py, line 1: SyntaxError")
 
 
-def test_a_check_that_runs_too_long_is_stopped(tmp_path, monkeypatch):
+def starter_with(tmp_path, todo: str, code: str, tail: str = "") -> Path:
+    """Exercise 01's starter in ``tmp_path`` with the line raising ``todo`` replaced by
+    ``code``, and ``tail`` run at the end of the import."""
     source = (TUTORIALS / EXERCISES[1].folder / "starter" / "memory.py").read_text()
-    hang = source.replace(
-        'raise NotImplementedError("exercise 01: return j = floor(t / B)")', "while True: pass"
-    )
-    (tmp_path / "memory.py").write_text(hang)
-    monkeypatch.setattr(grading, "CHECK_SECONDS", 0.5)
-    result = grade(1, tmp_path).results[0]
+    line = f'raise NotImplementedError("exercise 01: {todo}")'
+    assert line in source
+    (tmp_path / "memory.py").write_text(source.replace(line, code) + tail)
+    return tmp_path
+
+
+def test_a_check_that_runs_too_long_is_stopped(tmp_path):
+    folder = starter_with(tmp_path, "return j = floor(t / B)", "while True: pass")
+    result = grade(1, folder, limits=grading.Limits(check_seconds=0.5)).results[0]
     assert (result.outcome, result.message[:25]) == (FAIL, "still running after 0.5 s")
 
 
-@pytest.mark.parametrize("number", [2, 3, 4, 5, 9])
+def test_student_code_runs_in_a_child_process_under_limits(tmp_path):
+    """Runaway memory fails one criterion with the cause; printing does not confuse the grader;
+    the child's death fails only the criteria it had not finished."""
+    folder = starter_with(
+        tmp_path,
+        "return o = t mod B",
+        "return bytearray(8 * 2**30)",
+        tail="print('hello from the student')\n",
+    )
+    source = (folder / "memory.py").read_text()
+    (folder / "memory.py").write_text(
+        source.replace(
+            'raise NotImplementedError("exercise 01: return M = ceil(L / B)")',
+            "import os; os._exit(3)",
+        )
+    )
+    results = grade(1, folder, limits=grading.Limits(memory_gib=3.0)).results
+    messages = {r.name: r.message for r in results}
+    assert messages["block_offset"].startswith("ran out of memory (MemoryError) (memory.py")
+    assert messages["logical_block"].startswith("not written yet")  # finished before the exit
+    assert messages["num_logical_blocks"].startswith("the grading process failed (exit status 3)")
+    assert messages["block_bytes"] == messages["num_logical_blocks"]
+
+
+def test_a_child_that_never_finishes_is_stopped_by_the_clock_and_cpu_limits(tmp_path):
+    sleeper = tmp_path / "a"
+    sleeper.mkdir()
+    (sleeper / "memory.py").write_text("import time\ntime.sleep(60)\n")
+    limits = grading.Limits(wall_seconds=3.0)
+    results = grade(1, sleeper, limits=limits).results
+    assert {r.message for r in results} == {
+        "the grading process was still running after 3 s: stopped"
+    }
+    spinner = tmp_path / "b"
+    spinner.mkdir()
+    (spinner / "memory.py").write_text("while True:\n    pass\n")
+    results = grade(1, spinner, limits=grading.Limits(cpu_seconds=2)).results
+    assert results[0].message.startswith("the grading process used its 2 s of CPU time")
+
+
+def test_the_tui_maps_exactly_the_exercises_that_build_a_block_manager():
+    builds = {
+        n for n, ex in EXERCISES.items() if hasattr(import_module(ex.checks), "block_manager_class")
+    }
+    assert set(EXERCISE_SCENARIOS) == builds
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISE_SCENARIOS))
 def test_block_manager_class_is_a_drop_in_block_manager(number):
     cls = block_manager_class(number, solution=True)
     assert issubclass(cls, BlockManager)
@@ -190,7 +253,7 @@ def test_block_manager_class_is_a_drop_in_block_manager(number):
 
 
 def test_block_manager_class_refuses_an_exercise_without_one():
-    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 and 9"):
+    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 and 12"):
         block_manager_class(6, solution=True)
 
 
@@ -212,21 +275,21 @@ def test_cli_check_exits_0_on_the_solution_and_writes_the_report(tmp_path, capsy
 
 def test_cli_check_exits_1_on_the_starter_and_prints_the_notation_intact(tmp_path, capsys):
     target = tmp_path / "report.json"
-    assert cli.main(["exercises", "check", "3", "--json", str(target)]) == 1
+    assert cli.main(["exercises", "check", "4", "--json", str(target)]) == 1
     out = capsys.readouterr().out
     assert "FAIL     R[p] = 1 and o > 0: the token is written in place" in out
-    assert "not written yet: exercise 03: reserve the slot" in out
+    assert "not written yet: exercise 04: reserve the slot" in out
     assert json.loads(target.read_text())["counts"] == {"pass": 0, "fail": 7, "blocked": 0}
 
 
 def test_cli_check_of_a_folder_without_the_files_says_what_to_do(tmp_path, capsys):
-    assert cli.main(["exercises", "check", "3", "--path", str(tmp_path)]) == 2
+    assert cli.main(["exercises", "check", "4", "--path", str(tmp_path)]) == 2
     assert "has no block_manager.py" in capsys.readouterr().err
 
 
 def test_cli_check_of_an_unknown_exercise_is_refused(capsys):
-    assert cli.main(["exercises", "check", "12"]) == 2
-    assert "no exercise 12" in capsys.readouterr().err
+    assert cli.main(["exercises", "check", "13"]) == 2
+    assert "no exercise 13" in capsys.readouterr().err
 
 
 def test_a_plugged_in_block_manager_runs_the_engine_like_the_library():
@@ -342,7 +405,7 @@ RULE_CRITERIA = [f"rule_{n}_on_its_own" for n in range(1, 6)]
 
 def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
     answer = student_properties()
-    assert failures_of(8, RULE_CRITERIA + ["no_false_alarm"], properties=answer) == {}
+    assert failures_of(6, RULE_CRITERIA + ["no_false_alarm"], properties=answer) == {}
 
 
 @pytest.mark.parametrize(
@@ -367,13 +430,13 @@ def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
     ],
 )
 def test_an_incomplete_property_fails_exactly_its_rules(mistake, rules, words):
-    failed = failures_of(8, RULE_CRITERIA, properties=student_properties(**mistake))
+    failed = failures_of(6, RULE_CRITERIA, properties=student_properties(**mistake))
     assert list(failed) == [f"rule_{rule}_on_its_own" for rule in rules]
     assert words in failed[f"rule_{rules[0]}_on_its_own"]
 
 
 def test_a_suite_of_only_two_rules_fails_the_other_three():
-    failed = failures_of(8, RULE_CRITERIA, properties=student_properties(rules=(1, 4)))
+    failed = failures_of(6, RULE_CRITERIA, properties=student_properties(rules=(1, 4)))
     assert sorted(failed) == ["rule_2_on_its_own", "rule_3_on_its_own", "rule_5_on_its_own"]
 
 
@@ -480,7 +543,7 @@ def test_a_running_max_started_at_zero_fails_with_the_cause_named():
         paged_attention_decode_loop=namespace["paged_attention_decode_loop"],
         paged_attention_decode=paged_attention_decode,
     )
-    failed = failures(6, attention=student)
+    failed = failures(7, attention=student)
     assert list(failed) == ["loop_online_softmax_starts_at_minus_infinity"]
     assert (
         "does the running max m start at 0?"
@@ -496,7 +559,7 @@ def test_reading_past_the_sequence_end_is_named_as_the_cause_of_nan():
     student = SimpleNamespace(
         paged_attention_decode_loop=reads_whole_blocks, paged_attention_decode=reads_whole_blocks
     )
-    failed = failures(6, attention=student)
+    failed = failures(7, attention=student)
     assert "loop_one_block" in failed
     for message in failed.values():
         assert "reads slots past the sequence's end" in message, message
@@ -563,7 +626,7 @@ class _ForgetsTheWrongBlock(radix_cache.RadixCache):
 )
 def test_a_radix_tree_bug_is_shown_as_a_short_program(cls, words):
     module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
-    failed = failures_of(9, ["random_operations_match_the_contract"], radix_cache=module)
+    failed = failures_of(12, ["random_operations_match_the_contract"], radix_cache=module)
     message = failed["random_operations_match_the_contract"]
     assert words in message
     program = message.split("RadixCache(block_size=2):\n")[1].splitlines()
@@ -583,7 +646,7 @@ def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
     assert barrier in source
     (tmp_path / "paged_attention.py").write_text(source.replace(barrier, "            # gone"))
     (tmp_path / "cache_ops.py").write_text((library / "cache_ops.py").read_text())
-    result = {r.name: r for r in grade(7, tmp_path).results}["decode_has_no_shared_memory_race"]
+    result = {r.name: r for r in grade(11, tmp_path).results}["decode_has_no_shared_memory_race"]
     assert result.outcome == FAIL
     assert "no cuda.syncthreads() between them" in result.message
     assert "paged_attention.py, line" in result.message
@@ -602,7 +665,7 @@ def test_a_changed_block_state_is_shown_as_the_fields_that_differ():
             return super().append_slot(seq, token_ids)
 
     module = SimpleNamespace(BlockManager=CountsFirst)
-    failed = failures_of(3, ["out_of_blocks_changes_nothing"], block_manager=module)
+    failed = failures_of(4, ["out_of_blocks_changes_nothing"], block_manager=module)
     message = failed["out_of_blocks_changes_nothing"]
     assert message == (
         "the block state after the refused append: tables[1].num_tokens: expected 6, got 7"
@@ -630,7 +693,7 @@ def test_a_fork_that_accepts_an_unknown_parent_says_what_it_did():
             return None
 
     module = SimpleNamespace(BlockManager=Lenient)
-    failed = failures_of(4, ["fork_refuses_bad_sequences"], block_manager=module)
+    failed = failures_of(3, ["fork_refuses_bad_sequences"], block_manager=module)
     assert failed["fork_refuses_bad_sequences"].startswith(
         "fork(7, 8) when seq 7 does not exist: expected KeyError, but it returned without raising"
     )
@@ -670,3 +733,96 @@ def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkey
     assert report() == report()
     monkeypatch.setattr(properties, "SHRINK_RUNS", 1)
     assert "after this program:" in report()
+
+
+@pytest.mark.slow
+def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
+    """Two CUDA bugs graded in one simulator process each: a block copy with one element per
+    thread (no loop), and a tree reduction that drops its last barrier, which the simulator's
+    sums do not show but the race check does."""
+    import cuda_kernels
+
+    library = Path(cuda_kernels.__file__).parent
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    source = (library / "cache_ops.py").read_text()
+    loop = (
+        "    for e in range(cuda.threadIdx.x, num_kv_heads * block_size * head_dim, "
+        "cuda.blockDim.x):"
+    )
+    assert loop in source
+    one = "    for e in range(cuda.threadIdx.x, min(cuda.threadIdx.x + 1, key_pool[0].size)):"
+    (copy / "cache_ops.py").write_text(source.replace(loop, one))
+    failed = {r.name: r.message for r in grade(8, copy).results if r.outcome == FAIL}
+    assert list(failed) == ["blocks_larger_than_the_threads"]
+    assert "element 32 of the block's 256" in failed["blocks_larger_than_the_threads"]
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    source = (library / "block_reduce.py").read_text()
+    barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
+    assert barrier in source
+    (tree / "block_reduce.py").write_text(source.replace(barrier, "        # gone:"))
+    failed = {r.name: r.message for r in grade(10, tree).results if r.outcome == FAIL}
+    assert "dot_product" not in failed  # one reduction alone is right; the race is the next one
+    assert "no cuda.syncthreads() between them" in failed["no_shared_memory_race"]
+
+
+def test_a_students_run_for_the_tui_is_recorded_in_a_child_process(tmp_path):
+    """``tui --exercise N --path DIR`` replays a run recorded in a limited child: the untouched
+    starter's run ends at its NotImplementedError, named with the student's line; a manager
+    that never returns is stopped by the clock instead of freezing the TUI."""
+    from minipaged.grader.recorded_run import record_student_run
+    from tui.scenarios import SCENARIOS
+
+    recorded, error = record_student_run(SCENARIOS["parallel"], 4, None, "tiny")
+    assert recorded.steps  # the prefill ran; the first decode step needed append_slot
+    assert error.startswith("NotImplementedError: exercise 04: reserve the slot")
+    assert "(block_manager.py, line" in error
+
+    source = (TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py").read_text()
+    todo = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write"'
+    assert todo in source
+    (tmp_path / "block_manager.py").write_text(source.replace(todo, "while True: pass  # ("))
+    with pytest.raises(ValueError, match="took more than 10 s: is there a loop that never ends"):
+        record_student_run(
+            SCENARIOS["parallel"], 4, tmp_path, "tiny", grading.Limits(wall_seconds=10.0)
+        )
+
+
+def test_the_course_climbs_fork_before_copy_on_write_and_invariants_after_preemption():
+    order = [ex.folder.split("-", 1)[1] for ex in EXERCISES.values()]
+    assert order.index("fork") < order.index("copy-on-write")
+    assert order.index("invariants") == order.index("preemption") + 1
+    kernel_steps = ["copy-blocks", "reshape-and-cache", "block-reduce", "decode-kernel"]
+    start = order.index(kernel_steps[0])
+    assert order[start : start + 4] == kernel_steps
+    assert list(EXERCISES) == list(range(1, len(EXERCISES) + 1))
+
+
+def test_init_copies_a_starter_out_of_the_package_and_it_grades(tmp_path, capsys):
+    target = tmp_path / "ex03"
+    assert cli.main(["exercises", "init", "3", str(target)]) == 0
+    assert sorted(p.name for p in target.iterdir()) == ["README.md", "block_manager.py"]
+    assert "minipaged exercises check 3 --path" in capsys.readouterr().out
+    assert cli.main(["exercises", "check", "3", "--path", str(target)]) == 1
+    assert cli.main(["exercises", "init", "3", str(target)]) == 2  # never overwrites work
+    assert "already holds README.md, block_manager.py" in capsys.readouterr().err
+
+
+def test_the_packaged_starters_are_every_exercises_files():
+    """pyproject's package data ships every README and starter file, through the package's
+    link to tutorials/, so init works from an installed package."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from fnmatch import fnmatch
+
+    import minipaged
+
+    project = tomllib.loads((Path(minipaged.__file__).parents[1] / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["minipaged"]
+    grader = Path(minipaged.__file__).parent / "grader"
+    assert (grader / "tutorials").resolve() == TUTORIALS
+    for ex in EXERCISES.values():
+        for name in ("README.md",) + tuple(f"starter/{f}" for f in ex.files):
+            packaged = f"grader/tutorials/{ex.folder}/{name}"
+            assert any(fnmatch(packaged, p) for p in patterns), packaged

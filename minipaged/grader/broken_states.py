@@ -1,4 +1,4 @@
-"""Hand-built block states that break exactly one of exercise 08's five rules.
+"""Hand-built block states that break exactly one of exercise 06's five rules.
 
 The bug zoo (``bug_zoo``) breaks rules the way real code does, and a bug usually breaks
 several at once, so a suite that checks only some rules can still catch every member. These
@@ -48,7 +48,7 @@ class PresetAllocator(BlockAllocator):
 
 @dataclass(frozen=True)
 class BrokenState:
-    """One state, the rule it breaks (1 to 5, as exercise 08's README numbers them) and what
+    """One state, the rule it breaks (1 to 5, as exercise 06's README numbers them) and what
     is wrong with it, in the words a failed criterion shows the student."""
 
     rule: int

@@ -9,7 +9,7 @@ can be read back through its block table $\\mathcal{T}_r$.
 
 ``BlockManagerMachine`` adds the properties: the shared invariants of
 ``minipaged.invariants``, exclusive writes (§5), read-back, and no leak once every sequence is
-freed. It is the solution of exercise 08, whose students write their own
+freed. It is the solution of exercise 06, whose students write their own
 ``BlockManagerMachine`` on the same driver, and the grader runs it against the block managers
 of exercises 02 to 05.
 """
@@ -231,7 +231,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
 
 
 class BlockManagerMachine(BlockManagerProgram):
-    """The reference properties (exercise 08's solution)."""
+    """The reference properties (exercise 06's solution)."""
 
     @invariant()
     def block_state_invariants_hold(self):

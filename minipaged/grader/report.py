@@ -132,9 +132,3 @@ class Report:
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
         verdict = "[green]all criteria met[/green]" if self.passed else "[red]not yet[/red]"
         console.print(f"{summary}: {verdict}")
-
-
-def report_from_dict(record: dict) -> Report:
-    """Rebuild a ``Report`` from ``Report.to_dict`` output (how a subprocess hands it back)."""
-    results = [Result(**r) for r in record["criteria"]]
-    return Report(record["exercise"], record["title"], record["graded"], results)
