@@ -122,8 +122,16 @@ def _run(args: argparse.Namespace) -> int:
     if target is None and not args.solution:
         target = (args.path or EXERCISES[args.number].starter) / REPORT_NAME
     if target is not None:
-        report.save(target)
-        console.print(f"report: {target}", highlight=False)
+        try:
+            report.save(target)
+            console.print(f"report: {target}", highlight=False)
+        except OSError as error:  # an installed package's starter folder is not writable
+            console.print(
+                f"no report written ({error.strerror}: {target}); copy the exercise out with "
+                f"`minipaged exercises init {args.number} DIR`, or pass --json FILE",
+                markup=False,
+                highlight=False,
+            )
     return 0 if report.passed else 1
 
 

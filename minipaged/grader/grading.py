@@ -1,9 +1,10 @@
 """Grading one exercise: run its criteria, each where it can run, and collect a ``Report``.
 
 A student's code never runs in the grader's own process. It runs in a child process (``python
--m minipaged.grader``) under ``Limits``: an address-space limit (``RLIMIT_AS``), a CPU-time
-limit (``RLIMIT_CPU``), both set in the child before it starts, and a wall-clock limit after
-which the parent kills it; each criterion also has its own time limit inside the child. The
+-m minipaged.grader``) under ``Limits``: an address-space limit (``RLIMIT_AS``) and a CPU-time
+limit (``RLIMIT_CPU``), both set by the child itself before it loads any student code, and a
+wall-clock limit after which the parent kills it; each criterion also has its own time limit
+inside the child. The
 child reports each criterion as it finishes, so a child that is killed still reports the
 criteria it finished, and the rest fail with what happened. This is resource isolation, not a
 security sandbox: the child runs as the same user, with the same files and network.
@@ -133,16 +134,13 @@ def _run_elsewhere(
             return [_result(c, BLOCKED, reason) for c in group]
         env.pop("NUMBA_ENABLE_CUDASIM", None)
     command = [sys.executable, "-m", "minipaged.grader", str(number), "--runs-in", runs_in]
-    command += ["--check-seconds", str(limits.check_seconds)]
-    command += ["--solution"] if solution else ["--path", str(path or exercise(number).starter)]
     memory = None if runs_in == "gpu" else limits.memory_gib
+    command += ["--check-seconds", str(limits.check_seconds)] + limit_arguments(
+        memory, limits.cpu_seconds
+    )
+    command += ["--solution"] if solution else ["--path", str(path or exercise(number).starter)]
     child = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: _limit_resources(memory, limits.cpu_seconds),
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         out, err = child.communicate(timeout=limits.wall_seconds)
@@ -159,8 +157,16 @@ def _run_elsewhere(
     return [done.get(c.name) or _result(c, FAIL, why) for c in group]
 
 
-def _limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
-    """In the child, before it runs anything: cap its address space and CPU time."""
+def limit_arguments(memory_gib: float | None, cpu_seconds: int | None) -> list[str]:
+    """The command-line options that make a grading child call ``limit_resources``."""
+    return (["--memory-gib", str(memory_gib)] if memory_gib is not None else []) + (
+        ["--cpu-seconds", str(cpu_seconds)] if cpu_seconds is not None else []
+    )
+
+
+def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
+    """In a grading child, first thing, before any student code loads: cap its address space
+    and its CPU time. The limits hold for the rest of the process's life."""
     if memory_gib is not None:
         size = int(memory_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (size, size))

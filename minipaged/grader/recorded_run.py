@@ -3,10 +3,10 @@
 ``minipaged tui --exercise N --path DIR`` shows the student's code at work. Imported into the
 TUI's own process, a loop that never ends would freeze it and a runaway allocation could take
 the machine down. So the run happens here instead: the TUI pickles the scenario, starts
-``python -m minipaged.grader.recorded_run`` under the grader's ``Limits`` (address space, CPU
-time, wall clock), and replays the trace the child writes: every ``StepOutput`` the run made,
-up to the end or to the student's first exception, whose message the header carries as
-``"error"``. Resource isolation, not a security sandbox.
+``python -m minipaged.grader.recorded_run``, which limits itself by the grader's ``Limits``
+(address space, CPU time; the parent keeps the wall clock), and replays the trace the child
+writes: every ``StepOutput`` the run made, up to the end or to the student's first exception,
+whose message the header carries as ``"error"``. Resource isolation, not a security sandbox.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from minipaged import trace
-from minipaged.grader.grading import Limits, _limit_resources
+from minipaged.grader.grading import Limits, limit_arguments, limit_resources
 
 MAX_STEPS = 5000
 """A run still going after this many steps is cut there: a scheduler that never finishes."""
@@ -39,13 +39,13 @@ def record_student_run(
         command = [sys.executable, "-m", "minipaged.grader.recorded_run", str(number)]
         command += [str(scenario_file), str(trace_file), "--model", model]
         command += ["--path", str(path)] if path is not None else []
+        command += limit_arguments(limits.memory_gib, limits.cpu_seconds)
         try:
             done = subprocess.run(
                 command,
                 capture_output=True,
                 text=True,
                 timeout=limits.wall_seconds,
-                preexec_fn=lambda: _limit_resources(limits.memory_gib, limits.cpu_seconds),
             )
         except subprocess.TimeoutExpired:
             raise ValueError(
@@ -94,5 +94,8 @@ if __name__ == "__main__":
     parser.add_argument("trace_file", type=Path)
     parser.add_argument("--path", type=Path)
     parser.add_argument("--model", default="tiny")
+    parser.add_argument("--memory-gib", type=float)
+    parser.add_argument("--cpu-seconds", type=int)
     args = parser.parse_args()
+    limit_resources(args.memory_gib, args.cpu_seconds)
     _record(args.number, args.scenario_file, args.trace_file, args.path, args.model)
