@@ -9,7 +9,6 @@ cache's part is to forget a reused block and everything below it.
 from __future__ import annotations
 
 import random
-import time
 
 from minipaged.block_manager import BlockManager
 from minipaged.events import PrefixEvict, PrefixHit
@@ -198,43 +197,51 @@ def _call(op: tuple) -> str:
     return f"{op[0]}({', '.join(map(repr, op[1:]))})"
 
 
-def run_program(student, program: list[tuple]) -> str:
+def run_program(student, program: list[tuple]) -> tuple[str, int]:
     """Run ``program`` on a fresh tree of the student's and on the contract's model; return
-    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``."""
+    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``, and how
+    many operations ran up to it."""
     cache, model = _cache(student), PrefixModel(2)
-    for op in program:
+    for ran, op in enumerate(program, start=1):
         try:
             got = getattr(cache, op[0])(*op[1:])
         except NotImplementedError:
             raise
         except Exception as error:
-            return f"{_call(op)} raised {type(error).__name__}: {error}{student.where(error)}"
+            return f"{_call(op)} raised {type(error).__name__}: {error}{student.where(error)}", ran
         expected = getattr(model, op[0])(*op[1:])
         if got != expected:
-            return f"{_call(op)} returned {got!r}, expected {expected!r}"
+            return f"{_call(op)} returned {got!r}, expected {expected!r}", ran
         problems = tree_problems(cache)
         if problems:
-            return f"after {_call(op)} the tree is broken: " + "; ".join(problems[:2])
+            return f"after {_call(op)} the tree is broken: " + "; ".join(problems[:2]), ran
         blocks = tuple(sorted(model.blocks.values()))
         if tuple(cache.cached_blocks()) != blocks:
-            return (
+            why = (
                 f"after {_call(op)}, cached_blocks() is {cache.cached_blocks()}, expected {blocks}"
             )
-    return ""
+            return why, ran
+    return "", len(program)
 
 
-def shrink(student, program: list[tuple], failure: str, seconds: float = 3.0):
+SHRINK_RUNS = 500
+"""How many shorter programs ``shrink`` may try: a count, not a time, so that the program a
+student sees does not depend on how busy the machine is."""
+
+
+def shrink(student, program: list[tuple], failure: str) -> tuple[list[tuple], str]:
     """A shorter program that still fails, and its failure: drop runs of operations, halving
-    the run's length, for as long as something fails (delta debugging), within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    size = max(len(program) // 2, 1)
-    while size >= 1 and time.monotonic() < deadline:
+    the run's length, for as long as something fails (delta debugging), trying at most
+    ``SHRINK_RUNS`` programs."""
+    runs, size = 0, max(len(program) // 2, 1)
+    while size >= 1 and runs < SHRINK_RUNS:
         i, dropped = 0, False
-        while i < len(program) and time.monotonic() < deadline:
+        while i < len(program) and runs < SHRINK_RUNS:
             candidate = program[:i] + program[i + size :]
-            why = run_program(student, candidate) if candidate else ""
+            why, ran = run_program(student, candidate) if candidate else ("", 0)
+            runs += 1
             if why:
-                program, failure, dropped = candidate, why, True
+                program, failure, dropped = candidate[:ran], why, True
             else:
                 i += size
         if not dropped:
@@ -246,9 +253,9 @@ def check_random_operations_match_the_contract(student):
     """500 random inserts, matches and forgets give what the contract says, and keep the tree
     sound: no empty edge below the root, parent pointers that agree with the children"""
     program = random_program()
-    failure = run_program(student, program)
+    failure, ran = run_program(student, program)
     if failure:
-        short, failure = shrink(student, program, failure)
+        short, failure = shrink(student, program[:ran], failure)
         steps = "\n  ".join(f"cache.{_call(op)}" for op in short)
         raise CheckFailed(
             f"{failure}\nThe shortest failing program found ({len(short)} of the "
