@@ -8,22 +8,31 @@ member of the bug zoo.
 
 from __future__ import annotations
 
+import inspect
 import json
+import operator
 import re
+from collections import Counter
+from importlib import import_module
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis.stateful import invariant
 
-from minipaged import cli, memory
+from minipaged import attention, cli, invariants, memory, radix_cache
 from minipaged.attention import paged_attention_decode
 from minipaged.block_manager import BlockManager
 from minipaged.grader import bug_zoo, grading
+from minipaged.grader.broken_states import BROKEN_STATES
 from minipaged.grader.exercises import EXERCISES, TUTORIALS, block_manager_class
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram, run_programs
 from minipaged.grader.report import BLOCKED, FAIL, PASS
 from minipaged.grader.student import Student
+from minipaged.scheduler import _insert_by_arrival
+from tui.scenarios import EXERCISE_SCENARIOS
 
 IN_PROCESS = [
     n for n, ex in EXERCISES.items() if all(c.runs_in == "process" for c in ex.criteria())
@@ -45,9 +54,13 @@ def test_each_exercise_has_a_readme_starter_files_and_checks(number):
     ex = EXERCISES[number]
     folder = TUTORIALS / ex.folder
     readme = (folder / "README.md").read_text()
-    for section in ("**Goal.**", "## Background", "## Tasks", "## Hints"):
+    sections = ("**Goal.**", "**Time.** About", "## Background", "## Tasks", "## Hints")
+    for section in sections + ("<details>", "## See it run"):
         assert section in readme, f"{ex.folder}/README.md lacks {section}"
-    assert f"minipaged exercises check {number}" in readme
+    assert readme.startswith(f"# {number:02d} · ")
+    assert f"minipaged exercises check {number}`" in readme
+    if number in EXERCISE_SCENARIOS:  # the TUI can run this exercise's part of a block manager
+        assert f"minipaged tui --exercise {number}`" in readme
     for target in re.findall(r"\]\(([^)#]+)", readme):
         assert (folder / target).exists(), f"{ex.folder}/README.md links to missing {target}"
     for name in ex.files:
@@ -70,14 +83,19 @@ def test_untouched_starter_fails_every_criterion(number):
     assert all("not written yet" in r.message for r in report.results)
 
 
+SIMULATED = [n for n, ex in EXERCISES.items() if n not in IN_PROCESS]
+
+
 @pytest.mark.slow
-def test_kernel_exercise_passes_in_the_simulator_and_its_starter_fails():
-    """Exercise 07 runs its checks in a simulator process (and blocks the GPU one here)."""
+@pytest.mark.parametrize("number", SIMULATED)
+def test_kernel_exercise_passes_in_the_simulator_and_its_starter_fails(number):
+    """The CUDA exercises run their checks in a simulator process (and block the GPU ones)."""
     gpu = torch.cuda.is_available()
-    solution = outcomes(grade(7, solution=True))
-    starter = outcomes(grade(7))
-    assert solution.pop("decode_on_a_gpu") == (PASS if gpu else BLOCKED)
-    assert starter.pop("decode_on_a_gpu") == (FAIL if gpu else BLOCKED)
+    solution = outcomes(grade(number, solution=True))
+    starter = outcomes(grade(number))
+    for name in [n for n in solution if n.endswith("on_a_gpu")]:
+        assert solution.pop(name) == (PASS if gpu else BLOCKED)
+        assert starter.pop(name) == (FAIL if gpu else BLOCKED)
     assert set(solution.values()) == {PASS}
     assert set(starter.values()) == {FAIL}
 
@@ -89,19 +107,20 @@ def test_reference_properties_catch_each_bug_zoo_member(member):
 
 
 def test_properties_that_check_nothing_raise_no_false_alarm_and_catch_no_bug():
-    failed = failures(8, properties=SimpleNamespace(BlockManagerMachine=BlockManagerProgram))
+    failed = failures(6, properties=SimpleNamespace(BlockManagerMachine=BlockManagerProgram))
     assert "no_false_alarm" not in failed
-    assert sorted(failed) == sorted(f"catches_{m.__name__}" for m in bug_zoo.BUG_ZOO)
+    rules = [f"rule_{n}_on_its_own" for n in range(1, 6)]
+    assert sorted(failed) == sorted(rules + [f"catches_{m.__name__}" for m in bug_zoo.BUG_ZOO])
     assert "broke none of your properties" in failed["catches_MissingCow"]
 
 
 @pytest.mark.parametrize(
     ("exercise", "member", "criterion", "words"),
     [
-        (3, bug_zoo.MissingCow, "shared_partly_filled_block_is_copied", "no copy-on-write"),
-        (3, bug_zoo.LostCowCopy, "shared_partly_filled_block_is_copied", "returned cow=None"),
-        (4, bug_zoo.DoubleFree, "fork_raises_each_refcount_by_one", "expected [2, 2], got [1, 1]"),
-        (4, bug_zoo.LeakOnFree, "free_releases_only_unshared_blocks", "got [1, 1, 1]"),
+        (4, bug_zoo.MissingCow, "shared_partly_filled_block_is_copied", "no copy-on-write"),
+        (4, bug_zoo.LostCowCopy, "shared_partly_filled_block_is_copied", "returned cow=None"),
+        (3, bug_zoo.DoubleFree, "fork_raises_each_refcount_by_one", "expected [2, 2], got [1, 1]"),
+        (3, bug_zoo.LeakOnFree, "free_releases_only_unshared_blocks", "got [1, 1, 1]"),
         (5, bug_zoo.StaleTableAfterSwap, "swap_in_restores_the_contents", "seq 1's tokens"),
     ],
 )
@@ -123,7 +142,7 @@ def test_an_off_by_one_block_count_fails_with_expected_and_got():
     assert failed == {"num_logical_blocks": "M for L=0 tokens, B=16: expected 0, got 1"}
 
 
-def test_softmax_without_the_running_max_fails_only_the_stability_criterion():
+def test_softmax_without_the_running_max_fails_only_the_stability_criteria():
     def loop_without_max(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
         group = query.shape[1] // key_pool.shape[1]
         output = torch.zeros_like(query)
@@ -142,8 +161,11 @@ def test_softmax_without_the_running_max_fails_only_the_stability_criterion():
     student = SimpleNamespace(
         paged_attention_decode_loop=loop_without_max, paged_attention_decode=paged_attention_decode
     )
-    failed = failures(6, attention=student)
-    assert list(failed) == ["loop_online_softmax_is_stable"]
+    failed = failures(7, attention=student)
+    assert list(failed) == [
+        "loop_online_softmax_is_stable",
+        "loop_online_softmax_starts_at_minus_infinity",  # exp(s) of every score underflows
+    ]
     assert "subtract the running max m" in failed["loop_online_softmax_is_stable"]
 
 
@@ -154,18 +176,70 @@ def test_a_file_that_does_not_import_fails_every_criterion_with_the_line(tmp_pat
     assert report.results[0].message.startswith("could not import memory.py, line 1: SyntaxError")
 
 
-def test_a_check_that_runs_too_long_is_stopped(tmp_path, monkeypatch):
+def starter_with(tmp_path, todo: str, code: str, tail: str = "") -> Path:
+    """Exercise 01's starter in ``tmp_path`` with the line raising ``todo`` replaced by
+    ``code``, and ``tail`` run at the end of the import."""
     source = (TUTORIALS / EXERCISES[1].folder / "starter" / "memory.py").read_text()
-    hang = source.replace(
-        'raise NotImplementedError("exercise 01: return j = floor(t / B)")', "while True: pass"
-    )
-    (tmp_path / "memory.py").write_text(hang)
-    monkeypatch.setattr(grading, "CHECK_SECONDS", 0.5)
-    result = grade(1, tmp_path).results[0]
+    line = f'raise NotImplementedError("exercise 01: {todo}")'
+    assert line in source
+    (tmp_path / "memory.py").write_text(source.replace(line, code) + tail)
+    return tmp_path
+
+
+def test_a_check_that_runs_too_long_is_stopped(tmp_path):
+    folder = starter_with(tmp_path, "return j = floor(t / B)", "while True: pass")
+    result = grade(1, folder, limits=grading.Limits(check_seconds=0.5)).results[0]
     assert (result.outcome, result.message[:25]) == (FAIL, "still running after 0.5 s")
 
 
-@pytest.mark.parametrize("number", [2, 3, 4, 5, 9])
+def test_student_code_runs_in_a_child_process_under_limits(tmp_path):
+    """Runaway memory fails one criterion with the cause; printing does not confuse the grader;
+    the child's death fails only the criteria it had not finished."""
+    folder = starter_with(
+        tmp_path,
+        "return o = t mod B",
+        "return bytearray(8 * 2**30)",
+        tail="print('hello from the student')\n",
+    )
+    source = (folder / "memory.py").read_text()
+    (folder / "memory.py").write_text(
+        source.replace(
+            'raise NotImplementedError("exercise 01: return M = ceil(L / B)")',
+            "import os; os._exit(3)",
+        )
+    )
+    results = grade(1, folder, limits=grading.Limits(memory_gib=3.0)).results
+    messages = {r.name: r.message for r in results}
+    assert messages["block_offset"].startswith("ran out of memory (MemoryError) (memory.py")
+    assert messages["logical_block"].startswith("not written yet")  # finished before the exit
+    assert messages["num_logical_blocks"].startswith("the grading process failed (exit status 3)")
+    assert messages["block_bytes"] == messages["num_logical_blocks"]
+
+
+def test_a_child_that_never_finishes_is_stopped_by_the_clock_and_cpu_limits(tmp_path):
+    sleeper = tmp_path / "a"
+    sleeper.mkdir()
+    (sleeper / "memory.py").write_text("import time\ntime.sleep(60)\n")
+    limits = grading.Limits(wall_seconds=3.0)
+    results = grade(1, sleeper, limits=limits).results
+    assert {r.message for r in results} == {
+        "the grading process was still running after 3 s: stopped"
+    }
+    spinner = tmp_path / "b"
+    spinner.mkdir()
+    (spinner / "memory.py").write_text("while True:\n    pass\n")
+    results = grade(1, spinner, limits=grading.Limits(cpu_seconds=2)).results
+    assert results[0].message.startswith("the grading process used its 2 s of CPU time")
+
+
+def test_the_tui_maps_exactly_the_exercises_that_build_a_block_manager():
+    builds = {
+        n for n, ex in EXERCISES.items() if hasattr(import_module(ex.checks), "block_manager_class")
+    }
+    assert set(EXERCISE_SCENARIOS) == builds
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISE_SCENARIOS))
 def test_block_manager_class_is_a_drop_in_block_manager(number):
     cls = block_manager_class(number, solution=True)
     assert issubclass(cls, BlockManager)
@@ -179,7 +253,7 @@ def test_block_manager_class_is_a_drop_in_block_manager(number):
 
 
 def test_block_manager_class_refuses_an_exercise_without_one():
-    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 and 9"):
+    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 and 12"):
         block_manager_class(6, solution=True)
 
 
@@ -201,21 +275,21 @@ def test_cli_check_exits_0_on_the_solution_and_writes_the_report(tmp_path, capsy
 
 def test_cli_check_exits_1_on_the_starter_and_prints_the_notation_intact(tmp_path, capsys):
     target = tmp_path / "report.json"
-    assert cli.main(["exercises", "check", "3", "--json", str(target)]) == 1
+    assert cli.main(["exercises", "check", "4", "--json", str(target)]) == 1
     out = capsys.readouterr().out
     assert "FAIL     R[p] = 1 and o > 0: the token is written in place" in out
-    assert "not written yet: exercise 03: reserve the slot" in out
+    assert "not written yet: exercise 04: reserve the slot" in out
     assert json.loads(target.read_text())["counts"] == {"pass": 0, "fail": 7, "blocked": 0}
 
 
 def test_cli_check_of_a_folder_without_the_files_says_what_to_do(tmp_path, capsys):
-    assert cli.main(["exercises", "check", "3", "--path", str(tmp_path)]) == 2
+    assert cli.main(["exercises", "check", "4", "--path", str(tmp_path)]) == 2
     assert "has no block_manager.py" in capsys.readouterr().err
 
 
 def test_cli_check_of_an_unknown_exercise_is_refused(capsys):
-    assert cli.main(["exercises", "check", "12"]) == 2
-    assert "no exercise 12" in capsys.readouterr().err
+    assert cli.main(["exercises", "check", "13"]) == 2
+    assert "no exercise 13" in capsys.readouterr().err
 
 
 def test_a_plugged_in_block_manager_runs_the_engine_like_the_library():
@@ -252,3 +326,512 @@ def test_a_plugged_in_block_manager_runs_the_engine_like_the_library():
     assert {"cow-copy", "swap-out"} <= kinds  # the run forks, copies on write and swaps
     for number in (2, 3, 4, 5):
         assert run(block_manager_class(number, solution=True))[0] == library
+
+
+# -- §1 of the grader's contract: each realistic student bug is caught, with its fault named --
+
+
+def failures_of(exercise: int, names: list[str], **modules) -> dict[str, str]:
+    """Like ``failures``, running only the criteria ``names`` (the random ones are slow)."""
+    criteria = [c for c in EXERCISES[exercise].criteria() if c.name in names]
+    assert len(criteria) == len(names), f"no criteria {names} in exercise {exercise}"
+    results = run_criteria(criteria, Student(modules))
+    return {r.name: r.message for r in results if r.outcome == FAIL}
+
+
+def student_properties(
+    refcount_test=operator.eq,
+    pools=("device", "host"),
+    duplicates=True,
+    exclusive=lambda r: r == 1,
+    rules=(1, 2, 3, 4, 5),
+):
+    """An exercise-08 answer written the way a student would, with one knob per realistic
+    mistake: ``refcount_test`` (R against its holders), the ``pools`` checked,
+    ``duplicates`` (whether the free list is checked for them), ``exclusive`` (the test of a
+    written block's R), and which ``rules`` are written at all."""
+
+    class Machine(BlockManagerProgram):
+        def pools(self):
+            s = self.manager.snapshot()
+            both = {
+                "device": (s.device_refcounts, s.device_free),
+                "host": (s.host_refcounts, s.host_free),
+            }
+            return s, [(name, *both[name]) for name in pools]
+
+        @invariant()
+        def refcounts(self):
+            if 1 in rules:
+                s, checked = self.pools()
+                for pool, refcounts, _ in checked:
+                    held = Counter(p for t in s.tables.values() if t.pool == pool for p in t.blocks)
+                    for p, r in enumerate(refcounts):
+                        assert refcount_test(r, held[p]), f"{pool} block {p}: R={r}"
+
+        @invariant()
+        def free_list(self):
+            if 2 in rules:
+                _, checked = self.pools()
+                for pool, refcounts, free in checked:
+                    assert {p for p, r in enumerate(refcounts) if r == 0} == set(free), pool
+                    if duplicates:
+                        assert len(set(free)) == len(free), f"{pool} free list has duplicates"
+
+        @invariant()
+        def exclusive_write(self):
+            if 3 in rules and self.last_write is not None:
+                s = self.manager.snapshot()
+                assert exclusive(s.device_refcounts[self.last_write // s.block_size])
+
+        @invariant()
+        def read_back(self):
+            if 4 in rules:
+                for seq, table in self.manager.tables.items():
+                    assert self.kv.read(table) == self.kv.written[seq]
+
+        def after_all_freed(self):
+            if 5 in rules:
+                m = self.manager
+                assert m.device.num_free == m.device.num_blocks
+                if "host" in pools and m.host is not None:
+                    assert m.host.num_free == m.host.num_blocks
+
+    return SimpleNamespace(BlockManagerMachine=Machine)
+
+
+RULE_CRITERIA = [f"rule_{n}_on_its_own" for n in range(1, 6)]
+
+
+def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
+    answer = student_properties()
+    assert failures_of(6, RULE_CRITERIA + ["no_false_alarm"], properties=answer) == {}
+
+
+@pytest.mark.parametrize(
+    ("mistake", "rules", "words"),
+    [
+        ({"refcount_test": operator.ge}, [1], "not merely be at least"),
+        ({"refcount_test": operator.le}, [1], "both hold it"),
+        ({"pools": ("device",)}, [1, 2, 5], "host block 0 has R=2"),
+        ({"duplicates": False}, [2], "on the free list twice"),
+        ({"exclusive": lambda r: r >= 1}, [3], "not merely at least 1"),
+        ({"rules": (1, 2, 3, 5)}, [4], "reading slot 1"),
+        ({"rules": (1, 2, 3, 4)}, [5], "device block 1 is not free"),
+    ],
+    ids=[
+        "R>=holders",
+        "R<=holders",
+        "host-pool-skipped",
+        "duplicates-skipped",
+        "vacuous-exclusive-write",
+        "no-read-back",
+        "no-leak-check",
+    ],
+)
+def test_an_incomplete_property_fails_exactly_its_rules(mistake, rules, words):
+    failed = failures_of(6, RULE_CRITERIA, properties=student_properties(**mistake))
+    assert list(failed) == [f"rule_{rule}_on_its_own" for rule in rules]
+    assert words in failed[f"rule_{rules[0]}_on_its_own"]
+
+
+def test_a_suite_of_only_two_rules_fails_the_other_three():
+    failed = failures_of(6, RULE_CRITERIA, properties=student_properties(rules=(1, 4)))
+    assert sorted(failed) == ["rule_2_on_its_own", "rule_3_on_its_own", "rule_5_on_its_own"]
+
+
+@pytest.mark.parametrize("state", BROKEN_STATES, ids=lambda s: s.name)
+def test_each_broken_state_breaks_only_its_rule_of_the_reference(state):
+    """The reference properties fail on each hand-built state through its rule alone (rules 1
+    and 2 are ``minipaged.invariants``' refcount and free-list invariants)."""
+    manager, kv, last_write = state.build()
+    machine = BlockManagerMachine()
+    machine.manager, machine.kv, machine.last_write = manager, kv, last_write
+    by_rule = {
+        1: lambda: invariants.refcounts_match_tables(manager.snapshot()),
+        2: lambda: invariants.free_iff_unreferenced(manager.snapshot()),
+        3: lambda: _assertion(machine.writes_land_in_private_blocks),
+        4: lambda: _assertion(machine.every_sequence_reads_back_its_own_tokens),
+        5: lambda: _assertion(machine.after_all_freed),
+    }
+    broken = {rule for rule, problems in by_rule.items() if problems()}
+    if state.rule == 5:  # a leak once all is freed is also a free-list or refcount fault
+        assert 5 in broken and not manager.tables
+    else:  # rule 5 runs only once every sequence is freed
+        assert broken - {5} == {state.rule}
+    for name in ("one pool per table", "M = ceil(L / B)"):
+        assert invariants.check(manager)[name] == []
+
+
+def _assertion(method) -> list[str]:
+    try:
+        method()
+    except AssertionError as error:
+        return [str(error)]
+    return []
+
+
+def _scheduler_with(preempt):
+    from minipaged import scheduler
+
+    class Student(scheduler.Scheduler):
+        _preempt = preempt
+
+    return SimpleNamespace(Scheduler=Student)
+
+
+def _preempt_by_recompute(queue_insert, record_first=True):
+    def _preempt(self, group, out):
+        from minipaged.events import Preempt
+        from minipaged.sequence import Status
+
+        ids = [s.seq_id for s in group.seqs]
+        mode = (
+            "swap"
+            if self.preemption == "swap" and self.block_manager.can_swap_out(ids)
+            else ("recompute")
+        )
+        event = Preempt(group.request_id, tuple(ids), mode)
+        if record_first:
+            self.block_manager.record(event)
+        if mode == "swap":
+            out.blocks_to_swap_out += self.block_manager.swap_out(ids)
+            group.status, queue = Status.SWAPPED, self.swapped
+        else:
+            for seq_id in ids:
+                self.block_manager.free(seq_id)
+            group.status, queue = Status.WAITING, self.waiting
+        if not record_first:
+            self.block_manager.record(event)
+        queue_insert(queue, group)
+        out.preempted.append(group)
+
+    return _preempt
+
+
+@pytest.mark.parametrize(
+    ("insert", "words"),
+    [
+        (lambda queue, group: queue.append(group), "it is now ['z', 'c', 'b']"),
+        (lambda queue, group: queue.insert(0, group), "it is now ['b', 'z', 'c']"),
+    ],
+    ids=["appended-behind-later-arrivals", "put-in-front-of-earlier-arrivals"],
+)
+def test_a_victim_out_of_arrival_order_is_caught(insert, words):
+    scheduler = _scheduler_with(_preempt_by_recompute(insert))
+    failed = failures_of(5, ["a_victim_keeps_its_arrival_order"], scheduler=scheduler)
+    assert words in failed["a_victim_keeps_its_arrival_order"]
+
+
+def test_a_preempt_event_recorded_after_its_frees_is_caught():
+    scheduler = _scheduler_with(_preempt_by_recompute(_insert_by_arrival, record_first=False))
+    names = ["the_preempt_event_comes_first", "a_victim_keeps_its_arrival_order"]
+    failed = failures_of(5, names, scheduler=scheduler)
+    assert list(failed) == ["the_preempt_event_comes_first"]
+    assert "come before the preempt that caused them" in failed["the_preempt_event_comes_first"]
+
+
+def test_a_running_max_started_at_zero_fails_with_the_cause_named():
+    """m = 0 instead of -inf passes every case whose scores reach 0; when all are below -88,
+    exp(s - 0) underflows to 0 and the output is 0 / 0."""
+    source = inspect.getsource(attention.paged_attention_decode_loop)
+    wrong = source.replace('-float("inf")', "0.0")
+    assert wrong != source
+    namespace = dict(vars(attention))
+    exec(compile(wrong, "attention.py", "exec"), namespace)
+    student = SimpleNamespace(
+        paged_attention_decode_loop=namespace["paged_attention_decode_loop"],
+        paged_attention_decode=paged_attention_decode,
+    )
+    failed = failures(7, attention=student)
+    assert list(failed) == ["loop_online_softmax_starts_at_minus_infinity"]
+    assert (
+        "does the running max m start at 0?"
+        in failed["loop_online_softmax_starts_at_minus_infinity"]
+    )
+
+
+def test_reading_past_the_sequence_end_is_named_as_the_cause_of_nan():
+    def reads_whole_blocks(query, key_pool, value_pool, block_tables, seq_lens, scale, B):
+        full = (seq_lens + B - 1) // B * B  # every slot of the last block, used or not
+        return paged_attention_decode(query, key_pool, value_pool, block_tables, full, scale, B)
+
+    student = SimpleNamespace(
+        paged_attention_decode_loop=reads_whole_blocks, paged_attention_decode=reads_whole_blocks
+    )
+    failed = failures(7, attention=student)
+    assert "loop_one_block" in failed
+    for message in failed.values():
+        assert "reads slots past the sequence's end" in message, message
+        assert "overflows" not in message
+
+
+def test_kv_bytes_rounded_up_to_whole_blocks_fails():
+    student = SimpleNamespace(**vars(memory))
+
+    class RoundsUp(memory.ModelShape):
+        def kv_bytes(self, num_tokens):
+            return self.kv_bytes_per_token * memory.num_logical_blocks(num_tokens, 16) * 16
+
+    student.ModelShape = RoundsUp
+    failed = failures(1, memory=student)
+    assert list(failed) == ["kv_bytes"]
+    assert "M_KV(1): got 2097152, the bytes of ceil(L/16) whole blocks" in failed["kv_bytes"]
+
+
+class _KeepsEmptyEdges(radix_cache.RadixCache):
+    """forget empties an edge but leaves its node in the tree."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        if node is None:
+            return False
+        i = node.blocks.index(block)
+        for child in list(node.children.values()):
+            self._drop(child)
+        node.children.clear()
+        for gone in node.blocks[i:]:
+            del self._node_of[gone]
+        del node.blocks[i:], node.chunks[i:]
+        return True
+
+
+class _StaleParents(radix_cache.RadixCache):
+    """A split moves the grandchildren under the new tail but leaves their parent pointers."""
+
+    def _split(self, node, k):
+        tail = radix_cache.RadixNode(node.chunks[k:], node.blocks[k:], node, node.children)
+        for block in tail.blocks:
+            self._node_of[block] = tail
+        node.chunks, node.blocks = node.chunks[:k], node.blocks[:k]
+        node.children = {tail.chunks[0]: tail}
+
+
+class _ForgetsTheWrongBlock(radix_cache.RadixCache):
+    """forget looks up an off-by-one block: list.index raises ValueError."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        return node is not None and node.blocks.index(block + 1) >= 0
+
+
+@pytest.mark.parametrize(
+    ("cls", "words"),
+    [
+        (_KeepsEmptyEdges, "is empty: remove an emptied node"),
+        (_StaleParents, "has a parent other than the node whose children hold it"),
+        (_ForgetsTheWrongBlock, "raised ValueError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "")[:20],
+)
+def test_a_radix_tree_bug_is_shown_as_a_short_program(cls, words):
+    module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
+    failed = failures_of(12, ["random_operations_match_the_contract"], radix_cache=module)
+    message = failed["random_operations_match_the_contract"]
+    again = failures_of(12, ["random_operations_match_the_contract"], radix_cache=module)
+    assert again["random_operations_match_the_contract"] == message  # shrinking is by count
+    assert words in message
+    program = message.split("RadixCache(block_size=2):\n")[1].splitlines()
+    assert 1 <= len(program) <= 6, message
+    assert all(line.strip().startswith("cache.") for line in program)
+
+
+@pytest.mark.slow
+def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
+    """Without the barrier that ends a round, a fast thread overwrites probs[t] while others
+    still read the last round's: the race check names the two lines."""
+    import cuda_kernels
+
+    library = Path(cuda_kernels.__file__).parent
+    source = (library / "paged_attention.py").read_text()
+    barrier = "            cuda.syncthreads()  # all reads of probs and blocks are done"
+    assert barrier in source
+    (tmp_path / "paged_attention.py").write_text(source.replace(barrier, "            # gone"))
+    (tmp_path / "cache_ops.py").write_text((library / "cache_ops.py").read_text())
+    result = {r.name: r for r in grade(11, tmp_path).results}["decode_has_no_shared_memory_race"]
+    assert result.outcome == FAIL
+    assert "no cuda.syncthreads() between them" in result.message
+    assert "paged_attention.py, line" in result.message
+
+
+# -- §2: messages a student can act on ----------------------------------------------------------
+
+
+def test_a_changed_block_state_is_shown_as_the_fields_that_differ():
+    class CountsFirst(BlockManager):
+        """Counts the token before finding out there is no block for it."""
+
+        def append_slot(self, seq, token_ids=None):
+            self.table(seq).num_tokens += 1
+            self.table(seq).num_tokens -= 1 if self.device.num_free else 0
+            return super().append_slot(seq, token_ids)
+
+    module = SimpleNamespace(BlockManager=CountsFirst)
+    failed = failures_of(4, ["out_of_blocks_changes_nothing"], block_manager=module)
+    message = failed["out_of_blocks_changes_nothing"]
+    assert message == (
+        "the block state after the refused append: tables[1].num_tokens: expected 6, got 7"
+    )
+
+
+def test_preempted_requests_are_named_by_request_id():
+    def preempt_twice(self, group, out):  # reports the victim twice
+        _preempt_by_recompute(_insert_by_arrival)(self, group, out)
+        out.preempted.append(group)
+
+    failed = failures_of(
+        5, ["recompute_frees_the_blocks_and_requeues"], scheduler=_scheduler_with(preempt_twice)
+    )
+    assert failed["recompute_frees_the_blocks_and_requeues"] == (
+        "the step's preempted requests, by id: expected ['b'], got ['b', 'b']"
+    )
+
+
+def test_a_fork_that_accepts_an_unknown_parent_says_what_it_did():
+    class Lenient(BlockManager):
+        def fork(self, parent, child):
+            if parent in self.tables:
+                return super().fork(parent, child)
+            return None
+
+    module = SimpleNamespace(BlockManager=Lenient)
+    failed = failures_of(3, ["fork_refuses_bad_sequences"], block_manager=module)
+    assert failed["fork_refuses_bad_sequences"].startswith(
+        "fork(7, 8) when seq 7 does not exist: expected KeyError, but it returned without raising"
+    )
+
+
+def test_hypothesis_failing_while_shrinking_reports_the_original_failure(monkeypatch):
+    """A student's manager that behaves differently on a rerun makes hypothesis end its
+    shrinking in FlakyStrategyDefinition; the student sees their own bug, not that."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    from minipaged.grader import properties
+
+    real_run = properties._run
+
+    def flaky_when_shrinking(cls, max_examples, shrink):
+        if shrink:
+            raise FlakyStrategyDefinition("Inconsistent data generation!")
+        real_run(cls, max_examples, shrink)
+
+    monkeypatch.setattr(properties, "_run", flaky_when_shrinking)
+    with pytest.raises(AssertionError, match="leak: every sequence is freed") as caught:
+        run_programs(BlockManagerMachine, bug_zoo.LeakOnFree)
+    assert "after this program:" in str(caught.value)
+    assert "Flaky" not in str(caught.value)
+
+
+def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkeypatch):
+    """Two runs give the same shrunk program, and a budget of one program still reports a
+    failing program: the shortest seen, not the unshrunk one."""
+    from minipaged.grader import properties
+
+    def report():
+        with pytest.raises(AssertionError) as caught:
+            run_programs(BlockManagerMachine, bug_zoo.MissingCow)
+        return str(caught.value)
+
+    assert report() == report()
+    monkeypatch.setattr(properties, "SHRINK_RUNS", 1)
+    assert "after this program:" in report()
+
+
+@pytest.mark.slow
+def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
+    """Two CUDA bugs graded in one simulator process each: a block copy with one element per
+    thread (no loop), and a tree reduction that drops its last barrier, which the simulator's
+    sums do not show but the race check does."""
+    import cuda_kernels
+
+    library = Path(cuda_kernels.__file__).parent
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    source = (library / "cache_ops.py").read_text()
+    loop = (
+        "    for e in range(cuda.threadIdx.x, num_kv_heads * block_size * head_dim, "
+        "cuda.blockDim.x):"
+    )
+    assert loop in source
+    one = "    for e in range(cuda.threadIdx.x, min(cuda.threadIdx.x + 1, key_pool[0].size)):"
+    (copy / "cache_ops.py").write_text(source.replace(loop, one))
+    failed = {r.name: r.message for r in grade(8, copy).results if r.outcome == FAIL}
+    assert list(failed) == ["blocks_larger_than_the_threads"]
+    assert "element 32 of the block's 256" in failed["blocks_larger_than_the_threads"]
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    source = (library / "block_reduce.py").read_text()
+    barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
+    assert barrier in source
+    (tree / "block_reduce.py").write_text(source.replace(barrier, "        # gone:"))
+    failed = {r.name: r.message for r in grade(10, tree).results if r.outcome == FAIL}
+    assert "dot_product" not in failed  # one reduction alone is right; the race is the next one
+    assert "no cuda.syncthreads() between them" in failed["no_shared_memory_race"]
+
+
+def test_a_students_run_for_the_tui_is_recorded_in_a_child_process(tmp_path):
+    """``tui --exercise N --path DIR`` replays a run recorded in a limited child: the untouched
+    starter's run ends at its NotImplementedError, named with the student's line; a manager
+    that never returns is stopped by the clock instead of freezing the TUI."""
+    from minipaged.grader.recorded_run import record_student_run
+    from tui.scenarios import SCENARIOS
+
+    recorded, error = record_student_run(SCENARIOS["parallel"], 4, None, "tiny")
+    assert recorded.steps  # the prefill ran; the first decode step needed append_slot
+    assert error.startswith("NotImplementedError: exercise 04: reserve the slot")
+    assert "(block_manager.py, line" in error
+
+    source = (TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py").read_text()
+    todo = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write"'
+    assert todo in source
+    (tmp_path / "block_manager.py").write_text(source.replace(todo, "while True: pass  # ("))
+    with pytest.raises(ValueError, match="took more than 10 s: is there a loop that never ends"):
+        record_student_run(
+            SCENARIOS["parallel"], 4, tmp_path, "tiny", grading.Limits(wall_seconds=10.0)
+        )
+
+
+def test_the_course_climbs_fork_before_copy_on_write_and_invariants_after_preemption():
+    order = [ex.folder.split("-", 1)[1] for ex in EXERCISES.values()]
+    assert order.index("fork") < order.index("copy-on-write")
+    assert order.index("invariants") == order.index("preemption") + 1
+    kernel_steps = ["copy-blocks", "reshape-and-cache", "block-reduce", "decode-kernel"]
+    start = order.index(kernel_steps[0])
+    assert order[start : start + 4] == kernel_steps
+    assert list(EXERCISES) == list(range(1, len(EXERCISES) + 1))
+
+
+def test_init_copies_a_starter_out_of_the_package_and_it_grades(tmp_path, capsys):
+    target = tmp_path / "ex03"
+    assert cli.main(["exercises", "init", "3", str(target)]) == 0
+    assert sorted(p.name for p in target.iterdir()) == ["README.md", "block_manager.py"]
+    assert "minipaged exercises check 3 --path" in capsys.readouterr().out
+    assert cli.main(["exercises", "check", "3", "--path", str(target)]) == 1
+    assert cli.main(["exercises", "init", "3", str(target)]) == 2  # never overwrites work
+    assert "already holds README.md, block_manager.py" in capsys.readouterr().err
+
+
+def test_the_packaged_starters_are_every_exercises_files():
+    """pyproject's package data ships every README and starter file, through the package's
+    link to tutorials/, so init works from an installed package."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from fnmatch import fnmatch
+
+    import minipaged
+
+    project = tomllib.loads((Path(minipaged.__file__).parents[1] / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["minipaged"]
+    grader = Path(minipaged.__file__).parent / "grader"
+    assert (grader / "tutorials").resolve() == TUTORIALS
+    for ex in EXERCISES.values():
+        for name in ("README.md",) + tuple(f"starter/{f}" for f in ex.files):
+            packaged = f"grader/tutorials/{ex.folder}/{name}"
+            assert any(fnmatch(packaged, p) for p in patterns), packaged
+
+
+def test_a_report_that_cannot_be_written_is_said_not_raised(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "report.json"  # its folder is a file: cannot be written
+    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 0
+    assert "no report written" in capsys.readouterr().out

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--exercise",
         type=integer(1, 9),
         metavar="N",
-        help="run on the block manager you built in exercise N (2, 3, 4, 5 or 9)",
+        help="run on the block manager you built in exercise N (2, 3, 4, 5 or 12)",
     )
     tui.add_argument("--path", type=Path, help="with --exercise: your copy of the exercise")
     tui.add_argument(
@@ -144,6 +144,8 @@ def build_app(args: argparse.Namespace):
                 "or give --prompt for a custom one"
             )
         scenario = SCENARIOS[name]
+    if args.exercise is not None and not args.solution:
+        return student_replay(scenario, args)
     if args.exercise is not None:
         from tui.scenarios import with_student_manager
 
@@ -156,6 +158,41 @@ def build_app(args: argparse.Namespace):
             f"Hugging Face Llama directory{fix}"
         )
     return PagedApp(scenario, model=args.model, projection=args.projection)
+
+
+def student_replay(scenario, args: argparse.Namespace):
+    """A student's code runs in a child process under the grader's time and memory limits,
+    which records the run; the app replays it, and says why it ended early if it did."""
+    from minipaged.checkpoint import model_directory
+    from minipaged.grader.exercises import load_check
+    from minipaged.grader.recorded_run import record_student_run
+    from minipaged.tokenizer import Tokenizer
+    from tui.app import PagedApp
+    from tui.scenarios import EXERCISE_SCENARIOS
+
+    if args.exercise not in EXERCISE_SCENARIOS:
+        raise ValueError(
+            f"exercise {args.exercise} builds no part of a block manager; exercises "
+            f"{', '.join(map(str, EXERCISE_SCENARIOS))} do"
+        )
+    load_check(args.exercise, args.path, False)
+    directory = model_directory(args.model)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {directory} (config.json is missing)")
+    recorded, error = record_student_run(scenario, args.exercise, args.path, args.model)
+    ended_with = error and f"your code stopped the run: {error}"
+
+    class StudentReplay(PagedApp):
+        def replay(self, trace) -> None:
+            if trace.steps:
+                super().replay(trace)
+            if ended_with:
+                self.notice = ended_with
+                self.error = None if trace.steps else ended_with
+                self.show_status()
+
+    tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
+    return StudentReplay(trace=recorded, tokenizer=tokenizer, model=args.model)
 
 
 def parse_size(size: str) -> tuple[int, int]:

@@ -194,7 +194,7 @@ SCENARIOS: dict[str, Scenario] = {
 DEFAULT_SCENARIO = "tour"
 
 
-EXERCISE_SCENARIOS = {2: "several", 3: "parallel", 4: "beam", 5: "swap", 9: "prefix"}
+EXERCISE_SCENARIOS = {2: "several", 3: "beam", 4: "parallel", 5: "swap", 12: "prefix"}
 """Which run shows a student's work on exercise N best."""
 
 
@@ -202,7 +202,7 @@ def with_student_manager(
     scenario: Scenario, number: int, path: Path | None = None, solution: bool = False
 ) -> Scenario:
     """``scenario`` run on the block manager a student built in exercise ``number`` (2, 3, 4,
-    5 or 9): the panes and the invariants then show their code at work. Their code records no
+    5 or 12): the panes and the invariants then show their code at work. Their code records no
     events of its own, so the event log shows only what the library's parts record."""
     from minipaged.grader.exercises import block_manager_class
 
@@ -211,7 +211,7 @@ def with_student_manager(
         scenario,
         title=f"{scenario.title} [{label}]",
         block_manager_class=block_manager_class(number, path, solution),
-        prefix_caching="radix" if number == 9 else scenario.prefix_caching,
+        prefix_caching="radix" if number == 12 else scenario.prefix_caching,
     )
 
 

@@ -1,14 +1,22 @@
 """The grader of the classroom exercises in ``tutorials/``.
 
-- ``exercises``: the nine exercises (folder, files, solution, checks), loading the work to
-  grade, and ``block_manager_class``, a student's work as a drop-in ``BlockManager``;
-- ``grading``: ``grade(number, path, solution)`` -> ``Report``, each criterion run where it
-  can run (here, in the CUDA simulator, or on a GPU);
+- ``exercises``: the twelve exercises, in course order (folder, files, solution, checks),
+  loading the work to grade, and ``block_manager_class``, a student's work as a drop-in
+  ``BlockManager``;
+- ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where
+  it can run (a child process under time and memory limits, the CUDA simulator, or a GPU);
 - ``report``: criteria, results, the printed and the JSON report;
 - ``student``: a student's files, or the library modules that solve an exercise;
-- ``ex01_block_table`` ... ``ex09_prefix_cache``: each exercise's checks (``CRITERIA``);
+- ``ex01_block_table`` ... ``ex12_prefix_cache``: each exercise's checks (``CRITERIA``);
 - ``properties``: random programs against a block manager, and the reference properties;
-- ``bug_zoo``: broken block managers that exercise 08's properties must catch;
-- ``time_limit``: stopping student code that runs too long;
-- ``command``: ``minipaged exercises list | check``.
+- ``bug_zoo`` and ``broken_states``: broken block managers and hand-built broken states that
+  exercise 06's properties must catch;
+- ``shared_memory_races``: watching the CUDA simulator's shared memory for races;
+- ``reduction_kernels``: the kernels exercise 10's checks launch on a student's reduction;
+- ``recorded_run``: a student's block manager run on the model in a child, as a trace;
+- ``time_limit``: stopping a criterion that runs too long;
+- ``command``: ``minipaged exercises list | init | check``.
+
+``tutorials`` here links to the repository's ``tutorials/``, so that the READMEs and starter
+files ship as package data (``minipaged exercises init``).
 """

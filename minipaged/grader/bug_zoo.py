@@ -1,4 +1,4 @@
-"""Broken block managers for exercise 08: each has one bug a real allocator could have, and none
+"""Broken block managers for exercise 06: each has one bug a real allocator could have, and none
 raises an error. Only properties catch them; that is the exercise.
 
 Every member takes the library ``BlockManager``'s arguments and changes one method, so a

@@ -1,20 +1,24 @@
-"""``minipaged exercises``: list the exercises, or grade one.
+"""``minipaged exercises``: list the exercises, copy one out, or grade one.
 
-``minipaged exercises check N`` grades the student's copy of exercise N (by default the starter
-files in ``tutorials/``, which the student edits in place; ``--path DIR`` for a copy elsewhere;
-``--solution`` for the library's own modules), prints pass / fail / blocked per criterion with
-what was wrong, writes a JSON report, and exits 0 when no criterion failed, 1 otherwise.
+``minipaged exercises init N DIR`` copies exercise N's README and starter files out of the
+installed package into ``DIR``, so a student who installed minipaged without a source checkout
+can begin. ``minipaged exercises check N`` grades the student's copy of exercise N (by default
+the starter files in ``tutorials/``, which a student with a checkout edits in place; ``--path
+DIR`` for a copy elsewhere; ``--solution`` for the library's own modules) in a child process
+with time and memory limits, prints pass / fail / blocked per criterion with what was wrong,
+writes a JSON report, and exits 0 when no criterion failed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from rich.console import Console
 
-from minipaged.grader.exercises import EXERCISES
-from minipaged.grader.grading import grade
+from minipaged.grader.exercises import EXERCISES, exercise
+from minipaged.grader.grading import Limits, grade
 
 REPORT_NAME = "report.json"
 
@@ -22,19 +26,30 @@ REPORT_NAME = "report.json"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     exercises = sub.add_parser(
         "exercises",
-        help="classroom exercises: list them, or check a student's work",
-        description="Nine exercises, each a folder under tutorials/ with a README and starter "
-        "files. Edit the starter files, then check them.",
+        help="classroom exercises: list them, copy one out, or check a student's work",
+        description=f"{len(EXERCISES)} exercises, in order, each a README and starter files "
+        "(tutorials/ in a source checkout). Copy one out with init, edit its files, then check "
+        "them.",
     )
     actions = exercises.add_subparsers(dest="exercises_command", metavar="ACTION", required=True)
     actions.add_parser("list", help="the exercises, their folders and files")
+    init = actions.add_parser(
+        "init",
+        help="copy exercise N's README and starter files into DIR",
+        description="Copy exercise N's README and starter files out of the installed package "
+        "into DIR (created; it must not hold the files already), then check them with "
+        "`minipaged exercises check N --path DIR`.",
+    )
+    init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    init.add_argument("directory", type=Path, metavar="DIR", help="where to put the files")
     check = actions.add_parser(
         "check",
         help="grade exercise N: pass / fail / blocked per criterion, and a JSON report",
-        description="Exit status 0 when no criterion failed (blocked ones, which need a GPU, "
-        "do not count), 1 otherwise.",
+        description="Your code runs in a child process with a memory limit, a CPU-time limit "
+        "and a wall-clock limit (resource isolation, not a security sandbox). Exit status 0 "
+        "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
     )
-    check.add_argument("number", type=int, help="the exercise, 1 to 9")
+    check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
     where = check.add_mutually_exclusive_group()
     where.add_argument(
         "--path", type=Path, help="the folder holding your files (default: the starter folder)"
@@ -48,6 +63,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help=f"where to write the report (default: {REPORT_NAME} in the graded folder; "
         "none for --solution)",
+    )
+    defaults = Limits()
+    check.add_argument(
+        "--memory-limit",
+        type=float,
+        metavar="GIB",
+        default=defaults.memory_gib,
+        help=f"address space the grading process may use (default {defaults.memory_gib:g})",
+    )
+    check.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        default=defaults.wall_seconds,
+        help="wall-clock time each grading process may run; CPU time is capped at 1.5 times "
+        f"that (default {defaults.wall_seconds:g})",
     )
 
 
@@ -67,15 +98,58 @@ def _run(args: argparse.Namespace) -> int:
     if args.exercises_command == "list":
         console.print(listing(), markup=False, highlight=False)
         return 0
-    report = grade(args.number, args.path, args.solution)
+    if args.exercises_command == "init":
+        copied = init(args.number, args.directory)
+        console.print(
+            f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
+            f"next: read {args.directory / 'README.md'}, edit the files, then run "
+            f"`minipaged exercises check {args.number} --path {args.directory}`",
+            markup=False,
+            highlight=False,
+        )
+        return 0
+    for name, value in (("--memory-limit", args.memory_limit), ("--time-limit", args.time_limit)):
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number, got {value}")
+    limits = Limits(
+        memory_gib=args.memory_limit,
+        cpu_seconds=int(1.5 * args.time_limit) + 1,
+        wall_seconds=args.time_limit,
+    )
+    report = grade(args.number, args.path, args.solution, limits)
     report.render(console)
     target = args.json
     if target is None and not args.solution:
         target = (args.path or EXERCISES[args.number].starter) / REPORT_NAME
     if target is not None:
-        report.save(target)
-        console.print(f"report: {target}", highlight=False)
+        try:
+            report.save(target)
+            console.print(f"report: {target}", highlight=False)
+        except OSError as error:  # an installed package's starter folder is not writable
+            console.print(
+                f"no report written ({error.strerror}: {target}); copy the exercise out with "
+                f"`minipaged exercises init {args.number} DIR`, or pass --json FILE",
+                markup=False,
+                highlight=False,
+            )
     return 0 if report.passed else 1
+
+
+def init(number: int, directory: Path) -> list[str]:
+    """Copy exercise ``number``'s README and starter files into ``directory``; return their
+    names. Refuses, changing nothing, when any of them is there already."""
+    ex = exercise(number)
+    sources = [ex.starter.parent / "README.md"] + [ex.starter / name for name in ex.files]
+    clashes = [s.name for s in sources if (directory / s.name).exists()]
+    if clashes:
+        raise ValueError(
+            f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
+            f"check the work there with `minipaged exercises check {number} --path {directory}`"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        shutil.copyfile(source, directory / source.name)
+    return [s.name for s in sources]
 
 
 def listing() -> str:

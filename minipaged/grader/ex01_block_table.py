@@ -104,10 +104,20 @@ def check_kv_bytes_per_token(student):
 
 
 def check_kv_bytes(student):
-    """ModelShape.kv_bytes(L) is M_KV(L) = 2 * N_L * N_KV * d_h * L * b (§1)"""
+    """ModelShape.kv_bytes(L) is M_KV(L) = 2 * N_L * N_KV * d_h * L * b (§1), for every L"""
     llama3_8b = student.memory.ModelShape(32, 32, 8, 128, 2)
     expect(llama3_8b.kv_bytes(8192), 1_073_741_824, "Llama-3-8B, M_KV(8192) (about 1.07 GB)")
-    expect(llama3_8b.kv_bytes(0), 0, "Llama-3-8B, M_KV(0)")
+    per_token = 2 * 32 * 8 * 128 * 2
+    for length in (0, 1, 2, 15, 16, 17, 100, 1000, 4097, 8191):
+        got = llama3_8b.kv_bytes(length)
+        rounded = per_token * 16 * -(-length // 16)
+        if got == rounded != per_token * length:
+            raise CheckFailed(
+                f"Llama-3-8B, M_KV({length}): got {got}, the bytes of ceil(L/16) whole blocks "
+                f"of 16 tokens; M_KV(L) counts the L tokens themselves, expected "
+                f"{per_token * length}"
+            )
+        expect(got, per_token * length, f"Llama-3-8B, M_KV({length})")
 
 
 def check_block_bytes(student):

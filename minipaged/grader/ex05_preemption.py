@@ -67,8 +67,9 @@ def check_swapping_one_sharer_out_frees_nothing(student):
     bm.swap_in([1])
     if set(bm.table(1).blocks) & set(bm.table(0).blocks):
         raise CheckFailed(
-            f"T_1={bm.table(1).blocks} shares blocks with T_0={bm.table(0).blocks} after "
-            "swap_in: seq 1 came back as copies of its own, in fresh device blocks"
+            f"after swap_in([1]), T_1={bm.table(1).blocks} shares blocks with "
+            f"T_0={bm.table(0).blocks}. Seq 1's blocks were copied to the host alone, so they "
+            "must come back into fresh device blocks of its own, each with R = 1"
         )
 
 
@@ -157,6 +158,10 @@ def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
     return Scene(bm, scheduler, a, b, _step(scheduler))
 
 
+def _ids(groups) -> list[str]:
+    return [g.request_id for g in groups]
+
+
 def _preempt_event(bm) -> Preempt:
     events = [e for e in bm.pop_events() if isinstance(e, Preempt)]
     if len(events) != 1:
@@ -171,7 +176,7 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     """recompute: the latest arrival's blocks are freed, it waits again, keeping its token ids"""
     scene = _two_requests_then_full(student, "recompute", host=0)
     b = scene.b
-    expect(scene.out.preempted, [b], "the step's preempted requests")
+    expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
     waiting = (b.status, b in scene.scheduler.waiting)
     expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
     if 1 in scene.bm.tables:
@@ -201,7 +206,7 @@ def check_swap_preemption_moves_the_blocks_to_host(student):
     """swap: the latest arrival's blocks move to the host pool and it joins the swapped queue"""
     scene = _two_requests_then_full(student, "swap", host=4)
     b, out = scene.b, scene.out
-    expect(out.preempted, [b], "the step's preempted requests")
+    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
     swapped = (b.status, b in scene.scheduler.swapped)
     expect(swapped, (Status.SWAPPED, True), "(b.status, b in the swapped queue)")
     expect(scene.bm.table(1).pool, "host", "seq 1's pool")
@@ -218,6 +223,61 @@ def check_swap_falls_back_to_recompute_without_host_room(student):
     expect(_preempt_event(scene.bm).mode, "recompute", "the Preempt's mode with no host pool")
 
 
+def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str]]:
+    """The full-pool scene with arrivals a=0 and b=2, and two more requests in the queue b
+    will join: z (arrival 1, earlier than b) and c (arrival 3, later). Returns the scene and
+    that queue's request ids after b was preempted."""
+    bm = BlockManager(4, host, block_size=4, watermark=0.0)
+    scheduler = student.scheduler.Scheduler(bm, preemption)
+    a, b = _request("a", 0, 0, 7), _request("b", 2, 1, 7)
+    scheduler.add(a)
+    scheduler.add(b)
+    _step(scheduler)
+    _step(scheduler)
+    queue = scheduler.swapped if preemption == "swap" else scheduler.waiting
+    status = Status.SWAPPED if preemption == "swap" else Status.WAITING
+    for request_id, arrival, seq_id in (("z", 1, 8), ("c", 3, 9)):
+        group = _request(request_id, arrival, seq_id, 3)
+        group.status = status
+        queue.append(group)
+    bm.pop_events()
+    scene = Scene(bm, scheduler, a, b, _step(scheduler))
+    return scene, [g.request_id for g in queue]
+
+
+def check_a_victim_keeps_its_arrival_order(student):
+    """a preempted request rejoins the waiting or swapped queue in arrival order"""
+    for preemption, host, name in (("recompute", 0, "waiting"), ("swap", 4, "swapped")):
+        scene, queue = _requeue_scene(student, preemption, host)
+        expect(_ids(scene.out.preempted), ["b"], f"{preemption}: the preempted requests, by id")
+        if queue != ["z", "b", "c"]:
+            raise CheckFailed(
+                f"{preemption}: the {name} queue held z (arrival 1) and c (arrival 3) when b "
+                f"(arrival 2) was preempted; it is now {queue}, expected ['z', 'b', 'c']. "
+                "A victim goes back in arrival order: behind every earlier request, ahead of "
+                "every later one (appending it lets c jump ahead; inserting it at the front "
+                "jumps ahead of z)"
+            )
+
+
+def check_the_preempt_event_comes_first(student):
+    """the Preempt event is recorded before the Free or SwapOut events it causes"""
+    for preemption, host, caused in (("recompute", 0, "free"), ("swap", 4, "swap-out")):
+        scene = _two_requests_then_full(student, preemption, host)
+        kinds = [e.kind for e in scene.bm.pop_events()]
+        if "preempt" not in kinds or caused not in kinds:
+            raise CheckFailed(
+                f"{preemption}: the step recorded the events {kinds}; expected a preempt "
+                f"event followed by b's {caused} events"
+            )
+        if kinds.index("preempt") > kinds.index(caused):
+            raise CheckFailed(
+                f"{preemption}: the step recorded the events {kinds}: the {caused} events "
+                "come before the preempt that caused them, so the TUI and traces tell the "
+                "story backwards. Record Preempt first, then free or swap out"
+            )
+
+
 def check_a_request_with_several_sequences_is_swapped(student):
     """a request whose sequences share blocks is swapped whatever the policy, to keep sharing"""
     bm = BlockManager(5, 4, block_size=4, watermark=0.0)
@@ -230,7 +290,7 @@ def check_a_request_with_several_sequences_is_swapped(student):
     b.seqs.append(Sequence(2, list(b.seqs[0].token_ids), 7))
     bm.pop_events()
     out = _step(scheduler)  # both of b's sequences must copy shared block 1; one block is free
-    expect(out.preempted, [b], "the step's preempted requests")
+    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
     expect(_preempt_event(bm).mode, "swap", "the mode for a request of 2 sequences")
     expect(bm.table(1).blocks, bm.table(2).blocks, "T_1 against T_2 in the host pool")
 
@@ -249,5 +309,7 @@ CRITERIA = tuple(
         check_swap_preemption_moves_the_blocks_to_host,
         check_swap_falls_back_to_recompute_without_host_room,
         check_a_request_with_several_sequences_is_swapped,
+        check_a_victim_keeps_its_arrival_order,
+        check_the_preempt_event_comes_first,
     )
 )

@@ -1,4 +1,4 @@
-"""The nine exercises: where each one's files are, what solves it, and what checks it.
+"""The exercises: where each one's files are, what solves it, and what checks it.
 
 Each exercise is a folder under ``tutorials/`` (a README and a ``starter/`` folder of files to
 complete) and a module of checks in this package (``ex03_copy_on_write.py``, ...) whose
@@ -16,8 +16,9 @@ from pathlib import Path
 from minipaged.grader.report import Criterion
 from minipaged.grader.student import Student, load_folder, load_solution
 
-TUTORIALS = Path(__file__).resolve().parents[2] / "tutorials"
-"""The exercise folders, beside the package in a source checkout."""
+TUTORIALS = (Path(__file__).resolve().parent / "tutorials").resolve()
+"""The exercise folders: the repository's ``tutorials/`` in a source checkout (``tutorials`` here
+is a link to it), and a copy shipped as package data in an installed package."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +64,17 @@ EXERCISES: dict[int, Exercise] = {
         ),
         _exercise(
             3,
-            "03-copy-on-write",
-            "append with copy-on-write",
+            "03-fork",
+            "fork for parallel sampling and beam search",
             {"block_manager": "minipaged.block_manager"},
-            "ex03_copy_on_write",
+            "ex03_fork",
         ),
         _exercise(
             4,
-            "04-fork",
-            "fork for parallel sampling and beam search",
+            "04-copy-on-write",
+            "append with copy-on-write",
             {"block_manager": "minipaged.block_manager"},
-            "ex04_fork",
+            "ex04_copy_on_write",
         ),
         _exercise(
             5,
@@ -84,37 +85,56 @@ EXERCISES: dict[int, Exercise] = {
         ),
         _exercise(
             6,
-            "06-paged-attention",
-            "paged attention decode in PyTorch with online softmax",
-            {"attention": "minipaged.attention"},
-            "ex06_attention",
+            "06-invariants",
+            "write the invariants: properties that catch a bug zoo",
+            {"properties": "minipaged.grader.properties"},
+            "ex06_invariants",
         ),
         _exercise(
             7,
-            "07-cuda-kernel",
-            "a Numba CUDA paged-attention kernel, in the simulator",
-            {
-                "cache_ops": "cuda_kernels.cache_ops",
-                "paged_attention": "cuda_kernels.paged_attention",
-            },
-            "ex07_cuda_kernel",
+            "07-paged-attention",
+            "paged attention decode in PyTorch with online softmax",
+            {"attention": "minipaged.attention"},
+            "ex07_attention",
         ),
         _exercise(
             8,
-            "08-invariants",
-            "write the invariants: properties that catch a bug zoo",
-            {"properties": "minipaged.grader.properties"},
-            "ex08_invariants",
+            "08-copy-blocks",
+            "a first CUDA kernel: copy a block, one thread per element",
+            {"cache_ops": "cuda_kernels.cache_ops"},
+            "ex08_copy_blocks",
         ),
         _exercise(
             9,
-            "09-prefix-cache",
+            "09-reshape-and-cache",
+            "a CUDA kernel that writes keys and values at their slots",
+            {"cache_ops": "cuda_kernels.cache_ops"},
+            "ex09_reshape_and_cache",
+        ),
+        _exercise(
+            10,
+            "10-block-reduce",
+            "one warp's dot product: a reduction in shared memory",
+            {"block_reduce": "cuda_kernels.block_reduce"},
+            "ex10_block_reduce",
+        ),
+        _exercise(
+            11,
+            "11-decode-kernel",
+            "the paged-attention decode kernel in Numba CUDA",
+            {"paged_attention": "cuda_kernels.paged_attention"},
+            "ex11_decode_kernel",
+        ),
+        _exercise(
+            12,
+            "12-prefix-cache",
             "prefix caching: a radix tree with LRU eviction",
             {"radix_cache": "minipaged.radix_cache"},
-            "ex09_prefix_cache",
+            "ex12_prefix_cache",
         ),
     )
 }
+"""The course, in order: each exercise builds on what the ones before it taught."""
 
 
 def exercise(number: int) -> Exercise:
@@ -152,11 +172,11 @@ def load_check(number: int, path: Path | None, solution: bool) -> None:
 def block_manager_class(number: int, path: Path | None = None, solution: bool = False) -> type:
     """A drop-in ``BlockManager`` (same constructor, same methods) built on the student's work
     for exercise 02 (the library's manager on their allocator), 03, 04 or 05 (their manager),
-    or 09 (the library's manager with their radix tree as its ``"radix"`` prefix cache)."""
+    or 12 (the library's manager with their radix tree as its ``"radix"`` prefix cache)."""
     checks = importlib.import_module(exercise(number).checks)
     if not hasattr(checks, "block_manager_class"):
         raise ValueError(
-            f"exercise {number} builds no part of a block manager; exercises 2, 3, 4, 5 and 9 do"
+            f"exercise {number} builds no part of a block manager; exercises 2, 3, 4, 5 and 12 do"
         )
     return checks.block_manager_class(load(number, path, solution))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,39 @@ class CheckFailed(AssertionError):
 
 
 def expect(got: Any, expected: Any, what: str) -> None:
-    """Fail with ``"{what}: expected {expected!r}, got {got!r}"`` unless ``got == expected``."""
+    """Fail with ``"{what}: expected {expected!r}, got {got!r}"`` unless ``got == expected``.
+    Of two dataclasses (a ``BlockState``, say) or dicts, only the parts that differ are shown."""
     if got != expected:
-        raise CheckFailed(f"{what}: expected {expected!r}, got {got!r}")
+        raise CheckFailed(f"{what}: {difference(got, expected)}")
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+ABSENT = _Absent()
+
+
+def difference(got: Any, expected: Any, where: str = "") -> str:
+    """What differs between ``got`` and ``expected``, field by field for dataclasses of one
+    type and key by key for dicts, so a message shows three numbers, not two pages of state."""
+    at = f"{where}: " if where else ""
+    if is_dataclass(got) and type(got) is type(expected):
+        parts = [
+            difference(getattr(got, f.name), getattr(expected, f.name), where + "." + f.name)
+            for f in fields(got)
+            if getattr(got, f.name) != getattr(expected, f.name)
+        ]
+        return "; ".join(p.removeprefix(".") for p in parts)
+    if isinstance(got, dict) and isinstance(expected, dict):
+        parts = [
+            difference(got.get(k, ABSENT), expected.get(k, ABSENT), f"{where}[{k!r}]")
+            for k in sorted(set(got) | set(expected), key=repr)
+            if got.get(k, ABSENT) != expected.get(k, ABSENT)
+        ]
+        return "; ".join(p.removeprefix(".") for p in parts)
+    return f"{at}expected {expected!r}, got {got!r}".removeprefix(".")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +132,3 @@ class Report:
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
         verdict = "[green]all criteria met[/green]" if self.passed else "[red]not yet[/red]"
         console.print(f"{summary}: {verdict}")
-
-
-def report_from_dict(record: dict) -> Report:
-    """Rebuild a ``Report`` from ``Report.to_dict`` output (how a subprocess hands it back)."""
-    results = [Result(**r) for r in record["criteria"]]
-    return Report(record["exercise"], record["title"], record["graded"], results)

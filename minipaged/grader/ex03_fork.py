@@ -1,0 +1,143 @@
+"""Checks for exercise 03: fork for parallel sampling and beam search (source text §5, "The
+Copy-on-Write forking protocol").
+
+The student's ``block_manager.py`` defines ``BlockManager``, the library's class with ``fork``
+and ``free`` written by the student. Appends here use the library's ``append_slot``.
+"""
+
+from __future__ import annotations
+
+from minipaged.block_manager import BlockManager
+from minipaged.grader.properties import BlockManagerMachine, run_programs
+from minipaged.grader.report import CheckFailed, Criterion, expect
+
+
+def block_manager_class(student) -> type[BlockManager]:
+    return student.block_manager.BlockManager
+
+
+def _manager(student, num_blocks: int = 16, block_size: int = 4):
+    return student.block_manager.BlockManager(num_blocks, block_size=block_size, watermark=0.0)
+
+
+def _refcounts(bm, blocks) -> list[int]:
+    return [bm.refcount(p) for p in blocks]
+
+
+def check_fork_copies_the_table(student):
+    """fork gives the child its own copy of T_parent: the same blocks and length, another list"""
+    bm = _manager(student)
+    bm.allocate(0, 6)
+    bm.fork(0, 1)
+    expect(bm.table(1).blocks, [0, 1], "T_1 after fork(0, 1) with T_0=[0, 1]")
+    expect(bm.table(1).num_tokens, 6, "the child's num_tokens")
+    if bm.table(1).blocks is bm.table(0).blocks:
+        raise CheckFailed(
+            "T_1.blocks is the very list T_0.blocks: when one sequence's table changes "
+            "(a new block, a copy-on-write) the other's would change too; copy the list"
+        )
+
+
+def check_fork_raises_each_refcount_by_one(student):
+    """fork raises R[p] by one for every p in T_parent and allocates nothing (no KV is copied)"""
+    bm = _manager(student)
+    bm.allocate(0, 6)
+    free_before = bm.device.num_free
+    bm.fork(0, 1)
+    expect(_refcounts(bm, [0, 1]), [2, 2], "[R[0], R[1]] after fork(0, 1)")
+    expect(bm.device.num_free, free_before, "free blocks after a fork (steps 1-2 touch only ints)")
+
+
+def check_parallel_sampling_shares_the_prompt(student):
+    """n = 4 samples of a 32-token prompt (B = 16) share its 2 blocks: R[p] = 4, not 8 blocks"""
+    bm = _manager(student, block_size=16)
+    bm.allocate(0, 32)
+    for child in (1, 2, 3):
+        bm.fork(0, child)
+    expect(_refcounts(bm, [0, 1]), [4, 4], "[R[0], R[1]] after k - 1 = 3 forks (R += k - 1)")
+    expect(bm.device.num_used, 2, "device blocks in use for 4 streams of one prompt")
+    for seq in range(4):  # §5's figure: each branch's token 33 gets a block of its own
+        bm.append_slot(seq)
+    expect(bm.device.num_used, 6, "device blocks in use after each stream's first token")
+    expect(_refcounts(bm, [0, 1]), [4, 4], "[R[0], R[1]]: the prompt stays shared")
+
+
+def check_free_releases_only_unshared_blocks(student):
+    """free drops T_r and decrements each R[p]; only blocks no other table holds become free"""
+    bm = _manager(student, num_blocks=8)
+    bm.allocate(0, 6)  # T_0 = [0, 1]
+    bm.fork(0, 1)
+    bm.append_slot(1)  # copy-on-write: T_1 = [0, 2]
+    bm.free(1)
+    expect(_refcounts(bm, [0, 1, 2]), [1, 1, 0], "[R[0], R[1], R[2]] after free(1)")
+    expect(sorted(bm.device.free_blocks()), [2, 3, 4, 5, 6, 7], "free blocks after free(1)")
+    if 1 in bm.tables:
+        raise CheckFailed("seq 1 still has a block table after free(1): drop it")
+    bm.free(0)
+    expect(bm.device.num_free, 8, "free blocks once both sequences are freed (no leak)")
+
+
+def check_beam_search_step(student):
+    """a beam-search step forks the chosen beams and frees the dropped ones, leaking nothing"""
+    bm = _manager(student)
+    bm.allocate(0, 5)  # the prompt: T_0 = [0, 1]
+    bm.fork(0, 1)
+    bm.fork(0, 2)  # K = 3 beams
+    for beam in (0, 1, 2):
+        bm.append_slot(beam)  # beams 0 and 1 copy the shared block 1; beam 2 then holds it alone
+    # The step's best candidates extend beam 0 twice and beam 1 once; beam 2 is dropped.
+    bm.fork(0, 3)
+    bm.free(2)
+    held = {}
+    for seq in bm.tables:
+        for p in bm.table(seq).blocks:
+            held[p] = held.get(p, 0) + 1
+    expect({p: bm.refcount(p) for p in held}, held, "R[p] against the tables holding p")
+    expect(bm.refcount(0), 3, "R[0]: the prompt's first block, held by beams 0, 1 and 3")
+    for seq in list(bm.tables):
+        bm.free(seq)
+    expect(bm.device.num_free, bm.device.num_blocks, "free blocks once every beam is freed")
+
+
+def check_fork_refuses_bad_sequences(student):
+    """fork into an existing sequence raises ValueError; fork from an unknown one raises KeyError"""
+    bm = _manager(student)
+    bm.allocate(0, 4)
+    bm.allocate(1, 4)
+    for action, error, what in [
+        (lambda: bm.fork(0, 1), ValueError, "fork(0, 1) when seq 1 already has a table"),
+        (lambda: bm.fork(7, 8), KeyError, "fork(7, 8) when seq 7 does not exist"),
+    ]:
+        before = bm.snapshot()
+        try:
+            action()
+        except error:
+            expect(bm.snapshot(), before, f"the block state after the refused {what}")
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as other:
+            raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
+        raise CheckFailed(
+            f"{what}: expected {error.__name__}, but it returned without raising; check the "
+            "sequences before changing any table or refcount"
+        )
+
+
+def check_random_programs_keep_every_invariant(student):
+    """random programs of allocate / fork / append / free / swap keep every invariant"""
+    run_programs(BlockManagerMachine, student.block_manager.BlockManager)
+
+
+CRITERIA = tuple(
+    Criterion(check)
+    for check in (
+        check_fork_copies_the_table,
+        check_fork_raises_each_refcount_by_one,
+        check_parallel_sampling_shares_the_prompt,
+        check_free_releases_only_unshared_blocks,
+        check_beam_search_step,
+        check_fork_refuses_bad_sequences,
+        check_random_programs_keep_every_invariant,
+    )
+)

@@ -1,0 +1,131 @@
+"""Checks for exercise 04: append with copy-on-write (source text §5, "Write execution and block
+splitting").
+
+The student's ``block_manager.py`` defines ``BlockManager``, the library's class with
+``append_slot`` written by the student. Forks here use the library's ``fork``.
+"""
+
+from __future__ import annotations
+
+from minipaged.block_manager import BlockManager
+from minipaged.grader.properties import BlockManagerMachine, run_programs
+from minipaged.grader.report import CheckFailed, Criterion, expect
+
+
+def block_manager_class(student) -> type[BlockManager]:
+    return student.block_manager.BlockManager
+
+
+def _manager(student, num_blocks: int = 8):
+    return student.block_manager.BlockManager(num_blocks, block_size=4, watermark=0.0)
+
+
+def check_append_writes_in_place_when_the_block_has_room(student):
+    """R[p] = 1 and o > 0: the token is written in place, at slot T_r[j] * B + o, with no copy"""
+    bm = _manager(student)
+    bm.allocate(0, 5)  # T_0 = [0, 1]; t = 5 goes to j = 1, o = 1
+    result = bm.append_slot(0)
+    expect(result.slot, 1 * 4 + 1, "append_slot(0) at t=5 with T_0=[0, 1], B=4: slot T_0[1]*B + o")
+    expect(result.cow, None, "the copy-on-write pair of an exclusive block")
+    expect(bm.table(0).blocks, [0, 1], "T_0 after the append (no new block)")
+    expect(bm.table(0).num_tokens, 6, "num_tokens after the append")
+
+
+def check_full_last_block_gets_a_fresh_block(student):
+    """t mod B = 0: a fresh block with R[p] = 1 becomes logical block j, and o = 0"""
+    bm = _manager(student)
+    bm.allocate(0, 8)  # T_0 = [0, 1], both full
+    result = bm.append_slot(0)
+    expect(bm.table(0).blocks, [0, 1, 2], "T_0 after appending t=8 to two full blocks of B=4")
+    expect(result.slot, 2 * 4 + 0, "the slot of t=8: T_0[2]*B + 0")
+    expect(bm.refcount(2), 1, "R of the fresh block")
+    expect(result.cow, None, "the copy-on-write pair when starting a fresh block")
+
+
+def check_shared_partly_filled_block_is_copied(student):
+    """R[p] > 1: allocate p_new, copy the o rows, R[p] -= 1, T_i[j] = p_new, write at o"""
+    bm = _manager(student)
+    bm.allocate(0, 6)  # T_0 = [0, 1]; block 1 holds 2 of 4 tokens
+    bm.fork(0, 1)  # R[0] = R[1] = 2
+    result = bm.append_slot(1)  # seq 1 writes t = 6: j = 1, o = 2, p = 1 is shared
+    if result.cow is None and result.slot // 4 == 1:
+        raise CheckFailed(
+            f"seq 1 wrote token t=6 (j=1, o=2) into block 1, shared with seq 0 (R[1]=2), "
+            f"at slot {result.slot} with no copy-on-write: seq 0's next token would land on it. "
+            "Expected cow=(1, p_new) and a slot in p_new"
+        )
+    if result.cow is None:
+        raise CheckFailed(
+            f"seq 1 moved to block {result.slot // 4} for token t=6 but returned cow=None: the "
+            "caller copies only the pairs it is given, so the o=2 tokens already written in "
+            f"block 1 would be missing from block {result.slot // 4}. Return cow=(1, p_new)"
+        )
+    src, dst = result.cow
+    expect(src, 1, "the block copied from (the shared p = T_1[1])")
+    expect(bm.table(1).blocks, [0, dst], f"T_1 after copy-on-write to p_new={dst}")
+    expect(result.slot, dst * 4 + 2, f"the slot of t=6: p_new*B + o = {dst}*4 + 2")
+    expect((bm.refcount(1), bm.refcount(dst)), (1, 1), "(R[p], R[p_new]) after the copy")
+    expect(bm.refcount(0), 2, "R[0]: the full block 0 stays shared")
+    expect(bm.table(0).blocks, [0, 1], "T_0: the other sequence's table does not change")
+
+
+def check_last_sharer_writes_in_place(student):
+    """after one sharer copied, the other holds the block alone (R[p] = 1) and writes in place"""
+    bm = _manager(student)
+    bm.allocate(0, 6)
+    bm.fork(0, 1)
+    bm.append_slot(1)
+    free_before = bm.device.num_free
+    result = bm.append_slot(0)
+    expect(result.cow, None, "seq 0's append into block 1 once seq 1 has its own copy (R[1]=1)")
+    expect(result.slot, 1 * 4 + 2, "seq 0's slot for t=6")
+    expect(bm.device.num_free, free_before, "free blocks after an in-place write")
+
+
+def check_full_shared_blocks_are_not_copied(student):
+    """a fork at a block boundary copies nothing: the new token starts a fresh block"""
+    bm = _manager(student)
+    bm.allocate(0, 8)
+    bm.fork(0, 1)
+    result = bm.append_slot(1)
+    expect(result.cow, None, "cow when seq 1 appends t=8 after its two full shared blocks")
+    expect(bm.table(1).blocks[:2], [0, 1], "T_1[:2]: the full blocks stay shared")
+    expect((bm.refcount(0), bm.refcount(1)), (2, 2), "(R[0], R[1]) after the append")
+
+
+def check_out_of_blocks_changes_nothing(student):
+    """with no free block, an append that needs one raises OutOfBlocks and changes nothing"""
+    from minipaged.allocator import OutOfBlocks
+
+    bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
+    bm.allocate(0, 6)
+    bm.fork(0, 1)  # the pool is full; block 1 is shared and partly filled
+    before = bm.snapshot()
+    try:
+        bm.append_slot(1)
+    except OutOfBlocks:
+        expect(bm.snapshot(), before, "the block state after the refused append")
+        return
+    raise CheckFailed(
+        "append_slot(1) into shared block 1 with no free block returned instead of raising "
+        "OutOfBlocks: copy-on-write needs a p_new, and the pool has none"
+    )
+
+
+def check_random_programs_keep_every_invariant(student):
+    """random programs of allocate / fork / append / free / swap keep every invariant"""
+    run_programs(BlockManagerMachine, student.block_manager.BlockManager)
+
+
+CRITERIA = tuple(
+    Criterion(check)
+    for check in (
+        check_append_writes_in_place_when_the_block_has_room,
+        check_full_last_block_gets_a_fresh_block,
+        check_shared_partly_filled_block_is_copied,
+        check_last_sharer_writes_in_place,
+        check_full_shared_blocks_are_not_copied,
+        check_out_of_blocks_changes_nothing,
+        check_random_programs_keep_every_invariant,
+    )
+)

@@ -1,0 +1,250 @@
+"""Checks for exercise 07: paged attention decode in PyTorch (source text §4).
+
+The student's ``attention.py`` mirrors ``minipaged.attention``: ``paged_attention_decode_loop``
+(§4's loop, block by block, with the online softmax) and ``paged_attention_decode`` (the same
+result, vectorized). The expected output comes from plain softmax attention over each sequence's
+keys and values in token order, built here apart from any paging.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from minipaged.grader.report import CheckFailed, Criterion
+
+TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Case:
+    """Decode inputs laid out in a paged pool, and the answer computed without the pool."""
+
+    what: str
+    nan_hint: str  # what most likely put NaN or inf in the output
+    args: tuple  # (query, key_pool, value_pool, block_tables, seq_lens, scale, block_size)
+    expected: torch.Tensor  # [batch, num_heads, head_dim]
+
+
+UNUSED_SLOTS = (
+    "With the unused slots set to 0 instead of NaN the output is finite, so your code reads "
+    "slots past the sequence's end: read only tokens τ < L (block j holds min(B, L - jB) "
+    "tokens, and table entries past ceil(L/B) are -1)"
+)
+OVERFLOW = (
+    "exp(s) overflows float32 once s > 88: subtract the running max m before exp, and "
+    "rescale what came before by exp(m_prev - m_curr)"
+)
+UNDERFLOW = (
+    "every score here is below -88, where exp(s) underflows float32 to 0, so the sum l is 0 "
+    "and l divides 0: does the running max m start at 0? Start it at -inf, so that the first "
+    "score sets it and exp(s - m) is 1 for the largest score"
+)
+UNKNOWN = "NaN or inf came from your arithmetic: is anything divided by a sum that can be 0?"
+
+
+def make_case(
+    what,
+    seq_lens,
+    block_size=4,
+    num_heads=2,
+    num_kv_heads=2,
+    head_dim=8,
+    shared_blocks=0,
+    score_scale=1.0,
+    far_below=0.0,
+    seed=0,
+) -> Case:
+    """Sequences of ``seq_lens`` tokens in a pool of scattered blocks; every slot no token uses
+    holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
+    sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
+    query head per KV head), every key points away from the query: each score is about
+    ``-far_below``."""
+    gen = torch.Generator().manual_seed(seed)
+    scale = 1.0 / math.sqrt(head_dim)
+    query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen) * score_scale
+    batch = len(seq_lens)
+    blocks_of = [-(-length // block_size) for length in seq_lens]
+    num_blocks = sum(blocks_of) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered physical blocks
+    key_pool = torch.full((num_blocks, num_kv_heads, block_size, head_dim), float("nan"))
+    value_pool = torch.full_like(key_pool, float("nan"))
+    shared = order[:shared_blocks]
+    width = max(blocks_of)
+    tables = torch.full((batch, width), -1, dtype=torch.int32)
+    keys, values = [], []
+    prefix = None
+    for b, length in enumerate(seq_lens):
+        k = torch.randn(num_kv_heads, length, head_dim, generator=gen) * score_scale
+        v = torch.randn(num_kv_heads, length, head_dim, generator=gen)
+        if far_below:  # s = scale q.k = scale 0.1 q.noise - far_below
+            q = query[b, :, None, :]  # [num_kv_heads, 1, head_dim]
+            k = 0.1 * k - q * (far_below / (scale * q.square().sum(-1, keepdim=True)))
+        if shared_blocks:
+            n = shared_blocks * block_size
+            prefix = prefix or (k[:, :n].clone(), v[:, :n].clone())
+            k[:, :n], v[:, :n] = prefix
+        own = [order.pop() for _ in range(blocks_of[b] - shared_blocks)]
+        table = shared + own
+        tables[b, : len(table)] = torch.tensor(table, dtype=torch.int32)
+        for t in range(length):
+            p, o = table[t // block_size], t % block_size
+            key_pool[p, :, o], value_pool[p, :, o] = k[:, t], v[:, t]
+        keys.append(k)
+        values.append(v)
+    group = num_heads // num_kv_heads
+    expected = torch.empty_like(query)
+    for b in range(batch):
+        k = keys[b].double().repeat_interleave(group, dim=0)  # [num_heads, L, head_dim]
+        v = values[b].double().repeat_interleave(group, dim=0)
+        probs = torch.softmax(torch.einsum("hd,htd->ht", query[b].double(), k) * scale, dim=-1)
+        expected[b] = torch.einsum("ht,htd->hd", probs, v).float()
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    hint = OVERFLOW if score_scale > 1 else UNDERFLOW if far_below else UNKNOWN
+    args = (query, key_pool, value_pool, tables, lens, scale, block_size)
+    return Case(what, hint, args, expected)
+
+
+def compare(name: str, function, case: Case) -> None:
+    """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it differs."""
+    query, key_pool, value_pool, tables, lens, scale, block_size = case.args
+    got = function(
+        query.clone(),
+        key_pool.clone(),
+        value_pool.clone(),
+        tables.clone(),
+        lens.clone(),
+        scale,
+        block_size,
+    )
+    where = f"{name} on {case.what}"
+    if not isinstance(got, torch.Tensor) or got.shape != case.expected.shape:
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        raise CheckFailed(
+            f"{where}: expected a tensor {tuple(case.expected.shape)} "
+            f"[batch, num_heads, head_dim], got {shape}"
+        )
+    for b in range(got.shape[0]):
+        for h in range(got.shape[1]):
+            row, want = got[b, h], case.expected[b, h]
+            if torch.isnan(row).any() or torch.isinf(row).any():
+                raise CheckFailed(
+                    f"{where}: sequence {b}, head {h} has NaN or inf: {_short(row)}. "
+                    f"{_nan_cause(function, case)}"
+                )
+            error = (row - want).abs().max().item()
+            if error > TOLERANCE:
+                raise CheckFailed(
+                    f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
+                    f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
+                )
+
+
+def _nan_cause(function, case: Case) -> str:
+    """The likely cause of NaN in ``function``'s output: run it again with the unused slots
+    holding 0 instead of NaN; if the output is then finite, it reads past the sequence's end."""
+    query, key_pool, value_pool, tables, lens, scale, block_size = case.args
+    try:
+        clean = function(
+            query.clone(),
+            key_pool.nan_to_num(0.0),
+            value_pool.nan_to_num(0.0),
+            tables.clone(),
+            lens.clone(),
+            scale,
+            block_size,
+        )
+    except Exception:
+        return case.nan_hint
+    return UNUSED_SLOTS if bool(torch.isfinite(clean).all()) else case.nan_hint
+
+
+def _short(row: torch.Tensor) -> str:
+    shown = ", ".join(f"{x:.4f}" for x in row[:4].tolist())
+    return f"[{shown}{', ...' if row.numel() > 4 else ''}]"
+
+
+ONE_BLOCK = make_case("one sequence in one partly filled block (L=3, B=4)", [3])
+SCATTERED = make_case("one sequence over 3 scattered blocks, ending mid-block (L=11, B=4)", [11])
+BATCH = make_case(
+    "a batch of L=5, 12, 1 with tables padded by -1 and NaN in unused slots", [5, 12, 1], seed=1
+)
+GQA = make_case(
+    "grouped-query attention, 4 query heads over 2 KV heads (L=6, 9)",
+    [6, 9],
+    num_heads=4,
+    num_kv_heads=2,
+    seed=2,
+)
+LARGE = make_case("large scores (|q·k| in the thousands)", [9, 4], score_scale=12.0, seed=3)
+FAR_BELOW = make_case(
+    "scores all far below zero (s ≈ -120, where exp(s) is 0 in float32)",
+    [7, 3],
+    far_below=120.0,
+    seed=7,
+)
+SHARED = make_case(
+    "two sequences sharing their first 2 blocks (a fork)", [10, 13], shared_blocks=2, seed=4
+)
+
+
+def _loop(student):
+    return student.attention.paged_attention_decode_loop
+
+
+def check_loop_one_block(student):
+    """the loop attends one sequence in one partly filled block"""
+    compare("paged_attention_decode_loop", _loop(student), ONE_BLOCK)
+
+
+def check_loop_follows_the_block_table(student):
+    """the loop reads token τ in block T[floor(τ/B)] at offset τ mod B, over several blocks"""
+    compare("paged_attention_decode_loop", _loop(student), SCATTERED)
+
+
+def check_loop_batch_reads_only_tokens_below_each_length(student):
+    """the loop handles a batch of lengths, and never reads a slot at or past L"""
+    compare("paged_attention_decode_loop", _loop(student), BATCH)
+
+
+def check_loop_grouped_query_attention(student):
+    """the loop maps query head h to KV head floor(h / (N_Q / N_KV))"""
+    compare("paged_attention_decode_loop", _loop(student), GQA)
+
+
+def check_loop_online_softmax_is_stable(student):
+    """the online softmax rescales by exp(m_prev - m_curr), so large scores stay finite"""
+    compare("paged_attention_decode_loop", _loop(student), LARGE)
+
+
+def check_loop_online_softmax_starts_at_minus_infinity(student):
+    """the running max starts at m = -inf, so scores all far below zero stay finite"""
+    compare("paged_attention_decode_loop", _loop(student), FAR_BELOW)
+
+
+def check_loop_shared_blocks(student):
+    """the loop reads blocks two sequences share (after a fork) for both"""
+    compare("paged_attention_decode_loop", _loop(student), SHARED)
+
+
+def check_vectorized_matches(student):
+    """paged_attention_decode (vectorized) gives the same result on every case"""
+    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED):
+        compare("paged_attention_decode", student.attention.paged_attention_decode, case)
+
+
+CRITERIA = tuple(
+    Criterion(check)
+    for check in (
+        check_loop_one_block,
+        check_loop_follows_the_block_table,
+        check_loop_batch_reads_only_tokens_below_each_length,
+        check_loop_grouped_query_attention,
+        check_loop_online_softmax_is_stable,
+        check_loop_online_softmax_starts_at_minus_infinity,
+        check_loop_shared_blocks,
+        check_vectorized_matches,
+    )
+)

@@ -1,0 +1,97 @@
+"""Checks for exercise 10: one warp's dot product, a reduction through shared memory, run in
+Numba's CUDA simulator.
+
+The student's ``block_reduce.py`` mirrors ``cuda_kernels.block_reduce``: ``tree_reduce(combine)``
+returns a device function ``reduce(value, scratch)`` that takes one float32 from each of the
+$T$ threads of a block and gives every thread the combination of all $T$. The checks launch a
+kernel of their own in which thread $t$ multiplies $q_t k_t$ and the reduction sums the products:
+the score $q \\cdot k$ of one token, the inner step of the decode kernel (exercise 11). The
+kernels are built inside the checks, so this module imports no numba: the grader runs them in a
+simulator process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minipaged.grader.report import CheckFailed, Criterion
+
+NUM_THREADS = 32  # one warp: thread t holds dimension t of a head_dim = 32 query and key
+
+
+def _kernels(tree_reduce):
+    from minipaged.grader.reduction_kernels import kernels
+
+    return kernels(tree_reduce)
+
+
+def _launch(kernel, out, *args) -> np.ndarray:
+    kernel[out.shape[0], NUM_THREADS](out, *args)
+    return out
+
+
+def _inputs(seed: int, tokens: int):
+    rng = np.random.default_rng(seed)
+    query = rng.standard_normal(NUM_THREADS).astype(np.float32)
+    keys = rng.standard_normal((tokens, NUM_THREADS)).astype(np.float32)
+    return query, keys
+
+
+def _compare(got: np.ndarray, expected: np.ndarray, what: str) -> None:
+    for i, row in enumerate(got):
+        wrong = np.flatnonzero(np.abs(row - expected[i]) > 1e-4 * (1 + abs(expected[i])))
+        if wrong.size:
+            t = int(wrong[0])
+            others = "" if wrong.size == 1 else f" (and {wrong.size - 1} other threads)"
+            raise CheckFailed(
+                f"{what}, token {i}: thread {t} got {row[t]:.5f}, expected {expected[i]:.5f}"
+                f"{others}. Every thread must return the block's result: read it from "
+                "scratch[0] after the last cuda.syncthreads()"
+            )
+
+
+def check_dot_product(student):
+    """32 threads, one dimension each, sum q_t k_t: every thread gets q . k"""
+    dot, _ = _kernels(student.block_reduce.tree_reduce)
+    query, keys = _inputs(0, 3)
+    got = _launch(dot, np.zeros((3, NUM_THREADS), np.float32), query, keys)
+    _compare(got, keys @ query, "q . k over head_dim = 32")
+
+
+def check_max_and_reuse(student):
+    """the same tree finds a maximum, and a second reduction may follow the first at once"""
+    _, largest = _kernels(student.block_reduce.tree_reduce)
+    _, values = _inputs(1, 2)
+    got = _launch(largest, np.zeros((2, NUM_THREADS), np.float32), values)
+    _compare(got, values.max(axis=1) - values.min(axis=1), "max(m - x) after m = max(x)")
+
+
+def check_no_shared_memory_race(student):
+    """threads wait at cuda.syncthreads() between writing scratch and reading another's entry"""
+    from minipaged.grader.shared_memory_races import watch_shared_memory
+
+    dot, largest = _kernels(student.block_reduce.tree_reduce)
+    query, keys = _inputs(2, 1)
+    with watch_shared_memory() as log:
+        for kernel, args in ((dot, (query, keys)), (largest, (keys,))):
+            try:
+                _launch(kernel, np.zeros((1, NUM_THREADS), np.float32), *args)
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                raise CheckFailed(
+                    f"the kernel failed before any race could be watched for: "
+                    f"{type(error).__name__}: {error}{student.where(error)}"
+                ) from None
+    if log.races:
+        raise CheckFailed(
+            f"{len(log.races)} shared-memory race(s); the first: {log.races[0]}. The "
+            "simulator may still give the right sum; a GPU, whose threads really run at once, "
+            "will not, every time"
+        )
+
+
+CRITERIA = tuple(
+    Criterion(check, runs_in="simulator")
+    for check in (check_dot_product, check_max_and_reuse, check_no_shared_memory_race)
+)
