@@ -463,6 +463,40 @@ def test_what_the_pages_say_make_demo_runs_is_what_it_runs() -> None:
     assert not wrong, f"`make demo` runs {runs!r}, but:\n" + "\n".join(wrong)
 
 
+# -- figures drawn from the code ------------------------------------------------------------
+
+
+def load_figures():
+    """docs/figures.py, imported from its path (docs/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", DOCS / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figure_is_current_and_shown_on_a_page() -> None:
+    """docs/figures.py draws them from the code; a figure that differs from a fresh drawing
+    is stale: run `.venv/bin/python docs/figures.py` and review the pictures."""
+    figures = load_figures()
+    committed = {path.name for path in figures.FIGURES.glob("*.svg")}
+    assert committed == set(figures.FIGURES_SVG), "docs/assets/figures must hold exactly these"
+    pages = "".join(path.read_text(encoding="utf-8") for path in PAGES)
+    stale = [
+        name
+        for name in figures.FIGURES_SVG
+        if figures.render(name) != (figures.FIGURES / name).read_bytes()
+    ]
+    unused = [name for name in figures.FIGURES_SVG if f"figures/{name}" not in pages]
+    assert not stale, f"stale figures (run .venv/bin/python docs/figures.py): {stale}"
+    assert not unused, f"figures no page shows: {unused}"
+    block = figures.radix_block(figures.RADIX_PAGE.read_text(encoding="utf-8"))
+    assert block is not None and block[1] == figures.radix_tree_mermaid(), (
+        "the radix tree on the comparison page is stale: run .venv/bin/python docs/figures.py"
+    )
+
+
 # -- the built site ---------------------------------------------------------------------------
 
 
