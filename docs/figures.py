@@ -295,7 +295,7 @@ def radix_tree_mermaid() -> str:
             visit(child)
 
     visit(cache.root)
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 FIGURES_SVG: dict[str, Callable] = {
@@ -321,7 +321,8 @@ def render(name: str) -> bytes:
 
 def radix_block(page_text: str) -> re.Match[str] | None:
     """The mermaid fence right after RADIX_MARKER on the comparison page."""
-    return re.search(re.escape(RADIX_MARKER) + r"\n```mermaid\n(.*?)\n```", page_text, re.S)
+    body = r"((?:(?!```)[^\n]*\n)*?)"  # whole lines, none of them a fence
+    return re.search(re.escape(RADIX_MARKER) + r"\n```mermaid\n" + body + "```", page_text)
 
 
 def write_all() -> None:
