@@ -113,11 +113,12 @@ class ModelShape:
     def kv_address(
         self, block_table: Sequence[int], t: int, head: int, block_size: int, pool_ptr: int = 0
     ) -> int:
-        """$\\text{Addr}_K(t) = \\text{PoolPtr} + \\mathcal{T}[\\lfloor t/B \\rfloor]
+        """The byte address of token $t$'s key (or value) vector for KV head $h$ = ``head`` in
+        one layer's pool (§4); with ``pool_ptr = 0``, its byte offset from the pool's start:
+
+        $$\\text{Addr}_K(t) = \\text{PoolPtr} + \\mathcal{T}[\\lfloor t/B \\rfloor]
         \\cdot \\text{Stride}_{block} + (t \\bmod B) \\cdot \\text{Stride}_{token}
-        + h \\cdot \\text{Stride}_{head}$ (§4), the byte address of token $t$'s key (or value)
-        vector for KV head $h$ = ``head`` in one layer's pool; with ``pool_ptr = 0``, its byte
-        offset from the pool's start.
+        + h \\cdot \\text{Stride}_{head}$$
 
         §3's worked example "BasePtr + 93 · BlockSizeBytes + 6 · TokenBytes" is this formula
         for one head ($h = 0$) of one layer's key pool: there "BlockSizeBytes" means that

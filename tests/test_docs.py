@@ -28,6 +28,8 @@ examples print now, then read the diff before committing it.
 
 from __future__ import annotations
 
+import ast
+import code
 import contextlib
 import difflib
 import io
@@ -257,12 +259,249 @@ def test_vendored_javascript_stays_small() -> None:
     assert 0 < total <= VENDOR_BUDGET_BYTES, f"docs vendor folder holds {total:,} bytes"
 
 
+# -- examples pasted into the interactive interpreter -------------------------------------------
+
+
+class PastingConsole(code.InteractiveConsole):
+    """The REPL a reader pastes an example into, line by line: what it cannot compile is
+    recorded instead of printed. Each complete statement runs, as it would there."""
+
+    def __init__(self, namespace: dict[str, object]) -> None:
+        super().__init__(namespace, filename="<stdin>")
+        self.errors: list[str] = []
+
+    def showsyntaxerror(self, filename=None, **kwargs) -> None:
+        self.errors.append("".join(traceback.format_exception_only(*sys.exc_info()[:2])))
+
+    def showtraceback(self) -> None:
+        self.errors.append(traceback.format_exc())
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
+def test_every_python_example_pastes_into_the_interactive_interpreter(
+    page: str, tmp_path, monkeypatch
+) -> None:
+    """The 3.10 to 3.12 REPL ends an indented block only at a blank line, so a dedented line
+    straight after one is a SyntaxError when pasted, though the file runs; and a blank line
+    inside a function body ends it early. Each fence is pasted and run as a reader would."""
+    monkeypatch.chdir(tmp_path)
+    console = PastingConsole({"__name__": "__console__"})
+    for fence in FENCES[page]:
+        if fence.language != "python" or fence.skipped:
+            continue
+        with contextlib.redirect_stdout(io.StringIO()):
+            for line in [*fence.body, ""]:  # a pasted block ends with an empty line
+                console.push(line)
+        if console.errors:
+            where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
+            pytest.fail(f"{where} fails pasted into the REPL:\n{console.errors[0]}", pytrace=False)
+
+
+# -- what the pages say about the project ------------------------------------------------------
+
+CONTROL_CHARACTERS = re.compile(r"[\t\r\x07\x08\x0b\x0c]")
+# Python's "\t", "\r", "\b", "\f", "\a" and "\v" escapes turn TeX's \tau, \text, \rceil, \beta,
+# \frac, \alpha and \vec into control characters; Markdown shows them as "$ au$" or "ext{".
+SOURCE_PACKAGES = ("minipaged", "cuda_kernels", "tui")
+
+
+def docstrings(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.get_docstring(node, clean=False)
+            if text is not None:
+                yield node.body[0].lineno, text
+
+
+def test_no_page_or_docstring_holds_a_control_character() -> None:
+    """Reads bytes, so a lone carriage return counts, as it splits a table row."""
+    found = [
+        f"docs/{path.relative_to(DOCS)}:{n}: {CONTROL_CHARACTERS.search(line)[0]!r}"
+        for path in PAGES
+        for n, line in enumerate(path.read_bytes().decode("utf-8").split("\n"), 1)
+        if CONTROL_CHARACTERS.search(line)
+    ]
+    found += [
+        f'{path.relative_to(ROOT)}:{line}: docstring holds {match[0]!r} (write \\\\tau or r""")'
+        for package in SOURCE_PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for line, text in docstrings(path)
+        if (match := CONTROL_CHARACTERS.search(text))
+    ]
+    assert not found, "control characters, probably a TeX command eaten by an escape:\n" + (
+        "\n".join(found)
+    )
+
+
+def nav_pages() -> list[str]:
+    """mkdocs.yml's nav, flattened in reading order: the order of Material's footer links."""
+    from mkdocs.config import load_config
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
+
+    def flatten(items) -> Iterator[str]:
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            if isinstance(value, list):
+                yield from flatten(value)
+            elif not EXTERNAL.match(value):
+                yield value
+
+    return list(flatten(nav))
+
+
+def test_every_page_is_in_the_nav_once() -> None:
+    nav = nav_pages()
+    on_disk = {path.relative_to(DOCS).as_posix() for path in PAGES}
+    assert not (missing := sorted(on_disk - set(nav))), (
+        f"pages missing from mkdocs.yml nav: {missing}"
+    )
+    assert not (absent := sorted(set(nav) - on_disk)), (
+        f"nav names pages that do not exist: {absent}"
+    )
+    assert len(nav) == len(set(nav)), "a page is in the nav twice"
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+\.md)(#[^)]*)?\)")
+NEXT_PARAGRAPH = re.compile(r"^Next:(.*?)(?:\n\s*\n|\Z)", re.M | re.S)
+
+
+def linked_pages(page: str, text: str) -> list[str]:
+    """Pages ``text`` (on ``page``) links to, in order, relative to docs/."""
+    base = (DOCS / page).parent
+    return [
+        (base / target).resolve().relative_to(DOCS.resolve()).as_posix()
+        for target, _ in MARKDOWN_LINK.findall(text)
+    ]
+
+
+def test_next_links_follow_the_nav() -> None:
+    """A page's "Next:" paragraph first names the page after it in the nav, the page
+    Material's footer offers; the last page has no "Next:"."""
+    nav = nav_pages()
+    wrong = []
+    for k, page in enumerate(nav):
+        paragraph = NEXT_PARAGRAPH.search((DOCS / page).read_text(encoding="utf-8"))
+        if paragraph is None:
+            continue
+        links = linked_pages(page, paragraph[1])
+        expected = nav[k + 1] if k + 1 < len(nav) else None
+        if not links or links[0] != expected:
+            wrong.append(f"docs/{page}: Next names {links[:1]}, the nav's next page is {expected}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_home_page_maps_every_section_of_the_site() -> None:
+    """Every page in the nav is linked from the home page, or from a page the home page
+    links that sits in the same nav section (a section's own index page, say)."""
+    from mkdocs.config import load_config
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
+    home = set(linked_pages("index.md", (DOCS / "index.md").read_text(encoding="utf-8")))
+    unmapped = []
+    for section in nav:
+        pages = nav_pages_in(section)
+        reached = set(home)
+        for page in pages:
+            if page in home:
+                reached |= set(linked_pages(page, (DOCS / page).read_text(encoding="utf-8")))
+        unmapped += [p for p in pages if p not in reached and p != "index.md"]
+    assert not unmapped, f"pages the home page's site map does not reach: {unmapped}"
+
+
+def nav_pages_in(item) -> list[str]:
+    value = next(iter(item.values())) if isinstance(item, dict) else item
+    if isinstance(value, list):
+        return [page for sub in value for page in nav_pages_in(sub)]
+    return [] if EXTERNAL.match(value) else [value]
+
+
+# Modules documented elsewhere than an API page, and where.
+NOT_ON_AN_API_PAGE = {
+    "minipaged.cli": "reference/cli.md documents the command line",
+    "minipaged.__main__": "python -m minipaged is the command line",
+    "minipaged.grader": "the exercises' own pages and README document the grader",
+    "minipaged.study.bench.": "each benchmark is a row of minipaged.study.bench's table",
+    "cuda_kernels.__main__": "not a library module",
+}
+
+
+def test_every_module_has_an_api_page() -> None:
+    documented = {
+        line.removeprefix(":::").strip()
+        for path in PAGES
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith(":::")
+    }
+    modules = []
+    for package in ("minipaged", "cuda_kernels"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    missing = [
+        m
+        for m in modules
+        if m not in documented and not any(m.startswith(p) for p in NOT_ON_AN_API_PAGE)
+    ]
+    assert not missing, f"modules on no API page (add `::: name` to a reference page): {missing}"
+
+
+def test_what_the_pages_say_make_demo_runs_is_what_it_runs() -> None:
+    recipe = re.search(r"^demo:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe, "the Makefile has no demo target"
+    runs = recipe[1].strip().removeprefix(".venv/bin/")
+    claims = [
+        (path, claim)
+        for path in [*PAGES, ROOT / "README.md"]
+        for claim in re.findall(r"`make demo` runs `([^`]+)`", path.read_text(encoding="utf-8"))
+    ]
+    assert claims, "no page says what `make demo` runs"
+    wrong = [f"{path.name}: says {claim!r}" for path, claim in claims if claim != runs]
+    assert not wrong, f"`make demo` runs {runs!r}, but:\n" + "\n".join(wrong)
+
+
+# -- figures drawn from the code ------------------------------------------------------------
+
+
+def load_figures():
+    """docs/figures.py, imported from its path (docs/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", DOCS / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figure_is_current_and_shown_on_a_page() -> None:
+    """docs/figures.py draws them from the code; a figure that differs from a fresh drawing
+    is stale: run `.venv/bin/python docs/figures.py` and review the pictures."""
+    figures = load_figures()
+    committed = {path.name for path in figures.FIGURES.glob("*.svg")}
+    assert committed == set(figures.FIGURES_SVG), "docs/assets/figures must hold exactly these"
+    pages = "".join(path.read_text(encoding="utf-8") for path in PAGES)
+    stale = [
+        name
+        for name in figures.FIGURES_SVG
+        if figures.render(name) != (figures.FIGURES / name).read_bytes()
+    ]
+    unused = [name for name in figures.FIGURES_SVG if f"figures/{name}" not in pages]
+    assert not stale, f"stale figures (run .venv/bin/python docs/figures.py): {stale}"
+    assert not unused, f"figures no page shows: {unused}"
+    block = figures.radix_block(figures.RADIX_PAGE.read_text(encoding="utf-8"))
+    assert block is not None and block[1] == figures.radix_tree_mermaid(), (
+        "the radix tree on the comparison page is stale: run .venv/bin/python docs/figures.py"
+    )
+
+
 # -- the built site ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    site_dir = tmp_path_factory.mktemp("site")
+def build_site(site_dir: Path) -> None:
+    """``mkdocs build --strict`` into ``site_dir``; fails the test on any warning."""
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
     command += ["--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)]
     result = subprocess.run(
@@ -274,15 +513,20 @@ def site(tmp_path_factory) -> Path:
         timeout=300,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    build_site(site_dir)
     return site_dir
 
 
 def test_mkdocs_build_strict_succeeds(site: Path) -> None:
     assert (site / "index.html").is_file()
     for page in PAGES:
-        html = site / page.relative_to(DOCS).with_suffix("") / "index.html"
-        if page.name == "index.md":
-            html = site / page.relative_to(DOCS).with_name("index.html")
+        # The offline plugin builds page.md as page.html, so links work opened from disk.
+        html = site / page.relative_to(DOCS).with_suffix(".html")
         assert html.is_file(), f"docs/{page.relative_to(DOCS)} was not built"
 
 

@@ -1,0 +1,357 @@
+"""The built site in a real browser: headless Chromium driven by Playwright, at a phone's width
+(390 px) and a laptop's (1280 px), served over HTTP and opened from disk.
+
+A browser sees what no HTML test does: an equation MathJax drew 1 px wide, TeX that a stray
+escape left raw, a diagram mermaid never drew, a search box that finds nothing, a page that
+fetches from another host. Each page is visited once per width in one tab (each visit parses
+MathJax and mermaid again, so that is most of the run time); the checks below read what the
+visits recorded. Search, the same index on every page, is tried on a few pages.
+
+Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); Playwright only drives it
+(``executable_path``), so nothing is downloaded. Without either, the tests skip with the reason.
+``SITE_SCREENSHOTS=folder`` saves a full-page PNG of every visit there, to look at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+from test_docs import DOCS, ROOT, build_site
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (requirements-dev.txt pins it)"
+)
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).is_file():
+    pytest.skip(
+        f"no Chromium at {CHROMIUM} (apt-get install -y chromium, as .ci/run does)",
+        allow_module_level=True,
+    )
+
+WIDTHS = (390, 1280)  # Material's narrow layout starts below 720 px
+# The 404 page links by absolute paths under site_url's path, so the site is served there.
+SUB_PATH = urlparse(
+    re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
+).path
+SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
+PAGES = sorted(p.relative_to(DOCS).with_suffix(".html").as_posix() for p in DOCS.rglob("*.md"))
+SEARCH_TERM = "refcount"
+# Opened from disk and searched: the home page, and pages with tables, equations and diagrams.
+SAMPLE = ["index.html", "reference/glossary.html", "explanation/copy-on-write.html"]
+# TeX that survived as text: a dollar sign or backslash command outside math, or the tail of
+# \text / \tau after Python or Markdown turned "\t" into a tab.
+RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]|(?<!\\t)ext\{")
+CONTROL = re.compile(r"[\t\r\x07\x08\x0b\x0c]")
+HREF = re.compile(r'<a\s[^>]*?href="([^"]*)"')
+EXTERNAL = re.compile(r"^[a-z]+:", re.IGNORECASE)
+# Mermaid draws text at 16 px and scales the drawing down to the column; at 390 px a wide
+# left-to-right flowchart shrank its labels to 7 px. Draw diagrams top to bottom instead.
+MIN_DIAGRAM_FONT_PX = 9.0
+
+# Material draws mermaid diagrams into closed shadow roots; open them so a test can look inside.
+OPEN_SHADOW_ROOTS = """
+const attach = Element.prototype.attachShadow;
+Element.prototype.attachShadow = function (init) {
+  return attach.call(this, {...init, mode: "open"});
+};
+"""
+# What a page shows once MathJax and mermaid are done.
+INSPECT = """async () => {
+  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  const article = document.querySelector("article");
+  const prose = article.cloneNode(true);
+  prose.querySelectorAll("pre, code, mjx-container, script, style, .mermaid, .headerlink")
+    .forEach(e => e.remove());
+  const box = e => { const r = e.getBoundingClientRect(); return [r.width, r.height]; };
+  const diagrams = [...article.querySelectorAll(".mermaid")].map(e => {
+    const svg = e.shadowRoot && e.shadowRoot.querySelector("svg");
+    if (!svg) return null;
+    const scale = box(svg)[0] / (svg.viewBox.baseVal.width || box(svg)[0]);
+    return {box: box(svg), font: 16 * scale};
+  });
+  const math = window.MathJax && MathJax.startup && MathJax.startup.document
+    ? [...MathJax.startup.document.math].map(m => m.math) : [];
+  return {
+    prose: prose.textContent,
+    equations: [...article.querySelectorAll('mjx-container[display="true"] > svg')].map(box),
+    inline: [...article.querySelectorAll('mjx-container:not([display="true"]) > svg')].map(box),
+    tex: math,
+    errors: article.querySelectorAll("mjx-merror").length,
+    diagrams,
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    links: [...document.querySelectorAll("a[href]")].map(a => a.href),
+  };
+}"""
+
+
+@dataclass
+class Visit:
+    url: str
+    width: int
+    console: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    found: dict = field(default_factory=dict)
+    search_hits: int | None = None  # None where not searched
+
+    def __str__(self) -> str:
+        return f"{self.url} at {self.width} px"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("www")
+    site_dir = root.joinpath(*SUB_FOLDERS)
+    build_site(site_dir)
+    return site_dir
+
+
+@pytest.fixture(scope="module")
+def base_url(site: Path):
+    """The site over HTTP on 127.0.0.1, under site_url's path, for this module's tests."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=site.parents[len(SUB_FOLDERS) - 1] if SUB_FOLDERS else site,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}{SUB_PATH}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "index.html", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"python -m http.server did not answer at {url}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
+    """Open each page in one tab at ``width`` px; record what it logged, fetched and shows,
+    and, on SAMPLE pages, how many results a search for SEARCH_TERM lists."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.add_init_script(OPEN_SHADOW_ROOTS)
+    tab = context.new_page()
+    own = urlparse(base)
+    visits: list[Visit] = []
+
+    def on_request(request) -> None:
+        url = urlparse(request.url)
+        if url.scheme in ("http", "https", "ws", "wss") and url.netloc != own.netloc:
+            visits[-1].foreign.append(request.url)
+
+    def on_response(response) -> None:
+        if response.status >= 400:
+            visits[-1].failed.append(f"{response.status} {response.url}")
+
+    tab.on("request", on_request)
+    tab.on("requestfailed", lambda r: visits[-1].failed.append(f"{r.failure} {r.url}"))
+    tab.on("response", on_response)
+    tab.on("console", lambda m: m.type == "error" and visits[-1].console.append(m.text))
+    tab.on("pageerror", lambda e: visits[-1].console.append(str(e)))
+    shots = os.environ.get("SITE_SCREENSHOTS")
+    for page in pages:
+        visits.append(Visit(base + page, width))
+        tab.goto(base + page, wait_until="load")
+        # A diagram still without an SVG after this is recorded below as undrawn.
+        with contextlib.suppress(sync_api.TimeoutError):
+            tab.wait_for_function(
+                "[...document.querySelectorAll('article .mermaid')].every("
+                "e => e.shadowRoot && e.shadowRoot.querySelector('svg'))",
+                timeout=10_000,
+            )
+        visits[-1].found = tab.evaluate(INSPECT)
+        if shots:
+            name = f"{'file' if base.startswith('file:') else 'http'}-{width}-{page}"
+            tab.screenshot(path=str(Path(shots) / name.replace("/", "_")) + ".png", full_page=True)
+        if page in SAMPLE:
+            visits[-1].search_hits = search(tab)
+    context.close()
+    return visits
+
+
+def search(tab) -> int:
+    """Type SEARCH_TERM into Material's search box; return how many results it lists."""
+    tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
+    # Typed key by key: Material searches on key events, and filling the box skips them.
+    tab.keyboard.type(SEARCH_TERM, delay=20)
+    try:
+        tab.wait_for_selector(".md-search-result__item", timeout=10_000)
+    except sync_api.TimeoutError:
+        return 0
+    count = tab.locator(".md-search-result__item").count()
+    tab.keyboard.press("Escape")
+    return count
+
+
+@pytest.fixture(scope="module")
+def visits(browser, base_url) -> list[Visit]:
+    return [v for width in WIDTHS for v in visit_all(browser, base_url, width, PAGES)]
+
+
+@pytest.fixture(scope="module")
+def file_visits(browser, site) -> list[Visit]:
+    """Pages opened from disk, as a reader who downloaded the built site would."""
+    return visit_all(browser, site.as_uri() + "/", 390, SAMPLE)
+
+
+def failures(visits: list[Visit], check) -> list[str]:
+    return [f"{v}: {problem}" for v in visits if (problem := check(v))]
+
+
+def test_every_page_was_visited_at_both_widths(visits) -> None:
+    assert {v.width for v in visits} == set(WIDTHS)
+    assert len(visits) == len(WIDTHS) * len(PAGES) > 20
+
+
+@pytest.mark.parametrize("where", ["http", "file"])
+def test_no_page_logs_an_error_or_fails_to_load_something(where, visits, file_visits) -> None:
+    chosen = visits if where == "http" else file_visits
+    bad = failures(chosen, lambda v: v.console + v.failed)
+    assert not bad, "console errors or failed requests:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("where", ["http", "file"])
+def test_no_page_fetches_from_another_host(where, visits, file_visits) -> None:
+    chosen = visits if where == "http" else file_visits
+    bad = failures(chosen, lambda v: v.foreign)
+    assert not bad, "the site must work offline:\n" + "\n".join(bad)
+
+
+def test_every_equation_is_drawn_with_a_real_size(visits) -> None:
+    """Below 720 px Material and MathJax's default styles once drew every display equation
+    as a 1x1 px SVG; docs/assets/stylesheets/extra.css fixes it."""
+    assert any(v.found["equations"] for v in visits), "no display equation on any page"
+
+    def tiny(v: Visit):
+        kinds = [("display", v.found["equations"]), ("inline", v.found["inline"])]
+        return [f"{kind} {w:.0f}x{h:.0f} px" for kind, boxes in kinds for w, h in boxes if w < 4]
+
+    bad = failures(visits, tiny)
+    assert not bad, "equations drawn too small to read:\n" + "\n".join(bad)
+
+
+def test_no_page_is_wider_than_the_screen(visits) -> None:
+    """A wide equation, table or diagram scrolls inside its own box, not the whole page."""
+    bad = failures(visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
+    assert not bad, "pages that scroll sideways:\n" + "\n".join(bad)
+
+
+def test_no_raw_tex_is_left_on_a_page(visits) -> None:
+    def raw(v: Visit):
+        prose = sorted({m[0] for m in RAW_TEX.finditer(v.found["prose"])})
+        tex = [t for t in v.found["tex"] if CONTROL.search(t) or re.search(r"(?<!\\t)ext\{", t)]
+        errors = v.found["errors"]
+        return (
+            (prose and f"raw TeX in the text: {prose}")
+            or (tex and f"math with a control character or lost backslash: {tex!r}")
+            or (errors and f"{errors} MathJax errors")
+        )
+
+    bad = failures(visits, raw)
+    assert not bad, "\n".join(bad)
+
+
+def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
+    assert any(v.found["diagrams"] for v in visits), "no mermaid diagram on any page"
+
+    def undrawn(v: Visit):
+        for diagram in v.found["diagrams"]:
+            if diagram is None:
+                return "a mermaid diagram was not rendered to SVG"
+            if min(diagram["box"]) < 20 or diagram["font"] < MIN_DIAGRAM_FONT_PX:
+                return f"a diagram {diagram['box']} px with {diagram['font']:.1f} px text"
+        return None
+
+    bad = failures(visits, undrawn)
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("where", ["http", "file"])
+def test_search_finds_results(where, visits, file_visits) -> None:
+    chosen = [v for v in (visits if where == "http" else file_visits) if v.search_hits is not None]
+    assert len(chosen) >= len(SAMPLE), "search was not tried"
+    bad = failures(chosen, lambda v: v.search_hits == 0 and f"no result for {SEARCH_TERM!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_opened_from_disk_every_link_names_a_file(file_visits, site) -> None:
+    """file:// shows a folder as a directory listing, so no link may end at a folder. The
+    browser's links on the SAMPLE pages, and every relative href in every built page."""
+    assert file_visits and all(v.found["links"] for v in file_visits)
+    bad = failures(
+        file_visits,
+        lambda v: sorted(
+            path
+            for link in v.found["links"]
+            if link.startswith("file:") and not Path(path := unquote(urlparse(link).path)).is_file()
+        ),
+    )
+    for page in sorted(site.rglob("*.html")):
+        if page.name == "404.html":
+            continue  # absolute links under site_url, checked below
+        for href in HREF.findall(page.read_text(encoding="utf-8")):
+            if not EXTERNAL.match(href) and not href.startswith(("#", "mailto:")):
+                target = page.parent / unquote(href.split("#")[0])
+                if not target.is_file():
+                    bad.append(f"{page.relative_to(site)}: {href}")
+    assert not bad, "links to folders or missing files:\n" + "\n".join(bad)
+
+
+def test_the_404_page_works_at_any_depth_under_the_sub_path(browser, base_url, site) -> None:
+    """A host answers a missing page with 404.html at whatever path was asked for; its styles,
+    scripts and links must still resolve."""
+    deep = base_url + "no/such/folder/page.html"
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.route(deep, lambda route: route.fulfill(status=404, path=str(site / "404.html")))
+    failed: list[str] = []
+    tab.on("response", lambda r: r.status >= 400 and r.url != deep and failed.append(r.url))
+    tab.on("requestfailed", lambda r: failed.append(r.url))
+    tab.goto(deep, wait_until="load")
+    styled = tab.evaluate("getComputedStyle(document.querySelector('.md-header')).position")
+    links = tab.evaluate("[...document.querySelectorAll('a[href]')].map(a => a.href)")
+    context.close()
+    assert not failed, f"404 page failed to load: {failed}"
+    assert styled in ("sticky", "fixed"), "the 404 page lost its stylesheet"
+    own = [link.split("#")[0] for link in links if link.startswith(base_url)]
+    assert own, "the 404 page links to no page of the site"
+    broken = []
+    for link in sorted(set(own)):
+        try:
+            urllib.request.urlopen(link, timeout=5).close()
+        except OSError as error:
+            broken.append(f"{link}: {error}")
+    assert not broken, "the 404 page's links are broken:\n" + "\n".join(broken)
