@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer as HFTokenizer
 
+from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig, packed_projections
 from minipaged.tokenizer import Tokenizer
 
@@ -305,32 +306,6 @@ def _shard_path(directory: Path, index: Path, shard: object) -> Path:
             "checkpoint directory"
         )
     return file
-
-
-def check_device(device: str | torch.device) -> torch.device:
-    """``device`` as a ``torch.device``, refused with a ``ValueError`` unless it is the CPU or
-    a CUDA device this machine has (torch itself fails with an ``AssertionError`` deep inside
-    the first copy)."""
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(
-            f"device {device!r} is not a device name ({error}); use 'cpu' or 'cuda'"
-        ) from error
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
-                f"built for CUDA {torch.version.cuda}); use 'cpu'"
-            )
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
-                "device(s), numbered from 0"
-            )
-    elif resolved.type != "cpu":
-        raise ValueError(f"device {device!r}: minipaged runs on 'cpu' or 'cuda'")
-    return resolved
 
 
 def _existing_directory(path: str | Path) -> Path:

@@ -141,7 +141,8 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
-    from minipaged.checkpoint import check_device, model_directory
+    from minipaged.checkpoint import model_directory
+    from minipaged.device import check_device
     from minipaged.llm import LLM
     from minipaged.sampling import SamplingParams
 

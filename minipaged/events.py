@@ -9,7 +9,7 @@ event type, not in the TUI.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 SeqId = int
@@ -384,22 +384,12 @@ class Abort(Event):
     seqs: tuple[SeqId, ...]
     reason: str
 
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset(self.seqs)
+
     def narrate(self) -> str:
         seqs = ", ".join(str(s) for s in self.seqs) or "none live"
         return f"request {self.request_id} (seq {seqs}) is aborted: {self.reason}"
 
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
-
-
-def event_from_dict(record: dict) -> Event:
-    """Rebuild an event from ``Event.to_dict`` output (the trace format)."""
-    record = dict(record)
-    kind = record.pop("kind", None)
-    if kind not in EVENT_TYPES:
-        raise ValueError(f"unknown event kind {kind!r}; known kinds: {sorted(EVENT_TYPES)}")
-    cls = EVENT_TYPES[kind]
-    tuple_fields = {f.name for f in fields(cls) if str(f.type).startswith("tuple")}
-    for name in tuple_fields & record.keys():
-        record[name] = tuple(tuple(x) if isinstance(x, list) else x for x in record[name])
-    return cls(**record)

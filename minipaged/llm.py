@@ -36,8 +36,9 @@ class LLM:
       "device" pool is wherever the model runs, a CPU included.
     - ``dtype``: of the weights and the KV cache, a ``torch.dtype`` or one of ``"float32"``,
       ``"float16"`` and ``"bfloat16"``.
-    - ``backend``: the attention path, ``"torch"`` (the reference) or ``"numba"`` (the
-      ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU).
+    - ``backend``: the attention path, ``"torch"`` (the reference), ``"numba"`` (the
+      ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU) or ``"numba-cpu"``
+      (their Numba CPU twins: the same loop nests, compiled for the CPU).
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
     - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
       share a prefix share its blocks and skip its prefill.

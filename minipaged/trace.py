@@ -16,6 +16,7 @@ ends the readable part: ``load`` returns the steps before it and says which line
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -25,7 +26,7 @@ from typing import Any
 
 from minipaged.block_manager import BlockState, TableState
 from minipaged.engine import CompletionOutput, RequestOutput, SeqView, StepOutput
-from minipaged.events import event_from_dict
+from minipaged.events import EVENT_TYPES, Event
 
 FORMAT = "minipaged-trace"
 VERSION = 2
@@ -315,3 +316,16 @@ def _apply_map(old: dict[int, dict], changes: dict, grows: str) -> dict[int, dic
     if "order" in changes:
         result = {int(key): result[int(key)] for key in changes["order"]}
     return result
+
+
+def event_from_dict(record: dict) -> Event:
+    """Rebuild an event from ``Event.to_dict`` output (the trace format)."""
+    record = dict(record)
+    kind = record.pop("kind", None)
+    if kind not in EVENT_TYPES:
+        raise ValueError(f"unknown event kind {kind!r}; known kinds: {sorted(EVENT_TYPES)}")
+    cls = EVENT_TYPES[kind]
+    tuple_fields = {f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple")}
+    for name in tuple_fields & record.keys():
+        record[name] = tuple(tuple(x) if isinstance(x, list) else x for x in record[name])
+    return cls(**record)

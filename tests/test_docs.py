@@ -422,6 +422,8 @@ def nav_pages_in(item) -> list[str]:
 # Modules documented elsewhere than an API page, and where.
 NOT_ON_AN_API_PAGE = {
     "minipaged.cli": "reference/cli.md documents the command line",
+    "minipaged.arguments": "the command line's value types; reference/cli.md documents them",
+    "minipaged.transcript": "how the command line prints runs; reference/cli.md shows it",
     "minipaged.__main__": "python -m minipaged is the command line",
     "minipaged.grader": "the exercises' own pages and README document the grader",
     "minipaged.study.bench.": "each benchmark is a row of minipaged.study.bench's table",
