@@ -91,9 +91,9 @@ def snapshot(
 
 
 def holders(tables: Mapping[SeqId, BlockTable], j: int, block: int) -> Iterator[SeqId]:
-    """The device tables with $\\mathcal{T}_r[j] = $ ``block``. A shared block sits at the same
-    logical index $j$ in every table holding it: fork copies tables position by position, and
-    a prefix hit shares a whole prefix."""
+    """The device tables whose entry $\\mathcal{T}_r[j]$ is ``block``. A shared block sits at
+    the same logical index $j$ in every table holding it: fork copies tables position by
+    position, and a prefix hit shares a whole prefix."""
     for seq, table in tables.items():
         if table.pool == "device" and table.blocks[j : j + 1] == [block]:
             yield seq

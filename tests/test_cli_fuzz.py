@@ -413,8 +413,10 @@ def interrupt(delay: float, *argv: str) -> tuple[int, str]:
 @pytest.mark.parametrize("delay", [0.0, 0.5, 6.0], ids=["parsing", "importing-torch", "running"])
 def test_sigint_exits_130_with_one_line_at_any_moment(delay):
     """Ctrl-C while the flags are parsed, while torch loads, and while the model writes."""
+    # 16 samples of 400 tokens keep the model writing well past the last signal, even on a
+    # fast machine: a run that had already ended would test nothing.
     status, err = interrupt(
-        delay, "generate", "--prompt", "Emma", "--max-tokens", "400", "--ignore-eos"
+        delay, "generate", "--prompt", "Emma", "--max-tokens", "400", "--ignore-eos", "--n", "16"
     )
     assert status == 130, err
     assert "Traceback" not in err
