@@ -254,6 +254,21 @@ async def test_the_invariants_panel_names_a_violation(tmp_path):
         assert "✗ refcount conservation" in shown and f"block {leaked}" in shown
 
 
+async def test_a_damaged_trace_replays_its_good_steps_and_says_where_it_broke(tmp_path):
+    engine = SCENARIOS["several"].build()
+    steps = [engine.step() for _ in range(3)]
+    path = tmp_path / "damaged.jsonl"
+    trace.save(path, {"model": "tiny"}, steps)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1] + [lines[-1][: len(lines[-1]) // 2]]) + "\n")
+    recorded = trace.load(path)
+    assert recorded.error and len(recorded.steps) == 2
+    async with PagedApp(trace=recorded).run_test(size=SIZE) as pilot:
+        app = await started(pilot)
+        assert app.timeline.recorded == 2
+        assert app.notice == f"the trace ends early: {recorded.error}"
+
+
 async def test_the_help_screen_lists_every_key_of_the_key_map():
     async with PagedApp(SCENARIOS["several"]).run_test(size=SIZE) as pilot:
         app = await started(pilot)

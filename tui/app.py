@@ -174,6 +174,9 @@ class PagedApp(SelectionKeys, App[None]):
         timeline.record(trace.steps)
         timeline.finished = True
         self.begin(timeline, TokenText(self.trace_tokenizer))
+        if trace.error:  # a damaged line ended the file: show what came before it, and say so
+            self.notice = f"the trace ends early: {trace.error}"
+            self.show_status()
 
     def begin(self, timeline: Timeline, words: TokenText) -> None:
         self.timeline = timeline
