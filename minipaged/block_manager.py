@@ -34,7 +34,7 @@ __all__ = ["AllocStatus", "AppendResult", "BlockManager", "BlockState", "TableSt
 
 class BlockManager:
     """Block tables $\\mathcal{T}_r$ for every sequence, over a device pool of
-    ``num_device_blocks`` ($\\mathcal{P}_{\\max}$) and a host pool of ``num_host_blocks``.
+    ``num_gpu_blocks`` ($\\mathcal{P}_{\\max}$) and a host pool of ``num_cpu_blocks``.
 
     Invariants (checked by ``minipaged.invariants.check``): $\\mathcal{R}[p]$ equals the
     number of tables holding $p$ in its pool; a block is free iff $\\mathcal{R}[p] = 0$; every
@@ -54,8 +54,8 @@ class BlockManager:
 
     def __init__(
         self,
-        num_device_blocks: int,
-        num_host_blocks: int = 0,
+        num_gpu_blocks: int,
+        num_cpu_blocks: int = 0,
         block_size: int = 16,
         watermark: float = 0.01,
         prefix_caching: str | None = None,
@@ -66,10 +66,10 @@ class BlockManager:
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark!r}")
         self.block_size = block_size
-        self.device = BlockAllocator(num_device_blocks, pool="device")
+        self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
-        self.host = BlockAllocator(num_host_blocks, pool="host") if num_host_blocks else None
-        self.watermark_blocks = int(watermark * num_device_blocks)
+        self.host = BlockAllocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.prefix_cache: PrefixCache | None = make_prefix_cache(prefix_caching, block_size)
         self.tables: dict[SeqId, BlockTable] = {}
         self.recording = record_events
@@ -292,7 +292,7 @@ class BlockManager:
             return self.device
         if name == "host" and self.host is not None:
             return self.host
-        raise ValueError(f"no {name!r} pool: this manager was built with num_host_blocks=0")
+        raise ValueError(f"no {name!r} pool: this manager was built with num_cpu_blocks=0")
 
     def _fresh_block(self) -> int:
         """A free device block, $R = 1$. With prefix caching it may still be cached: its old

@@ -289,7 +289,7 @@ def _trace(args: argparse.Namespace) -> int:
             "engine": {
                 "block_size": args.block_size,
                 "num_gpu_blocks": llm.engine.block_manager.device.num_blocks,
-                "num_cpu_blocks": llm.engine.kv_cache.num_host_blocks,
+                "num_cpu_blocks": llm.engine.kv_cache.num_cpu_blocks,
                 "preemption": args.preemption,
                 "prefix_caching": args.prefix_caching,
                 "seed": args.seed,

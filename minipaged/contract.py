@@ -168,7 +168,7 @@ def check_block_pairs(
             ("destination", dst, pools[1], dst_size),
         ):
             if not 0 <= block < size:
-                valid = f"blocks 0..{size - 1}" if size else "no blocks (num_host_blocks=0)"
+                valid = f"blocks 0..{size - 1}" if size else "no blocks (num_cpu_blocks=0)"
                 raise ValueError(
                     f"{role} block {block} in pair ({src}, {dst}) is not a {pool} block: it "
                     f"is outside its pool of {size} blocks ({valid})"

@@ -140,7 +140,7 @@ class LLMEngine:
             config.num_key_value_heads,
             block_size,
             config.head_dim,
-            num_host_blocks=num_cpu_blocks,
+            num_cpu_blocks=num_cpu_blocks,
             dtype=param.dtype,
             device=param.device,
             kernels=kernels_for(backend),

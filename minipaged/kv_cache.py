@@ -66,7 +66,7 @@ class KVCache:
     """Key and value pools for every layer, on the compute device, plus a host pool for swapping.
 
     ``key[layer]`` and ``value[layer]`` are ``[num_blocks, num_kv_heads, B, head_dim]`` tensors on
-    ``device``; ``host_key[layer]`` and ``host_value[layer]`` are ``[num_host_blocks, ...]`` on
+    ``device``; ``host_key[layer]`` and ``host_value[layer]`` are ``[num_cpu_blocks, ...]`` on
     the CPU (in pinned memory when ``device`` is CUDA, so copies to and from it can run
     asynchronously). Block id $p$ means the same block in every layer: the block manager
     allocates one id and this class moves that block in all $N_L$ layers at once.
@@ -82,7 +82,7 @@ class KVCache:
         num_kv_heads: int,
         block_size: int,
         head_dim: int,
-        num_host_blocks: int = 0,
+        num_cpu_blocks: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         kernels: CacheKernels | None = None,
@@ -97,9 +97,9 @@ class KVCache:
         for name, size in sizes.items():
             if not isinstance(size, int) or size <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {size!r}")
-        if not isinstance(num_host_blocks, int) or num_host_blocks < 0:
+        if not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
             raise ValueError(
-                f"num_host_blocks must be a non-negative integer, got {num_host_blocks!r} "
+                f"num_cpu_blocks must be a non-negative integer, got {num_cpu_blocks!r} "
                 "(0 means no host pool: no swapping)"
             )
         self.num_layers = num_layers
@@ -107,7 +107,7 @@ class KVCache:
         self.num_kv_heads = num_kv_heads
         self.block_size = block_size
         self.head_dim = head_dim
-        self.num_host_blocks = num_host_blocks
+        self.num_cpu_blocks = num_cpu_blocks
         self.dtype = dtype
         self.device = torch.device(device)
         self.kernels = kernels  # None: copies and swaps by torch indexing, the reference
@@ -119,10 +119,10 @@ class KVCache:
         self._value = torch.zeros_like(self._key)  # [N_L, num_blocks, num_kv_heads, B, head_dim]
         pinned = self.device.type == "cuda"
         self._host_key = torch.zeros(
-            num_layers, num_host_blocks, *block_shape, dtype=dtype, pin_memory=pinned
-        )  # [N_L, num_host_blocks, num_kv_heads, B, head_dim]
+            num_layers, num_cpu_blocks, *block_shape, dtype=dtype, pin_memory=pinned
+        )  # [N_L, num_cpu_blocks, num_kv_heads, B, head_dim]
         self._host_value = torch.zeros(
-            num_layers, num_host_blocks, *block_shape, dtype=dtype, pin_memory=pinned
+            num_layers, num_cpu_blocks, *block_shape, dtype=dtype, pin_memory=pinned
         )
         self.key: list[Tensor] = list(self._key.unbind(0))
         self.value: list[Tensor] = list(self._value.unbind(0))
@@ -162,7 +162,7 @@ class KVCache:
         it."""
         if not mapping:
             return
-        check_block_pairs(mapping, self.num_blocks, self.num_host_blocks, ("device", "host"))
+        check_block_pairs(mapping, self.num_blocks, self.num_cpu_blocks, ("device", "host"))
         if self.kernels is not None:
             self._swap_with_kernels(self.key + self.value, self.host_key + self.host_value, mapping)
             return
@@ -176,7 +176,7 @@ class KVCache:
         the device block in every layer, restoring its bytes exactly."""
         if not mapping:
             return
-        check_block_pairs(mapping, self.num_host_blocks, self.num_blocks, ("host", "device"))
+        check_block_pairs(mapping, self.num_cpu_blocks, self.num_blocks, ("host", "device"))
         if self.kernels is not None:
             self._swap_with_kernels(self.host_key + self.host_value, self.key + self.value, mapping)
             return

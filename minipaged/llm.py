@@ -31,9 +31,9 @@ class LLM:
       ``tokenizer.json``). Nothing is downloaded.
     - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
       blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
-      swap pool; by default as large as the device pool. These keep vLLM's names; the block
-      manager calls the same pools ``num_device_blocks`` and ``num_host_blocks``, because its
-      "device" pool is wherever the model runs, a CPU included.
+      swap pool; by default as large as the device pool. These are vLLM's names, and every
+      layer (block manager, KV cache, simulator) uses them. "GPU" means wherever the model
+      runs, a CPU included; the events call the two pools ``"device"`` and ``"host"``.
     - ``dtype``: of the weights and the KV cache, a ``torch.dtype`` or one of ``"float32"``,
       ``"float16"`` and ``"bfloat16"``.
     - ``backend``: the attention path, ``"torch"`` (the reference), ``"numba"`` (the

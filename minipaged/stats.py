@@ -31,7 +31,7 @@ def slot_usage(state: BlockState) -> tuple[int, int]:
 class RunStats:
     """Counters over a run, fed one ``StepOutput`` at a time by ``update``."""
 
-    num_device_blocks: int = 0
+    num_gpu_blocks: int = 0
     steps: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
@@ -45,7 +45,7 @@ class RunStats:
     def update(self, step: StepOutput) -> None:
         """Count one more step (pass it as ``LLM.generate(..., on_step=stats.update)``)."""
         state = step.state
-        self.num_device_blocks = len(state.device_refcounts)
+        self.num_gpu_blocks = len(state.device_refcounts)
         self.steps += 1
         self.prefill_tokens += step.num_prefill_tokens
         self.decode_tokens += step.num_decode_tokens
@@ -71,7 +71,7 @@ class RunStats:
         return [
             ("steps", str(self.steps)),
             ("tokens prefilled / decoded", f"{self.prefill_tokens} / {self.decode_tokens}"),
-            ("peak device blocks used", f"{self.peak_blocks_used} of {self.num_device_blocks}"),
+            ("peak device blocks used", f"{self.peak_blocks_used} of {self.num_gpu_blocks}"),
             ("peak blocks shared (R > 1)", str(self.peak_blocks_shared)),
             ("internal waste (mean over steps)", f"{self.internal_waste:.1%}"),
             ("forks", str(self.events["fork"])),

@@ -109,7 +109,7 @@ def run(
     """Print the walkthrough, step by step: the first ``steps`` of them (all by default).
     ``pause``, when given, is called between steps; the walk stops when it returns False."""
     console = console or Console()
-    manager = BlockManager(num_device_blocks=12, num_host_blocks=8, block_size=4, watermark=0.0)
+    manager = BlockManager(num_gpu_blocks=12, num_cpu_blocks=8, block_size=4, watermark=0.0)
     story = _steps(manager)[:steps]
     for number, (story_text, action) in enumerate(story, start=1):
         action()

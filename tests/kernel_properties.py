@@ -193,7 +193,7 @@ def test_reshape_and_cache_rejects_a_slot_past_the_pool_without_writing(kernels)
 
 def filled_cache() -> KVCache:
     """A 2-layer cache whose every element is distinct, so any misplaced copy shows."""
-    cache = KVCache(2, 6, num_kv_heads=2, block_size=8, head_dim=8, num_host_blocks=4)
+    cache = KVCache(2, 6, num_kv_heads=2, block_size=8, head_dim=8, num_cpu_blocks=4)
     for layer in range(2):
         numel = cache.key[layer].numel()
         cache.key[layer].copy_(torch.arange(numel).view_as(cache.key[layer]) + layer * numel)

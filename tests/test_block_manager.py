@@ -9,7 +9,7 @@ from minipaged.events import Alloc, CowCopy, Decref, Fork, Free, Incref, SwapIn,
 
 
 def test_allocating_then_freeing_returns_every_block():
-    manager = BlockManager(num_device_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, block_size=4)
     manager.allocate(0, num_tokens=10)
     manager.allocate(1, num_tokens=4)
     assert manager.device.num_free == 8 - 3 - 1
@@ -20,12 +20,12 @@ def test_allocating_then_freeing_returns_every_block():
 
 
 def test_prompt_gets_ceil_of_length_over_block_size_blocks():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     assert len(manager.allocate(0, num_tokens=33).blocks) == 3
 
 
 def test_append_takes_a_new_block_only_when_the_last_one_is_full():
-    manager = BlockManager(num_device_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, block_size=4)
     manager.allocate(0, num_tokens=3)
     assert manager.append_slot(0).cow is None  # token 3 fills block 0
     assert manager.device.num_free == 7
@@ -35,7 +35,7 @@ def test_append_takes_a_new_block_only_when_the_last_one_is_full():
 
 
 def test_fork_shares_block_ids_and_allocates_nothing():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     parent = manager.allocate(0, num_tokens=32)
     free_before = manager.device.num_free
     child = manager.fork(0, 1)
@@ -46,7 +46,7 @@ def test_fork_shares_block_ids_and_allocates_nothing():
 
 
 def test_forking_k_minus_one_children_raises_refcounts_by_k_minus_one():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     table = manager.allocate(0, num_tokens=20)
     for child in range(1, 4):
         manager.fork(0, child)
@@ -56,7 +56,7 @@ def test_forking_k_minus_one_children_raises_refcounts_by_k_minus_one():
 def test_source_text_parallel_sampling_figure_allocates_one_new_block_per_branch():
     # §5 figure: a 32-token prompt, B = 16, two branches; token 33 of each branch starts a new
     # logical block, so no copy-on-write: each branch gets one private block (R = 1).
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     prompt_blocks = list(manager.allocate(0, num_tokens=32).blocks)
     manager.fork(0, 1)
     a, b = manager.append_slot(0), manager.append_slot(1)
@@ -68,7 +68,7 @@ def test_source_text_parallel_sampling_figure_allocates_one_new_block_per_branch
 
 
 def test_cow_copies_only_the_partly_filled_shared_block():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     parent = manager.allocate(0, num_tokens=20)  # block 1 holds 4 of 16 tokens
     manager.fork(0, 1)
     shared_full, shared_partial = parent.blocks
@@ -86,7 +86,7 @@ def test_cow_copies_only_the_partly_filled_shared_block():
 
 
 def test_cow_happens_once_then_the_copy_is_written_in_place():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     manager.allocate(0, num_tokens=5)
     manager.fork(0, 1)
     assert manager.append_slot(1).cow is not None
@@ -95,7 +95,7 @@ def test_cow_happens_once_then_the_copy_is_written_in_place():
 
 
 def test_cow_event_narrates_who_shared_the_block():
-    manager = BlockManager(num_device_blocks=8, block_size=16)
+    manager = BlockManager(num_gpu_blocks=8, block_size=16)
     manager.allocate(2, num_tokens=33)
     manager.fork(2, 3)
     manager.pop_events()
@@ -109,7 +109,7 @@ def test_cow_event_narrates_who_shared_the_block():
 
 
 def test_fork_and_free_emit_events_with_refcounts_after():
-    manager = BlockManager(num_device_blocks=4, block_size=4)
+    manager = BlockManager(num_gpu_blocks=4, block_size=4)
     manager.allocate(0, num_tokens=5)
     manager.fork(0, 1)
     manager.free(0)
@@ -129,7 +129,7 @@ def test_fork_and_free_emit_events_with_refcounts_after():
 
 
 def test_swap_out_then_in_moves_exactly_len_table_blocks_each_way():
-    manager = BlockManager(num_device_blocks=8, num_host_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
     table = manager.allocate(0, num_tokens=10)
     out = manager.swap_out([0])
     assert len(out) == 3
@@ -143,7 +143,7 @@ def test_swap_out_then_in_moves_exactly_len_table_blocks_each_way():
 
 
 def test_swapping_a_forked_group_copies_each_shared_block_once():
-    manager = BlockManager(num_device_blocks=8, num_host_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
     manager.allocate(0, num_tokens=8)
     manager.fork(0, 1)
     manager.append_slot(1)  # one private block for seq 1
@@ -157,7 +157,7 @@ def test_swapping_a_forked_group_copies_each_shared_block_once():
 
 
 def test_swapping_out_one_sharer_leaves_the_other_on_the_device():
-    manager = BlockManager(num_device_blocks=8, num_host_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
     table = manager.allocate(0, num_tokens=8)
     manager.fork(0, 1)
     manager.swap_out([1])
@@ -167,7 +167,7 @@ def test_swapping_out_one_sharer_leaves_the_other_on_the_device():
 
 
 def test_swap_in_without_room_is_refused_and_changes_nothing():
-    manager = BlockManager(num_device_blocks=4, num_host_blocks=4, block_size=4)
+    manager = BlockManager(num_gpu_blocks=4, num_cpu_blocks=4, block_size=4)
     manager.allocate(0, num_tokens=12)
     manager.swap_out([0])
     manager.allocate(1, num_tokens=8)
@@ -180,13 +180,13 @@ def test_swap_in_without_room_is_refused_and_changes_nothing():
 
 
 def test_watermark_refuses_admission_that_would_leave_too_few_free_blocks():
-    manager = BlockManager(num_device_blocks=100, block_size=1, watermark=0.1)
+    manager = BlockManager(num_gpu_blocks=100, block_size=1, watermark=0.1)
     assert manager.can_allocate(90)
     assert not manager.can_allocate(91)
 
 
 def test_can_append_is_false_when_a_new_block_is_needed_and_none_is_free():
-    manager = BlockManager(num_device_blocks=2, block_size=2)
+    manager = BlockManager(num_gpu_blocks=2, block_size=2)
     manager.allocate(0, num_tokens=3)
     manager.append_slot(0)  # fills block 1
     assert manager.device.num_free == 0
@@ -196,7 +196,7 @@ def test_can_append_is_false_when_a_new_block_is_needed_and_none_is_free():
 
 
 def test_can_append_counts_the_copy_a_shared_last_block_needs():
-    manager = BlockManager(num_device_blocks=1, block_size=4)
+    manager = BlockManager(num_gpu_blocks=1, block_size=4)
     manager.allocate(0, num_tokens=2)
     manager.fork(0, 1)
     assert not manager.can_append(1), "writing into a shared block needs a free block to copy to"
@@ -205,10 +205,10 @@ def test_can_append_counts_the_copy_a_shared_last_block_needs():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_device_blocks": 4, "block_size": 0}, "block_size"),
-        ({"num_device_blocks": 4, "block_size": -16}, "block_size"),
-        ({"num_device_blocks": 0}, "num_blocks"),
-        ({"num_device_blocks": 4, "watermark": 1.5}, "watermark"),
+        ({"num_gpu_blocks": 4, "block_size": 0}, "block_size"),
+        ({"num_gpu_blocks": 4, "block_size": -16}, "block_size"),
+        ({"num_gpu_blocks": 0}, "num_blocks"),
+        ({"num_gpu_blocks": 4, "watermark": 1.5}, "watermark"),
     ],
 )
 def test_bad_configuration_is_refused_with_the_value_named(kwargs, message):
@@ -217,20 +217,20 @@ def test_bad_configuration_is_refused_with_the_value_named(kwargs, message):
 
 
 def test_request_larger_than_the_whole_pool_is_refused_with_the_fix():
-    manager = BlockManager(num_device_blocks=4, block_size=16)
+    manager = BlockManager(num_gpu_blocks=4, block_size=16)
     with pytest.raises(ValueError, match="more than the whole device pool of 4 blocks"):
         manager.allocate(0, num_tokens=65)
     assert manager.tables == {}
 
 
 def test_unknown_sequence_is_refused():
-    manager = BlockManager(num_device_blocks=4)
+    manager = BlockManager(num_gpu_blocks=4)
     with pytest.raises(KeyError, match="unknown sequence 7"):
         manager.append_slot(7)
 
 
 def test_freeing_a_sequence_twice_is_refused():
-    manager = BlockManager(num_device_blocks=4)
+    manager = BlockManager(num_gpu_blocks=4)
     manager.allocate(0, num_tokens=1)
     manager.free(0)
     with pytest.raises(KeyError, match="already freed"):
@@ -238,7 +238,7 @@ def test_freeing_a_sequence_twice_is_refused():
 
 
 def test_allocating_an_existing_sequence_is_refused_and_changes_nothing():
-    manager = BlockManager(num_device_blocks=4)
+    manager = BlockManager(num_gpu_blocks=4)
     manager.allocate(0, num_tokens=1)
     before = manager.snapshot()
     with pytest.raises(ValueError, match="already has a block table"):
@@ -247,7 +247,7 @@ def test_allocating_an_existing_sequence_is_refused_and_changes_nothing():
 
 
 def test_appending_to_a_swapped_out_sequence_is_refused():
-    manager = BlockManager(num_device_blocks=4, num_host_blocks=4)
+    manager = BlockManager(num_gpu_blocks=4, num_cpu_blocks=4)
     manager.allocate(0, num_tokens=1)
     manager.swap_out([0])
     with pytest.raises(ValueError, match="swap it in first"):
@@ -255,15 +255,15 @@ def test_appending_to_a_swapped_out_sequence_is_refused():
 
 
 def test_swap_out_without_a_host_pool_is_refused():
-    manager = BlockManager(num_device_blocks=4)
+    manager = BlockManager(num_gpu_blocks=4)
     manager.allocate(0, num_tokens=1)
     assert not manager.can_swap_out([0])
-    with pytest.raises(ValueError, match="num_host_blocks=0"):
+    with pytest.raises(ValueError, match="num_cpu_blocks=0"):
         manager.swap_out([0])
 
 
 def test_invariants_report_a_corrupted_refcount():
-    manager = BlockManager(num_device_blocks=4, block_size=4)
+    manager = BlockManager(num_gpu_blocks=4, block_size=4)
     table = manager.allocate(0, num_tokens=4)
     manager.device.incref(table.blocks[0])  # a refcount no table accounts for
     problems = invariants.check(manager)["refcount conservation"]
@@ -273,6 +273,6 @@ def test_invariants_report_a_corrupted_refcount():
 
 
 def test_invariants_report_a_table_with_the_wrong_length():
-    manager = BlockManager(num_device_blocks=4, block_size=4)
+    manager = BlockManager(num_gpu_blocks=4, block_size=4)
     manager.allocate(0, num_tokens=4).num_tokens = 5
     assert invariants.check(manager)["M = ceil(L / B)"]

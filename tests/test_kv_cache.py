@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from minipaged.kv_cache import KVCache, write_kv
 
 
-def filled_cache(num_host_blocks: int = 4) -> KVCache:
+def filled_cache(num_cpu_blocks: int = 4) -> KVCache:
     """A 2-layer cache of 6 blocks whose every element is distinct, so any misplaced copy shows."""
-    cache = KVCache(2, 6, num_kv_heads=2, block_size=4, head_dim=3, num_host_blocks=num_host_blocks)
+    cache = KVCache(2, 6, num_kv_heads=2, block_size=4, head_dim=3, num_cpu_blocks=num_cpu_blocks)
     for layer in range(2):
         numel = cache.key[layer].numel()
         base = 2 * layer * numel
@@ -31,7 +31,7 @@ def assert_unchanged(cache: KVCache, before: list[torch.Tensor]) -> None:
 
 
 def test_pools_have_the_source_text_layout_in_every_layer():
-    cache = KVCache(3, 10, num_kv_heads=2, block_size=16, head_dim=8, num_host_blocks=5)
+    cache = KVCache(3, 10, num_kv_heads=2, block_size=16, head_dim=8, num_cpu_blocks=5)
     assert len(cache.key) == len(cache.value) == 3
     for pool in cache.key + cache.value:
         assert pool.shape == (10, 2, 16, 8)  # [num_blocks, num_kv_heads, B, head_dim]
@@ -61,8 +61,8 @@ def test_rejects_a_size_that_is_not_a_positive_integer(field, bad):
 
 
 def test_rejects_a_negative_host_pool():
-    with pytest.raises(ValueError, match="num_host_blocks must be a non-negative integer"):
-        KVCache(1, 2, 1, 4, 8, num_host_blocks=-1)
+    with pytest.raises(ValueError, match="num_cpu_blocks must be a non-negative integer"):
+        KVCache(1, 2, 1, 4, 8, num_cpu_blocks=-1)
 
 
 def test_write_kv_puts_each_token_at_block_slot_div_b_offset_slot_mod_b():
@@ -194,6 +194,6 @@ def test_swap_rejects_bad_ids_and_leaves_every_pool_unchanged(direction, mapping
 
 
 def test_swap_out_without_a_host_pool_says_it_is_empty():
-    cache = filled_cache(num_host_blocks=0)
-    with pytest.raises(ValueError, match=r"no blocks \(num_host_blocks=0\)"):
+    cache = filled_cache(num_cpu_blocks=0)
+    with pytest.raises(ValueError, match=r"no blocks \(num_cpu_blocks=0\)"):
         cache.swap_out([(0, 0)])

@@ -132,7 +132,7 @@ def test_unknown_prefix_cache_kind_is_refused_listing_the_choices():
 
 @pytest.mark.parametrize("kind", CACHES)
 def test_a_second_prompt_shares_the_cached_prefix_and_not_its_last_block(kind):
-    manager = BlockManager(num_device_blocks=16, block_size=4, prefix_caching=kind)
+    manager = BlockManager(num_gpu_blocks=16, block_size=4, prefix_caching=kind)
     first = manager.allocate(0, 12, list(range(12)))  # 3 full blocks
     second = manager.allocate(1, 12, list(range(12)))
     assert second.blocks[:2] == first.blocks[:2]
@@ -143,7 +143,7 @@ def test_a_second_prompt_shares_the_cached_prefix_and_not_its_last_block(kind):
 
 @pytest.mark.parametrize("kind", CACHES)
 def test_released_cached_blocks_are_evicted_least_recently_released_first(kind):
-    manager = BlockManager(num_device_blocks=6, block_size=2, prefix_caching=kind)
+    manager = BlockManager(num_gpu_blocks=6, block_size=2, prefix_caching=kind)
     old = manager.allocate(0, 5, [1, 2, 3, 4, 5]).blocks[:2]  # caches 2 full blocks
     manager.free(0)
     newer = manager.allocate(1, 5, [6, 7, 8, 9, 10]).blocks[:2]
@@ -158,7 +158,7 @@ def test_released_cached_blocks_are_evicted_least_recently_released_first(kind):
 
 @pytest.mark.parametrize("kind", CACHES)
 def test_eviction_never_takes_a_block_a_running_sequence_holds(kind):
-    manager = BlockManager(num_device_blocks=4, block_size=2, prefix_caching=kind)
+    manager = BlockManager(num_gpu_blocks=4, block_size=2, prefix_caching=kind)
     held = manager.allocate(0, 4, [1, 2, 3, 4]).blocks
     manager.allocate(1, 4, [5, 6, 7, 8])
     manager.free(1)

@@ -3,7 +3,7 @@ from minipaged.stats import slot_usage
 
 
 def test_slot_usage_counts_a_shared_block_once_and_only_the_last_block_as_partly_empty():
-    manager = BlockManager(num_device_blocks=8, block_size=4)
+    manager = BlockManager(num_gpu_blocks=8, block_size=4)
     manager.allocate(0, num_tokens=6)  # blocks: 4 + 2 tokens
     manager.fork(0, 1)  # shares both
     manager.allocate(2, num_tokens=1)
@@ -12,7 +12,7 @@ def test_slot_usage_counts_a_shared_block_once_and_only_the_last_block_as_partly
 
 
 def test_slot_usage_ignores_sequences_swapped_to_the_host():
-    manager = BlockManager(num_device_blocks=4, num_host_blocks=4, block_size=4)
+    manager = BlockManager(num_gpu_blocks=4, num_cpu_blocks=4, block_size=4)
     manager.allocate(0, num_tokens=3)
     manager.swap_out([0])
     assert slot_usage(manager.snapshot()) == (0, 0)

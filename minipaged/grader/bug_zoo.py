@@ -40,9 +40,9 @@ class DoubleFree(BlockManager):
     When parent and child are both freed, each shared block is freed twice; after the first,
     a new sequence can be handed a block the child still reads."""
 
-    def __init__(self, num_device_blocks: int, *args, **kwargs) -> None:
-        super().__init__(num_device_blocks, *args, **kwargs)
-        self.device = TrustingAllocator(num_device_blocks, pool="device")
+    def __init__(self, num_gpu_blocks: int, *args, **kwargs) -> None:
+        super().__init__(num_gpu_blocks, *args, **kwargs)
+        self.device = TrustingAllocator(num_gpu_blocks, pool="device")
 
     def fork(self, parent: SeqId, child: SeqId) -> BlockTable:
         source = self.table(parent)

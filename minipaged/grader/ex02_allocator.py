@@ -17,10 +17,10 @@ def block_manager_class(student) -> type[BlockManager]:
     allocator = student.allocator.BlockAllocator
 
     class BlockManagerOnYourAllocator(BlockManager):
-        def __init__(self, num_device_blocks: int, num_host_blocks: int = 0, *args, **kwargs):
-            super().__init__(num_device_blocks, num_host_blocks, *args, **kwargs)
-            self.device = allocator(num_device_blocks, pool="device")
-            self.host = allocator(num_host_blocks, pool="host") if num_host_blocks else None
+        def __init__(self, num_gpu_blocks: int, num_cpu_blocks: int = 0, *args, **kwargs):
+            super().__init__(num_gpu_blocks, num_cpu_blocks, *args, **kwargs)
+            self.device = allocator(num_gpu_blocks, pool="device")
+            self.host = allocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
 
     return BlockManagerOnYourAllocator
 
