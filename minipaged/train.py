@@ -55,7 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2800, help="optimizer steps (fixed)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
     parser.add_argument("--context", type=int, default=512, help="tokens per window")
-    parser.add_argument("--vocab-size", type=int, default=2048)
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="reuse this model directory's tokenizer instead of training one: a draft model "
+        "for speculative decoding must share its target's vocabulary",
+    )
+    parser.add_argument("--vocab-size", type=int, default=2048, help="when training a tokenizer")
     parser.add_argument("--dim", type=int, default=128, help="hidden_size")
     parser.add_argument("--layers", type=int, default=4, help="num_hidden_layers")
     parser.add_argument("--heads", type=int, default=4, help="num_attention_heads")
@@ -80,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not args.corpus.is_file():
         parser.error(f"corpus {args.corpus} does not exist; pass --corpus PATH")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
+        parser.error(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass a model directory")
     return args
 
 
@@ -179,7 +188,10 @@ def train(args: argparse.Namespace) -> None:
     corpus_sha256 = hashlib.sha256(corpus_bytes).hexdigest()
     train_paragraphs, val_paragraphs = split_paragraphs(corpus_bytes.decode("utf-8"))
 
-    tokenizer = Tokenizer(train_tokenizer(texts=train_paragraphs, vocab_size=args.vocab_size))
+    if args.tokenizer is None:
+        tokenizer = Tokenizer(train_tokenizer(texts=train_paragraphs, vocab_size=args.vocab_size))
+    else:
+        tokenizer = Tokenizer(args.tokenizer)
     train_stream = token_stream(tokenizer, train_paragraphs)
     val_windows = tiled_windows(token_stream(tokenizer, val_paragraphs), args.context)
     # As many training windows as validation ones, fixed, for a final train loss that compares.
@@ -311,13 +323,30 @@ def model_card(
         f"{platform.machine()} {platform.system()}, torch threads: {args.threads} "
         f"(os.cpu_count() = {os.cpu_count()}), torch {torch.__version__}, fp32"
     )
-    return f"""# minipaged tiny model
-
-A {num_params / 1e6:.2f}M-parameter Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU,
-tied embeddings) trained from scratch on Jane Austen's six novels, to be the embedded default
+    if args.tokenizer is None:
+        purpose = """to be the embedded default
 of minipaged (`LLM(model="tiny")`). It writes English-like Austen pastiche; it is a teaching
 prop for the KV-cache manager, not a language model to rely on. Greedy decoding falls into
-loops: sample (temperature about 0.8, top-k about 40) for demonstrations.
+loops: sample (temperature about 0.8, top-k about 40) for demonstrations."""
+        tokenizer_text = (
+            "Byte-level BPE (GPT-2's scheme, `tokenizers`), vocabulary "
+            f"""{config.vocab_size} including
+`{ENDOFTEXT}`, trained on the training paragraphs only. Every byte is in the base alphabet, so
+any text round-trips."""
+        )
+    else:
+        purpose = f"""to be the draft model of
+speculative decoding, proposing tokens that the embedded `tiny` model verifies. It is about
+{4 * num_params / 1e6:.1f} MB in fp32, cheap enough that a proposal costs far less than a
+target forward pass; the target decides every token, so the draft's quality changes only how
+many proposals are accepted, never the output."""
+        source = args.tokenizer.name
+        tokenizer_text = f"""Reused unchanged from `{source}` (`--tokenizer`), vocabulary
+{config.vocab_size}: a draft must propose token ids that the target reads as the same text."""
+    return f"""# minipaged {args.out.name} model
+
+A {num_params / 1e6:.2f}M-parameter Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU,
+tied embeddings) trained from scratch on Jane Austen's six novels, {purpose}
 
 The directory is a Hugging Face Llama checkpoint: transformers' `LlamaForCausalLM` and
 `PreTrainedTokenizerFast` load it and give the same logits as minipaged's model.
@@ -335,9 +364,7 @@ The directory is a Hugging Face Llama checkpoint: transformers' `LlamaForCausalL
 
 ## Tokenizer
 
-Byte-level BPE (GPT-2's scheme, `tokenizers`), vocabulary {config.vocab_size} including
-`{ENDOFTEXT}`, trained on the training paragraphs only. Every byte is in the base alphabet, so
-any text round-trips.
+{tokenizer_text}
 
 ## Model
 
