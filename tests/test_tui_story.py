@@ -139,7 +139,7 @@ async def test_the_log_scrolls_back_to_a_busy_steps_first_line():
         await at_step(pilot, 1)
         log = app.base.query_one(EventLog)
         await pilot.pause()
-        lines = app.base.query_one(EventLog).query_one("Static").render().plain.splitlines()
+        lines = log.plain_lines()
         assert len(lines) > log.scrollable_content_region.height, "step 1 should not fit"
         assert lines[log.header_line].startswith("step 1 ·")
         top = round(log.scroll_y)
@@ -241,7 +241,7 @@ async def test_e_expands_a_folded_run_into_its_events_and_folds_it_again():
         log = app.base.query_one(EventLog)
 
         def shown() -> str:
-            return log.query_one("Static").render().plain
+            return "\n".join(log.plain_lines())
 
         assert "▸ seq 0 takes 7 free device blocks" in shown()
         assert "seq 0 takes free device block 3 as its logical block 3" not in shown()
