@@ -82,9 +82,11 @@ def step_rows(
             said += [f"  {event.narrate()}" for event in line.events]
         for n, words in enumerate(said):
             marker = ("▾ " if expanded else "▸ ") if line.folded and n == 0 else "  "
-            body = Text(marker + words, style=style)
-            for i, part in enumerate(body.wrap(console, max(width - INDENT, 8))):
-                row = Text(" " * INDENT if i == 0 else " " * (INDENT + 2))
+            # The marker, then the words wrapped with a hanging indent under their start.
+            body = Text(words, style=style)
+            for i, part in enumerate(body.wrap(console, max(width - INDENT - len(marker), 8))):
+                row = Text(" " * INDENT)
+                row.append(marker if i == 0 else " " * len(marker), style=style)
                 row.append_text(part)
                 row.rstrip()
                 rows.append(row)
