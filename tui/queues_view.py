@@ -48,11 +48,9 @@ class QueuesView(Pane):
     def show(self, frame: Frame, selection: Selection) -> None:
         state = frame.step.state
         free, total = len(state.device_free), len(state.device_refcounts)
-        self.border_title = (
-            f"scheduler: {free}/{total} blocks free"
-            if self.screen.has_class("-compact")
-            else f"scheduler: requests (sequences), {free} of {total} device blocks free"
-        )
+        full = f"scheduler: requests (sequences), {free}/{total} blocks free"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        self.border_title = full if fits else f"scheduler: {free}/{total} blocks free"
         super().show(frame, selection)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
