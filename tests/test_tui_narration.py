@@ -34,7 +34,7 @@ from minipaged.events import (
     SwapOut,
 )
 from tui.scenarios import SCENARIOS
-from tui.story import fold, in_story_order
+from tui.story import fold, headline, in_story_order
 
 STEPS = 60  # each scenario's first steps: every mechanism of the tour happens by step 40
 
@@ -233,3 +233,13 @@ def test_blocks_a_hit_takes_back_are_told_as_cached_and_a_recompute_counts_only_
     assert "33 of its 45 tokens are prefilled again" in lines[0].text()
     assert lines[2].text().startswith("seq 1 takes back 3 cached block(s) nobody held: 0, 1, 2")
     assert lines[3].text() == Alloc(1, 3, 5).narrate()
+
+
+def test_a_finish_headline_counts_only_the_blocks_the_finished_sequences_free():
+    from minipaged.engine import StepOutput
+    from minipaged.events import Finish, Free, Preempt
+
+    events = (Finish(0, "length", 9), Free(0, 3), Free(0, 4), Preempt("1", (1,), "recompute"))
+    events += (Free(1, 5),)
+    out = StepOutput(7, {}, events, None, {}, {}, (), 0, 1)
+    assert "finish: s0, 2 blocks freed" in headline(out)

@@ -22,6 +22,7 @@ from minipaged.events import (
     Event,
     Finish,
     Fork,
+    Free,
     Preempt,
     PrefixHit,
     Recompute,
@@ -176,8 +177,9 @@ def headline(step: StepOutput) -> str:
         parts.append(f"recompute: s{again.seq} prefills {said} tokens again")
     finished = of_type(by_kind, "finish", Finish)
     if finished:
-        freed = len(by_kind.get("free", []))
-        parts.append(f"finish: {seqs({f.seq for f in finished})}, {freed} blocks freed")
+        done = {f.seq for f in finished}  # not the frees of a sequence preempted alongside
+        freed = sum(1 for e in of_type(by_kind, "free", Free) if e.seq in done)
+        parts.append(f"finish: {seqs(done)}, {freed} blocks freed")
     for kind, found in by_kind.items():
         if kind not in HEADLINED:  # a kind added later: its own words
             parts.append(f"{kind}: {found[0].narrate()}")
