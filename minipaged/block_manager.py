@@ -167,6 +167,9 @@ class BlockManager:
                 f"{self.device.num_free} are free; ask can_allocate first"
             )
         table = BlockTable(self.block_size, num_tokens=num_tokens)
+        if hits:  # the hit is recorded before the takes and shares it causes
+            table.cached_tokens = len(hits) * self.block_size
+            self.record(events.PrefixHit(seq, tuple(hits), table.cached_tokens))
         for j, block in enumerate(hits):
             if self.device.refcount(block) == 0:
                 self.device.take(block)
@@ -174,9 +177,6 @@ class BlockManager:
             else:
                 self.record(events.Incref(seq, j, block, self.device.incref(block)))
             table.blocks.append(block)
-        if hits:
-            table.cached_tokens = len(hits) * self.block_size
-            self.record(events.PrefixHit(seq, tuple(hits), table.cached_tokens))
         while len(table.blocks) < needed:
             self._append_block(seq, table)
         self.tables[seq] = table

@@ -139,7 +139,7 @@ async def test_the_log_scrolls_back_to_a_busy_steps_first_line():
         await at_step(pilot, 1)
         log = app.base.query_one(EventLog)
         await pilot.pause()
-        lines = app.base.query_one(EventLog).query_one("Static").render().plain.splitlines()
+        lines = log.plain_lines()
         assert len(lines) > log.scrollable_content_region.height, "step 1 should not fit"
         assert lines[log.header_line].startswith("step 1 ·")
         top = round(log.scroll_y)
@@ -241,7 +241,7 @@ async def test_e_expands_a_folded_run_into_its_events_and_folds_it_again():
         log = app.base.query_one(EventLog)
 
         def shown() -> str:
-            return log.query_one("Static").render().plain
+            return "\n".join(log.plain_lines())
 
         assert "▸ seq 0 takes 7 free device blocks" in shown()
         assert "seq 0 takes free device block 3 as its logical block 3" not in shown()
@@ -274,3 +274,22 @@ async def test_a_click_on_a_token_selects_it_and_shows_its_translation():
         assert app.selection.seq == 0 and app.selection.token is not None
         shown = app.base.query_one(Inspector).draw(app.timeline.frame(), 200).plain
         assert f"t={app.selection.token}" in shown and "slot" in shown
+
+
+async def test_the_log_scrolls_back_from_the_last_step_to_the_first_line_of_step_1():
+    async with PagedApp().run_test(size=(80, 24)) as pilot:
+        app = await recorded(pilot)
+        last = app.timeline.recorded
+        await at_step(pilot, last)
+        log = app.base.query_one(EventLog)
+        lines = log.plain_lines()
+        assert lines[log.header_line].startswith(f"step {last} ·")
+        assert sum(line.startswith("step ") for line in lines) == last, "a step lost its header"
+        assert round(log.scroll_y) <= log.header_line < round(log.scroll_y) + log.size.height
+        for _ in range(len(lines)):  # page up, as a reader would, until the top
+            if round(log.scroll_y) == 0:
+                break
+            await pilot.press("pageup")
+        await pilot.pause()
+        assert log.render_line(0).text.startswith("step 1 ·")
+        assert log.render_line(1).text.strip() == lines[1].strip()

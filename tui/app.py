@@ -66,6 +66,8 @@ class PagedApp(SelectionKeys, App[None]):
     Screen.-compact Pane, Screen.-compact EventLog {
         border: none; border-top: round $primary 60%; padding: 0 1 0 0;
     }
+    /* Short terminals: panes whose rows name themselves give their title row to the queues. */
+    Screen.-compact InvariantsView, Screen.-compact Gauges { border: none; }
     Screen.-projection Pane, Screen.-projection EventLog { padding: 0 2; }
     """
 

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from rich.style import Style
 
 SEQ_COLOURS = (
@@ -66,6 +68,7 @@ def block_colour(block: int) -> str:
     return BLOCK_COLOURS[block % len(BLOCK_COLOURS)]
 
 
+@lru_cache(maxsize=4096)  # a Style is immutable: build each one once
 def block_style(block: int) -> Style:
     """Device block ``block``'s colour: white on its background."""
     return Style(color="white", bgcolor=block_colour(block))
@@ -76,6 +79,7 @@ def block_tag(block: int) -> str:
     return str(block).translate(_SUPERSCRIPT)
 
 
+@lru_cache(maxsize=4096)  # a Style is immutable: build each one once
 def block_meta(block: int, pool: str = "device") -> Style:
     """Marks a span as showing ``block`` (tests read it back) and makes a device block
     clickable: a click selects it."""
@@ -85,6 +89,7 @@ def block_meta(block: int, pool: str = "device") -> Style:
     return Style.from_meta(meta)
 
 
+@lru_cache(maxsize=4096)  # a Style is immutable: build each one once
 def seq_label(seq: int) -> Style:
     """Bold, in the sequence's colour, and clickable: a click selects the sequence."""
     return Style(color=seq_colour(seq), bold=True) + Style.from_meta(

@@ -30,7 +30,7 @@ class InvariantsView(Pane):
         holding = [inv for inv in invariants.INVARIANTS if not found[inv.name]]
         lines: list[Text | Padding] = []
         if len(holding) == len(invariants.INVARIANTS):  # all hold: one line, room for the rest
-            line = Text(f"✓ all {len(holding)} hold: ", style="green")
+            line = Text(f"✓ all {len(holding)} invariants hold: ", style="green")
             line.append(", ".join(inv.name for inv in holding), style="dim green")
             line.no_wrap, line.overflow = True, "ellipsis"
             return line

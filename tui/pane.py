@@ -13,6 +13,10 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.css.styles import RulesMap
+from textual.strip import Strip
+from textual.style import Style as VisualStyle
+from textual.visual import RenderOptions, Visual
 from textual.widget import Widget
 
 from tui.timeline import Frame
@@ -57,7 +61,8 @@ class Pane(Widget):
         self.border_title = title
         self.frame: Frame | None = None
         self.selection = Selection()
-        self.drawn: tuple[tuple, list[Segment]] | None = None  # the last draw, and its key
+        self.drawn: tuple[tuple, list[Strip]] | None = None  # the last draw, and its key
+        self.set_reactive(Widget.auto_links, False)  # no link restyle, no hover repaint
 
     @property
     def link_style(self) -> Style:
@@ -71,44 +76,68 @@ class Pane(Widget):
 
     def height_changes(self) -> bool:
         """Whether the new frame changes this pane's height: only then must the whole screen be
-        laid out again (a repaint of the pane alone is much cheaper)."""
+        laid out again (a repaint of the pane alone is much cheaper). The lines drawn to
+        measure it are the ones the repaint shows."""
         if not self.styles.height or not self.styles.height.is_auto or not self.size.width:
             return not self.size.width  # a pane never laid out needs its first layout
         width = self.content_size.width
-        options = self.app.console.options.update(width=width, max_width=width)
-        segments = self.app.console.render(_AtWidth(self, self.frame), options)
-        return len(list(Segment.split_lines(segments))) != self.content_size.height
+        return len(Drawn(self, self.frame).strips(width)) != self.content_size.height
 
-    def render(self) -> RenderableType:
+    def render(self) -> RenderableType | Visual:
         if self.frame is None:
             return Text("loading the model…", style="dim")
-        return _AtWidth(self, self.frame)
+        return Drawn(self, self.frame)
 
     @abstractmethod
     def draw(self, frame: Frame, width: int) -> RenderableType:
         """What to show for ``frame`` in ``width`` columns: every pane defines it."""
 
 
-@dataclass(frozen=True, slots=True)
-class _AtWidth:
-    """Defers ``Pane.draw`` until Rich knows the width, so a pane whose height follows its
-    content measures the same layout it draws (the pool grid wraps by width)."""
+class Drawn(Visual):
+    """A pane's ``draw`` of a frame as Textual strips, made once and kept while nothing they
+    depend on changes. Textual asks a pane for its height and then for its lines, and the
+    app asks first whether the height changed: each of those would otherwise draw the frame
+    and turn Rich's segments into lines again."""
 
-    pane: Pane
-    frame: Frame
+    def __init__(self, pane: Pane, frame: Frame) -> None:
+        self.pane, self.frame = pane, frame
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        # Textual renders a pane more than once per frame (to measure its height, then to
-        # draw it): reuse the segments while nothing they depend on has changed.
+    def strips(self, width: int) -> list[Strip]:
         pane = self.pane
+        style = pane.visual_style.rich_style
+        # A pane whose height follows its content draws the same at any height.
+        auto = pane.styles.height is not None and pane.styles.height.is_auto
         key = (
             id(self.frame),
             pane.selection,
-            options.max_width,
-            pane.content_size,
+            width,
+            None if auto else pane.content_size.height,
+            style,
             tuple(sorted(pane.screen.classes)),
         )
         if pane.drawn is None or pane.drawn[0] != key:
-            drawn = pane.draw(self.frame, options.max_width)
-            pane.drawn = (key, list(console.render(drawn, options)))
-        yield from pane.drawn[1]
+            console = pane.app.console
+            options = pane.app.console_options.update(highlight=False, width=width, height=None)
+            drawn = pane.post_render(pane.draw(self.frame, width), style)
+            lines = Segment.split_and_crop_lines(
+                console.render(drawn, options), width, include_new_lines=False, pad=False
+            )
+            pane.drawn = (key, [Strip(line) for line in lines])
+        return pane.drawn[1]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The same lines for Rich (a test or a screenshot prints a pane's render)."""
+        for strip in self.strips(options.max_width):
+            yield from strip
+            yield Segment.line()
+
+    def render_strips(
+        self, width: int, height: int | None, style: VisualStyle, options: RenderOptions
+    ) -> list[Strip]:
+        return self.strips(width)[:height]
+
+    def get_optimal_width(self, rules: RulesMap, container_width: int) -> int:
+        return container_width
+
+    def get_height(self, rules: RulesMap, width: int) -> int:
+        return len(self.strips(width))

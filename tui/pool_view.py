@@ -12,6 +12,8 @@ summarises the free ones as ranges.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
@@ -88,17 +90,13 @@ def pool_grid(
         text.append("•" if block in changed else " ", style=MARK)
         holders = held.get(block, [])
         chosen = (pool == "device" and selection.block == block) or selection.seq in holders
-        meta = block_meta(block, pool)
-        if not refcounts[block]:
-            style = SELECTED if chosen else CACHED if block in cached else Style(dim=True)
-            text.append(f"{block:>{digits}}:{'c' if block in cached else '·'}", style=style + meta)
-            continue
-        body = (block_style(block) if pool == "device" else HOST) + (
-            SELECTED if chosen else Style()
-        )
-        text.append(f"{block:>{digits}}", style=body + meta)
         r = refcounts[block]
-        text.append(f":{r if r < 10 else '+'}", style=(SHARED if r > 1 else body) + meta)
+        look, r_look = cell_look(block, pool, min(r, 2), chosen, block in cached)
+        if not r:
+            text.append(f"{block:>{digits}}:{'c' if block in cached else '·'}", style=look)
+            continue
+        text.append(f"{block:>{digits}}", style=look)
+        text.append(f":{r if r < 10 else '+'}", style=r_look)
     if len(shown) < len(drawn):
         rest = drawn[len(shown) :]
         text.append(f"\n… {len(rest)} more blocks in use not drawn", style="dim")
@@ -107,6 +105,18 @@ def pool_grid(
         newline = "\n" if shown else ""
         text.append(f"{newline}free ({len(free)}): {ranges(free)}", style="dim")
     return text
+
+
+@lru_cache(maxsize=4096)
+def cell_look(block: int, pool: str, refs: int, chosen: bool, cached: bool) -> tuple[Style, Style]:
+    """A cell's styles (its id, its R) for $\\mathcal{R}$ = ``refs`` (0, 1, or 2 for more),
+    clickable and naming the block. Built once each: a pool has many cells and few looks."""
+    meta = block_meta(block, pool)
+    if not refs:
+        style = SELECTED if chosen else CACHED if cached else Style(dim=True)
+        return style + meta, style + meta
+    body = (block_style(block) if pool == "device" else HOST) + (SELECTED if chosen else Style())
+    return body + meta, (SHARED if refs > 1 else body) + meta
 
 
 class PoolView(Pane):

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from minipaged.events import Preempt
 from tui.colours import seq_label
-from tui.pane import Pane
+from tui.pane import Pane, Selection
 from tui.timeline import Frame, Stream
 
 QUEUES = ("running", "swapped", "waiting")
@@ -45,6 +45,14 @@ class QueuesView(Pane):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("scheduler: requests (sequences)", id=id)
 
+    def show(self, frame: Frame, selection: Selection) -> None:
+        state = frame.step.state
+        free, total = len(state.device_free), len(state.device_refcounts)
+        full = f"scheduler: requests (sequences), {free}/{total} blocks free"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        self.border_title = full if fits else f"scheduler: {free}/{total} blocks free"
+        super().show(frame, selection)
+
     def draw(self, frame: Frame, width: int) -> RenderableType:
         step = frame.step
         state = step.state
@@ -53,14 +61,15 @@ class QueuesView(Pane):
         for stream in frame.streams:
             if stream.status != "finished":
                 by_request.setdefault(stream.request_id, []).append(stream)
-        lines = [Text(f"{free} of {len(state.device_refcounts)} device blocks free", style="dim")]
+        said = SHORT if self.screen.has_class("-compact") else SAID
+        lines = []
         swapped_first = bool(step.queues.get("swapped"))
         preempted = any(isinstance(event, Preempt) for event in step.events)
         for queue in QUEUES:
             requests = step.queues.get(queue, ())
             members = sum(len(by_request.get(r, [])) for r in requests)
             line = Text(f"{queue:<8}", style="bold")
-            line.append(f"{len(requests)} req ({members} seq) ", style="dim")
+            line.append(f"{len(requests)} req ({members} seq)", style="dim")
             left, stuck = free, None  # free blocks after the older requests, who blocks
             for request in requests:
                 line.append(f" r{request}(")
@@ -73,27 +82,42 @@ class QueuesView(Pane):
                 wanted = need(request, frame, by_request.get(request, []))
                 line.append(f" needs {wanted}", style="bold")
                 if queue == "waiting" and swapped_first:
-                    line.append(": behind swapped (head-of-line)", style="yellow")
+                    line.append(said["swapped"], style="yellow")
                 elif preempted:
-                    line.append(": none move in a step that preempts", style="yellow")
+                    line.append(said["preempted"], style="yellow")
                 elif stuck is not None:  # the scheduler takes each queue in order
-                    line.append(f": behind r{stuck} (head-of-line)", style="yellow")
+                    line.append(said["behind"].format(stuck), style="yellow")
                 elif wanted > left:
                     line.append(f" > {left} free", style="yellow")
                     stuck = request
                 else:
-                    line.append(f" ≤ {left} free: goes next step", style="green")
+                    line.append(said["goes"].format(left), style="green")
                     left -= wanted
             lines.append(line)
         for event in step.events:
             if isinstance(event, Preempt):
                 running = sorted(frame.previous.queues.get("running", ()), key=arrival_key)
                 order = " < ".join(f"r{r}" for r in running)
-                lines.append(
-                    Text(
-                        f"victim r{event.request_id}: the latest arrival among the running "
-                        f"({order}); {event.mode} keeps the older ones going",
-                        style="bright_red",
-                    )
-                )
+                victim = said["victim"].format(event.request_id, order, event.mode)
+                lines.append(Text(victim, style="bright_red"))
         return Text("\n").join(lines)
+
+
+SAID = {
+    "swapped": ": behind swapped (head-of-line)",
+    "preempted": ": none move in a step that preempts",
+    "behind": ": behind r{} (head-of-line)",
+    "goes": " ≤ {} free: goes next step",
+    "victim": "victim r{}: the latest arrival among the running ({}); {} keeps the older "
+    "ones going",
+}
+SHORT = {  # the same reasons, for a short terminal (80×24) where every line counts
+    "swapped": ": after swapped",
+    "preempted": ": none move this step",
+    "behind": ": after r{}",
+    "goes": " ≤ {} free: next",
+    "victim": "victim r{}: latest of {}",
+}
+"""Why a queued request waits, in full and short. The scheduler takes swapped requests
+before waiting ones and each queue in arrival order (head-of-line); it moves none in a step
+that preempts; its victim is the latest arrival among the running (``{}``: the mode)."""

@@ -22,15 +22,18 @@ from minipaged.events import (
     Event,
     Finish,
     Fork,
+    Free,
     Preempt,
     PrefixHit,
     Recompute,
+    SeqId,
     SwapIn,
     SwapOut,
 )
 
-EXPLAINS = {"prefix-hit": frozenset({"incref"})}
-"""A kind -> the kinds of the events just before it (same sequence) that it causes."""
+EXPLAINS = {"prefix-hit": frozenset({"alloc", "incref"})}
+"""A kind -> the kinds of the events just before it (same sequence) that it causes. The engine
+records a hit before its takes and shares; traces recorded before it did are put right here."""
 
 
 def in_story_order(events: Sequence[Event]) -> list[Event]:
@@ -47,9 +50,11 @@ def in_story_order(events: Sequence[Event]) -> list[Event]:
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One line of a step's story: a single event, or a run of like events folded into one."""
+    """One line of a step's story: a single event, or a run of like events folded into one.
+    ``said`` replaces the events' own words where the step around them makes those untrue."""
 
     events: tuple[Event, ...]
+    said: str = ""
 
     @property
     def folded(self) -> bool:
@@ -57,6 +62,8 @@ class Line:
 
     def text(self) -> str:
         first, count = self.events[0], len(self.events)
+        if self.said:
+            return self.said
         if count == 1:
             return first.narrate()
         blocks = ", ".join(str(b) for e in self.events for b in sorted(e.blocks_in("device")))
@@ -72,15 +79,48 @@ class Line:
 
 
 def fold(events: Sequence[Event]) -> list[Line]:
-    """Consecutive events of one kind about the same sequences, as one ``Line`` each."""
-    lines: list[list[Event]] = []
+    """Consecutive events of one kind about the same sequences, as one ``Line`` each.
+
+    Two events read differently beside a prefix hit of the same sequence in the step: the
+    blocks the hit takes back (cached, $\\mathcal{R}=0$) keep their keys and values, which
+    "takes free block" alone would not say, so they fold apart from fresh blocks; and a
+    recomputed sequence prefills only the tokens the cache did not hold."""
+    found = {e.seq: e for e in events if isinstance(e, PrefixHit)}
+    runs: list[tuple[list[Event], bool]] = []
     for event in events:
-        last = lines[-1][-1] if lines else None
-        if last is not None and last.kind == event.kind and last.seq_ids() == event.seq_ids():
-            lines[-1].append(event)
+        back = isinstance(event, Alloc) and event.block in getattr(
+            found.get(event.seq), "blocks", ()
+        )
+        last = runs[-1] if runs else None
+        if (
+            last
+            and last[1] == back
+            and last[0][-1].kind == event.kind
+            and (last[0][-1].seq_ids() == event.seq_ids())
+        ):
+            last[0].append(event)
         else:
-            lines.append([event])
-    return [Line(tuple(run)) for run in lines]
+            runs.append(([event], back))
+    return [Line(tuple(run), said(run, back, found)) for run, back in runs]
+
+
+def said(run: list[Event], back: bool, found: dict[SeqId, PrefixHit]) -> str:
+    """A run's words where its events' own would mislead (see ``fold``), else ``""``."""
+    first = run[0]
+    if back:
+        blocks = ", ".join(str(e.block) for e in run if isinstance(e, Alloc))
+        return (
+            f"seq {first.seq} takes back {len(run)} cached block(s) nobody held: {blocks} "
+            "(R 0→1 each; their keys and values are kept, no prefill)"
+        )
+    if isinstance(first, Recompute) and first.seq in found:
+        cached = found[first.seq].num_tokens
+        return (
+            f"seq {first.seq} returns: {first.num_tokens - cached} of its {first.num_tokens} "
+            f"tokens are prefilled again to rebuild its KV cache ({cached} are found in the "
+            "prefix cache)"
+        )
+    return ""
 
 
 def seqs(ids) -> str:
@@ -128,12 +168,18 @@ def headline(step: StepOutput) -> str:
         parts.append(f"fork: {seqs({f.child for f in forks})} from {parents}, no KV copied")
     for hit in of_type(by_kind, "prefix-hit", PrefixHit):
         parts.append(f"prefix hit: s{hit.seq} reuses {hit.num_tokens} cached tokens")
+    cached = {hit.seq: hit.num_tokens for hit in of_type(by_kind, "prefix-hit", PrefixHit)}
     for again in of_type(by_kind, "recompute", Recompute):
-        parts.append(f"recompute: s{again.seq} prefills {again.num_tokens} tokens again")
+        found = cached.get(again.seq, 0)
+        said = (
+            f"{again.num_tokens - found} of its {again.num_tokens}" if found else again.num_tokens
+        )
+        parts.append(f"recompute: s{again.seq} prefills {said} tokens again")
     finished = of_type(by_kind, "finish", Finish)
     if finished:
-        freed = len(by_kind.get("free", []))
-        parts.append(f"finish: {seqs({f.seq for f in finished})}, {freed} blocks freed")
+        done = {f.seq for f in finished}  # not the frees of a sequence preempted alongside
+        freed = sum(1 for e in of_type(by_kind, "free", Free) if e.seq in done)
+        parts.append(f"finish: {seqs(done)}, {freed} blocks freed")
     for kind, found in by_kind.items():
         if kind not in HEADLINED:  # a kind added later: its own words
             parts.append(f"{kind}: {found[0].narrate()}")

@@ -66,9 +66,11 @@ def why_no_table(stream: Stream, frame: Frame) -> str:
     length = len(stream.token_ids)
     need = -(-length // block_size)
     if length > stream.prompt_len:
+        # With a prefix cache some of them may still be cached when it returns.
+        upto = "up to " if frame.step.state.cached else ""
         return (
-            f"{stream.status}: preempted by recompute, its blocks were dropped; "
-            f"{length} tokens will be prefilled again ({need} blocks)"
+            f"{stream.status}: recompute dropped its blocks; {upto}{length} tokens "
+            f"prefill again ({need} blocks)"
         )
     return f"{stream.status}: not admitted yet; its {length}-token prompt needs {need} blocks"
 

@@ -56,26 +56,46 @@ def stream_text(stream: Stream, frame: Frame, words: TokenText, selection: Selec
     text = Text()
     last = len(stream.token_ids) - 1
     chosen_token = selection.token if selection.seq == stream.seq_id else None
+    painted = table.num_tokens if table is not None else 0
+    pool = table.pool if table is not None else "device"
+    refcounts = state.host_refcounts if pool == "host" else state.device_refcounts
     for t, token in enumerate(stream.token_ids):
-        style = Style(bold=t >= stream.prompt_len)
-        if table is not None and t < table.num_tokens:
-            block = table.blocks[t // block_size]
-            refcounts = state.host_refcounts if table.pool == "host" else state.device_refcounts
-            body = HOST if table.pool == "host" else block_style(block)
-            if t % block_size == 0:
-                tag = SHARED if refcounts[block] > 1 else body
-                text.append(block_tag(block), style=tag + block_meta(block, table.pool))
-            style += body + block_meta(block, table.pool)
-            if table.pool == "device" and block == selection.block:
-                style += SELECTED
-        if t == last and new is not None and stream.status != "waiting":
-            style += Style(underline=True)
-        if t == chosen_token:
-            style += SELECTED
+        block = table.blocks[t // block_size] if t < painted else None
+        if block is not None and t % block_size == 0:
+            text.append(block_tag(block), style=tag_style(block, pool, refcounts[block] > 1))
+        underline = t == last and new is not None and stream.status != "waiting"
+        selected = t == chosen_token or (
+            block is not None and pool == "device" and block == selection.block
+        )
+        style = token_style(block, pool, t >= stream.prompt_len, underline, selected)
         # A click on a token selects it (its address translation); the block stays named.
-        click = Style.from_meta({"@click": f"app.select_token({stream.seq_id}, {t})"})
-        text.append(words.piece(token), style=style + click)
+        text.append(words.piece(token), style=style + token_meta(stream.seq_id, t, block, pool))
     return text
+
+
+@lru_cache(maxsize=1024)
+def tag_style(block: int, pool: str, shared: bool) -> Style:
+    body = HOST if pool == "host" else block_style(block)
+    return (SHARED if shared else body) + block_meta(block, pool)
+
+
+@lru_cache(maxsize=1024)
+def token_style(
+    block: int | None, pool: str, generated: bool, underline: bool, selected: bool
+) -> Style:
+    """A token's look (without its click): bold if generated, on its block's colour."""
+    style = Style(bold=generated, underline=underline or None)
+    if block is not None:
+        style += HOST if pool == "host" else block_style(block)
+    return style + SELECTED if selected else style
+
+
+def token_meta(seq: int, t: int, block: int | None, pool: str) -> Style:
+    """The token's click and the block it shows, as one meta (one merge per token)."""
+    meta: dict[str, object] = {"@click": f"app.select_token({seq}, {t})"}
+    if block is not None:
+        meta["block"] = (pool, block)
+    return Style.from_meta(meta)
 
 
 def dimmed(text: Text) -> Text:
@@ -126,7 +146,9 @@ class TokenStreams(Pane):
         hidden = sum(1 for keep in budget if not keep)
         if hidden:
             out[-1] = Text(f"… and {hidden} more sequence(s)", style="dim")
-        return Text("\n").join(out)
+        text = Text("\n").join(out)
+        text.no_wrap = True  # wrapped above already, with the labels
+        return text
 
 
 def allot(needs: list[int], height: int) -> list[int]:

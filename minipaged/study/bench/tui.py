@@ -17,6 +17,7 @@ from minipaged.study.report import Column, Report
 from minipaged.trace import Trace
 
 BUDGET_MS = 100.0
+ROUNDS = 20  # of handling messages and painting, at most, before a move counts as drawn
 SIZES = ((120, 40), (160, 50))
 
 COLUMNS = [
@@ -25,7 +26,7 @@ COLUMNS = [
     Column("steps", "steps", "{:,}"),
     Column("engine_ms", "engine step (ms)", "{:,.1f}"),
     Column("render_ms", "redraw (ms)", "{:,.1f}"),
-    Column("idle_ms", "harness idle wait (ms)", "{:,.1f}"),
+    Column("idle_ms", "of which harness (ms)", "{:,.1f}"),
     Column("total_ms", "TUI step (ms)", "{:,.1f}"),
     Column("within", f"≤ {BUDGET_MS:.0f} ms", "{}"),
 ]
@@ -59,12 +60,35 @@ def engine_steps(model: str, max_tokens: int):
     return engine, steps, times
 
 
+async def drawn(pilot) -> None:
+    """Return once the app has handled every message a move caused and painted the result.
+
+    Textual paints on a timer and Pilot's ``pause`` waits for the process to look idle (20 ms
+    slices of sleep), which would time the harness, not the app. Here each round waits only
+    for the messages already queued to be handled, then paints at once what they left to
+    paint, until a round finds nothing to do. (It reads Textual's own flags for pending
+    layout and repaint: private names, checked against the pinned Textual.)"""
+    app = pilot.app
+    for _ in range(ROUNDS):
+        await pilot._wait_for_screen()
+        screen = app.screen
+        if not (
+            screen._layout_required
+            or screen._repaint_required
+            or screen._scroll_required
+            or screen._dirty_widgets
+        ):
+            return
+        screen._on_timer_update()
+    raise RuntimeError(f"the app was still painting after {ROUNDS} rounds")
+
+
 async def redraw_times(
     trace: Trace, tokenizer, size: tuple[int, int]
 ) -> tuple[list[float], list[float]]:
-    """Milliseconds from moving the cursor to a step until the app is idle again, per step;
-    and, interleaved with them, how long waiting for idleness takes when nothing changed
-    (the test harness's own cost, which a user at a terminal does not wait for)."""
+    """Milliseconds from moving the cursor to a step until every pane shows it, per step;
+    and, interleaved with them, the same wait when nothing changed (what the harness itself
+    costs: it is included in the first, not subtracted)."""
     from tui.app import PagedApp
 
     app = PagedApp(trace=trace, tokenizer=tokenizer)
@@ -74,10 +98,10 @@ async def redraw_times(
         for index in range(1, len(trace.steps) + 1):
             start = time.perf_counter()
             app.seek_step(index)
-            await pilot.pause()
+            await drawn(pilot)
             times.append((time.perf_counter() - start) * 1e3)
             start = time.perf_counter()
-            await pilot.pause()
+            await drawn(pilot)
             idle.append((time.perf_counter() - start) * 1e3)
     return times, idle
 
@@ -88,7 +112,7 @@ def run(options: Options) -> Report:
     rows = []
     for size in SIZES[:1] if options.quick else SIZES:
         render_ms, idle_ms = asyncio.run(redraw_times(trace, engine.tokenizer, size))
-        redraw = max(median(render_ms) - median(idle_ms), 0.0)
+        redraw = median(render_ms)
         total = median(engine_ms) + redraw
         rows.append(
             {
@@ -105,9 +129,10 @@ def run(options: Options) -> Report:
     notes = [
         f"Model {options.model} on CPU; two prompts with n = 4 samples each (8 sequences), "
         "B = 4, 128 device blocks. Medians over every step of the run.",
-        "Redraw: the app headless (Textual's run_test), from seek_step until the app is "
-        "idle with every pane drawn for the new step, less the harness's idle wait (the "
-        "same wait with nothing to draw, measured interleaved with the redraws).",
+        "Redraw: the app headless (Textual's run_test), from seek_step until it has handled "
+        "every message the move caused and painted every pane for the new step; raw, with "
+        "the harness's own wait included (the idle column: the same wait with nothing to "
+        "draw, measured interleaved with the redraws).",
         "Timed on a shared machine: compare the two columns with each other, not with "
         "another machine.",
     ]
