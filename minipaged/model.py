@@ -268,7 +268,8 @@ class Llama(nn.Module):
             key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
             # q, k, v are views into the packed projection; the kernels read flat buffers.
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # [N, heads, d_h] each
-            return paged_attention(q, k, v, key_pool, value_pool, batch, scale)
+            scales = {"k_scale": kv_cache.k_scale[layer], "v_scale": kv_cache.v_scale[layer]}
+            return paged_attention(q, k, v, key_pool, value_pool, batch, scale, **scales)
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
         if logits_index is not None:

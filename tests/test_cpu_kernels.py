@@ -35,6 +35,7 @@ from kernel_properties import (  # noqa: F401  (pytest collects the imported tes
 )
 
 from cuda_kernels import cpu
+from cuda_kernels.cpu.paged_attention import fp8_arguments
 from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
 from minipaged.attention import paged_attention_decode_partitions
 
@@ -55,7 +56,8 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     m_k, l_k, o_k = torch.empty_like(m_ref), torch.empty_like(l_ref), torch.empty_like(o_ref)
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
-    paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16)
+    no_fp8 = fp8_arguments(key_pool, None, None)  # float32 pools: scales 1
+    paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8)
     for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
         torch.testing.assert_close(got, want, **TOLERANCE)
     assert (m_k[0, :, 1:] == -math.inf).all()  # sequence 0 (5 tokens) is empty past partition 0
