@@ -33,6 +33,13 @@ from kernel_properties import (  # noqa: F401  (pytest collects the imported tes
     test_v2_equals_v1_for_partitions_of_one_to_three_blocks,
     test_v2_rejects_a_partition_size_that_is_not_whole_blocks,
 )
+from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collected here too)
+    test_copies_and_swaps_move_the_same_fp8_bytes_as_the_reference,
+    test_engine_in_fp8_with_the_kernels_generates_the_torch_backends_tokens,
+    test_reshape_and_cache_writes_the_bytes_write_kv_quantizes,
+    test_v1_in_fp8_equals_the_loop_reference,
+    test_v2_in_fp8_equals_v1,
+)
 
 from cuda_kernels import cpu
 from cuda_kernels.cpu.paged_attention import fp8_arguments
