@@ -10,10 +10,12 @@ bytes. Two 8-bit formats are offered, as in vLLM (``kv_cache_dtype``):
 
 A stored value $\\hat{x}$ stands for $x \\approx s \\cdot \\hat{x}$ with one float32 scale $s$ per
 (layer, KV head), one for keys and one for values (vLLM's ``k_scale`` and ``v_scale``, which it
-keeps per layer). Why per KV head: keys after RoPE differ in size from head to head by an
-order of magnitude or more, and one scale per layer set by the largest head would push the
-small heads' values toward the subnormals, where FP8 keeps fewer significant bits. A scale per
-head costs $N_{KV}$ floats per layer, read once per (sequence, head) by the kernels.
+keeps per layer). Why per KV head: keys differ in size from head to head (the tiny model's
+third layer: largest key 4.6 in one head, 11.9 in the other). FP8's relative step is the same
+across its normal range, so the scale matters at the edges: it keeps the largest values from
+clamping and a small head's values out of the subnormals, where FP8 keeps fewer significant
+bits. A scale per head fits each head's range for $N_{KV}$ floats per layer, read once per
+(sequence, head) by the kernels.
 
 Because the scale belongs to the layer and head, not to a block, a copy-on-write copy (§5) or a
 swap (§6) moves only bytes: a block means the same values wherever it lies.
@@ -67,9 +69,11 @@ def quantize(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def dequantize(x: Tensor, scale: Tensor | None) -> Tensor:
-    """$s \\cdot \\hat{x}$ in float32; ``scale`` broadcasts against ``x``. A float pool (no
-    FP8) is returned as it is, so callers can dequantize unconditionally."""
-    if not is_fp8(x.dtype):
+    """$s \\cdot \\hat{x}$ in float32; ``scale`` broadcasts against ``x``. A float pool in the
+    model's dtype (no scale given) is returned as it is, so callers can dequantize
+    unconditionally; a 16-bit pool read with a scale (a float32 model over a float16 cache,
+    as the ``kv-dtype`` benchmark runs it) comes back in float32."""
+    if not is_fp8(x.dtype) and (scale is None or x.dtype == torch.float32):
         return x
     values = x.float()
     return values if scale is None else values * scale

@@ -69,10 +69,13 @@ def quantize_kv(
     v_scale: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """``key`` and ``value`` ``[N, num_kv_heads, head_dim]`` as the pools store them: quantized
-    with their per-head scales when the pools are FP8 and the tokens are not, else unchanged.
-    The one place a write quantizes, for the reference and the kernels alike."""
-    if not fp8.is_fp8(pool_dtype) or fp8.is_fp8(key.dtype):
+    with their per-head scales when the pools are FP8 and the tokens are not, rounded to the
+    pools' dtype when it is another float (a float16 cache under a float32 model), else
+    unchanged. The one place a write quantizes, for the reference and the kernels alike."""
+    if key.dtype == pool_dtype:
         return key, value
+    if not fp8.is_fp8(pool_dtype):
+        return key.to(pool_dtype), value.to(pool_dtype)
     ones = torch.ones(key.shape[1], device=key.device)
     k_scale = ones if k_scale is None else k_scale
     v_scale = ones if v_scale is None else v_scale
@@ -176,6 +179,16 @@ class KVCache:
         $\\text{BlockSizeBytes} = 2 \\cdot N_L \\cdot N_{KV} \\cdot d_h \\cdot B \\cdot b$ (§3)."""
         b = self._key.element_size()  # bytes per element
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.block_size * b
+
+    def describe(self) -> str:
+        """The pools in one line, for a memory table: dtype, $b$, blocks and bytes."""
+        b = self._key.element_size()
+        name = str(self.dtype).removeprefix("torch.")
+        device_mib = self.num_blocks * self.bytes_per_block / 2**20
+        return (
+            f"{name} (b = {b}): {self.num_blocks:,} blocks × {self.bytes_per_block:,} B "
+            f"= {device_mib:,.1f} MiB, host {self.num_cpu_blocks:,} blocks"
+        )
 
     def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:
         """Set the FP8 scales ``[num_layers, num_kv_heads]`` (from ``minipaged.kv_calibration``)

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from minipaged import fp8
 from minipaged.block_manager import BlockManager
-from minipaged.checkpoint import load_model, model_directory
+from minipaged.checkpoint import load_config, load_model, model_directory
 from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
@@ -198,6 +198,36 @@ def _kv_cache_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
             f"'auto' or one of {list(fp8.KV_CACHE_DTYPES)}"
         )
     return fp8.cache_dtype(kv_cache_dtype, dtype)
+
+
+def check_kv_cache_fits(
+    model: str | Path,
+    block_size: int,
+    num_gpu_blocks: int | None,
+    num_cpu_blocks: int | None,
+    kv_cache_dtype: str,
+    free: int | None,
+) -> None:
+    """Refuse pools that would not fit in ``free`` bytes (None: unknown, never refuse), before
+    anything is allocated: device plus host blocks of BlockSizeBytes with the KV cache's $b$."""
+    config = load_config(model)
+    dtype = _kv_cache_dtype(kv_cache_dtype, torch.float32)  # the weights load as float32
+    shape = ModelShape(
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        torch.finfo(dtype).bits // 8,
+    )
+    device = num_gpu_blocks or default_num_gpu_blocks(config, block_size, dtype)
+    host = device if num_cpu_blocks is None else num_cpu_blocks
+    need = (device + host) * shape.block_bytes(block_size)
+    if free is not None and need > free:
+        raise ValueError(
+            f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
+            f"blocks of B = {block_size}) but {free / 1e9:,.1f} GB are free; lower "
+            "--num-gpu-blocks, --num-cpu-blocks or --block-size"
+        )
 
 
 def default_num_gpu_blocks(
