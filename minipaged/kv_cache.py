@@ -184,10 +184,11 @@ class KVCache:
         """The pools in one line, for a memory table: dtype, $b$, blocks and bytes."""
         b = self._key.element_size()
         name = str(self.dtype).removeprefix("torch.")
-        device_mib = self.num_blocks * self.bytes_per_block / 2**20
+        total = self.num_blocks * self.bytes_per_block
+        size = f"{total / 2**20:,.1f} MiB" if total >= 2**20 else f"{total / 2**10:,.1f} KiB"
         return (
             f"{name} (b = {b}): {self.num_blocks:,} blocks × {self.bytes_per_block:,} B "
-            f"= {device_mib:,.1f} MiB, host {self.num_cpu_blocks:,} blocks"
+            f"= {size}, host {self.num_cpu_blocks:,} blocks"
         )
 
     def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:

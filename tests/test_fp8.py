@@ -11,8 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_properties import make_case
 
-from minipaged import LLM, attention, fp8
+from minipaged import LLM, attention, fp8, memory
 from minipaged.kv_cache import KVCache, write_kv
+from minipaged.llm import check_kv_cache_fits
+from minipaged.stats import RunStats
+from minipaged.study.bench.memory import simulate_report
 
 FORMATS = list(fp8.KV_CACHE_DTYPES.values())
 formats = st.sampled_from(FORMATS)
@@ -168,3 +171,37 @@ def test_llm_with_fp8_holds_four_times_the_float32_blocks_and_calibrated_scales(
     again = LLM("tiny", kv_cache_dtype="fp8_e4m3").engine.kv_cache
     assert torch.equal(again.k_scale, e4m3.engine.kv_cache.k_scale)  # deterministic
     assert bool((e4m3.engine.kv_cache.k_scale != 1).all())  # calibrated, not vLLM's default 1
+
+
+def test_with_kv_dtype_sets_b_and_fp8_fits_twice_the_blocks_of_bf16():
+    llama = memory.PRESETS["llama-3-8b"]
+    fp8_shape = llama.with_kv_dtype("fp8_e4m3")
+    assert (llama.dtype_bytes, fp8_shape.dtype_bytes) == (2, 1)
+    assert fp8_shape.block_bytes(16) * 2 == llama.block_bytes(16)
+    assert fp8_shape.num_blocks_for(2**30, 16) == 2 * llama.num_blocks_for(2**30, 16)
+    assert llama.with_kv_dtype("auto") is llama
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be 'auto' or one of .*'int4'"):
+        llama.with_kv_dtype("int4")
+
+
+def test_paged_fp8_row_runs_at_least_as_many_sequences_in_the_same_bytes():
+    report = simulate_report(hbm_gb=20, num_requests=60, fp8_paged=True, show_progress=False)
+    rows = {row["allocator"]: row for row in report.rows}
+    assert rows["paged B=16 FP8"]["peak_seqs"] > rows["paged B=16"]["peak_seqs"]
+    assert rows["paged B=16 FP8"]["preemptions"] < rows["paged B=16"]["preemptions"]
+
+
+def test_generates_memory_table_names_the_kv_dtype_blocks_and_bytes():
+    cache = fp8_cache()
+    stats = RunStats(kv_cache=cache.describe())
+    assert ("KV cache", "float8_e4m3fn (b = 1): 6 blocks × 256 B = 1.5 KiB, host 4 blocks") in (
+        stats.rows()
+    )
+
+
+def test_the_free_memory_check_counts_one_byte_per_fp8_element():
+    blocks = {"num_gpu_blocks": 100, "num_cpu_blocks": 0}
+    need_fp32 = 100 * LLM("tiny").engine.kv_cache.bytes_per_block
+    with pytest.raises(ValueError, match="the KV cache would take"):
+        check_kv_cache_fits("tiny", 16, *blocks.values(), "auto", need_fp32 - 1)
+    check_kv_cache_fits("tiny", 16, *blocks.values(), "fp8_e4m3", need_fp32 // 4)
