@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_properties import TOLERANCE, Case, cases
+from kernel_properties import TOLERANCE, Case, assert_kernels_generate_the_torch_tokens, cases
 
 from minipaged import fp8
 from minipaged.attention import paged_attention_decode_loop
@@ -97,34 +97,8 @@ def test_engine_in_fp8_with_the_kernels_generates_the_torch_backends_tokens(back
     """Greedy decoding over an FP8 cache through the kernels (quantized writes, decode
     attention, copy-on-write copies and swaps) gives the reference path's FP8 tokens."""
     from minipaged.checkpoint import load_model
-    from minipaged.engine import LLMEngine
     from minipaged.kv_calibration import calibrate_kv_scales
-    from minipaged.sampling import SamplingParams
 
     model = load_model(hf_llama[1])
     scales = calibrate_kv_scales(model, list(range(5, 30)), torch.float8_e4m3fn)
-    forked = SamplingParams(max_tokens=3, temperature=0, n=2, ignore_eos=True)
-    single = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
-    results, kinds = {}, set()
-    for backend in ("torch", backend_name):
-        engine = LLMEngine(
-            model,
-            block_size=4,
-            num_gpu_blocks=5,
-            num_cpu_blocks=8,
-            preemption="swap",
-            backend=backend,
-            kv_cache_dtype=torch.float8_e4m3fn,
-        )
-        engine.kv_cache.set_scales(*scales)
-        engine.add_request({"prompt_token_ids": [5, 9, 13, 17, 21]}, forked)
-        engine.add_request({"prompt_token_ids": [11, 12, 13, 14, 15, 16]}, single)
-        outputs = {}
-        while engine.has_unfinished():
-            step = engine.step()
-            kinds |= {event.kind for event in step.events}
-            for output in step.finished:
-                outputs[output.request_id] = [c.token_ids for c in output.outputs]
-        results[backend] = outputs
-    assert {"cow-copy", "swap-out", "swap-in"} <= kinds
-    assert results[backend_name] == results["torch"]
+    assert_kernels_generate_the_torch_tokens(model, backend_name, torch.float8_e4m3fn, scales)
