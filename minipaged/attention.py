@@ -80,7 +80,7 @@ def paged_attention_decode_loop(
             # Gather physical block KV tensors: [num_kv_heads, tokens, head_dim]
             k_block = key_pool[phys_block_id, :, :tokens_in_block, :]
             v_block = value_pool[phys_block_id, :, :tokens_in_block, :]
-            # FP8 pools: bytes times the KV head's scale, in float32 (a float pool is as is)
+            # FP8 pools: bytes times the KV head's scale, in float32 (the model's dtype: as is)
             k_block = dequantize(k_block, per_kv_head(k_scale, 3))
             v_block = dequantize(v_block, per_kv_head(v_scale, 3))
 

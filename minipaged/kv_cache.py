@@ -74,8 +74,9 @@ def quantize_kv(
     unchanged. The one place a write quantizes, for the reference and the kernels alike."""
     if key.dtype == pool_dtype:
         return key, value
-    if not fp8.is_fp8(pool_dtype):
-        return key.to(pool_dtype), value.to(pool_dtype)
+    if not fp8.is_fp8(pool_dtype):  # only float32 into a 16-bit pool; check_write refuses others
+        narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
+        return (key.to(pool_dtype), value.to(pool_dtype)) if narrower else (key, value)
     ones = torch.ones(key.shape[1], device=key.device)
     k_scale = ones if k_scale is None else k_scale
     v_scale = ones if v_scale is None else v_scale
