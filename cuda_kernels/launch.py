@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from numba import config, cuda
 
+from cuda_kernels.fp8 import as_bytes
+
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 """True when this process runs kernels in Numba's CUDA simulator, on the CPU."""
 
@@ -28,8 +30,10 @@ NUM_THREADS = WARP_SIZE if SIMULATOR else 4 * WARP_SIZE
 
 
 def kernel_array(tensor: torch.Tensor, name: str):
-    """The array a kernel reads or writes in place of ``tensor``, sharing its memory."""
+    """The array a kernel reads or writes in place of ``tensor``, sharing its memory. An FP8
+    tensor arrives as its bytes (``cuda_kernels.fp8``)."""
     check_device(tensor, name)
+    tensor = as_bytes(tensor)
     if SIMULATOR:
         return tensor.detach().numpy()
     return cuda.as_cuda_array(tensor.detach(), sync=False)
@@ -53,6 +57,7 @@ def check_device(tensor: torch.Tensor, name: str) -> None:
 def transfer_array(tensor: torch.Tensor):
     """``tensor`` for a block copy (``cuda_kernels.swap_blocks``): a Numba device array for a
     CUDA tensor, a numpy view for a CPU tensor. Under the simulator every tensor is on the CPU."""
+    tensor = as_bytes(tensor)
     if tensor.device.type == "cuda":
         return cuda.as_cuda_array(tensor.detach(), sync=False)
     return tensor.detach().numpy()
@@ -63,14 +68,3 @@ def launch_stream():
     if SIMULATOR:
         return 0
     return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-
-
-def check_float32_inputs(**tensors: torch.Tensor) -> None:
-    """The attention kernels read float32 tensors on their device, and compute in float32."""
-    for name, tensor in tensors.items():
-        check_device(tensor, name)
-        if tensor.dtype != torch.float32:
-            raise ValueError(
-                f"{name} has dtype {tensor.dtype}, but the Numba kernels compute in float32: "
-                "cast it with .float() first"
-            )

@@ -30,10 +30,14 @@ import math
 import numpy as np
 import torch
 from numba import cuda, float32, int32
+from numba.extending import overload
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
-from cuda_kernels.launch import NUM_THREADS, check_float32_inputs, kernel_array, launch_stream
+from cuda_kernels.fp8 import check_pools, decode_table, element, element_overload, head_scales
+from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
 from minipaged.contract import check_attention_inputs
+
+overload(element, target="cuda")(element_overload)  # float32 or FP8 bytes, chosen at compile
 
 NEG_INF = np.float32(-np.inf)
 """$-\\infty$ as a float32 constant: a Python float would make Numba compute in float64
@@ -57,11 +61,15 @@ def online_softmax(num_threads: int, reduction: str):
 
     Never reads a slot at or past ``end``, nor ``table[j]`` for a block holding no token below
     ``end``: those may hold NaN or -1.
+
+    FP8 pools arrive as bytes and are read through the decode table ``lut``
+    (``cuda_kernels.fp8.element``); ``scale`` then includes the KV head's ``k_scale``, and the
+    caller multiplies the output by its ``v_scale``.
     """
     block_max, block_sum = block_reductions(reduction)
 
     @cuda.jit(device=True)
-    def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
+    def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut):
         thread = cuda.threadIdx.x
         head_dim = q.shape[0]
         block_size = key_pool.shape[2]  # B
@@ -82,7 +90,7 @@ def online_softmax(num_threads: int, reduction: str):
                 blocks[thread] = block
                 score = ZERO
                 for d in range(head_dim):
-                    score += q[d] * key_pool[block, kv_head, offset, d]
+                    score += q[d] * element(key_pool[block, kv_head, offset, d], lut)
                 score *= scale
 
             m_curr = max(m_prev, block_max(score, scratch))  # finite: token `first` is below `end`
@@ -98,7 +106,7 @@ def online_softmax(num_threads: int, reduction: str):
                 total = p_prev * acc[d]
                 for i in range(tokens):
                     offset = (first + i) % block_size
-                    total += probs[i] * value_pool[blocks[i], kv_head, offset, d]
+                    total += probs[i] * element(value_pool[blocks[i], kv_head, offset, d], lut)
                 acc[d] = total
             cuda.syncthreads()  # all reads of probs and blocks are done before the next round
             m_prev = m_curr
@@ -126,7 +134,9 @@ def decode_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: str 
     attend = online_softmax(num_threads, reduction)
 
     @cuda.jit
-    def paged_attention_v1(out, query, key_pool, value_pool, block_tables, seq_lens, scale):
+    def paged_attention_v1(
+        out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, lut
+    ):
         """Thread block (h, r) writes ``out[r, h]``: attention of query head h of sequence r
         over its seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
         head = cuda.blockIdx.x
@@ -142,9 +152,11 @@ def decode_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: str 
         cuda.syncthreads()
 
         table = block_tables[seq]  # T_r
-        _, l_prev = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)
+        pools = (key_pool, value_pool, table, kv_head)
+        head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+        _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, lut)
         for d in range(thread, head_dim, num_threads):  # each thread reads back what it wrote
-            out[seq, head, d] = acc[d] / l_prev
+            out[seq, head, d] = acc[d] * (v_scale[kv_head] / l_prev)
 
     return paged_attention_v1
 
@@ -157,12 +169,16 @@ def paged_attention_decode(
     seq_lens: torch.Tensor,
     scale: float,
     block_size: int,
+    *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention with the v1 kernel: same arguments and result as
-    ``minipaged.attention.paged_attention_decode`` (float32 tensors; on the GPU, or on the
-    CPU under the simulator). Returns ``[batch, num_heads, head_dim]``."""
+    ``minipaged.attention.paged_attention_decode`` (float32 tensors, or FP8 pools with their
+    per-KV-head ``k_scale`` and ``v_scale``; on the GPU, or on the CPU under the simulator).
+    Returns ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_inputs(query, key_pool, value_pool)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
@@ -175,6 +191,25 @@ def paged_attention_decode(
         kernel_array(block_tables.to(torch.int32), "block_tables"),
         kernel_array(seq_lens.to(torch.int32), "seq_lens"),
         np.float32(scale),
+        *fp8_arguments(key_pool, k_scale, v_scale),
     )
     decode_kernel(head_dim)[(num_heads, batch_size), NUM_THREADS, launch_stream()](*args)
     return output
+
+
+def check_inputs(query: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor) -> None:
+    """The decode kernels read float32 or FP8 pools on their device and compute in float32."""
+    for name, tensor in (("query", query), ("key_pool", key_pool), ("value_pool", value_pool)):
+        check_device(tensor, name)
+    check_pools(query, key_pool, value_pool)
+
+
+def fp8_arguments(key_pool: torch.Tensor, k_scale, v_scale) -> tuple:
+    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decode table, as the kernels take
+    them: ones and an unused table for a float32 pool."""
+    num_kv_heads, device = key_pool.shape[1], key_pool.device
+    return (
+        kernel_array(head_scales(k_scale, num_kv_heads, device), "k_scale"),
+        kernel_array(head_scales(v_scale, num_kv_heads, device), "v_scale"),
+        kernel_array(decode_table(key_pool.dtype, device), "lut"),
+    )

@@ -26,11 +26,13 @@ import torch
 from numba import cuda, float32
 
 from cuda_kernels.block_reduce import REDUCTION
-from cuda_kernels.launch import NUM_THREADS, check_float32_inputs, kernel_array, launch_stream
+from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream
 from cuda_kernels.paged_attention import (
     NEG_INF,
     ZERO,
+    check_inputs,
     check_num_threads,
+    fp8_arguments,
     online_softmax,
 )
 from minipaged.contract import check_attention_inputs, check_partition_size
@@ -55,6 +57,9 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
         seq_lens,
         scale,
         partition_size,
+        k_scale,
+        v_scale,
+        lut,
     ):
         """Thread block (h, r, k) attends query head h of sequence r to the tokens of its
         partition k, [k * partition_size, (k + 1) * partition_size) cut at seq_lens[r]."""
@@ -81,12 +86,14 @@ def partitions_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: 
         cuda.syncthreads()
 
         table = block_tables[seq]  # T_r
-        m_k, l_k = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)
+        pools = (key_pool, value_pool, table, kv_head)
+        head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+        m_k, l_k = attend(q, acc, *pools, start, end, head_scale, lut)
         if thread == 0:
             max_logits[seq, head, part] = m_k
             exp_sums[seq, head, part] = l_k
         for d in range(thread, head_dim, num_threads):
-            tmp_out[seq, head, part, d] = acc[d] / l_k
+            tmp_out[seq, head, part, d] = acc[d] * (v_scale[kv_head] / l_k)
 
     return paged_attention_v2_partitions
 
@@ -128,13 +135,17 @@ def paged_attention_decode_v2(
     scale: float,
     block_size: int,
     partition_size: int = 512,
+    *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention with the v2 kernels: same arguments and result as
     ``minipaged.attention.paged_attention_decode_partitioned`` (and so as
     ``paged_attention_decode``). ``partition_size`` must be a positive
-    multiple of ``block_size``. Returns ``[batch, num_heads, head_dim]``."""
+    multiple of ``block_size``. FP8 pools take their ``k_scale`` and ``v_scale``. Returns
+    ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_inputs(query, key_pool, value_pool)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
@@ -155,6 +166,7 @@ def paged_attention_decode_v2(
         kernel_array(seq_lens.to(torch.int32), "seq_lens"),
         np.float32(scale),
         np.int32(partition_size),
+        *fp8_arguments(key_pool, k_scale, v_scale),
     )
     stage_two = (kernel_array(output, "output"), *stage_one[:3])  # out, m_k, l_k, O_k
     stream = launch_stream()

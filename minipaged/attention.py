@@ -19,6 +19,10 @@ Grouped-query attention: query head $h$ reads KV head $h \\div (N_Q / N_{KV})$, 
 Hugging Face's ``repeat_kv`` (``repeat_interleave`` on the head axis). $N_Q$ is ``num_heads``
 everywhere, and ``group`` is $N_Q / N_{KV}$.
 
+FP8 pools (``minipaged.fp8``): every function takes keyword-only ``k_scale`` and ``v_scale``
+``[num_kv_heads]`` and turns bytes into float32 at one point, right after reading them through
+the block table (the loop's block read, ``gather_kv`` for the others): $k = s_k \\hat{k}$.
+
 Guarantee shared by all paths: no key or value at a position $\\ge$ ``seq_len``, and no block
 named by an unused block-table entry, influences the result, even when it holds NaN or inf.
 """
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minipaged.contract import check_attention_inputs, check_partition_size
+from minipaged.fp8 import dequantize
 
 NO_BLOCK = -1
 """Pads block tables past a sequence's last block. Never read: attention masks those positions."""
@@ -43,6 +48,9 @@ def paged_attention_decode_loop(
     seq_lens: Tensor,
     scale: float,
     block_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> Tensor:
     """§4's decode pseudo-code, line by line: one query per sequence, one logical block at a
     time, with the online softmax's running max ``m_prev``, running sum ``l_prev`` and
@@ -72,6 +80,9 @@ def paged_attention_decode_loop(
             # Gather physical block KV tensors: [num_kv_heads, tokens, head_dim]
             k_block = key_pool[phys_block_id, :, :tokens_in_block, :]
             v_block = value_pool[phys_block_id, :, :tokens_in_block, :]
+            # FP8 pools: bytes times the KV head's scale, in float32 (the model's dtype: as is)
+            k_block = dequantize(k_block, per_kv_head(k_scale, 3))
+            v_block = dequantize(v_block, per_kv_head(v_scale, 3))
 
             # The source text's einsum "hd,ktd->hkt" pairs every query head with every KV head,
             # which is only right when num_kv_heads == 1. Query head h must read KV head
@@ -106,6 +117,9 @@ def paged_attention_decode(
     seq_lens: Tensor,
     scale: float,
     block_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> Tensor:
     """Vectorized decode: gather every sequence's blocks through its table (``gather_kv``),
     then attend with one softmax over the valid positions. Same arguments and result as
@@ -114,7 +128,10 @@ def paged_attention_decode(
     Each KV head is read once for its whole group of query heads: the query is viewed as
     ``[num_kv_heads, batch, group, head_dim]`` rather than the keys copied ``group`` times."""
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    keys, values, valid = gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
+    scales = {"k_scale": k_scale, "v_scale": v_scale}
+    keys, values, valid = gather_kv(
+        key_pool, value_pool, block_tables, seq_lens, block_size, **scales
+    )
     scores = grouped_scores(query, keys, valid, group, scale)  # [N_KV, batch, group, max_len]
     probs = torch.softmax(scores, dim=-1)
     out = probs @ values  # [num_kv_heads, batch, group, head_dim]
@@ -152,6 +169,9 @@ def paged_attention_decode_partitions(
     scale: float,
     block_size: int,
     partition_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The first stage of vLLM's v2 decode kernel: split each sequence's tokens into
     $P = \\lceil \\max_b L_b / \\text{partition\\_size} \\rceil$ partitions of whole blocks and
@@ -163,7 +183,10 @@ def paged_attention_decode_partitions(
     $l_k = 0$, $O_k = 0$: never NaN."""
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     check_partition_size(partition_size, block_size)
-    keys, values, valid = gather_kv(key_pool, value_pool, block_tables, seq_lens, block_size)
+    scales = {"k_scale": k_scale, "v_scale": v_scale}
+    keys, values, valid = gather_kv(
+        key_pool, value_pool, block_tables, seq_lens, block_size, **scales
+    )
     num_kv_heads, batch_size, max_len, head_dim = keys.shape
     num_partitions = -(-max_len // partition_size)
     pad = num_partitions * partition_size - max_len
@@ -197,11 +220,17 @@ def paged_attention_decode_partitioned(
     scale: float,
     block_size: int,
     partition_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> Tensor:
     """Decode as vLLM's v2 kernel does it: ``paged_attention_decode_partitions``, then
     ``combine_partitions``. Same result as ``paged_attention_decode``."""
     args = (query, key_pool, value_pool, block_tables, seq_lens, scale, block_size)
-    return combine_partitions(*paged_attention_decode_partitions(*args, partition_size))
+    partitions = paged_attention_decode_partitions(
+        *args, partition_size, k_scale=k_scale, v_scale=v_scale
+    )
+    return combine_partitions(*partitions)
 
 
 def paged_attention_prefill(
@@ -213,6 +242,9 @@ def paged_attention_prefill(
     query_lens: Tensor,
     scale: float,
     block_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> Tensor:
     """Attention for several new tokens per sequence (a prompt, a recomputation after
     preemption, or the suffix after a prefix-cache hit).
@@ -224,7 +256,8 @@ def paged_attention_prefill(
     """
     paged = (key_pool, value_pool, block_tables, seq_lens)
     group = check_attention_inputs(query, *paged, block_size, query_lens)
-    keys, values, _ = gather_kv(*paged, block_size)  # [N_KV, batch, max_len, head_dim]
+    scales = {"k_scale": k_scale, "v_scale": v_scale}
+    keys, values, _ = gather_kv(*paged, block_size, **scales)  # [N_KV, batch, max_len, d_h]
     output = torch.empty_like(query)
     start = 0
     lens = zip(seq_lens.tolist(), query_lens.tolist(), strict=True)
@@ -243,7 +276,14 @@ def paged_attention_prefill(
 
 
 def gather_kv(
-    key_pool: Tensor, value_pool: Tensor, block_tables: Tensor, seq_lens: Tensor, block_size: int
+    key_pool: Tensor,
+    value_pool: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    block_size: int,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """§4's gather: each sequence's keys and values in token order, read through its block
     table. Returns ``keys`` and ``values`` ``[num_kv_heads, batch, max_len, head_dim]`` (KV head
@@ -253,7 +293,10 @@ def gather_kv(
 
     Values at invalid positions are set to 0, so NaN or inf in unused slots cannot reach a
     result (a zero probability would not help: NaN * 0 = NaN). Keys are left as gathered:
-    their scores are replaced by $-\\infty$ (``grouped_scores``), which no NaN survives."""
+    their scores are replaced by $-\\infty$ (``grouped_scores``), which no NaN survives.
+
+    FP8 pools are dequantized here, after the gather, with each KV head's ``k_scale`` and
+    ``v_scale`` (``[num_kv_heads]``): only the gathered blocks are converted, never the pool."""
     batch_size = block_tables.shape[0]
     num_blocks, num_kv_heads, _, head_dim = key_pool.shape
     max_blocks = -(-int(seq_lens.max()) // block_size)
@@ -269,10 +312,16 @@ def gather_kv(
         blocks = pool.transpose(0, 1)[:, table]
         return blocks.view(num_kv_heads, batch_size, max_len, head_dim)
 
-    values = gather(value_pool)
+    values = dequantize(gather(value_pool), per_kv_head(v_scale, 4))
     for b, seq_len in enumerate(seq_lens.tolist()):
         values[:, b, seq_len:] = 0.0  # positions L_b .. max_len - 1: never written, maybe NaN
-    return gather(key_pool), values, valid
+    return dequantize(gather(key_pool), per_kv_head(k_scale, 4)), values, valid
+
+
+def per_kv_head(scale: Tensor | None, dims: int) -> Tensor | None:
+    """A ``[num_kv_heads]`` scale shaped to broadcast over a ``dims``-dimensional tensor
+    whose first axis is the KV head."""
+    return None if scale is None else scale.view(-1, *[1] * (dims - 1))
 
 
 def grouped_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale: float) -> Tensor:

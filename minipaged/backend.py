@@ -25,7 +25,7 @@ from torch import Tensor
 from minipaged import attention, memory
 from minipaged.attention import NO_BLOCK
 from minipaged.contract import check_query_lens, table_too_short
-from minipaged.kv_cache import write_kv
+from minipaged.kv_cache import quantize_kv, write_kv
 
 SUPPORTED_BACKENDS = ("torch", "numba", "numba-cpu")
 """The names ``LLM(backend=...)`` accepts; see the module docstring."""
@@ -139,20 +139,29 @@ def paged_attention(
     value_pool: Tensor,
     batch: PagedBatch,
     scale: float,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> Tensor:
     """One layer's attention for one engine step: write this step's keys and values
     (``[N, num_kv_heads, head_dim]``) at ``batch.slot_mapping``, then attend each query
     (``[N, num_heads, head_dim]``) to its sequence's cache. Decode when every query_len is 1,
-    prefill otherwise. Returns ``[N, num_heads, head_dim]``."""
+    prefill otherwise. Returns ``[N, num_heads, head_dim]``.
+
+    FP8 pools: ``k_scale`` and ``v_scale`` (``[num_kv_heads]``, the layer's) quantize the
+    writes (``kv_cache.quantize_kv``, before a kernel copies the bytes) and dequantize the
+    reads, on every path."""
     paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
+    scales = {"k_scale": k_scale, "v_scale": v_scale}
     kernels = kernels_for(batch.backend)
     if kernels is None:
-        write_kv(key_pool, value_pool, key, value, batch.slot_mapping)
+        write_kv(key_pool, value_pool, key, value, batch.slot_mapping, **scales)
     else:
+        key, value = quantize_kv(key_pool.dtype, key, value, k_scale, v_scale)
         kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
     if not bool((batch.query_lens == 1).all()):
         return attention.paged_attention_prefill(
-            query, *paged, batch.query_lens, scale, batch.block_size
+            query, *paged, batch.query_lens, scale, batch.block_size, **scales
         )
     decode = attention.paged_attention_decode if kernels is None else kernels.paged_attention_decode
-    return decode(query, *paged, scale, batch.block_size)
+    return decode(query, *paged, scale, batch.block_size, **scales)

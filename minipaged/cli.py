@@ -137,6 +137,12 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
         help="share cached prompt prefixes between requests; None: off",
     )
     gen.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
+    gen.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
+        default="auto",
+        help="auto: the model's dtype; fp8: b = 1, twice the blocks of a 16-bit cache",
+    )
 
 
 def _workload(args: argparse.Namespace):
@@ -174,34 +180,17 @@ def _workload(args: argparse.Namespace):
         prefix_caching=args.prefix_caching,
         seed=args.seed,
         device=args.device,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
     return llm, params
 
 
 def _check_kv_cache_fits(args: argparse.Namespace) -> None:
     """Refuse pools that would not fit in this machine's free memory, before allocating any."""
-    from minipaged.checkpoint import load_config
-    from minipaged.llm import default_num_gpu_blocks
-    from minipaged.memory import ModelShape
+    from minipaged.llm import check_kv_cache_fits
 
-    config = load_config(args.model)
-    shape = ModelShape(
-        config.num_hidden_layers,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        4,  # float32
-    )
-    device = args.num_gpu_blocks or default_num_gpu_blocks(config, args.block_size)
-    host = device if args.num_cpu_blocks is None else args.num_cpu_blocks
-    need = (device + host) * shape.block_bytes(args.block_size)
-    free = free_memory()
-    if free is not None and need > free:
-        raise ValueError(
-            f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
-            f"blocks of B = {args.block_size}) but {free / 1e9:,.1f} GB are free; lower "
-            "--num-gpu-blocks, --num-cpu-blocks or --block-size"
-        )
+    pools = (args.num_gpu_blocks, args.num_cpu_blocks, args.kv_cache_dtype)
+    check_kv_cache_fits(args.model, args.block_size, *pools, free_memory())
 
 
 def _add_exercises(sub: argparse._SubParsersAction) -> None:
@@ -266,7 +255,7 @@ def _generate(args: argparse.Namespace) -> int:
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
-    stats = RunStats()
+    stats = RunStats(kv_cache=llm.engine.kv_cache.describe())
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()
     transcript.print_outputs(console, outputs)

@@ -120,9 +120,12 @@ class LLMEngine:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
         block_manager_class: type[BlockManager] = BlockManager,
+        kv_cache_dtype: torch.dtype | None = None,
     ) -> None:
         """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
-        and methods: a student's, from the exercises, to watch it run the real model."""
+        and methods: a student's, from the exercises, to watch it run the real model.
+        ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
+        ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales)."""
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
                 f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
@@ -141,7 +144,7 @@ class LLMEngine:
             block_size,
             config.head_dim,
             num_cpu_blocks=num_cpu_blocks,
-            dtype=param.dtype,
+            dtype=kv_cache_dtype or param.dtype,
             device=param.device,
             kernels=kernels_for(backend),
         )

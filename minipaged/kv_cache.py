@@ -20,12 +20,20 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from minipaged import fp8
 from minipaged.contract import check_block_pairs, check_write
 from minipaged.deprecation import POOL_RENAMES, renamed_keywords
 
 
 def write_kv(
-    key_pool: Tensor, value_pool: Tensor, key: Tensor, value: Tensor, slot_mapping: Tensor
+    key_pool: Tensor,
+    value_pool: Tensor,
+    key: Tensor,
+    value: Tensor,
+    slot_mapping: Tensor,
+    *,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
 ) -> None:
     """Write token $i$'s key and value into its slot (vLLM calls this ``reshape_and_cache``).
 
@@ -36,7 +44,11 @@ def write_kv(
 
     Raises ``ValueError`` before writing anything if a slot is past the pool's end or two tokens
     share a slot (the result would depend on write order).
+
+    FP8 pools: float keys and values are quantized on the way in (``fp8.quantize``) with the
+    layer's per-KV-head scales ``k_scale`` and ``v_scale`` ``[num_kv_heads]`` (1 when None).
     """
+    key, value = quantize_kv(key_pool.dtype, key, value, k_scale, v_scale)
     slots = check_write(key_pool, value_pool, key, value, slot_mapping)
     if slots.numel() == 0:
         return
@@ -48,6 +60,29 @@ def write_kv(
     # head_dim], the same shape as the kept tokens.
     key_pool[block, :, offset] = key[keep]
     value_pool[block, :, offset] = value[keep]
+
+
+def quantize_kv(
+    pool_dtype: torch.dtype,
+    key: Tensor,
+    value: Tensor,
+    k_scale: Tensor | None,
+    v_scale: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """``key`` and ``value`` ``[N, num_kv_heads, head_dim]`` as the pools store them: quantized
+    with their per-head scales when the pools are FP8 and the tokens are not, rounded to the
+    pools' dtype when it is another float (a float16 cache under a float32 model), else
+    unchanged. The one place a write quantizes, for the reference and the kernels alike."""
+    if key.dtype == pool_dtype:
+        return key, value
+    if not fp8.is_fp8(pool_dtype):  # only float32 into a 16-bit pool; check_write refuses others
+        narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
+        return (key.to(pool_dtype), value.to(pool_dtype)) if narrower else (key, value)
+    ones = torch.ones(key.shape[1], device=key.device)
+    k_scale = ones if k_scale is None else k_scale
+    v_scale = ones if v_scale is None else v_scale
+    key = fp8.quantize(key, k_scale[:, None], pool_dtype)  # scale per KV head, [N_KV, 1]
+    return key, fp8.quantize(value, v_scale[:, None], pool_dtype)
 
 
 class CacheKernels(Protocol):
@@ -74,6 +109,13 @@ class KVCache:
 
     Invariant: ``copy_blocks``, ``swap_out`` and ``swap_in`` check every id before
     moving anything, so a rejected call leaves all pools unchanged.
+
+    FP8 (``dtype`` ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``, source text §1's $b = 1$):
+    the pools, host pools included, hold FP8 bytes, and ``k_scale[layer]`` and
+    ``v_scale[layer]`` (``[num_kv_heads]`` float32, 1 until ``set_scales``) say what they
+    mean: value $= s \\cdot \\hat{x}$ (``minipaged.fp8``). The scales are per layer and head,
+    not per block, so copies and swaps move bytes only and a block means the same values
+    wherever it lies.
     """
 
     @renamed_keywords(POOL_RENAMES)
@@ -126,6 +168,9 @@ class KVCache:
         self._host_value = torch.zeros(
             num_layers, num_cpu_blocks, *block_shape, dtype=dtype, pin_memory=pinned
         )
+        # Scales of FP8 pools, [N_L, num_kv_heads]: 1 (vLLM's default) until set_scales.
+        self.k_scale = torch.ones(num_layers, num_kv_heads, device=device)
+        self.v_scale = torch.ones(num_layers, num_kv_heads, device=device)
         self.key: list[Tensor] = list(self._key.unbind(0))
         self.value: list[Tensor] = list(self._value.unbind(0))
         self.host_key: list[Tensor] = list(self._host_key.unbind(0))
@@ -137,6 +182,30 @@ class KVCache:
         $\\text{BlockSizeBytes} = 2 \\cdot N_L \\cdot N_{KV} \\cdot d_h \\cdot B \\cdot b$ (§3)."""
         b = self._key.element_size()  # bytes per element
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.block_size * b
+
+    def describe(self) -> str:
+        """The pools in one line, for a memory table: dtype, $b$, blocks and bytes."""
+        b = self._key.element_size()
+        name = str(self.dtype).removeprefix("torch.")
+        total = self.num_blocks * self.bytes_per_block
+        size = f"{total / 2**20:,.1f} MiB" if total >= 2**20 else f"{total / 2**10:,.1f} KiB"
+        return (
+            f"{name} (b = {b}): {self.num_blocks:,} blocks × {self.bytes_per_block:,} B "
+            f"= {size}, host {self.num_cpu_blocks:,} blocks"
+        )
+
+    def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:
+        """Set the FP8 scales ``[num_layers, num_kv_heads]`` (from ``minipaged.kv_calibration``)
+        before anything is written: bytes written under other scales would change meaning."""
+        expected = (self.num_layers, self.num_kv_heads)
+        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if tuple(scale.shape) != expected or not bool((scale > 0).all()):
+                raise ValueError(
+                    f"{name} must be positive with shape [num_layers, num_kv_heads] = "
+                    f"{list(expected)}, got shape {list(scale.shape)}"
+                )
+        self.k_scale.copy_(k_scale)
+        self.v_scale.copy_(v_scale)
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Copy-on-write (§5): for each ``(src, dst)``, device block ``dst`` becomes a copy of

@@ -11,9 +11,11 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from minipaged import fp8
 from minipaged.block_manager import BlockManager
-from minipaged.checkpoint import load_model, model_directory
+from minipaged.checkpoint import load_config, load_model, model_directory
 from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
+from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
 from minipaged.model import LlamaConfig
 from minipaged.sampling import SamplingParams
@@ -36,6 +38,10 @@ class LLM:
       runs, a CPU included; the events call the two pools ``"device"`` and ``"host"``.
     - ``dtype``: of the weights and the KV cache, a ``torch.dtype`` or one of ``"float32"``,
       ``"float16"`` and ``"bfloat16"``.
+    - ``kv_cache_dtype``: ``"auto"`` (the KV cache in ``dtype``), ``"fp8_e4m3"`` or
+      ``"fp8_e5m2"``: one byte per element (source text §1's $b = 1$), so the default pool
+      holds twice the blocks of a 16-bit cache in the same bytes; the scales are calibrated
+      once at load (``minipaged.kv_calibration``), and attention dequantizes (``minipaged.fp8``).
     - ``backend``: the attention path, ``"torch"`` (the reference), ``"numba"`` (the
       ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU) or ``"numba-cpu"``
       (their Numba CPU twins: the same loop nests, compiled for the CPU).
@@ -65,16 +71,18 @@ class LLM:
         max_num_seqs: int = 32,
         watermark: float = 0.01,
         skip_tokenizer_init: bool = False,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
         dtype = _torch_dtype(dtype)
+        cache_dtype = _kv_cache_dtype(kv_cache_dtype, dtype)
         path = model_directory(model)
         self.model = load_model(path, dtype=dtype, device=device)
         self.tokenizer = None if skip_tokenizer_init else Tokenizer(path)
         config = self.model.config
         if num_gpu_blocks is None:
-            num_gpu_blocks = default_num_gpu_blocks(config, block_size, dtype)
+            num_gpu_blocks = default_num_gpu_blocks(config, block_size, cache_dtype)
         self.engine = LLMEngine(
             self.model,
             self.tokenizer,
@@ -88,7 +96,12 @@ class LLM:
             watermark=watermark,
             prefix_caching=prefix_caching,
             block_manager_class=block_manager_class,
+            kv_cache_dtype=cache_dtype,
         )
+        if fp8.is_fp8(cache_dtype):
+            token_ids = calibration_tokens(self.model, self.tokenizer)
+            scales = calibrate_kv_scales(self.model, token_ids, cache_dtype, block_size)
+            self.engine.kv_cache.set_scales(*scales)
 
     def generate(
         self,
@@ -176,17 +189,60 @@ def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def default_num_gpu_blocks(
-    config: LlamaConfig, block_size: int, dtype: torch.dtype = torch.float32
-) -> int:
-    """$\\mathcal{P}_{\\max}$ when none is given: as many blocks as fit in 256 MiB, and at
-    least enough for one full context of ``config.max_position_embeddings`` tokens."""
+def _kv_cache_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
+    """The pools' dtype for ``LLM(kv_cache_dtype=...)``, with errors that name the way out."""
+    if isinstance(kv_cache_dtype, torch.dtype) or kv_cache_dtype in DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype {kv_cache_dtype!r}: a float KV cache follows the model, so pass "
+            f"kv_cache_dtype='auto' with dtype={kv_cache_dtype!r}; kv_cache_dtype itself is "
+            f"'auto' or one of {list(fp8.KV_CACHE_DTYPES)}"
+        )
+    return fp8.cache_dtype(kv_cache_dtype, dtype)
+
+
+def check_kv_cache_fits(
+    model: str | Path,
+    block_size: int,
+    num_gpu_blocks: int | None,
+    num_cpu_blocks: int | None,
+    kv_cache_dtype: str,
+    free: int | None,
+) -> None:
+    """Refuse pools that would not fit in ``free`` bytes (None: unknown, never refuse), before
+    anything is allocated: device plus host blocks of BlockSizeBytes with the KV cache's $b$."""
+    config = load_config(model)
+    dtype = _kv_cache_dtype(kv_cache_dtype, torch.float32)  # the weights load as float32
     shape = ModelShape(
         config.num_hidden_layers,
         config.num_attention_heads,
         config.num_key_value_heads,
         config.head_dim,
         torch.finfo(dtype).bits // 8,
+    )
+    device = num_gpu_blocks or default_num_gpu_blocks(config, block_size, dtype)
+    host = device if num_cpu_blocks is None else num_cpu_blocks
+    need = (device + host) * shape.block_bytes(block_size)
+    if free is not None and need > free:
+        raise ValueError(
+            f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
+            f"blocks of B = {block_size}) but {free / 1e9:,.1f} GB are free; lower "
+            "--num-gpu-blocks, --num-cpu-blocks or --block-size"
+        )
+
+
+def default_num_gpu_blocks(
+    config: LlamaConfig, block_size: int, dtype: torch.dtype = torch.float32
+) -> int:
+    """$\\mathcal{P}_{\\max}$ when none is given: as many blocks as fit in 256 MiB, and at
+    least enough for one full context of ``config.max_position_embeddings`` tokens. ``dtype``
+    is the KV cache's: its bytes per element $b$ set the block's size, so an FP8 cache
+    ($b = 1$) gets twice the blocks of a 16-bit one."""
+    shape = ModelShape(
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+        torch.finfo(dtype).bits // 8,  # b: 4 for float32, 2 for 16-bit, 1 for FP8
     )
     per_context = -(-config.max_position_embeddings // block_size)
     fits = DEFAULT_KV_CACHE_BYTES // shape.block_bytes(block_size)

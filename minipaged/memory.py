@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from numbers import Real
 from typing import NamedTuple
@@ -25,6 +25,11 @@ def _check_int(name: str, value: object, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         rule = "a positive integer" if minimum == 1 else "a non-negative integer"
         raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+"""$b$, bytes per KV-cache element, for each KV-cache dtype name (§1: 2 for FP16/BF16, 1 for
+FP8). ``"auto"`` keeps a shape's own $b$: the weights' dtype, as in vLLM."""
 
 
 class PoolStrides(NamedTuple):
@@ -74,6 +79,19 @@ class ModelShape:
         if isinstance(num_tokens, bool) or not isinstance(num_tokens, Real) or num_tokens < 0:
             raise ValueError(f"num_tokens must be a non-negative number, got {num_tokens!r}")
         return num_tokens * self.kv_bytes_per_token
+
+    def with_kv_dtype(self, kv_cache_dtype: str) -> ModelShape:
+        """This shape with the KV cache stored as ``kv_cache_dtype`` (a key of
+        ``KV_DTYPE_BYTES``, or ``"auto"``: unchanged). Every byte count scales with $b$, so
+        an FP8 cache ($b = 1$) fits twice the blocks of a BF16 one in the same bytes."""
+        if kv_cache_dtype == "auto":
+            return self
+        if kv_cache_dtype not in KV_DTYPE_BYTES:
+            raise ValueError(
+                f"kv_cache_dtype must be 'auto' or one of {list(KV_DTYPE_BYTES)}, "
+                f"got {kv_cache_dtype!r}"
+            )
+        return replace(self, dtype_bytes=KV_DTYPE_BYTES[kv_cache_dtype])
 
     def block_bytes_per_layer(self, block_size: int) -> int:
         """$2 N_{KV} d_h B b$: one physical block's keys and values in one layer (§3).

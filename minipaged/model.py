@@ -268,7 +268,12 @@ class Llama(nn.Module):
             key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
             # q, k, v are views into the packed projection; the kernels read flat buffers.
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # [N, heads, d_h] each
-            return paged_attention(q, k, v, key_pool, value_pool, batch, scale)
+            # A cache stored in another dtype than the model computes in (FP8) is read with
+            # its scales; one in the model's dtype needs none.
+            scales = {}
+            if kv_cache.dtype != q.dtype:
+                scales = {"k_scale": kv_cache.k_scale[layer], "v_scale": kv_cache.v_scale[layer]}
+            return paged_attention(q, k, v, key_pool, value_pool, batch, scale, **scales)
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
         if logits_index is not None:

@@ -32,6 +32,7 @@ class RunStats:
     """Counters over a run, fed one ``StepOutput`` at a time by ``update``."""
 
     num_gpu_blocks: int = 0
+    kv_cache: str = ""  # KVCache.describe(): dtype, b, blocks and bytes; "" when unknown
     steps: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
@@ -68,7 +69,8 @@ class RunStats:
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) pairs, in the order a reader wants them."""
-        return [
+        kv_cache = [("KV cache", self.kv_cache)] if self.kv_cache else []
+        return kv_cache + [
             ("steps", str(self.steps)),
             ("tokens prefilled / decoded", f"{self.prefill_tokens} / {self.decode_tokens}"),
             ("peak device blocks used", f"{self.peak_blocks_used} of {self.num_gpu_blocks}"),

@@ -269,32 +269,48 @@ def test_engine_with_the_kernels_generates_the_torch_backend_tokens(backend_name
     attention, copy-on-write copies and swaps) gives the reference path's tokens, with a fork
     and a swap on the way."""
     from minipaged.checkpoint import load_model
+
+    assert_kernels_generate_the_torch_tokens(load_model(hf_llama[1]), backend_name)
+
+
+def assert_kernels_generate_the_torch_tokens(model, backend_name: str, *cache) -> None:
+    """``fork_and_swap_run`` through ``backend_name`` gives the torch backend's tokens, with a
+    copy-on-write copy, a swap-out and a swap-in on the way (``cache``: dtype and scales)."""
+    results = {}
+    for backend in ("torch", backend_name):
+        results[backend], kinds = fork_and_swap_run(model, backend, *cache)
+        assert {"cow-copy", "swap-out", "swap-in"} <= kinds, backend
+    assert results[backend_name] == results["torch"]
+
+
+def fork_and_swap_run(model, backend: str, kv_cache_dtype=None, scales=None):
+    """Greedy tokens of a request with n = 2 and one more, on 5 device blocks of B = 4 with
+    swap preemption, through ``backend`` (an FP8 cache: ``kv_cache_dtype`` and its
+    ``scales``). Returns the samples' tokens by request id and the event kinds seen."""
     from minipaged.engine import LLMEngine
     from minipaged.sampling import SamplingParams
 
-    model = load_model(hf_llama[1])
     requests = [
         ([5, 9, 13, 17, 21], SamplingParams(max_tokens=3, temperature=0, n=2, ignore_eos=True)),
         ([11, 12, 13, 14, 15, 16], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)),
     ]
-    results = {}
-    for backend in ("torch", backend_name):
-        engine = LLMEngine(
-            model,
-            block_size=4,
-            num_gpu_blocks=5,
-            num_cpu_blocks=8,
-            preemption="swap",
-            backend=backend,
-        )
-        for prompt, params in requests:
-            engine.add_request({"prompt_token_ids": prompt}, params)
-        outputs, kinds = {}, set()
-        while engine.has_unfinished():
-            step = engine.step()
-            kinds |= {event.kind for event in step.events}
-            for output in step.finished:
-                outputs[output.request_id] = [c.token_ids for c in output.outputs]
-        results[backend] = outputs
-        assert {"cow-copy", "swap-out", "swap-in"} <= kinds, backend
-    assert results[backend_name] == results["torch"]
+    engine = LLMEngine(
+        model,
+        block_size=4,
+        num_gpu_blocks=5,
+        num_cpu_blocks=8,
+        preemption="swap",
+        backend=backend,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    if scales is not None:
+        engine.kv_cache.set_scales(*scales)
+    for prompt, params in requests:
+        engine.add_request({"prompt_token_ids": prompt}, params)
+    outputs, kinds = {}, set()
+    while engine.has_unfinished():
+        step = engine.step()
+        kinds |= {event.kind for event in step.events}
+        for output in step.finished:
+            outputs[output.request_id] = [c.token_ids for c in output.outputs]
+    return outputs, kinds

@@ -27,6 +27,7 @@ TITLES = {
     "engine": "Engine throughput",
     "block-size": "Block size: waste against kernel time",
     "tui": "TUI step time with 8 sequences",
+    "kv-dtype": "The price of a narrower KV cache",
 }
 
 
@@ -157,3 +158,16 @@ def test_results_go_to_the_project_docs_only_from_the_repository_root(tmp_path):
 def test_unknown_benchmark_is_an_error(capsys):
     assert cli.main(["bench", "nonsense", "--quick"]) == 2
     assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_kv_dtype_bench_prices_each_narrower_cache_against_float32(as_json):
+    rows = {row["kv_cache_dtype"]: row for row in as_json["kv-dtype"]["rows"]}
+    assert list(rows) == ["float32", "float16", "fp8_e4m3", "fp8_e5m2"]
+    assert rows["float32"]["max_logit_error"] == 0 and rows["float32"]["greedy_agreement"] == 1
+    # fewer bits, more error: float16 keeps 10 mantissa bits, e4m3 3, e5m2 2
+    errors = [rows[name]["mean_logit_error"] for name in rows]
+    assert errors == sorted(errors) and errors[1] > 0
+    # the same bytes hold 1/b blocks: FP8 twice float16's (give or take the last whole block)
+    assert rows["fp8_e4m3"]["llama_blocks"] // 2 == rows["float16"]["llama_blocks"]
+    assert rows["fp8_e5m2"]["tiny_blocks"] == 4 * rows["float32"]["tiny_blocks"]
+    assert all(1 < row["perplexity"] < 2048 for row in rows.values())  # below the vocabulary

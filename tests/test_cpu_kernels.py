@@ -33,8 +33,16 @@ from kernel_properties import (  # noqa: F401  (pytest collects the imported tes
     test_v2_equals_v1_for_partitions_of_one_to_three_blocks,
     test_v2_rejects_a_partition_size_that_is_not_whole_blocks,
 )
+from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collected here too)
+    test_copies_and_swaps_move_the_same_fp8_bytes_as_the_reference,
+    test_engine_in_fp8_with_the_kernels_generates_the_torch_backends_tokens,
+    test_reshape_and_cache_writes_the_bytes_write_kv_quantizes,
+    test_v1_in_fp8_equals_the_loop_reference,
+    test_v2_in_fp8_equals_v1,
+)
 
 from cuda_kernels import cpu
+from cuda_kernels.cpu.paged_attention import fp8_arguments
 from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
 from minipaged.attention import paged_attention_decode_partitions
 
@@ -55,7 +63,8 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     m_k, l_k, o_k = torch.empty_like(m_ref), torch.empty_like(l_ref), torch.empty_like(o_ref)
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
-    paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16)
+    no_fp8 = fp8_arguments(key_pool, None, None)  # float32 pools: scales 1
+    paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8)
     for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
         torch.testing.assert_close(got, want, **TOLERANCE)
     assert (m_k[0, :, 1:] == -math.inf).all()  # sequence 0 (5 tokens) is empty past partition 0

@@ -42,11 +42,19 @@ from kernel_properties import (  # noqa: F401  (pytest collects the imported tes
     test_v2_equals_v1_for_partitions_of_one_to_three_blocks,
     test_v2_rejects_a_partition_size_that_is_not_whole_blocks,
 )
+from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collected here too)
+    test_copies_and_swaps_move_the_same_fp8_bytes_as_the_reference,
+    test_engine_in_fp8_with_the_kernels_generates_the_torch_backends_tokens,
+    test_reshape_and_cache_writes_the_bytes_write_kv_quantizes,
+    test_v1_in_fp8_equals_the_loop_reference,
+    test_v2_in_fp8_equals_v1,
+)
 from numba import cuda, float32
 
 import cuda_kernels
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
 from cuda_kernels.launch import NUM_THREADS
+from cuda_kernels.paged_attention import fp8_arguments
 from cuda_kernels.paged_attention_v2 import partitions_kernel
 from minipaged.attention import paged_attention_decode_partitions
 
@@ -91,7 +99,10 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
     grid = (2, 2, 3)  # (num_heads, batch, P): P = ceil(40 / 16) partitions
-    partitions_kernel(8)[grid, NUM_THREADS](*(t.numpy() for t in tensors), np.float32(scale), 16)
+    no_fp8 = fp8_arguments(key_pool, None, None)  # float32 pools: scales 1
+    partitions_kernel(8)[grid, NUM_THREADS](
+        *(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8
+    )
     for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
         torch.testing.assert_close(got, want, **TOLERANCE)
     assert (m_k[0, :, 1:] == -math.inf).all()  # sequence 0 (5 tokens) is empty past partition 0

@@ -39,18 +39,36 @@ from cuda_kernels.paged_attention_v2 import partitions_kernel, reduce_kernel
 ARCHS = [(8, 0), (9, 0)]
 
 # Argument types as the host wrappers pass them: contiguous float32 tensors, int32 block tables
-# and lengths, int64 slot mappings and block pairs.
-F3, F4, I2, I1 = "float32[:, :, ::1]", "float32[:, :, :, ::1]", "int32[:, ::1]", "int32[::1]"
-DECODE_SIG = f"void({F3}, {F3}, {F4}, {F4}, {I2}, {I1}, float32)"
-PARTITIONS_SIG = f"void({F3}, {F3}, {F4}, {F3}, {F4}, {F4}, {I2}, {I1}, float32, int32)"
+# and lengths, int64 slot mappings and block pairs; the KV pools either float32 or, for an FP8
+# cache, their bytes (uint8) read through a float32 decode table.
+F1, F3, F4 = "float32[::1]", "float32[:, :, ::1]", "float32[:, :, :, ::1]"
+I2, I1, U4 = "int32[:, ::1]", "int32[::1]", "uint8[:, :, :, ::1]"
+POOLS = {"float32": F4, "fp8": U4}
+SCALES = f"{F1}, {F1}, {F1}"  # k_scale, v_scale, decode table
+
+
+def decode_sig(pool: str) -> str:
+    return f"void({F3}, {F3}, {pool}, {pool}, {I2}, {I1}, float32, {SCALES})"
+
+
+def partitions_sig(pool: str) -> str:
+    return f"void({F3}, {F3}, {F4}, {F3}, {pool}, {pool}, {I2}, {I1}, float32, int32, {SCALES})"
+
+
+DECODE_SIG = decode_sig(F4)
 ATTENTION = {  # factory(head_dim, num_threads, reduction) -> kernel
-    "paged_attention_v1": (decode_kernel, DECODE_SIG),
-    "paged_attention_v2_partitions": (partitions_kernel, PARTITIONS_SIG),
+    "paged_attention_v1": (decode_kernel, decode_sig),
+    "paged_attention_v2_partitions": (partitions_kernel, partitions_sig),
 }
 OTHERS = {
     "paged_attention_v2_reduce": (reduce_kernel, f"void({F3}, {F3}, {F3}, {F4})"),
     "reshape_and_cache": (reshape_and_cache_kernel, f"void({F3}, {F3}, {F4}, {F4}, int64[::1])"),
+    "reshape_and_cache_fp8": (
+        reshape_and_cache_kernel,
+        "void(uint8[:, :, ::1], uint8[:, :, ::1], " + f"{U4}, {U4}, int64[::1])",
+    ),
     "copy_blocks": (copy_blocks_kernel, f"void({F4}, {F4}, int64[:, ::1])"),
+    "copy_blocks_fp8": (copy_blocks_kernel, f"void({U4}, {U4}, int64[:, ::1])"),
 }
 
 
@@ -122,12 +140,13 @@ def check(ptxas: Path, ptx: str, cc: tuple[int, int], tmp_path: Path) -> dict[st
 @pytest.mark.parametrize("cc", ARCHS, ids=lambda cc: f"sm_{cc[0]}{cc[1]}")
 @pytest.mark.parametrize("head_dim", [32, 128])
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("kernel", ATTENTION)
 def test_attention_kernel_assembles_in_float32_without_spills(
-    kernel, reduction, head_dim, cc, ptxas, compile_ptx, tmp_path
+    kernel, pool, reduction, head_dim, cc, ptxas, compile_ptx, tmp_path
 ):
     factory, sig = ATTENTION[kernel]
-    ptx = compile_ptx(factory(head_dim, NUM_THREADS, reduction), sig, cc)
+    ptx = compile_ptx(factory(head_dim, NUM_THREADS, reduction), sig(POOLS[pool]), cc)
     figures = check(ptxas, ptx, cc, tmp_path)
     # q, acc: head_dim float32 each; probs, blocks, scratch: one 4-byte entry per thread
     assert figures["shared_bytes"] == 4 * (2 * head_dim + 3 * NUM_THREADS)

@@ -105,6 +105,6 @@ def swap_blocks(
     check_swap_pairs(src_pool, dst_pool, mapping)
     check_device(src_pool, "src_pool")
     check_device(dst_pool, "dst_pool")
-    src, dst = src_pool.detach().numpy(), dst_pool.detach().numpy()
+    src, dst = kernel_array(src_pool, "src_pool"), kernel_array(dst_pool, "dst_pool")
     for s, d in mapping:  # one copy per block, as one cudaMemcpyAsync per block
         dst[d] = src[s]

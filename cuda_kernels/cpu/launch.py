@@ -15,6 +15,8 @@ import numba
 import numpy as np
 import torch
 
+from cuda_kernels.fp8 import as_bytes
+
 NUM_THREADS = 32
 """$T$: tokens per round of the online softmax, one warp's worth."""
 
@@ -26,9 +28,10 @@ softmax starts from $m = -\\infty$."""
 
 def kernel_array(tensor: torch.Tensor, name: str) -> np.ndarray:
     """The array a twin reads or writes in place of ``tensor``: a numpy view of it (so a write
-    lands in the tensor), contiguous so that one compiled version serves every call."""
+    lands in the tensor), contiguous so that one compiled version serves every call. An FP8
+    tensor arrives as its bytes (``cuda_kernels.fp8``)."""
     check_device(tensor, name)
-    array = tensor.detach().numpy()
+    array = as_bytes(tensor.detach()).numpy()
     if not array.flags.c_contiguous:
         raise ValueError(f"{name} must be contiguous for the CPU kernels: call .contiguous()")
     return array
@@ -40,18 +43,6 @@ def check_device(tensor: torch.Tensor, name: str) -> None:
             f"{name} is on {tensor.device}, but the CPU kernels (backend 'numba-cpu') run on "
             "the CPU: move it with .cpu(), or use backend 'numba' on a GPU"
         )
-
-
-def check_float32_inputs(**tensors: torch.Tensor) -> None:
-    """The attention twins read float32 CPU tensors and compute in float32, as the CUDA
-    kernels do."""
-    for name, tensor in tensors.items():
-        check_device(tensor, name)
-        if tensor.dtype != torch.float32:
-            raise ValueError(
-                f"{name} has dtype {tensor.dtype}, but the Numba kernels compute in float32: "
-                "cast it with .float() first"
-            )
 
 
 def use_torch_threads() -> None:

@@ -29,10 +29,11 @@ from numba import njit, prange
 from cuda_kernels.cpu.launch import (
     FASTMATH,
     NUM_THREADS,
-    check_float32_inputs,
+    check_device,
     kernel_array,
     use_torch_threads,
 )
+from cuda_kernels.fp8 import check_pools, decode_table, element, head_scales
 from minipaged.contract import check_attention_inputs
 
 NEG_INF = np.float32(-np.inf)
@@ -40,13 +41,15 @@ ZERO = np.float32(0.0)
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
+def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut):
     """The CUDA kernels' ``attend`` for a group of query heads: attends ``q``
     (``[group, head_dim]``, the query heads reading ``kv_head``) to tokens ``start .. end - 1``
     of the sequence whose block table row is ``table``. On return ``m_prev[g]`` is head g's
     largest score, ``l_prev[g]`` $= \\sum_\\tau e^{s_\\tau - m}$ and ``acc[g]`` (zero on entry)
     $= \\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the output is ``acc / l_prev``. Needs
-    ``start < end``; never reads a slot at or past ``end``."""
+    ``start < end``; never reads a slot at or past ``end``. FP8 pools are bytes, read through
+    the decode table ``lut`` (``cuda_kernels.fp8.element``); ``scale`` includes the KV head's
+    ``k_scale``, and the caller multiplies the output by its ``v_scale``."""
     group, head_dim = q.shape
     block_size = key_pool.shape[2]  # B
     probs = np.empty((group, NUM_THREADS), np.float32)  # [group, T] scores, then p_curr
@@ -63,7 +66,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
             for g in range(group):
                 score = ZERO
                 for d in range(head_dim):
-                    score += q[g, d] * key[d]
+                    score += q[g, d] * element(key[d], lut)
                 probs[g, thread] = score * scale
 
         for g in range(group):  # the block reductions, one query head at a time
@@ -85,12 +88,14 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale):
             for g in range(group):
                 p_curr = probs[g, thread]
                 for d in range(head_dim):
-                    acc[g, d] += p_curr * value[d]
+                    acc[g, d] += p_curr * element(value[d], lut)
     return m_prev, l_prev
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def paged_attention_v1(out, query, key_pool, value_pool, block_tables, seq_lens, scale):
+def paged_attention_v1(
+    out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, lut
+):
     """Iteration (r, k) writes ``out[r, h]`` for the query heads h of KV head k: attention
     over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
     batch_size, num_heads, head_dim = query.shape
@@ -102,9 +107,11 @@ def paged_attention_v1(out, query, key_pool, value_pool, block_tables, seq_lens,
         q = query[seq, heads]  # [group, head_dim]
         acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m} v per query head
         table = block_tables[seq]  # T_r
-        _, l_prev = attend(q, acc, key_pool, value_pool, table, kv_head, 0, seq_lens[seq], scale)
+        pools = (key_pool, value_pool, table, kv_head)
+        head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+        _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, lut)
         for g in range(group):
-            out[seq, kv_head * group + g] = acc[g] / l_prev[g]
+            out[seq, kv_head * group + g] = acc[g] * (v_scale[kv_head] / l_prev[g])
 
 
 def paged_attention_decode(
@@ -115,12 +122,16 @@ def paged_attention_decode(
     seq_lens: torch.Tensor,
     scale: float,
     block_size: int,
+    *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention with the v1 twin: same arguments and result as
-    ``minipaged.attention.paged_attention_decode`` (float32 CPU tensors). Returns
-    ``[batch, num_heads, head_dim]``."""
+    ``minipaged.attention.paged_attention_decode`` (float32 CPU tensors, or FP8 pools with
+    their per-KV-head ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_device(query, "query")
+    check_pools(query, key_pool, value_pool)
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
@@ -133,5 +144,17 @@ def paged_attention_decode(
         kernel_array(block_tables.to(torch.int32).contiguous(), "block_tables"),
         kernel_array(seq_lens.to(torch.int32), "seq_lens"),
         np.float32(scale),
+        *fp8_arguments(key_pool, k_scale, v_scale),
     )
     return output
+
+
+def fp8_arguments(key_pool: torch.Tensor, k_scale, v_scale) -> tuple[np.ndarray, ...]:
+    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decode table, as the twins take
+    them: ones and an unused table for a float32 pool."""
+    num_kv_heads = key_pool.shape[1]
+    return (
+        kernel_array(head_scales(k_scale, num_kv_heads, "cpu"), "k_scale"),
+        kernel_array(head_scales(v_scale, num_kv_heads, "cpu"), "v_scale"),
+        kernel_array(decode_table(key_pool.dtype, torch.device("cpu")), "lut"),
+    )

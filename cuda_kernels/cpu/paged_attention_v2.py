@@ -22,11 +22,12 @@ from numba import njit, prange
 
 from cuda_kernels.cpu.launch import (
     FASTMATH,
-    check_float32_inputs,
+    check_device,
     kernel_array,
     use_torch_threads,
 )
-from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
+from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend, fp8_arguments
+from cuda_kernels.fp8 import check_pools
 from minipaged.contract import check_attention_inputs, check_partition_size
 
 
@@ -42,6 +43,9 @@ def paged_attention_v2_partitions(
     seq_lens,
     scale,
     partition_size,
+    k_scale,
+    v_scale,
+    lut,
 ):
     """Iteration (r, k_v, p) attends the query heads of KV head k_v in sequence r to the
     tokens of partition p, [p * partition_size, (p + 1) * partition_size) cut at seq_lens[r]."""
@@ -64,12 +68,14 @@ def paged_attention_v2_partitions(
             q = query[seq, heads]  # [group, head_dim]
             acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m_k} v per head
             table = block_tables[seq]  # T_r
-            m_k, l_k = attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale)
+            pools = (key_pool, value_pool, table, kv_head)
+            head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+            m_k, l_k = attend(q, acc, *pools, start, end, head_scale, lut)
             for g in range(group):
                 head = kv_head * group + g
                 max_logits[seq, head, part] = m_k[g]
                 exp_sums[seq, head, part] = l_k[g]
-                tmp_out[seq, head, part] = acc[g] / l_k[g]
+                tmp_out[seq, head, part] = acc[g] * (v_scale[kv_head] / l_k[g])
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -106,13 +112,17 @@ def paged_attention_decode_v2(
     scale: float,
     block_size: int,
     partition_size: int = 512,
+    *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention with the v2 twins: same arguments and result as
     ``cuda_kernels.paged_attention_decode_v2`` and
-    ``minipaged.attention.paged_attention_decode_partitioned`` (float32 CPU tensors). Returns
-    ``[batch, num_heads, head_dim]``."""
+    ``minipaged.attention.paged_attention_decode_partitioned`` (float32 CPU tensors, or FP8
+    pools with their ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
     check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_float32_inputs(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_device(query, "query")
+    check_pools(query, key_pool, value_pool)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
@@ -133,6 +143,7 @@ def paged_attention_decode_v2(
         kernel_array(seq_lens.to(torch.int32), "seq_lens"),
         np.float32(scale),
         np.int64(partition_size),
+        *fp8_arguments(key_pool, k_scale, v_scale),
     )
     use_torch_threads()
     paged_attention_v2_partitions(*stage_one)

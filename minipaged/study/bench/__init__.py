@@ -9,6 +9,7 @@ fork           fork cost against prompt length, beside a deep copy of the KV    
 kernels        paged decode attention against contiguous attention (§4)           measured
 engine         minipaged's continuous batching against transformers' generate     measured
 block-size     waste against kernel time for $B$ = 8, 16, 32                      both
+kv-dtype       logit error, perplexity, greedy agreement, blocks per KV dtype     measured
 =============  =================================================================  ==========
 
 Each sub-benchmark is a module with ``run(options) -> Report``. Speeds are ratios against a
@@ -35,6 +36,7 @@ SUBBENCHMARKS = {
     "kernels": "minipaged.study.bench.kernels",
     "engine": "minipaged.study.bench.engine",
     "block-size": "minipaged.study.bench.block_size",
+    "kv-dtype": "minipaged.study.bench.kv_dtype",
     "tui": "minipaged.study.bench.tui",
 }
 
@@ -58,7 +60,8 @@ class Options:
     """What every sub-benchmark may read: ``quick`` shrinks it to seconds (for tests), plots go
     to ``out`` (None: no files are written), ``device`` is where torch runs, ``model`` is the
     engine and fork benchmarks' model, ``backends`` the engine benchmark's attention backends
-    (empty: its default for the device)."""
+    (empty: its default for the device), ``kv_cache_dtype`` the memory benchmark's KV dtype
+    (``"auto"``: the presets' BF16)."""
 
     out: Path | None = None
     quick: bool = False
@@ -66,6 +69,7 @@ class Options:
     model: str = "tiny"
     seed: int = 0
     backends: tuple[str, ...] = ()
+    kv_cache_dtype: str = "auto"
 
 
 def run(name: str, options: Options) -> Report:

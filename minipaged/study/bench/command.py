@@ -58,6 +58,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="vAttention page size in KiB, repeatable; None: 2048, CUDA's VMM granularity",
     )
     sim.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="workload seed")
+    add_kv_cache_dtype(sim)
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     bench = sub.add_parser(
@@ -94,11 +95,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "device's kernel backend (numba on cuda, numba-cpu on cpu)",
     )
     bench.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="random seed")
+    add_kv_cache_dtype(bench)
     bench.add_argument(
         "--threads",
         type=integer(1, 1024),
         default=1,
         help="torch threads (1: stable timings on busy cores)",
+    )
+
+
+def add_kv_cache_dtype(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
+        default="auto",
+        help="KV-cache dtype of the presets (b bytes per element); auto: BF16, b = 2",
     )
 
 
@@ -114,7 +125,7 @@ def check_fits(args: argparse.Namespace) -> None:
     from minipaged import memory
     from minipaged.study.bench.memory import WEIGHTS_GB, kv_budget_bytes
 
-    shape = memory.PRESETS[args.model]
+    shape = memory.PRESETS[args.model].with_kv_dtype(args.kv_cache_dtype)
     weights_gb = WEIGHTS_GB[args.model] if args.weights_gb is None else args.weights_gb
     blocks = shape.num_blocks_for(kv_budget_bytes(args.hbm_gb, weights_gb), args.block_size)
     sequences = args.requests * max(args.n, args.beam_width)
@@ -146,6 +157,7 @@ def simulate(args: argparse.Namespace) -> int:
         delta=args.delta,
         page_kb=tuple(args.page_kb or (2048,)),
         seed=args.seed,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
@@ -173,6 +185,7 @@ def bench(args: argparse.Namespace) -> int:
         model=args.model,
         seed=args.seed,
         backends=tuple(args.backends or ()),
+        kv_cache_dtype=args.kv_cache_dtype,
     )
     run_many(args.names or list(SUBBENCHMARKS), options, as_json=args.json)
     return 0

@@ -46,19 +46,28 @@ def make_allocators(
     block_size: int = 16,
     delta: int = 256,
     page_kb: tuple[int, ...] = (2048,),
+    fp8_paged: bool = False,
 ) -> list[KVAllocator]:
     """The four allocators over the same KV budget: static, Orca ($\\Delta L$ = ``delta``),
-    vAttention with each page size in ``page_kb`` (KiB), and paged ($B$ = ``block_size``)."""
+    vAttention with each page size in ``page_kb`` (KiB), and paged ($B$ = ``block_size``).
+    With ``fp8_paged``, also paged over an FP8 cache ($b = 1$): twice the blocks of a BF16
+    cache in the same bytes."""
     slots = budget_bytes // shape.kv_bytes_per_token
     vattention = [
         VAttentionAllocator(slots, page_tokens(shape, kb * 1024), f"{kb} KB") for kb in page_kb
     ]
-    return [
+    allocators = [
         StaticAllocator(slots),
         OrcaAllocator(slots, delta),
         *vattention,
         PagedAllocator(shape.num_blocks_for(budget_bytes, block_size), block_size),
     ]
+    if fp8_paged:
+        fp8_shape = shape.with_kv_dtype("fp8_e4m3")
+        fp8 = PagedAllocator(fp8_shape.num_blocks_for(budget_bytes, block_size), block_size)
+        fp8.name += " FP8"
+        allocators.append(fp8)
+    return allocators
 
 
 COLUMNS = [
@@ -107,17 +116,22 @@ def simulate_report(
     seed: int = 0,
     theory: bool = False,
     show_progress: bool | None = None,
+    kv_cache_dtype: str = "auto",
+    fp8_paged: bool = False,
 ) -> Report:
-    """Simulate one workload on every allocator over the same KV budget; one row each."""
+    """Simulate one workload on every allocator over the same KV budget; one row each.
+    ``kv_cache_dtype`` sets every allocator's $b$ (``"auto"``: the preset's BF16); with
+    ``fp8_paged`` a last row runs paging over an FP8 cache in the same bytes (§1's $b = 1$)."""
     if preset not in memory.PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; choose from {list(memory.PRESETS)}")
-    shape = memory.PRESETS[preset]
+    shape = memory.PRESETS[preset].with_kv_dtype(kv_cache_dtype)
     weights_gb = WEIGHTS_GB[preset] if weights_gb is None else weights_gb
     budget = kv_budget_bytes(hbm_gb, weights_gb)
     requests = make_workload(
         lengths, num_requests, n=n, beam_width=beam_width, max_len=8192, seed=seed
     )
-    allocators = make_allocators(shape, budget, block_size=block_size, delta=delta, page_kb=page_kb)
+    sizes = {"block_size": block_size, "delta": delta, "page_kb": page_kb}
+    allocators = make_allocators(shape, budget, **sizes, fp8_paged=fp8_paged)
     results = simulate(allocators, requests, seed, show_progress)
     rows = []
     for alloc, result in zip(allocators, results, strict=True):
@@ -132,7 +146,8 @@ def simulate_report(
         f"Simulated, model-free: {shape.name} on {hbm_gb:g} GB of HBM minus {weights_gb:g} GB "
         f"of weights = {budget / 1e9:g} GB of KV cache, "
         f"{budget // shape.kv_bytes_per_token:,} token slots of "
-        f"{shape.kv_bytes_per_token:,} B. Workload: {num_requests:,} requests, {lengths} "
+        f"{shape.kv_bytes_per_token:,} B (b = {shape.dtype_bytes}). "
+        f"Workload: {num_requests:,} requests, {lengths} "
         f"lengths{sampling}, L_max = 8,192, seed {seed}.",
         "internal / reservation / external / shared: share of the KV budget, mean over the "
         "steps where a request was waiting (memory full)"
@@ -141,6 +156,14 @@ def simulate_report(
         "can pass 100%: with copy-on-write the tables together span more slots than exist.",
         "paged: every decision is the real BlockManager's (allocate, append_slot, fork; "
         "copy-on-write included), no watermark. vAttention pages are never shared here.",
+        *(
+            [
+                "paged FP8: the same bytes as an FP8 KV cache (b = 1): twice the blocks (a "
+                "peak equal to the request count means every request ran at once)."
+            ]
+            if fp8_paged
+            else []
+        ),
         "stalls: refusals meeting §2's condition (enough memory free, no hole large enough), "
         "counted per attempt; preemptions: requests evicted and recomputed (§6).",
     ]
@@ -155,13 +178,14 @@ def simulate_report(
 
 
 def run(options: Options) -> Report:
-    """The source text's enterprise mix (§2) on Llama-3-8B, one 80 GB GPU."""
+    """The source text's enterprise mix (§2) on Llama-3-8B, one 80 GB GPU, with paging over
+    an FP8 cache as the last row."""
+    common = {"page_kb": (64, 2048), "seed": options.seed, "theory": True}
+    common |= {"kv_cache_dtype": options.kv_cache_dtype, "fp8_paged": True}
     if options.quick:
-        report = simulate_report(
-            hbm_gb=20, num_requests=40, page_kb=(64, 2048), seed=options.seed, theory=True
-        )
+        report = simulate_report(hbm_gb=20, num_requests=40, **common)
     else:
-        report = simulate_report(page_kb=(64, 2048), seed=options.seed, theory=True)
+        report = simulate_report(**common)
     report.name = "memory"
     report.plots.append(_plot(report.rows, options))
     return report

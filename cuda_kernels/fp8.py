@@ -1,0 +1,87 @@
+"""How the kernels read an FP8 KV cache: Numba has no float8 type, so the pools reach a kernel as
+their bytes (``uint8``) and each byte is decoded through a 256-entry float32 table.
+
+- ``decode_table(dtype)``: entry $i$ is the value of the FP8 byte $i$, built once by torch
+  (``torch.arange(256, dtype=uint8).view(dtype).float()``), so the kernels decode exactly as
+  torch does;
+- ``element(x, table)``: what a kernel calls where it reads a key or value element: ``table[x]``
+  for a byte, ``x`` itself for a float32 pool. Numba picks the version by the pool's element
+  type when it compiles (the overloads below), so one kernel source serves both caches;
+- the scales: each KV head's ``k_scale`` multiplies its scores and ``v_scale`` its output
+  (``head_scales``), since $q \\cdot (s_k \\hat{k}) = s_k (q \\cdot \\hat{k})$ and
+  $\\sum p (s_v \\hat{v}) = s_v \\sum p \\hat{v}$: the kernels never multiply element by element.
+
+Writes are quantized before a kernel copies the bytes (``minipaged.backend``), so the cache
+operations move bytes and never need to encode FP8.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from numba import types
+from numba.extending import overload
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def element(x, table):
+    """A pool element as float32: ``table[x]`` for an FP8 byte, else ``x``. This Python body
+    runs under the CUDA simulator; compiled kernels use the overloads below."""
+    if isinstance(x, np.integer):
+        return table[x]
+    return x
+
+
+def element_overload(x, table):
+    """``element`` for Numba's compilers, chosen by the pool's element type. Registered here
+    for the CPU twins, and by ``cuda_kernels.paged_attention`` for the CUDA target."""
+    if isinstance(x, types.Integer):
+        return lambda x, table: table[x]
+    return lambda x, table: x
+
+
+overload(element)(element_overload)
+
+
+@functools.cache
+def decode_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[256]`` float32: entry $i$ is FP8 byte $i$'s value in ``dtype`` (NaN bytes stay NaN,
+    and are never written: writes clamp). A float32 pool needs no table: one unused entry."""
+    if dtype not in FP8_DTYPES:
+        return torch.zeros(1, device=device)
+    return torch.arange(256, dtype=torch.uint8).view(dtype).float().to(device)
+
+
+def as_bytes(pool: torch.Tensor) -> torch.Tensor:
+    """An FP8 pool viewed as its bytes (same memory), which Numba can take; others as they
+    are."""
+    return pool.view(torch.uint8) if pool.dtype in FP8_DTYPES else pool
+
+
+def head_scales(scale: torch.Tensor | None, num_kv_heads: int, device) -> torch.Tensor:
+    """``[num_kv_heads]`` float32 scales for a kernel: ``scale``, or ones for a float pool."""
+    if scale is None:
+        return torch.ones(num_kv_heads, device=device)
+    return scale.to(device=device, dtype=torch.float32).contiguous()
+
+
+def check_pools(query: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor) -> None:
+    """The attention kernels compute in float32 and read float32 or FP8 pools of one dtype."""
+    if query.dtype != torch.float32:
+        raise ValueError(
+            f"query has dtype {query.dtype}, but the Numba kernels compute in float32: "
+            "cast it with .float() first"
+        )
+    for name, pool in (("key_pool", key_pool), ("value_pool", value_pool)):
+        if pool.dtype != torch.float32 and pool.dtype not in FP8_DTYPES:
+            raise ValueError(
+                f"{name} has dtype {pool.dtype}; the Numba kernels read float32 or FP8 "
+                f"({', '.join(map(str, FP8_DTYPES))}) pools: cast it with .float() first"
+            )
+    if key_pool.dtype != value_pool.dtype:
+        raise ValueError(
+            f"key_pool ({key_pool.dtype}) and value_pool ({value_pool.dtype}) must have one dtype"
+        )

@@ -1,0 +1,108 @@
+"""FP8 for the KV cache: the formats, the scales, quantize and dequantize, and the error bound.
+
+Source text §1 counts KV bytes as $2 \\cdot N_L \\cdot N_{KV} \\cdot d_h \\cdot b$ per token, with
+$b = 2$ for FP16/BF16 and $b = 1$ for FP8: an FP8 cache holds twice the blocks in the same
+bytes. Two 8-bit formats are offered, as in vLLM (``kv_cache_dtype``):
+
+- ``"fp8_e4m3"`` (``torch.float8_e4m3fn``): 4 exponent bits, 3 mantissa bits, largest value
+  448. More precision, less range: the usual choice for a KV cache.
+- ``"fp8_e5m2"`` (``torch.float8_e5m2``): 5 exponent bits, 2 mantissa bits, largest 57344.
+
+A stored value $\\hat{x}$ stands for $x \\approx s \\cdot \\hat{x}$ with one float32 scale $s$ per
+(layer, KV head), one for keys and one for values (vLLM's ``k_scale`` and ``v_scale``, which it
+keeps per layer). Why per KV head: keys differ in size from head to head (the tiny model's
+third layer: largest key 4.6 in one head, 11.9 in the other). FP8's relative step is the same
+across its normal range, so the scale matters at the edges: it keeps the largest values from
+clamping and a small head's values out of the subnormals, where FP8 keeps fewer significant
+bits. A scale per head fits each head's range for $N_{KV}$ floats per layer, read once per
+(sequence, head) by the kernels.
+
+Because the scale belongs to the layer and head, not to a block, a copy-on-write copy (§5) or a
+swap (§6) moves only bytes: a block means the same values wherever it lies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+"""The FP8 names ``LLM(kv_cache_dtype=...)`` accepts, besides ``"auto"`` (the model's dtype)."""
+
+FP8_DTYPES = tuple(KV_CACHE_DTYPES.values())
+
+SCALE_HEADROOM = 2.0
+"""Calibration maps the largest magnitude seen to ``max / SCALE_HEADROOM``, not to ``max``:
+a later token up to twice as large is still stored, not clamped. FP8's precision is relative,
+so the headroom costs only one binade at the bottom of the range."""
+
+
+def cache_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the KV pools: the model's for ``"auto"``, else the named FP8 format.
+
+    Raises ``ValueError`` for an unknown name, naming the accepted ones."""
+    if kv_cache_dtype == "auto":
+        return model_dtype
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype must be 'auto' or one of {list(KV_CACHE_DTYPES)}, "
+            f"got {kv_cache_dtype!r}"
+        )
+    return KV_CACHE_DTYPES[kv_cache_dtype]
+
+
+def is_fp8(dtype: torch.dtype) -> bool:
+    """Whether pools of ``dtype`` hold FP8 bytes that attention must dequantize."""
+    return dtype in FP8_DTYPES
+
+
+def quantize(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
+    """$\\hat{x} = \\mathrm{fp8}(\\mathrm{clamp}(x / s, -\\max, \\max))$, rounded to nearest.
+    ``scale`` broadcasts against ``x`` (for keys ``[N, N_KV, d_h]``: ``scale[:, None]``).
+
+    Clamping first matters: e5m2 would turn an out-of-range value into $\\pm\\infty$, and one
+    $\\infty$ in a key makes every score of that head NaN."""
+    limit = torch.finfo(dtype).max
+    return (x.float() / scale).clamp(-limit, limit).to(dtype)
+
+
+def dequantize(x: Tensor, scale: Tensor | None) -> Tensor:
+    """$s \\cdot \\hat{x}$ in float32; ``scale`` broadcasts against ``x``. A float pool in the
+    model's dtype (no scale given) is returned as it is, so callers can dequantize
+    unconditionally; a 16-bit pool read with a scale (a float32 model over a float16 cache,
+    as the ``kv-dtype`` benchmark runs it) comes back in float32."""
+    if not is_fp8(x.dtype) and (scale is None or x.dtype == torch.float32):
+        return x
+    values = x.float()
+    return values if scale is None else values * scale
+
+
+def error_bound(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
+    """The largest $|\\mathrm{dequantize}(\\mathrm{quantize}(x)) - x|$ the format allows, per
+    element.
+
+    With $m$ mantissa bits and smallest normal exponent $e_{\\min}$, rounding $y = x / s$ to
+    nearest moves it by at most half a unit in the last place:
+    $\\max(|y| \\cdot 2^{-(m+1)}, 2^{e_{\\min} - m - 1})$, the second term for subnormals. A
+    value past the largest one ($|y| > \\max$) is clamped and loses $|x| - s\\max$. A few float32
+    roundings (of $x/s$ and of $s\\hat{x}$) add $2^{-22}|x|$ at most."""
+    info = torch.finfo(dtype)
+    mantissa_bits = -round(math.log2(info.eps))  # e4m3: 3, e5m2: 2
+    min_exponent = round(math.log2(info.smallest_normal))  # e4m3: -6, e5m2: -14
+    x = x.float()
+    y = (x / scale).abs()
+    rounding = torch.clamp(
+        y * 2.0 ** -(mantissa_bits + 1), min=2.0 ** (min_exponent - mantissa_bits - 1)
+    )
+    clamped = (x.abs() - scale * info.max).clamp(min=0)
+    bound = torch.where(y <= info.max, rounding * scale, clamped)
+    return bound + x.abs() * 2.0**-22
+
+
+def scale_for(amax: Tensor, dtype: torch.dtype) -> Tensor:
+    """The scale that stores magnitudes up to ``amax`` with ``SCALE_HEADROOM`` to spare:
+    $s = \\mathrm{amax} \\cdot \\mathrm{headroom} / \\max$. A head that saw only zeros gets 1."""
+    scale = amax.float() * SCALE_HEADROOM / torch.finfo(dtype).max
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
