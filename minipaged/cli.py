@@ -282,6 +282,7 @@ def _trace(args: argparse.Namespace) -> int:
                 "preemption": args.preemption,
                 "prefix_caching": args.prefix_caching,
                 "seed": args.seed,
+                "kv_cache": llm.engine.kv_cache.summary(),
             },
         }
         with trace.Recorder(args.file, header) as recorder:

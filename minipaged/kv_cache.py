@@ -183,6 +183,13 @@ class KVCache:
         b = self._key.element_size()  # bytes per element
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.block_size * b
 
+    def summary(self) -> dict:
+        """The element type as ``LLM(kv_cache_dtype=...)`` names it, $b$, and the bytes of one
+        block: what a trace's header records and the TUI's memory gauge shows."""
+        name = str(self.dtype).removeprefix("torch.").replace("float8_", "fp8_").removesuffix("fn")
+        b = self._key.element_size()
+        return {"dtype": name, "b": b, "bytes_per_block": self.bytes_per_block}
+
     def describe(self) -> str:
         """The pools in one line, for a memory table: dtype, $b$, blocks and bytes."""
         b = self._key.element_size()

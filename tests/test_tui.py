@@ -223,7 +223,7 @@ async def test_trace_replay_shows_the_same_steps_as_the_live_run(tmp_path):
     while engine.has_unfinished():
         steps.append(engine.step())
     path = tmp_path / "swap.jsonl"
-    trace.save(path, {"model": "tiny"}, steps)
+    trace.save(path, {"model": "tiny", "engine": {"kv_cache": engine.kv_cache.summary()}}, steps)
     recorded = trace.load(path)
     live, replay = PagedApp(SCENARIOS["swap"]), PagedApp(trace=recorded, tokenizer=engine.tokenizer)
     async with live.run_test(size=SIZE) as live_pilot:
@@ -258,7 +258,7 @@ async def test_a_damaged_trace_replays_its_good_steps_and_says_where_it_broke(tm
     engine = SCENARIOS["several"].build()
     steps = [engine.step() for _ in range(3)]
     path = tmp_path / "damaged.jsonl"
-    trace.save(path, {"model": "tiny"}, steps)
+    trace.save(path, {"model": "tiny", "engine": {"kv_cache": engine.kv_cache.summary()}}, steps)
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:-1] + [lines[-1][: len(lines[-1]) // 2]]) + "\n")
     recorded = trace.load(path)

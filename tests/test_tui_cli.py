@@ -101,6 +101,33 @@ def test_a_recorded_trace_replays_without_the_model(tmp_path):
     assert "trace of tiny" in shown and "step 3/" in shown
 
 
+def test_the_memory_gauge_shows_the_bytes_of_the_kv_dtype_live_and_in_a_replay(tmp_path):
+    """FP8 stores b = 1 byte per element: the gauge shows the bytes the used blocks hold, for
+    the dtype in use, in a live run and in a replay of its trace; an older trace whose header
+    does not say is shown without the row rather than with a guess."""
+    import json
+
+    live, recorded, out = tmp_path / "live.svg", tmp_path / "run.jsonl", tmp_path / "replay.svg"
+    flags = ["--prompt", "Emma was", "--max-tokens", "8", "--block-size", "4"]
+    flags += ["--num-gpu-blocks", "16", "--kv-cache-dtype", "fp8_e5m2"]
+    assert cli.main(["tui", *flags, "--steps", "3", "--screenshot", str(live)]) == 0
+    # tiny: 2 (K and V) x 4 layers x 2 KV heads x 32 dims x B = 4 slots x b = 1 byte = 2 KiB
+    assert "bytes  4.0 KiB/32.0 KiB fp8_e5m2 b=1" in svg_text(live)  # 2 of 16 blocks used
+    assert cli.main(["trace", "record", str(recorded), *flags]) == 0
+    assert (
+        cli.main(["tui", "--trace", str(recorded), "--steps", "3", "--screenshot", str(out)]) == 0
+    )
+    assert "bytes  4.0 KiB/32.0 KiB fp8_e5m2 b=1" in svg_text(out)
+    header, *steps = recorded.read_text().splitlines()
+    old = json.loads(header)
+    del old["engine"]["kv_cache"]
+    recorded.write_text("\n".join([json.dumps(old), *steps]) + "\n")
+    assert (
+        cli.main(["tui", "--trace", str(recorded), "--steps", "3", "--screenshot", str(out)]) == 0
+    )
+    assert "bytes " not in svg_text(out) and "device" in svg_text(out)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -23,7 +23,7 @@ from minipaged.trace import Trace
 from tui import keymap, palette
 from tui.event_log import EventLog
 from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
-from tui.gauges import Gauges
+from tui.gauges import Gauges, KVMemory
 from tui.help import HelpScreen
 from tui.inspector import Inspector
 from tui.invariants_view import InvariantsView
@@ -175,13 +175,17 @@ class PagedApp(SelectionKeys, App[None]):
         timeline = Timeline(opening_step_of_trace(trace.steps[0]))
         timeline.record(trace.steps)
         timeline.finished = True
-        self.begin(timeline, TokenText(self.trace_tokenizer))
+        engine = trace.header.get("engine")
+        kv = engine.get("kv_cache") if isinstance(engine, dict) else None  # older traces: none
+        self.begin(timeline, TokenText(self.trace_tokenizer), kv)
         if trace.error:  # a damaged line ended the file: show what came before it, and say so
             self.notice = f"the trace ends early: {trace.error}"
             self.show_status()
 
-    def begin(self, timeline: Timeline, words: TokenText) -> None:
+    def begin(self, timeline: Timeline, words: TokenText, kv: object) -> None:
+        """Show ``timeline``; ``kv`` is the run's ``KVCache.summary()``, if known."""
         self.timeline = timeline
+        self.base.query_one(Gauges).kv = KVMemory.of_summary(kv)
         self.navigator = Navigator(timeline, self.feed)
         self.base.query_one(TokenStreams).words = words
         self.base.query_one(Inspector).words = words
@@ -211,7 +215,7 @@ class PagedApp(SelectionKeys, App[None]):
 
     def on_run_started(self, message: RunStarted) -> None:
         if message.feed is self.feed and self.has_panes():
-            self.begin(Timeline(message.opening), TokenText(message.tokenizer))
+            self.begin(Timeline(message.opening), TokenText(message.tokenizer), message.kv)
 
     def on_steps_ready(self, message: StepsReady) -> None:
         if message.feed is self.feed and self.timeline is not None and self.has_panes():

@@ -80,6 +80,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--preemption", choices=["recompute", "swap"], default="recompute", help="§6's two ways"
     )
     custom.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
+    custom.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
+        default="auto",
+        help="auto: the model's dtype; fp8: b = 1, the memory gauge shows the bytes",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,6 +141,7 @@ def build_app(args: argparse.Namespace):
             preemption=args.preemption,
             max_tokens=args.max_tokens,
             seed=args.seed,
+            kv_cache_dtype=args.kv_cache_dtype,
         )
     else:
         name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)

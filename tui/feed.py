@@ -63,9 +63,10 @@ class StepFeed:
 class RunStarted(Message):
     """The engine is built and its requests queued: ``opening`` is frame 0."""
 
-    def __init__(self, feed: StepFeed, opening: StepOutput, tokenizer: object) -> None:
+    def __init__(self, feed: StepFeed, opening: StepOutput, tokenizer: object, kv: dict) -> None:
         super().__init__()
         self.feed, self.opening, self.tokenizer = feed, opening, tokenizer
+        self.kv = kv  # KVCache.summary(): the element type and bytes of a block
 
 
 class StepsReady(Message):
@@ -105,7 +106,7 @@ def produce(
         except Exception as error:  # a corrupt checkpoint or tokenizer may raise anything
             post(RunEnded(feed, f"{type(error).__name__}: {error}", loading=True))
             return
-        post(RunStarted(feed, opening_step(engine), engine.tokenizer))
+        post(RunStarted(feed, opening_step(engine), engine.tokenizer, engine.kv_cache.summary()))
         produced = 0
         while not cancelled() and engine.has_unfinished():
             if not feed.wait_for_demand(produced, timeout=0.1):

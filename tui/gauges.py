@@ -4,12 +4,16 @@
 - internal waste: empty slots in the device blocks in use (§3), from
   ``minipaged.stats.slot_usage``: a shared block counts once, so it is always below $B$
   slots per sequence;
+- bytes: what the device blocks in use hold of the pool's bytes, for the KV cache's element
+  type ($b$ = 4, 2 or 1 bytes: FP8 fits twice the blocks of FP16 in the same bytes, §1);
 - host: blocks holding swapped-out sequences (§6);
 - counts from step 1 to the cursor: forks, copy-on-write copies, preemptions, swaps, and
   recomputations.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -19,6 +23,33 @@ from tui.pane import Pane
 from tui.timeline import Frame
 
 LABEL = 7
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """The KV cache's element type and the bytes of one block (``KVCache.summary()``),
+    $\\text{BlockSizeBytes} = 2 \\cdot N_L \\cdot N_{KV} \\cdot d_h \\cdot B \\cdot b$ (§3)."""
+
+    dtype: str  # as LLM(kv_cache_dtype=...) names it: "float32", "fp8_e4m3", ...
+    b: int
+    bytes_per_block: int
+
+    @classmethod
+    def of_summary(cls, kv: object) -> KVMemory | None:
+        """From a live run's ``KVCache.summary()`` or a trace header's ``engine.kv_cache``;
+        None when a trace predates it or the entry is damaged."""
+        try:
+            return cls(str(kv["dtype"]), int(kv["b"]), int(kv["bytes_per_block"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def size(num_bytes: int) -> str:
+    """``num_bytes`` in the largest binary unit that keeps it at 1 or more."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
 
 
 def bar(used: int, total: int, width: int) -> Text:
@@ -42,6 +73,7 @@ class Gauges(Pane):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("memory", id=id)
+        self.kv: KVMemory | None = None  # set when a run starts; unknown for old traces
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
         state, counts = frame.step.state, frame.counts
@@ -57,6 +89,10 @@ class Gauges(Pane):
         ]
         if not compact:  # a short terminal: the pool above shows the shared blocks
             lines.append(row("", f"{len(device) - used} free, {shared} shared (R>1)"))
+            if self.kv is not None:
+                block = self.kv.bytes_per_block
+                held = f"{size(used * block)}/{size(len(device) * block)}"
+                lines.append(row("bytes", f"{held} {self.kv.dtype} b={self.kv.b}"))
         lines.append(row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"))
         host = state.host_refcounts
         if host:

@@ -41,6 +41,7 @@ class Scenario:
     prefix_caching: str | None = None
     seed: int = 0
     block_manager_class: type[BlockManager] = BlockManager  # or a student's, from the exercises
+    kv_cache_dtype: str = "auto"  # or "fp8_e4m3" / "fp8_e5m2": b = 1 byte per element (§1)
 
     def build(self, model: str = "tiny") -> LLMEngine:
         """Load ``model`` and return its engine with every request added (nothing run yet).
@@ -53,6 +54,7 @@ class Scenario:
             preemption=self.preemption,
             prefix_caching=self.prefix_caching,
             seed=self.seed,
+            kv_cache_dtype=self.kv_cache_dtype,
             **(
                 {"block_manager_class": self.block_manager_class}
                 if self.block_manager_class
@@ -226,6 +228,7 @@ def custom(
     preemption: str = "recompute",
     max_tokens: int = 24,
     seed: int = 0,
+    kv_cache_dtype: str = "auto",
 ) -> Scenario:
     """One request per prompt, from the command line: ``n`` parallel samples each, or beam
     search with ``beam_width`` beams. Raises ``ValueError`` naming a bad value."""
@@ -244,11 +247,12 @@ def custom(
         name="custom",
         title=f"custom: {what}, B = {block_size}",
         story=f"{len(prompts)} prompt(s) of yours on {num_gpu_blocks} device blocks and "
-        f"{num_cpu_blocks} host blocks, preemption by {preemption}.",
+        f"{num_cpu_blocks} host blocks, preemption by {preemption}, KV cache {kv_cache_dtype}.",
         requests=tuple(Request(prompt, params) for prompt in prompts),
         block_size=block_size,
         num_gpu_blocks=num_gpu_blocks,
         num_cpu_blocks=num_cpu_blocks,
         preemption=preemption,
         seed=seed,
+        kv_cache_dtype=kv_cache_dtype,
     )
