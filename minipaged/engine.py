@@ -24,6 +24,8 @@ from minipaged.model_runner import ModelRunner
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
+from minipaged.speculative.config import SpeculativeConfig
+from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict
@@ -120,9 +122,11 @@ class LLMEngine:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
         block_manager_class: type[BlockManager] = BlockManager,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
-        and methods: a student's, from the exercises, to watch it run the real model."""
+        and methods: a student's, from the exercises, to watch it run the real model.
+        ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
                 f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
@@ -155,6 +159,12 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.kv_cache, backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
         self.decoder = Decoder(eos_id, self.max_model_len)
+        self.speculator = None
+        if speculative is not None:
+            drafter = make_drafter(speculative, model)
+            self.speculator = Speculator(
+                speculative, drafter, model, self.kv_cache, self.decoder, backend
+            )
         self.seed = seed
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
@@ -273,13 +283,20 @@ class LLMEngine:
         forward pass over every scheduled sequence, pick each one's next token (forking for
         parallel samples and beams), release what finished, and report it all."""
         plan = self.scheduler.schedule()
+        speculator = self.speculator
+        drafted = speculator.draft(self.block_manager, plan) if speculator else []
         logits = self.runner.execute(plan)
         new_tokens: dict[int, int] = {}
         finished: list[RequestOutput] = []
         for group, reason in plan.aborted:
             del self.requests[group.request_id]
             finished.append(self._output(group, error=reason))
-        for group in self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens):
+        groups = self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens)
+        if drafted:  # the trees' verify pass, after the plain one (minipaged.speculative)
+            groups = itertools.chain(
+                groups, speculator.verify(self.block_manager, drafted, new_tokens)
+            )
+        for group in groups:
             for seq in list(group.seqs):
                 reason = self.decoder.finish_reason(group, seq)
                 if reason is not None:
