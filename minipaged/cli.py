@@ -103,9 +103,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
     gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut")
     gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
-    gen.add_argument(
-        "--beam-width", type=integer(1, 256), default=None, help="beam search with K beams"
-    )
+    gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     gen.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
     gen.add_argument(
@@ -137,6 +135,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
         help="share cached prompt prefixes between requests; None: off",
     )
     gen.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
+    gen.add_argument("--speculative-config", metavar="JSON", help='e.g. {"method": "ngram"}')
 
 
 def _workload(args: argparse.Namespace):
@@ -174,6 +173,7 @@ def _workload(args: argparse.Namespace):
         prefix_caching=args.prefix_caching,
         seed=args.seed,
         device=args.device,
+        speculative=args.speculative_config,
     )
     return llm, params
 

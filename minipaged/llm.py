@@ -69,7 +69,7 @@ class LLM:
         max_num_seqs: int = 32,
         watermark: float = 0.01,
         skip_tokenizer_init: bool = False,
-        speculative: SpeculativeConfig | dict | None = None,
+        speculative: SpeculativeConfig | dict | str | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")

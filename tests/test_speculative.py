@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from minipaged import invariants
+from minipaged import cli, invariants
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine
 from minipaged.model import Llama, LlamaConfig
@@ -193,3 +193,29 @@ def test_sampled_tokens_follow_plain_samplings_distribution(method):
         expected = [total / 2 for total in totals] * 2
         p_value = chi_square_p_value(observed, expected)
         assert p_value > FALSE_ALARM, (position, plain, spec)
+
+
+def test_the_cli_turns_speculation_on_and_greedy_text_stays_the_same(capsys):
+    args = ["generate", "--prompt", "It is a truth", "--max-tokens", "12", "--temperature", "0"]
+    args += ["--num-gpu-blocks", "64", "--block-size", "4"]
+    assert cli.main(args) == 0
+    plain = capsys.readouterr().out.split("memory")[0]  # the texts, before the memory table
+    assert "It is a truth," in plain
+    assert cli.main([*args, "--speculative-config", '{"method": "ngram", "branching": 3}']) == 0
+    assert capsys.readouterr().out.split("memory")[0] == plain
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"method": "medusa"}', "method must be one of"),
+        ("ngram", "must be a JSON object"),
+        ('{"depth": 3}', "unknown speculative setting"),
+        ('{"method": "draft"}', "needs draft_model"),
+    ],
+)
+def test_the_cli_refuses_a_bad_speculative_config_in_one_line(capsys, value, message):
+    args = ["generate", "--prompt", "Hi", "--max-tokens", "2", "--num-gpu-blocks", "64"]
+    assert cli.main([*args, "--speculative-config", value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

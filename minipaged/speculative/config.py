@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,10 +63,19 @@ class SpeculativeConfig:
             )
 
 
-def speculative_config(value: SpeculativeConfig | dict | None) -> SpeculativeConfig | None:
-    """``LLM(speculative=...)`` accepts a config, a dict of its fields (vLLM's style) or None."""
+def speculative_config(value: SpeculativeConfig | dict | str | None) -> SpeculativeConfig | None:
+    """``LLM(speculative=...)`` accepts a config, a dict of its fields (vLLM's style), that
+    dict as JSON (``minipaged generate --speculative-config``) or None."""
     if value is None or isinstance(value, SpeculativeConfig):
         return value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"--speculative-config must be a JSON object such as "
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r} ({error})'
+            ) from None
     if isinstance(value, dict):
         unknown = set(value) - set(SpeculativeConfig.__dataclass_fields__)
         if unknown:
@@ -75,5 +85,6 @@ def speculative_config(value: SpeculativeConfig | dict | None) -> SpeculativeCon
             )
         return SpeculativeConfig(**value)
     raise ValueError(
-        f"speculative must be a SpeculativeConfig, a dict of its fields or None, got {value!r}"
+        "speculative must be a SpeculativeConfig, a dict of its fields (a JSON object on the "
+        f"command line) or None, got {value!r}"
     )
