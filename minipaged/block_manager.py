@@ -24,6 +24,7 @@ from minipaged import block_state, events, memory
 from minipaged.allocator import BlockAllocator, OutOfBlocks
 from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableState
 from minipaged.block_table import BlockTable
+from minipaged.deprecation import POOL_RENAMES, renamed_keywords
 from minipaged.events import Event, SeqId
 from minipaged.prefix_cache import PrefixCache
 from minipaged.prefix_caching import make_prefix_cache
@@ -52,6 +53,7 @@ class BlockManager:
     faster); every decision and every table is the same either way.
     """
 
+    @renamed_keywords(POOL_RENAMES)
     def __init__(
         self,
         num_gpu_blocks: int,

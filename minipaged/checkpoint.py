@@ -36,8 +36,12 @@ HF_PREFIX = "model."
 """HF nests everything but ``lm_head`` under ``model``: ``model.layers.0...`` is our
 ``layers.0...``."""
 
-EMBEDDED_MODELS = {"tiny": Path(__file__).resolve().parent / "models" / "tiny"}
-"""Models that ship inside the package, by name; ``minipaged.train`` made ``tiny``."""
+EMBEDDED_MODELS = {
+    name: Path(__file__).resolve().parent / "models" / name for name in ("tiny", "tiny-draft")
+}
+"""Models that ship inside the package, by name. ``minipaged.train`` made both: ``tiny`` is
+the default model, ``tiny-draft`` (a quarter of its size, the same tokenizer) is its draft
+for speculative decoding. Each directory's ``MODEL_CARD.md`` says how."""
 
 # Buffers that older checkpoints saved though they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from minipaged.contract import check_block_pairs, check_write
+from minipaged.deprecation import POOL_RENAMES, renamed_keywords
 
 
 def write_kv(
@@ -75,6 +76,7 @@ class KVCache:
     moving anything, so a rejected call leaves all pools unchanged.
     """
 
+    @renamed_keywords(POOL_RENAMES)
     def __init__(
         self,
         num_layers: int,

@@ -20,12 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-import os
-import platform
-import shlex
-import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -35,7 +30,8 @@ from torch import Tensor
 
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
-from minipaged.tokenizer import ENDOFTEXT, Tokenizer, train_tokenizer
+from minipaged.model_card import model_card
+from minipaged.tokenizer import Tokenizer, train_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "austen.txt"
@@ -55,7 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2800, help="optimizer steps (fixed)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
     parser.add_argument("--context", type=int, default=512, help="tokens per window")
-    parser.add_argument("--vocab-size", type=int, default=2048)
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="reuse this model directory's tokenizer instead of training one: a draft model "
+        "for speculative decoding must share its target's vocabulary",
+    )
+    parser.add_argument("--vocab-size", type=int, default=2048, help="when training a tokenizer")
     parser.add_argument("--dim", type=int, default=128, help="hidden_size")
     parser.add_argument("--layers", type=int, default=4, help="num_hidden_layers")
     parser.add_argument("--heads", type=int, default=4, help="num_attention_heads")
@@ -80,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if not args.corpus.is_file():
         parser.error(f"corpus {args.corpus} does not exist; pass --corpus PATH")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
+        parser.error(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass a model directory")
     return args
 
 
@@ -179,7 +184,10 @@ def train(args: argparse.Namespace) -> None:
     corpus_sha256 = hashlib.sha256(corpus_bytes).hexdigest()
     train_paragraphs, val_paragraphs = split_paragraphs(corpus_bytes.decode("utf-8"))
 
-    tokenizer = Tokenizer(train_tokenizer(texts=train_paragraphs, vocab_size=args.vocab_size))
+    if args.tokenizer is None:
+        tokenizer = Tokenizer(train_tokenizer(texts=train_paragraphs, vocab_size=args.vocab_size))
+    else:
+        tokenizer = Tokenizer(args.tokenizer)
     train_stream = token_stream(tokenizer, train_paragraphs)
     val_windows = tiled_windows(token_stream(tokenizer, val_paragraphs), args.context)
     # As many training windows as validation ones, fixed, for a final train loss that compares.
@@ -280,98 +288,12 @@ def train(args: argparse.Namespace) -> None:
         train_seconds,
         time.time() - started,
         samples,
+        VALIDATION_FRACTION,
     )
     (args.out / "MODEL_CARD.md").write_text(card)
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")
-
-
-def model_card(
-    args: argparse.Namespace,
-    config: LlamaConfig,
-    num_params: int,
-    corpus_sha256: str,
-    train_tokens: int,
-    val_tokens: int,
-    history: list[tuple[int, float, float]],
-    final_train: float,
-    final_val: float,
-    train_seconds: float,
-    total_seconds: float,
-    samples: dict[str, str],
-) -> str:
-    """The ``MODEL_CARD.md`` text: what the model is, how it was made, how good it is."""
-    tokens_per_step = args.batch_size * args.context
-    command = shlex.join(["python", "-m", "minipaged.train", *sys.argv[1:]])
-    config_rows = "\n".join(f"| `{key}` | {value} |" for key, value in asdict(config).items())
-    curve = "\n".join(f"| {step} | {train:.3f} | {val:.3f} |" for step, train, val in history)
-    sample_text = "\n\n".join(f"{name}:\n\n> {text}" for name, text in samples.items())
-    machine = (
-        f"{platform.machine()} {platform.system()}, torch threads: {args.threads} "
-        f"(os.cpu_count() = {os.cpu_count()}), torch {torch.__version__}, fp32"
-    )
-    return f"""# minipaged tiny model
-
-A {num_params / 1e6:.2f}M-parameter Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU,
-tied embeddings) trained from scratch on Jane Austen's six novels, to be the embedded default
-of minipaged (`LLM(model="tiny")`). It writes English-like Austen pastiche; it is a teaching
-prop for the KV-cache manager, not a language model to rely on. Greedy decoding falls into
-loops: sample (temperature about 0.8, top-k about 40) for demonstrations.
-
-The directory is a Hugging Face Llama checkpoint: transformers' `LlamaForCausalLM` and
-`PreTrainedTokenizerFast` load it and give the same logits as minipaged's model.
-
-## Data
-
-- Corpus: `{args.corpus.name}`, Jane Austen's six novels, one paragraph a line (from Debian's
-  `r-cran-janeaustenr`), sha256 `{corpus_sha256}`.
-- Licence: the novels are in the public domain; so is this model's training data. The weights
-  are released with minipaged under its MIT licence.
-- Split: the last {VALIDATION_FRACTION:.0%} of paragraphs (by characters) are held out for
-  validation: {train_tokens:,} training tokens, {val_tokens:,} validation tokens.
-- Every paragraph is preceded by `{ENDOFTEXT}` (id {config.bos_token_id}), which is both BOS and
-  EOS: the model learns where a paragraph ends and a BOS-prefixed prompt starts a new one.
-
-## Tokenizer
-
-Byte-level BPE (GPT-2's scheme, `tokenizers`), vocabulary {config.vocab_size} including
-`{ENDOFTEXT}`, trained on the training paragraphs only. Every byte is in the base alphabet, so
-any text round-trips.
-
-## Model
-
-| key | value |
-| --- | --- |
-{config_rows}
-
-## Training
-
-- {args.steps} steps of {args.batch_size} windows × {args.context} tokens = {tokens_per_step:,}
-  tokens per step, {args.steps * tokens_per_step / train_tokens:.1f} epochs; windows at random
-  offsets drawn from a generator seeded with {args.seed}.
-- AdamW (β = 0.9, 0.95; weight decay {args.weight_decay} on matrices only), gradient clipping
-  at norm 1.0, learning rate {args.lr} after {args.warmup} linear warmup steps, cosine decay to
-  {args.min_lr}. Initialisation Normal(0, 0.02), residual projections scaled by 1/√(2·layers).
-- fp32 throughout; the checkpoint is fp32 (bf16 weights drift from transformers' greedy output
-  after a few dozen tokens).
-- Machine: {machine}. Training took {train_seconds / 60:.1f} min
-  ({total_seconds / 60:.1f} min with the tokenizer, evaluation and export).
-- Command: `{command}`
-
-## Results
-
-Final loss in nats per token: train {final_train:.3f} (on {val_tokens:,} fixed training
-tokens), validation {final_val:.3f}.
-
-| step | train (smoothed) | validation |
-| --- | --- | --- |
-{curve}
-
-## Samples
-
-{sample_text}
-"""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -77,14 +77,11 @@ def test_tied_model_keeps_one_tensor_for_embedding_and_lm_head(hf_pair):
     assert (ours.lm_head.weight is ours.embed_tokens.weight) == tied
 
 
-@pytest.mark.skipif(
-    not (EMBEDDED_MODELS["tiny"] / "model.safetensors").is_file(),
-    reason="the embedded tiny model is made by `python -m minipaged.train`",
-)
-def test_embedded_tiny_model_greedy_tokens_match_transformers(transformers):
-    hf = transformers.LlamaForCausalLM.from_pretrained(EMBEDDED_MODELS["tiny"]).eval()
-    ours = load_model("tiny")
-    tokenizer = Tokenizer(EMBEDDED_MODELS["tiny"])
+@pytest.mark.parametrize("name", sorted(EMBEDDED_MODELS))
+def test_embedded_models_greedy_tokens_match_transformers(transformers, name):
+    hf = transformers.LlamaForCausalLM.from_pretrained(EMBEDDED_MODELS[name]).eval()
+    ours = load_model(name)
+    tokenizer = Tokenizer(EMBEDDED_MODELS[name])
     tokens = torch.tensor([tokenizer.encode("It is a truth")])
     with torch.no_grad():
         # BOS is id 0 = pad_token_id: pass the mask, or transformers would mask the BOS out.
