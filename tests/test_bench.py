@@ -27,6 +27,7 @@ TITLES = {
     "engine": "Engine throughput",
     "block-size": "Block size: waste against kernel time",
     "tui": "TUI step time with 8 sequences",
+    "speculative": "Speculative tree decoding",
 }
 
 
@@ -157,3 +158,11 @@ def test_results_go_to_the_project_docs_only_from_the_repository_root(tmp_path):
 def test_unknown_benchmark_is_an_error(capsys):
     assert cli.main(["bench", "nonsense", "--quick"]) == 2
     assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_speculative_bench_keeps_greedy_tokens_and_needs_fewer_passes_and_blocks(as_json):
+    rows = {row["system"]: row for row in as_json["speculative"]["rows"]}
+    assert all(row["same_tokens"] == "yes" for row in rows.values())
+    assert rows["draft model"]["passes_per_token"] < rows["plain"]["passes_per_token"]
+    for name in ("n-gram", "draft model"):
+        assert rows[name]["peak_blocks"] < rows[name]["peak_copy_blocks"]

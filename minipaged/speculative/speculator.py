@@ -81,7 +81,8 @@ class Speculator:
         self.kv_cache = kv_cache
         self.decoder = decoder
         self.backend = backend
-        self.num_verify_passes = 0
+        self.num_verify_passes = 0  # target forward passes that verified trees
+        self.num_verified = 0  # trees verified (one per sequence and pass)
         self.num_proposed = 0
         self.num_accepted = 0
 
@@ -164,6 +165,7 @@ class Speculator:
                 written.append(token)
                 if self.decoder.finish_reason(group, seq) is not None:
                     break
+            self.num_verified += 1
             self.num_proposed += len(d.tree) - 1
             self.num_accepted += len(verdict.accepted)
             bm.record(Accept(seq.seq_id, tuple(written), len(d.tree) - 1))

@@ -9,6 +9,7 @@ fork           fork cost against prompt length, beside a deep copy of the KV    
 kernels        paged decode attention against contiguous attention (§4)           measured
 engine         minipaged's continuous batching against transformers' generate     measured
 block-size     waste against kernel time for $B$ = 8, 16, 32                      both
+speculative    passes per token, acceptance, blocks of speculative tree decoding  both
 =============  =================================================================  ==========
 
 Each sub-benchmark is a module with ``run(options) -> Report``. Speeds are ratios against a
@@ -36,6 +37,7 @@ SUBBENCHMARKS = {
     "engine": "minipaged.study.bench.engine",
     "block-size": "minipaged.study.bench.block_size",
     "tui": "minipaged.study.bench.tui",
+    "speculative": "minipaged.study.bench.speculative",
 }
 
 RESULTS = Path("docs") / "results"
