@@ -30,10 +30,11 @@ class Propose(Event):
         return frozenset({self.seq, *self.branches})
 
     def narrate(self) -> str:
+        drafter = {"ngram": "n-gram", "draft": "draft-model"}.get(self.method, self.method)
         if not self.num_nodes:
-            return f"seq {self.seq}: the {self.method} drafter has no guess; plain decode step"
+            return f"seq {self.seq}: the {drafter} drafter has no guess; plain decode step"
         return (
-            f"seq {self.seq}: the {self.method} drafter guesses {self.num_nodes} token(s), "
+            f"seq {self.seq}: the {drafter} drafter guesses {self.num_nodes} token(s), "
             f"{self.depth} deep; each guess gets a branch forked from its parent's "
             f"(seqs {', '.join(map(str, self.branches))}): prefix blocks shared, R[p] += 1"
         )

@@ -15,7 +15,7 @@ the model's context end. Others decode as usual in the same step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -85,6 +85,7 @@ class Speculator:
         self.num_verified = 0  # trees verified (one per sequence and pass)
         self.num_proposed = 0
         self.num_accepted = 0
+        self.on_drafted: Callable[[], None] | None = None  # called while the branches exist
 
     def depth_for(self, item: ScheduledSeq) -> int:
         """How deep this row's tree may grow: one guess fewer than the tokens it may still
@@ -130,6 +131,8 @@ class Speculator:
             plan.blocks_to_copy += branches.copies
             plan.scheduled.remove(item)
             drafted.append(Drafted(item, tree, branches))
+        if drafted and self.on_drafted is not None:
+            self.on_drafted()
         return drafted
 
     def verify(

@@ -28,7 +28,7 @@ from minipaged import memory
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
-from minipaged.study.bench import Options
+from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 
 BLOCK_SIZE = 16
@@ -185,6 +185,22 @@ def run(options: Options) -> Report:
         "guess); the copied-prefix column is the same tree with every guess holding its own "
         "copy of the prefix, sum over guesses of ceil((P + depth + 1) / B) blocks.",
     ]
-    return Report(
-        "speculative", "Speculative tree decoding on copy-on-write branches", COLUMNS, rows, notes
-    )
+    title = "Speculative tree decoding on copy-on-write branches"
+    report = Report("speculative", title, COLUMNS, rows, notes)
+    report.plots.append(_plot(rows, options))
+    return report
+
+
+def _plot(rows: list[dict], options: Options):
+    fig, (passes, blocks) = plot.figure(ncols=2)
+    names = [row["system"] for row in rows]
+    passes.bar(names, [row["passes_per_token"] for row in rows])
+    passes.set_ylabel("target forward passes per token")
+    where = range(len(rows))
+    blocks.bar([x - 0.2 for x in where], [r["peak_blocks"] for r in rows], 0.4, label="CoW")
+    copies = [r["peak_copy_blocks"] for r in rows]
+    blocks.bar([x + 0.2 for x in where], copies, 0.4, label="copied prefixes")
+    blocks.set_xticks(list(where), names)
+    blocks.set_ylabel("peak blocks in a step")
+    blocks.legend(fontsize="small")
+    return plot.save(fig, options.out, "speculative")
