@@ -24,7 +24,7 @@ from minipaged.model_runner import ModelRunner
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
-from minipaged.speculative.config import SpeculativeConfig
+from minipaged.speculative.config import SpeculativeConfig, speculative_config
 from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
@@ -160,6 +160,7 @@ class LLMEngine:
         eos_id = tokenizer.eos_id if tokenizer is not None else None
         self.decoder = Decoder(eos_id, self.max_model_len)
         self.speculator = None
+        speculative = speculative_config(speculative)  # a dict of its fields will do too
         if speculative is not None:
             drafter = make_drafter(speculative, model)
             self.speculator = Speculator(
@@ -210,6 +211,8 @@ class LLMEngine:
                 f"existed; unfinished: {sorted(self.requests)}"
             )
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
+        if self.speculator is not None:  # an interrupted step may have left branches
+            self.speculator.drop_branches(self.block_manager)
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token

@@ -219,3 +219,23 @@ def test_the_cli_refuses_a_bad_speculative_config_in_one_line(capsys, value, mes
     assert cli.main([*args, "--speculative-config", value]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_branches_left_by_a_step_that_raised_are_freed_when_its_request_is_aborted(model):
+    """Ctrl-C (or any error) between forking the branches and the verdict leaves them in the
+    block manager; aborting the request, as ``LLM.generate`` does then, frees them too."""
+    engine = LLMEngine(model, block_size=4, num_gpu_blocks=64, speculative=settings("draft", model))
+    request = engine.add_request({"prompt_token_ids": PROMPTS[0]}, GREEDY)
+    engine.step()  # the prefill
+
+    def interrupted(plan):
+        raise KeyboardInterrupt
+
+    engine.runner.execute = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    assert len(engine.block_manager.tables) > 1, "the branches were left behind"
+    engine.abort_request(request)
+    bm = engine.block_manager
+    invariants.assert_holds(bm)
+    assert not bm.tables and bm.device.num_free == bm.device.num_blocks

@@ -86,6 +86,7 @@ class Speculator:
         self.num_proposed = 0
         self.num_accepted = 0
         self.on_drafted: Callable[[], None] | None = None  # called while the branches exist
+        self._branches: list[int] = []  # the branch tables of the step in flight
 
     def depth_for(self, item: ScheduledSeq) -> int:
         """How deep this row's tree may grow: one guess fewer than the tokens it may still
@@ -103,6 +104,7 @@ class Speculator:
         """Grow a tree and fork its branches for every eligible decode row of ``plan``; those
         rows leave ``plan.scheduled`` (the verify pass computes their root) and their copies
         join ``plan.blocks_to_copy``."""
+        self.drop_branches(bm)
         drafted = []
         for item in list(plan.scheduled):
             depth = self.depth_for(item)
@@ -129,11 +131,20 @@ class Speculator:
                 bm, seq.seq_id, tree, iter(ids).__next__, plan.blocks_to_copy, token_ids
             )
             plan.blocks_to_copy += branches.copies
+            self._branches += branches.node_seqs[1:]
             plan.scheduled.remove(item)
             drafted.append(Drafted(item, tree, branches))
         if drafted and self.on_drafted is not None:
             self.on_drafted()
         return drafted
+
+    def drop_branches(self, bm: BlockManager) -> None:
+        """Free the branches a step left behind when it raised before its verdict (Ctrl-C in
+        the verify pass, say): the engine calls this before drafting and when it aborts."""
+        for branch in self._branches:
+            if branch in bm.tables:
+                bm.free(branch)
+        self._branches = []
 
     def verify(
         self, bm: BlockManager, drafted: list[Drafted], new_tokens: dict[int, int]
