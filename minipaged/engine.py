@@ -321,7 +321,8 @@ class LLMEngine:
             },
             finished=tuple(finished),
             num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
+            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
+            + sum(len(d.tree) for d in drafted),  # a tree's nodes are decoded in its pass
             num_cached_tokens=plan.num_cached_tokens,
         )
 
