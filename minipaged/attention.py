@@ -10,7 +10,9 @@ the sequence's first ``seq_len`` tokens returns:
 - ``paged_attention_decode_partitions``, ``combine_partitions`` and
   ``paged_attention_decode_partitioned``: §4's cross-partition reduction, the reference for
   the v2 kernel's two stages;
-- ``paged_attention_prefill``: several queries per sequence with a causal mask.
+- ``paged_attention_prefill``: several queries per sequence with a causal mask;
+- ``paged_attention_tree``: the nodes of a token tree, each seeing the prefix and its
+  ancestors (speculative decoding's verify pass, ``minipaged.speculative``).
 
 The kernels in ``cuda_kernels`` compute the same results; ``minipaged.backend`` chooses between
 them and this module, which imports no kernel: it is what every other path is tested against.
@@ -333,3 +335,59 @@ def grouped_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale
     q = query.view(batch_size, num_heads // group, group, head_dim).transpose(0, 1)
     scores = (q @ keys.transpose(-1, -2)) * scale  # [num_kv_heads, batch, group, max_len]
     return scores.masked_fill_(~valid[None, :, None, :], -float("inf"))
+
+
+def paged_attention_tree(
+    query: Tensor,
+    key_pool: Tensor,
+    value_pool: Tensor,
+    block_tables: Tensor,
+    prefix_lens: Tensor,
+    query_lens: Tensor,
+    scale: float,
+    block_size: int,
+    *,
+    tree_mask: Tensor,
+    node_slots: Tensor,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+) -> Tensor:
+    """Attention for the nodes of token trees (speculative decoding's verify pass, §5).
+
+    Sequence $b$'s ``query_lens[b]`` queries are the nodes of its tree, in ``query``'s row
+    order. Node $i$ sees the first ``prefix_lens[b]`` = $P$ cache positions, read through
+    $\\mathcal{T}_b$, and node $j$'s key and value, read at slot ``node_slots[j]``, iff
+    ``tree_mask[i, j]`` (``[N, N]`` bool, the ancestors mask $M$: $j$ on the path from the root
+    to $i$). Scores of node $i$: $q_i \\cdot k_t$ for $t < P$ and $q_i \\cdot k_j$ where
+    $M_{ij}$, one softmax over both. A chain ($M$ lower triangular) is a causal prefill.
+    FP8 pools are read with the per-KV-head ``k_scale`` and ``v_scale``, as in ``gather_kv``.
+    Returns ``[N, num_heads, head_dim]``."""
+    n = query.shape[0]
+    if tree_mask.shape != (n, n) or node_slots.shape != (n,):
+        raise ValueError(
+            f"tree_mask must be [N, N] and node_slots [N] for N = {n} queries, got "
+            f"{tuple(tree_mask.shape)} and {tuple(node_slots.shape)}"
+        )
+    firsts = torch.cumsum(query_lens, 0) - query_lens  # each tree's root row
+    paged = (key_pool, value_pool, block_tables, prefix_lens)
+    group = check_attention_inputs(query[firsts.long()], *paged, block_size)
+    scales = {"k_scale": k_scale, "v_scale": v_scale}
+    keys, values, _ = gather_kv(*paged, block_size, **scales)  # [N_KV, batch, max_len, d_h]
+    node_slots = node_slots.long()
+    at = (node_slots // block_size, slice(None), node_slots % block_size)
+    node_keys = dequantize(key_pool[at], per_kv_head(k_scale, 2))  # [N, N_KV, head_dim]
+    node_values = dequantize(value_pool[at], per_kv_head(v_scale, 2))
+    output = torch.empty_like(query)
+    lens = zip(firsts.tolist(), prefix_lens.tolist(), query_lens.tolist(), strict=True)
+    for b, (start, prefix_len, count) in enumerate(lens):
+        rows = slice(start, start + count)
+        k = torch.cat((keys[:, b, :prefix_len], node_keys[rows].transpose(0, 1)), dim=1)
+        v = torch.cat((values[:, b, :prefix_len], node_values[rows].transpose(0, 1)), dim=1)
+        k = k.repeat_interleave(group, dim=0)  # [num_heads, P + count, head_dim]
+        v = v.repeat_interleave(group, dim=0)
+        prefix = torch.ones(count, prefix_len, dtype=torch.bool, device=query.device)
+        sees = torch.cat((prefix, tree_mask[rows, rows]), dim=1)  # [count, P + count]
+        q = query[rows].transpose(0, 1)  # [num_heads, count, head_dim]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=sees, scale=scale)
+        output[rows] = out.transpose(0, 1)
+    return output

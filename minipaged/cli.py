@@ -103,9 +103,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
     gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut")
     gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
-    gen.add_argument(
-        "--beam-width", type=integer(1, 256), default=None, help="beam search with K beams"
-    )
+    gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     gen.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
     gen.add_argument(
@@ -143,6 +141,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto: the model's dtype; fp8: b = 1, twice the blocks of a 16-bit cache",
     )
+    gen.add_argument("--speculative-config", metavar="JSON", help='e.g. {"method": "ngram"}')
 
 
 def _workload(args: argparse.Namespace):
@@ -181,6 +180,7 @@ def _workload(args: argparse.Namespace):
         seed=args.seed,
         device=args.device,
         kv_cache_dtype=args.kv_cache_dtype,
+        speculative=args.speculative_config,
     )
     return llm, params
 

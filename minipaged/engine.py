@@ -24,6 +24,8 @@ from minipaged.model_runner import ModelRunner
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
+from minipaged.speculative.config import SpeculativeConfig, speculative_config
+from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict
@@ -121,11 +123,13 @@ class LLMEngine:
         prefix_caching: str | None = None,
         block_manager_class: type[BlockManager] = BlockManager,
         kv_cache_dtype: torch.dtype | None = None,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
         and methods: a student's, from the exercises, to watch it run the real model.
         ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
-        ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales)."""
+        ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales).
+        ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
                 f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
@@ -158,6 +162,13 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.kv_cache, backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
         self.decoder = Decoder(eos_id, self.max_model_len)
+        self.speculator = None
+        speculative = speculative_config(speculative)  # a dict of its fields will do too
+        if speculative is not None:
+            drafter = make_drafter(speculative, model)
+            self.speculator = Speculator(
+                speculative, drafter, model, self.kv_cache, self.decoder, backend
+            )
         self.seed = seed
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
@@ -203,6 +214,8 @@ class LLMEngine:
                 f"existed; unfinished: {sorted(self.requests)}"
             )
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
+        if self.speculator is not None:  # an interrupted step may have left branches
+            self.speculator.drop_branches(self.block_manager)
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
@@ -276,13 +289,20 @@ class LLMEngine:
         forward pass over every scheduled sequence, pick each one's next token (forking for
         parallel samples and beams), release what finished, and report it all."""
         plan = self.scheduler.schedule()
+        speculator = self.speculator
+        drafted = speculator.draft(self.block_manager, plan) if speculator else []
         logits = self.runner.execute(plan)
         new_tokens: dict[int, int] = {}
         finished: list[RequestOutput] = []
         for group, reason in plan.aborted:
             del self.requests[group.request_id]
             finished.append(self._output(group, error=reason))
-        for group in self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens):
+        groups = self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens)
+        if drafted:  # the trees' verify pass, after the plain one (minipaged.speculative)
+            groups = itertools.chain(
+                groups, speculator.verify(self.block_manager, drafted, new_tokens)
+            )
+        for group in groups:
             for seq in list(group.seqs):
                 reason = self.decoder.finish_reason(group, seq)
                 if reason is not None:
@@ -304,7 +324,8 @@ class LLMEngine:
             },
             finished=tuple(finished),
             num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
+            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
+            + sum(len(d.tree) for d in drafted),  # a tree's nodes are decoded in its pass
             num_cached_tokens=plan.num_cached_tokens,
         )
 

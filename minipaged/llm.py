@@ -19,6 +19,7 @@ from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
 from minipaged.model import LlamaConfig
 from minipaged.sampling import SamplingParams
+from minipaged.speculative.config import SpeculativeConfig, speculative_config
 from minipaged.tokenizer import Tokenizer
 
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
@@ -52,6 +53,9 @@ class LLM:
     - ``skip_tokenizer_init``: load no tokenizer (the directory needs no ``tokenizer.json``);
       as in vLLM, prompts must then be ``{"prompt_token_ids": [...]}``, outputs carry token
       ids and empty text, and generation stops at ``max_tokens`` (no tokenizer names EOS).
+    - ``speculative``: a ``SpeculativeConfig`` (or a dict of its fields, as vLLM's
+      ``speculative_config``) turns on speculative tree decoding: an n-gram or draft-model
+      drafter guesses a token tree, the model verifies it in one pass (``minipaged.speculative``).
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class LLM:
         watermark: float = 0.01,
         skip_tokenizer_init: bool = False,
         kv_cache_dtype: str = "auto",
+        speculative: SpeculativeConfig | dict | str | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
@@ -97,6 +102,7 @@ class LLM:
             prefix_caching=prefix_caching,
             block_manager_class=block_manager_class,
             kv_cache_dtype=cache_dtype,
+            speculative=speculative_config(speculative),
         )
         if fp8.is_fp8(cache_dtype):
             token_ids = calibration_tokens(self.model, self.tokenizer)

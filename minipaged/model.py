@@ -280,6 +280,11 @@ class Llama(nn.Module):
             hidden = hidden[logits_index]
         return self.lm_head(hidden)
 
+    def forward_with(self, tokens: Tensor, positions: Tensor, attend: AttendFn) -> Tensor:
+        """Logits ``[N, V]`` for tokens ``[N]`` at ``positions`` ``[N]`` with the caller's
+        attention step: speculative decoding's verify pass attends with a tree mask."""
+        return self.lm_head(self._hidden(tokens, positions, attend))
+
     def _hidden(self, tokens: Tensor, positions: Tensor, attend: AttendFn) -> Tensor:
         """Final normed hidden states ``[..., hidden]`` for tokens ``[...]``; the rows of
         ``tokens`` are at ``positions`` (``[T]`` shared by a contiguous batch, or ``[N]``)."""

@@ -106,6 +106,16 @@ def sample(
     """
     if params.temperature == 0:
         return [int(torch.argmax(logits))] * num_samples
+    probs = distribution(logits, params)
+    drawn = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    return drawn.tolist()
+
+
+def distribution(logits: Tensor, params: SamplingParams) -> Tensor:
+    """The distribution ``sample`` draws from, ``[vocab]`` float32 (unnormalized after a top-p
+    cut; ``torch.multinomial`` normalizes): temperature-scaled, top-k and top-p filtered.
+    Speculative sampling compares the target's and the drafter's with it. Needs temperature
+    > 0."""
     logits = logits.float() / params.temperature
     if params.top_k:
         kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
@@ -116,5 +126,4 @@ def sample(
         # Keep a token while the mass before it is below top_p: the first always stays.
         drop = sorted_probs.cumsum(0) - sorted_probs >= params.top_p
         probs = probs.scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
-    drawn = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
-    return drawn.tolist()
+    return probs

@@ -28,6 +28,7 @@ TITLES = {
     "block-size": "Block size: waste against kernel time",
     "tui": "TUI step time with 8 sequences",
     "kv-dtype": "The price of a narrower KV cache",
+    "speculative": "Speculative tree decoding",
 }
 
 
@@ -171,3 +172,11 @@ def test_kv_dtype_bench_prices_each_narrower_cache_against_float32(as_json):
     assert rows["fp8_e4m3"]["llama_blocks"] // 2 == rows["float16"]["llama_blocks"]
     assert rows["fp8_e5m2"]["tiny_blocks"] == 4 * rows["float32"]["tiny_blocks"]
     assert all(1 < row["perplexity"] < 2048 for row in rows.values())  # below the vocabulary
+
+
+def test_speculative_bench_keeps_greedy_tokens_and_needs_fewer_passes_and_blocks(as_json):
+    rows = {row["system"]: row for row in as_json["speculative"]["rows"]}
+    assert all(row["same_tokens"] == "yes" for row in rows.values())
+    assert rows["draft model"]["passes_per_token"] < rows["plain"]["passes_per_token"]
+    for name in ("n-gram", "draft model"):
+        assert rows[name]["peak_blocks"] < rows[name]["peak_copy_blocks"]

@@ -16,6 +16,8 @@ from minipaged.block_manager import BlockManager
 from minipaged.engine import LLMEngine
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
+from minipaged.speculative import SpeculativeConfig
+from tui.speculative_frames import TwoFrameEngine
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ class Scenario:
     seed: int = 0
     block_manager_class: type[BlockManager] = BlockManager  # or a student's, from the exercises
     kv_cache_dtype: str = "auto"  # or "fp8_e4m3" / "fp8_e5m2": b = 1 byte per element (§1)
+    speculative: SpeculativeConfig | None = None  # speculative tree decoding (§5)
 
-    def build(self, model: str = "tiny") -> LLMEngine:
+    def build(self, model: str = "tiny") -> LLMEngine | TwoFrameEngine:
         """Load ``model`` and return its engine with every request added (nothing run yet).
         Raises ``FileNotFoundError`` or ``ValueError`` naming what is wrong."""
         llm = LLM(
@@ -55,6 +58,7 @@ class Scenario:
             prefix_caching=self.prefix_caching,
             seed=self.seed,
             kv_cache_dtype=self.kv_cache_dtype,
+            speculative=self.speculative,
             **(
                 {"block_manager_class": self.block_manager_class}
                 if self.block_manager_class
@@ -63,7 +67,7 @@ class Scenario:
         )
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
-        return llm.engine
+        return llm.engine if self.speculative is None else TwoFrameEngine(llm.engine)
 
 
 def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:
@@ -189,6 +193,22 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             num_gpu_blocks=32,
             prefix_caching="hash",
+        ),
+        Scenario(
+            name="speculative",
+            title="speculative tree decoding",
+            story="A draft model (tiny-draft) guesses a tree of next tokens, two per node, two "
+            "deep (§5's fourth workload). First frame of a step: every guess gets a branch "
+            "forked from its parent's, sharing the prefix's blocks (R[p] rises) and copying on "
+            "write where a branch splits a block. Second frame: one target pass verifies the "
+            "whole tree with the ancestors mask, the longest agreeing path is kept with the "
+            "target's own next token, its branch becomes the sequence's table, and the rejected "
+            "branches are freed.",
+            requests=(Request("Elizabeth could not help", sampled(20, seed=5)),),
+            num_gpu_blocks=40,
+            speculative=SpeculativeConfig(
+                "draft", num_speculative_tokens=2, branching=2, draft_model="tiny-draft"
+            ),
         ),
     )
 }

@@ -10,6 +10,7 @@ kernels        paged decode attention against contiguous attention (§4)        
 engine         minipaged's continuous batching against transformers' generate     measured
 block-size     waste against kernel time for $B$ = 8, 16, 32                      both
 kv-dtype       logit error, perplexity, greedy agreement, blocks per KV dtype     measured
+speculative    passes per token, acceptance, blocks of speculative tree decoding  both
 =============  =================================================================  ==========
 
 Each sub-benchmark is a module with ``run(options) -> Report``. Speeds are ratios against a
@@ -38,6 +39,7 @@ SUBBENCHMARKS = {
     "block-size": "minipaged.study.bench.block_size",
     "kv-dtype": "minipaged.study.bench.kv_dtype",
     "tui": "minipaged.study.bench.tui",
+    "speculative": "minipaged.study.bench.speculative",
 }
 
 RESULTS = Path("docs") / "results"

@@ -1,0 +1,90 @@
+"""The speculative-decoding setting, in the style of vLLM's ``speculative_config``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+METHODS = ("ngram", "draft")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """How ``LLM(..., speculative=...)`` drafts and how big its token tree grows.
+
+    - ``method``: ``"ngram"`` (prompt lookup: continue the sequence the way an earlier
+      occurrence of its last tokens continued; no model) or ``"draft"`` (a smaller Llama with
+      the target's tokenizer, ``draft_model``).
+    - ``num_speculative_tokens``: the tree's depth $d$, the most draft tokens one step accepts.
+    - ``branching``: $k$, the children a node may have (the drafter's top $k$ guesses, or $k$
+      draws from the draft distribution when sampling); $k = 1$ is a single chain.
+    - ``draft_model``: ``"tiny"``, an embedded model name, or a Hugging Face Llama directory;
+      only for ``method="draft"``.
+    - ``max_tree_nodes``: a cap on the draft nodes of one tree (each costs one block while the
+      step runs), filled breadth first: a full tree has $k + k^2 + \\dots + k^d$.
+    - ``ngram_max`` / ``ngram_min``: the longest and shortest suffix prompt lookup matches.
+
+    Guarantee after construction: every value is in range, so a bad setting fails here, with
+    its name and the way out, before any model loads.
+    """
+
+    method: str = "ngram"
+    num_speculative_tokens: int = 4
+    branching: int = 2
+    draft_model: str | Path | None = None
+    max_tree_nodes: int = 32
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(
+                f"speculative method must be one of {list(METHODS)}, got {self.method!r}"
+            )
+        names = ("num_speculative_tokens", "branching", "max_tree_nodes", "ngram_max", "ngram_min")
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"speculative {name} must be an integer >= 1, got {value!r}")
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(
+                f"speculative ngram_min ({self.ngram_min}) must be <= ngram_max ({self.ngram_max})"
+            )
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError(
+                "speculative method 'draft' needs draft_model: a model name such as 'tiny' or "
+                "the directory of a Llama that shares the target's tokenizer"
+            )
+        if self.method == "ngram" and self.draft_model is not None:
+            raise ValueError(
+                f"draft_model={self.draft_model!r} is only used by method 'draft'; "
+                "drop it, or set method='draft'"
+            )
+
+
+def speculative_config(value: SpeculativeConfig | dict | str | None) -> SpeculativeConfig | None:
+    """``LLM(speculative=...)`` accepts a config, a dict of its fields (vLLM's style), that
+    dict as JSON (``minipaged generate --speculative-config``) or None."""
+    if value is None or isinstance(value, SpeculativeConfig):
+        return value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"--speculative-config must be a JSON object such as "
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r} ({error})'
+            ) from None
+    if isinstance(value, dict):
+        unknown = set(value) - set(SpeculativeConfig.__dataclass_fields__)
+        if unknown:
+            raise ValueError(
+                f"unknown speculative setting(s) {sorted(unknown)}; known: "
+                f"{sorted(SpeculativeConfig.__dataclass_fields__)}"
+            )
+        return SpeculativeConfig(**value)
+    raise ValueError(
+        "speculative must be a SpeculativeConfig, a dict of its fields (a JSON object on the "
+        f"command line) or None, got {value!r}"
+    )
