@@ -60,15 +60,21 @@ def check_attention_inputs(
             f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
             f"{len(lens)}, got {tuple(block_tables.shape)}"
         )
+    width = block_tables.shape[1]
     for b, seq_len in enumerate(lens):
-        if block_tables.shape[1] * block_size < seq_len:
-            raise ValueError(table_too_short(b, seq_len, block_size, block_tables.shape[1]))
-        used = block_tables[b, : -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
-        if bool(((used < 0) | (used >= num_blocks)).any()):
-            raise ValueError(
-                f"sequence {b}'s block table {used.tolist()} names a block outside the pool "
-                f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
-            )
+        if width * block_size < seq_len:
+            raise ValueError(table_too_short(b, seq_len, block_size, width))
+    # Entries T_b[0 .. ceil(L_b / B) - 1] must name pool blocks: one mask over the whole
+    # batch, so the check costs a few tensor operations however many sequences there are.
+    num_used = (seq_lens.to(block_tables.device).long() + block_size - 1) // block_size
+    used = torch.arange(width, device=block_tables.device)[None, :] < num_used[:, None]
+    outside = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [batch, width]
+    if bool(outside.any()):
+        b = int(outside.any(dim=1).nonzero()[0])
+        raise ValueError(
+            f"sequence {b}'s block table {block_tables[b, : int(num_used[b])].tolist()} names "
+            f"a block outside the pool of {num_blocks} blocks (ids 0..{num_blocks - 1})"
+        )
     return num_heads // num_kv_heads
 
 
