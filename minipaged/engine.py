@@ -10,6 +10,8 @@ a snapshot of the block state: what the TUI draws and a trace records.
 from __future__ import annotations
 
 import itertools
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -77,18 +79,42 @@ class SeqView:
     status: str
 
 
+class Deferred:
+    """A field of a frozen dataclass that may be given as a function and is computed on first
+    read (then kept): ``StepOutput.state`` and ``.sequences`` read as a ``BlockState`` and a
+    dict, but a caller that never reads them (``LLM.generate``) never pays for building them."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, output: object, owner: type | None = None):
+        if output is None:  # the dataclass asks for a default: there is none
+            raise AttributeError(self.name)
+        value = output.__dict__[self.name]
+        if callable(value):
+            value = output.__dict__[self.name] = value()
+        return value
+
+    def __set__(self, output: object, value: object) -> None:
+        output.__dict__[self.name] = value
+
+
 @dataclass(frozen=True)
 class StepOutput:
     """Everything one step did: ``new_tokens`` (seq id -> token), the block manager's
     ``events`` in order, the block ``state`` after the step, every live sequence, the queues
     (request ids), the requests that finished, and how many tokens were prefilled / decoded /
-    found in the prefix cache (prefill skipped)."""
+    found in the prefix cache (prefill skipped).
+
+    ``state`` and ``sequences`` are built when first read. The engine builds them before it
+    changes anything they describe if this output is still held, so they always describe the
+    moment the step ended, and an output dropped unread costs nothing (``LLMEngine.settle``)."""
 
     step: int
     new_tokens: dict[int, int]
     events: tuple[Event, ...]
-    state: BlockState
-    sequences: dict[int, SeqView]
+    state: BlockState = Deferred()
+    sequences: dict[int, SeqView] = Deferred()
     queues: dict[str, tuple[str, ...]]
     finished: tuple[RequestOutput, ...]
     num_prefill_tokens: int
@@ -159,6 +185,7 @@ class LLMEngine:
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
+        self._last_output: Callable[[], StepOutput | None] = lambda: None  # a weakref, later
 
     # -- requests --------------------------------------------------------------------------
 
@@ -168,6 +195,7 @@ class LLMEngine:
         """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
+        self.settle()
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -199,6 +227,7 @@ class LLMEngine:
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
                 f"existed; unfinished: {sorted(self.requests)}"
             )
+        self.settle()
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
@@ -272,6 +301,7 @@ class LLMEngine:
         """One iteration: schedule (admit, decode, preempt), run the block copies and one
         forward pass over every scheduled sequence, pick each one's next token (forking for
         parallel samples and beams), release what finished, and report it all."""
+        self.settle()
         plan = self.scheduler.schedule()
         logits = self.runner.execute(plan)
         new_tokens: dict[int, int] = {}
@@ -289,12 +319,12 @@ class LLMEngine:
                 del self.requests[group.request_id]
                 finished.append(self._output(group))
         self.step_count += 1
-        return StepOutput(
+        output = StepOutput(
             step=self.step_count,
             new_tokens=new_tokens,
             events=tuple(self.block_manager.pop_events()),
-            state=self.block_manager.snapshot(),
-            sequences=self._views(),
+            state=self.block_manager.snapshot,  # built when read (Deferred)
+            sequences=self._views,
             queues={
                 name: tuple(g.request_id for g in getattr(self.scheduler, name))
                 for name in ("waiting", "running", "swapped")
@@ -304,6 +334,16 @@ class LLMEngine:
             num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill),
             num_cached_tokens=plan.num_cached_tokens,
         )
+        self._last_output = weakref.ref(output)
+        return output
+
+    def settle(self) -> None:
+        """Build the last step's snapshot and sequence views now if its ``StepOutput`` is
+        still held anywhere: the engine is about to change what they describe. Every method
+        that changes the blocks, the queues or a sequence calls this first."""
+        output = self._last_output()
+        if output is not None:
+            _ = output.state, output.sequences  # reading builds them
 
     def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason
