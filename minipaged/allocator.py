@@ -106,7 +106,7 @@ class BlockAllocator:
         refcounts = self._refcounts
         if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
             self._check_id(min(blocks) if min(blocks) < 0 else max(blocks))
-        if any(refcounts[block] == 0 for block in blocks):
+        if blocks and min(map(refcounts.__getitem__, blocks)) == 0:  # one C-level pass
             free = [block for block in blocks if refcounts[block] == 0]
             raise ValueError(
                 f"cannot share {self.pool} blocks {free}: they are free (R=0); allocate them first"

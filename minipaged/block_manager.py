@@ -197,7 +197,7 @@ class BlockManager:
         table = self._device_table(seq)
         self._check_append(seq, table, token_ids)
         t = table.num_tokens
-        j = table.logical_block(t)
+        j, o = divmod(t, self.block_size)  # the manager's own B and length: nothing to check
         cow = None
         if table.is_last_block_full:
             self._append_block(seq, table)
@@ -212,7 +212,7 @@ class BlockManager:
         table.num_tokens += 1
         if token_ids is not None and table.is_last_block_full:
             self._register_full_blocks(seq, token_ids)
-        return AppendResult(table.slot(t), cow)
+        return AppendResult(table.blocks[j] * self.block_size + o, cow)  # slot (memory.slot)
 
     def fork(self, parent: SeqId, child: SeqId) -> BlockTable:
         """Give ``child`` the parent's block table (§5, step 1) and raise each shared block's
