@@ -16,7 +16,7 @@ Prefill has no kernel: it runs on the reference on every backend.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
@@ -79,6 +79,7 @@ class PagedBatch:
     query_lens: Tensor
     block_size: int
     backend: str = "torch"
+    parts: tuple = field(default=None, init=False, repr=False)  # split_batch's, once per step
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
@@ -145,13 +146,15 @@ def paged_attention(
 ) -> Tensor:
     """One layer's attention for one engine step: write this step's keys and values
     (``[N, num_kv_heads, head_dim]``) at ``batch.slot_mapping``, then attend each query
-    (``[N, num_heads, head_dim]``) to its sequence's cache. Decode when every query_len is 1,
-    prefill otherwise. Returns ``[N, num_heads, head_dim]``.
+    (``[N, num_heads, head_dim]``) to its sequence's cache. Returns ``[N, num_heads, head_dim]``.
+
+    A step that admits a prompt while others decode holds both kinds of sequence: the decode
+    rows (query_len 1) go through the decode path, the prompts through prefill, each with its
+    own rows of the tables (``split_batch``), so a long prompt never slows the decodes down.
 
     FP8 pools: ``k_scale`` and ``v_scale`` (``[num_kv_heads]``, the layer's) quantize the
     writes (``kv_cache.quantize_kv``, before a kernel copies the bytes) and dequantize the
     reads, on every path."""
-    paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     kernels = kernels_for(batch.backend)
     if kernels is None:
@@ -159,9 +162,53 @@ def paged_attention(
     else:
         key, value = quantize_kv(key_pool.dtype, key, value, k_scale, v_scale)
         kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
-    if not bool((batch.query_lens == 1).all()):
-        return attention.paged_attention_prefill(
-            query, *paged, batch.query_lens, scale, batch.block_size, **scales
-        )
     decode = attention.paged_attention_decode if kernels is None else kernels.paged_attention_decode
-    return decode(query, *paged, scale, batch.block_size, **scales)
+    parts = split_batch(batch)
+    if parts is None:  # every sequence decodes
+        paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
+        return decode(query, *paged, scale, batch.block_size, **scales)
+    output = torch.empty_like(query)
+    (decode_rows, decode_seqs), (prefill_rows, prefill_seqs) = parts
+    if decode_seqs.numel():
+        output[decode_rows] = decode(
+            query[decode_rows],
+            key_pool,
+            value_pool,
+            batch.block_tables[decode_seqs],
+            batch.seq_lens[decode_seqs],
+            scale,
+            batch.block_size,
+            **scales,
+        )
+    output[prefill_rows] = attention.paged_attention_prefill(
+        query[prefill_rows],
+        key_pool,
+        value_pool,
+        batch.block_tables[prefill_seqs],
+        batch.seq_lens[prefill_seqs],
+        batch.query_lens[prefill_seqs],
+        scale,
+        batch.block_size,
+        **scales,
+    )
+    return output
+
+
+def split_batch(batch: PagedBatch) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+    """None when every sequence decodes; else ``((rows, seqs), (rows, seqs))`` for the decode
+    sequences and then the prefill ones: the rows of the step's ``[N]`` tokens and the
+    sequences (rows of ``block_tables``) each part owns. Computed once per step, not once per
+    layer: the batch keeps it in ``parts``."""
+    if batch.parts is None:
+        query_lens = batch.query_lens.long().cpu()  # [batch]
+        decodes = query_lens == 1
+        parts = ()
+        if not bool(decodes.all()):
+            row_decodes = decodes.repeat_interleave(query_lens)  # [N]: the row's sequence decodes
+            device = batch.query_lens.device
+            parts = tuple(
+                (rows.nonzero().squeeze(1).to(device), seqs.nonzero().squeeze(1).to(device))
+                for rows, seqs in ((row_decodes, decodes), (~row_decodes, ~decodes))
+            )
+        object.__setattr__(batch, "parts", parts)  # a cache: what the batch says is unchanged
+    return batch.parts or None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
 
@@ -60,13 +59,15 @@ def check_attention_inputs(
             f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
             f"{len(lens)}, got {tuple(block_tables.shape)}"
         )
-    for b, seq_len in enumerate(lens):
-        if block_tables.shape[1] * block_size < seq_len:
-            raise ValueError(table_too_short(b, seq_len, block_size, block_tables.shape[1]))
-        used = block_tables[b, : -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
-        if bool(((used < 0) | (used >= num_blocks)).any()):
+    # Plain Python over the table's ids: a step's tables hold a few hundred ids, and one
+    # tolist() costs less than the handful of tensor operations a vectorized check would.
+    for b, (seq_len, table) in enumerate(zip(lens, block_tables.tolist(), strict=True)):
+        if len(table) * block_size < seq_len:
+            raise ValueError(table_too_short(b, seq_len, block_size, len(table)))
+        used = table[: -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
+        if min(used) < 0 or max(used) >= num_blocks:
             raise ValueError(
-                f"sequence {b}'s block table {used.tolist()} names a block outside the pool "
+                f"sequence {b}'s block table {used} names a block outside the pool "
                 f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
             )
     return num_heads // num_kv_heads
@@ -136,19 +137,21 @@ def check_write(
                 f"{name} has dtype {tensor.dtype} but the pools hold {key_pool.dtype}: "
                 f"cast it with .to({key_pool.dtype}) first"
             )
-    slots = slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
+    kept = [slot for slot in slot_mapping.tolist() if slot >= 0]  # one step's N slots
     num_slots = num_blocks * block_size
-    if slots.numel() and int(slots.max()) >= num_slots:
+    if kept and max(kept) >= num_slots:
         raise ValueError(
-            f"slot {int(slots.max())} is past the end of the pool: {num_blocks} blocks of "
+            f"slot {max(kept)} is past the end of the pool: {num_blocks} blocks of "
             f"B={block_size} hold slots 0..{num_slots - 1}"
         )
-    if torch.unique(slots).numel() != slots.numel():
+    if len(set(kept)) != len(kept):
         raise ValueError(
-            f"slot_mapping {slots.tolist()} writes two tokens into the same slot; "
+            f"slot_mapping {kept} writes two tokens into the same slot; "
             "each token needs its own slot"
         )
-    return slots
+    if len(kept) == slot_mapping.shape[0]:  # nothing skipped: the mapping itself
+        return slot_mapping.long()
+    return slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
 
 
 def check_block_pairs(

@@ -56,7 +56,15 @@ class Decoder:
         if logits is None:
             return
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [batch, vocab]
-        greedy = torch.argmax(logits, dim=-1).tolist()
+        greedy_tokens = torch.argmax(logits, dim=-1)  # [batch]
+        # Each row's greedy token and its log-probability, for the whole batch in two calls.
+        greedy = list(
+            zip(
+                greedy_tokens.tolist(),
+                logprobs.gather(1, greedy_tokens[:, None]).squeeze(1).tolist(),
+                strict=True,
+            )
+        )
         rows: dict[SequenceGroup, list[int]] = defaultdict(list)
         for row, item in enumerate(scheduled):
             rows[item.group].append(row)
@@ -89,7 +97,7 @@ class Decoder:
         item: ScheduledSeq,
         logits: Tensor,
         logprobs: Tensor,
-        greedy: int,
+        greedy: tuple[int, float],
         new_tokens: dict[int, int],
     ) -> None:
         """One row: a token for its sequence, or, for a prompt's first step with $n > 1$,
@@ -99,13 +107,15 @@ class Decoder:
         fork = item.is_prefill and not group.forked and params.n > 1
         count = params.n if fork else 1
         if params.temperature == 0:
-            tokens = [greedy] * count  # n greedy samples are identical, as in vLLM
+            tokens = [greedy[0]] * count  # n greedy samples are identical, as in vLLM
+            chosen = [greedy[1]] * count
         else:
             tokens = sample(logits, params, group.generator, count)
+            chosen = logprobs[tokens].tolist()
         seqs = [item.seq] + [self._fork(group, item.seq) for _ in tokens[1:]]
-        for seq, token in zip(seqs, tokens, strict=True):
+        for seq, token, logprob in zip(seqs, tokens, chosen, strict=True):
             seq.token_ids.append(token)
-            seq.cumulative_logprob += float(logprobs[token])
+            seq.cumulative_logprob += logprob
             new_tokens[seq.seq_id] = token
 
     def _beam_step(

@@ -10,17 +10,19 @@ a snapshot of the block state: what the TUI draws and a trace records.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable
 
 import torch
 
 from minipaged.backend import SUPPORTED_BACKENDS, kernels_for
-from minipaged.block_manager import AllocStatus, BlockManager, BlockState
+from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.decoding import Decoder, ranked
-from minipaged.events import Event, Finish, Refuse
+from minipaged.events import Finish, Refuse
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
+from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
@@ -29,6 +31,15 @@ from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict
+# The result types live in minipaged.outputs; they are imported from here too.
+__all__ = [
+    "CompletionOutput",
+    "LLMEngine",
+    "RequestOutput",
+    "RequestRejected",
+    "SeqView",
+    "StepOutput",
+]
 
 
 class RequestRejected(ValueError):
@@ -41,61 +52,6 @@ class RequestRejected(ValueError):
         super().__init__(message)
         self.num_blocks = num_blocks
         self.limit = limit
-
-
-@dataclass
-class CompletionOutput:
-    """One generated sequence: its new tokens (the prompt excluded), their text, the sum of
-    their log-probabilities, and why it stopped (``"stop"`` or ``"length"``)."""
-
-    index: int
-    token_ids: list[int]
-    text: str
-    cumulative_logprob: float
-    finish_reason: str | None
-
-
-@dataclass
-class RequestOutput:
-    """vLLM's result type: ``outputs[i].token_ids`` and ``outputs[i].text`` per sequence
-    (best first for beam search). ``error`` says why a rejected or aborted request stopped."""
-
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    outputs: list[CompletionOutput]
-    finished: bool = True
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SeqView:
-    """A live sequence as a step saw it: its tokens so far (prompt included) and its queue."""
-
-    request_id: str
-    seq_id: int
-    token_ids: tuple[int, ...]
-    prompt_len: int
-    status: str
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    """Everything one step did: ``new_tokens`` (seq id -> token), the block manager's
-    ``events`` in order, the block ``state`` after the step, every live sequence, the queues
-    (request ids), the requests that finished, and how many tokens were prefilled / decoded /
-    found in the prefix cache (prefill skipped)."""
-
-    step: int
-    new_tokens: dict[int, int]
-    events: tuple[Event, ...]
-    state: BlockState
-    sequences: dict[int, SeqView]
-    queues: dict[str, tuple[str, ...]]
-    finished: tuple[RequestOutput, ...]
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_cached_tokens: int = 0
 
 
 class LLMEngine:
@@ -173,6 +129,7 @@ class LLMEngine:
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
+        self._last_output: Callable[[], StepOutput | None] = lambda: None  # a weakref, later
 
     # -- requests --------------------------------------------------------------------------
 
@@ -182,6 +139,7 @@ class LLMEngine:
         """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
+        self.settle()
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -213,6 +171,7 @@ class LLMEngine:
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
                 f"existed; unfinished: {sorted(self.requests)}"
             )
+        self.settle()
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches
             self.speculator.drop_branches(self.block_manager)
@@ -288,6 +247,7 @@ class LLMEngine:
         """One iteration: schedule (admit, decode, preempt), run the block copies and one
         forward pass over every scheduled sequence, pick each one's next token (forking for
         parallel samples and beams), release what finished, and report it all."""
+        self.settle()
         plan = self.scheduler.schedule()
         speculator = self.speculator
         drafted = speculator.draft(self.block_manager, plan) if speculator else []
@@ -312,12 +272,12 @@ class LLMEngine:
                 del self.requests[group.request_id]
                 finished.append(self._output(group))
         self.step_count += 1
-        return StepOutput(
+        output = StepOutput(
             step=self.step_count,
             new_tokens=new_tokens,
             events=tuple(self.block_manager.pop_events()),
-            state=self.block_manager.snapshot(),
-            sequences=self._views(),
+            state=self.block_manager.snapshot,  # built when read (Deferred)
+            sequences=self._views,
             queues={
                 name: tuple(g.request_id for g in getattr(self.scheduler, name))
                 for name in ("waiting", "running", "swapped")
@@ -328,6 +288,16 @@ class LLMEngine:
             + sum(len(d.tree) for d in drafted),  # a tree's nodes are decoded in its pass
             num_cached_tokens=plan.num_cached_tokens,
         )
+        self._last_output = weakref.ref(output)
+        return output
+
+    def settle(self) -> None:
+        """Build the last step's snapshot and sequence views now if its ``StepOutput`` is
+        still held anywhere: the engine is about to change what they describe. Every method
+        that changes the blocks, the queues or a sequence calls this first."""
+        output = self._last_output()
+        if output is not None:
+            _ = output.state, output.sequences  # reading builds them
 
     def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

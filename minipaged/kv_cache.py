@@ -52,14 +52,16 @@ def write_kv(
     slots = check_write(key_pool, value_pool, key, value, slot_mapping)
     if slots.numel() == 0:
         return
-    keep = slot_mapping >= 0
+    if slots.numel() < slot_mapping.numel():  # some tokens are skipped: write the others
+        keep = slot_mapping >= 0
+        key, value = key[keep], value[keep]
     block_size = key_pool.shape[2]
     block = slots // block_size
     offset = slots % block_size
     # Indices on dims 0 and 2 with a slice between them: the indexed view is [n, num_kv_heads,
     # head_dim], the same shape as the kept tokens.
-    key_pool[block, :, offset] = key[keep]
-    value_pool[block, :, offset] = value[keep]
+    key_pool[block, :, offset] = key
+    value_pool[block, :, offset] = value
 
 
 def quantize_kv(

@@ -185,6 +185,7 @@ class LLM:
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
+                del step  # held by no one, its snapshot is never built (engine.Deferred)
 
 
 def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:

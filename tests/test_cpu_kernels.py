@@ -47,9 +47,14 @@ from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
 from minipaged.attention import paged_attention_decode_partitions
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    return cpu
+@pytest.fixture(scope="module", params=[1, 2], ids=["serial", "parallel"])
+def kernels(request):
+    """The twins on one thread (their loop nests compiled without ``parallel``) and on two (the
+    ``prange`` loops spread over threads): every property must hold for both."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield cpu
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

@@ -157,3 +157,31 @@ def test_step_output_reports_queues_sequences_and_token_counts(model):
     assert list(view.token_ids) == [*PROMPTS[0], first.new_tokens[view.seq_id]]
     second = engine.step()
     assert second.num_prefill_tokens == 0 and second.num_decode_tokens == 1
+
+
+def test_a_held_step_output_describes_its_own_step_and_a_dropped_one_costs_nothing(model):
+    """``StepOutput.state`` and ``.sequences`` are built when first read; read after later
+    steps, requests and aborts, they must still equal what an eager snapshot taken when the
+    step ended says. A step output nobody holds is never snapshotted."""
+    engine = LLMEngine(model, block_size=4, num_gpu_blocks=24)
+    params = SamplingParams(max_tokens=6, temperature=0, n=2, ignore_eos=True)
+    for prompt in PROMPTS[:2]:
+        engine.add_request({"prompt_token_ids": prompt}, params)
+    held, eager = [], []
+    for step in range(8):
+        held.append(engine.step())
+        eager.append((engine.block_manager.snapshot(), engine._views()))
+        if step == 2:  # changes between steps must not leak into the held outputs either
+            engine.add_request({"prompt_token_ids": PROMPTS[3]}, params)
+        if step == 4:
+            engine.abort_request("1")
+    for output, (state, views) in zip(held, eager, strict=True):
+        assert output.state == state
+        assert output.sequences == views
+
+    built = []
+    snapshot = engine.block_manager.snapshot
+    engine.block_manager.snapshot = lambda: built.append(1) or snapshot()
+    while engine.has_unfinished():
+        engine.step().finished  # noqa: B018  (read a field; drop the output)
+    assert built == []

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minipaged import memory
-from minipaged.attention import NO_BLOCK
-from minipaged.kv_cache import KVCache
+from minipaged.attention import NO_BLOCK, paged_attention_prefill
+from minipaged.backend import paged_attention
+from minipaged.kv_cache import KVCache, write_kv
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_runner import ModelRunner
 from minipaged.scheduler import ScheduledSeq, SchedulerOutput
@@ -97,3 +98,24 @@ def test_execute_returns_one_row_of_logits_per_scheduled_sequence(case):
         every = model_runner.model(tokens, positions, model_runner.kv_cache, batch)
     last = torch.cumsum(batch.query_lens, 0) - 1
     torch.testing.assert_close(logits, every[last])
+
+
+@given(plans())
+def test_a_mixed_step_attends_as_if_every_row_were_a_prefill(case):
+    """A step with decodes and prompts side by side sends the decode rows through the decode
+    path and the prompts through prefill (``backend.split_batch``); every row must get what
+    the causal prefill over the whole batch gives it."""
+    block_size, plan = case
+    _, _, batch = runner(block_size).prepare(plan)
+    generator = torch.Generator().manual_seed(0)
+    num_rows = int(batch.query_lens.sum())
+    pools = torch.randn(2, NUM_BLOCKS, 1, block_size, 8, generator=generator)
+    query = torch.randn(num_rows, 2, 8, generator=generator)
+    key, value = torch.randn(2, num_rows, 1, 8, generator=generator)
+    split = pools.clone()
+    output = paged_attention(query, key, value, split[0], split[1], batch, 0.5)
+    whole = pools.clone()
+    write_kv(whole[0], whole[1], key, value, batch.slot_mapping)
+    paged = (whole[0], whole[1], batch.block_tables, batch.seq_lens, batch.query_lens)
+    torch.testing.assert_close(output, paged_attention_prefill(query, *paged, 0.5, block_size))
+    torch.testing.assert_close(split, whole)

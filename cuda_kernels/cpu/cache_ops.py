@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from cuda_kernels.cpu.launch import check_device, kernel_array, use_torch_threads
+from cuda_kernels.cpu.launch import check_device, kernel_array, on_torch_threads
 from minipaged.contract import check_copy_pairs, check_swap_pairs, check_write
 
 
@@ -69,8 +69,7 @@ def reshape_and_cache(
     ``cuda_kernels.reshape_and_cache`` and ``minipaged.kv_cache.write_kv``."""
     if check_write(key_pool, value_pool, key, value, slot_mapping).numel() == 0:
         return
-    use_torch_threads()
-    reshape_and_cache_kernel(
+    on_torch_threads(reshape_and_cache_kernel)(
         kernel_array(key.contiguous(), "key"),
         kernel_array(value.contiguous(), "value"),
         kernel_array(key_pool, "key_pool"),
@@ -89,10 +88,10 @@ def copy_blocks(
     ``cuda_kernels.copy_blocks``."""
     if not check_copy_pairs(key_pools, value_pools, pairs):
         return
-    use_torch_threads()
+    kernel = on_torch_threads(copy_blocks_kernel)
     block_pairs = np.array(pairs, dtype=np.int64).reshape(len(pairs), 2)  # [n, 2]
     for key_pool, value_pool in zip(key_pools, value_pools, strict=True):  # one call per layer
-        copy_blocks_kernel(
+        kernel(
             kernel_array(key_pool, "key_pool"), kernel_array(value_pool, "value_pool"), block_pairs
         )
 

@@ -11,6 +11,8 @@ counterpart of ``cuda_kernels/launch.py``.
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 import torch
@@ -45,6 +47,24 @@ def check_device(tensor: torch.Tensor, name: str) -> None:
         )
 
 
-def use_torch_threads() -> None:
-    """Run the next parallel loop on as many threads as torch uses (at most Numba's pool)."""
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
+    """``kernel`` (an ``@njit(parallel=True)`` twin) set to run on as many threads as torch uses
+    (at most Numba's pool), so a comparison with torch's own operations is fair. On one thread,
+    the same loop nest compiled without ``parallel`` (``prange`` runs as ``range``): the result
+    is the same, and no parallel region is opened and joined per call, which costs
+    microseconds on an idle machine and can cost milliseconds on a busy one."""
+    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if threads == 1:
+        return serial(kernel)
+    numba.set_num_threads(threads)
+    return kernel
+
+
+@functools.cache
+def serial(kernel: numba.core.registry.CPUDispatcher):
+    """``kernel`` compiled with its options but ``parallel`` and the on-disk cache (whose index
+    would not tell the two compilations of one function apart)."""
+    options = {
+        k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "cache", "nopython")
+    }
+    return numba.njit(**options)(kernel.py_func)

@@ -31,7 +31,7 @@ from cuda_kernels.cpu.launch import (
     NUM_THREADS,
     check_device,
     kernel_array,
-    use_torch_threads,
+    on_torch_threads,
 )
 from cuda_kernels.fp8 import check_pools, decode_table, element, head_scales
 from minipaged.contract import check_attention_inputs
@@ -135,8 +135,7 @@ def paged_attention_decode(
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
-    use_torch_threads()
-    paged_attention_v1(
+    on_torch_threads(paged_attention_v1)(
         kernel_array(output, "output"),
         kernel_array(query.contiguous(), "query"),
         kernel_array(key_pool, "key_pool"),

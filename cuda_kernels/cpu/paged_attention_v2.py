@@ -24,7 +24,7 @@ from cuda_kernels.cpu.launch import (
     FASTMATH,
     check_device,
     kernel_array,
-    use_torch_threads,
+    on_torch_threads,
 )
 from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend, fp8_arguments
 from cuda_kernels.fp8 import check_pools
@@ -145,7 +145,8 @@ def paged_attention_decode_v2(
         np.int64(partition_size),
         *fp8_arguments(key_pool, k_scale, v_scale),
     )
-    use_torch_threads()
-    paged_attention_v2_partitions(*stage_one)
-    reduce_kernel(kernel_array(output, "output"), *stage_one[:3])  # out, m_k, l_k, O_k
+    on_torch_threads(paged_attention_v2_partitions)(*stage_one)
+    on_torch_threads(reduce_kernel)(
+        kernel_array(output, "output"), *stage_one[:3]
+    )  # out, m_k, l_k, O_k
     return output
