@@ -123,7 +123,7 @@ def generate(llm: LLM, prompts: list[str], max_tokens: int) -> Tally:
 
 def run(options: Options) -> Report:
     prompts = PROMPTS[:2] if options.quick else PROMPTS
-    max_tokens, rounds = (16, 1) if options.quick else (64, 3)
+    max_tokens, rounds = (16, 1) if options.quick else (64, 5)
     llms = {
         name: LLM(
             options.model,
