@@ -53,6 +53,13 @@ def cache_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
     return KV_CACHE_DTYPES[kv_cache_dtype]
 
 
+def kv_cache_dtype_name(dtype: torch.dtype) -> str:
+    """``dtype`` as ``LLM(kv_cache_dtype=...)`` and the CLI name it: ``"fp8_e4m3"`` for an FP8
+    format (``KV_CACHE_DTYPES``), else torch's name (``"float32"``)."""
+    names = {fp8_dtype: name for name, fp8_dtype in KV_CACHE_DTYPES.items()}
+    return names.get(dtype, str(dtype).removeprefix("torch."))
+
+
 def is_fp8(dtype: torch.dtype) -> bool:
     """Whether pools of ``dtype`` hold FP8 bytes that attention must dequantize."""
     return dtype in FP8_DTYPES

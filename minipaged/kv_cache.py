@@ -23,6 +23,7 @@ from torch import Tensor
 from minipaged import fp8
 from minipaged.contract import check_block_pairs, check_write
 from minipaged.deprecation import POOL_RENAMES, renamed_keywords
+from minipaged.memory import binary_size
 
 
 def write_kv(
@@ -188,19 +189,26 @@ class KVCache:
     def summary(self) -> dict:
         """The element type as ``LLM(kv_cache_dtype=...)`` names it, $b$, and the bytes of one
         block: what a trace's header records and the TUI's memory gauge shows."""
-        name = str(self.dtype).removeprefix("torch.").replace("float8_", "fp8_").removesuffix("fn")
         b = self._key.element_size()
+        name = fp8.kv_cache_dtype_name(self.dtype)
         return {"dtype": name, "b": b, "bytes_per_block": self.bytes_per_block}
+
+    def scales(self, layer: int, compute_dtype: torch.dtype) -> dict[str, Tensor]:
+        """The keyword arguments that read and write ``layer``'s pools from ``compute_dtype``:
+        its ``k_scale`` and ``v_scale`` when the pools are stored in another dtype (FP8), none
+        when they hold the model's own dtype."""
+        if self.dtype == compute_dtype:
+            return {}
+        return {"k_scale": self.k_scale[layer], "v_scale": self.v_scale[layer]}
 
     def describe(self) -> str:
         """The pools in one line, for a memory table: dtype, $b$, blocks and bytes."""
         b = self._key.element_size()
         name = str(self.dtype).removeprefix("torch.")
         total = self.num_blocks * self.bytes_per_block
-        size = f"{total / 2**20:,.1f} MiB" if total >= 2**20 else f"{total / 2**10:,.1f} KiB"
         return (
             f"{name} (b = {b}): {self.num_blocks:,} blocks × {self.bytes_per_block:,} B "
-            f"= {size}, host {self.num_cpu_blocks:,} blocks"
+            f"= {binary_size(total)}, host {self.num_cpu_blocks:,} blocks"
         )
 
     def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:

@@ -165,6 +165,14 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 
+def binary_size(num_bytes: int) -> str:
+    """``num_bytes`` in the largest binary unit (GiB, MiB, KiB) that keeps it at 1 or more."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.1f} {unit}"
+    return f"{num_bytes:,} B"
+
+
 def logical_block(t: int, block_size: int) -> int:
     """$j = \\lfloor t/B \\rfloor$: the logical block that holds token position $t$ (§3)."""
     _check_int("t", t, minimum=0)

@@ -270,9 +270,7 @@ class Llama(nn.Module):
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # [N, heads, d_h] each
             # A cache stored in another dtype than the model computes in (FP8) is read with
             # its scales; one in the model's dtype needs none.
-            scales = {}
-            if kv_cache.dtype != q.dtype:
-                scales = {"k_scale": kv_cache.k_scale[layer], "v_scale": kv_cache.v_scale[layer]}
+            scales = kv_cache.scales(layer, q.dtype)
             return paged_attention(q, k, v, key_pool, value_pool, batch, scale, **scales)
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]

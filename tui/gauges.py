@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from rich.console import RenderableType
 from rich.text import Text
 
+from minipaged.memory import binary_size
 from minipaged.stats import slot_usage
 from tui.pane import Pane
 from tui.timeline import Frame
@@ -42,14 +43,6 @@ class KVMemory:
             return cls(str(kv["dtype"]), int(kv["b"]), int(kv["bytes_per_block"]))
         except (KeyError, TypeError, ValueError):
             return None
-
-
-def size(num_bytes: int) -> str:
-    """``num_bytes`` in the largest binary unit that keeps it at 1 or more."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes} B"
 
 
 def bar(used: int, total: int, width: int) -> Text:
@@ -91,7 +84,7 @@ class Gauges(Pane):
             lines.append(row("", f"{len(device) - used} free, {shared} shared (R>1)"))
             if self.kv is not None:
                 block = self.kv.bytes_per_block
-                held = f"{size(used * block)}/{size(len(device) * block)}"
+                held = f"{binary_size(used * block)}/{binary_size(len(device) * block)}"
                 lines.append(row("bytes", f"{held} {self.kv.dtype} b={self.kv.b}"))
         lines.append(row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"))
         host = state.host_refcounts

@@ -76,9 +76,7 @@ def verify(
     def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         key_pool, value_pool = kv_cache.key[layer], kv_cache.value[layer]
         # An FP8 cache quantizes on the write and dequantizes on the read, as in Llama.forward.
-        scales = {}
-        if kv_cache.dtype != q.dtype:
-            scales = {"k_scale": kv_cache.k_scale[layer], "v_scale": kv_cache.v_scale[layer]}
+        scales = kv_cache.scales(layer, q.dtype)
         write_kv(key_pool, value_pool, k[rows].contiguous(), v[rows].contiguous(), slots, **scales)
         return paged_attention_tree(
             q.contiguous(),
