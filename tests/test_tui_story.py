@@ -293,3 +293,24 @@ async def test_the_log_scrolls_back_from_the_last_step_to_the_first_line_of_step
         await pilot.pause()
         assert log.render_line(0).text.startswith("step 1 ·")
         assert log.render_line(1).text.strip() == lines[1].strip()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_a_jump_always_brings_the_cursors_step_into_the_log(name):
+    """Jumping straight to a step shows its header, also the first time the log outgrows its
+    pane and the scrollbar has yet to appear (the speculative scenario at 160×50, step 3, once
+    stayed at the top, showing steps 1 and 2)."""
+    async with PagedApp(SCENARIOS[name]).run_test(size=(160, 50)) as pilot:
+        app = await recorded(pilot)
+        log = app.base.query_one(EventLog)
+        for index in (3, 5, 8):
+            if index > app.timeline.recorded:
+                break
+            await at_step(pilot, index)
+            await pilot.pause()
+            lines = log.plain_lines()
+            assert lines[log.header_line].startswith(f"step {app.timeline.frame().step.step} ·")
+            top = round(log.scroll_y)
+            assert top <= log.header_line < top + log.scrollable_content_region.height, (
+                f"step {index}: header at line {log.header_line}, view {top}.."
+            )

@@ -227,7 +227,9 @@ class EventLog(ScrollView, can_focus=False):
         header, total = self.wanted_y
         target = min(header, max(total - self.scrollable_content_region.height, 0))
         if target <= self.max_scroll_y:
-            self.scroll_to(y=target, animate=False, immediate=True)
+            # force: the first time the log outgrows its pane, Textual shows the scrollbar only
+            # at the next layout, and until then drops an unforced scroll without a word.
+            self.scroll_to(y=target, animate=False, immediate=True, force=True)
         else:
             self.call_after_refresh(self.settle)
 
