@@ -6,7 +6,9 @@ reads keys and values through the block table and returns exactly what contiguou
 the sequence's first ``seq_len`` tokens returns:
 
 - ``paged_attention_decode_loop``: §4's pseudo-code line by line (online softmax), to read;
-- ``paged_attention_decode``: the vectorized version the model uses;
+- ``paged_attention_decode``: the vectorized version the model uses: the gather of
+  ``minipaged.gather`` (each sequence's blocks, copied into token order through its table),
+  then one softmax over all positions;
 - ``paged_attention_decode_partitions``, ``combine_partitions`` and
   ``paged_attention_decode_partitioned``: §4's cross-partition reduction, the reference for
   the v2 kernel's two stages;
@@ -37,6 +39,7 @@ from torch import Tensor
 
 from minipaged.contract import check_attention_inputs, check_partition_size
 from minipaged.fp8 import dequantize
+from minipaged.gather import gather_kv, per_kv_head, thread_workspace
 
 NO_BLOCK = -1
 """Pads block tables past a sequence's last block. Never read: attention masks those positions."""
@@ -131,9 +134,8 @@ def paged_attention_decode(
     ``[num_kv_heads, batch, group, head_dim]`` rather than the keys copied ``group`` times."""
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
-    keys, values, valid = gather_kv(
-        key_pool, value_pool, block_tables, seq_lens, block_size, **scales
-    )
+    paged = (key_pool, value_pool, block_tables, seq_lens, block_size)
+    keys, values, valid = gather_kv(*paged, **scales, workspace=thread_workspace())
     scores = grouped_scores(query, keys, valid, group, scale)  # [N_KV, batch, group, max_len]
     probs = torch.softmax(scores, dim=-1)
     out = probs @ values  # [num_kv_heads, batch, group, head_dim]
@@ -186,9 +188,8 @@ def paged_attention_decode_partitions(
     group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
     check_partition_size(partition_size, block_size)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
-    keys, values, valid = gather_kv(
-        key_pool, value_pool, block_tables, seq_lens, block_size, **scales
-    )
+    paged = (key_pool, value_pool, block_tables, seq_lens, block_size)
+    keys, values, valid = gather_kv(*paged, **scales, workspace=thread_workspace())
     num_kv_heads, batch_size, max_len, head_dim = keys.shape
     num_partitions = -(-max_len // partition_size)
     pad = num_partitions * partition_size - max_len
@@ -259,7 +260,8 @@ def paged_attention_prefill(
     paged = (key_pool, value_pool, block_tables, seq_lens)
     group = check_attention_inputs(query, *paged, block_size, query_lens)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
-    keys, values, _ = gather_kv(*paged, block_size, **scales)  # [N_KV, batch, max_len, d_h]
+    # [N_KV, batch, max_len, d_h], in this thread's workspace: used up before this returns
+    keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())
     output = torch.empty_like(query)
     start = 0
     lens = zip(seq_lens.tolist(), query_lens.tolist(), strict=True)
@@ -275,62 +277,6 @@ def paged_attention_prefill(
         output[rows] = out.transpose(0, 1)
         start += query_len
     return output
-
-
-def gather_kv(
-    key_pool: Tensor,
-    value_pool: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    block_size: int,
-    *,
-    k_scale: Tensor | None = None,
-    v_scale: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """§4's gather: each sequence's keys and values in token order, read through its block
-    table. Returns ``keys`` and ``values`` ``[num_kv_heads, batch, max_len, head_dim]`` (KV head
-    first, so a head's tokens are contiguous for the matrix products), with ``max_len`` the
-    longest sequence rounded up to whole blocks, and ``valid`` ``[batch, max_len]`` = position
-    < seq_len.
-
-    Values at invalid positions are set to 0, so NaN or inf in unused slots cannot reach a
-    result (a zero probability would not help: NaN * 0 = NaN). Keys are left as gathered:
-    their scores are replaced by $-\\infty$ (``grouped_scores``), which no NaN survives.
-
-    FP8 pools are dequantized here, after the gather, with each KV head's ``k_scale`` and
-    ``v_scale`` (``[num_kv_heads]``): only the gathered blocks are converted, never the pool."""
-    batch_size = block_tables.shape[0]
-    num_blocks, num_kv_heads, _, head_dim = key_pool.shape
-    max_blocks = -(-int(seq_lens.max()) // block_size)
-    # Entries past a sequence's last block may hold NO_BLOCK or garbage: clamp them to some
-    # real block so indexing works; the positions they supply are masked out.
-    table = block_tables[:, :max_blocks].long().clamp(0, num_blocks - 1)  # [batch, max_blocks]
-    max_len = max_blocks * block_size
-    positions = torch.arange(max_len, device=seq_lens.device)
-    valid = positions[None, :] < seq_lens[:, None]  # [batch, max_len]
-
-    def gather(pool: Tensor) -> Tensor:
-        # Block T_b[j] of each KV head: one index_select per head copies whole [B, d_h] blocks
-        # (contiguous in the pool) into place, about twice as fast as one advanced-indexing
-        # copy of [N_KV, batch, max_blocks, B, d_h], which moves element by element.
-        blocks = pool.new_empty(num_kv_heads, batch_size * max_blocks, block_size, head_dim)
-        for kv_head in range(num_kv_heads):
-            torch.index_select(pool[:, kv_head], 0, table.flatten(), out=blocks[kv_head])
-        return blocks.view(num_kv_heads, batch_size, max_len, head_dim)
-
-    values = dequantize(gather(value_pool), per_kv_head(v_scale, 4))
-    # Positions L_b .. max_len - 1 were never written and may hold NaN: zero them, in one
-    # operation over the positions past the shortest sequence (none when all are as long).
-    shortest = int(seq_lens.min())
-    tail = values[:, :, shortest:]  # [N_KV, batch, max_len - shortest, head_dim]
-    tail.masked_fill_(~valid[None, :, shortest:, None], 0.0)
-    return dequantize(gather(key_pool), per_kv_head(k_scale, 4)), values, valid
-
-
-def per_kv_head(scale: Tensor | None, dims: int) -> Tensor | None:
-    """A ``[num_kv_heads]`` scale shaped to broadcast over a ``dims``-dimensional tensor
-    whose first axis is the KV head."""
-    return None if scale is None else scale.view(-1, *[1] * (dims - 1))
 
 
 def grouped_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale: float) -> Tensor:
@@ -379,7 +325,8 @@ def paged_attention_tree(
     paged = (key_pool, value_pool, block_tables, prefix_lens)
     group = check_attention_inputs(query[firsts.long()], *paged, block_size)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
-    keys, values, _ = gather_kv(*paged, block_size, **scales)  # [N_KV, batch, max_len, d_h]
+    # [N_KV, batch, max_len, d_h], in this thread's workspace: used up before this returns
+    keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())
     node_slots = node_slots.long()
     at = (node_slots // block_size, slice(None), node_slots % block_size)
     node_keys = dequantize(key_pool[at], per_kv_head(k_scale, 2))  # [N, N_KV, head_dim]

@@ -81,3 +81,18 @@ def test_the_twins_reject_a_gpu_tensor_with_the_way_out():
     case = make_case(0, seq_lens=[9], num_heads=1, num_kv_heads=1, head_dim=8, block_size=8)
     with pytest.raises(ValueError, match=r"query is on meta.*\.cpu\(\)"):
         cpu.paged_attention_decode(case.query.to("meta"), *case.args[1:])
+
+
+def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
+    """A new process loads the one-thread compilation instead of compiling it again (about
+    10 s for the v1 twin): it must be cached, and in files that are not the parallel
+    compilation's, whose cache index cannot tell the two apart."""
+    from cuda_kernels.cpu.launch import serial
+    from cuda_kernels.cpu.paged_attention import paged_attention_v1
+
+    twin = serial(paged_attention_v1)
+    assert not twin.targetoptions.get("parallel")
+    assert twin._cache.cache_path, "the serial twin is not cached on disk"
+    parallel_file = paged_attention_v1._cache._cache_file._index_name
+    assert twin._cache._cache_file._index_name != parallel_file
+    assert twin.py_func.__code__ is paged_attention_v1.py_func.__code__

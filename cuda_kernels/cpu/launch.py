@@ -12,6 +12,7 @@ counterpart of ``cuda_kernels/launch.py``.
 from __future__ import annotations
 
 import functools
+import types
 
 import numba
 import numpy as np
@@ -62,9 +63,16 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
 
 @functools.cache
 def serial(kernel: numba.core.registry.CPUDispatcher):
-    """``kernel`` compiled with its options but ``parallel`` and the on-disk cache (whose index
-    would not tell the two compilations of one function apart)."""
-    options = {
-        k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "cache", "nopython")
-    }
-    return numba.njit(**options)(kernel.py_func)
+    """``kernel`` compiled with its options but ``parallel``. It is compiled from a copy of the
+    Python function named ``<name>_serial``: Numba's on-disk cache names its files after the
+    function, and its index would not tell a parallel and a serial compilation of one function
+    apart, so under its own name the serial twin is cached too and a new process loads it
+    instead of compiling it again (seconds)."""
+    options = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
+    py_func = kernel.py_func
+    code = py_func.__code__
+    twin = types.FunctionType(
+        code, py_func.__globals__, f"{code.co_name}_serial", py_func.__defaults__
+    )
+    twin.__qualname__ = f"{py_func.__qualname__}_serial"
+    return numba.njit(**options, cache=True)(twin)
