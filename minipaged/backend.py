@@ -10,7 +10,8 @@ no kernel, so every kernel can be tested against it.
   compiled by Numba for the CPU, one parallel loop iteration per (sequence, KV head) where the
   CUDA kernel has a thread block per (sequence, query head).
 
-Prefill has no kernel: it runs on the reference on every backend.
+``"auto"``, the default of ``LLM`` and ``LLMEngine``, is the fastest of these that the machine
+has (``resolve_backend``). Prefill has no kernel: it runs on the reference on every backend.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from torch import Tensor
 from minipaged import attention, memory
 from minipaged.attention import NO_BLOCK
 from minipaged.contract import check_query_lens, table_too_short
+from minipaged.fp8 import is_fp8
 from minipaged.kv_cache import quantize_kv, write_kv
 
 SUPPORTED_BACKENDS = ("torch", "numba", "numba-cpu")
-"""The names ``LLM(backend=...)`` accepts; see the module docstring."""
+"""The attention paths; ``LLM(backend=...)`` also accepts ``"auto"``. See the module docstring."""
 
 
 def check_backend(backend: str) -> None:
@@ -37,6 +39,29 @@ def check_backend(backend: str) -> None:
         raise ValueError(
             f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
         )
+
+
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype) -> str:
+    """The path an engine with its KV cache of ``dtype`` on ``device`` runs: ``backend``, or
+    for ``"auto"`` the fastest one here. That is the kernels' CPU twins (``"numba-cpu"``) on a
+    CPU with numba installed and a float32 or FP8 cache (the twins' dtypes): end to end,
+    ``minipaged bench engine`` measures them faster than the reference. Anywhere else it is the
+    reference, ``"torch"``: the CUDA kernels are written to be read beside vLLM's, not tuned to
+    beat PyTorch's own GPU attention."""
+    if backend != "auto":
+        if backend not in SUPPORTED_BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {backend!r}; supported: {['auto', *SUPPORTED_BACKENDS]}"
+            )
+        return backend
+    twins_fit = torch.device(device).type == "cpu" and (dtype == torch.float32 or is_fp8(dtype))
+    if not twins_fit:
+        return "torch"
+    try:
+        kernels_for("numba-cpu")
+    except ImportError:  # numba is an optional dependency (minipaged[cuda])
+        return "torch"
+    return "numba-cpu"
 
 
 def kernels_for(backend: str) -> ModuleType | None:

@@ -136,6 +136,13 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     )
     gen.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
     gen.add_argument(
+        "--backend",
+        type=text("an attention backend"),
+        default="auto",
+        help="torch (the reference), numba-cpu (the kernels' CPU twins), numba (the CUDA "
+        "kernels); auto: numba-cpu on a CPU when numba is installed, else torch",
+    )
+    gen.add_argument(
         "--kv-cache-dtype",
         choices=["auto", "fp8_e4m3", "fp8_e5m2"],
         default="auto",
@@ -179,6 +186,7 @@ def _workload(args: argparse.Namespace):
         prefix_caching=args.prefix_caching,
         seed=args.seed,
         device=args.device,
+        backend=args.backend,
         kv_cache_dtype=args.kv_cache_dtype,
         speculative=args.speculative_config,
     )
@@ -255,7 +263,7 @@ def _generate(args: argparse.Namespace) -> int:
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
-    stats = RunStats(kv_cache=llm.engine.kv_cache.describe())
+    stats = RunStats(kv_cache=llm.engine.kv_cache.describe(), backend=llm.engine.backend)
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()
     transcript.print_outputs(console, outputs)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from minipaged.backend import SUPPORTED_BACKENDS, kernels_for
+from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.decoding import Decoder, ranked
 from minipaged.events import Finish, Refuse
@@ -70,7 +70,7 @@ class LLMEngine:
         block_size: int = 16,
         num_gpu_blocks: int = 256,
         num_cpu_blocks: int = 0,
-        backend: str = "torch",
+        backend: str = "auto",
         preemption: str = "recompute",
         seed: int = 0,
         max_num_seqs: int = 32,
@@ -86,12 +86,10 @@ class LLMEngine:
         ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
         ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales).
         ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
-        if backend not in SUPPORTED_BACKENDS:
-            raise ValueError(
-                f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
-            )
         config = model.config
         param = next(model.parameters())
+        backend = resolve_backend(backend, param.device, kv_cache_dtype or param.dtype)
+        self.backend = backend  # what "auto" chose
         self.model = model
         self.tokenizer = tokenizer
         self.block_manager = block_manager_class(

@@ -44,7 +44,10 @@ class Workspace:
         key = (name, like.dtype, like.device)
         buffer = self._buffers.get(key)
         if buffer is None or buffer.numel() < numel:
-            buffer = self._buffers[key] = like.new_empty(numel)
+            # A normal tensor even when made under torch.inference_mode(), whose tensors
+            # could not be written again outside it: the workspace outlives the mode.
+            with torch.inference_mode(False):
+                buffer = self._buffers[key] = like.new_empty(numel)
         return buffer[:numel].view(shape)
 
 

@@ -45,7 +45,9 @@ class LLM:
       once at load (``minipaged.kv_calibration``), and attention dequantizes (``minipaged.fp8``).
     - ``backend``: the attention path, ``"torch"`` (the reference), ``"numba"`` (the
       ``cuda_kernels``: on a GPU, or in Numba's CUDA simulator on a CPU) or ``"numba-cpu"``
-      (their Numba CPU twins: the same loop nests, compiled for the CPU).
+      (their Numba CPU twins: the same loop nests, compiled for the CPU). ``"auto"``, the
+      default, picks the twins on a CPU when numba is installed and the reference otherwise
+      (``backend.resolve_backend``); ``llm.engine.backend`` says which.
     - ``preemption``: ``"recompute"`` or ``"swap"`` (source text §6).
     - ``prefix_caching``: ``None``, ``"hash"`` (vLLM) or ``"radix"`` (SGLang): requests that
       share a prefix share its blocks and skip its prefill.
@@ -65,7 +67,7 @@ class LLM:
         block_size: int = 16,
         num_gpu_blocks: int | None = None,
         num_cpu_blocks: int | None = None,
-        backend: str = "torch",
+        backend: str = "auto",
         preemption: str = "recompute",
         prefix_caching: str | None = None,
         block_manager_class: type[BlockManager] = BlockManager,

@@ -33,6 +33,7 @@ class RunStats:
 
     num_gpu_blocks: int = 0
     kv_cache: str = ""  # KVCache.describe(): dtype, b, blocks and bytes; "" when unknown
+    backend: str = ""  # the attention path the engine ran (what "auto" chose); "" when unknown
     steps: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
@@ -70,7 +71,10 @@ class RunStats:
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) pairs, in the order a reader wants them."""
         kv_cache = [("KV cache", self.kv_cache)] if self.kv_cache else []
-        return kv_cache + [
+        backend = [("attention backend", self.backend)] if self.backend else []
+        return [
+            *kv_cache,
+            *backend,
             ("steps", str(self.steps)),
             ("tokens prefilled / decoded", f"{self.prefill_tokens} / {self.decode_tokens}"),
             ("peak device blocks used", f"{self.peak_blocks_used} of {self.num_gpu_blocks}"),

@@ -69,3 +69,17 @@ def test_each_thread_has_its_own_workspace():
     thread.join()
     assert thread_workspace() is thread_workspace()
     assert seen[0] is not thread_workspace()
+
+
+def test_a_workspace_made_under_inference_mode_serves_a_later_call_outside_it():
+    """The engine attends under ``torch.inference_mode()``, a student's script outside it: one
+    thread's workspace serves both, in either order."""
+    pool = torch.arange(2 * 1 * 4 * 2, dtype=torch.float32).view(2, 1, 4, 2)
+    args = (pool, pool, torch.tensor([[1]]), torch.tensor([3]), 4)
+    workspace = Workspace()
+    with torch.inference_mode():
+        inside = gather_kv(*args, workspace=workspace)[0].clone()
+    outside = gather_kv(*args, workspace=workspace)[0]
+    assert torch.equal(inside, outside)
+    with torch.inference_mode():
+        assert torch.equal(gather_kv(*args, workspace=workspace)[0], outside)

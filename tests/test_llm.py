@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minipaged import cli
+from minipaged import backend, cli
 from minipaged.checkpoint import EMBEDDED_MODELS, CheckpointError
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
@@ -94,6 +94,34 @@ def test_a_missing_model_directory_is_named_in_the_error(tmp_path):
 def test_bad_engine_settings_are_refused_naming_the_setting(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LLM("tiny", **kwargs)
+
+
+def test_auto_runs_the_cpu_twins_where_they_fit_and_the_reference_elsewhere(monkeypatch):
+    pytest.importorskip("numba")
+    assert LLM("tiny", num_gpu_blocks=8).engine.backend == "numba-cpu"
+    assert LLM("tiny", num_gpu_blocks=8, kv_cache_dtype="fp8_e4m3").engine.backend == "numba-cpu"
+    # The twins take float32 and FP8 caches only.
+    assert LLM("tiny", num_gpu_blocks=8, dtype="bfloat16").engine.backend == "torch"
+    assert LLM("tiny", num_gpu_blocks=8, backend="torch").engine.backend == "torch"
+
+    def no_numba(name):
+        raise ImportError("No module named 'numba'")
+
+    monkeypatch.setattr(backend, "kernels_for", no_numba)
+    assert backend.resolve_backend("auto", torch.device("cpu"), torch.float32) == "torch"
+
+
+def test_an_unknown_backend_is_refused_naming_every_choice(capsys):
+    with pytest.raises(ValueError, match=r"'triton'; supported: \['auto', 'torch', 'numba', "):
+        LLM("tiny", backend="triton")
+    assert cli.main(["generate", "--prompt", PROMPT, "--backend", "triton"]) == 2
+    assert "unknown attention backend 'triton'" in capsys.readouterr().err
+
+
+def test_generate_command_says_which_backend_ran(capsys):
+    args = ["generate", "--prompt", PROMPT, "--max-tokens", "2", "--backend", "torch"]
+    assert cli.main(args) == 0
+    assert re.search(r"attention backend\s+│ torch", capsys.readouterr().out)
 
 
 def test_generate_command_prints_the_texts_and_the_memory_summary(capsys):
