@@ -45,6 +45,9 @@ class Scenario:
     block_manager_class: type[BlockManager] = BlockManager  # or a student's, from the exercises
     kv_cache_dtype: str = "auto"  # or "fp8_e4m3" / "fp8_e5m2": b = 1 byte per element (§1)
     speculative: SpeculativeConfig | None = None  # speculative tree decoding (§5)
+    # The reference: a student can step into every line of it, its steps are well within the
+    # TUI's budget, and unlike the CPU twins it never compiles (seconds, on a first run).
+    backend: str = "torch"
 
     def build(self, model: str = "tiny") -> LLMEngine | TwoFrameEngine:
         """Load ``model`` and return its engine with every request added (nothing run yet).
@@ -57,6 +60,7 @@ class Scenario:
             preemption=self.preemption,
             prefix_caching=self.prefix_caching,
             seed=self.seed,
+            backend=self.backend,
             kv_cache_dtype=self.kv_cache_dtype,
             speculative=self.speculative,
             **(
