@@ -41,27 +41,55 @@ def check_backend(backend: str) -> None:
         )
 
 
-def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype) -> str:
-    """The path an engine with its KV cache of ``dtype`` on ``device`` runs: ``backend``, or
-    for ``"auto"`` the fastest one here. That is the kernels' CPU twins (``"numba-cpu"``) on a
-    CPU with numba installed and a float32 or FP8 cache (the twins' dtypes): end to end,
-    ``minipaged bench engine`` measures them faster than the reference. Anywhere else it is the
-    reference, ``"torch"``: the CUDA kernels are written to be read beside vLLM's, not tuned to
-    beat PyTorch's own GPU attention."""
-    if backend != "auto":
-        if backend not in SUPPORTED_BACKENDS:
-            raise ValueError(
-                f"unknown attention backend {backend!r}; supported: {['auto', *SUPPORTED_BACKENDS]}"
-            )
-        return backend
-    twins_fit = torch.device(device).type == "cpu" and (dtype == torch.float32 or is_fp8(dtype))
-    if not twins_fit:
-        return "torch"
-    try:
-        kernels_for("numba-cpu")
-    except ImportError:  # numba is an optional dependency (minipaged[cuda])
-        return "torch"
-    return "numba-cpu"
+def resolve_backend(
+    backend: str, device: torch.device, model_dtype: torch.dtype, cache_dtype: torch.dtype
+) -> str:
+    """The path an engine runs for a model in ``model_dtype`` on ``device`` with a KV cache of
+    ``cache_dtype``: ``backend``, or for ``"auto"`` the fastest one here. That is the kernels'
+    CPU twins (``"numba-cpu"``) on a CPU with numba installed, where the kernels fit (see
+    ``kernels_misfit``): end to end, ``minipaged bench engine`` measures them faster than the
+    reference. Anywhere else it is the reference, ``"torch"``: the CUDA kernels are written to
+    be read beside vLLM's, not tuned to beat PyTorch's own GPU attention.
+
+    A kernel backend asked for by name that cannot run this model is refused here, before any
+    request is added, rather than at its first step."""
+    if backend == "auto":
+        if kernels_misfit("numba-cpu", device, model_dtype, cache_dtype) is not None:
+            return "torch"
+        try:
+            kernels_for("numba-cpu")
+        except ImportError:  # numba is an optional dependency (minipaged[cuda])
+            return "torch"
+        return "numba-cpu"
+    if backend not in SUPPORTED_BACKENDS:
+        raise ValueError(
+            f"unknown attention backend {backend!r}; supported: {['auto', *SUPPORTED_BACKENDS]}"
+        )
+    problem = kernels_misfit(backend, device, model_dtype, cache_dtype)
+    if problem is not None:
+        raise ValueError(f"backend {backend!r} cannot run this model: {problem}")
+    return backend
+
+
+def kernels_misfit(
+    backend: str, device: torch.device, model_dtype: torch.dtype, cache_dtype: torch.dtype
+) -> str | None:
+    """Why ``backend``'s kernels cannot run a ``model_dtype`` model with a ``cache_dtype`` KV
+    cache on ``device``, and the way out; None when they can (and always for ``"torch"``)."""
+    if backend == "torch":
+        return None
+    if model_dtype != torch.float32 or not (cache_dtype == torch.float32 or is_fp8(cache_dtype)):
+        return (
+            f"the kernels compute in float32 and read float32 or FP8 caches, got a "
+            f"{model_dtype} model with a {cache_dtype} cache: load the model in float32 "
+            "(an FP8 kv_cache_dtype is fine), or use backend 'torch'"
+        )
+    if backend == "numba-cpu" and torch.device(device).type != "cpu":
+        return (
+            f"the CPU twins run on the CPU, got device {torch.device(device)}: use backend "
+            "'numba' on a GPU, or 'torch'"
+        )
+    return None
 
 
 def kernels_for(backend: str) -> ModuleType | None:

@@ -88,7 +88,7 @@ class LLMEngine:
         ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
         config = model.config
         param = next(model.parameters())
-        backend = resolve_backend(backend, param.device, kv_cache_dtype or param.dtype)
+        backend = resolve_backend(backend, param.device, param.dtype, kv_cache_dtype or param.dtype)
         self.backend = backend  # what "auto" chose
         self.model = model
         self.tokenizer = tokenizer

@@ -108,7 +108,7 @@ def test_auto_runs_the_cpu_twins_where_they_fit_and_the_reference_elsewhere(monk
         raise ImportError("No module named 'numba'")
 
     monkeypatch.setattr(backend, "kernels_for", no_numba)
-    assert backend.resolve_backend("auto", torch.device("cpu"), torch.float32) == "torch"
+    assert backend.resolve_backend("auto", torch.device("cpu"), *[torch.float32] * 2) == "torch"
 
 
 def test_an_unknown_backend_is_refused_naming_every_choice(capsys):
@@ -116,6 +116,27 @@ def test_an_unknown_backend_is_refused_naming_every_choice(capsys):
         LLM("tiny", backend="triton")
     assert cli.main(["generate", "--prompt", PROMPT, "--backend", "triton"]) == 2
     assert "unknown attention backend 'triton'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dtype": "bfloat16"}, r"got a torch.bfloat16 model.*load the model in float32"),
+        ({"dtype": "float16", "kv_cache_dtype": "fp8_e4m3"}, r"float16 model.*backend 'torch'"),
+    ],
+)
+@pytest.mark.parametrize("name", ["numba-cpu", "numba"])
+def test_a_kernel_backend_that_cannot_run_the_model_is_refused_before_any_step(
+    name, kwargs, message
+):
+    with pytest.raises(ValueError, match=rf"backend '{name}' cannot run this model: .*{message}"):
+        LLM("tiny", num_gpu_blocks=8, backend=name, **kwargs)
+
+
+def test_the_cpu_twins_refuse_a_model_off_the_cpu():
+    problem = backend.kernels_misfit("numba-cpu", torch.device("meta"), *[torch.float32] * 2)
+    assert "run on the CPU, got device meta: use backend 'numba' on a GPU" in problem
+    assert backend.kernels_misfit("torch", torch.device("meta"), *[torch.bfloat16] * 2) is None
 
 
 def test_generate_command_says_which_backend_ran(capsys):
