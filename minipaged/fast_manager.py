@@ -7,9 +7,9 @@ At Llama-3-8B's scale that is millions of refcount changes, most of which cancel
 shortcuts here make exactly the same decisions in fewer Python steps:
 
 - ``try_append``: a token that lands in its sequence's own last block, not yet full, changes
-  nothing but the table's length $L$. Only a token that needs a block (a fresh one at
-  $t \\bmod B = 0$, or a copy-on-write of a shared block) goes through ``can_append`` and
-  ``append_slot``.
+  nothing but the table's length $L$; a token that needs a block (a fresh one at
+  $t \\bmod B = 0$, or a copy-on-write of a shared block) takes it as ``append_slot`` does,
+  and ``can_append``'s question is one test: is a block free?
 - ``fork_replacing``: beam search drops a beam and forks a surviving one in its place. The fork
   raises $\\mathcal{R}[p]$ for every block of the parent, the free lowers it for every block of
   the dropped beam; on the blocks both tables hold (the prompt, most of the past) the two
@@ -69,14 +69,18 @@ class FastBlockManager(BlockManager):
         in the same order."""
         if dropped == parent:
             raise ValueError(f"cannot drop sequence {dropped!r}: it is the parent of the fork")
-        old = self.tables.get(dropped)
-        if old is None or old.pool != "device" or not self._shortcut():
+        source, old = self.tables.get(parent), self.tables.get(dropped)
+        if (
+            source is None
+            or old is None
+            or source.pool != "device"
+            or old.pool != "device"
+            or child in self.tables
+            or not self._shortcut()
+        ):  # the plain calls, which also name whatever is wrong
             table = self.fork(parent, child)
             self.free(dropped)
             return table
-        source = self._device_table(parent)
-        if child in self.tables:
-            raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
         # Both tables hold their first c blocks in common; the rest they may share or not.
         c = _common_prefix(source.blocks, old.blocks)
         kept, gone = set(source.blocks[c:]), old.blocks[c:]
@@ -99,9 +103,10 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     """A length $c$ with ``a[:c] == b[:c]``, the longest when the two differ only in a suffix.
 
     Two tables that share a block hold it at the same index $j$ (``block_state.holders``), and
-    beams that forked long ago differ only in their last few blocks: walk back over those from
-    the end, then check the prefix in one comparison. A table holds a block once, so no block
-    of ``a[c:]`` is in ``b[:c]`` and the suffixes alone say what the tables do not share."""
+    two beams differ only in the blocks written since they parted, usually the last one or two:
+    walk back over those from the end, then check the prefix in one comparison. A table holds a
+    block once, so no block of ``a[c:]`` is in ``b[:c]``: the suffixes alone say what the two
+    tables do not share."""
     c = min(len(a), len(b))
     while c and a[c - 1] != b[c - 1]:
         c -= 1
