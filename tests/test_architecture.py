@@ -3,7 +3,7 @@
 - No import cycle among the project's modules (``minipaged``, ``cuda_kernels``, ``tui``),
   counting imports inside functions too: a deferred import hides a cycle, it does not break it.
   Only imports under ``if TYPE_CHECKING:``, which never run, are left out.
-- The paging modules (allocator, block tables, block manager, prefix caches, events,
+- The paging modules (allocator, block tables, block managers, prefix caches, events,
   invariants) import no torch, directly or through another project module: they hold ints.
 - ``minipaged.backend`` is the only project module that imports ``cuda_kernels``, so the
   reference (``attention``, ``kv_cache``) that every kernel is tested against imports none.
@@ -27,6 +27,7 @@ PAGING = [
     "minipaged.allocator",
     "minipaged.block_table",
     "minipaged.block_manager",
+    "minipaged.fast_manager",
     "minipaged.prefix_cache",
     "minipaged.radix_cache",
     "minipaged.events",

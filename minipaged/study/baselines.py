@@ -23,8 +23,8 @@ import bisect
 from typing import ClassVar, Protocol
 
 from minipaged import memory
-from minipaged.block_manager import BlockManager
 from minipaged.events import SeqId
+from minipaged.fast_manager import FastBlockManager
 
 
 class KVAllocator(Protocol):
@@ -299,8 +299,10 @@ class PagedAllocator:
     and no watermark (admission as greedy as the other allocators').
 
     Every decision is the block manager's own: ``admit`` is ``can_allocate`` / ``allocate``,
-    ``grow`` is ``can_append`` / ``append_slot`` (copy-on-write included) and ``fork``
-    is ``fork``. Any free block serves any request, so a refusal is never a stall.
+    ``grow`` is ``can_append`` / ``append_slot`` (copy-on-write included), ``fork`` is
+    ``fork`` and ``fork_replacing`` is ``fork`` then ``free``. ``FastBlockManager`` takes
+    each pair in one step, with the same decisions. Any free block serves any request, so a
+    refusal is never a stall.
     """
 
     shares_prefixes: ClassVar[bool] = True
@@ -308,7 +310,7 @@ class PagedAllocator:
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         self.name = f"paged B={block_size}"
         # Nobody reads this manager's events: recording none keeps a long run fast and flat.
-        self.manager = BlockManager(
+        self.manager = FastBlockManager(
             num_blocks, block_size=block_size, watermark=0.0, record_events=False
         )
         self.block_size = block_size
@@ -330,14 +332,16 @@ class PagedAllocator:
         return True
 
     def grow(self, seq: SeqId) -> bool:
-        if not self.manager.can_append(seq):
-            return False
-        self.manager.append_slot(seq)
-        return True
+        return self.manager.try_append(seq)
 
     def fork(self, parent: SeqId, child: SeqId) -> None:
         """``child`` shares every block of ``parent`` (§5): no block is allocated."""
         self.manager.fork(parent, child)
+
+    def fork_replacing(self, parent: SeqId, child: SeqId, dropped: SeqId) -> None:
+        """``fork(parent, child)``, then ``release(dropped)``: a beam takes a dropped one's
+        place."""
+        self.manager.fork_replacing(parent, child, dropped)
 
     def release(self, seq: SeqId) -> None:
         self.manager.free(seq)

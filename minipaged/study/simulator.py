@@ -25,6 +25,7 @@ waiting (memory is full, the steady state), or every step when memory never fill
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections import deque
@@ -241,11 +242,10 @@ class Simulation:
         False when ``group`` itself was preempted."""
         alloc, totals, seq = self.alloc, self.totals, group.seqs[i]
         full = totals.span[seq] == group.lengths[i]
-        while True:
-            stalls = alloc.stalls
-            if alloc.grow(seq):
-                break
+        stalls = alloc.stalls
+        while not alloc.grow(seq):
             self._note_stall(stalls)
+            stalls = alloc.stalls
             victim = self.running.pop()
             self._evict(victim)
             if victim is group:
@@ -264,22 +264,25 @@ class Simulation:
     def _branch(self, group: _Group) -> None:
         """One step of a model-free beam search on a sharing allocator: each of the $K$ new
         beams picks a parent beam, rank $k$ with weight $1/(k+1)$; a parent's first child
-        continues it in place, the others fork from it (§5), and unpicked beams are freed."""
+        continues it in place, the others fork from it (§5), and unpicked beams are freed.
+
+        As many beams are forked as are left unpicked, so each fork takes the place of an
+        unpicked beam (``fork_replacing``), freed in rank order as if after all the forks: a
+        fork frees nothing, so the free list ends the same."""
         k = len(group.seqs)
-        parents = sorted(self.rng.choices(range(k), weights=[1 / (r + 1) for r in range(k)], k=k))
+        parents = sorted(self.rng.choices(range(k), cum_weights=_rank_weights(k), k=k))
+        unpicked = iter([index for index in range(k) if index not in parents])
         seqs = []
         for j, parent in enumerate(parents):
             seq = group.seqs[parent]
             if j > 0 and parents[j - 1] == parent:  # not the parent's first child: fork
-                child = next(self._ids)
-                self.alloc.fork(seq, child)
+                child, gone = next(self._ids), next(unpicked)
+                self.alloc.fork_replacing(seq, child, group.seqs[gone])
+                self._forget(group.seqs[gone], group.lengths[gone])
                 self.totals.set(child, self.totals.span[seq], self.totals.final[seq])
                 self.totals.length += group.lengths[parent]
                 seq = child
             seqs.append(seq)
-        for index, seq in enumerate(group.seqs):
-            if index not in parents:
-                self._release(seq, group.lengths[index])
         group.lengths = [group.lengths[p] for p in parents]
         group.finals = [group.finals[p] for p in parents]
         group.seqs = seqs
@@ -294,8 +297,19 @@ class Simulation:
 
     def _release(self, seq: int, length: int) -> None:
         self.alloc.release(seq)
+        self._forget(seq, length)
+
+    def _forget(self, seq: int, length: int) -> None:
+        """Take a released sequence of ``length`` tokens out of the running sums."""
         self.totals.drop(seq)
         self.totals.length -= length
+
+
+@functools.cache
+def _rank_weights(k: int) -> list[float]:
+    """Cumulative weights $\\sum_{r \\le k'} 1/(r+1)$ of a beam's ranks, built once per $K$
+    (``random.choices`` draws the same beams with them as with the plain weights)."""
+    return list(itertools.accumulate(1 / (r + 1) for r in range(k)))
 
 
 def simulate(

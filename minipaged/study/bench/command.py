@@ -42,8 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--beam-width",
         type=integer(0, 1024),
         default=0,
-        help="beam search with K beams; the paged path forks every step on the real block "
-        "manager, so keep it small (--hbm-gb 24 --requests 50 runs in seconds)",
+        help="beam search with K beams; the paged path forks and drops beams every step on "
+        "the real block manager (K = 4 and 1,000 requests at 80 GB take seconds)",
     )
     sim.add_argument(
         "--block-size", type=integer(1, 8192), default=16, help="B of the paged allocator"
