@@ -123,11 +123,11 @@ def sample_rows(
     batch. So row $r$ gets exactly ``sample(logits[r], params[r], generators[r], counts[r])``.
     """
     tokens: list[list[int]] = [[] for _ in counts]
-    greedy = [r for r, p in enumerate(params) if p.temperature == 0 and counts[r]]
-    if greedy:
-        best = torch.argmax(logits[greedy], dim=-1).tolist()  # [len(greedy)]
-        for r, token in zip(greedy, best, strict=True):
-            tokens[r] = [token] * counts[r]
+    if any(p.temperature == 0 for p in params):
+        best = argmax_rows(logits)  # every row's: cheaper than picking the greedy rows first
+        for r, p in enumerate(params):
+            if p.temperature == 0:
+                tokens[r] = [best[r]] * counts[r]
     drawn = [r for r, p in enumerate(params) if p.temperature != 0 and counts[r]]
     if drawn:
         probs = distributions(logits[drawn], [params[r] for r in drawn])  # [len(drawn), vocab]
@@ -135,6 +135,16 @@ def sample_rows(
             sampled = torch.multinomial(row, counts[r], replacement=True, generator=generators[r])
             tokens[r] = sampled.tolist()
     return tokens
+
+
+def argmax_rows(logits: Tensor) -> list[int]:
+    """The index of each row's largest value in ``logits`` ``[rows, vocab]``, the first one
+    on a tie (``torch.argmax``'s rule, NaN counting as largest). On the CPU numpy finds it:
+    torch's CPU argmax compares element by element and took longer than the step's whole
+    log-softmax; numpy's vectorized one is over ten times faster."""
+    if logits.device.type == "cpu":
+        return logits.float().numpy().argmax(-1).tolist()  # float: numpy has no bfloat16
+    return torch.argmax(logits, dim=-1).tolist()
 
 
 def distribution(logits: Tensor, params: SamplingParams) -> Tensor:

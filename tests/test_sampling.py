@@ -3,7 +3,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minipaged.sampling import SamplingParams, distributions, sample, sample_rows
+from minipaged.sampling import SamplingParams, argmax_rows, distributions, sample, sample_rows
 
 
 @pytest.mark.parametrize(
@@ -126,3 +126,17 @@ def test_batched_sampling_draws_each_row_as_its_own_seeded_generator_would(batch
             probs = one_row_distribution(logits[r], p)
             expected = torch.multinomial(probs, count, replacement=True, generator=alone)
             assert tokens[r] == expected.tolist()
+
+
+@given(
+    st.integers(1, 8),
+    st.sampled_from([1, 3, 2048]),
+    st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    st.integers(0, 2**16),
+)
+def test_argmax_rows_follows_torch_argmax_on_ties_and_nan(rows, vocab, dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-2, 2, (rows, vocab), generator=generator).to(dtype)  # many ties
+    nan = torch.rand(rows, vocab, generator=generator) < 0.05
+    logits = logits.masked_fill(nan, float("nan"))
+    assert argmax_rows(logits) == torch.argmax(logits, dim=-1).tolist()
