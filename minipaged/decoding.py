@@ -92,7 +92,8 @@ class Decoder:
             return "stop"
         if last in params.stop_token_ids:
             return "stop"
-        if len(seq.output_ids) >= params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+        length = len(seq.token_ids)  # output_ids would copy the tokens to count them
+        if length - seq.prompt_len >= params.max_tokens or length >= self.max_model_len:
             return "length"
         return None
 
