@@ -95,8 +95,8 @@ class ModelRunner:
 
 
 def integers(values: list[int], typecode: str) -> Tensor:
-    """``values`` (not empty) as a 1-D CPU tensor of int64 (``typecode`` ``"q"``) or int32 (``"i"``),
-    through an ``array``: ``torch.tensor`` inspects a list element by element and takes
-    several times longer for the few hundred integers of a step."""
+    """``values`` (not empty) as a 1-D CPU tensor of int64 (``typecode`` ``"q"``) or int32
+    (``"i"``), through an ``array``: ``torch.tensor`` inspects a list element by element and
+    takes several times longer for the few hundred integers of a step."""
     dtype = torch.int64 if typecode == "q" else torch.int32
     return torch.frombuffer(array(typecode, values), dtype=dtype)
