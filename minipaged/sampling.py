@@ -117,10 +117,14 @@ def sample_rows(
     """``sample`` for every row of ``logits`` ``[rows, vocab]`` at once: ``counts[r]`` tokens
     for row $r$ (0 draws nothing), with ``params[r]`` and ``generators[r]``.
 
-    The greedy rows share one argmax, and the sampled rows one ``distributions`` call. The
-    draws themselves stay one ``torch.multinomial`` per sampled row, in row order: torch takes
-    one generator per call, and a seeded request must draw the same tokens whoever shares its
-    batch. So row $r$ gets exactly ``sample(logits[r], params[r], generators[r], counts[r])``.
+    The greedy rows share one argmax, and the sampled rows one ``distributions`` call. A
+    single draw is vLLM's exponential race: with $E_i \\sim \\mathrm{Exp}(1)$ independent,
+    $\\arg\\max_i p_i / E_i$ is token $i$ with probability $p_i / \\sum_j p_j$. Each row's
+    noise comes from its own request's generator, in row order (a seeded request must draw the
+    same tokens whoever shares its batch); the division and the argmax are one call each. It
+    is how ``torch.multinomial`` draws one sample, so row $r$ gets exactly
+    ``torch.multinomial(p_r, counts[r], replacement=True, generator=generators[r])``; several
+    draws (a prompt forking into $n$) take that call itself.
     """
     tokens: list[list[int]] = [[] for _ in counts]
     if any(p.temperature == 0 for p in params):
@@ -131,9 +135,17 @@ def sample_rows(
     drawn = [r for r, p in enumerate(params) if p.temperature != 0 and counts[r]]
     if drawn:
         probs = distributions(logits[drawn], [params[r] for r in drawn])  # [len(drawn), vocab]
-        for r, row in zip(drawn, probs, strict=True):
-            sampled = torch.multinomial(row, counts[r], replacement=True, generator=generators[r])
-            tokens[r] = sampled.tolist()
+        noise = torch.ones_like(probs)  # E ~ Exp(1), row by row from each row's generator
+        for i, r in enumerate(drawn):
+            if counts[r] == 1:
+                noise[i].exponential_(generator=generators[r])
+            else:
+                draws = torch.multinomial(probs[i], counts[r], True, generator=generators[r])
+                tokens[r] = draws.tolist()
+        winners = argmax_rows(probs / noise)  # [len(drawn)]
+        for i, r in enumerate(drawn):
+            if counts[r] == 1:
+                tokens[r] = [winners[i]]
     return tokens
 
 
