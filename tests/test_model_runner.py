@@ -21,6 +21,15 @@ from minipaged.scheduler import ScheduledSeq, SchedulerOutput
 from minipaged.sequence import Sequence
 
 NUM_BLOCKS = 64
+CONFIG = LlamaConfig(  # a one-layer model with 2 query heads over 1 KV head
+    vocab_size=100,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=8,
+)
 
 
 @st.composite
@@ -46,17 +55,8 @@ def plans(draw) -> tuple[int, SchedulerOutput]:
 
 
 def runner(block_size: int) -> ModelRunner:
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-    )
     cache = KVCache(1, NUM_BLOCKS, 1, block_size, 8)
-    return ModelRunner(Llama(config), cache)
+    return ModelRunner(Llama(CONFIG), cache)
 
 
 @given(plans())
@@ -178,17 +178,8 @@ def test_every_step_batch_equals_one_built_fresh_through_admit_finish_and_preemp
     """The step's tensors, built from lists into two buffers, equal a batch built the plain
     way from the plan, at every step of workloads whose requests arrive, fork, finish and are
     preempted (recomputed or swapped) on a pool too small for all of them."""
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-    )
     engine = LLMEngine(
-        Llama(config),
+        Llama(CONFIG),
         block_size=block_size,
         num_gpu_blocks=num_gpu_blocks,
         num_cpu_blocks=64,
