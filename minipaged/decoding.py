@@ -5,9 +5,9 @@ search keeps the $K$ best (beam, token) pairs, forking a beam chosen twice and f
 chosen never. Forks and frees go through the block manager, so the sequences share every block
 they have in common and copy only where they diverge.
 
-The log-softmax and the greedy choices of the whole batch are one call each. A sampling
-request draws from its own generator, so a seeded request gets the same tokens however the
-scheduler batches it.
+The log-softmax, the greedy choices and the sampling distributions of the whole batch are one
+call each (``sampling.sample_rows``). A sampling request draws from its own generator, so a
+seeded request gets the same tokens however the scheduler batches it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from minipaged import beam_search
 from minipaged.block_manager import BlockManager
-from minipaged.sampling import sample
+from minipaged.sampling import sample_rows
 from minipaged.scheduler import ScheduledSeq
 from minipaged.sequence import Sequence, SequenceGroup
 
@@ -56,25 +56,30 @@ class Decoder:
         if logits is None:
             return
         logprobs = torch.log_softmax(logits.float(), dim=-1)  # [batch, vocab]
-        greedy_tokens = torch.argmax(logits, dim=-1)  # [batch]
-        # Each row's greedy token and its log-probability, for the whole batch in two calls.
-        greedy = list(
-            zip(
-                greedy_tokens.tolist(),
-                logprobs.gather(1, greedy_tokens[:, None]).squeeze(1).tolist(),
-                strict=True,
-            )
+        # Every row's tokens in one batched call (beam rows draw none: _beam_step picks theirs),
+        # then every chosen token's log-probability in one gather.
+        counts = [self._num_tokens(item) for item in scheduled]
+        tokens = sample_rows(
+            logits,
+            [item.group.params for item in scheduled],
+            [item.group.generator for item in scheduled],
+            counts,
         )
-        rows: dict[SequenceGroup, list[int]] = defaultdict(list)
+        rows = [row for row, row_tokens in enumerate(tokens) for _ in row_tokens]
+        flat = [token for row_tokens in tokens for token in row_tokens]
+        chosen = iter(logprobs[rows, flat].tolist())  # in row order, as rows and flat list them
+        chosen_logprobs = [[next(chosen) for _ in row_tokens] for row_tokens in tokens]
+        by_group: dict[SequenceGroup, list[int]] = defaultdict(list)
         for row, item in enumerate(scheduled):
-            rows[item.group].append(row)
-        for group, group_rows in rows.items():
-            items = [scheduled[row] for row in group_rows]
+            by_group[item.group].append(row)
+        for group, group_rows in by_group.items():
             if group.params.use_beam_search:
+                items = [scheduled[row] for row in group_rows]
                 self._beam_step(group, items, logits[group_rows], new_tokens)
             else:
-                for item, row in zip(items, group_rows, strict=True):
-                    self._sample(group, item, logits[row], logprobs[row], greedy[row], new_tokens)
+                for row in group_rows:
+                    seq = scheduled[row].seq
+                    self._extend(group, seq, tokens[row], chosen_logprobs[row], new_tokens)
                 group.forked = True
             yield group
 
@@ -87,36 +92,37 @@ class Decoder:
             return "stop"
         if last in params.stop_token_ids:
             return "stop"
-        if len(seq.output_ids) >= params.max_tokens or len(seq.token_ids) >= self.max_model_len:
+        length = len(seq.token_ids)  # output_ids would copy the tokens to count them
+        if length - seq.prompt_len >= params.max_tokens or length >= self.max_model_len:
             return "length"
         return None
 
-    def _sample(
+    @staticmethod
+    def _num_tokens(item: ScheduledSeq) -> int:
+        """Tokens to draw for one row: none for a beam (``_beam_step`` picks them), $n$ for a
+        prompt's first step with $n > 1$ (it forks into $n$ samples), else one."""
+        params = item.group.params
+        if params.use_beam_search:
+            return 0
+        fork = item.is_prefill and not item.group.forked and params.n > 1
+        return params.n if fork else 1
+
+    def _extend(
         self,
         group: SequenceGroup,
-        item: ScheduledSeq,
-        logits: Tensor,
-        logprobs: Tensor,
-        greedy: tuple[int, float],
+        seq: Sequence,
+        tokens: list[int],
+        logprobs: list[float],
         new_tokens: dict[int, int],
     ) -> None:
-        """One row: a token for its sequence, or, for a prompt's first step with $n > 1$,
-        $n$ tokens and $n - 1$ forks that share every prompt block (the first divergent write
-        into a shared, partly filled block will copy it)."""
-        params = group.params
-        fork = item.is_prefill and not group.forked and params.n > 1
-        count = params.n if fork else 1
-        if params.temperature == 0:
-            tokens = [greedy[0]] * count  # n greedy samples are identical, as in vLLM
-            chosen = [greedy[1]] * count
-        else:
-            tokens = sample(logits, params, group.generator, count)
-            chosen = logprobs[tokens].tolist()
-        seqs = [item.seq] + [self._fork(group, item.seq) for _ in tokens[1:]]
-        for seq, token, logprob in zip(seqs, tokens, chosen, strict=True):
-            seq.token_ids.append(token)
-            seq.cumulative_logprob += logprob
-            new_tokens[seq.seq_id] = token
+        """Append one row's token to its sequence, or, for a prompt's first step with $n > 1$,
+        its $n$ tokens to $n$ sequences: the prompt's and $n - 1$ forks that share every prompt
+        block (the first divergent write into a shared, partly filled block will copy it)."""
+        seqs = [seq] + [self._fork(group, seq) for _ in tokens[1:]]
+        for each, token, logprob in zip(seqs, tokens, logprobs, strict=True):
+            each.token_ids.append(token)
+            each.cumulative_logprob += logprob
+            new_tokens[each.seq_id] = token
 
     def _beam_step(
         self,

@@ -3,6 +3,8 @@ of the model over every scheduled sequence (prefills and decodes in the same bat
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 from torch import Tensor
 
@@ -48,36 +50,53 @@ class ModelRunner:
         """The step's inputs as tensors: tokens and positions ``[N]`` (each sequence's last
         ``num_query_tokens`` tokens, in batch order) and their ``PagedBatch``.
 
-        The Python side only lists what the plan already says; the slot mapping is one
-        gather over the padded block tables, slot $= \\mathcal{T}_b[\\lfloor t/B \\rfloor]
-        \\cdot B + (t \\bmod B)$ (``memory.slot``) for every token $t$ of sequence $b$, so a
-        step costs a fixed handful of tensor operations however many sequences it runs.
+        Sequence $b$'s token at position $t$ goes to slot
+        $\\mathcal{T}_b[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$ (``memory.slot``).
+        Everything is listed in Python first, then copied into two tensors, one of int64 and
+        one of int32, whose slices are the batch's tensors: a step's inputs are a few hundred
+        integers, and each tensor made costs more than listing them all, so a step pays for
+        two whatever it runs (and, on a GPU, for two copies to the device).
         """
         block_size = self.kv_cache.block_size
         scheduled = plan.scheduled
-        seq_lens, query_lens, tokens, positions, rows = [], [], [], [], []
-        for b, item in enumerate(scheduled):
-            seq_len, query_len = len(item.seq.token_ids), item.num_query_tokens
-            seq_lens.append(seq_len)
-            query_lens.append(query_len)
-            tokens += item.seq.token_ids[seq_len - query_len :]
-            positions += range(seq_len - query_len, seq_len)
-            rows += [b] * query_len
         width = max(len(item.block_table) for item in scheduled)
-        tables = [
-            item.block_table + [NO_BLOCK] * (width - len(item.block_table)) for item in scheduled
-        ]
+        tokens: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        query_lens: list[int] = []
+        tables: list[int] = []  # the padded block tables, row after row
+        for item in scheduled:
+            token_ids, table = item.seq.token_ids, item.block_table
+            seq_len = len(token_ids)
+            first = seq_len - item.num_query_tokens  # position of the first token computed
+            tokens += token_ids[first:]
+            positions += range(first, seq_len)
+            slots += [
+                table[t // block_size] * block_size + t % block_size for t in range(first, seq_len)
+            ]
+            seq_lens.append(seq_len)
+            query_lens.append(item.num_query_tokens)
+            tables += table
+            tables += [NO_BLOCK] * (width - len(table))
 
-        device = self.device
-        block_tables = torch.tensor(tables, dtype=torch.int32, device=device)  # [batch, width]
-        position = torch.tensor(positions, device=device)  # [N]
-        block = block_tables[torch.tensor(rows, device=device), position // block_size]  # T_b[j]
+        n, batch_size = len(tokens), len(scheduled)
+        longs = integers(tokens + positions + slots, "q").to(self.device)  # [3N] int64
+        ints = integers(seq_lens + query_lens + tables, "i").to(self.device)  # int32
         batch = PagedBatch(
-            slot_mapping=block * block_size + position % block_size,  # [N] int64
-            block_tables=block_tables,
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-            query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
+            slot_mapping=longs[2 * n :],  # [N] int64
+            block_tables=ints[2 * batch_size :].view(batch_size, width),  # [batch, width] int32
+            seq_lens=ints[:batch_size],  # [batch] int32
+            query_lens=ints[batch_size : 2 * batch_size],  # [batch] int32
             block_size=block_size,
             backend=self.backend,
         )
-        return torch.tensor(tokens, device=device), position, batch
+        return longs[:n], longs[n : 2 * n], batch
+
+
+def integers(values: list[int], typecode: str) -> Tensor:
+    """``values`` (not empty) as a 1-D CPU tensor of int64 (``typecode`` ``"q"``) or int32
+    (``"i"``), through an ``array``: ``torch.tensor`` inspects a list element by element and
+    takes several times longer for the few hundred integers of a step."""
+    dtype = torch.int64 if typecode == "q" else torch.int32
+    return torch.frombuffer(array(typecode, values), dtype=dtype)

@@ -6,6 +6,7 @@ the engine forks sequences through the block manager; this module only picks tok
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -104,11 +105,58 @@ def sample(
     identical, as in vLLM. Otherwise samples are independent draws (with replacement) from the
     temperature-scaled, top-k / top-p filtered distribution, using ``generator``.
     """
-    if params.temperature == 0:
-        return [int(torch.argmax(logits))] * num_samples
-    probs = distribution(logits, params)
-    drawn = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
-    return drawn.tolist()
+    return sample_rows(logits[None], [params], [generator], [num_samples])[0]
+
+
+def sample_rows(
+    logits: Tensor,
+    params: Sequence[SamplingParams],
+    generators: Sequence[torch.Generator],
+    counts: Sequence[int],
+) -> list[list[int]]:
+    """``sample`` for every row of ``logits`` ``[rows, vocab]`` at once: ``counts[r]`` tokens
+    for row $r$ (0 draws nothing), with ``params[r]`` and ``generators[r]``.
+
+    The greedy rows share one argmax, and the sampled rows one ``distributions`` call. A
+    single draw is vLLM's exponential race: with $E_i \\sim \\mathrm{Exp}(1)$ independent,
+    $\\arg\\max_i p_i / E_i$ is token $i$ with probability $p_i / \\sum_j p_j$. Each row's
+    noise comes from its own request's generator, in row order (a seeded request must draw the
+    same tokens whoever shares its batch); the division and the argmax are one call each. It
+    is how ``torch.multinomial`` draws one sample, so row $r$ gets exactly
+    ``torch.multinomial(p_r, counts[r], replacement=True, generator=generators[r])``; several
+    draws (a prompt forking into $n$) take that call itself.
+    """
+    tokens: list[list[int]] = [[] for _ in counts]
+    if any(p.temperature == 0 for p in params):
+        best = argmax_rows(logits)  # every row's: cheaper than picking the greedy rows first
+        for r, p in enumerate(params):
+            if p.temperature == 0:
+                tokens[r] = [best[r]] * counts[r]
+    drawn = [r for r, p in enumerate(params) if p.temperature != 0 and counts[r]]
+    if drawn:
+        probs = distributions(logits[drawn], [params[r] for r in drawn])  # [len(drawn), vocab]
+        noise = torch.ones_like(probs)  # E ~ Exp(1), row by row from each row's generator
+        for i, r in enumerate(drawn):
+            if counts[r] == 1:
+                noise[i].exponential_(generator=generators[r])
+            else:
+                draws = torch.multinomial(probs[i], counts[r], True, generator=generators[r])
+                tokens[r] = draws.tolist()
+        winners = argmax_rows(probs / noise)  # [len(drawn)]
+        for i, r in enumerate(drawn):
+            if counts[r] == 1:
+                tokens[r] = [winners[i]]
+    return tokens
+
+
+def argmax_rows(logits: Tensor) -> list[int]:
+    """The index of each row's largest value in ``logits`` ``[rows, vocab]``, the first one
+    on a tie (``torch.argmax``'s rule, NaN counting as largest). On the CPU numpy finds it:
+    torch's CPU argmax compares element by element and took longer than the step's whole
+    log-softmax; numpy's vectorized one is over ten times faster."""
+    if logits.device.type == "cpu":
+        return logits.float().numpy().argmax(-1).tolist()  # float: numpy has no bfloat16
+    return torch.argmax(logits, dim=-1).tolist()
 
 
 def distribution(logits: Tensor, params: SamplingParams) -> Tensor:
@@ -116,14 +164,37 @@ def distribution(logits: Tensor, params: SamplingParams) -> Tensor:
     cut; ``torch.multinomial`` normalizes): temperature-scaled, top-k and top-p filtered.
     Speculative sampling compares the target's and the drafter's with it. Needs temperature
     > 0."""
-    logits = logits.float() / params.temperature
-    if params.top_k:
-        kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
+    return distributions(logits[None], [params])[0]
+
+
+def distributions(logits: Tensor, params: Sequence[SamplingParams]) -> Tensor:
+    """``distribution`` of every row of ``logits`` ``[rows, vocab]`` with its own
+    ``params[r]``, as one batched computation; ``[rows, vocab]`` float32.
+
+    Row $r$ is the same, bit for bit, as it would be alone: every operation acts on rows
+    independently, and a filter a row does not ask for (``top_k`` 0, ``top_p`` 1) leaves its
+    values exactly as they were (its threshold is $-\\infty$, or it keeps every token)."""
+    device = logits.device
+    temperature = torch.tensor([p.temperature for p in params], device=device)[:, None]
+    logits = logits.float() / temperature  # [rows, vocab]
+    vocab = logits.shape[-1]
+    top_k = [min(p.top_k, vocab) for p in params]  # 0: off
+    if any(top_k):
+        # Each row's k-th largest logit, read from one topk of the largest k asked for.
+        largest = torch.topk(logits, max(top_k)).values  # [rows, max k]
+        kth = largest.gather(
+            1, torch.tensor([max(k - 1, 0) for k in top_k], device=device)[:, None]
+        )
+        off = torch.tensor([k == 0 for k in top_k], device=device)[:, None]
+        kth = kth.masked_fill(off, float("-inf"))  # [rows, 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
-    if params.top_p < 1:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        # Keep a token while the mass before it is below top_p: the first always stays.
-        drop = sorted_probs.cumsum(0) - sorted_probs >= params.top_p
-        probs = probs.scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
+    top_p = [p.top_p for p in params]
+    if min(top_p) < 1:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        # Keep a token while the mass before it is below top_p: the first always stays. A row
+        # with top_p = 1 keeps everything (rounding could push its mass past 1).
+        cut = torch.tensor([p if p < 1 else float("inf") for p in top_p], device=device)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= cut[:, None]
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
     return probs

@@ -146,9 +146,11 @@ class Scheduler:
         while queue:
             group = queue.pop(0)
             ids = [s.seq_id for s in group.seqs]
-            while not bm.can_append(*ids) and queue:
+            fits = bm.can_append(*ids)
+            while not fits and queue:
                 self._preempt(queue.pop(), out)
-            if bm.can_append(*ids):
+                fits = bm.can_append(*ids)
+            if fits:
                 self._append_slots(group, out)
                 self.running.append(group)
             else:

@@ -3,20 +3,33 @@ its position, written at the slot §3 defines, with the block tables padded for 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipaged import memory
 from minipaged.attention import NO_BLOCK, paged_attention_prefill
-from minipaged.backend import paged_attention
+from minipaged.backend import PagedBatch, paged_attention
+from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_cache import KVCache, write_kv
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_runner import ModelRunner
+from minipaged.sampling import SamplingParams
 from minipaged.scheduler import ScheduledSeq, SchedulerOutput
 from minipaged.sequence import Sequence
 
 NUM_BLOCKS = 64
+CONFIG = LlamaConfig(  # a one-layer model with 2 query heads over 1 KV head
+    vocab_size=100,
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=8,
+)
 
 
 @st.composite
@@ -42,17 +55,8 @@ def plans(draw) -> tuple[int, SchedulerOutput]:
 
 
 def runner(block_size: int) -> ModelRunner:
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-    )
     cache = KVCache(1, NUM_BLOCKS, 1, block_size, 8)
-    return ModelRunner(Llama(config), cache)
+    return ModelRunner(Llama(CONFIG), cache)
 
 
 @given(plans())
@@ -119,3 +123,78 @@ def test_a_mixed_step_attends_as_if_every_row_were_a_prefill(case):
     paged = (whole[0], whole[1], batch.block_tables, batch.seq_lens, batch.query_lens)
     torch.testing.assert_close(output, paged_attention_prefill(query, *paged, 0.5, block_size))
     torch.testing.assert_close(split, whole)
+
+
+def prepare_checked_against_a_fresh_build(model_runner: ModelRunner) -> list[int]:
+    """Make ``model_runner.prepare`` check every batch it builds against ``PagedBatch.from_lists``
+    (slots through ``memory.slot``, tables padded apart) and plain lists of tokens and
+    positions; return the list that counts the batches checked."""
+    prepare, checked = model_runner.prepare, []
+
+    def checked_prepare(plan: SchedulerOutput):
+        tokens, positions, batch = prepare(plan)
+        items = plan.scheduled
+        fresh = PagedBatch.from_lists(
+            [item.block_table for item in items],
+            [len(item.seq.token_ids) for item in items],
+            model_runner.kv_cache.block_size,
+            [item.num_query_tokens for item in items],
+        )
+        for name in ("slot_mapping", "block_tables", "seq_lens", "query_lens"):
+            mine, theirs = getattr(batch, name), getattr(fresh, name)
+            assert mine.dtype == theirs.dtype and torch.equal(mine, theirs), name
+        expected = [
+            (item.seq.token_ids[t], t)
+            for item in items
+            for t in range(len(item.seq.token_ids) - item.num_query_tokens, len(item.seq.token_ids))
+        ]
+        assert list(zip(tokens.tolist(), positions.tolist(), strict=True)) == expected
+        checked.append(len(items))
+        return tokens, positions, batch
+
+    model_runner.prepare = checked_prepare
+    return checked
+
+
+@settings(max_examples=max(1, settings().max_examples // 4), deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # arrival step
+            st.integers(1, 30),  # prompt length
+            st.integers(1, 12),  # max_tokens
+            st.sampled_from([1, 2]),  # n: parallel samples fork and copy on write
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    block_size=st.sampled_from([1, 4, 16]),
+    num_gpu_blocks=st.integers(8, 40),
+    preemption=st.sampled_from(["recompute", "swap"]),
+)
+def test_every_step_batch_equals_one_built_fresh_through_admit_finish_and_preempt(
+    requests, block_size, num_gpu_blocks, preemption
+):
+    """The step's tensors, built from lists into two buffers, equal a batch built the plain
+    way from the plan, at every step of workloads whose requests arrive, fork, finish and are
+    preempted (recomputed or swapped) on a pool too small for all of them."""
+    engine = LLMEngine(
+        Llama(CONFIG),
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        num_cpu_blocks=64,
+        preemption=preemption,
+        watermark=0.0,
+    )
+    checked = prepare_checked_against_a_fresh_build(engine.runner)
+    step, admitted = 0, 0
+    while step <= 3 or engine.has_unfinished():
+        for arrival, length, max_tokens, n in requests:
+            if arrival == step:
+                params = SamplingParams(max_tokens=max_tokens, n=n, seed=step, ignore_eos=True)
+                with contextlib.suppress(RequestRejected):  # too large for this pool
+                    engine.add_request({"prompt_token_ids": list(range(1, length + 1))}, params)
+                    admitted += 1
+        engine.step()
+        step += 1
+    assert len(checked) >= min(admitted, 1), "an admitted request ran no batch"

@@ -1,7 +1,9 @@
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from minipaged.sampling import SamplingParams, sample
+from minipaged.sampling import SamplingParams, argmax_rows, distributions, sample, sample_rows
 
 
 @pytest.mark.parametrize(
@@ -55,3 +57,86 @@ def test_seeded_samples_repeat():
     params = SamplingParams(temperature=1.0)
     first = sample(logits, params, torch.Generator().manual_seed(4), 20)
     assert sample(logits, params, torch.Generator().manual_seed(4), 20) == first
+
+
+def one_row_distribution(logits, params):
+    """The distribution of one row, written the plain way: the oracle for the batched one."""
+    logits = logits.float() / params.temperature
+    if params.top_k:
+        kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        drop = sorted_probs.cumsum(0) - sorted_probs >= params.top_p
+        probs = probs.scatter(0, order, sorted_probs.masked_fill(drop, 0.0))
+    return probs
+
+
+@st.composite
+def batches(draw):
+    """Logits of 1–6 rows (small integers when ``ties``, so top-k and top-p meet equal values)
+    and, per row, parameters (greedy or sampled, with or without top-k and top-p), a seed and
+    how many tokens to draw (0 draws none)."""
+    rows = draw(st.integers(1, 6))
+    vocab = draw(st.sampled_from([2, 5, 64, 2048]))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    if draw(st.booleans()):  # ties
+        logits = torch.randint(-3, 3, (rows, vocab), generator=generator).float()
+    else:
+        logits = torch.randn(rows, vocab, generator=generator) * draw(st.sampled_from([0.1, 1, 8]))
+    params = [
+        SamplingParams(
+            temperature=draw(st.sampled_from([0, 0.3, 1.0, 1.7])),
+            top_k=draw(st.sampled_from([0, 1, 2, 5, 4096])),
+            top_p=draw(st.sampled_from([1.0, 0.9, 0.5])),
+        )
+        for _ in range(rows)
+    ]
+    seeds = draw(st.lists(st.integers(0, 99), min_size=rows, max_size=rows))
+    counts = draw(st.lists(st.integers(0, 3), min_size=rows, max_size=rows))
+    return logits, params, seeds, counts
+
+
+@given(batches())
+def test_batched_distributions_equal_each_row_alone_bit_for_bit(batch):
+    logits, params, _, _ = batch
+    sampled = [r for r, p in enumerate(params) if p.temperature > 0]
+    if not sampled:
+        return
+    probs = distributions(logits[sampled], [params[r] for r in sampled])
+    for row, r in zip(probs, sampled, strict=True):
+        assert torch.equal(row, one_row_distribution(logits[r], params[r]))
+
+
+@given(batches())
+def test_batched_sampling_draws_each_row_as_its_own_seeded_generator_would(batch):
+    """A row's tokens depend on its logits, parameters and generator only, not on the rows
+    beside it: the greedy argmax, or draws from its own generator's stream."""
+    logits, params, seeds, counts = batch
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+    tokens = sample_rows(logits, params, generators, counts)
+    for r, (p, seed, count) in enumerate(zip(params, seeds, counts, strict=True)):
+        if count == 0:
+            assert tokens[r] == []
+        elif p.temperature == 0:
+            assert tokens[r] == [int(torch.argmax(logits[r]))] * count
+        else:
+            alone = torch.Generator().manual_seed(seed)
+            probs = one_row_distribution(logits[r], p)
+            expected = torch.multinomial(probs, count, replacement=True, generator=alone)
+            assert tokens[r] == expected.tolist()
+
+
+@given(
+    st.integers(1, 8),
+    st.sampled_from([1, 3, 2048]),
+    st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    st.integers(0, 2**16),
+)
+def test_argmax_rows_follows_torch_argmax_on_ties_and_nan(rows, vocab, dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-2, 2, (rows, vocab), generator=generator).to(dtype)  # many ties
+    nan = torch.rand(rows, vocab, generator=generator) < 0.05
+    logits = logits.masked_fill(nan, float("nan"))
+    assert argmax_rows(logits) == torch.argmax(logits, dim=-1).tolist()

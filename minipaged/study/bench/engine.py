@@ -58,6 +58,7 @@ class Workload:
     max_tokens: list[int]
     width: int
     description: str
+    rounds: int = 1  # interleaved rounds the table's medians are taken over
 
 
 def make_workloads(vocab_size: int, max_len: int, quick: bool, seed: int) -> list[Workload]:
@@ -74,6 +75,8 @@ def make_workloads(vocab_size: int, max_len: int, quick: bool, seed: int) -> lis
 
     num_uniform, uniform_tokens, uniform_width = (4, 8, 2) if quick else (16, 32, 8)
     num_mixed, longest, mixed_width = (6, 24, 2) if quick else (64, 256, 16)
+    # A uniform round takes a fraction of a second, so its ratio swings with the machine's
+    # load; more rounds steady its median for about the time of one mixed round.
     uniform = Workload(
         "uniform",
         prompts(draw(8, 96, num_uniform)),
@@ -81,6 +84,7 @@ def make_workloads(vocab_size: int, max_len: int, quick: bool, seed: int) -> lis
         uniform_width,
         f"uniform: {num_uniform} requests of 8–96 prompt tokens, {uniform_tokens} new tokens "
         f"each, width {uniform_width}",
+        rounds=1 if quick else 9,
     )
     prompt_lens = draw(8, longest, num_mixed)
     outputs = [
@@ -93,6 +97,7 @@ def make_workloads(vocab_size: int, max_len: int, quick: bool, seed: int) -> lis
         mixed_width,
         f"mixed: {num_mixed} requests, prompt and output lengths each uniform in 8–{longest}, "
         f"width {mixed_width}",
+        rounds=1 if quick else 3,
     )
     return [uniform, mixed]
 
@@ -161,7 +166,6 @@ def run(options: Options) -> Report:
     workloads = make_workloads(
         config.vocab_size, config.max_position_embeddings, options.quick, options.seed
     )
-    rounds = 1 if options.quick else 3
     threads = torch.get_num_threads()
     notes = []
 
@@ -190,13 +194,14 @@ def run(options: Options) -> Report:
                 notes += [note] if note not in notes else []
                 continue
             run_minipaged(engines[backend], Workload("warm-up", workload.prompts[:1], [2], 1, ""))
-        rows += _measure(workload, hf, pad_id, engines, rounds, threads)
+        rows += _measure(workload, hf, pad_id, engines, threads)
     notes += [
         f"Measured on {options.device} with {threads} thread(s): model {options.model!r} "
         f"({config.num_hidden_layers} layers, hidden {config.hidden_size}), fp32, greedy, EOS "
         "ignored. seconds: median of "
-        f"{rounds} round(s) after a warm-up, the systems interleaved in alternating order; vs "
-        "transformers: median over the rounds of transformers' seconds / this row's seconds.",
+        f"{' and '.join(f'{w.rounds} ({w.name})' for w in workloads)} rounds after a warm-up, "
+        "the systems interleaved in alternating order; vs transformers: median over the "
+        "rounds of transformers' seconds / this row's seconds.",
         *(w.description for w in workloads),
         "width: the most sequences minipaged runs at once (max_num_seqs), and transformers' "
         "static batch size. forward passes: engine steps for minipaged (a step prefills new "
@@ -209,15 +214,13 @@ def run(options: Options) -> Report:
     return report
 
 
-def _measure(
-    workload: Workload, hf, pad_id: int, engines: dict, rounds: int, threads: int
-) -> list[dict]:
-    """One row per minipaged backend and one for transformers, from ``rounds`` interleaved
-    rounds on ``workload``."""
+def _measure(workload: Workload, hf, pad_id: int, engines: dict, threads: int) -> list[dict]:
+    """One row per minipaged backend and one for transformers, from ``workload.rounds``
+    interleaved rounds."""
     theirs: list[float] = []
     ours: dict[str, list[float]] = {backend: [] for backend in engines}
     results = {}
-    for round_ in range(rounds):
+    for round_ in range(workload.rounds):
         order = ["transformers", *engines]
         for system in order if round_ % 2 == 0 else reversed(order):
             if system == "transformers":
