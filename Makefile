@@ -1,6 +1,7 @@
 # Every target builds the local virtual environment first, so each works on a fresh clone.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
+XDIST   := --numprocesses auto --maxprocesses 4
 
 .PHONY: demo test lint format docs bench clean
 
@@ -17,10 +18,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest
+	# pytest-xdist: one worker per core (at most 4); --dist loadfile keeps each test file in
+	# one worker, so a module's fixtures (a built site, a browser, a model's run) are made once;
+	# files go out in collection order, longest first (tests/conftest.py).
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(XDIST) --dist loadfile --no-loadscope-reorder
 	# The CUDA kernels in Numba's simulator: a process of their own, since the simulator must be
-	# chosen before numba is first imported.
-	NUMBA_ENABLE_CUDASIM=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest tests/test_cuda_kernels.py
+	# chosen before numba is first imported. Its tests are independent: spread them one by one.
+	NUMBA_ENABLE_CUDASIM=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(XDIST) tests/test_cuda_kernels.py
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

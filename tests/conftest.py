@@ -31,6 +31,26 @@ settings.register_profile(
 settings.register_profile("thorough", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# `make test` runs whole files on pytest-xdist workers (--dist loadfile), handing the next file
+# in collection order to whichever worker is free. The longest files go first, so that no
+# worker is left alone with a long one at the end (longest-processing-time-first); measured on
+# two cores, where these few take half the suite's time. A stale list only costs balance.
+LONGEST_FIRST = (
+    "test_site_browser.py",
+    "test_exercises.py",
+    "test_cpu_kernels.py",
+    "test_docs.py",
+    "test_ptx.py",
+    "test_tui_story.py",
+    "test_tui.py",
+    "test_bench.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
 
 @pytest.fixture(scope="session")
 def transformers():

@@ -12,7 +12,8 @@ import pytest
 import minipaged
 from minipaged import cli
 from minipaged.checkpoint import model_directory
-from minipaged.study.bench import SUBBENCHMARKS, default_out
+from minipaged.study import bench
+from minipaged.study.bench import SUBBENCHMARKS, default_out, run_many
 
 pytestmark = pytest.mark.skipif(
     not (model_directory("tiny") / "model.safetensors").is_file(),
@@ -40,19 +41,47 @@ def run_cli(*argv: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def tables(tmp_path_factory):
+def full_run(tmp_path_factory):
+    """One quick run of every sub-benchmark through the CLI: its folder, what it printed and
+    the reports it made (a second run for ``--json`` would repeat the slowest fixture here)."""
     out = tmp_path_factory.mktemp("bench")
-    status, printed = run_cli("bench", "--quick", "--out", str(out))
+    reports = []
+
+    def recording(*args, **kwargs):
+        reports.extend(run_many(*args, **kwargs))
+        return reports
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench, "run_many", recording)
+        status, printed = run_cli("bench", "--quick", "--out", str(out))
     assert status == 0
+    assert [r.name for r in reports] == list(SUBBENCHMARKS)
+    return out, printed, reports
+
+
+@pytest.fixture(scope="module")
+def tables(full_run):
+    out, printed, _ = full_run
     return out, printed
 
 
 @pytest.fixture(scope="module")
-def as_json(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench-json")
-    status, printed = run_cli("bench", *SUBBENCHMARKS, "--quick", "--json", "--out", str(out))
+def as_json(full_run):
+    """The full run's reports as ``--json`` prints them."""
+    return json.loads(json.dumps({r.name: r.as_dict() for r in full_run[2]}))
+
+
+def test_json_prints_what_the_reports_hold(full_run, tmp_path):
+    """``--json`` prints the same objects ``as_json`` builds from the full run's reports: the
+    model-free sub-benchmarks (no timings) match the full run's exactly."""
+    names = ["memory", "sharing"]
+    status, printed = run_cli("bench", *names, "--quick", "--json", "--out", str(tmp_path))
     assert status == 0
-    return json.loads(printed)
+    got = json.loads(printed)
+    want = json.loads(json.dumps({r.name: r.as_dict() for r in full_run[2] if r.name in names}))
+    for report in (*got.values(), *want.values()):  # the same plots, in another folder
+        report["plots"] = [Path(plot).name for plot in report["plots"]]
+    assert got == want
 
 
 def test_every_subbenchmark_has_a_title_here():

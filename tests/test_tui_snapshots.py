@@ -9,7 +9,9 @@ the new screenshots and accept them with ``pytest tests/test_tui_snapshots.py
 
 from __future__ import annotations
 
+import inspect
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +101,15 @@ def test_help_screen(snap_compare):
     assert snap_compare(
         app_for("several"), terminal_size=(100, 36), run_before=recorded_then("question_mark")
     )
+
+
+def test_every_snapshot_file_belongs_to_a_snapshot_test():
+    """syrupy fails a run that leaves a snapshot unused, but not under pytest-xdist, which
+    ``make test`` uses: a renamed test must not leave its old picture behind here either."""
+    folder = Path(__file__).parent / "__snapshots__" / Path(__file__).stem
+    tests = {
+        name
+        for name, test in globals().items()
+        if name.startswith("test_") and "snap_compare" in inspect.signature(test).parameters
+    }
+    assert {path.stem for path in folder.iterdir()} == tests
