@@ -2,20 +2,25 @@
 are (no date, fixed element ids), so regenerating the page only changes what changed.
 
 Figures are built with matplotlib's object API (``Figure``), not
-``pyplot``: no display, no global backend, nothing to close.
+``pyplot``: no display, no global backend, nothing to close. matplotlib is imported by the
+first figure, not with this module: ``minipaged simulate`` shares the benchmarks' code but
+draws nothing, and the import alone took a second of its run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 def figure(ncols: int = 1, width: float = 6.4) -> tuple[Figure, list[Axes]]:
     """A figure with ``ncols`` side-by-side axes."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width * ncols, 4.0), layout="tight")
     return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
@@ -25,6 +30,8 @@ def save(fig: Figure, out: Path | None, name: str) -> Path | None:
     write to), write nothing and return None."""
     if out is None:
         return None
+    import matplotlib
+
     path = out / f"{name}.svg"
     with matplotlib.rc_context({"svg.hashsalt": "minipaged"}):
         fig.savefig(path, format="svg", metadata={"Date": None})
