@@ -33,12 +33,10 @@ SUPPORTED_BACKENDS = ("torch", "numba", "numba-cpu")
 """The attention paths; ``LLM(backend=...)`` also accepts ``"auto"``. See the module docstring."""
 
 
-def check_backend(backend: str) -> None:
-    """``backend`` is one of ``SUPPORTED_BACKENDS``."""
-    if backend not in SUPPORTED_BACKENDS:
-        raise ValueError(
-            f"unknown attention backend {backend!r}; supported: {list(SUPPORTED_BACKENDS)}"
-        )
+def check_backend(backend: str, names: tuple[str, ...] = SUPPORTED_BACKENDS) -> None:
+    """``backend`` is one of ``names``: ``SUPPORTED_BACKENDS``, or what ``LLM`` accepts."""
+    if backend not in names:
+        raise ValueError(f"unknown attention backend {backend!r}; supported: {list(names)}")
 
 
 def resolve_backend(
@@ -61,10 +59,7 @@ def resolve_backend(
         except ImportError:  # numba is an optional dependency (minipaged[cuda])
             return "torch"
         return "numba-cpu"
-    if backend not in SUPPORTED_BACKENDS:
-        raise ValueError(
-            f"unknown attention backend {backend!r}; supported: {['auto', *SUPPORTED_BACKENDS]}"
-        )
+    check_backend(backend, ("auto", *SUPPORTED_BACKENDS))
     problem = kernels_misfit(backend, device, model_dtype, cache_dtype)
     if problem is not None:
         raise ValueError(f"backend {backend!r} cannot run this model: {problem}")

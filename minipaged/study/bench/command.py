@@ -63,7 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmarks: memory, sharing, fork, kernels, engine, block-size",
+        help=f"benchmarks: {', '.join(SUBBENCHMARKS)}",
         description="Run sub-benchmarks (all by default), print their tables and write plots; "
         "a full run also writes the docs' results page, index.md. Files go only into --out; "
         "without it, into the project's docs/results when run from the root of the minipaged "
