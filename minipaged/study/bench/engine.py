@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minipaged.backend import resolve_backend
 from minipaged.checkpoint import load_config, model_directory
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
@@ -155,6 +156,11 @@ def default_backends(device: str) -> tuple[str, ...]:
     return ("torch", "numba") if device.startswith("cuda") else ("torch", "numba-cpu")
 
 
+def auto_backend(device: str) -> str:
+    """What ``LLM(backend="auto")`` runs for this benchmark's float32 model on ``device``."""
+    return resolve_backend("auto", torch.device(device), torch.float32, torch.float32)
+
+
 def run(options: Options) -> Report:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach the network
     from transformers import LlamaForCausalLM
@@ -189,7 +195,7 @@ def run(options: Options) -> Report:
                     device=options.device,
                     max_num_seqs=workload.width,
                 )
-            except ValueError as error:  # a backend this build or this device does not have
+            except (ValueError, ImportError) as error:  # one this build or device does not have
                 note = f"Backend {backend!r} not run: {error}"
                 notes += [note] if note not in notes else []
                 continue
@@ -208,6 +214,7 @@ def run(options: Options) -> Report:
         "prompts and decodes the running sequences together); for transformers, the tokens "
         "each static batch generates (its longest request's), prefill included.",
         "same greedy tokens: requests whose new tokens equal transformers' token for token.",
+        f"LLM's default backend, 'auto', runs {auto_backend(options.device)!r} here.",
     ]
     report = Report("engine", "Engine throughput", COLUMNS, rows, notes)
     report.plots.append(_plot(rows, options))
