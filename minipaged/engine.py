@@ -145,6 +145,8 @@ class LLMEngine:
             name = "new" if request_id is None else request_id
             self.block_manager.record(Refuse(name, rejected.num_blocks, rejected.limit))
             raise
+        if request_id is not None and not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a string, got {request_id!r}")
         if request_id is not None and request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
@@ -176,7 +178,13 @@ class LLMEngine:
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
-        ids and text, or ``ValueError`` / ``RequestRejected`` naming the problem."""
+        ids and text, or ``ValueError`` / ``RequestRejected`` naming the problem (``TypeError``
+        for a prompt or ``params`` of the wrong kind)."""
+        if not isinstance(params, SamplingParams):
+            raise TypeError(
+                f"sampling params must be a SamplingParams, got {type(params).__name__} "
+                f"{params!r:.60}: build one with SamplingParams(max_tokens=..., ...)"
+            )
         token_ids, text = self.prompt_tokens(prompt)
         self._check_fits(token_ids, params)
         return token_ids, text
@@ -190,7 +198,7 @@ class LLMEngine:
                     "a dict prompt needs the key 'prompt_token_ids' (a list of token ids), "
                     f"got keys {sorted(prompt)}"
                 )
-            token_ids, text = list(prompt["prompt_token_ids"]), None
+            token_ids, text = prompt["prompt_token_ids"], None
         elif isinstance(prompt, str):
             if not prompt:  # as an empty prompt_token_ids is: there is nothing to continue
                 raise ValueError("the prompt is empty: give at least one token")
@@ -198,11 +206,20 @@ class LLMEngine:
                 raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
             token_ids, text = self.tokenizer.encode(prompt), prompt
         else:
-            token_ids, text = list(prompt), None
+            token_ids, text = prompt, None
+        if not isinstance(token_ids, list | tuple):
+            raise TypeError(
+                "a prompt is a string, a list of token ids or {'prompt_token_ids': [...]}, "
+                f"got {type(token_ids).__name__} {token_ids!r:.60}"
+            )
+        token_ids = list(token_ids)
         vocab = self.model.config.vocab_size
         if not token_ids:
             raise ValueError("the prompt is empty: give at least one token")
-        bad = [t for t in token_ids if not (isinstance(t, int) and 0 <= t < vocab)]
+        # bool is an int to Python, but True is no token id
+        bad = [
+            t for t in token_ids if type(t) is bool or not (isinstance(t, int) and 0 <= t < vocab)
+        ]
         if bad:
             raise ValueError(f"prompt token ids must be integers in [0, {vocab}), got {bad[:5]}")
         return token_ids, text

@@ -114,12 +114,13 @@ class LLM:
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         show_progress: bool | None = None,
         on_step: Callable[[StepOutput], None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or ``{"prompt_token_ids": [...]}``) and return
-        one ``RequestOutput`` each, in the order given.
+        one ``RequestOutput`` each, in the order given. ``sampling_params`` is one
+        ``SamplingParams`` for every prompt, or a list of one per prompt.
 
         Every prompt is checked before any runs: a bad one raises ``ValueError`` and nothing
         starts. A request that can never fit the device pool gets an output with ``error`` set
@@ -131,17 +132,16 @@ class LLM:
         finished requests. ``on_step`` sees every ``StepOutput``, events and block state
         included.
         """
-        if isinstance(prompts, str | dict):
-            prompts = [prompts]
-        params = sampling_params or SamplingParams()
+        prompts = prompt_list(prompts)
+        params_of = params_list(sampling_params, len(prompts))
         engine = self.engine
-        for prompt in prompts:  # a bad prompt raises before anything queues
-            with contextlib.suppress(RequestRejected):  # refused below, while the others run
-                engine.check_request(prompt, params)
+        for prompt, params in zip(prompts, params_of, strict=True):  # a bad one raises here,
+            with contextlib.suppress(RequestRejected):  # before anything queues; a rejected
+                engine.check_request(prompt, params)  # one is refused below, the rest run
         results: dict[str, RequestOutput] = {}
         ids: list[str] = []
         try:
-            for index, prompt in enumerate(prompts):
+            for index, (prompt, params) in enumerate(zip(prompts, params_of, strict=True)):
                 try:
                     ids.append(engine.add_request(prompt, params))
                 except RequestRejected as rejected:
@@ -188,6 +188,41 @@ class LLM:
                     results[output.request_id] = output
                     progress.advance(task)
                 del step  # held by no one, its snapshot is never built (engine.Deferred)
+
+
+def prompt_list(prompts) -> list[Prompt]:
+    """``generate``'s prompts as a list: one prompt (a string or a dict) becomes a list of one.
+    A flat list of ints is refused as ambiguous: one prompt's token ids go in a list of their
+    own, or in a dict."""
+    if isinstance(prompts, str | dict):
+        return [prompts]
+    if not isinstance(prompts, list | tuple):
+        raise TypeError(
+            "prompts must be a string, a {'prompt_token_ids': [...]} dict, or a list of them, "
+            f"got {type(prompts).__name__} {prompts!r:.60}"
+        )
+    if prompts and all(isinstance(p, int) for p in prompts):
+        raise TypeError(
+            f"prompts is a list of ints, {list(prompts)!r:.60}: pass one prompt's token ids as "
+            "[[...]] or {'prompt_token_ids': [...]}"
+        )
+    return list(prompts)
+
+
+def params_list(sampling_params, count: int) -> list[SamplingParams]:
+    """One ``SamplingParams`` per prompt: the same for all (the default when None), or the
+    given list, which must have one per prompt. Their types are checked where each is used
+    (``LLMEngine.check_request``)."""
+    if sampling_params is None:
+        return [SamplingParams()] * count
+    if not isinstance(sampling_params, list | tuple):
+        return [sampling_params] * count
+    if len(sampling_params) != count:
+        raise ValueError(
+            f"got {len(sampling_params)} SamplingParams for {count} prompts: give one "
+            "SamplingParams for all, or a list of one per prompt"
+        )
+    return list(sampling_params)
 
 
 def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:

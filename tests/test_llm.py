@@ -69,6 +69,45 @@ def test_a_prompt_longer_than_the_context_is_refused_before_anything_runs(llm):
     assert not llm.engine.has_unfinished()
 
 
+@pytest.mark.parametrize(
+    ("prompts", "params", "error", "message"),
+    [
+        (None, None, TypeError, "prompts must be a string"),
+        (5, None, TypeError, "got int 5"),
+        ([1, 2, 3], None, TypeError, r"\[\[\.\.\.\]\]"),
+        ([PROMPT, 7], None, TypeError, "a prompt is a string"),
+        ([torch.tensor([1, 2])], None, TypeError, "got Tensor"),
+        ({"prompt_token_ids": 5}, None, TypeError, "got int 5"),
+        ([[True, 2]], None, ValueError, r"got \[True\]"),
+        (PROMPT, {"max_tokens": 2}, TypeError, "must be a SamplingParams, got dict"),
+        ([PROMPT, PROMPT], [SamplingParams()], ValueError, "1 SamplingParams for 2 prompts"),
+        ([PROMPT, PROMPT], [SamplingParams(), "greedy"], TypeError, "got str 'greedy'"),
+    ],
+)
+def test_prompts_and_params_of_the_wrong_kind_are_refused_before_anything_runs(
+    llm, prompts, params, error, message
+):
+    with pytest.raises(error, match=message):
+        llm.generate(prompts, params)
+    assert not llm.engine.has_unfinished() and not llm.engine.requests
+
+
+def test_each_prompt_may_have_its_own_sampling_params(llm):
+    first, second = SamplingParams(max_tokens=3, seed=0), SamplingParams(max_tokens=5, n=2, seed=1)
+    both = llm.generate([PROMPT, "Emma"], [first, second])
+    alone = [*llm.generate(PROMPT, first), *llm.generate("Emma", second)]
+    assert [[c.token_ids for c in out.outputs] for out in both] == [
+        [c.token_ids for c in out.outputs] for out in alone
+    ]
+    assert [len(c.token_ids) for out in both for c in out.outputs] == [3, 5, 5]
+
+
+def test_a_request_id_must_be_a_string(llm):
+    with pytest.raises(TypeError, match="request_id must be a string"):
+        llm.engine.add_request(PROMPT, request_id=3)
+    assert not llm.engine.requests
+
+
 def test_a_request_larger_than_the_pool_is_rejected_and_the_others_finish():
     small = LLM("tiny", block_size=16, num_gpu_blocks=4)  # 64 tokens at most
     too_long = " ".join(["and she said"] * 30)
