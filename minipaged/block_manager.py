@@ -64,7 +64,7 @@ class BlockManager:
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
-        if not 0.0 <= watermark < 1.0:
+        if not (isinstance(watermark, int | float) and 0.0 <= watermark < 1.0):
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark!r}")
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
@@ -254,15 +254,15 @@ class BlockManager:
         pool is ours (a student's allocator offers only ``incref`` and ``decref``)."""
         return not self.recording and type(pool) is BlockAllocator
 
-    def swap_out(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
-        """Move the tables of ``seqs`` to the host pool (§6, swapping) and return the (device,
-        host) block copies to run, each block once: a block shared inside the group gets one
-        host block whose refcount counts the same tables, released last block first."""
-        return self._move(list(seqs), "device", "host")
+    def swap_out(self, seqs: Iterable[SeqId] | SeqId) -> list[tuple[int, int]]:
+        """Move the tables of ``seqs`` (one id, or a request's) to the host pool (§6, swapping)
+        and return the (device, host) block copies to run, each block once: a block shared
+        inside the group gets one host block whose refcount counts the same tables."""
+        return self._move(seqs, "device", "host")
 
-    def swap_in(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
+    def swap_in(self, seqs: Iterable[SeqId] | SeqId) -> list[tuple[int, int]]:
         """Bring swapped-out ``seqs`` back to the device; returns the (host, device) copies."""
-        return self._move(list(seqs), "host", "device")
+        return self._move(seqs, "host", "device")
 
     def record(self, event: Event) -> None:
         """Add an event of the caller's (a preemption, say) to the stream, in order."""
@@ -359,20 +359,20 @@ class BlockManager:
         return table
 
     def _blocks_for_next_token(self, table: BlockTable) -> int:
-        if table.is_last_block_full:
-            return 1
-        return 1 if self._pool(table.pool).refcount(table.blocks[-1]) > 1 else 0
+        last = table.blocks[-1]  # full: a fresh block; shared: a copy-on-write
+        return int(table.is_last_block_full or self._pool(table.pool).refcount(last) > 1)
 
     def _distinct_blocks(self, seqs: Iterable[SeqId], pool: str) -> set[int]:
         blocks: set[int] = set()
-        for seq in seqs:
+        for seq in [seqs] if isinstance(seqs, int) else seqs:  # one id, or several
             table = self.table(seq)
             if table.pool != pool:
                 raise ValueError(f"sequence {seq!r} is in {table.pool} memory, not {pool} memory")
             blocks.update(table.blocks)
         return blocks
 
-    def _move(self, seqs: list[SeqId], src_name: str, dst_name: str) -> list[tuple[int, int]]:
+    def _move(self, seqs: Iterable[SeqId], src_name: str, dst_name: str) -> list[tuple[int, int]]:
+        seqs = [seqs] if isinstance(seqs, int) else list(seqs)
         if len(set(seqs)) != len(seqs):
             raise ValueError(f"sequences {seqs} name a sequence twice; name each once")
         needed = len(self._distinct_blocks(seqs, src_name))

@@ -86,6 +86,13 @@ class LLMEngine:
         ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
         ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales).
         ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        if not isinstance(block_manager_class, type):
+            raise TypeError(
+                "block_manager_class must be a class with BlockManager's constructor and "
+                f"methods (BlockManager or a student's), got {block_manager_class!r}"
+            )
         config = model.config
         param = next(model.parameters())
         backend = resolve_backend(backend, param.device, param.dtype, kv_cache_dtype or param.dtype)

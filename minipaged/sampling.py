@@ -6,6 +6,7 @@ the engine forks sequences through the block manager; this module only picks tok
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,8 +52,8 @@ class SamplingParams:
             f"max_tokens must be an integer >= 1, got {self.max_tokens!r}",
         )
         need(
-            _is_number(self.temperature) and self.temperature >= 0,
-            f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}",
+            _is_number(self.temperature) and 0 <= self.temperature < math.inf,
+            f"temperature must be finite and >= 0 (0 means greedy), got {self.temperature!r}",
         )
         need(
             _is_number(self.top_p) and 0 < self.top_p <= 1,
@@ -70,6 +71,18 @@ class SamplingParams:
         need(
             self.seed is None or _is_int(self.seed),
             f"seed must be an integer or None, got {self.seed!r}",
+        )
+        need(
+            _is_number(self.length_penalty) and math.isfinite(self.length_penalty),
+            f"length_penalty must be a finite number, got {self.length_penalty!r}",
+        )
+        for flag in ("use_beam_search", "ignore_eos"):
+            value = getattr(self, flag)
+            need(isinstance(value, bool), f"{flag} must be True or False, got {value!r}")
+        need(
+            isinstance(self.stop_token_ids, list | tuple)
+            and all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
+            f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}",
         )
         if self.use_beam_search:
             need(

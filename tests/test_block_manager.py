@@ -142,6 +142,20 @@ def test_swap_out_then_in_moves_exactly_len_table_blocks_each_way():
     invariants.assert_holds(manager)
 
 
+def test_one_sequence_id_swaps_as_a_list_of_one_does():
+    by_id, by_list = (BlockManager(8, 8, block_size=4) for _ in range(2))
+    for manager in (by_id, by_list):
+        manager.allocate(0, num_tokens=3)
+        manager.allocate(1, num_tokens=10)
+    assert by_id.can_swap_out(1) == by_list.can_swap_out([1]) is True
+    assert by_id.swap_out(1) == by_list.swap_out([1])
+    assert by_id.can_swap_in(1) == by_list.can_swap_in([1])
+    assert by_id.swap_in(1) == by_list.swap_in([1])
+    assert by_id.snapshot() == by_list.snapshot()
+    with pytest.raises(ValueError, match="in device memory, not host memory"):
+        by_id.swap_in(0)
+
+
 def test_swapping_a_forked_group_copies_each_shared_block_once():
     manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
     manager.allocate(0, num_tokens=8)

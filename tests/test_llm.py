@@ -128,10 +128,19 @@ def test_a_missing_model_directory_is_named_in_the_error(tmp_path):
         ({"preemption": "drop"}, "preemption"),
         ({"prefix_caching": "lru"}, "prefix_caching"),
         ({"backend": "triton"}, "backend"),
+        ({"seed": "x"}, "seed must be an integer"),
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"watermark": "x"}, "watermark"),
+        ({"watermark": float("nan")}, "watermark"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"num_gpu_blocks": "8"}, "num_blocks"),
+        ({"num_cpu_blocks": -1}, "num_blocks"),
+        ({"device": None}, "device None is not a device name; use 'cpu' or 'cuda'$"),
+        ({"block_manager_class": 5}, "block_manager_class must be a class"),
     ],
 )
 def test_bad_engine_settings_are_refused_naming_the_setting(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((TypeError, ValueError), match=message):
         LLM("tiny", **kwargs)
 
 
