@@ -79,12 +79,26 @@ def kernels_misfit(
             f"{model_dtype} model with a {cache_dtype} cache: load the model in float32 "
             "(an FP8 kv_cache_dtype is fine), or use backend 'torch'"
         )
-    if backend == "numba-cpu" and torch.device(device).type != "cpu":
+    device = torch.device(device)
+    if backend == "numba-cpu" and device.type != "cpu":
         return (
-            f"the CPU twins run on the CPU, got device {torch.device(device)}: use backend "
-            "'numba' on a GPU, or 'torch'"
+            f"the CPU twins run on the CPU, got device {device}: use backend 'numba' on a GPU, "
+            "or 'torch'"
+        )
+    if backend == "numba" and device.type != ("cpu" if numba_simulator() else "cuda"):
+        where = "in Numba's CUDA simulator, on the CPU" if numba_simulator() else "on a CUDA GPU"
+        return (
+            f"in this process the CUDA kernels run {where}, got device {device}: use "
+            "backend 'numba-cpu' (their CPU twins) or 'torch' on a CPU; the simulator needs "
+            "NUMBA_ENABLE_CUDASIM=1 set before numba is imported"
         )
     return None
+
+
+def numba_simulator() -> bool:
+    """Whether this process runs the CUDA kernels in Numba's CUDA simulator (decided once, by
+    ``NUMBA_ENABLE_CUDASIM`` when numba is first imported)."""
+    return kernels_for("numba").launch.SIMULATOR
 
 
 def kernels_for(backend: str) -> ModuleType | None:
@@ -93,8 +107,14 @@ def kernels_for(backend: str) -> ModuleType | None:
     ``paged_attention_decode_v2``, ``reshape_and_cache``, ``copy_blocks``, ``swap_blocks``."""
     check_backend(backend)
     if backend == "numba":
-        import cuda_kernels  # numba loads only when a kernel backend is asked for
-
+        try:
+            import cuda_kernels
+            import cuda_kernels.launch  # numba loads only when a kernel backend is asked for
+        except ImportError as error:
+            raise ImportError(
+                f"backend 'numba' needs numba and numba-cuda ({error}): install them with "
+                "pip install 'minipaged[cuda]', or use backend 'torch'"
+            ) from error
         return cuda_kernels
     if backend == "numba-cpu":
         try:

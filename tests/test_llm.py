@@ -181,6 +181,18 @@ def test_a_kernel_backend_that_cannot_run_the_model_is_refused_before_any_step(
         LLM("tiny", num_gpu_blocks=8, backend=name, **kwargs)
 
 
+def test_the_cuda_kernels_on_a_cpu_outside_the_simulator_are_refused_before_any_step(capsys):
+    pytest.importorskip("numba.cuda")
+    if backend.numba_simulator():
+        pytest.skip("this process runs Numba's CUDA simulator, where the kernels take the CPU")
+    with pytest.raises(
+        ValueError, match=r"run on a CUDA GPU, got device cpu: use backend 'numba-cpu"
+    ):
+        LLM("tiny", num_gpu_blocks=8, backend="numba")
+    assert cli.main(["generate", "--prompt", PROMPT, "--backend", "numba"]) == 2
+    assert "NUMBA_ENABLE_CUDASIM=1" in capsys.readouterr().err
+
+
 def test_the_cpu_twins_refuse_a_model_off_the_cpu():
     problem = backend.kernels_misfit("numba-cpu", torch.device("meta"), *[torch.float32] * 2)
     assert "run on the CPU, got device meta: use backend 'numba' on a GPU" in problem
