@@ -79,31 +79,30 @@ class _Group:
     lengths: list[int]  # l_i
     finals: list[int]  # L_i
     seqs: list[int] = field(default_factory=list)  # allocator ids, while admitted
+    spans: list[int] = field(default_factory=list)  # r_i, while admitted
     started: bool = False  # admitted once: later admissions are re-admissions, unshared
 
 
 class _Totals:
-    """Running sums over the live sequences, kept exact as each one changes."""
+    """Running sums over the live sequences, kept exact as each one changes: how many there
+    are, and the sums of $l_i$, $r_i$, $\\max(0, r_i - L_i)$ and $\\min(r_i, L_i)$."""
 
     def __init__(self) -> None:
-        self.span: dict[int, int] = {}  # r_i
-        self.final: dict[int, int] = {}  # L_i
-        # Sums of l_i, r_i, max(0, r_i - L_i) and min(r_i, L_i).
-        self.length = self.spans = self.internal = self.bounded = 0
+        self.seqs = self.length = self.spans = self.internal = self.bounded = 0
 
-    def set(self, seq: int, span: int, final: int) -> None:
-        self.drop(seq)
-        self.span[seq], self.final[seq] = span, final
+    def add(self, span: int, final: int) -> None:
+        """A sequence of span $r_i$ = ``span`` and final length $L_i$ = ``final`` joins."""
+        self.seqs += 1
         self.spans += span
         self.internal += max(0, span - final)
         self.bounded += min(span, final)
 
-    def drop(self, seq: int) -> None:
-        if seq in self.span:
-            span, final = self.span.pop(seq), self.final.pop(seq)
-            self.spans -= span
-            self.internal -= max(0, span - final)
-            self.bounded -= min(span, final)
+    def remove(self, span: int, final: int) -> None:
+        """A sequence of span ``span`` and final length ``final`` leaves."""
+        self.seqs -= 1
+        self.spans -= span
+        self.internal -= max(0, span - final)
+        self.bounded -= min(span, final)
 
 
 class Simulation:
@@ -133,14 +132,14 @@ class Simulation:
             tokens, finished = self._decode()
             if progress is not None and task is not None:
                 progress.advance(task, finished)
-            peak = max(peak, len(totals.span))
+            peak = max(peak, totals.seqs)
             step = {
                 "reserved": alloc.reserved,
                 "span": totals.spans,
                 "internal": totals.internal,
                 "reservation": totals.bounded - totals.length,
                 "external": self._unusable,
-                "seqs": len(totals.span),
+                "seqs": totals.seqs,
                 "tokens": tokens,
             }
             every_steps += 1
@@ -193,9 +192,10 @@ class Simulation:
     def _place(self, group: _Group) -> bool:
         """Admit every sequence of ``group`` or none. A fresh multi-sequence request on a
         sharing allocator stores its prompt once and forks the rest (§5)."""
-        alloc, max_len = self.alloc, group.request.max_len
+        alloc, totals, max_len = self.alloc, self.totals, group.request.max_len
         share = alloc.shares_prefixes and not group.started and len(group.lengths) > 1
         seqs: list[int] = []
+        spans: list[int] = []
         for i, length in enumerate(group.lengths):
             seq = next(self._ids)
             stalls = alloc.stalls
@@ -203,14 +203,15 @@ class Simulation:
                 alloc.fork(seqs[0], seq)
             elif not alloc.admit(seq, length, max_len):
                 self._note_stall(stalls)
-                for placed in seqs:
+                for placed, span, final in zip(seqs, spans, group.finals, strict=False):
                     alloc.release(placed)
-                    self.totals.drop(placed)
+                    totals.remove(span, final)
                 return False
             seqs.append(seq)
-            self.totals.set(seq, alloc.reserved_slots(seq), group.finals[i])
-        self.totals.length += sum(group.lengths)
-        group.seqs, group.started = seqs, True
+            spans.append(alloc.reserved_slots(seq))
+            totals.add(spans[-1], group.finals[i])
+        totals.length += sum(group.lengths)
+        group.seqs, group.spans, group.started = seqs, spans, True
         return True
 
     def _decode(self) -> tuple[int, int]:
@@ -228,8 +229,7 @@ class Simulation:
                     break  # the group itself was preempted
                 tokens += 1
                 if group.lengths[i] == group.finals[i]:
-                    self._release(group.seqs.pop(i), group.lengths.pop(i))
-                    group.finals.pop(i)
+                    self._release(group, i)
                 else:
                     i += 1
             if not group.finals:  # every sequence reached its L_i
@@ -240,8 +240,7 @@ class Simulation:
     def _grow(self, group: _Group, i: int) -> bool:
         """Grow sequence ``i`` of ``group``, preempting the newest requests while it cannot;
         False when ``group`` itself was preempted."""
-        alloc, totals, seq = self.alloc, self.totals, group.seqs[i]
-        full = totals.span[seq] == group.lengths[i]
+        alloc, seq = self.alloc, group.seqs[i]
         stalls = alloc.stalls
         while not alloc.grow(seq):
             self._note_stall(stalls)
@@ -251,10 +250,15 @@ class Simulation:
             if victim is group:
                 return False
         group.lengths[i] += 1
-        totals.length += 1
-        if full:  # a span grows only when the sequence has filled it
-            totals.set(seq, alloc.reserved_slots(seq), totals.final[seq])
+        self.totals.length += 1
+        if group.spans[i] < group.lengths[i]:  # it had filled its span: the span grew
+            self._set_span(group, i, alloc.reserved_slots(seq))
         return True
+
+    def _set_span(self, group: _Group, i: int, span: int) -> None:
+        self.totals.remove(group.spans[i], group.finals[i])
+        self.totals.add(span, group.finals[i])
+        group.spans[i] = span
 
     def _note_stall(self, stalls_before: int) -> None:
         """After a refusal: if it was a stall, the memory free right now could not be used."""
@@ -278,31 +282,45 @@ class Simulation:
             if j > 0 and parents[j - 1] == parent:  # not the parent's first child: fork
                 child, gone = next(self._ids), next(unpicked)
                 self.alloc.fork_replacing(seq, child, group.seqs[gone])
-                self._forget(group.seqs[gone], group.lengths[gone])
-                self.totals.set(child, self.totals.span[seq], self.totals.final[seq])
-                self.totals.length += group.lengths[parent]
+                self._replace(group, gone, parent)
                 seq = child
             seqs.append(seq)
         group.lengths = [group.lengths[p] for p in parents]
         group.finals = [group.finals[p] for p in parents]
+        group.spans = [group.spans[p] for p in parents]
         group.seqs = seqs
+
+    def _replace(self, group: _Group, gone: int, parent: int) -> None:
+        """The running sums after sequence ``gone`` of ``group`` left and a copy of sequence
+        ``parent`` joined. Beams usually have equal lengths, spans and final lengths, and then
+        nothing changes."""
+        lengths, spans, finals, totals = group.lengths, group.spans, group.finals, self.totals
+        if (lengths[gone], spans[gone], finals[gone]) != (
+            lengths[parent],
+            spans[parent],
+            finals[parent],
+        ):
+            totals.remove(spans[gone], finals[gone])
+            totals.add(spans[parent], finals[parent])
+            totals.length += lengths[parent] - lengths[gone]
 
     def _evict(self, group: _Group) -> None:
         """Recompute-preemption (§6): free everything, wait again at the front of the queue."""
-        for seq, length in zip(group.seqs, group.lengths, strict=True):
-            self._release(seq, length)
-        group.seqs = []
+        for seq, span, final, length in zip(
+            group.seqs, group.spans, group.finals, group.lengths, strict=True
+        ):
+            self.alloc.release(seq)
+            self.totals.remove(span, final)
+            self.totals.length -= length
+        group.seqs, group.spans = [], []
         self.waiting.appendleft(group)
         self.preemptions += 1
 
-    def _release(self, seq: int, length: int) -> None:
-        self.alloc.release(seq)
-        self._forget(seq, length)
-
-    def _forget(self, seq: int, length: int) -> None:
-        """Take a released sequence of ``length`` tokens out of the running sums."""
-        self.totals.drop(seq)
-        self.totals.length -= length
+    def _release(self, group: _Group, i: int) -> None:
+        """Sequence ``i`` of ``group`` reached its $L_i$: free it and take it out of the sums."""
+        self.alloc.release(group.seqs.pop(i))
+        self.totals.remove(group.spans.pop(i), group.finals.pop(i))
+        self.totals.length -= group.lengths.pop(i)
 
 
 @functools.cache
