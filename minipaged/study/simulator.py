@@ -109,6 +109,8 @@ class Simulation:
     """Replays ``requests`` on ``allocator``; ``run`` returns a ``SimResult``.
     Deterministic: the beam branching process draws from ``seed``."""
 
+    shortcuts = True  # False: grow every sequence with the plain ``_grow`` (tests compare)
+
     def __init__(self, allocator: KVAllocator, requests: list[Request], seed: int = 0) -> None:
         self.alloc = allocator
         self.rng = random.Random(seed)
@@ -223,7 +225,9 @@ class Simulation:
                 continue
             if group.request.beam and self.alloc.shares_prefixes and len(group.seqs) > 1:
                 self._branch(group)
-            i = 0
+            unfinished = max(group.lengths) + 1 < min(group.finals)  # nobody ends this step
+            i = self._grow_unfinished(group) if unfinished and self.shortcuts else 0
+            tokens += i
             while i < len(group.seqs):
                 if not self._grow(group, i):
                     break  # the group itself was preempted
@@ -243,17 +247,44 @@ class Simulation:
         alloc, seq = self.alloc, group.seqs[i]
         stalls = alloc.stalls
         while not alloc.grow(seq):
-            self._note_stall(stalls)
-            stalls = alloc.stalls
-            victim = self.running.pop()
-            self._evict(victim)
-            if victim is group:
+            if not self._preempt(group, stalls):
                 return False
+            stalls = alloc.stalls
         group.lengths[i] += 1
         self.totals.length += 1
         if group.spans[i] < group.lengths[i]:  # it had filled its span: the span grew
             self._set_span(group, i, alloc.reserved_slots(seq))
         return True
+
+    def _grow_unfinished(self, group: _Group) -> int:
+        """``_grow`` for each sequence of ``group`` in turn, when none of them reaches its
+        $L_i$ with this token (the caller checks): nothing is released, so the indices hold
+        still and one loop takes them all. Returns how many grew: all of them, or fewer when
+        one was refused: then the newest request was preempted, and the caller grows the rest
+        one by one (none, if that was ``group``).
+
+        Equal to the plain loop because growing never changes ``stalls`` (only refusals do):
+        the count read before the loop is the count before the refused growth."""
+        alloc, lengths, spans = self.alloc, group.lengths, group.spans
+        stalls = alloc.stalls
+        for i, seq in enumerate(group.seqs):
+            if not alloc.grow(seq):  # make room; the caller retries, unless group is gone
+                self.totals.length += i
+                self._preempt(group, stalls)
+                return i
+            lengths[i] += 1
+            if spans[i] < lengths[i]:  # it had filled its span: the span grew
+                self._set_span(group, i, alloc.reserved_slots(seq))
+        self.totals.length += len(lengths)
+        return len(lengths)
+
+    def _preempt(self, group: _Group, stalls_before: int) -> bool:
+        """A sequence of ``group`` was refused room: note the stall, preempt the newest running
+        request (§6). False when that was ``group`` itself."""
+        self._note_stall(stalls_before)
+        victim = self.running.pop()
+        self._evict(victim)
+        return victim is not group
 
     def _set_span(self, group: _Group, i: int, span: int) -> None:
         self.totals.remove(group.spans[i], group.finals[i])
@@ -275,16 +306,14 @@ class Simulation:
         fork frees nothing, so the free list ends the same."""
         k = len(group.seqs)
         parents = sorted(self.rng.choices(range(k), cum_weights=_rank_weights(k), k=k))
-        unpicked = iter([index for index in range(k) if index not in parents])
-        seqs = []
-        for j, parent in enumerate(parents):
-            seq = group.seqs[parent]
-            if j > 0 and parents[j - 1] == parent:  # not the parent's first child: fork
-                child, gone = next(self._ids), next(unpicked)
-                self.alloc.fork_replacing(seq, child, group.seqs[gone])
-                self._replace(group, gone, parent)
-                seq = child
-            seqs.append(seq)
+        unpicked = [index for index in range(k) if index not in parents]
+        forks = [j for j in range(1, k) if parents[j] == parents[j - 1]]  # not a first child
+        seqs = [group.seqs[p] for p in parents]
+        for j, gone in zip(forks, unpicked, strict=True):
+            child = next(self._ids)
+            self.alloc.fork_replacing(seqs[j], child, group.seqs[gone])
+            self._replace(group, gone, parents[j])
+            seqs[j] = child
         group.lengths = [group.lengths[p] for p in parents]
         group.finals = [group.finals[p] for p in parents]
         group.spans = [group.spans[p] for p in parents]
@@ -295,10 +324,10 @@ class Simulation:
         ``parent`` joined. Beams usually have equal lengths, spans and final lengths, and then
         nothing changes."""
         lengths, spans, finals, totals = group.lengths, group.spans, group.finals, self.totals
-        if (lengths[gone], spans[gone], finals[gone]) != (
-            lengths[parent],
-            spans[parent],
-            finals[parent],
+        if (
+            lengths[gone] != lengths[parent]
+            or spans[gone] != spans[parent]
+            or finals[gone] != finals[parent]
         ):
             totals.remove(spans[gone], finals[gone])
             totals.add(spans[parent], finals[parent])
