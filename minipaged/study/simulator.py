@@ -220,13 +220,14 @@ class Simulation:
         """Grow every running sequence by one token and retire those that reach $L_i$;
         returns (tokens generated, requests finished)."""
         tokens = finished = 0
+        branching, shortcuts = self.alloc.shares_prefixes, self.shortcuts
         for group in list(self.running):
             if not group.seqs:  # preempted earlier in this step
                 continue
-            if group.request.beam and self.alloc.shares_prefixes and len(group.seqs) > 1:
+            if branching and group.request.beam and len(group.seqs) > 1:
                 self._branch(group)
             unfinished = max(group.lengths) + 1 < min(group.finals)  # nobody ends this step
-            i = self._grow_unfinished(group) if unfinished and self.shortcuts else 0
+            i = self._grow_unfinished(group) if unfinished and shortcuts else 0
             tokens += i
             while i < len(group.seqs):
                 if not self._grow(group, i):
@@ -307,6 +308,8 @@ class Simulation:
         k = len(group.seqs)
         parents = sorted(self.rng.choices(range(k), cum_weights=_rank_weights(k), k=k))
         unpicked = [index for index in range(k) if index not in parents]
+        if not unpicked:  # every beam picked itself once: nothing moves
+            return
         forks = [j for j in range(1, k) if parents[j] == parents[j - 1]]  # not a first child
         seqs = [group.seqs[p] for p in parents]
         for j, gone in zip(forks, unpicked, strict=True):
