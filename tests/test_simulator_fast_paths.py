@@ -2,8 +2,8 @@
 
 ``FastBlockManager.try_append`` and ``fork_replacing`` stand for ``can_append`` /
 ``append_slot`` and for ``fork`` then ``free``; the simulator's beam step forks each extra child
-over an unpicked beam instead of forking every child before freeing every unpicked beam. Two
-oracles:
+over an unpicked beam instead of forking every child before freeing every unpicked beam, and
+grows a whole group in one loop when none of its sequences ends. Three oracles:
 
 1. random programs (allocate, append, beam steps, free, swap out and in; with and without each
    kind of prefix cache) run on a plain recording ``BlockManager`` in the old order and on a
@@ -11,7 +11,9 @@ oracles:
    refcounts, free lists in order, cached blocks) are equal;
 2. whole simulations, small pools that preempt included, give the same result and the same
    tables and free list after every step with events recorded, with the plain calls unrecorded
-   and with the shortcuts.
+   and with the shortcuts;
+3. on every allocator, the simulator's group growth against its sequence-by-sequence loop, with
+   its running sums recounted from scratch after every step.
 """
 
 from __future__ import annotations

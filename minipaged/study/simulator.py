@@ -205,7 +205,8 @@ class Simulation:
                 alloc.fork(seqs[0], seq)
             elif not alloc.admit(seq, length, max_len):
                 self._note_stall(stalls)
-                for placed, span, final in zip(seqs, spans, group.finals, strict=False):
+                placed_so_far = zip(seqs, spans, group.finals, strict=False)  # the first i
+                for placed, span, final in placed_so_far:
                     alloc.release(placed)
                     totals.remove(span, final)
                 return False
