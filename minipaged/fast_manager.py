@@ -66,7 +66,10 @@ class FastBlockManager(BlockManager):
         and down by one, and the parent holds it throughout, so it never reaches
         $\\mathcal{R}[p] = 0$ in between. A block only the dropped table holds goes down as
         ``free`` takes it down, last block first, so the blocks that reach 0 join the free list
-        in the same order."""
+        in the same order.
+
+        The child gets the dropped beam's ``BlockTable`` object, its suffix overwritten with the
+        parent's: the same table ``fork`` would build, without copying the common prefix."""
         if dropped == parent:
             raise ValueError(f"cannot drop sequence {dropped!r}: it is the parent of the fork")
         source, old = self.tables.get(parent), self.tables.get(dropped)
@@ -83,16 +86,21 @@ class FastBlockManager(BlockManager):
             return table
         # Both tables hold their first c blocks in common; the rest they may share or not.
         c = _common_prefix(source.blocks, old.blocks)
-        kept, gone = set(source.blocks[c:]), old.blocks[c:]
-        for block in kept.difference(gone):  # the fork's raises; none is free, so any order
-            self.device.incref(block)
-        for block in reversed(gone):  # the free's drops, last block first, as free does
-            if block not in kept:
-                self.device.decref(block)
-        table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
-        self.tables[child] = table
+        kept, gone = source.blocks[c:], old.blocks[c:]
+        if kept != gone:
+            kept_set, gone_set = set(kept), set(gone)
+            for block in kept:  # the fork's raises; none is free, so any order
+                if block not in gone_set:
+                    self.device.incref(block)
+            for block in reversed(gone):  # the free's drops, last block first, as free does
+                if block not in kept_set:
+                    self.device.decref(block)
+        # The dropped table becomes the child's: only its last blocks need copying.
+        old.blocks[c:] = kept
+        old.num_tokens, old.cached_tokens = source.num_tokens, 0
         del self.tables[dropped]
-        return table
+        self.tables[child] = old
+        return old
 
     def _shortcut(self) -> bool:
         """Whether a combined step may skip the plain calls: the test of ``_unrecorded``."""

@@ -2,8 +2,8 @@
 
 ``FastBlockManager.try_append`` and ``fork_replacing`` stand for ``can_append`` /
 ``append_slot`` and for ``fork`` then ``free``; the simulator's beam step forks each extra child
-over an unpicked beam instead of forking every child before freeing every unpicked beam. Two
-oracles:
+over an unpicked beam instead of forking every child before freeing every unpicked beam, and
+grows a whole group in one loop when none of its sequences ends. Three oracles:
 
 1. random programs (allocate, append, beam steps, free, swap out and in; with and without each
    kind of prefix cache) run on a plain recording ``BlockManager`` in the old order and on a
@@ -11,7 +11,9 @@ oracles:
    refcounts, free lists in order, cached blocks) are equal;
 2. whole simulations, small pools that preempt included, give the same result and the same
    tables and free list after every step with events recorded, with the plain calls unrecorded
-   and with the shortcuts.
+   and with the shortcuts;
+3. on every allocator, the simulator's group growth against its sequence-by-sequence loop, with
+   its running sums recounted from scratch after every step.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from hypothesis import strategies as st
 
 from minipaged.block_manager import BlockManager
 from minipaged.fast_manager import FastBlockManager
-from minipaged.study.baselines import PagedAllocator
+from minipaged.study.baselines import (
+    OrcaAllocator,
+    PagedAllocator,
+    StaticAllocator,
+    VAttentionAllocator,
+)
 from minipaged.study.simulator import Simulation, _rank_weights
 from minipaged.study.workloads import make_workload
 
@@ -98,6 +105,10 @@ class Pair:
             assert self.plain.swap_in([seq]) == self.fast.swap_in([seq])
 
 
+def cached_tokens(manager: BlockManager) -> dict[int, int]:
+    return {seq: table.cached_tokens for seq, table in manager.tables.items()}
+
+
 @settings(max_examples=150)
 @given(
     num_gpu_blocks=st.integers(3, 24),
@@ -125,6 +136,7 @@ def test_fast_manager_steps_equal_the_plain_calls(
         elif operation == "swap" and seqs and num_cpu_blocks:
             pair.swap(seqs[n % len(seqs)])
         assert pair.fast.snapshot() == pair.plain.snapshot(), (operation, n, ranks)
+        assert cached_tokens(pair.fast) == cached_tokens(pair.plain)  # not in a snapshot
     assert pair.fast.pop_events() == []
 
 
@@ -133,6 +145,17 @@ def test_fork_replacing_refuses_to_drop_the_parent():
     manager.allocate(0, 5)
     with pytest.raises(ValueError, match="parent of the fork"):
         manager.fork_replacing(0, 1, 0)
+
+
+def test_a_child_that_takes_over_a_dropped_table_has_no_cached_tokens():
+    """``fork`` gives a child ``cached_tokens`` 0; so does ``fork_replacing``, which reuses the
+    dropped beam's table object for the child."""
+    manager = FastBlockManager(16, block_size=2, prefix_caching="hash", record_events=False)
+    tokens = [1, 2, 3, 4, 5]
+    manager.allocate(0, 5, token_ids=tokens)
+    manager.allocate(1, 5, token_ids=tokens)  # finds seq 0's first two blocks cached
+    assert manager.table(1).cached_tokens == 4
+    assert manager.fork_replacing(0, 2, 1).cached_tokens == manager.fork(0, 3).cached_tokens == 0
 
 
 def test_rank_weights_draw_the_same_beams_as_plain_weights():
@@ -203,3 +226,98 @@ def test_random_simulations_decide_the_same_on_every_path(kind, spare_blocks, se
     requests = make_workload("alpaca", 8, seed=seed, **kind)
     recorded, plain, fast = run_paths(requests, spare_blocks, seed)
     assert recorded == plain == fast
+
+
+# -- 3. the simulator's own shortcut and running sums, on every allocator ---------------------
+
+
+def allocator_state(alloc) -> tuple:
+    """Everything an allocator decides with: tables and free list, or buffers and holes."""
+    if isinstance(alloc, PagedAllocator):
+        manager = alloc.manager
+        tables = {seq: (tuple(t.blocks), t.num_tokens) for seq, t in manager.tables.items()}
+        return tables, manager.device.free_blocks()
+    if isinstance(alloc, VAttentionAllocator):
+        return dict(alloc._lengths), alloc._pages_used
+    holes = [tuple(hole) for hole in alloc.heap.holes]
+    return dict(alloc._buffers), dict(alloc._lengths), holes, alloc.stalls
+
+
+class RecountedSimulation(Simulation):
+    """A ``Simulation`` that recounts its running sums from scratch after each step (spans
+    asked of the allocator) and keeps each step's counts, sums and allocator state."""
+
+    trace: list
+
+    def _decode(self) -> tuple[int, int]:
+        out = super()._decode()
+        live = [(group, i) for group in self.running for i in range(len(group.seqs))]
+        spans = {(id(g), i): self.alloc.reserved_slots(g.seqs[i]) for g, i in live}
+        assert [g.spans[i] for g, i in live] == list(spans.values()), "a stale span r_i"
+        pairs = [(spans[id(g), i], g.finals[i]) for g, i in live]
+        recount = {
+            "seqs": len(live),
+            "length": sum(g.lengths[i] for g, i in live),
+            "spans": sum(span for span, _ in pairs),
+            "internal": sum(max(0, span - final) for span, final in pairs),
+            "bounded": sum(min(span, final) for span, final in pairs),
+        }
+        assert vars(self.totals) == recount
+        self.trace.append((out, recount, self.alloc.stalls, allocator_state(self.alloc)))
+        return out
+
+
+ALLOCATORS = {
+    "paged": lambda spare: PagedAllocator(4 * 512 // 16 + spare, block_size=16),
+    "static": lambda spare: StaticAllocator(4 * 512 + 16 * spare),
+    "orca": lambda spare: OrcaAllocator(8 * 512 + 16 * spare, delta=64),  # room to relocate
+    "vattention": lambda spare: VAttentionAllocator(4 * 512 + 16 * spare, page_size=32),
+}
+
+
+def run_recounted(name: str, requests, spare: int, seed: int, shortcuts: bool) -> tuple:
+    simulation = RecountedSimulation(ALLOCATORS[name](spare), requests, seed)
+    simulation.trace, simulation.shortcuts = [], shortcuts
+    return simulation.run(), simulation.trace
+
+
+@settings(max_examples=40)
+@given(
+    name=st.sampled_from(list(ALLOCATORS)),
+    lengths=st.sampled_from(["chat", "chat", "alpaca"]),
+    kind=st.sampled_from([dict(beam_width=4), dict(beam_width=3), dict(n=3), dict()]),
+    spare=st.integers(0, 40),
+    seed=st.integers(0, 1000),
+)
+def test_growing_a_group_at_once_decides_as_sequence_by_sequence(name, lengths, kind, spare, seed):
+    """``_grow_unfinished`` against the plain ``_grow`` loop, and both sets of running sums
+    against a recount, after every step; small caches preempt in the middle of a group."""
+    requests = make_workload(lengths, 10, seed=seed, max_len=512, **kind)
+    plain = run_recounted(name, requests, spare, seed, shortcuts=False)
+    assert run_recounted(name, requests, spare, seed, shortcuts=True) == plain
+
+
+class CountedSimulation(RecountedSimulation):
+    """Counts the rare paths: a group that grew only in part before a preemption, and a beam
+    that replaced a dropped one of another length."""
+
+    partial = uneven = 0
+
+    def _grow_unfinished(self, group) -> int:
+        grown = super()._grow_unfinished(group)
+        self.partial += grown < len(group.lengths)
+        return grown
+
+    def _replace(self, group, gone: int, parent: int) -> None:
+        self.uneven += group.lengths[gone] != group.lengths[parent]
+        super()._replace(group, gone, parent)
+
+
+def test_the_recount_reaches_preemptions_in_the_middle_of_a_beam_group():
+    """The property above reaches the rare paths on such a workload: some beams of a group grew
+    before it was preempted, so its beams' lengths differ when it branches again."""
+    requests = make_workload("chat", 10, seed=0, max_len=512, beam_width=4)
+    simulation = CountedSimulation(ALLOCATORS["paged"](0), requests, seed=0)
+    simulation.trace = []
+    simulation.run()
+    assert simulation.partial > 0 and simulation.uneven > 0

@@ -33,7 +33,8 @@ class KVAllocator(Protocol):
     Guarantees shared by all four: ``admit`` and ``grow`` either succeed or change nothing;
     ``reserved`` never exceeds ``capacity``; after every sequence is released, ``reserved`` is 0;
     ``reserved_slots(seq)`` changes only when ``grow`` finds ``seq``'s span full (the simulator
-    relies on it to keep its sums exact without asking after every token).
+    relies on it to keep its sums exact without asking after every token); ``stalls`` rises
+    only when an ``admit`` or a ``grow`` is refused.
     """
 
     name: str

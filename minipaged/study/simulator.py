@@ -79,36 +79,37 @@ class _Group:
     lengths: list[int]  # l_i
     finals: list[int]  # L_i
     seqs: list[int] = field(default_factory=list)  # allocator ids, while admitted
+    spans: list[int] = field(default_factory=list)  # r_i, while admitted
     started: bool = False  # admitted once: later admissions are re-admissions, unshared
 
 
 class _Totals:
-    """Running sums over the live sequences, kept exact as each one changes."""
+    """Running sums over the live sequences, kept exact as each one changes: how many there
+    are, and the sums of $l_i$, $r_i$, $\\max(0, r_i - L_i)$ and $\\min(r_i, L_i)$."""
 
     def __init__(self) -> None:
-        self.span: dict[int, int] = {}  # r_i
-        self.final: dict[int, int] = {}  # L_i
-        # Sums of l_i, r_i, max(0, r_i - L_i) and min(r_i, L_i).
-        self.length = self.spans = self.internal = self.bounded = 0
+        self.seqs = self.length = self.spans = self.internal = self.bounded = 0
 
-    def set(self, seq: int, span: int, final: int) -> None:
-        self.drop(seq)
-        self.span[seq], self.final[seq] = span, final
+    def add(self, span: int, final: int) -> None:
+        """A sequence of span $r_i$ = ``span`` and final length $L_i$ = ``final`` joins."""
+        self.seqs += 1
         self.spans += span
         self.internal += max(0, span - final)
         self.bounded += min(span, final)
 
-    def drop(self, seq: int) -> None:
-        if seq in self.span:
-            span, final = self.span.pop(seq), self.final.pop(seq)
-            self.spans -= span
-            self.internal -= max(0, span - final)
-            self.bounded -= min(span, final)
+    def remove(self, span: int, final: int) -> None:
+        """A sequence of span ``span`` and final length ``final`` leaves."""
+        self.seqs -= 1
+        self.spans -= span
+        self.internal -= max(0, span - final)
+        self.bounded -= min(span, final)
 
 
 class Simulation:
     """Replays ``requests`` on ``allocator``; ``run`` returns a ``SimResult``.
     Deterministic: the beam branching process draws from ``seed``."""
+
+    shortcuts = True  # False: grow every sequence with the plain ``_grow`` (tests compare)
 
     def __init__(self, allocator: KVAllocator, requests: list[Request], seed: int = 0) -> None:
         self.alloc = allocator
@@ -133,14 +134,14 @@ class Simulation:
             tokens, finished = self._decode()
             if progress is not None and task is not None:
                 progress.advance(task, finished)
-            peak = max(peak, len(totals.span))
+            peak = max(peak, totals.seqs)
             step = {
                 "reserved": alloc.reserved,
                 "span": totals.spans,
                 "internal": totals.internal,
                 "reservation": totals.bounded - totals.length,
                 "external": self._unusable,
-                "seqs": len(totals.span),
+                "seqs": totals.seqs,
                 "tokens": tokens,
             }
             every_steps += 1
@@ -193,9 +194,10 @@ class Simulation:
     def _place(self, group: _Group) -> bool:
         """Admit every sequence of ``group`` or none. A fresh multi-sequence request on a
         sharing allocator stores its prompt once and forks the rest (§5)."""
-        alloc, max_len = self.alloc, group.request.max_len
+        alloc, totals, max_len = self.alloc, self.totals, group.request.max_len
         share = alloc.shares_prefixes and not group.started and len(group.lengths) > 1
         seqs: list[int] = []
+        spans: list[int] = []
         for i, length in enumerate(group.lengths):
             seq = next(self._ids)
             stalls = alloc.stalls
@@ -203,33 +205,37 @@ class Simulation:
                 alloc.fork(seqs[0], seq)
             elif not alloc.admit(seq, length, max_len):
                 self._note_stall(stalls)
-                for placed in seqs:
+                placed_so_far = zip(seqs, spans, group.finals, strict=False)  # the first i
+                for placed, span, final in placed_so_far:
                     alloc.release(placed)
-                    self.totals.drop(placed)
+                    totals.remove(span, final)
                 return False
             seqs.append(seq)
-            self.totals.set(seq, alloc.reserved_slots(seq), group.finals[i])
-        self.totals.length += sum(group.lengths)
-        group.seqs, group.started = seqs, True
+            spans.append(alloc.reserved_slots(seq))
+            totals.add(spans[-1], group.finals[i])
+        totals.length += sum(group.lengths)
+        group.seqs, group.spans, group.started = seqs, spans, True
         return True
 
     def _decode(self) -> tuple[int, int]:
         """Grow every running sequence by one token and retire those that reach $L_i$;
         returns (tokens generated, requests finished)."""
         tokens = finished = 0
+        branching, shortcuts = self.alloc.shares_prefixes, self.shortcuts
         for group in list(self.running):
             if not group.seqs:  # preempted earlier in this step
                 continue
-            if group.request.beam and self.alloc.shares_prefixes and len(group.seqs) > 1:
+            if branching and group.request.beam and len(group.seqs) > 1:
                 self._branch(group)
-            i = 0
+            unfinished = max(group.lengths) + 1 < min(group.finals)  # nobody ends this step
+            i = self._grow_unfinished(group) if unfinished and shortcuts else 0
+            tokens += i
             while i < len(group.seqs):
                 if not self._grow(group, i):
                     break  # the group itself was preempted
                 tokens += 1
                 if group.lengths[i] == group.finals[i]:
-                    self._release(group.seqs.pop(i), group.lengths.pop(i))
-                    group.finals.pop(i)
+                    self._release(group, i)
                 else:
                     i += 1
             if not group.finals:  # every sequence reached its L_i
@@ -240,21 +246,52 @@ class Simulation:
     def _grow(self, group: _Group, i: int) -> bool:
         """Grow sequence ``i`` of ``group``, preempting the newest requests while it cannot;
         False when ``group`` itself was preempted."""
-        alloc, totals, seq = self.alloc, self.totals, group.seqs[i]
-        full = totals.span[seq] == group.lengths[i]
+        alloc, seq = self.alloc, group.seqs[i]
         stalls = alloc.stalls
         while not alloc.grow(seq):
-            self._note_stall(stalls)
-            stalls = alloc.stalls
-            victim = self.running.pop()
-            self._evict(victim)
-            if victim is group:
+            if not self._preempt(group, stalls):
                 return False
+            stalls = alloc.stalls
         group.lengths[i] += 1
-        totals.length += 1
-        if full:  # a span grows only when the sequence has filled it
-            totals.set(seq, alloc.reserved_slots(seq), totals.final[seq])
+        self.totals.length += 1
+        if group.spans[i] < group.lengths[i]:  # it had filled its span: the span grew
+            self._set_span(group, i, alloc.reserved_slots(seq))
         return True
+
+    def _grow_unfinished(self, group: _Group) -> int:
+        """``_grow`` for each sequence of ``group`` in turn, when none of them reaches its
+        $L_i$ with this token (the caller checks): nothing is released, so the indices hold
+        still and one loop takes them all. Returns how many grew: all of them, or fewer when
+        one was refused: then the newest request was preempted, and the caller grows the rest
+        one by one (none, if that was ``group``).
+
+        Equal to the plain loop because growing never changes ``stalls`` (only refusals do):
+        the count read before the loop is the count before the refused growth."""
+        alloc, lengths, spans = self.alloc, group.lengths, group.spans
+        stalls = alloc.stalls
+        for i, seq in enumerate(group.seqs):
+            if not alloc.grow(seq):  # make room; the caller retries, unless group is gone
+                self.totals.length += i
+                self._preempt(group, stalls)
+                return i
+            lengths[i] += 1
+            if spans[i] < lengths[i]:  # it had filled its span: the span grew
+                self._set_span(group, i, alloc.reserved_slots(seq))
+        self.totals.length += len(lengths)
+        return len(lengths)
+
+    def _preempt(self, group: _Group, stalls_before: int) -> bool:
+        """A sequence of ``group`` was refused room: note the stall, preempt the newest running
+        request (§6). False when that was ``group`` itself."""
+        self._note_stall(stalls_before)
+        victim = self.running.pop()
+        self._evict(victim)
+        return victim is not group
+
+    def _set_span(self, group: _Group, i: int, span: int) -> None:
+        self.totals.remove(group.spans[i], group.finals[i])
+        self.totals.add(span, group.finals[i])
+        group.spans[i] = span
 
     def _note_stall(self, stalls_before: int) -> None:
         """After a refusal: if it was a stall, the memory free right now could not be used."""
@@ -271,38 +308,52 @@ class Simulation:
         fork frees nothing, so the free list ends the same."""
         k = len(group.seqs)
         parents = sorted(self.rng.choices(range(k), cum_weights=_rank_weights(k), k=k))
-        unpicked = iter([index for index in range(k) if index not in parents])
-        seqs = []
-        for j, parent in enumerate(parents):
-            seq = group.seqs[parent]
-            if j > 0 and parents[j - 1] == parent:  # not the parent's first child: fork
-                child, gone = next(self._ids), next(unpicked)
-                self.alloc.fork_replacing(seq, child, group.seqs[gone])
-                self._forget(group.seqs[gone], group.lengths[gone])
-                self.totals.set(child, self.totals.span[seq], self.totals.final[seq])
-                self.totals.length += group.lengths[parent]
-                seq = child
-            seqs.append(seq)
+        unpicked = [index for index in range(k) if index not in parents]
+        if not unpicked:  # every beam picked itself once: nothing moves
+            return
+        forks = [j for j in range(1, k) if parents[j] == parents[j - 1]]  # not a first child
+        seqs = [group.seqs[p] for p in parents]
+        for j, gone in zip(forks, unpicked, strict=True):
+            child = next(self._ids)
+            self.alloc.fork_replacing(seqs[j], child, group.seqs[gone])
+            self._replace(group, gone, parents[j])
+            seqs[j] = child
         group.lengths = [group.lengths[p] for p in parents]
         group.finals = [group.finals[p] for p in parents]
+        group.spans = [group.spans[p] for p in parents]
         group.seqs = seqs
+
+    def _replace(self, group: _Group, gone: int, parent: int) -> None:
+        """The running sums after sequence ``gone`` of ``group`` left and a copy of sequence
+        ``parent`` joined. Beams usually have equal lengths, spans and final lengths, and then
+        nothing changes."""
+        lengths, spans, finals, totals = group.lengths, group.spans, group.finals, self.totals
+        if (
+            lengths[gone] != lengths[parent]
+            or spans[gone] != spans[parent]
+            or finals[gone] != finals[parent]
+        ):
+            totals.remove(spans[gone], finals[gone])
+            totals.add(spans[parent], finals[parent])
+            totals.length += lengths[parent] - lengths[gone]
 
     def _evict(self, group: _Group) -> None:
         """Recompute-preemption (§6): free everything, wait again at the front of the queue."""
-        for seq, length in zip(group.seqs, group.lengths, strict=True):
-            self._release(seq, length)
-        group.seqs = []
+        for seq, span, final, length in zip(
+            group.seqs, group.spans, group.finals, group.lengths, strict=True
+        ):
+            self.alloc.release(seq)
+            self.totals.remove(span, final)
+            self.totals.length -= length
+        group.seqs, group.spans = [], []
         self.waiting.appendleft(group)
         self.preemptions += 1
 
-    def _release(self, seq: int, length: int) -> None:
-        self.alloc.release(seq)
-        self._forget(seq, length)
-
-    def _forget(self, seq: int, length: int) -> None:
-        """Take a released sequence of ``length`` tokens out of the running sums."""
-        self.totals.drop(seq)
-        self.totals.length -= length
+    def _release(self, group: _Group, i: int) -> None:
+        """Sequence ``i`` of ``group`` reached its $L_i$: free it and take it out of the sums."""
+        self.alloc.release(group.seqs.pop(i))
+        self.totals.remove(group.spans.pop(i), group.finals.pop(i))
+        self.totals.length -= group.lengths.pop(i)
 
 
 @functools.cache
