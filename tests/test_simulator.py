@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from minipaged import memory
-from minipaged.study.baselines import PagedAllocator, StaticAllocator
+from minipaged.study.baselines import OrcaAllocator, PagedAllocator, StaticAllocator
 from minipaged.study.bench.memory import kv_budget_bytes, make_allocators
 from minipaged.study.bench.sharing import count_blocks
 from minipaged.study.simulator import Simulation, simulate
@@ -98,6 +98,14 @@ def test_preempted_requests_are_recomputed_and_all_finish():
 def test_a_request_larger_than_the_cache_is_reported():
     with pytest.raises(ValueError, match="does not fit the empty KV cache"):
         Simulation(StaticAllocator(capacity=4096), [Request(10, (10,))]).run()
+
+
+def test_a_request_that_cannot_grow_even_alone_is_reported_instead_of_retried_forever():
+    # Four beams of up to 512 tokens need all 2,048 slots; Orca's contiguous buffers, grown
+    # 64 slots at a time, find no hole to grow into at 448 tokens, even alone in the cache.
+    requests = make_workload("chat", 10, seed=0, max_len=512, beam_width=4)
+    with pytest.raises(ValueError, match="cannot grow even alone in the KV cache of 2048 slots"):
+        Simulation(OrcaAllocator(2048, delta=64), requests).run()
 
 
 def test_kv_budget_needs_room_beside_the_weights():

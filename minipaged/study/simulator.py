@@ -81,6 +81,7 @@ class _Group:
     seqs: list[int] = field(default_factory=list)  # allocator ids, while admitted
     spans: list[int] = field(default_factory=list)  # r_i, while admitted
     started: bool = False  # admitted once: later admissions are re-admissions, unshared
+    alone_refused_at: list[int] | None = None  # lengths when it last preempted itself alone
 
 
 class _Totals:
@@ -285,6 +286,14 @@ class Simulation:
         request (§6). False when that was ``group`` itself."""
         self._note_stall(stalls_before)
         victim = self.running.pop()
+        if victim is group and not self.running:  # refused with the cache to itself
+            if group.alone_refused_at == group.lengths:  # again, at the same lengths: it
+                raise ValueError(  # would be re-admitted and refused forever
+                    f"a request of {len(group.lengths)} sequence(s) at {max(group.lengths)} "
+                    f"tokens cannot grow even alone in the KV cache of {self.alloc.capacity} "
+                    f"slots under {self.alloc.name}; give the cache more memory"
+                )
+            group.alone_refused_at = list(group.lengths)
         self._evict(victim)
         return victim is not group
 
