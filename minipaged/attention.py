@@ -136,9 +136,10 @@ def paged_attention_decode(
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     paged = (key_pool, value_pool, block_tables, seq_lens, block_size)
     keys, values, valid = gather_kv(*paged, **scales, workspace=thread_workspace())
-    scores = grouped_scores(query, keys, valid, group, scale)  # [N_KV, batch, group, max_len]
-    probs = torch.softmax(scores, dim=-1)
-    out = probs @ values  # [num_kv_heads, batch, group, head_dim]
+    batch_size, num_heads, head_dim = query.shape
+    q = query.view(batch_size, num_heads // group, group, head_dim).transpose(0, 1)
+    # [N_KV, batch, group, head_dim]: softmax over each sequence's valid positions only
+    out = F.scaled_dot_product_attention(q, keys, values, valid[None, :, None, :], scale=scale)
     return out.transpose(0, 1).reshape(query.shape)  # head h = kv_head * group + g
 
 

@@ -77,10 +77,10 @@ def gather_kv(
     head's tokens are contiguous for the matrix products), with ``max_len`` the longest sequence
     rounded up to whole blocks, and ``valid`` ``[batch, max_len]`` = position < seq_len.
 
-    Values at invalid positions are set to 0, so NaN or inf in unused slots cannot reach a
-    result (a zero probability would not help: NaN * 0 = NaN). Keys are left as gathered:
-    their scores are replaced by $-\\infty$ (``attention.grouped_scores``), which no NaN
-    survives.
+    Keys and values at invalid positions are set to 0, so NaN or inf in unused slots cannot
+    reach a result: masking their scores would not be enough for the values (a zero
+    probability does not help: NaN * 0 = NaN), nor for the keys of an attention that adds
+    $-\\infty$ to a masked score, as ``scaled_dot_product_attention`` does (NaN - inf = NaN).
 
     FP8 pools are dequantized here, after the gather, with each KV head's ``k_scale`` and
     ``v_scale`` (``[num_kv_heads]``): only the gathered blocks are converted, never the pool.
@@ -107,13 +107,16 @@ def gather_kv(
             torch.index_select(pool[:, kv_head], 0, table, out=blocks[kv_head])
         return blocks.view(num_kv_heads, batch_size, max_len, head_dim)
 
+    keys = dequantize(gather(key_pool, "keys"), per_kv_head(k_scale, 4))
     values = dequantize(gather(value_pool, "values"), per_kv_head(v_scale, 4))
-    # Positions L_b .. max_len - 1 were never written and may hold NaN: zero them, in one
-    # operation over the positions past the shortest sequence (none when all are as long).
-    shortest = int(seq_lens.min())
-    tail = values[:, :, shortest:]  # [N_KV, batch, max_len - shortest, head_dim]
-    tail.masked_fill_(~valid[None, :, shortest:, None], 0.0)
-    return dequantize(gather(key_pool, "keys"), per_kv_head(k_scale, 4)), values, valid
+    # Positions L_b .. max_len - 1 were never written and may hold NaN: zero them. index_fill_
+    # zeroes whole [head_dim] rows by number. masked_fill_ with a [batch, max_len] mask
+    # broadcast over head_dim tests element by element: on the CPU it took as long as the
+    # gather itself, three times as long on the mixed lengths of ``bench engine``.
+    unused = (~valid).flatten().nonzero().squeeze(1)  # b * max_len + t for every t >= L_b
+    for gathered in (keys, values):
+        gathered.view(num_kv_heads, batch_size * max_len, head_dim).index_fill_(1, unused, 0.0)
+    return keys, values, valid
 
 
 def per_kv_head(scale: Tensor | None, dims: int) -> Tensor | None:

@@ -24,6 +24,7 @@ def assert_gathered_tokens_are_the_sequences(gathered, case):
     for b, (k, v) in enumerate(zip(case.keys, case.values, strict=True)):
         n = k.shape[1]
         assert torch.equal(keys[:, b, :n], k) and torch.equal(values[:, b, :n], v)
+        assert torch.all(keys[:, b, n:] == 0), "an unused slot's key reached the gather"
         assert torch.all(values[:, b, n:] == 0), "an unused slot's value reached the gather"
         assert valid[b].tolist() == [t < n for t in range(valid.shape[1])]
 
