@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -26,17 +27,47 @@ from torch import Tensor
 from minipaged.fp8 import dequantize
 
 
+class GatherIndex(NamedTuple):
+    """Where a gather reads and which of its positions hold a token, for one batch of block
+    tables (``gather_index``)."""
+
+    blocks: Tensor  # [batch * max_blocks]: T_b[j] for each sequence b and logical block j
+    valid: Tensor  # [batch, max_len] bool: position t < L_b
+    unused: Tensor  # [number of positions t >= L_b]: b * max_len + t for each of them
+    max_len: int  # the longest sequence rounded up to whole blocks
+
+
+def gather_index(
+    block_tables: Tensor, seq_lens: Tensor, block_size: int, num_blocks: int
+) -> GatherIndex:
+    """The ``GatherIndex`` of ``block_tables`` ``[batch, max_blocks]`` and ``seq_lens``
+    ``[batch]`` over a pool of ``num_blocks`` blocks of ``block_size`` tokens."""
+    max_blocks = -(-int(seq_lens.max()) // block_size)
+    # Entries past a sequence's last block may hold NO_BLOCK or garbage: clamp them to some
+    # real block so indexing works; the positions they supply are zeroed by the gather.
+    blocks = block_tables[:, :max_blocks].clamp(0, num_blocks - 1).flatten()  # int32 or int64
+    max_len = max_blocks * block_size
+    positions = torch.arange(max_len, device=seq_lens.device)
+    valid = positions[None, :] < seq_lens[:, None]  # [batch, max_len]
+    unused = (~valid).flatten().nonzero().squeeze(1)  # b * max_len + t for every t >= L_b
+    return GatherIndex(blocks, valid, unused, max_len)
+
+
 class Workspace:
-    """Scratch tensors that a gather reuses, one per ``name`` (``"keys"``, ``"values"``).
+    """Scratch tensors that a gather reuses, one per ``name`` (``"keys"``, ``"values"``), and
+    the last gather's index.
 
     ``take`` hands out a view of the named buffer, which grows to the largest request seen and
-    is kept (like vLLM's preallocated workspaces) until the workspace is dropped.
+    is kept (like vLLM's preallocated workspaces) until the workspace is dropped. ``index``
+    makes a ``GatherIndex`` once for a run of gathers through the same tables: every layer of
+    an engine step reads its own pools through the step's one set of block tables.
 
     Invariant: what ``take(name, ...)`` returned is valid until the next ``take`` of the same
     name; a caller consumes it before it gathers again."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, torch.dtype, torch.device], Tensor] = {}
+        self._index: tuple[tuple, GatherIndex] | None = None  # (what it was made from, it)
 
     def take(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
         """An uninitialised tensor of ``shape`` with ``like``'s dtype and device."""
@@ -49,6 +80,19 @@ class Workspace:
             with torch.inference_mode(False):
                 buffer = self._buffers[key] = like.new_empty(numel)
         return buffer[:numel].view(shape)
+
+    def index(
+        self, block_tables: Tensor, seq_lens: Tensor, block_size: int, num_blocks: int
+    ) -> GatherIndex:
+        """``gather_index(block_tables, seq_lens, block_size, num_blocks)``, the last one
+        again when called with the same values. Compared by value (a few hundred integers,
+        cheaper than the handful of tensor operations that make an index), so a table
+        changed in place is never read through a stale index."""
+        made_from = (block_tables.tolist(), seq_lens.tolist(), block_size, num_blocks)
+        made_from += (block_tables.device,)
+        if self._index is None or self._index[0] != made_from:
+            self._index = (made_from, gather_index(block_tables, seq_lens, block_size, num_blocks))
+        return self._index[1]
 
 
 _per_thread = threading.local()
@@ -86,16 +130,15 @@ def gather_kv(
     ``v_scale`` (``[num_kv_heads]``): only the gathered blocks are converted, never the pool.
 
     With a ``workspace`` the keys and values are views of its buffers (valid until its next
-    gather); without one they are fresh tensors the caller may keep."""
+    gather) and ``valid`` is its index's, to read and never to write; without one they are
+    fresh tensors the caller may keep."""
     batch_size = block_tables.shape[0]
     num_blocks, num_kv_heads, _, head_dim = key_pool.shape
-    max_blocks = -(-int(seq_lens.max()) // block_size)
-    # Entries past a sequence's last block may hold NO_BLOCK or garbage: clamp them to some
-    # real block so indexing works; the positions they supply are masked out.
-    table = block_tables[:, :max_blocks].long().clamp(0, num_blocks - 1).flatten()
-    max_len = max_blocks * block_size
-    positions = torch.arange(max_len, device=seq_lens.device)
-    valid = positions[None, :] < seq_lens[:, None]  # [batch, max_len]
+    paged = (block_tables, seq_lens, block_size, num_blocks)
+    table, valid, unused, max_len = (
+        gather_index(*paged) if workspace is None else workspace.index(*paged)
+    )
+    max_blocks = max_len // block_size
 
     def gather(pool: Tensor, name: str) -> Tensor:
         # Block T_b[j] of each KV head: one index_select per head copies whole [B, d_h] blocks
@@ -113,7 +156,6 @@ def gather_kv(
     # zeroes whole [head_dim] rows by number. masked_fill_ with a [batch, max_len] mask
     # broadcast over head_dim tests element by element: on the CPU it took as long as the
     # gather itself, three times as long on the mixed lengths of ``bench engine``.
-    unused = (~valid).flatten().nonzero().squeeze(1)  # b * max_len + t for every t >= L_b
     for gathered in (keys, values):
         gathered.view(num_kv_heads, batch_size * max_len, head_dim).index_fill_(1, unused, 0.0)
     return keys, values, valid
