@@ -259,7 +259,7 @@ def paged_attention_prefill(
     attends to cache positions $0 \\ldots t$ (causal). Returns ``[N, num_heads, head_dim]``.
     """
     paged = (key_pool, value_pool, block_tables, seq_lens)
-    group = check_attention_inputs(query, *paged, block_size, query_lens)
+    check_attention_inputs(query, *paged, block_size, query_lens)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     # [N_KV, batch, max_len, d_h], in this thread's workspace: used up before this returns
     keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())
@@ -269,12 +269,13 @@ def paged_attention_prefill(
     for b, (seq_len, query_len) in enumerate(lens):
         rows = slice(start, start + query_len)
         q = query[rows].transpose(0, 1)  # [num_heads, query_len, head_dim]
-        k = keys[:, b, :seq_len].repeat_interleave(group, dim=0)  # [num_heads, seq_len, head_dim]
-        v = values[:, b, :seq_len].repeat_interleave(group, dim=0)
+        k = keys[:, b, :seq_len]  # [num_kv_heads, seq_len, head_dim]
+        v = values[:, b, :seq_len]
         # Query i sits at position t = seq_len - query_len + i and sees cache positions 0..t.
         positions = torch.arange(seq_len - query_len, seq_len, device=query.device)
         sees = torch.arange(seq_len, device=query.device)[None, :] <= positions[:, None]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=sees, scale=scale)
+        # enable_gqa: query head h reads KV head h // group, without a copy per query head
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=sees, scale=scale, enable_gqa=True)
         output[rows] = out.transpose(0, 1)
         start += query_len
     return output
