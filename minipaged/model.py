@@ -134,9 +134,8 @@ def rope_cos_sin(
 def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> Tensor:
     """The frequencies $\\theta^{-2i/d_h}$, $i = 0 \\ldots d_h/2 - 1$, in float32 on ``device``.
     Made once per (head_dim, theta, device), not once per step: they never change."""
-    with torch.inference_mode(False):  # a cached tensor serves training as well as serving
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
-        return (1.0 / (theta**exponents)).to(device)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
+    return (1.0 / (theta**exponents)).to(device)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
