@@ -23,6 +23,7 @@ Two entry points share every layer and differ only in the attention step:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -123,11 +124,18 @@ def rope_cos_sin(
     """cos and sin ``[len(positions), 1, head_dim]`` of the rotation angles
     $p \\cdot \\theta^{-2i/d_h}$, each frequency written twice (for dimension $i$ and
     $i + d_h/2$) as HF's rotate-half convention needs; the 1 broadcasts over heads."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    inv_freq = inv_freq.to(positions.device)  # [head_dim/2]
+    inv_freq = rope_inv_freq(head_dim, theta, positions.device)  # [head_dim/2]
     angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
     angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [T, 1, head_dim]
     return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@functools.cache
+def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> Tensor:
+    """The frequencies $\\theta^{-2i/d_h}$, $i = 0 \\ldots d_h/2 - 1$, in float32 on ``device``.
+    Made once per (head_dim, theta, device), not once per step: they never change."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
+    return (1.0 / (theta**exponents)).to(device)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

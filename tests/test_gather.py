@@ -24,6 +24,7 @@ def assert_gathered_tokens_are_the_sequences(gathered, case):
     for b, (k, v) in enumerate(zip(case.keys, case.values, strict=True)):
         n = k.shape[1]
         assert torch.equal(keys[:, b, :n], k) and torch.equal(values[:, b, :n], v)
+        assert torch.all(keys[:, b, n:] == 0), "an unused slot's key reached the gather"
         assert torch.all(values[:, b, n:] == 0), "an unused slot's value reached the gather"
         assert valid[b].tolist() == [t < n for t in range(valid.shape[1])]
 
@@ -62,6 +63,29 @@ def test_without_a_workspace_a_gather_returns_tensors_the_caller_keeps():
     assert torch.equal(kept, first), "a later gather overwrote an earlier one's result"
 
 
+def test_a_workspace_makes_one_index_for_a_run_of_gathers_through_the_same_tables():
+    workspace = Workspace()
+    first = workspace.index(torch.tensor([[2, 0]]), torch.tensor([3]), 2, 4)
+    again = workspace.index(torch.tensor([[2, 0]], dtype=torch.int32), torch.tensor([3]), 2, 4)
+    assert again is first
+    assert workspace.index(torch.tensor([[2, 1]]), torch.tensor([3]), 2, 4) is not first
+    assert workspace.index(torch.tensor([[2, 0]]), torch.tensor([3]), 2, 5) is not first
+
+
+def test_a_table_changed_in_place_is_never_read_through_a_stale_index():
+    """The engine builds new tables each step, but a caller may refill the same tensors: the
+    workspace compares what an index was made from by value, not by tensor."""
+    pool = torch.arange(4 * 1 * 2 * 1, dtype=torch.float32).view(4, 1, 2, 1)
+    tables, lens = torch.tensor([[1, 2]]), torch.tensor([3])
+    workspace = Workspace()
+    gather_kv(pool, pool, tables, lens, 2, workspace=workspace)
+    tables[0, 0], lens[0] = 3, 4
+    keys, values, valid = gather_kv(pool, pool, tables, lens, 2, workspace=workspace)
+    fresh = gather_kv(pool, pool, tables, lens, 2)
+    assert torch.equal(keys, fresh[0]) and torch.equal(values, fresh[1])
+    assert torch.equal(valid, fresh[2])
+
+
 def test_each_thread_has_its_own_workspace():
     seen = []
     thread = threading.Thread(target=lambda: seen.append(thread_workspace()))
@@ -83,3 +107,16 @@ def test_a_workspace_made_under_inference_mode_serves_a_later_call_outside_it():
     assert torch.equal(inside, outside)
     with torch.inference_mode():
         assert torch.equal(gather_kv(*args, workspace=workspace)[0], outside)
+
+
+def test_an_index_made_under_inference_mode_serves_a_decode_with_gradients_outside_it():
+    """A student may differentiate through the reference after the engine ran under
+    ``torch.inference_mode()`` with the same tables: the workspace's index must not be an
+    inference tensor, which autograd could not save."""
+    pool = torch.randn(3, 1, 4, 2)
+    paged = (pool, pool, torch.tensor([[2, 0]]), torch.tensor([6]))
+    with torch.inference_mode():
+        paged_attention_decode(torch.randn(1, 2, 2), *paged, 0.5, 4)
+    query = torch.randn(1, 2, 2, requires_grad=True)
+    paged_attention_decode(query, *paged, 0.5, 4).sum().backward()
+    assert query.grad is not None and torch.isfinite(query.grad).all()

@@ -11,7 +11,7 @@ import torch
 from minipaged.backend import PagedBatch
 from minipaged.checkpoint import EMBEDDED_MODELS, load_model
 from minipaged.kv_cache import KVCache
-from minipaged.model import Llama, LlamaConfig, apply_rope, rope_cos_sin
+from minipaged.model import Llama, LlamaConfig, apply_rope, rope_cos_sin, rope_inv_freq
 from minipaged.tokenizer import Tokenizer
 
 VOCAB = 101
@@ -175,6 +175,20 @@ def test_rope_rotates_dimension_i_into_i_plus_half_head_dim():
     assert rotated[0] == pytest.approx(torch.cos(torch.tensor(1.0)).item())
     assert rotated[head_dim // 2] == pytest.approx(torch.sin(torch.tensor(1.0)).item())
     assert rotated[1] == 0.0
+
+
+@pytest.mark.parametrize("head_dim, theta", [(8, 10000.0), (16, 10000.0), (16, 500000.0)])
+def test_rope_angles_from_the_cached_frequencies_equal_the_formula(head_dim, theta):
+    """The frequencies are made once per (head_dim, theta, device); each step's cos and sin
+    are still exactly those of $p \\cdot \\theta^{-2i/d_h}$ computed afresh."""
+    positions = torch.tensor([0, 1, 7, 511])
+    cos, sin = rope_cos_sin(positions, head_dim, theta, torch.float32)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
+    assert torch.equal(cos, angles.cos()) and torch.equal(sin, angles.sin())
+    cpu = torch.device("cpu")
+    assert rope_inv_freq(head_dim, theta, cpu) is rope_inv_freq(head_dim, theta, cpu)
 
 
 def test_config_rejects_heads_that_are_not_a_multiple_of_kv_heads():
