@@ -214,7 +214,9 @@ def v2_partitions():
     m_k, l_k = m_k[0, 0], l_k[0, 0]  # [num_partitions]
     parts = math.ceil(length / partition_size)
     weights = (l_k[:parts] * torch.exp(m_k[:parts] - m_k[:parts].max())).tolist()
-    share = [w / sum(weights) for w in weights]
+    # Rounded: the last digits of a float32 softmax differ between CPUs (their SIMD paths),
+    # and the committed SVG must be the same bytes on every machine.
+    share = [round(w / sum(weights), 4) for w in weights]
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.6))
     for k in range(parts):
         start, end = k * partition_size, min(length, (k + 1) * partition_size)
