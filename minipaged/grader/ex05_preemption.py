@@ -94,18 +94,51 @@ def check_swap_in_restores_the_contents(student):
     expect(kv.read(table), kv.written[1], f"seq 1's tokens read through T_1={table.blocks}")
 
 
+def _refused(bm, action, error: type[Exception], what: str) -> None:
+    """``action`` raises ``error`` and leaves the block state as it was."""
+    before = bm.snapshot()
+    try:
+        action()
+    except error:
+        expect(bm.snapshot(), before, f"the block state after the refused {what}")
+        return
+    except NotImplementedError:
+        raise
+    except Exception as other:
+        raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
+    raise CheckFailed(f"{what} returned instead of raising {error.__name__}")
+
+
 def check_swaps_that_do_not_fit_are_refused(student):
     """a swap the other pool cannot hold raises OutOfBlocks and changes nothing"""
     bm = _manager(student, device=8, host=1)
     bm.allocate(0, 6)
-    before = bm.snapshot()
-    try:
-        bm.swap_out([0])
-    except OutOfBlocks:
-        expect(bm.snapshot(), before, "the block state after the refused swap_out")
-        return
-    raise CheckFailed(
-        "swap_out([0]) of 2 blocks into a host pool of 1 returned instead of raising OutOfBlocks"
+    _refused(bm, lambda: bm.swap_out([0]), OutOfBlocks, "swap_out([0]) of 2 blocks to 1 host block")
+    bm = _manager(student, device=8, host=3)
+    bm.allocate(0, 6)
+    bm.allocate(1, 6)
+    _refused(
+        bm,
+        lambda: bm.swap_out([0, 1]),
+        OutOfBlocks,
+        "swap_out([0, 1]) of 4 distinct blocks to 3 host blocks (count the whole group's "
+        "blocks before moving any table)",
+    )
+
+
+def check_swap_in_refuses_a_sequence_on_the_device(student):
+    """swap_in of a sequence that is not in host memory raises ValueError and changes nothing"""
+    bm = _manager(student)
+    bm.allocate(0, 6)
+    bm.allocate(1, 5)
+    bm.swap_out([1])
+    _refused(bm, lambda: bm.swap_in([0]), ValueError, "swap_in([0]) of seq 0, on the device")
+    _refused(
+        bm,
+        lambda: bm.swap_in([1, 0]),
+        ValueError,
+        "swap_in([1, 0]) of seq 1, on the host, and seq 0, on the device (check every "
+        "sequence before moving any)",
     )
 
 
@@ -303,6 +336,7 @@ CRITERIA = tuple(
         check_swapping_one_sharer_out_frees_nothing,
         check_swap_in_restores_the_contents,
         check_swaps_that_do_not_fit_are_refused,
+        check_swap_in_refuses_a_sequence_on_the_device,
         check_random_programs_keep_every_invariant,
         check_recompute_frees_the_blocks_and_requeues,
         check_recomputed_request_prefills_prompt_and_generated,
