@@ -192,6 +192,13 @@ def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
 
 
 def _ids(groups) -> list[str]:
+    """The request ids of ``groups``, a queue or ``out.preempted``, which hold groups."""
+    for g in groups:
+        if not isinstance(g, SequenceGroup):
+            raise CheckFailed(
+                f"a queue or out.preempted holds {g!r} ({type(g).__name__}); they hold the "
+                "SequenceGroup itself, not its request id or sequences"
+            )
     return [g.request_id for g in groups]
 
 

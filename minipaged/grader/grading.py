@@ -85,7 +85,8 @@ def grade_here(
     student = load(number, path, solution)
     for criterion in group:
         result = _run_one(criterion, student, check_seconds)
-        print(RESULT_MARK + json.dumps(asdict(result)), flush=True)
+        # On a line of its own, even after a student's print(..., end="") or input() prompt.
+        print("\n" + RESULT_MARK + json.dumps(asdict(result)), flush=True)
 
 
 def run_criteria(
@@ -110,6 +111,22 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
         outcome, message = FAIL, (str(error) or "an assertion failed") + student.where(error)
     except NotImplementedError as error:
         outcome, message = FAIL, f"not written yet: {error}{student.where(error)}"
+    except EOFError as error:
+        outcome, message = (
+            FAIL,
+            (
+                f"your code read input (input() or sys.stdin){student.where(error)}; the grader "
+                "gives it none: take what you need from the arguments"
+            ),
+        )
+    except SystemExit as error:  # exit() or sys.exit() would end the grading process
+        outcome, message = (
+            FAIL,
+            (
+                f"your code called sys.exit({error.code!r}){student.where(error)}: return a value "
+                "or raise an exception instead, so the grader can go on to the next check"
+            ),
+        )
     except Exception as error:
         outcome, message = FAIL, f"{type(error).__name__}: {error}{student.where(error)}"
     seconds = round(time.perf_counter() - start, 3)
@@ -140,7 +157,12 @@ def _run_elsewhere(
     )
     command += ["--solution"] if solution else ["--path", str(path or exercise(number).starter)]
     child = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,  # a student's input() fails at once instead of waiting
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         out, err = child.communicate(timeout=limits.wall_seconds)
