@@ -94,7 +94,7 @@ def check_swap_in_restores_the_contents(student):
     expect(kv.read(table), kv.written[1], f"seq 1's tokens read through T_1={table.blocks}")
 
 
-def _refused(bm, action, error: type[Exception], what: str) -> None:
+def _refused(student, bm, action, error: type[Exception], what: str) -> None:
     """``action`` raises ``error`` and leaves the block state as it was."""
     before = bm.snapshot()
     try:
@@ -105,7 +105,9 @@ def _refused(bm, action, error: type[Exception], what: str) -> None:
     except NotImplementedError:
         raise
     except Exception as other:
-        raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
+        raise CheckFailed(
+            f"{what}: expected {error.__name__}, got {other!r}{student.where(other)}"
+        ) from None
     raise CheckFailed(f"{what} returned instead of raising {error.__name__}")
 
 
@@ -113,11 +115,18 @@ def check_swaps_that_do_not_fit_are_refused(student):
     """a swap the other pool cannot hold raises OutOfBlocks and changes nothing"""
     bm = _manager(student, device=8, host=1)
     bm.allocate(0, 6)
-    _refused(bm, lambda: bm.swap_out([0]), OutOfBlocks, "swap_out([0]) of 2 blocks to 1 host block")
+    _refused(
+        student,
+        bm,
+        lambda: bm.swap_out([0]),
+        OutOfBlocks,
+        "swap_out([0]) of 2 blocks to 1 host block",
+    )
     bm = _manager(student, device=8, host=3)
     bm.allocate(0, 6)
     bm.allocate(1, 6)
     _refused(
+        student,
         bm,
         lambda: bm.swap_out([0, 1]),
         OutOfBlocks,
@@ -132,8 +141,11 @@ def check_swap_in_refuses_a_sequence_on_the_device(student):
     bm.allocate(0, 6)
     bm.allocate(1, 5)
     bm.swap_out([1])
-    _refused(bm, lambda: bm.swap_in([0]), ValueError, "swap_in([0]) of seq 0, on the device")
     _refused(
+        student, bm, lambda: bm.swap_in([0]), ValueError, "swap_in([0]) of seq 0, on the device"
+    )
+    _refused(
+        student,
         bm,
         lambda: bm.swap_in([1, 0]),
         ValueError,
