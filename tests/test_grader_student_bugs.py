@@ -156,3 +156,15 @@ def test_a_decode_kernel_covering_only_t_dimensions_is_caught(tmp_path):
     assert failed == {"decode_head_dim_wider_than_the_threads"}
     message = results["decode_head_dim_wider_than_the_threads"].message
     assert "dimensions 32..47 are wrong, the first 32 right" in message
+
+
+def test_a_thread_indexing_past_an_array_in_the_simulator_is_named():
+    """The simulator raises IndexError where a GPU would silently read or write out of bounds."""
+    from minipaged.grader.grading import failure_message
+    from minipaged.grader.student import Student
+
+    error = IndexError("tid=[20, 0, 0] ctaid=[0, 0, 0]: index 5 is out of bounds for axis 1")
+    message = failure_message(error, Student({}))
+    assert message.startswith("IndexError: tid=[20, 0, 0]")
+    assert "a thread indexed past an array's end" in message
+    assert "indexed past" not in failure_message(IndexError("list index"), Student({}))

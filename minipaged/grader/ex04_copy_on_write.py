@@ -7,6 +7,7 @@ The student's ``block_manager.py`` defines ``BlockManager``, the library's class
 
 from __future__ import annotations
 
+from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect
@@ -106,21 +107,36 @@ def check_full_shared_blocks_are_not_copied(student):
 
 def check_out_of_blocks_changes_nothing(student):
     """with no free block, an append that needs one raises OutOfBlocks and changes nothing"""
-    from minipaged.allocator import OutOfBlocks
-
     bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
     bm.allocate(0, 6)
     bm.fork(0, 1)  # the pool is full; block 1 is shared and partly filled
+    _refused_append(
+        bm,
+        1,
+        "the refused append",
+        "append_slot(1) into shared block 1 with no free block returned instead of raising "
+        "OutOfBlocks: copy-on-write needs a p_new, and the pool has none",
+    )
+    bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
+    bm.allocate(0, 4)
+    bm.allocate(1, 4)  # the pool is full; both last blocks are full
+    _refused_append(
+        bm,
+        0,
+        "the refused append of t=4 after a full block",
+        "append_slot(0) of t=4 after the full block 0 returned instead of raising "
+        "OutOfBlocks: t mod B = 0 needs a fresh block, and the pool has none",
+    )
+
+
+def _refused_append(bm, seq: int, what: str, returned: str) -> None:
     before = bm.snapshot()
     try:
-        bm.append_slot(1)
+        bm.append_slot(seq)
     except OutOfBlocks:
-        expect(bm.snapshot(), before, "the block state after the refused append")
+        expect(bm.snapshot(), before, f"the block state after {what}")
         return
-    raise CheckFailed(
-        "append_slot(1) into shared block 1 with no free block returned instead of raising "
-        "OutOfBlocks: copy-on-write needs a p_new, and the pool has none"
-    )
+    raise CheckFailed(returned)
 
 
 def check_random_programs_keep_every_invariant(student):

@@ -343,7 +343,9 @@ def check_a_request_with_several_sequences_is_swapped(student):
     bm.pop_events()
     out = _step(scheduler)  # both of b's sequences must copy shared block 1; one block is free
     expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
-    expect(_preempt_event(bm).mode, "swap", "the mode for a request of 2 sequences")
+    event = _preempt_event(bm)
+    expect(event.mode, "swap", "the mode for a request of 2 sequences")
+    expect(tuple(event.seqs), (1, 2), "the Preempt's seqs: every sequence of b, by id")
     expect(bm.table(1).blocks, bm.table(2).blocks, "T_1 against T_2 in the host pool")
 
 

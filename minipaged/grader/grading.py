@@ -101,36 +101,44 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
     try:
         with time_limit(check_seconds):
             criterion.check(student)
-    except TimeLimitExceeded as error:
-        outcome, message = FAIL, f"{error}: is there a loop that never ends?"
-    except MemoryError as error:
-        outcome, message = FAIL, f"ran out of memory (MemoryError){student.where(error)}"
-    except (StudentImportError, CheckFailed) as error:
-        outcome, message = FAIL, str(error)
-    except AssertionError as error:
-        outcome, message = FAIL, (str(error) or "an assertion failed") + student.where(error)
-    except NotImplementedError as error:
-        outcome, message = FAIL, f"not written yet: {error}{student.where(error)}"
-    except EOFError as error:
-        outcome, message = (
-            FAIL,
-            (
-                f"your code read input (input() or sys.stdin){student.where(error)}; the grader "
-                "gives it none: take what you need from the arguments"
-            ),
-        )
-    except SystemExit as error:  # exit() or sys.exit() would end the grading process
-        outcome, message = (
-            FAIL,
-            (
-                f"your code called sys.exit({error.code!r}){student.where(error)}: return a value "
-                "or raise an exception instead, so the grader can go on to the next check"
-            ),
-        )
-    except Exception as error:
-        outcome, message = FAIL, f"{type(error).__name__}: {error}{student.where(error)}"
+    except (Exception, SystemExit, TimeLimitExceeded) as error:  # not a KeyboardInterrupt
+        outcome, message = FAIL, failure_message(error, student)
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
+
+
+def failure_message(error: BaseException, student: Student) -> str:
+    """What a criterion that raised ``error`` tells the student: the check's own words, or
+    the student's error with the line it came from and, where it is telling, its likely cause."""
+    where = student.where(error)
+    if isinstance(error, TimeLimitExceeded):
+        return f"{error}: is there a loop that never ends?"
+    if isinstance(error, MemoryError):
+        return f"ran out of memory (MemoryError){where}"
+    if isinstance(error, StudentImportError | CheckFailed):
+        return str(error)
+    if isinstance(error, AssertionError):
+        return (str(error) or "an assertion failed") + where
+    if isinstance(error, NotImplementedError):
+        return f"not written yet: {error}{where}"
+    if isinstance(error, EOFError):
+        return (
+            f"your code read input (input() or sys.stdin){where}; the grader gives it none: "
+            "take what you need from the arguments"
+        )
+    if isinstance(error, SystemExit):
+        return (
+            f"your code called sys.exit({error.code!r}){where}: return a value or raise an "
+            "exception instead, so the grader can go on to the next check"
+        )
+    message = f"{type(error).__name__}: {error}{where}"
+    if isinstance(error, IndexError) and str(error).startswith("tid="):  # in the simulator
+        message += (
+            ": a thread indexed past an array's end, which on a GPU reads or writes memory "
+            "that is not the array's. Check each thread's index against the size (or the "
+            "sequence's length) before using it"
+        )
+    return message
 
 
 def _run_elsewhere(
