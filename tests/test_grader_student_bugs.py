@@ -15,8 +15,9 @@ from test_exercises import failures_of, starter_with
 
 from minipaged import allocator, memory
 from minipaged.block_manager import BlockManager
-from minipaged.grader.grading import grade
+from minipaged.grader.grading import failure_message, grade
 from minipaged.grader.report import FAIL, PASS
+from minipaged.grader.student import Student
 
 
 def test_float_division_in_block_arithmetic_is_named():
@@ -160,9 +161,6 @@ def test_a_decode_kernel_covering_only_t_dimensions_is_caught(tmp_path):
 
 def test_a_thread_indexing_past_an_array_in_the_simulator_is_named():
     """The simulator raises IndexError where a GPU would silently read or write out of bounds."""
-    from minipaged.grader.grading import failure_message
-    from minipaged.grader.student import Student
-
     error = IndexError("tid=[20, 0, 0] ctaid=[0, 0, 0]: index 5 is out of bounds for axis 1")
     message = failure_message(error, Student({}))
     assert message.startswith("IndexError: tid=[20, 0, 0]")
