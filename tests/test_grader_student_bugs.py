@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from test_exercises import failures_of, starter_with
 
-from minipaged import allocator, memory
+from minipaged import allocator, memory, scheduler
 from minipaged.block_manager import BlockManager
 from minipaged.grader.grading import failure_message, grade
 from minipaged.grader.report import FAIL, PASS
@@ -105,6 +105,26 @@ class _SwapsInWhatIsOnTheHost(BlockManager):
 def test_a_swap_refused_too_late_or_not_at_all_is_caught(cls, criterion, words):
     failed = failures_of(5, [criterion], block_manager=SimpleNamespace(BlockManager=cls))
     assert words in failed[criterion]
+
+
+class _SwapsWheneverThereIsAHost(scheduler.Scheduler):
+    """Reads "a host pool" as "swap", whatever the policy."""
+
+    def _preempt(self, group, out):
+        policy = self.preemption
+        self.preemption = "swap" if self.block_manager.host else policy
+        try:
+            super()._preempt(group, out)
+        finally:
+            self.preemption = policy
+
+
+def test_the_recompute_policy_swapping_a_single_sequence_is_caught():
+    name = "recompute_frees_the_blocks_and_requeues"
+    module = SimpleNamespace(Scheduler=_SwapsWheneverThereIsAHost)
+    failed = failures_of(5, [name], scheduler=module)
+    assert "with host room to spare" in failed[name]
+    assert failed[name].endswith("expected 'recompute', got 'swap'")
 
 
 def test_an_append_result_of_the_wrong_type_is_named():

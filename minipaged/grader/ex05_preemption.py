@@ -236,6 +236,13 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     expect(len(b.seqs[0].token_ids), 9, "b's token ids: 7 prompt + 2 generated, kept")
     event = _preempt_event(scene.bm)
     expect((event.request_id, event.mode), ("b", "recompute"), "(request, mode) of the Preempt")
+    scene = _two_requests_then_full(student, "recompute", host=8)
+    expect(
+        _preempt_event(scene.bm).mode,
+        "recompute",
+        "the mode under preemption='recompute' for b, one sequence, with host room to spare "
+        "(only a request of several sequences is swapped whatever the policy)",
+    )
 
 
 def check_recomputed_request_prefills_prompt_and_generated(student):
