@@ -97,7 +97,7 @@ class _SwapsInWhatIsOnTheHost(BlockManager):
         (
             _SwapsInWhatIsOnTheHost,
             "swap_in_refuses_a_sequence_on_the_device",
-            "swap_in([0]) of seq 0, on the device returned instead of raising ValueError",
+            "swap_in([0]) of seq 0, on the device: expected ValueError, but it returned",
         ),
     ],
     ids=["group-checked-table-by-table", "device-sequence-skipped"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minipaged.block_manager import BlockManager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
-from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -124,20 +124,8 @@ def check_fork_refuses_bad_sequences(student):
         (lambda: bm.fork(0, 1), ValueError, "fork(0, 1) when seq 1 already has a table"),
         (lambda: bm.fork(7, 8), KeyError, "fork(7, 8) when seq 7 does not exist"),
     ]:
-        before = bm.snapshot()
-        try:
-            action()
-        except error:
-            expect(bm.snapshot(), before, f"the block state after the refused {what}")
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as other:
-            raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
-        raise CheckFailed(
-            f"{what}: expected {error.__name__}, but it returned without raising; check the "
-            "sequences before changing any table or refcount"
-        )
+        hint = "; check the sequences before changing any table or refcount"
+        expect_refused(action, error, what, bm.snapshot, hint, student.where)
 
 
 def check_random_programs_keep_every_invariant(student):

@@ -8,6 +8,7 @@ scheduler checks run on the library's block manager, so the two parts are graded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -15,7 +16,7 @@ from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.events import Preempt, Recompute
 from minipaged.grader.properties import BlockManagerMachine, SimulatedKV, run_programs
-from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 from minipaged.sampling import SamplingParams
 from minipaged.sequence import Sequence, SequenceGroup, Status
 
@@ -94,45 +95,22 @@ def check_swap_in_restores_the_contents(student):
     expect(kv.read(table), kv.written[1], f"seq 1's tokens read through T_1={table.blocks}")
 
 
-def _refused(student, bm, action, error: type[Exception], what: str) -> None:
-    """``action`` raises ``error`` and leaves the block state as it was."""
-    before = bm.snapshot()
-    try:
-        action()
-    except error:
-        expect(bm.snapshot(), before, f"the block state after the refused {what}")
-        return
-    except NotImplementedError:
-        raise
-    except Exception as other:
-        raise CheckFailed(
-            f"{what}: expected {error.__name__}, got {other!r}{student.where(other)}"
-        ) from None
-    raise CheckFailed(f"{what} returned instead of raising {error.__name__}")
-
-
 def check_swaps_that_do_not_fit_are_refused(student):
     """a swap the other pool cannot hold raises OutOfBlocks and changes nothing"""
-    bm = _manager(student, device=8, host=1)
-    bm.allocate(0, 6)
-    _refused(
-        student,
-        bm,
-        lambda: bm.swap_out([0]),
-        OutOfBlocks,
-        "swap_out([0]) of 2 blocks to 1 host block",
-    )
-    bm = _manager(student, device=8, host=3)
-    bm.allocate(0, 6)
-    bm.allocate(1, 6)
-    _refused(
-        student,
-        bm,
-        lambda: bm.swap_out([0, 1]),
-        OutOfBlocks,
-        "swap_out([0, 1]) of 4 distinct blocks to 3 host blocks (count the whole group's "
-        "blocks before moving any table)",
-    )
+    for host, lengths, what in [
+        (1, [6], "swap_out([0]) of 2 blocks to 1 host block"),
+        (
+            3,
+            [6, 6],
+            "swap_out([0, 1]) of 4 distinct blocks to 3 host blocks (count the whole group's "
+            "blocks before moving any table)",
+        ),
+    ]:
+        bm = _manager(student, device=8, host=host)
+        for seq, length in enumerate(lengths):
+            bm.allocate(seq, length)
+        swap = partial(bm.swap_out, list(range(len(lengths))))
+        expect_refused(swap, OutOfBlocks, what, bm.snapshot, where=student.where)
 
 
 def check_swap_in_refuses_a_sequence_on_the_device(student):
@@ -141,17 +119,16 @@ def check_swap_in_refuses_a_sequence_on_the_device(student):
     bm.allocate(0, 6)
     bm.allocate(1, 5)
     bm.swap_out([1])
-    _refused(
-        student, bm, lambda: bm.swap_in([0]), ValueError, "swap_in([0]) of seq 0, on the device"
-    )
-    _refused(
-        student,
-        bm,
-        lambda: bm.swap_in([1, 0]),
-        ValueError,
-        "swap_in([1, 0]) of seq 1, on the host, and seq 0, on the device (check every "
-        "sequence before moving any)",
-    )
+    for seqs, what in [
+        ([0], "swap_in([0]) of seq 0, on the device"),
+        (
+            [1, 0],
+            "swap_in([1, 0]) of seq 1, on the host, and seq 0, on the device (check every "
+            "sequence before moving any)",
+        ),
+    ]:
+        swap = partial(bm.swap_in, seqs)
+        expect_refused(swap, ValueError, what, bm.snapshot, where=student.where)
 
 
 def check_random_programs_keep_every_invariant(student):
