@@ -17,6 +17,7 @@ from minipaged import allocator, memory, scheduler
 from minipaged.block_manager import BlockManager
 from minipaged.grader.grading import failure_message, grade
 from minipaged.grader.report import FAIL, PASS
+from minipaged.grader.shared_memory_races import RaceLog
 from minipaged.grader.student import Student
 
 
@@ -186,3 +187,31 @@ def test_a_thread_indexing_past_an_array_in_the_simulator_is_named():
     assert message.startswith("IndexError: tid=[20, 0, 0]")
     assert "a thread indexed past an array's end" in message
     assert "indexed past" not in failure_message(IndexError("list index"), Student({}))
+
+
+def test_threads_that_passed_different_numbers_of_barriers_are_named():
+    log = RaceLog()
+    for thread, passed in ((0, 3), (1, 3), (2, 2)):
+        log.finish((0, 0, 0), thread, passed)
+    log.finish((1, 0, 0), 0, 2)
+    assert log.divergent_barriers() == [
+        "in thread block [0, 0, 0], thread 0 passed 3 cuda.syncthreads() and thread 2 only 2: a "
+        "barrier that not every thread reaches (inside an if, or a loop whose trip count "
+        "differs by thread). On a GPU the block then hangs or goes wrong; put each "
+        "cuda.syncthreads() where every thread of the block passes it"
+    ]
+
+
+@pytest.mark.slow
+def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
+    """The simulator lets the other threads' exit release a barrier; a GPU does not."""
+    import cuda_kernels
+
+    library = Path(cuda_kernels.__file__).parent
+    source = (library / "block_reduce.py").read_text()
+    barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
+    assert barrier in source
+    half = "        if thread < 16:\n            cuda.syncthreads()  # only some threads:"
+    (tmp_path / "block_reduce.py").write_text(source.replace(barrier, half))
+    failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
+    assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]

@@ -87,6 +87,8 @@ def check_decode_has_no_shared_memory_race(student):
                 f"the kernel failed before any race could be watched for: "
                 f"{type(error).__name__}: {error}{student.where(error)}"
             ) from None
+    if log.divergent_barriers():
+        raise CheckFailed(log.divergent_barriers()[0])
     if log.races:
         raise CheckFailed(
             f"{len(log.races)} shared-memory race(s) on {case.what}; the first: {log.races[0]}. "
