@@ -161,18 +161,22 @@ def test_exit_input_and_a_print_without_newline_each_fail_or_pass_one_check(tmp_
     assert results["block_bytes"].message.startswith("not written yet")
 
 
+def kernel_with(folder: Path, name: str, line: str, bug: str) -> None:
+    """The library's kernel file ``name`` in ``folder``, with ``line`` replaced by ``bug``."""
+    import cuda_kernels
+
+    source = (Path(cuda_kernels.__file__).parent / name).read_text()
+    assert line in source
+    (folder / name).write_text(source.replace(line, bug))
+
+
 @pytest.mark.slow
 def test_a_decode_kernel_covering_only_t_dimensions_is_caught(tmp_path):
     """Thread t accumulating dimension t alone is right while head_dim <= T, as in every other
     simulator case; head_dim = T + 16 shows the dimensions it never updates."""
-    import cuda_kernels
-
-    library = Path(cuda_kernels.__file__).parent
-    source = (library / "paged_attention.py").read_text()
     loop = "            for d in range(thread, head_dim, num_threads):\n                total ="
-    assert loop in source
     one = "            for d in range(thread, min(thread + 1, head_dim)):\n                total ="
-    (tmp_path / "paged_attention.py").write_text(source.replace(loop, one))
+    kernel_with(tmp_path, "paged_attention.py", loop, one)
     results = {r.name: r for r in grade(11, tmp_path).results}
     failed = {name for name, r in results.items() if r.outcome == FAIL}
     assert failed == {"decode_head_dim_wider_than_the_threads"}
@@ -205,13 +209,8 @@ def test_threads_that_passed_different_numbers_of_barriers_are_named():
 @pytest.mark.slow
 def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
     """The simulator lets the other threads' exit release a barrier; a GPU does not."""
-    import cuda_kernels
-
-    library = Path(cuda_kernels.__file__).parent
-    source = (library / "block_reduce.py").read_text()
     barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
-    assert barrier in source
     half = "        if thread < 16:\n            cuda.syncthreads()  # only some threads:"
-    (tmp_path / "block_reduce.py").write_text(source.replace(barrier, half))
+    kernel_with(tmp_path, "block_reduce.py", barrier, half)
     failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
     assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
