@@ -82,9 +82,12 @@ def preset(
     return manager, kv, last_write
 
 
-def _read_back_broken():
-    manager, kv, last = preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2]))
-    kv.slots["device"][1] = 999  # seq 0's token 1 was overwritten by someone else
+def _read_back_broken(pool: str):
+    """Seq 0 holds T_0=[0, 1] with 3 tokens in ``pool``; its token 1 was overwritten."""
+    pools = {"device": ([1, 1, 0], [2]), "host": ([0, 0], [0, 1])}
+    host = ([1, 1, 0], [2]) if pool == "host" else None
+    manager, kv, last = preset({0: ([0, 1], 3, pool)}, device=pools[pool], host=host)
+    kv.slots[pool][1] = 999  # seq 0's token 1 was overwritten by someone else
     return manager, kv, last
 
 
@@ -101,6 +104,13 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "refcount_below_its_holders",
         "device block 0 has R=1 but the tables of seq 0 and seq 1 both hold it",
         lambda: preset({0: ([0], 2, "device"), 1: ([0], 2, "device")}, device=([1, 0, 0], [1, 2])),
+    ),
+    BrokenState(
+        1,
+        "refcount_with_no_holder",
+        "device block 2 has R=1 but no table holds it: check R[p] for every block of the "
+        "pool, not only the blocks some table holds",
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 1, 0], [3])),
     ),
     BrokenState(
         1,
@@ -150,7 +160,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         4,
         "token_overwritten",
         "seq 0 wrote 3 tokens, but reading slot 1 through T_0=[0, 1] gives another token",
-        _read_back_broken,
+        lambda: _read_back_broken("device"),
+    ),
+    BrokenState(
+        4,
+        "host_token_overwritten",
+        "seq 0, swapped out to the host, wrote 3 tokens, but reading host slot 1 through "
+        "T_0=[0, 1] gives another token: read back every sequence, in its table's pool",
+        lambda: _read_back_broken("host"),
     ),
     BrokenState(
         5,

@@ -6,10 +6,28 @@ The student's ``memory.py`` mirrors ``minipaged.memory``: ``logical_block``, ``b
 
 from __future__ import annotations
 
+import math
+
 from minipaged.grader.report import CheckFailed, Criterion, expect
 
 EXAMPLE_TABLE = [47, 12, 93]
 """§3's worked example: with $B = 16$, token $t = 38$ lives in $\\mathcal{T}_r[2] = 93$."""
+
+
+LARGE_T = 2**60 - 1
+"""A position past float64's 53-bit mantissa: ``t / B`` rounds there, ``t // B`` does not
+(``LARGE_T / 16`` rounds up to 2**56, ``(LARGE_T + 2) / 16`` down to it)."""
+
+
+def _integer_division(got, exact: int, rounded: int, what: str) -> None:
+    """Fail with the cause named when ``got`` is what float division gives (``rounded``)
+    instead of the integer answer ``exact``."""
+    if got == rounded != exact:
+        raise CheckFailed(
+            f"{what}: got {got}, what float division gives (a float holds 53 bits, so a "
+            f"quotient past 2**53 rounds); expected {exact}: use integers only (//, not /)"
+        )
+    expect(got, exact, what)
 
 
 def check_logical_block(student):
@@ -21,6 +39,8 @@ def check_logical_block(student):
             expect(
                 memory.logical_block(t, block_size), t // block_size, f"j for t={t}, B={block_size}"
             )
+    got = memory.logical_block(LARGE_T, 16)
+    _integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "j for t=2**60 - 1, B=16")
 
 
 def check_block_offset(student):
@@ -51,6 +71,9 @@ def check_num_logical_blocks(student):
             blocks,
             f"M for L={length} tokens, B={block_size}",
         )
+    got = memory.num_logical_blocks(LARGE_T + 2, 16)
+    exact, rounded = -(-(LARGE_T + 2) // 16), math.ceil((LARGE_T + 2) / 16)
+    _integer_division(got, exact, rounded, "M for L=2**60 + 1 tokens, B=16")
 
 
 def check_slot(student):

@@ -99,6 +99,12 @@ def check_misuse_is_refused(student):
     _raises(IndexError, lambda: pool.refcount(2), "refcount(2) in a pool of blocks 0..1")
     _raises(IndexError, lambda: pool.decref(-1), "decref(-1)")
     expect(pool.refcounts(), (0, 0), "R after the refused calls")
+    pool.take(1)  # a block -1 would wrap around to, in use
+    for method in ("refcount", "incref", "decref", "take"):
+        for block in (-1, 2):
+            what = f"{method}({block}) in a pool of blocks 0..1 (a negative id must not wrap)"
+            _raises(IndexError, lambda m=method, b=block: getattr(pool, m)(b), what)
+    expect(pool.refcounts(), (0, 1), "R after the refused calls with ids out of range")
 
 
 def check_take_allocates_a_given_free_block(student):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minipaged.block_manager import BlockManager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
-from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -77,6 +77,22 @@ def check_free_releases_only_unshared_blocks(student):
     expect(bm.device.num_free, 8, "free blocks once both sequences are freed (no leak)")
 
 
+def check_free_releases_the_last_block_first(student):
+    """free releases T_r's last block first, so a prefix cache loses a prefix from its tail"""
+    bm = _manager(student, num_blocks=8)
+    bm.allocate(0, 10)  # T_0 = [0, 1, 2]
+    bm.free(0)
+    tail = list(bm.device.free_blocks()[-3:])
+    if tail == [0, 1, 2]:
+        raise CheckFailed(
+            "free(0) with T_0=[0, 1, 2] released block 0 first: the free list ends [0, 1, 2], "
+            "expected [2, 1, 0]. Release the last block first (reversed(table.blocks)): the "
+            "allocator reuses the front of the free list, and with prefix caching it must "
+            "evict a cached prefix's tail before its root, never cut it at the root"
+        )
+    expect(tail, [2, 1, 0], "the end of the free list after free(0) with T_0=[0, 1, 2]")
+
+
 def check_beam_search_step(student):
     """a beam-search step forks the chosen beams and frees the dropped ones, leaking nothing"""
     bm = _manager(student)
@@ -108,20 +124,8 @@ def check_fork_refuses_bad_sequences(student):
         (lambda: bm.fork(0, 1), ValueError, "fork(0, 1) when seq 1 already has a table"),
         (lambda: bm.fork(7, 8), KeyError, "fork(7, 8) when seq 7 does not exist"),
     ]:
-        before = bm.snapshot()
-        try:
-            action()
-        except error:
-            expect(bm.snapshot(), before, f"the block state after the refused {what}")
-            continue
-        except NotImplementedError:
-            raise
-        except Exception as other:
-            raise CheckFailed(f"{what}: expected {error.__name__}, got {other!r}") from None
-        raise CheckFailed(
-            f"{what}: expected {error.__name__}, but it returned without raising; check the "
-            "sequences before changing any table or refcount"
-        )
+        hint = "; check the sequences before changing any table or refcount"
+        expect_refused(action, error, what, bm.snapshot, hint, student.where)
 
 
 def check_random_programs_keep_every_invariant(student):
@@ -136,6 +140,7 @@ CRITERIA = tuple(
         check_fork_raises_each_refcount_by_one,
         check_parallel_sampling_shares_the_prompt,
         check_free_releases_only_unshared_blocks,
+        check_free_releases_the_last_block_first,
         check_beam_search_step,
         check_fork_refuses_bad_sequences,
         check_random_programs_keep_every_invariant,

@@ -7,7 +7,8 @@ The student's ``block_manager.py`` defines ``BlockManager``, the library's class
 
 from __future__ import annotations
 
-from minipaged.block_manager import BlockManager
+from minipaged.allocator import OutOfBlocks
+from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect
 
@@ -20,11 +21,22 @@ def _manager(student, num_blocks: int = 8):
     return student.block_manager.BlockManager(num_blocks, block_size=4, watermark=0.0)
 
 
+def _append(bm, seq: int) -> AppendResult:
+    """``bm.append_slot(seq)``, failing with what it returned unless an ``AppendResult``."""
+    result = bm.append_slot(seq)
+    if not isinstance(result, AppendResult):
+        raise CheckFailed(
+            f"append_slot({seq}) returned {result!r} ({type(result).__name__}); return "
+            "AppendResult(slot, cow), with cow=None or the (p, p_new) to copy"
+        )
+    return result
+
+
 def check_append_writes_in_place_when_the_block_has_room(student):
     """R[p] = 1 and o > 0: the token is written in place, at slot T_r[j] * B + o, with no copy"""
     bm = _manager(student)
     bm.allocate(0, 5)  # T_0 = [0, 1]; t = 5 goes to j = 1, o = 1
-    result = bm.append_slot(0)
+    result = _append(bm, 0)
     expect(result.slot, 1 * 4 + 1, "append_slot(0) at t=5 with T_0=[0, 1], B=4: slot T_0[1]*B + o")
     expect(result.cow, None, "the copy-on-write pair of an exclusive block")
     expect(bm.table(0).blocks, [0, 1], "T_0 after the append (no new block)")
@@ -35,7 +47,7 @@ def check_full_last_block_gets_a_fresh_block(student):
     """t mod B = 0: a fresh block with R[p] = 1 becomes logical block j, and o = 0"""
     bm = _manager(student)
     bm.allocate(0, 8)  # T_0 = [0, 1], both full
-    result = bm.append_slot(0)
+    result = _append(bm, 0)
     expect(bm.table(0).blocks, [0, 1, 2], "T_0 after appending t=8 to two full blocks of B=4")
     expect(result.slot, 2 * 4 + 0, "the slot of t=8: T_0[2]*B + 0")
     expect(bm.refcount(2), 1, "R of the fresh block")
@@ -47,7 +59,7 @@ def check_shared_partly_filled_block_is_copied(student):
     bm = _manager(student)
     bm.allocate(0, 6)  # T_0 = [0, 1]; block 1 holds 2 of 4 tokens
     bm.fork(0, 1)  # R[0] = R[1] = 2
-    result = bm.append_slot(1)  # seq 1 writes t = 6: j = 1, o = 2, p = 1 is shared
+    result = _append(bm, 1)  # seq 1 writes t = 6: j = 1, o = 2, p = 1 is shared
     if result.cow is None and result.slot // 4 == 1:
         raise CheckFailed(
             f"seq 1 wrote token t=6 (j=1, o=2) into block 1, shared with seq 0 (R[1]=2), "
@@ -74,9 +86,9 @@ def check_last_sharer_writes_in_place(student):
     bm = _manager(student)
     bm.allocate(0, 6)
     bm.fork(0, 1)
-    bm.append_slot(1)
+    _append(bm, 1)
     free_before = bm.device.num_free
-    result = bm.append_slot(0)
+    result = _append(bm, 0)
     expect(result.cow, None, "seq 0's append into block 1 once seq 1 has its own copy (R[1]=1)")
     expect(result.slot, 1 * 4 + 2, "seq 0's slot for t=6")
     expect(bm.device.num_free, free_before, "free blocks after an in-place write")
@@ -87,7 +99,7 @@ def check_full_shared_blocks_are_not_copied(student):
     bm = _manager(student)
     bm.allocate(0, 8)
     bm.fork(0, 1)
-    result = bm.append_slot(1)
+    result = _append(bm, 1)
     expect(result.cow, None, "cow when seq 1 appends t=8 after its two full shared blocks")
     expect(bm.table(1).blocks[:2], [0, 1], "T_1[:2]: the full blocks stay shared")
     expect((bm.refcount(0), bm.refcount(1)), (2, 2), "(R[0], R[1]) after the append")
@@ -95,21 +107,36 @@ def check_full_shared_blocks_are_not_copied(student):
 
 def check_out_of_blocks_changes_nothing(student):
     """with no free block, an append that needs one raises OutOfBlocks and changes nothing"""
-    from minipaged.allocator import OutOfBlocks
-
     bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
     bm.allocate(0, 6)
     bm.fork(0, 1)  # the pool is full; block 1 is shared and partly filled
+    _refused_append(
+        bm,
+        1,
+        "the refused append",
+        "append_slot(1) into shared block 1 with no free block returned instead of raising "
+        "OutOfBlocks: copy-on-write needs a p_new, and the pool has none",
+    )
+    bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
+    bm.allocate(0, 4)
+    bm.allocate(1, 4)  # the pool is full; both last blocks are full
+    _refused_append(
+        bm,
+        0,
+        "the refused append of t=4 after a full block",
+        "append_slot(0) of t=4 after the full block 0 returned instead of raising "
+        "OutOfBlocks: t mod B = 0 needs a fresh block, and the pool has none",
+    )
+
+
+def _refused_append(bm, seq: int, what: str, returned: str) -> None:
     before = bm.snapshot()
     try:
-        bm.append_slot(1)
+        bm.append_slot(seq)
     except OutOfBlocks:
-        expect(bm.snapshot(), before, "the block state after the refused append")
+        expect(bm.snapshot(), before, f"the block state after {what}")
         return
-    raise CheckFailed(
-        "append_slot(1) into shared block 1 with no free block returned instead of raising "
-        "OutOfBlocks: copy-on-write needs a p_new, and the pool has none"
-    )
+    raise CheckFailed(returned)
 
 
 def check_random_programs_keep_every_invariant(student):

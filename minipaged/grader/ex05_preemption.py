@@ -8,6 +8,7 @@ scheduler checks run on the library's block manager, so the two parts are graded
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -15,7 +16,7 @@ from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.events import Preempt, Recompute
 from minipaged.grader.properties import BlockManagerMachine, SimulatedKV, run_programs
-from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 from minipaged.sampling import SamplingParams
 from minipaged.sequence import Sequence, SequenceGroup, Status
 
@@ -96,17 +97,38 @@ def check_swap_in_restores_the_contents(student):
 
 def check_swaps_that_do_not_fit_are_refused(student):
     """a swap the other pool cannot hold raises OutOfBlocks and changes nothing"""
-    bm = _manager(student, device=8, host=1)
+    for host, lengths, what in [
+        (1, [6], "swap_out([0]) of 2 blocks to 1 host block"),
+        (
+            3,
+            [6, 6],
+            "swap_out([0, 1]) of 4 distinct blocks to 3 host blocks (count the whole group's "
+            "blocks before moving any table)",
+        ),
+    ]:
+        bm = _manager(student, device=8, host=host)
+        for seq, length in enumerate(lengths):
+            bm.allocate(seq, length)
+        swap = partial(bm.swap_out, list(range(len(lengths))))
+        expect_refused(swap, OutOfBlocks, what, bm.snapshot, where=student.where)
+
+
+def check_swap_in_refuses_a_sequence_on_the_device(student):
+    """swap_in of a sequence that is not in host memory raises ValueError and changes nothing"""
+    bm = _manager(student)
     bm.allocate(0, 6)
-    before = bm.snapshot()
-    try:
-        bm.swap_out([0])
-    except OutOfBlocks:
-        expect(bm.snapshot(), before, "the block state after the refused swap_out")
-        return
-    raise CheckFailed(
-        "swap_out([0]) of 2 blocks into a host pool of 1 returned instead of raising OutOfBlocks"
-    )
+    bm.allocate(1, 5)
+    bm.swap_out([1])
+    for seqs, what in [
+        ([0], "swap_in([0]) of seq 0, on the device"),
+        (
+            [1, 0],
+            "swap_in([1, 0]) of seq 1, on the host, and seq 0, on the device (check every "
+            "sequence before moving any)",
+        ),
+    ]:
+        swap = partial(bm.swap_in, seqs)
+        expect_refused(swap, ValueError, what, bm.snapshot, where=student.where)
 
 
 def check_random_programs_keep_every_invariant(student):
@@ -159,6 +181,13 @@ def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
 
 
 def _ids(groups) -> list[str]:
+    """The request ids of ``groups``, a queue or ``out.preempted``, which hold groups."""
+    for g in groups:
+        if not isinstance(g, SequenceGroup):
+            raise CheckFailed(
+                f"a queue or out.preempted holds {g!r} ({type(g).__name__}); they hold the "
+                "SequenceGroup itself, not its request id or sequences"
+            )
     return [g.request_id for g in groups]
 
 
@@ -184,6 +213,13 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     expect(len(b.seqs[0].token_ids), 9, "b's token ids: 7 prompt + 2 generated, kept")
     event = _preempt_event(scene.bm)
     expect((event.request_id, event.mode), ("b", "recompute"), "(request, mode) of the Preempt")
+    scene = _two_requests_then_full(student, "recompute", host=8)
+    expect(
+        _preempt_event(scene.bm).mode,
+        "recompute",
+        "the mode under preemption='recompute' for b, one sequence, with host room to spare "
+        "(only a request of several sequences is swapped whatever the policy)",
+    )
 
 
 def check_recomputed_request_prefills_prompt_and_generated(student):
@@ -291,7 +327,9 @@ def check_a_request_with_several_sequences_is_swapped(student):
     bm.pop_events()
     out = _step(scheduler)  # both of b's sequences must copy shared block 1; one block is free
     expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
-    expect(_preempt_event(bm).mode, "swap", "the mode for a request of 2 sequences")
+    event = _preempt_event(bm)
+    expect(event.mode, "swap", "the mode for a request of 2 sequences")
+    expect(tuple(event.seqs), (1, 2), "the Preempt's seqs: every sequence of b, by id")
     expect(bm.table(1).blocks, bm.table(2).blocks, "T_1 against T_2 in the host pool")
 
 
@@ -303,6 +341,7 @@ CRITERIA = tuple(
         check_swapping_one_sharer_out_frees_nothing,
         check_swap_in_restores_the_contents,
         check_swaps_that_do_not_fit_are_refused,
+        check_swap_in_refuses_a_sequence_on_the_device,
         check_random_programs_keep_every_invariant,
         check_recompute_frees_the_blocks_and_requeues,
         check_recomputed_request_prefills_prompt_and_generated,

@@ -83,6 +83,8 @@ def check_no_shared_memory_race(student):
                     f"the kernel failed before any race could be watched for: "
                     f"{type(error).__name__}: {error}{student.where(error)}"
                 ) from None
+    if log.divergent_barriers():
+        raise CheckFailed(log.divergent_barriers()[0])
     if log.races:
         raise CheckFailed(
             f"{len(log.races)} shared-memory race(s); the first: {log.races[0]}. The "

@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from minipaged.grader.ex07_attention import compare, make_case
+from minipaged.grader.ex07_attention import TOLERANCE, compare, make_case
 from minipaged.grader.report import CheckFailed, Criterion
 
 
@@ -39,6 +39,36 @@ def check_decode_batch_with_gqa(student):
     compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
 
 
+SIMULATED_THREADS = 32
+"""T, the threads of a thread block, in the simulator (``cuda_kernels.launch.NUM_THREADS``)."""
+
+
+def check_decode_head_dim_wider_than_the_threads(student):
+    """the decode kernel covers a head_dim wider than its T threads: thread t owns t, t + T, ..."""
+    head_dim = SIMULATED_THREADS + 16
+    case = make_case(
+        f"one head of head_dim {head_dim}, more than the T = {SIMULATED_THREADS} threads (L=5)",
+        [5],
+        num_heads=1,
+        num_kv_heads=1,
+        head_dim=head_dim,
+        seed=3,
+    )
+    decode = student.paged_attention.paged_attention_decode
+    got = decode(*(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args))
+    if isinstance(got, torch.Tensor) and got.shape == case.expected.shape:
+        close = (got - case.expected).abs() <= TOLERANCE  # NaN is never close
+        wrong = (~close[0, 0]).nonzero().flatten().tolist()
+        if wrong and min(wrong) >= SIMULATED_THREADS:
+            raise CheckFailed(
+                f"paged_attention_decode on {case.what}: dimensions {wrong[0]}..{wrong[-1]} "
+                f"are wrong, the first {SIMULATED_THREADS} right. Thread t owns dimensions "
+                "d = t, t + T, t + 2T, ... (T = cuda.blockDim.x): loop over them wherever the "
+                "kernel loads the query, zeroes or updates the accumulator, and writes out"
+            )
+    compare("paged_attention_decode", decode, case)
+
+
 def check_decode_has_no_shared_memory_race(student):
     """threads wait at cuda.syncthreads() before touching what another thread wrote to shared
     memory, and before overwriting what another thread still reads"""
@@ -57,6 +87,8 @@ def check_decode_has_no_shared_memory_race(student):
                 f"the kernel failed before any race could be watched for: "
                 f"{type(error).__name__}: {error}{student.where(error)}"
             ) from None
+    if log.divergent_barriers():
+        raise CheckFailed(log.divergent_barriers()[0])
     if log.races:
         raise CheckFailed(
             f"{len(log.races)} shared-memory race(s) on {case.what}; the first: {log.races[0]}. "
@@ -105,6 +137,7 @@ def _milliseconds(function, args, repeats: int = 20) -> float:
 CRITERIA = (
     Criterion(check_decode_one_head, runs_in="simulator"),
     Criterion(check_decode_batch_with_gqa, runs_in="simulator"),
+    Criterion(check_decode_head_dim_wider_than_the_threads, runs_in="simulator"),
     Criterion(check_decode_has_no_shared_memory_race, runs_in="simulator"),
     Criterion(check_decode_on_a_gpu, runs_in="gpu"),
 )

@@ -85,7 +85,8 @@ def grade_here(
     student = load(number, path, solution)
     for criterion in group:
         result = _run_one(criterion, student, check_seconds)
-        print(RESULT_MARK + json.dumps(asdict(result)), flush=True)
+        # On a line of its own, even after a student's print(..., end="") or input() prompt.
+        print("\n" + RESULT_MARK + json.dumps(asdict(result)), flush=True)
 
 
 def run_criteria(
@@ -100,20 +101,44 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
     try:
         with time_limit(check_seconds):
             criterion.check(student)
-    except TimeLimitExceeded as error:
-        outcome, message = FAIL, f"{error}: is there a loop that never ends?"
-    except MemoryError as error:
-        outcome, message = FAIL, f"ran out of memory (MemoryError){student.where(error)}"
-    except (StudentImportError, CheckFailed) as error:
-        outcome, message = FAIL, str(error)
-    except AssertionError as error:
-        outcome, message = FAIL, (str(error) or "an assertion failed") + student.where(error)
-    except NotImplementedError as error:
-        outcome, message = FAIL, f"not written yet: {error}{student.where(error)}"
-    except Exception as error:
-        outcome, message = FAIL, f"{type(error).__name__}: {error}{student.where(error)}"
+    except (Exception, SystemExit, TimeLimitExceeded) as error:  # not a KeyboardInterrupt
+        outcome, message = FAIL, failure_message(error, student)
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
+
+
+def failure_message(error: BaseException, student: Student) -> str:
+    """What a criterion that raised ``error`` tells the student: the check's own words, or
+    the student's error with the line it came from and, where it is telling, its likely cause."""
+    where = student.where(error)
+    if isinstance(error, TimeLimitExceeded):
+        return f"{error}: is there a loop that never ends?"
+    if isinstance(error, MemoryError):
+        return f"ran out of memory (MemoryError){where}"
+    if isinstance(error, StudentImportError | CheckFailed):
+        return str(error)
+    if isinstance(error, AssertionError):
+        return (str(error) or "an assertion failed") + where
+    if isinstance(error, NotImplementedError):
+        return f"not written yet: {error}{where}"
+    if isinstance(error, EOFError):
+        return (
+            f"your code read input (input() or sys.stdin){where}; the grader gives it none: "
+            "take what you need from the arguments"
+        )
+    if isinstance(error, SystemExit):
+        return (
+            f"your code called sys.exit({error.code!r}){where}: return a value or raise an "
+            "exception instead, so the grader can go on to the next check"
+        )
+    message = f"{type(error).__name__}: {error}{where}"
+    if isinstance(error, IndexError) and str(error).startswith("tid="):  # in the simulator
+        message += (
+            ": a thread indexed past an array's end, which on a GPU reads or writes memory "
+            "that is not the array's. Check each thread's index against the size (or the "
+            "sequence's length) before using it"
+        )
+    return message
 
 
 def _run_elsewhere(
@@ -140,7 +165,12 @@ def _run_elsewhere(
     )
     command += ["--solution"] if solution else ["--path", str(path or exercise(number).starter)]
     child = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,  # a student's input() fails at once instead of waiting
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         out, err = child.communicate(timeout=limits.wall_seconds)

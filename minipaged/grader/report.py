@@ -31,6 +31,32 @@ def expect(got: Any, expected: Any, what: str) -> None:
         raise CheckFailed(f"{what}: {difference(got, expected)}")
 
 
+def expect_refused(
+    action: Callable[[], Any],
+    error: type[Exception],
+    what: str,
+    state: Callable[[], Any],
+    hint: str = "",
+    where: Callable[[BaseException], str] = lambda _: "",
+) -> None:
+    """Fail unless ``action()`` raises ``error`` and leaves ``state()`` (a block manager's
+    ``snapshot``) as it was: a refusal must come before any change. ``hint`` ends the message
+    when it returned; ``where`` names the student's line of another exception."""
+    before = state()
+    try:
+        action()
+    except error:
+        expect(state(), before, f"the block state after the refused {what}")
+        return
+    except NotImplementedError:
+        raise
+    except Exception as other:
+        raise CheckFailed(
+            f"{what}: expected {error.__name__}, got {other!r}{where(other)}"
+        ) from None
+    raise CheckFailed(f"{what}: expected {error.__name__}, but it returned without raising{hint}")
+
+
 class _Absent:
     def __repr__(self) -> str:
         return "nothing"

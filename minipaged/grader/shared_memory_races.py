@@ -11,9 +11,13 @@ barriers. Every read and write of a shared array is recorded with its element, i
 that thread's epoch. A race is two different threads of one block touching one element in the
 same epoch, at least one of them writing: nothing orders the two accesses, on any GPU.
 
+A thread's epoch when it finishes is the number of barriers it passed; threads of one block
+that finish with different numbers met a ``syncthreads`` that not all of them reached, which
+the simulator lets pass and a GPU does not.
+
 ``watch_shared_memory()`` patches the simulator (``cuda.shared.array`` hands out watched
-arrays; ``syncthreads`` counts epochs) for the length of a ``with`` block; it must run in a
-process started with ``NUMBA_ENABLE_CUDASIM=1``.
+arrays; ``syncthreads`` counts epochs; a finishing thread records its count) for the length of
+a ``with`` block; it must run in a process started with ``NUMBA_ENABLE_CUDASIM=1``.
 """
 
 from __future__ import annotations
@@ -36,11 +40,33 @@ class Access:
 
 @dataclass
 class RaceLog:
-    """Accesses by (block, element address) and epoch, and the races found among them."""
+    """Accesses by (block, element address) and epoch, and the races found among them; and the
+    barriers each thread passed, by block, once it has finished."""
 
     accesses: dict = field(default_factory=dict)
     races: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    barriers: dict = field(default_factory=dict)  # block -> {thread: barriers passed}
+
+    def finish(self, block: tuple, thread: int, epoch: int) -> None:
+        with self.lock:
+            self.barriers.setdefault(block, {})[thread] = epoch
+
+    def divergent_barriers(self) -> list[str]:
+        """A block whose threads passed different numbers of barriers: some ``syncthreads``
+        was not reached by every thread, which on a GPU hangs or is undefined."""
+        found = []
+        for block, passed in self.barriers.items():
+            fewest, most = min(passed, key=passed.get), max(passed, key=passed.get)
+            if passed[fewest] != passed[most]:
+                found.append(
+                    f"in thread block {list(block)}, thread {most} passed {passed[most]} "
+                    f"cuda.syncthreads() and thread {fewest} only {passed[fewest]}: a barrier "
+                    "that not every thread reaches (inside an if, or a loop whose trip count "
+                    "differs by thread). On a GPU the block then hangs or goes wrong; put each "
+                    "cuda.syncthreads() where every thread of the block passes it"
+                )
+        return found
 
     def record(self, block: tuple, address: int, epoch: int, access: Access) -> None:
         with self.lock:
@@ -107,6 +133,7 @@ def watch_shared_memory() -> Iterator[RaceLog]:
     from numba.cuda.simulator import kernel, kernelapi
 
     array, syncthreads = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads
+    run = kernel.BlockThread.run
 
     def watched_array(self, shape, dtype, alignment=None):
         if shape == 0:  # dynamic shared memory: one buffer for every call
@@ -123,12 +150,18 @@ def watch_shared_memory() -> Iterator[RaceLog]:
         self.epoch = getattr(self, "epoch", 0) + 1
         syncthreads(self)
 
+    def counting_run(self):
+        run(self)
+        _log.finish(tuple(self.blockIdx), self.thread_id, getattr(self, "epoch", 0))
+
     _log = RaceLog()
     kernelapi.FakeCUDAShared.array = watched_array
     kernel.BlockThread.syncthreads = counting_syncthreads
+    kernel.BlockThread.run = counting_run
     try:
         yield _log
     finally:
         kernelapi.FakeCUDAShared.array = array
         kernel.BlockThread.syncthreads = syncthreads
+        kernel.BlockThread.run = run
         _log = None

@@ -74,7 +74,7 @@ def load_folder(folder: Path, stems: tuple[str, ...]) -> Student:
         sys.modules[name] = module  # dataclasses look their module up while the class is built
         try:
             spec.loader.exec_module(module)
-        except Exception as error:  # a student's syntax or import error is a result, not a crash
+        except (Exception, SystemExit) as error:  # a student's error is a result, not a crash
             del sys.modules[name]
             line = f", line {error.lineno}" if isinstance(error, SyntaxError) else ""
             errors[stem] = f"could not import {path.name}{line}: {type(error).__name__}: {error}"

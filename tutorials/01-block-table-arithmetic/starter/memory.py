@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 def logical_block(t: int, block_size: int) -> int:
     """j = floor(t / B): the logical block that holds token position t (t counts from 0)."""
-    # --- your code here (1 line) ---
+    # --- your code here (1 line; integers only, no float division) ---
     raise NotImplementedError("exercise 01: return j = floor(t / B)")
 
 

@@ -33,6 +33,6 @@ class BlockManager(block_manager.BlockManager):
     def free(self, seq: SeqId) -> None:
         """``seq`` is finished: drop its table and decrement R[p] for each of its blocks, in the
         pool the table lives in; a block no other table holds returns to the free list.
-        (The library releases the last block first; any order passes this exercise.)"""
+        Release the last block first, so a prefix cache loses a prefix from its tail."""
         # --- your code here (about 4 lines) ---
         raise NotImplementedError("exercise 03: decrement each refcount, drop the table")

@@ -37,6 +37,7 @@ class BlockManager(block_manager.BlockManager):
 
     def swap_in(self, seqs: Iterable[SeqId]) -> list[tuple[int, int]]:
         """The reverse: bring swapped-out ``seqs`` back to the device and return the (host,
-        device) copies. Refuse (ValueError) a sequence that is not in host memory."""
+        device) copies. Refuse (ValueError) a sequence that is not in host memory, before
+        moving any table."""
         # --- your code here ---
         raise NotImplementedError("exercise 05: move the tables back to the device pool")

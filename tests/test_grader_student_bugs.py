@@ -1,0 +1,216 @@
+"""Realistic student bugs that once passed every criterion of their exercise, each now failing
+the criterion written for it with its cause named (the grader's contract, §1: every realistic
+bug is caught; tests/test_exercises.py holds the rest), and student code that ends or waits
+instead of returning, each a failed check rather than a stopped grading process.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from test_exercises import failures_of, starter_with
+
+from minipaged import allocator, memory, scheduler
+from minipaged.block_manager import BlockManager
+from minipaged.grader.grading import failure_message, grade
+from minipaged.grader.report import FAIL, PASS
+from minipaged.grader.shared_memory_races import RaceLog
+from minipaged.grader.student import Student
+
+
+def test_float_division_in_block_arithmetic_is_named():
+    """t / B is exact for every small t; past 2**53 a float rounds, and j or M is off by one."""
+    student = SimpleNamespace(**vars(memory))
+    student.logical_block = lambda t, block_size: int(t / block_size)
+    student.num_logical_blocks = lambda num_tokens, block_size: math.ceil(num_tokens / block_size)
+    failed = failures_of(1, ["logical_block", "num_logical_blocks"], memory=student)
+    assert list(failed) == ["logical_block", "num_logical_blocks"]
+    for message in failed.values():
+        assert "what float division gives" in message and "use integers only" in message
+
+
+class _IncrefWraps(allocator.BlockAllocator):
+    """incref without the range check: Python's list makes block -1 the pool's last block."""
+
+    def incref(self, block):
+        if self._refcounts[block] == 0:
+            raise ValueError(f"block {block} is free")
+        self._refcounts[block] += 1
+        return self._refcounts[block]
+
+
+def test_a_block_id_that_wraps_around_is_refused_by_every_method():
+    module = SimpleNamespace(BlockAllocator=_IncrefWraps, OutOfBlocks=allocator.OutOfBlocks)
+    failed = failures_of(2, ["misuse_is_refused"], allocator=module)
+    assert failed["misuse_is_refused"].startswith(
+        "incref(-1) in a pool of blocks 0..1 (a negative id must not wrap): expected IndexError, "
+        "but it returned 2"
+    )
+
+
+class _FreesFirstBlockFirst(BlockManager):
+    def free(self, seq):
+        table = self.table(seq)
+        pool = self.device if table.pool == "device" else self.host
+        for block in table.blocks:
+            pool.decref(block)
+        del self.tables[seq]
+
+
+def test_free_releasing_the_first_block_first_is_caught():
+    """The free list then ends with a prefix's root: a prefix cache would lose it first."""
+    module = SimpleNamespace(BlockManager=_FreesFirstBlockFirst)
+    names = ["free_releases_the_last_block_first", "free_releases_only_unshared_blocks"]
+    failed = failures_of(3, names, block_manager=module)
+    assert list(failed) == ["free_releases_the_last_block_first"]
+    assert "released block 0 first" in failed["free_releases_the_last_block_first"]
+
+
+class _SwapsTableByTable(BlockManager):
+    """Checks the host pool's room one table at a time, so a group that does not fit is
+    half moved when the refusal comes."""
+
+    def swap_out(self, seqs):
+        pairs = []
+        for seq in seqs:
+            pairs += super().swap_out([seq])
+        return pairs
+
+
+class _SwapsInWhatIsOnTheHost(BlockManager):
+    """Skips a sequence on the device instead of refusing it."""
+
+    def swap_in(self, seqs):
+        return super().swap_in([seq for seq in seqs if self.table(seq).pool == "host"])
+
+
+@pytest.mark.parametrize(
+    ("cls", "criterion", "words"),
+    [
+        (
+            _SwapsTableByTable,
+            "swaps_that_do_not_fit_are_refused",
+            "tables[0].pool: expected 'device', got 'host'",
+        ),
+        (
+            _SwapsInWhatIsOnTheHost,
+            "swap_in_refuses_a_sequence_on_the_device",
+            "swap_in([0]) of seq 0, on the device: expected ValueError, but it returned",
+        ),
+    ],
+    ids=["group-checked-table-by-table", "device-sequence-skipped"],
+)
+def test_a_swap_refused_too_late_or_not_at_all_is_caught(cls, criterion, words):
+    failed = failures_of(5, [criterion], block_manager=SimpleNamespace(BlockManager=cls))
+    assert words in failed[criterion]
+
+
+class _SwapsWheneverThereIsAHost(scheduler.Scheduler):
+    """Reads "a host pool" as "swap", whatever the policy."""
+
+    def _preempt(self, group, out):
+        policy = self.preemption
+        self.preemption = "swap" if self.block_manager.host else policy
+        try:
+            super()._preempt(group, out)
+        finally:
+            self.preemption = policy
+
+
+def test_the_recompute_policy_swapping_a_single_sequence_is_caught():
+    name = "recompute_frees_the_blocks_and_requeues"
+    module = SimpleNamespace(Scheduler=_SwapsWheneverThereIsAHost)
+    failed = failures_of(5, [name], scheduler=module)
+    assert "with host room to spare" in failed[name]
+    assert failed[name].endswith("expected 'recompute', got 'swap'")
+
+
+def test_an_append_result_of_the_wrong_type_is_named():
+    class ReturnsTuple(BlockManager):
+        def append_slot(self, seq, token_ids=None):
+            result = super().append_slot(seq, token_ids)
+            return result.slot, result.cow
+
+    module = SimpleNamespace(BlockManager=ReturnsTuple)
+    name = "append_writes_in_place_when_the_block_has_room"
+    failed = failures_of(4, [name], block_manager=module)
+    assert failed[name] == (
+        "append_slot(0) returned (5, None) (tuple); return AppendResult(slot, cow), with "
+        "cow=None or the (p, p_new) to copy"
+    )
+
+
+def test_exit_input_and_a_print_without_newline_each_fail_or_pass_one_check(tmp_path):
+    """sys.exit() fails its check and the grading goes on; input() gets no input and fails at
+    once; a print without a newline neither hides the next result nor fails anything."""
+    folder = starter_with(tmp_path, "return j = floor(t / B)", "import sys; sys.exit(0)")
+    source = (folder / "memory.py").read_text()
+    for todo, code in [
+        ("return o = t mod B", "return int(input('o? '))"),
+        ("return M = ceil(L / B)", "print('M', end=''); return -(-num_tokens // block_size)"),
+    ]:
+        source = source.replace(f'raise NotImplementedError("exercise 01: {todo}")', code)
+    (folder / "memory.py").write_text(source)
+    results = {r.name: r for r in grade(1, folder).results}
+    assert results["logical_block"].message.startswith("your code called sys.exit(0) (memory.py")
+    assert results["block_offset"].message.startswith("your code read input (input() or sys.std")
+    assert results["num_logical_blocks"].outcome == PASS
+    assert results["block_bytes"].message.startswith("not written yet")
+
+
+def kernel_with(folder: Path, name: str, line: str, bug: str) -> None:
+    """The library's kernel file ``name`` in ``folder``, with ``line`` replaced by ``bug``."""
+    import cuda_kernels
+
+    source = (Path(cuda_kernels.__file__).parent / name).read_text()
+    assert line in source
+    (folder / name).write_text(source.replace(line, bug))
+
+
+@pytest.mark.slow
+def test_a_decode_kernel_covering_only_t_dimensions_is_caught(tmp_path):
+    """Thread t accumulating dimension t alone is right while head_dim <= T, as in every other
+    simulator case; head_dim = T + 16 shows the dimensions it never updates."""
+    loop = "            for d in range(thread, head_dim, num_threads):\n                total ="
+    one = "            for d in range(thread, min(thread + 1, head_dim)):\n                total ="
+    kernel_with(tmp_path, "paged_attention.py", loop, one)
+    results = {r.name: r for r in grade(11, tmp_path).results}
+    failed = {name for name, r in results.items() if r.outcome == FAIL}
+    assert failed == {"decode_head_dim_wider_than_the_threads"}
+    message = results["decode_head_dim_wider_than_the_threads"].message
+    assert "dimensions 32..47 are wrong, the first 32 right" in message
+
+
+def test_a_thread_indexing_past_an_array_in_the_simulator_is_named():
+    """The simulator raises IndexError where a GPU would silently read or write out of bounds."""
+    error = IndexError("tid=[20, 0, 0] ctaid=[0, 0, 0]: index 5 is out of bounds for axis 1")
+    message = failure_message(error, Student({}))
+    assert message.startswith("IndexError: tid=[20, 0, 0]")
+    assert "a thread indexed past an array's end" in message
+    assert "indexed past" not in failure_message(IndexError("list index"), Student({}))
+
+
+def test_threads_that_passed_different_numbers_of_barriers_are_named():
+    log = RaceLog()
+    for thread, passed in ((0, 3), (1, 3), (2, 2)):
+        log.finish((0, 0, 0), thread, passed)
+    log.finish((1, 0, 0), 0, 2)
+    assert log.divergent_barriers() == [
+        "in thread block [0, 0, 0], thread 0 passed 3 cuda.syncthreads() and thread 2 only 2: a "
+        "barrier that not every thread reaches (inside an if, or a loop whose trip count "
+        "differs by thread). On a GPU the block then hangs or goes wrong; put each "
+        "cuda.syncthreads() where every thread of the block passes it"
+    ]
+
+
+@pytest.mark.slow
+def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
+    """The simulator lets the other threads' exit release a barrier; a GPU does not."""
+    barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
+    half = "        if thread < 16:\n            cuda.syncthreads()  # only some threads:"
+    kernel_with(tmp_path, "block_reduce.py", barrier, half)
+    failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
+    assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
