@@ -145,6 +145,8 @@ class LLMEngine:
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
         self.settle()
+        if request_id is not None and not isinstance(request_id, str):  # before any event names it
+            raise TypeError(f"request_id must be a string, got {request_id!r}")
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -152,8 +154,6 @@ class LLMEngine:
             name = "new" if request_id is None else request_id
             self.block_manager.record(Refuse(name, rejected.num_blocks, rejected.limit))
             raise
-        if request_id is not None and not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a string, got {request_id!r}")
         if request_id is not None and request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)

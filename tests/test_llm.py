@@ -105,7 +105,10 @@ def test_each_prompt_may_have_its_own_sampling_params(llm):
 def test_a_request_id_must_be_a_string(llm):
     with pytest.raises(TypeError, match="request_id must be a string"):
         llm.engine.add_request(PROMPT, request_id=3)
-    assert not llm.engine.requests
+    too_large = SamplingParams(max_tokens=400, n=8)  # more blocks than the pool: a Refuse event
+    with pytest.raises(TypeError, match="request_id must be a string"):
+        llm.engine.add_request(PROMPT, too_large, request_id=4)
+    assert not llm.engine.requests and not llm.engine.block_manager.pop_events()
 
 
 def test_a_request_larger_than_the_pool_is_rejected_and_the_others_finish():
