@@ -85,8 +85,9 @@ def kernels_misfit(
             f"the CPU twins run on the CPU, got device {device}: use backend 'numba' on a GPU, "
             "or 'torch'"
         )
-    if backend == "numba" and device.type != ("cpu" if numba_simulator() else "cuda"):
-        where = "in Numba's CUDA simulator, on the CPU" if numba_simulator() else "on a CUDA GPU"
+    simulator = backend == "numba" and numba_simulator()
+    if backend == "numba" and device.type != ("cpu" if simulator else "cuda"):
+        where = "in Numba's CUDA simulator, on the CPU" if simulator else "on a CUDA GPU"
         return (
             f"in this process the CUDA kernels run {where}, got device {device}: use "
             "backend 'numba-cpu' (their CPU twins) or 'torch' on a CPU; the simulator needs "
