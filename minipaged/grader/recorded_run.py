@@ -20,7 +20,8 @@ import traceback
 from pathlib import Path
 
 from minipaged import trace
-from minipaged.grader.grading import Limits, limit_arguments, limit_resources
+from minipaged.grader.child import limit_resources
+from minipaged.grader.grading import Limits, limit_arguments
 
 MAX_STEPS = 5000
 """A run still going after this many steps is cut there: a scheduler that never finishes."""

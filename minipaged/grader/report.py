@@ -122,6 +122,7 @@ class Report:
     title: str
     graded: str  # the folder graded, or "solution: <library modules>"
     results: list[Result] = field(default_factory=list)
+    confinement: str = ""  # how the code ran: "confined by Landlock ..." or "unconfined: ..."
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
@@ -137,6 +138,7 @@ class Report:
             "title": self.title,
             "graded": self.graded,
             "passed": self.passed,
+            "confinement": self.confinement,
             "counts": {o: self.count(o) for o in (PASS, FAIL, BLOCKED)},
             "criteria": [asdict(r) for r in self.results],
         }
@@ -150,6 +152,8 @@ class Report:
         style = {PASS: "green", FAIL: "bold red", BLOCKED: "yellow"}
         console.print(f"[bold]exercise {self.exercise:02d}: {self.title}[/bold]")
         console.print(f"[dim]graded: {escape(self.graded)}[/dim]", highlight=False)
+        if self.confinement:
+            console.print(f"[dim]your code ran {escape(self.confinement)}[/dim]", highlight=False)
         for r in self.results:
             label = f"[{style[r.outcome]}]{r.outcome.upper():8}[/{style[r.outcome]}]"
             console.print(f"  {label} {escape(r.statement)}", highlight=False)
