@@ -365,6 +365,9 @@ class Proxy:
     def __contains__(self, item) -> bool:
         return bool(self._dunder("__contains__", item))
 
+    def __bool__(self) -> bool:
+        return True
+
     def __len__(self) -> int:
         return self._dunder("__len__")
 

@@ -26,6 +26,7 @@ import base64
 import builtins
 import dataclasses
 import enum
+import importlib
 import itertools
 import json
 import os
@@ -279,13 +280,12 @@ def decode(
 
 
 def _dataclass(name: str, fields: Any, value: Callable) -> Any:
-    cls = resolve(name)
-    if (
-        cls is None
-        or not dataclasses.is_dataclass(cls)
-        or not (name in VALUE_TYPES or _is_event(name))
-    ):
+    if not (name in VALUE_TYPES or _is_event(name)):
         raise ProtocolError(f"{name} does not travel by value")
+    importlib.import_module(name.partition(":")[0])  # one of the few modules named above
+    cls = resolve(name)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise ProtocolError(f"{name} is not a dataclass")
     if type(fields) is not dict or set(fields) != {f.name for f in dataclasses.fields(cls)}:
         raise ProtocolError(
             f"the fields of a {name} are not {sorted(f.name for f in dataclasses.fields(cls))}"
