@@ -445,10 +445,9 @@ class RemoteStudent:
     module (a proxy), ``student.run(helper, ...)`` runs a grader helper next to it, and
     ``student.where(error)`` names the line an error came from."""
 
-    files: dict = {}
-
     def __init__(self, child: GradingChild) -> None:
         self._child = child
+        self.files: dict = {}  # the student's files are the child's to read
 
     def __getattr__(self, stem: str):
         if stem.startswith("_"):
