@@ -212,8 +212,10 @@ def test_student_code_runs_in_a_child_process_under_limits(tmp_path):
     messages = {r.name: r.message for r in results}
     assert messages["block_offset"].startswith("ran out of memory (MemoryError) (memory.py")
     assert messages["logical_block"].startswith("not written yet")  # finished before the exit
-    assert messages["num_logical_blocks"].startswith("the grading process failed (exit status 3)")
-    assert messages["block_bytes"] == messages["num_logical_blocks"]
+    assert messages["num_logical_blocks"].startswith(
+        "your code ended the grading process (exit status 3)"
+    )
+    assert messages["block_bytes"].startswith("not written yet")  # a new child took it
 
 
 def test_a_child_that_never_finishes_is_stopped_by_the_clock_and_cpu_limits(tmp_path):
@@ -223,13 +225,15 @@ def test_a_child_that_never_finishes_is_stopped_by_the_clock_and_cpu_limits(tmp_
     limits = grading.Limits(wall_seconds=3.0)
     results = grade(1, sleeper, limits=limits).results
     assert {r.message for r in results} == {
-        "the grading process was still running after 3 s: stopped"
+        "importing your files was still running when the grading of this submission reached "
+        "its 3 s limit in all: is there a loop that never ends at import time (outside any "
+        "function)?"
     }
     spinner = tmp_path / "b"
     spinner.mkdir()
     (spinner / "memory.py").write_text("while True:\n    pass\n")
     results = grade(1, spinner, limits=grading.Limits(cpu_seconds=2)).results
-    assert results[0].message.startswith("the grading process used its 2 s of CPU time")
+    assert "the grading process used its 2 s of CPU time" in results[0].message
 
 
 def test_the_tui_maps_exactly_the_exercises_that_build_a_block_manager():
@@ -455,7 +459,7 @@ def test_each_broken_state_breaks_only_its_rule_of_the_reference(state):
     and 2 are ``minipaged.invariants``' refcount and free-list invariants)."""
     manager, kv, last_write = state.build()
     machine = BlockManagerMachine()
-    machine.manager, machine.kv, machine.last_write = manager, kv, last_write
+    machine.see(manager, kv, last_write)
     by_rule = {
         1: lambda: invariants.refcounts_match_tables(manager.snapshot()),
         2: lambda: invariants.free_iff_unreferenced(manager.snapshot()),

@@ -172,9 +172,11 @@ def guard(ex: Exercise, folder: Path) -> None:
 
 def _stub(ex: Exercise, name: str, stem: str, folder: str):
     """A stand-in for the graded library function ``name``, which the student's file ``stem``
-    mirrors. It refuses when that file's code is on the stack (``super()``, a wrapper) or when
-    no student file is (a re-export); it runs the library's version for another graded file of
-    the exercise (exercise 05's scheduler using the library's ``swap_out``)."""
+    mirrors. It runs the library's version only for the library's own infrastructure (the
+    library's ``BlockManager`` making its allocators, in exercise 02) and for another graded
+    file of the exercise (exercise 05's scheduler using the library's ``swap_out``); it refuses
+    a call from the student's file ``stem`` (``super()``, a wrapper), from any other file of
+    theirs, and from the grader itself (a re-export: the student's name is the library's)."""
     short = name.rpartition(".")[2].rpartition(":")[2]
     mine = os.path.join(folder, f"{stem}.py")
     others = {os.path.join(folder, f"{s}.py") for s in ex.solution} - {mine}
@@ -182,12 +184,15 @@ def _stub(ex: Exercise, name: str, stem: str, folder: str):
     original = original.fget if isinstance(original, property) else original
 
     def stub(*args, **kwargs):
-        files = set()
-        frame = sys._getframe(1)
+        caller = sys._getframe(1)
+        files, frame = [], caller
         while frame is not None:
-            files.add(frame.f_code.co_filename)
+            files.append(frame.f_code.co_filename)
             frame = frame.f_back
-        if mine not in files and files & others:
+        theirs = [f for f in files if f.startswith(folder + os.sep)]
+        if mine not in theirs and (
+            (theirs and set(theirs) <= others) or (not theirs and _infrastructure(caller))
+        ):
             return original(*args, **kwargs)
         raise LibraryDelegation(
             f"exercise {ex.number:02d} grades your {short}; it may not call the library's"
@@ -197,3 +202,16 @@ def _stub(ex: Exercise, name: str, stem: str, folder: str):
     markers = getattr(original, "__dict__", {})  # hypothesis's @invariant() marks, say
     stub.__dict__.update({k: v for k, v in markers.items() if k != "__wrapped__"})
     return stub
+
+
+_LIBRARY = tuple(
+    os.path.dirname(importlib.util.find_spec(package).origin) + os.sep
+    for package in ("minipaged", "cuda_kernels")
+)
+_GRADER = os.path.dirname(__file__) + os.sep
+
+
+def _infrastructure(frame) -> bool:
+    """Whether ``frame`` is the library's own code, not the grader's."""
+    where = frame.f_code.co_filename
+    return where.startswith(_LIBRARY) and not where.startswith(_GRADER)

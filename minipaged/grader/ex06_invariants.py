@@ -40,16 +40,11 @@ def judge(student, state: BlockState, kv_slots: dict, written: dict, last_write,
     correct or broken, made it. ``end``: run ``after_all_freed`` (a program's end) instead of
     the ``@invariant`` methods."""
     machine = student.properties.BlockManagerMachine()
-    machine.manager = manager = _manager_in(state)
-    machine.state = state
-    machine.pools = {
-        "device": (manager.device.num_free, manager.device.num_blocks),
-        "host": None if manager.host is None else (manager.host.num_free, manager.host.num_blocks),
-    }
-    machine.kv = SimulatedKV(state.block_size)
-    machine.kv.slots = {pool: dict(kv_slots.get(pool, {})) for pool in ("device", "host")}
-    machine.kv.written = {seq: list(tokens) for seq, tokens in written.items()}
-    machine.last_write, machine.program, machine.next_seq = last_write, ["a state"], 10**6
+    kv = SimulatedKV(state.block_size)
+    kv.slots = {pool: dict(kv_slots.get(pool, {})) for pool in ("device", "host")}
+    kv.written = {seq: list(tokens) for seq, tokens in written.items()}
+    machine.see(_manager_in(state), kv, last_write)
+    machine.program, machine.next_seq = ["a state"], 10**6
     try:
         if end:
             machine.after_all_freed()

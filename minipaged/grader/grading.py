@@ -100,7 +100,6 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
     """Run ``criterion``'s check here against the student's code in ``child`` (started, or
     started again after it died), within the criterion's time."""
     start = time.perf_counter()
-    child.deadline = time.monotonic() + limits.check_seconds
     outcome, message = PASS, ""
     try:
         if child.broken:
@@ -108,7 +107,9 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         if child.alive:
             child.reset()
         else:
-            child.start()
+            child.start()  # starting is not the criterion's time; importing has its own
+        start = time.perf_counter()
+        child.deadline = time.monotonic() + limits.check_seconds
         criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
         outcome, message = FAIL, failure_message(error, RemoteStudent(child))

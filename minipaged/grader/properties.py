@@ -156,7 +156,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
     What a property can read: ``self.manager`` (``snapshot()`` gives a ``BlockState``),
     ``self.kv`` (``SimulatedKV``: ``kv.read(table)`` against ``kv.written[seq]``) and
     ``self.last_write``: the slot the last step wrote into, if it was an append, else None.
-    ``self.state`` is the manager's ``BlockState`` after the last step, and ``self.pools``
+    ``self._state`` is the manager's ``BlockState`` after the last step, and ``self._pools``
     the (free, total) blocks of each pool. ``after_all_freed`` runs at the end of every
     program, once every sequence is freed. ``program`` lists the steps taken, in the block
     manager's terms; the last program run is left in the class attribute ``last_program``,
@@ -192,11 +192,20 @@ class BlockManagerProgram(RuleBasedStateMachine):
         if type(self).runs_left is not None:
             type(self).failures.append((list(getattr(self, "program", [])), error))
 
+    def see(self, manager, kv: SimulatedKV, last_write: int | None) -> None:
+        """Look at ``manager``, a manager of this process, as if a step had just left it so."""
+        self.manager, self.kv, self.last_write = manager, kv, last_write
+        seen = observe(None, manager)
+        self._state, self._pools = seen["state"], {"device": seen["device"], "host": seen["host"]}
+
     def _step(self, helper, *args) -> dict | None:
         """Run one step's ``helper`` on the manager; keep what it observed."""
         seen = self.student.run(helper, self.manager, *args)
         if seen is not None:
-            self.state, self.pools = seen["state"], {"device": seen["device"], "host": seen["host"]}
+            self._state, self._pools = (
+                seen["state"],
+                {"device": seen["device"], "host": seen["host"]},
+            )
         return seen
 
     @initialize(
@@ -214,13 +223,13 @@ class BlockManagerProgram(RuleBasedStateMachine):
         type(self).last_program = self.program
 
     def seqs_in(self, pool: str) -> list[int]:
-        return sorted(s for s, t in self.state.tables.items() if t.pool == pool)
+        return sorted(s for s, t in self._state.tables.items() if t.pool == pool)
 
     def _pick(self, pool: str, index: int) -> int:
         seqs = self.seqs_in(pool)
         return seqs[index % len(seqs)]
 
-    @precondition(lambda self: len(self.state.tables) < 3)  # few sequences, room to grow
+    @precondition(lambda self: len(self._state.tables) < 3)  # few sequences, room to grow
     @rule(num_tokens=st.integers(1, 10))
     def allocate(self, num_tokens):
         self.last_write = None
@@ -233,12 +242,12 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.next_seq += 1
         self.program[-1] += f" -> T={seen['blocks']}"
         self.kv.written[seq] = []
-        table = self.state.tables[seq]
+        table = self._state.tables[seq]
         for t in range(num_tokens):  # the prefill writes every prompt token
             self.kv.write(
                 seq,
-                table.blocks[t // self.state.block_size] * self.state.block_size
-                + t % self.state.block_size,
+                table.blocks[t // self._state.block_size] * self._state.block_size
+                + t % self._state.block_size,
             )
 
     @precondition(lambda self: bool(self.seqs_in("device")))
@@ -258,7 +267,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.kv.write(seq, seen["slot"])
         self.last_write = seen["slot"]
 
-    @precondition(lambda self: bool(self.seqs_in("device")) and len(self.state.tables) < 5)
+    @precondition(lambda self: bool(self.seqs_in("device")) and len(self._state.tables) < 5)
     @rule(index=st.integers(0, 7))
     def fork(self, index):
         self.last_write = None
@@ -268,11 +277,11 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self._step(_fork, parent, child)
         self.kv.written[child] = list(self.kv.written[parent])
 
-    @precondition(lambda self: bool(self.state.tables))
+    @precondition(lambda self: bool(self._state.tables))
     @rule(index=st.integers(0, 7))
     def free(self, index):
         self.last_write = None
-        seqs = sorted(self.state.tables)
+        seqs = sorted(self._state.tables)
         seq = seqs[index % len(seqs)]
         self.program.append(f"free({seq})")
         self._step(_free, [seq])
@@ -303,7 +312,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
     def teardown(self):
         if not hasattr(self, "manager"):
             return
-        left = sorted(self.state.tables)
+        left = sorted(self._state.tables)
         self.program.append(f"free every sequence left: {left}")
         self._step(_free, left)
         try:
@@ -318,22 +327,22 @@ class BlockManagerProgram(RuleBasedStateMachine):
 
 class BlockManagerMachine(BlockManagerProgram):
     """The reference properties (exercise 06's solution). They read only what each step
-    observed (``self.state``, ``self.pools``), so that a manager in a grading child costs one
+    observed (``self._state``, ``self._pools``), so that a manager in a grading child costs one
     request a step."""
 
     @invariant()
     def block_state_invariants_hold(self):
-        invariants.assert_holds(self.state)
+        invariants.assert_holds(self._state)
 
     @invariant()
     def writes_land_in_private_blocks(self):
         if self.last_write is not None:
-            problems = invariants.write_is_exclusive(self.state, self.last_write)
+            problems = invariants.write_is_exclusive(self._state, self.last_write)
             assert not problems, f"copy-on-write broken (§5): {problems[0]}"
 
     @invariant()
     def every_sequence_reads_back_its_own_tokens(self):
-        for seq, table in self.state.tables.items():
+        for seq, table in self._state.tables.items():
             read = self.kv.read(table)
             assert read == self.kv.written[seq], (
                 f"seq {seq} reads back tokens {read} through T={list(table.blocks)} "
@@ -341,7 +350,7 @@ class BlockManagerMachine(BlockManagerProgram):
             )
 
     def after_all_freed(self):
-        for pool, sizes in self.pools.items():
+        for pool, sizes in self._pools.items():
             if sizes is not None:
                 free, total = sizes
                 assert free == total, (

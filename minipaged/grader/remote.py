@@ -42,6 +42,10 @@ class ChildGone(BaseException):
     says why, in words a student can act on. A BaseException, so that no check swallows it."""
 
 
+class WallClockSpent(ChildGone):
+    """The grading of the whole submission ran past ``Limits.wall_seconds``."""
+
+
 class StudentExit(Exception):
     """The student's code called ``sys.exit(code)`` (``SystemExit`` in the child)."""
 
@@ -106,13 +110,15 @@ class GradingChild:
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
             self._fail("sent a first message that is not its greeting")
         self.confinement = hello["hello"][:300]
+        self.deadline = time.monotonic() + self.limits.check_seconds
         try:
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
-        except TimeLimitExceeded as error:
+        except (TimeLimitExceeded, WallClockSpent) as error:
             self.broken = (
-                f"importing your files was {error}: is there a loop that never ends at import "
-                "time (outside any function)?"
-            )
+                f"importing your files was still running after {self.limits.check_seconds:g} s"
+                if isinstance(error, TimeLimitExceeded)
+                else f"importing your files was still running when {error}"
+            ) + ": is there a loop that never ends at import time (outside any function)?"
             raise ChildGone(self.broken) from None
         except ChildGone as gone:
             self.broken = f"importing your files ended the grading process: {gone}"
@@ -213,9 +219,9 @@ class GradingChild:
     def _timed_out(self):
         self.stop()
         if self.wall_deadline is not None and time.monotonic() >= self.wall_deadline:
-            raise ChildGone(
-                f"the grading of this submission ran past its {self.limits.wall_seconds:g} s "
-                "limit in all: stopped"
+            raise WallClockSpent(
+                f"the grading of this submission reached its {self.limits.wall_seconds:g} s "
+                "limit in all"
             )
         raise TimeLimitExceeded(self.limits.check_seconds)
 
