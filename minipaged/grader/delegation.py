@@ -36,10 +36,11 @@ from minipaged.grader.exercises import Exercise
 MAX_FILES, MAX_BYTES = 200, 2**20
 """The most ``.py`` files, and bytes per file, of a student's folder that ``copies`` reads."""
 
-LONG_BYTECODE = 64
-"""A function whose bytecode is at least this long and the library's, names and all, is a copy.
-A shorter one is a copy only if it also carries the library's docstring where the starter's
-differs: a one-line answer may well match the library's exactly."""
+LONG_BYTECODE = 400
+"""A function the library's, bytecode and names and all, is a copy if it also carries the
+library's docstring where the starter's differs; or, where they do not differ, if its bytecode
+is at least this long (a dozen lines or so). A short answer may well match the library's
+exactly: ``2 * self.num_layers * self.num_kv_heads * ...`` is the only way to write it."""
 
 
 class LibraryDelegation(BaseException):
@@ -97,10 +98,11 @@ class Library:
             if code is None:
                 continue
             doc, starter_code = _docstring(code), starter.get(code.co_qualname)
-            needs_doc = len(code.co_code) < LONG_BYTECODE
-            if needs_doc and starter_code is not None and doc == _docstring(starter_code):
-                continue  # nothing could tell a copy from an honest answer
-            self.prints[_fingerprint(code)] = (name, doc if needs_doc else None)
+            evidence = starter_code is None or doc != _docstring(starter_code)
+            if evidence:  # the library's own docstring marks a copy
+                self.prints[_fingerprint(code)] = (name, doc)
+            elif len(code.co_code) >= LONG_BYTECODE:  # too long to match by chance
+                self.prints[_fingerprint(code)] = (name, None)
 
     def copied(self, code: CodeType) -> str | None:
         """The library function ``code`` (or a function inside it) copies, if any."""

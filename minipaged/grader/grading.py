@@ -158,7 +158,8 @@ def failure_message(error: BaseException, student: Student) -> str:
         )
     if isinstance(error, StudentBaseException):
         return (
-            f"your code raised {error}{where}, which is not an Exception: a program raising it "
+            f"your code raised {type(error).__name__}: {error}{where}, which is not an "
+            "Exception: a program raising it "
             "stops. Raise an Exception (ValueError, say), or return a value"
         )
     if isinstance(error, SystemExit | StudentExit):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from minipaged.grader import wire
+from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.student import StudentImportError
 from minipaged.grader.time_limit import TimeLimitExceeded
 
@@ -73,7 +74,7 @@ class GradingChild:
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
         self.wall_deadline: float | None = None
         self._proxies: dict[int, Proxy] = {}
-        self._classes: dict[int, type] = {}
+        self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
 
@@ -225,6 +226,14 @@ class GradingChild:
             )
         raise TimeLimitExceeded(self.limits.check_seconds)
 
+    def _stand_in(self, cls: type) -> type:
+        """A ``StudentBaseException`` named like ``cls``, a BaseException of Python's."""
+        key = ("python", cls.__qualname__)
+        if key not in self._classes:
+            body = {"__module__": "your code", "__str__": _their_text}
+            self._classes[key] = type(cls.__name__, (StudentBaseException,), body)
+        return self._classes[key]
+
     def reset(self) -> None:
         """Between criteria: the child forgets every object but the modules; so do we."""
         self.ask({"op": "reset"})
@@ -260,14 +269,15 @@ class GradingChild:
         if not isinstance(qualname, str) or type(handle) is not int:
             raise wire.ProtocolError("an exception class without a name")
         if handle not in self._classes:
+            name = qualname[:200].rpartition(".")[2] or "Error"
             bases = document.get("b", [])
             bases = tuple(self._exception_class(b) for b in wire._list(bases)[:4]) or (Exception,)
             bases = tuple(b if issubclass(b, Exception) else StudentBaseException for b in bases)
             body = {"__module__": "your code", "__str__": _their_text}
             try:
-                self._classes[handle] = type(qualname[:200], bases, body)
+                self._classes[handle] = type(name, bases, body)
             except TypeError:  # bases whose layouts conflict
-                self._classes[handle] = type(qualname[:200], (Exception,), body)
+                self._classes[handle] = type(name, (Exception,), body)
         return self._classes[handle]
 
     def _exception(self, raised: Any) -> BaseException:
@@ -283,10 +293,9 @@ class GradingChild:
         text, where = str(raised.get("text", ""))[:4000], str(raised.get("where", ""))[:200]
         if issubclass(cls, SystemExit):
             error: BaseException = StudentExit(raised.get("code"))
-        elif not issubclass(cls, Exception) and cls.__module__ != "minipaged.grader.delegation":
-            error = StudentBaseException(f"{cls.__name__}: {text}" if text else cls.__name__)
-            error.base_name = cls.__name__
         else:
+            if not issubclass(cls, Exception) and not issubclass(cls, LibraryDelegation):
+                cls = self._stand_in(cls)  # KeyboardInterrupt must not stop the grader
             error = cls.__new__(cls)
             error.args = args
         error.student_text, error.student_where = text, where
