@@ -25,6 +25,7 @@ library's own modules the same way, in a child, without the stubs.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,9 @@ CHECK_SECONDS = 30.0
 class Limits:
     """What a child process grading a student's code may use: ``memory_gib`` GiB of address
     space (``RLIMIT_AS``; None for no limit; never set for the GPU, whose driver maps far more
-    than it uses), ``cpu_seconds`` of CPU time (``RLIMIT_CPU``), ``wall_seconds`` of real time
-    before it is killed, and ``check_seconds`` for each criterion."""
+    than it uses), ``cpu_seconds`` of CPU time (``RLIMIT_CPU``; None for no limit),
+    ``wall_seconds`` of real time for the whole submission (``math.inf`` for no limit), and
+    ``check_seconds`` for each criterion."""
 
     memory_gib: float | None = 8.0
     cpu_seconds: int | None = 900
@@ -70,7 +72,9 @@ def grade(
     load_check(number, path, solution)
     folder = None if solution else Path(path if path is not None else ex.starter).resolve()
     copied = copies(ex, folder) if folder is not None else ""
-    wall_deadline = time.monotonic() + limits.wall_seconds
+    wall_deadline = (
+        None if math.isinf(limits.wall_seconds) else time.monotonic() + limits.wall_seconds
+    )
     results: dict[Criterion, Result] = {}
     confinement = ""
     for runs_in in ("process", "simulator", "gpu"):

@@ -17,6 +17,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from minipaged import atomic_write
+
 PASS, FAIL, BLOCKED = "pass", "fail", "blocked"
 
 
@@ -143,9 +145,10 @@ class Report:
             "criteria": [asdict(r) for r in self.results],
         }
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+    def save(self, path: Path) -> str:
+        """Write the report to ``path`` whole, replacing (never following) a symbolic link
+        there; returns what became of such a link, or ``""``."""
+        return atomic_write.write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def render(self, console) -> None:
         """Print one line per criterion, and the message under each one that did not pass."""
