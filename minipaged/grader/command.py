@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "`minipaged exercises check N --path DIR`.",
     )
     init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
-    init.add_argument("directory", type=Path, metavar="DIR", help="where to put the files")
+    init.add_argument("directory", metavar="DIR", help="where to put the files")
     check = actions.add_parser(
         "check",
         help="grade exercise N: pass / fail / blocked per criterion, and a JSON report",
@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         copied = init(args.number, args.directory)
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
-            f"next: read {args.directory / 'README.md'}, edit the files, then run "
+            f"next: read {Path(args.directory) / 'README.md'}, edit the files, then run "
             f"`minipaged exercises check {args.number} --path {args.directory}`",
             markup=False,
             highlight=False,
@@ -168,13 +168,14 @@ def _machine_memory_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
-def init(number: int, directory: Path) -> list[str]:
+def init(number: int, directory: str | Path) -> list[str]:
     """Copy exercise ``number``'s README and starter files into ``directory``; return their
     names. Refuses, changing nothing, when ``directory`` is not a folder that can hold them or
     any of them is there already (a symbolic link too, dangling or not: none is followed)."""
     ex = exercise(number)
     if not str(directory).strip():
         raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
+    directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{directory} is a file, not a folder: choose a new or empty folder")
     sources = [ex.starter.parent / "README.md"] + [ex.starter / name for name in ex.files]
