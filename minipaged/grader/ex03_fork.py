@@ -8,7 +8,8 @@ and ``free`` written by the student. Appends here use the library's ``append_slo
 from __future__ import annotations
 
 from minipaged.block_manager import BlockManager
-from minipaged.grader.properties import BlockManagerMachine, run_programs, students_manager
+from minipaged.grader.program_steps import students_manager
+from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 
 

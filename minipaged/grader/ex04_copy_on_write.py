@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
-from minipaged.grader.properties import BlockManagerMachine, run_programs, students_manager
+from minipaged.grader.program_steps import students_manager
+from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect
 
 

@@ -15,12 +15,8 @@ import torch
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.events import Preempt, Recompute
-from minipaged.grader.properties import (
-    BlockManagerMachine,
-    SimulatedKV,
-    run_programs,
-    students_manager,
-)
+from minipaged.grader.program_steps import students_manager
+from minipaged.grader.properties import BlockManagerMachine, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 from minipaged.sampling import SamplingParams
 from minipaged.sequence import Sequence, SequenceGroup, Status

@@ -32,13 +32,8 @@ from pathlib import Path
 
 from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise, graded_label, load_check
-from minipaged.grader.remote import (
-    ChildGone,
-    GradingChild,
-    RemoteStudent,
-    StudentBaseException,
-    StudentExit,
-)
+from minipaged.grader.proxies import RemoteStudent
+from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
 from minipaged.grader.report import BLOCKED, FAIL, PASS, CheckFailed, Criterion, Report, Result
 from minipaged.grader.student import Student, StudentImportError
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit

@@ -32,6 +32,16 @@ from hypothesis.stateful import (
 
 from minipaged import invariants
 from minipaged.block_manager import BlockManager
+from minipaged.grader.program_steps import (
+    Here,
+    allocate,
+    append,
+    construct,
+    fork,
+    free,
+    observe,
+    swap,
+)
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 SHRINK_RUNS = 300
@@ -82,74 +92,6 @@ class SimulatedKV:
         return [pool.get(table.blocks[t // b] * b + t % b) for t in range(table.num_tokens)]
 
 
-def observe(student, manager) -> dict:
-    """What a property may read of ``manager`` after a step: its ``BlockState`` and the sizes of
-    both pools' free lists, as data."""
-    host = manager.host
-    return {
-        "name": type(manager).__name__,
-        "state": manager.snapshot(),
-        "device": (manager.device.num_free, manager.device.num_blocks),
-        "host": None if host is None else (host.num_free, host.num_blocks),
-    }
-
-
-def _allocate(student, manager, seq: int, num_tokens: int) -> dict | None:
-    if manager.blocks_needed(num_tokens) > manager.device.num_blocks:
-        return None
-    if not manager.can_allocate(num_tokens):
-        return None
-    return {"blocks": list(manager.allocate(seq, num_tokens).blocks), **observe(student, manager)}
-
-
-def _append(student, manager, seq: int) -> dict | None:
-    if not manager.can_append(seq):
-        return None
-    result = manager.append_slot(seq)
-    return {"slot": result.slot, "cow": result.cow, **observe(student, manager)}
-
-
-def _fork(student, manager, parent: int, child: int) -> dict:
-    manager.fork(parent, child)
-    return observe(student, manager)
-
-
-def _free(student, manager, seqs: list[int]) -> dict:
-    for seq in seqs:
-        manager.free(seq)
-    return observe(student, manager)
-
-
-def _swap(student, manager, direction: str, group: list[int]) -> dict | None:
-    can, swap = (
-        (manager.can_swap_out, manager.swap_out)
-        if direction == "out"
-        else (manager.can_swap_in, manager.swap_in)
-    )
-    if not can(group):
-        return None
-    return {"mapping": [tuple(pair) for pair in swap(group)], **observe(student, manager)}
-
-
-def students_manager(student, num_device: int, num_host: int, block_size: int):
-    """The student's ``BlockManager`` (exercises 03 to 05) on fresh pools."""
-    return student.block_manager.BlockManager(num_device, num_host, block_size, watermark=0.0)
-
-
-class _Here:
-    """Runs a step's helper on a manager in this process (``Student.run``'s contract)."""
-
-    def __init__(self, manager_class: type) -> None:
-        self.manager_class = manager_class
-
-    def run(self, helper, *args):
-        return helper(self, *args)
-
-
-def _construct(here: _Here, num_device: int, num_host: int, block_size: int):
-    return here.manager_class(num_device, num_host, block_size, watermark=0.0)
-
-
 class BlockManagerProgram(RuleBasedStateMachine):
     """Drives a block manager through random programs; asserts nothing.
 
@@ -162,12 +104,13 @@ class BlockManagerProgram(RuleBasedStateMachine):
     manager's terms; the last program run is left in the class attribute ``last_program``,
     for the grader's messages.
 
-    Each step runs as one helper (``_append`` ...) through ``student.run``: here, on a manager
-    of this process, or in a grading child, on a student's manager there, one request a step.
+    Each step runs as one function of ``minipaged.grader.program_steps`` through
+    ``student.run``: here, on a manager of this process, or in a grading child, on a
+    student's manager there, one request a step.
     ``make(student, num_device, num_host, block_size)`` builds the manager."""
 
-    student: object = _Here(BlockManager)
-    make = staticmethod(_construct)
+    student: object = Here(BlockManager)
+    make = staticmethod(construct)
     last_program: ClassVar[list[str]] = []
     runs_left: ClassVar[int | None] = None  # while shrinking: how many more programs may run
     failures: ClassVar[list[tuple[list[str], AssertionError]]] = []  # seen while shrinking
@@ -235,7 +178,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.last_write = None
         seq = self.next_seq
         self.program.append(f"allocate({seq}, {num_tokens})")
-        seen = self._step(_allocate, seq, num_tokens)
+        seen = self._step(allocate, seq, num_tokens)
         if seen is None:
             self.program.pop()
             return
@@ -256,7 +199,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.last_write = None
         seq = self._pick("device", index)
         self.program.append(f"append_slot({seq})")
-        seen = self._step(_append, seq)
+        seen = self._step(append, seq)
         if seen is None:
             self.program.pop()
             return
@@ -274,7 +217,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         parent = self._pick("device", index)
         child, self.next_seq = self.next_seq, self.next_seq + 1
         self.program.append(f"fork({parent}, {child})")
-        self._step(_fork, parent, child)
+        self._step(fork, parent, child)
         self.kv.written[child] = list(self.kv.written[parent])
 
     @precondition(lambda self: bool(self._state.tables))
@@ -284,7 +227,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         seqs = sorted(self._state.tables)
         seq = seqs[index % len(seqs)]
         self.program.append(f"free({seq})")
-        self._step(_free, [seq])
+        self._step(free, [seq])
         del self.kv.written[seq]
 
     @precondition(lambda self: bool(self.seqs_in("device")))
@@ -301,7 +244,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.last_write = None
         group = sorted({self._pick(source, i) for i in indices})
         self.program.append(f"swap_{direction}({group})")
-        seen = self._step(_swap, direction, group)
+        seen = self._step(swap, direction, group)
         if seen is None:
             self.program.pop()
             return
@@ -314,7 +257,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
             return
         left = sorted(self._state.tables)
         self.program.append(f"free every sequence left: {left}")
-        self._step(_free, left)
+        self._step(free, left)
         try:
             self.after_all_freed()
         except AssertionError as error:
@@ -374,7 +317,7 @@ def run_programs(
     name = manager_class.__name__ if manager_class is not None else "YourBlockManager"
     cls = type(f"{machine.__name__}On{name}", (machine,), {})
     if manager_class is not None:
-        cls.student, cls.make = _Here(manager_class), staticmethod(_construct)
+        cls.student, cls.make = Here(manager_class), staticmethod(construct)
     else:
         cls.student, cls.make = student, staticmethod(make)
     try:
