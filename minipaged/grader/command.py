@@ -51,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "check",
         help="grade exercise N: pass / fail / blocked per criterion, and a JSON report",
         description="Your code runs in a child process with a memory limit, a CPU-time limit "
-        "and a wall-clock limit (resource isolation, not a security sandbox). Exit status 0 "
+        "and a wall-clock limit, confined by Landlock where Linux has it; the child only runs "
+        "your functions and the grader judges what they return. Exit status 0 "
         "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
     )
     check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
