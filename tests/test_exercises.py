@@ -176,6 +176,13 @@ def test_a_file_that_does_not_import_fails_every_criterion_with_the_line(tmp_pat
     assert report.results[0].message.startswith("could not import memory.py, line 1: SyntaxError")
 
 
+def as_written_by_a_student(library_source: str) -> str:
+    """A library file as a student who wrote the same code would hand it in: with docstrings
+    of their own. The library's own docstrings mark a copy (``minipaged.grader.delegation``),
+    which the grader refuses before running it."""
+    return re.sub(r'"""(?=\S)', '"""Mine: ', library_source)
+
+
 def starter_with(tmp_path, todo: str, code: str, tail: str = "") -> Path:
     """Exercise 01's starter in ``tmp_path`` with the line raising ``todo`` replaced by
     ``code``, and ``tail`` run at the end of the import."""
@@ -659,8 +666,12 @@ def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
     source = (library / "paged_attention.py").read_text()
     barrier = "            cuda.syncthreads()  # all reads of probs and blocks are done"
     assert barrier in source
-    (tmp_path / "paged_attention.py").write_text(source.replace(barrier, "            # gone"))
-    (tmp_path / "cache_ops.py").write_text((library / "cache_ops.py").read_text())
+    (tmp_path / "paged_attention.py").write_text(
+        as_written_by_a_student(source.replace(barrier, "            # gone"))
+    )
+    (tmp_path / "cache_ops.py").write_text(
+        as_written_by_a_student((library / "cache_ops.py").read_text())
+    )
     result = {r.name: r for r in grade(11, tmp_path).results}["decode_has_no_shared_memory_race"]
     assert result.outcome == FAIL
     assert "no cuda.syncthreads() between them" in result.message
@@ -767,7 +778,7 @@ def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
     )
     assert loop in source
     one = "    for e in range(cuda.threadIdx.x, min(cuda.threadIdx.x + 1, key_pool[0].size)):"
-    (copy / "cache_ops.py").write_text(source.replace(loop, one))
+    (copy / "cache_ops.py").write_text(as_written_by_a_student(source.replace(loop, one)))
     failed = {r.name: r.message for r in grade(8, copy).results if r.outcome == FAIL}
     assert list(failed) == ["blocks_larger_than_the_threads"]
     assert "element 32 of the block's 256" in failed["blocks_larger_than_the_threads"]
@@ -777,7 +788,9 @@ def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
     source = (library / "block_reduce.py").read_text()
     barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
     assert barrier in source
-    (tree / "block_reduce.py").write_text(source.replace(barrier, "        # gone:"))
+    (tree / "block_reduce.py").write_text(
+        as_written_by_a_student(source.replace(barrier, "        # gone:"))
+    )
     failed = {r.name: r.message for r in grade(10, tree).results if r.outcome == FAIL}
     assert "dot_product" not in failed  # one reduction alone is right; the race is the next one
     assert "no cuda.syncthreads() between them" in failed["no_shared_memory_race"]
