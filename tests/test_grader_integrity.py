@@ -392,3 +392,40 @@ def test_no_time_is_lost_waiting_for_the_child(tmp_path):
     report = grade(1, submission(tmp_path / "plain"))
     assert time.monotonic() - start < 20
     assert {r.outcome for r in report.results} == {FAIL}
+
+
+def test_closing_the_channel_fails_only_that_criterion(tmp_path):
+    closer = "import os\n    os.closerange(3, 256)\n    return t // block_size"
+    folder = submission(
+        tmp_path / "closer", logical_block=closer, block_offset=RIGHT["block_offset"]
+    )
+    failed = messages(grade(1, folder))
+    assert "closed its channel to the grader" in failed["logical_block"]
+    assert "block_offset" not in failed
+
+
+def test_a_link_to_an_endless_file_does_not_hold_the_copy_check(tmp_path):
+    folder = submission(tmp_path / "zero")
+    (folder / "endless.py").symlink_to("/dev/zero")
+    assert copies(EXERCISES[1], folder) == ""
+
+
+def test_a_process_left_behind_does_not_hold_the_tuis_recorded_run(tmp_path):
+    """``tui --exercise``'s run: a grandchild that holds the child's output does not keep the
+    TUI waiting past the limit, and ends with the rest."""
+    from minipaged.grader.recorded_run import record_student_run
+    from tui.scenarios import SCENARIOS
+
+    source = (TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py").read_text()
+    todo = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write"'
+    holder = (
+        "import subprocess, sys, time; subprocess.Popen(['sleep', '92.5'], stdout=sys.stdout, "
+        "stderr=sys.stderr); time.sleep(3600)  # ("
+    )
+    (tmp_path / "block_manager.py").write_text(source.replace(todo, holder))
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="took more than 5 s"):
+        record_student_run(SCENARIOS["parallel"], 4, tmp_path, "tiny", Limits(wall_seconds=5.0))
+    assert time.monotonic() - start < 30
+    time.sleep(0.5)
+    assert _alive("92.5") == []

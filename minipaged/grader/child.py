@@ -34,6 +34,9 @@ from pathlib import Path
 
 from minipaged.grader import wire
 
+CHANNEL_LOST = 87
+"""The exit status of a child whose channel to the grader is gone (closed by student code)."""
+
 MAX_FILE_BYTES = 256 * 2**20
 """RLIMIT_FSIZE: the largest file a student's code may write (its printed output included)."""
 
@@ -56,7 +59,10 @@ class Harness:
     def answer(self, document: dict) -> None:
         if os.getpid() != self.owner:
             os._exit(0)
-        wire.write_frame(self.answers, document)
+        try:
+            wire.write_frame(self.answers, document)
+        except OSError:  # the student's code closed or broke the channel
+            os._exit(CHANNEL_LOST)
 
     def serve(self) -> None:
         while True:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from minipaged.grader import wire
+from minipaged.grader.child import CHANNEL_LOST
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.time_limit import TimeLimitExceeded
 
@@ -125,7 +126,13 @@ class GradingChild:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        for name in ("TMPDIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "MPLCONFIGDIR"):
+        for name in (
+            "TMPDIR",
+            "XDG_CACHE_HOME",
+            "NUMBA_CACHE_DIR",
+            "MPLCONFIGDIR",
+            "CUDA_CACHE_PATH",
+        ):
             env[name] = str(self.temp)
         if self.runs_in == "simulator":
             env["NUMBA_ENABLE_CUDASIM"] = "1"
@@ -243,7 +250,10 @@ class GradingChild:
         return list(modules.values()) if isinstance(modules, dict) else []
 
     def _ended(self):
-        status = self.process.wait(timeout=10) if self.process else None
+        try:
+            status = self.process.wait(timeout=2) if self.process else None
+        except subprocess.TimeoutExpired:  # alive, but its channel closed
+            status = None
         tail = self.output()
         self.stop()
         raise ChildGone(why_it_ended(status, self.limits) + (f"\n{tail}" if tail else ""))
@@ -309,8 +319,11 @@ def _their_text(error) -> str:
 
 def why_it_ended(status: int | None, limits) -> str:
     """Why a child ended while it ran a student's code, in words a student can act on."""
-    if status is None:
-        return "the grading process stopped answering"
+    if status is None or status == CHANNEL_LOST:
+        return (
+            "the grading process closed its channel to the grader: does your code close file "
+            "descriptors it did not open?"
+        )
     if status >= 0:
         return (
             f"your code ended the grading process (exit status {status}), as os._exit() does: "
