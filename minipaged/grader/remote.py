@@ -203,14 +203,17 @@ class GradingChild:
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(wire.frame(document))
         while view:
+            try:
+                view = view[os.write(self._requests, view) :]
+                continue
+            except BlockingIOError:  # the pipe is full: wait until the child reads
+                pass
+            except BrokenPipeError:
+                self._ended()
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             _, ready, _ = select.select([], [self._requests], [], wait)
             if not ready:
                 self._timed_out()
-            try:
-                view = view[os.write(self._requests, view) :]
-            except BrokenPipeError:
-                self._ended()
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
