@@ -29,7 +29,6 @@ import importlib
 import os
 import resource
 import signal
-import sys
 from pathlib import Path
 
 from minipaged.grader import wire
@@ -42,6 +41,9 @@ MAX_FILE_BYTES = 256 * 2**20
 
 
 class Harness:
+    """Serves the grader's requests on the channel ``requests`` / ``answers``, keeping every
+    object it hands out in ``encoder.objects``; only the process that started it answers."""
+
     def __init__(self, requests: int, answers: int, number: int, folder: Path | None) -> None:
         self.requests, self.answers = requests, answers
         self.owner = os.getpid()
@@ -111,7 +113,6 @@ class Harness:
     def arguments(self, request: dict) -> tuple[list, dict, list]:
         """The request's arguments, and the arrays among them (to send back after the call,
         which may have written into them)."""
-        arrays: list = []
 
         def handle(ident: int, classes: list[str]):
             return self.encoder.objects[ident]
@@ -121,9 +122,7 @@ class Harness:
 
         args = wire.decode(request.get("args", []), handle, exception_class)
         kwargs = wire.decode(request.get("kwargs", {"D": []}), handle, exception_class)
-        _collect_arrays(args, arrays)
-        _collect_arrays(list(kwargs.values()), arrays)
-        return args, kwargs, arrays
+        return args, kwargs, wire.arrays_in(args + list(kwargs.values()))
 
     def with_arrays(self, result, arrays: list) -> dict:
         """The answer to a call: its result, and the arrays it was given as they are now."""
@@ -165,21 +164,6 @@ def _safe(text) -> str:
         return str(text())
     except BaseException as error:  # a student's __str__ that fails
         return f"<could not be shown: {type(error).__name__}>"
-
-
-def _collect_arrays(values, into: list) -> None:
-    for value in values:
-        if type(value) in (list, tuple):
-            _collect_arrays(value, into)
-        elif _is_array(value):
-            into.append(value)
-
-
-def _is_array(value) -> bool:
-    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    return (torch is not None and type(value) is torch.Tensor) or (
-        numpy is not None and type(value) is numpy.ndarray
-    )
 
 
 def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:

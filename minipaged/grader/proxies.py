@@ -8,7 +8,6 @@ as the student's code left them, so that a kernel that fills a tensor in place i
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from minipaged.grader import wire
@@ -98,9 +97,8 @@ class _Arguments:
     """A call's arguments as sent, and the arrays among them, to be written back."""
 
     def __init__(self, args: tuple, kwargs: dict) -> None:
-        self.arrays: list = []
+        self.arrays = wire.arrays_in(list(args) + list(kwargs.values()))
         encoder = _ArgumentEncoder()
-        _collect(list(args) + list(kwargs.values()), self.arrays)
         self.document = {"args": encoder.encode(list(args)), "kwargs": encoder.encode(dict(kwargs))}
 
     def written_back(self, child: GradingChild, result: Any) -> Any:
@@ -124,17 +122,6 @@ class _ArgumentEncoder(wire.Encoder):
         if type(value) is Proxy:
             return {"H": object.__getattribute__(value, "_handle"), "c": []}
         raise TypeError(f"the grader cannot send a {type(value).__name__} to the grading process")
-
-
-def _collect(values: list, into: list) -> None:
-    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
-    for value in values:
-        if type(value) in (list, tuple):
-            _collect(list(value), into)
-        elif (torch is not None and type(value) is torch.Tensor) or (
-            numpy is not None and type(value) is numpy.ndarray
-        ):
-            into.append(value)
 
 
 class RemoteStudent:

@@ -233,6 +233,21 @@ def _array(value: Any) -> dict | None:
     return None
 
 
+def arrays_in(values: list) -> list:
+    """The torch tensors and numpy arrays among ``values`` and the lists and tuples in them, in
+    order: what a call may write into, which the child sends back after it."""
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+    found = []
+    for value in values:
+        if type(value) in (list, tuple):
+            found += arrays_in(list(value))
+        elif (torch is not None and type(value) is torch.Tensor) or (
+            numpy is not None and type(value) is numpy.ndarray
+        ):
+            found.append(value)
+    return found
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
