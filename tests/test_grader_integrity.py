@@ -429,3 +429,26 @@ def test_a_process_left_behind_does_not_hold_the_tuis_recorded_run(tmp_path):
     assert time.monotonic() - start < 30
     time.sleep(0.5)
     assert _alive("92.5") == []
+
+
+def test_a_question_cut_short_by_the_checks_own_time_limit_leaves_no_stale_answer(tmp_path):
+    """A check's own time limit (hypothesis's shrinking budget) may fire between a question
+    and its answer; the next criterion then gets a new child, not the old answer."""
+    from minipaged.grader.proxies import RemoteStudent
+    from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
+
+    folder = submission(
+        tmp_path / "slow",
+        logical_block="import time; time.sleep(1); return t // block_size",
+        block_offset=RIGHT["block_offset"],
+    )
+    child = grading.GradingChild(1, "process", folder.resolve(), Limits())
+    try:
+        child.start()
+        with pytest.raises(TimeLimitExceeded), time_limit(0.2):
+            RemoteStudent(child).memory.logical_block(3, 2)
+        assert not child.alive
+        offset = EXERCISES[1].criteria()[1]
+        assert grading._run_in_child(offset, child, Limits()).outcome == PASS
+    finally:
+        child.close()

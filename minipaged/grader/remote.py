@@ -185,8 +185,14 @@ class GradingChild:
         ident = self._next
         deadlines = [d for d in (self.deadline, self.wall_deadline) if d is not None]
         deadline = min(deadlines, default=None)
-        self._send({"id": ident, **request}, deadline)
-        answer = self._receive(deadline, "answering")
+        try:
+            self._send({"id": ident, **request}, deadline)
+            answer = self._receive(deadline, "answering")
+        except BaseException:
+            # Interrupted between question and answer (a time limit of the checks' own, a
+            # Ctrl-C): the channel is out of step, so this child answers no more.
+            self.stop()  # if it is not stopped already
+            raise
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
         try:
