@@ -19,6 +19,7 @@ from minipaged.grader import confinement, grading
 from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.grading import Limits, grade
+from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
 from minipaged.grader.wire import ProtocolError, decode
 
@@ -299,7 +300,7 @@ def _wrapper(module: str, graded: tuple[str, ...]) -> str:
 def first_criterion(number: int, folder: Path):
     """The result of exercise ``number``'s first criterion on ``folder``, in a child."""
     criterion = EXERCISES[number].criteria()[0]
-    child = grading.GradingChild(number, criterion.runs_in, folder.resolve(), Limits())
+    child = grading.GradingChild(number, criterion.runs_in, folder.resolve(), Limits(), Proxy)
     try:
         return grading._run_in_child(criterion, child, Limits())
     finally:
@@ -442,7 +443,7 @@ def test_a_question_cut_short_by_the_checks_own_time_limit_leaves_no_stale_answe
         logical_block="import time; time.sleep(1); return t // block_size",
         block_offset=RIGHT["block_offset"],
     )
-    child = grading.GradingChild(1, "process", folder.resolve(), Limits())
+    child = grading.GradingChild(1, "process", folder.resolve(), Limits(), Proxy)
     try:
         child.start()
         with pytest.raises(TimeLimitExceeded), time_limit(0.2):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise, graded_label, load_check
-from minipaged.grader.proxies import RemoteStudent
+from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
 from minipaged.grader.report import BLOCKED, FAIL, PASS, CheckFailed, Criterion, Report, Result
 from minipaged.grader.student import Student, StudentImportError
@@ -78,7 +78,7 @@ def grade(
         if not group or copied or reason:
             results |= {c: _result(c, FAIL if copied else BLOCKED, copied or reason) for c in group}
             continue
-        child = GradingChild(number, runs_in, folder, limits)
+        child = GradingChild(number, runs_in, folder, limits, Proxy)
         child.wall_deadline = wall_deadline
         try:
             for criterion in group:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,13 @@ class GradingChild:
     """One child process that runs one exercise's student code for the criteria that run in
     one place (``runs_in``): started, and started again after it dies, on demand."""
 
-    def __init__(self, number: int, runs_in: str, folder: Path | None, limits) -> None:
+    def __init__(
+        self, number: int, runs_in: str, folder: Path | None, limits, stand_in: Callable
+    ) -> None:
+        """``stand_in(child, handle, classes)`` makes the grader's stand-in for an object the
+        child keeps (``minipaged.grader.proxies.Proxy``)."""
         self.number, self.runs_in, self.folder, self.limits = number, runs_in, folder, limits
+        self.stand_in = stand_in
         self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
         self.process: subprocess.Popen | None = None
         self.deadline: float | None = None
@@ -277,10 +283,8 @@ class GradingChild:
     # -- values --------------------------------------------------------------------------
 
     def proxy(self, handle: int, classes: list[str]):
-        """The stand-in for the child's object ``handle`` (``minipaged.grader.proxies``)."""
-        from minipaged.grader.proxies import Proxy  # which uses this module
-
-        return Proxy(self, handle, classes)
+        """The stand-in for the child's object ``handle``."""
+        return self.stand_in(self, handle, classes)
 
     def _exception_class(self, document: dict) -> type:
         if "N" in document:
