@@ -27,7 +27,7 @@ PAGING = [
     "minipaged.allocator",
     "minipaged.block_table",
     "minipaged.block_manager",
-    "minipaged.fast_manager",
+    "minipaged.study.fast_manager",
     "minipaged.prefix_cache",
     "minipaged.radix_cache",
     "minipaged.events",
