@@ -23,6 +23,7 @@ from minipaged import block_state, events, memory
 from minipaged.allocator import BlockAllocator, OutOfBlocks
 from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableState
 from minipaged.block_table import BlockTable
+from minipaged.config import check_setting
 from minipaged.events import Event, SeqId
 from minipaged.prefix_cache import PrefixCache
 from minipaged.prefix_caching import make_prefix_cache
@@ -56,10 +57,8 @@ class BlockManager:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
     ) -> None:
-        if not isinstance(block_size, int) or block_size <= 0:
-            raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
-        if not (isinstance(watermark, int | float) and 0.0 <= watermark < 1.0):
-            raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark!r}")
+        for name, value in (("block_size", block_size), ("watermark", watermark)):
+            check_setting(name, value)  # the rules of EngineConfig's fields
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.

@@ -15,18 +15,20 @@ from collections.abc import Callable
 
 import torch
 
+from minipaged import fp8
 from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.config import EngineConfig, check_fp8_model
 from minipaged.decoding import Decoder, ranked
 from minipaged.events import Finish, Refuse
 from minipaged.kv_cache import KVCache
+from minipaged.memory import ModelShape
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
-from minipaged.speculative.config import SpeculativeConfig, speculative_config
 from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
@@ -66,71 +68,70 @@ class LLMEngine:
         self,
         model: Llama,
         tokenizer: Tokenizer | None = None,
-        *,
-        block_size: int = 16,
-        num_gpu_blocks: int = 256,
-        num_cpu_blocks: int = 0,
-        backend: str = "auto",
-        preemption: str = "recompute",
-        seed: int = 0,
-        max_num_seqs: int = 32,
-        max_num_batched_tokens: int | None = None,
-        watermark: float = 0.01,
-        prefix_caching: str | None = None,
-        block_manager_class: type[BlockManager] = BlockManager,
-        kv_cache_dtype: torch.dtype | None = None,
-        speculative: SpeculativeConfig | None = None,
+        config: EngineConfig | None = None,
+        **settings: object,
     ) -> None:
-        """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
-        and methods: a student's, from the exercises, to watch it run the real model.
-        ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
-        ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales).
-        ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
-        if not isinstance(block_manager_class, type):
-            raise TypeError(
-                "block_manager_class must be a class with BlockManager's constructor and "
-                f"methods (BlockManager or a student's), got {block_manager_class!r}"
-            )
-        config = model.config
+        """An engine for ``model`` built from ``config`` (``minipaged.config``; its defaults
+        when None), with ``settings`` (its fields, by name) changed. The model's own dtype and
+        device are used: the config's ``model``, ``dtype``, ``device`` and
+        ``skip_tokenizer_init`` say how ``LLM`` loads one. ``config.block_manager_class`` swaps
+        in another manager with ``BlockManager``'s constructor and methods: a student's, from
+        the exercises, to watch it run the real model. An FP8 ``kv_cache_dtype`` starts with
+        scales of 1; ``LLM`` calibrates them."""
+        config = (config or EngineConfig()).replace(**settings)
         param = next(model.parameters())
-        backend = resolve_backend(backend, param.device, param.dtype, kv_cache_dtype or param.dtype)
-        self.backend = backend  # what "auto" chose
+        check_fp8_model(
+            config.kv_cache_dtype, str(param.dtype).removeprefix("torch."), config.backend
+        )
+        cache_dtype = fp8.cache_dtype(config.kv_cache_dtype, param.dtype)
+        self.config = config
+        self.backend = resolve_backend(config.backend, param.device, param.dtype, cache_dtype)
         self.model = model
         self.tokenizer = tokenizer
-        self.block_manager = block_manager_class(
-            num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching
+        shape = model.config
+        self.max_model_len = shape.max_position_embeddings
+        block_bytes = ModelShape(
+            shape.num_hidden_layers,
+            shape.num_attention_heads,
+            shape.num_key_value_heads,
+            shape.head_dim,
+            torch.finfo(cache_dtype).bits // 8,  # b: 4 for float32, 2 for 16-bit, 1 for FP8
+        ).block_bytes(config.block_size)
+        num_gpu_blocks, num_cpu_blocks = config.pool_sizes(block_bytes, self.max_model_len)
+        self.block_manager = (config.block_manager_class or BlockManager)(
+            num_gpu_blocks,
+            num_cpu_blocks,
+            config.block_size,
+            config.watermark,
+            config.prefix_caching,
         )
         self.kv_cache = KVCache(
-            config.num_hidden_layers,
+            shape.num_hidden_layers,
             num_gpu_blocks,
-            config.num_key_value_heads,
-            block_size,
-            config.head_dim,
+            shape.num_key_value_heads,
+            config.block_size,
+            shape.head_dim,
             num_cpu_blocks=num_cpu_blocks,
-            dtype=kv_cache_dtype or param.dtype,
+            dtype=cache_dtype,
             device=param.device,
-            kernels=kernels_for(backend),
+            kernels=kernels_for(self.backend),
         )
-        self.max_model_len = config.max_position_embeddings
         self.scheduler = Scheduler(
             self.block_manager,
-            preemption,
-            max_num_seqs,
-            max_num_batched_tokens or max(self.max_model_len, 2048),
+            config.preemption,
+            config.max_num_seqs,
+            config.max_num_batched_tokens or max(self.max_model_len, 2048),
         )
-        self.runner = ModelRunner(model, self.kv_cache, backend)
+        self.runner = ModelRunner(model, self.kv_cache, self.backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
         self.decoder = Decoder(eos_id, self.max_model_len)
         self.speculator = None
-        speculative = speculative_config(speculative)  # a dict of its fields will do too
-        if speculative is not None:
-            drafter = make_drafter(speculative, model)
+        if config.speculative is not None:
+            drafter = make_drafter(config.speculative, model)
             self.speculator = Speculator(
-                speculative, drafter, model, self.kv_cache, self.decoder, backend
+                config.speculative, drafter, model, self.kv_cache, self.decoder, self.backend
             )
-        self.seed = seed
+        self.seed = config.seed
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
@@ -158,7 +159,9 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
         request_id = str(arrival) if request_id is None else request_id
-        seed = params.seed if params.seed is not None else self.seed * 1_000_003 + arrival
+        # Each request's own seed, derived from the engine's: within a generator's 64 bits.
+        derived = (self.seed * 1_000_003 + arrival) % 2**64
+        seed = params.seed if params.seed is not None else derived
         generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
         seq = Sequence(self.decoder.new_seq_id(), token_ids, len(token_ids))
         group = SequenceGroup(request_id, arrival, params, [seq], generator, prompt=text)

@@ -4,6 +4,7 @@ user: ``radix_cache`` builds on ``prefix_cache``, and this module on both."""
 
 from __future__ import annotations
 
+from minipaged.config import check_setting
 from minipaged.prefix_cache import HashPrefixCache, PrefixCache
 from minipaged.radix_cache import RadixCache
 
@@ -15,8 +16,5 @@ PREFIX_CACHES: dict[str, type[HashPrefixCache] | type[RadixCache]] = {
 
 def make_prefix_cache(kind: str | None, block_size: int) -> PrefixCache | None:
     """``None`` (no caching), ``"hash"`` (``HashPrefixCache``) or ``"radix"`` (``RadixCache``)."""
-    if kind is None:
-        return None
-    if kind not in PREFIX_CACHES:
-        raise ValueError(f"prefix_caching must be None, 'hash' or 'radix', got {kind!r}")
-    return PREFIX_CACHES[kind](block_size)
+    check_setting("prefix_caching", kind)  # the rule of EngineConfig's field
+    return None if kind is None else PREFIX_CACHES[kind](block_size)

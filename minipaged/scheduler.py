@@ -35,10 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.config import check_setting
 from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
-
-PREEMPTION_MODES = ("recompute", "swap")
 
 
 class SchedulerStuck(RuntimeError):
@@ -87,17 +86,13 @@ class Scheduler:
         max_num_seqs: int = 32,
         max_num_batched_tokens: int = 2048,
     ) -> None:
-        if preemption not in PREEMPTION_MODES:
-            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {preemption!r}")
-        for name, value in (
-            ("max_num_seqs", max_num_seqs),
-            ("max_num_batched_tokens", max_num_batched_tokens),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(
-                    f"{name} must be a positive integer, got {value!r}: "
-                    "with no room in a batch no request could ever run"
-                )
+        settings = {
+            "preemption": preemption,
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+        }
+        for name, value in settings.items():
+            check_setting(name, value, resolved=True)  # the rules of EngineConfig's fields
         self.block_manager = block_manager
         self.preemption = preemption
         self.max_num_seqs = max_num_seqs

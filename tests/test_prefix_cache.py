@@ -123,7 +123,7 @@ def test_radix_shares_a_prefix_whichever_block_first_held_the_parent():
 
 
 def test_unknown_prefix_cache_kind_is_refused_listing_the_choices():
-    with pytest.raises(ValueError, match="None, 'hash' or 'radix'"):
+    with pytest.raises(ValueError, match="one of 'hash', 'radix' or None, got 'lru'"):
         make_prefix_cache("lru", block_size=16)
 
 
