@@ -47,14 +47,34 @@ class SchedulerStuck(RuntimeError):
 
 @dataclass(slots=True)
 class ScheduledSeq:
-    """One sequence in this step's batch: it computes its last ``num_query_tokens`` tokens
-    (all of them for a prefill, one for a decode step) with block table ``block_table``."""
+    """One sequence in this step's batch: it computes ``num_query_tokens`` tokens (a whole
+    prompt, or what the prefix cache did not hold, for a prefill; one for a decode step) with
+    block table ``block_table``.
+
+    Two things hold for every row today that chunked prefill (a prompt computed over several
+    steps) will break; each is named here, and read from here:
+
+    - ``query_positions``: the tokens computed are the sequence's *last* ``num_query_tokens``
+      (``ModelRunner.prepare`` computes those positions). A chunk that stops short of the
+      prompt's end is not at the end.
+    - ``samples``: the row's last query is the sequence's last token, so its logits choose the
+      next token (``Decoder.decode`` samples only such rows). A chunk before the prompt's last
+      one has no next token to choose.
+    """
 
     group: SequenceGroup
     seq: Sequence
     num_query_tokens: int
     block_table: list[int]
     is_prefill: bool
+    samples: bool = True  # always, until a prompt can be computed in chunks
+
+    @property
+    def query_positions(self) -> range:
+        """The positions $t$ this row computes: always the sequence's last
+        ``num_query_tokens``, until a prompt can be computed in chunks."""
+        end = len(self.seq.token_ids)
+        return range(end - self.num_query_tokens, end)
 
 
 @dataclass(slots=True)
