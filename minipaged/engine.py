@@ -10,8 +10,6 @@ a snapshot of the block state: what the TUI draws and a trace records.
 from __future__ import annotations
 
 import itertools
-import weakref
-from collections.abc import Callable
 
 import torch
 
@@ -20,7 +18,7 @@ from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.config import EngineConfig, check_fp8_model
 from minipaged.decoding import Decoder, ranked
-from minipaged.events import Finish, Refuse
+from minipaged.events import Event, Finish, Refuse
 from minipaged.kv_cache import KVCache
 from minipaged.memory import ModelShape
 from minipaged.model import Llama
@@ -33,15 +31,7 @@ from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict
-# The result types live in minipaged.outputs; they are imported from here too.
-__all__ = [
-    "CompletionOutput",
-    "LLMEngine",
-    "RequestOutput",
-    "RequestRejected",
-    "SeqView",
-    "StepOutput",
-]
+"""A prompt: text, its token ids, or ``{"prompt_token_ids": [...]}`` (vLLM's form)."""
 
 
 class RequestRejected(ValueError):
@@ -135,7 +125,6 @@ class LLMEngine:
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
-        self._last_output: Callable[[], StepOutput | None] = lambda: None  # a weakref, later
 
     # -- requests --------------------------------------------------------------------------
 
@@ -145,7 +134,6 @@ class LLMEngine:
         """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
-        self.settle()
         if request_id is not None and not isinstance(request_id, str):  # before any event names it
             raise TypeError(f"request_id must be a string, got {request_id!r}")
         params = params or SamplingParams()
@@ -181,7 +169,6 @@ class LLMEngine:
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
                 f"existed; unfinished: {sorted(self.requests)}"
             )
-        self.settle()
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches
             self.speculator.drop_branches(self.block_manager)
@@ -268,25 +255,92 @@ class LLMEngine:
 
     # -- one step --------------------------------------------------------------------------
 
-    def step(self) -> StepOutput:
-        """One iteration: schedule (admit, decode, preempt), run the block copies and one
-        forward pass over every scheduled sequence, pick each one's next token (forking for
-        parallel samples and beams), release what finished, and report it all."""
-        self.settle()
-        plan = self.scheduler.schedule()
-        speculator = self.speculator
-        drafted = speculator.draft(self.block_manager, plan) if speculator else []
-        logits = self.runner.execute(plan)
+    def step(self, snapshot: bool = True) -> StepOutput:
+        """One iteration, in the order it happens:
+
+        1. schedule: decode every running request, preempting the newest when the pool is
+           full (§6), swap back in, admit waiting requests (``Scheduler.schedule``);
+        2. allocate and copy on write: scheduling reserved each row's slots, taking blocks on
+           demand (§3) and listing the copies a shared block needs (§5); speculative decoding
+           forks its trees' branches on top (``Speculator.draft``);
+        3. run the model: the swaps and copies, then one forward pass over the batch;
+        4. sample or accept: each row's next token, forking for parallel samples and beams
+           (``Decoder.decode``); the trees' verify pass keeps the longest agreed path;
+        5. free: every sequence that finished releases its blocks, and its request ends when
+           it was the last;
+        6. record: one ``StepOutput`` (``report``).
+
+        ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
+        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        bm = self.block_manager
+        plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
+        self.step_count += 1
+        drafted = self.speculator.draft(bm, plan) if self.speculator else []  # 2: the branches
+        tree_moment = None
+        if drafted and snapshot:
+            tree_moment = self.report(tuple(bm.pop_events()), snapshot=True)
+        logits = self.runner.execute(plan)  # 3
         new_tokens: dict[int, int] = {}
-        finished: list[RequestOutput] = []
-        for group, reason in plan.aborted:
+        sampled = self.decoder.decode(bm, plan.scheduled, logits, new_tokens)  # 4
+        if drafted:
+            sampled += self.speculator.verify(bm, drafted, new_tokens)
+        finished = [self._output(group, error=reason) for group, reason in plan.aborted]
+        for group, _ in plan.aborted:
             del self.requests[group.request_id]
-            finished.append(self._output(group, error=reason))
-        groups = self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens)
-        if drafted:  # the trees' verify pass, after the plain one (minipaged.speculative)
-            groups = itertools.chain(
-                groups, speculator.verify(self.block_manager, drafted, new_tokens)
-            )
+        finished += self._release_finished(sampled)  # 5
+        events = tuple(bm.pop_events())
+        return self.report(  # 6
+            (*tree_moment.events, *events) if tree_moment else events,
+            new_tokens,
+            tuple(finished),
+            num_prefill_tokens=plan.num_prefill_tokens,
+            # a tree's nodes are decoded in its verify pass
+            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
+            + sum(len(d.tree) for d in drafted),
+            num_cached_tokens=plan.num_cached_tokens,
+            drafted=tree_moment,
+            snapshot=snapshot,
+        )
+
+    def report(
+        self,
+        events: tuple[Event, ...] = (),
+        new_tokens: dict[int, int] | None = None,
+        finished: tuple[RequestOutput, ...] = (),
+        *,
+        num_prefill_tokens: int = 0,
+        num_decode_tokens: int = 0,
+        num_cached_tokens: int = 0,
+        drafted: StepOutput | None = None,
+        snapshot: bool = True,
+    ) -> StepOutput:
+        """The one place a ``StepOutput`` is made: what a step did (its ``events``, new tokens,
+        finished requests and token counts) beside the engine as it stands now (the block
+        state, every live sequence, the queues), numbered ``step_count``. ``step`` reports each
+        step, and the moment its speculative branches exist; with no arguments it is the
+        engine before anything runs (a TUI's frame 0)."""
+        scheduler = self.scheduler
+        return StepOutput(
+            step=self.step_count,
+            new_tokens=new_tokens or {},
+            events=events,
+            state=self.block_manager.snapshot() if snapshot else None,
+            sequences=self._views() if snapshot else None,
+            queues={
+                name: tuple(group.request_id for group in getattr(scheduler, name))
+                for name in ("waiting", "running", "swapped")
+            },
+            finished=finished,
+            num_prefill_tokens=num_prefill_tokens,
+            num_decode_tokens=num_decode_tokens,
+            num_cached_tokens=num_cached_tokens,
+            drafted=drafted,
+        )
+
+    def _release_finished(self, groups: list[SequenceGroup]) -> list[RequestOutput]:
+        """Step 5: free every sequence of ``groups`` that is done (EOS, a stop token, its
+        length), and end each request whose last sequence that was; returns their outputs."""
+        outputs = []
         for group in groups:
             for seq in list(group.seqs):
                 reason = self.decoder.finish_reason(group, seq)
@@ -295,34 +349,8 @@ class LLMEngine:
             if group.is_finished:
                 self.scheduler.finish(group)
                 del self.requests[group.request_id]
-                finished.append(self._output(group))
-        self.step_count += 1
-        output = StepOutput(
-            step=self.step_count,
-            new_tokens=new_tokens,
-            events=tuple(self.block_manager.pop_events()),
-            state=self.block_manager.snapshot,  # built when read (Deferred)
-            sequences=self._views,
-            queues={
-                name: tuple(g.request_id for g in getattr(self.scheduler, name))
-                for name in ("waiting", "running", "swapped")
-            },
-            finished=tuple(finished),
-            num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
-            + sum(len(d.tree) for d in drafted),  # a tree's nodes are decoded in its pass
-            num_cached_tokens=plan.num_cached_tokens,
-        )
-        self._last_output = weakref.ref(output)
-        return output
-
-    def settle(self) -> None:
-        """Build the last step's snapshot and sequence views now if its ``StepOutput`` is
-        still held anywhere: the engine is about to change what they describe. Every method
-        that changes the blocks, the queues or a sequence calls this first."""
-        output = self._last_output()
-        if output is not None:
-            _ = output.state, output.sequences  # reading builds them
+                outputs.append(self._output(group))
+        return outputs
 
     def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

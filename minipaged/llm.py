@@ -155,13 +155,12 @@ class LLM:
         ) as progress:
             task = progress.add_task("requests", total=len(ids) - len(results))
             while engine.has_unfinished():
-                step = engine.step()
+                step = engine.step(snapshot=on_step is not None)  # nobody else reads the state
                 if on_step is not None:
                     on_step(step)
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
-                del step  # held by no one, its snapshot is never built (engine.Deferred)
 
 
 def prompt_list(prompts) -> list[Prompt]:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from minipaged import invariants
-from minipaged.block_manager import AllocStatus, BlockManager, BlockState
+from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.block_state import BlockState
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.llm import LLM

@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from minipaged.arguments import add_config_flags, config_from_flags, integer
+from minipaged.arguments import add_config_flags, config_from_flags, free_memory, integer
 from tui.engine_config import TUI_CONFIG
 
 SCREENSHOT_TIMEOUT_S = 120.0
@@ -97,6 +97,7 @@ def failed(app) -> int:
 
 def build_app(args: argparse.Namespace):
     from minipaged.checkpoint import model_directory
+    from minipaged.llm import check_kv_cache_fits
     from tui.app import PagedApp
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
@@ -129,12 +130,6 @@ def build_app(args: argparse.Namespace):
             )
         scenario = SCENARIOS[name]
         scenario = replace(scenario, config=config_from_flags(args, scenario.config))
-    if args.exercise is not None and not args.solution:
-        return student_replay(scenario, args)
-    if args.exercise is not None:
-        from tui.scenarios import with_student_manager
-
-        scenario = with_student_manager(scenario, args.exercise, args.path, args.solution)
     directory = model_directory(scenario.config.model)
     if not (directory / "config.json").is_file():
         fix = ", or train it with `python -m minipaged.train`" if model == "tiny" else ""
@@ -142,6 +137,13 @@ def build_app(args: argparse.Namespace):
             f"no model at {directory} (config.json is missing); pass --model DIR for a "
             f"Hugging Face Llama directory{fix}"
         )
+    check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
+    if args.exercise is not None and not args.solution:
+        return student_replay(scenario, args)
+    if args.exercise is not None:
+        from tui.scenarios import with_student_manager
+
+        scenario = with_student_manager(scenario, args.exercise, args.path, args.solution)
     return PagedApp(scenario, model=scenario.config.model, projection=args.projection)
 
 
@@ -163,8 +165,6 @@ def student_replay(scenario, args: argparse.Namespace):
     load_check(args.exercise, args.path, False)
     model = scenario.config.model
     directory = model_directory(model)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {directory} (config.json is missing)")
     recorded, error = record_student_run(scenario, args.exercise, args.path, str(model))
     ended_with = error and f"your code stopped the run: {error}"
 

@@ -18,7 +18,6 @@ from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
 from tui.engine_config import TUI_CONFIG
-from tui.speculative_frames import TwoFrameEngine
 
 
 @dataclass(frozen=True)
@@ -39,14 +38,14 @@ class Scenario:
     requests: tuple[Request, ...]
     config: EngineConfig = TUI_CONFIG
 
-    def build(self, model: str | None = None) -> LLMEngine | TwoFrameEngine:
+    def build(self, model: str | None = None) -> LLMEngine:
         """Load ``model`` (the config's when None) and return its engine with every request
         added (nothing run yet). Raises ``FileNotFoundError`` or ``ValueError`` naming what is
         wrong."""
         llm = LLM(model, config=self.config)
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
-        return llm.engine if self.config.speculative is None else TwoFrameEngine(llm.engine)
+        return llm.engine
 
 
 def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:
