@@ -25,11 +25,18 @@ from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableSt
 from minipaged.block_table import BlockTable
 from minipaged.config import check_setting
 from minipaged.events import Event, SeqId
-from minipaged.prefix_cache import PrefixCache
-from minipaged.prefix_caching import make_prefix_cache
+from minipaged.prefix_cache import HashPrefixCache, PrefixCache
+from minipaged.radix_cache import RadixCache
 
 # Re-exported: the TUI, traces and exercises import these from here.
 __all__ = ["AllocStatus", "AppendResult", "BlockManager", "BlockState", "TableState"]
+
+PREFIX_CACHES: dict[str, type[HashPrefixCache] | type[RadixCache]] = {
+    "hash": HashPrefixCache,  # vLLM: chained block hashes (minipaged.prefix_cache)
+    "radix": RadixCache,  # SGLang: a radix tree over token runs (minipaged.radix_cache)
+}
+"""The prefix caches ``BlockManager(prefix_caching=...)`` names; both answer ``match``,
+``insert`` and ``forget`` (``minipaged.prefix_cache.PrefixCache``)."""
 
 
 class BlockManager:
@@ -57,14 +64,21 @@ class BlockManager:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
     ) -> None:
-        for name, value in (("block_size", block_size), ("watermark", watermark)):
+        settings = {
+            "block_size": block_size,
+            "watermark": watermark,
+            "prefix_caching": prefix_caching,
+        }
+        for name, value in settings.items():
             check_setting(name, value)  # the rules of EngineConfig's fields
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
         self.host = BlockAllocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
         self.watermark_blocks = int(watermark * num_gpu_blocks)
-        self.prefix_cache: PrefixCache | None = make_prefix_cache(prefix_caching, block_size)
+        self.prefix_cache: PrefixCache | None = None
+        if prefix_caching is not None:
+            self.prefix_cache = PREFIX_CACHES[prefix_caching](block_size)
         self.tables: dict[SeqId, BlockTable] = {}
         self._events: list[Event] = []
 
