@@ -237,13 +237,10 @@ def _trace(args: argparse.Namespace) -> int:
             "model": str(config.model),
             "prompts": args.prompt,
             "sampling": dataclasses.asdict(params),
-            "engine": {
-                "block_size": config.block_size,
+            "engine": {  # every setting, with the pool sizes None stood for worked out
+                **config.as_json(),
                 "num_gpu_blocks": llm.engine.block_manager.device.num_blocks,
                 "num_cpu_blocks": llm.engine.kv_cache.num_cpu_blocks,
-                "preemption": config.preemption,
-                "prefix_caching": config.prefix_caching,
-                "seed": config.seed,
                 "kv_cache": llm.engine.kv_cache.summary(),
             },
         }

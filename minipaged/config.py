@@ -211,6 +211,21 @@ class EngineConfig:
             device = max(DEFAULT_KV_CACHE_BYTES // block_bytes, per_context)
         return device, device if self.num_cpu_blocks is None else self.num_cpu_blocks
 
+    def as_json(self) -> dict[str, object]:
+        """The settings the command lines offer, as JSON-ready values (what a trace's header
+        records of the engine it ran on): a new flagged field is recorded too."""
+        values = {name: getattr(self, name) for name, rule in settings_of().items() if rule.flag}
+        values["model"] = str(self.model)
+        if self.speculative is not None:
+            values["speculative"] = dataclasses.asdict(self.speculative)
+            values["speculative"]["draft_model"] = _json_model(self.speculative.draft_model)
+        return values
+
+    def token_budget(self, max_context: int) -> int:
+        """``max_num_batched_tokens`` with None resolved for a model of ``max_context`` tokens:
+        the context, and at least 2048, so a whole prompt always fits one step."""
+        return self.max_num_batched_tokens or max(max_context, 2048)
+
     def replace(self, **settings: object) -> EngineConfig:
         """This config with ``settings`` changed (checked again, as a new config). An unknown
         name is a ``TypeError`` that names the closest setting."""
@@ -318,6 +333,11 @@ def _dtype_name(dtype: object) -> object:
     if type(dtype).__name__ == "dtype" and str(dtype).startswith("torch."):
         return str(dtype).removeprefix("torch.")
     return dtype
+
+
+def _json_model(model: object) -> object:
+    """A model named by text stays as it is; a loaded one (a ``Llama``) is named by its type."""
+    return model if model is None or isinstance(model, str | os.PathLike) else type(model).__name__
 
 
 def _check_model(model: object) -> None:

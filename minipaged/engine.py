@@ -1,10 +1,13 @@
 """The step-through engine: add requests, call ``LLMEngine.step``, watch what happens.
 
-One step = schedule (admit, decode, preempt: ``minipaged.scheduler``), run the block copies
-and one forward pass (``minipaged.model_runner``), then pick tokens, fork for parallel
-sampling or beam search (``minipaged.decoding``), and release finished sequences. Every
-step returns a ``StepOutput`` with the new tokens, the events the block manager recorded and
-a snapshot of the block state: what the TUI draws and a trace records.
+An engine is built from one ``EngineConfig`` (``minipaged.config``). One step does six things,
+in this order, each by one part: schedule (admit, decode, preempt: ``minipaged.scheduler``),
+allocate and copy on write (the block manager, asked by the scheduler; the speculative
+branches, ``minipaged.speculative``), run the model (the block copies, then one forward pass:
+``minipaged.model_runner``), sample or accept (pick tokens, fork for parallel sampling or beam
+search: ``minipaged.decoding``), free what finished, and record. Every step returns a
+``StepOutput`` (``minipaged.outputs``) with the new tokens, the events the block manager
+recorded and a snapshot of the block state: what the TUI draws and a trace records.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class LLMEngine:
             self.block_manager,
             config.preemption,
             config.max_num_seqs,
-            config.max_num_batched_tokens or max(self.max_model_len, 2048),
+            config.token_budget(self.max_model_len),
         )
         self.runner = ModelRunner(model, self.kv_cache, self.backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None

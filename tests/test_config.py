@@ -290,6 +290,7 @@ def test_a_new_field_becomes_a_flag_without_touching_a_command_line(monkeypatch)
     built = config_from_flags(args, extended())
     assert (built.long_prefill_token_threshold, built.block_size) == (64, 8)
     assert config_flags_given(args) == ["--block-size", "8", "--long-prefill-token-threshold", "64"]
+    assert built.as_json()["long_prefill_token_threshold"] == 64  # a trace header records it
     with pytest.raises(SystemExit):
         parser.parse_args(["--long-prefill-token-threshold", "-1"])
 

@@ -285,7 +285,7 @@ async def test_the_help_screen_lists_every_key_of_the_key_map():
         assert not isinstance(app.screen, HelpScreen)
 
 
-def test_the_bindings_follow_the_design_key_map():
+def test_the_bindings_follow_the_readme_key_table():
     keys = {binding.key: binding.action for binding in keymap.bindings()}
     assert keys["n"] == keys["right"] == "forward"
     assert keys["b"] == keys["left"] == "back"
