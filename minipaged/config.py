@@ -36,6 +36,10 @@ DTYPES = ("float32", "float16", "bfloat16")
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 """``"auto"``: the KV cache in the model's dtype; the FP8 formats of ``minipaged.fp8``."""
 
+FP8_NAMES = {"torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e5m2": "fp8_e5m2"}
+"""An FP8 ``torch.dtype`` given as ``kv_cache_dtype`` stands for its name (by ``str``: no torch
+is imported here)."""
+
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
 """The device pool's bytes when ``num_gpu_blocks`` is None (``default_num_gpu_blocks``)."""
 
@@ -170,6 +174,7 @@ class EngineConfig:
         # Normalized here, once, before anyone reads them; a config never changes after this.
         normal = {
             "dtype": _dtype_name(self.dtype),
+            "kv_cache_dtype": FP8_NAMES.get(str(self.kv_cache_dtype), self.kv_cache_dtype),
             "speculative": speculative_config(self.speculative),
         }
         for name, value in normal.items():

@@ -102,6 +102,13 @@ def test_an_unhashable_kv_cache_dtype_is_refused_naming_the_accepted_values():
     )
 
 
+def test_a_torch_dtype_stands_for_its_name():
+    assert EngineConfig(dtype=torch.bfloat16).dtype == "bfloat16"
+    assert EngineConfig(kv_cache_dtype=torch.float8_e5m2).kv_cache_dtype == "fp8_e5m2"
+    with pytest.raises(TypeError, match="a 16-bit cache follows the model"):
+        EngineConfig(kv_cache_dtype=torch.float16)
+
+
 def test_an_unknown_setting_names_the_closest_one():
     with pytest.raises(TypeError, match="did you mean 'block_size'"):
         LLM("tiny", blok_size=8)
