@@ -2,8 +2,9 @@
 ``simulate``, ``bench`` and ``exercises``.
 
 Every error is one line on stderr that names the problem and the way out, never a traceback.
-Exit status: 0 done, 2 bad usage (a flag, a value, a path that is not there), 1 a failure (a
-corrupt file, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
+Exit status: 0 done, 2 bad usage (a flag, a value, a pair of settings that cannot run together,
+a path that is not there), 1 a failure (a corrupt file, a request the engine refused or
+aborted, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
 Textual) is imported before the command runs, so Ctrl-C during start-up is caught too.
 """
 
