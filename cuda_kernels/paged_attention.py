@@ -33,9 +33,9 @@ from numba import cuda, float32, int32
 from numba.extending import overload
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
-from cuda_kernels.fp8 import check_pools, decode_table, element, element_overload, head_scales
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.fp8 import element, element_overload
 from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
-from minipaged.contract import check_attention_inputs
 
 overload(element, target="cuda")(element_overload)  # float32 or FP8 bytes, chosen at compile
 
@@ -177,39 +177,13 @@ def paged_attention_decode(
     ``minipaged.attention.paged_attention_decode`` (float32 tensors, or FP8 pools with their
     per-KV-head ``k_scale`` and ``v_scale``; on the GPU, or on the CPU under the simulator).
     Returns ``[batch, num_heads, head_dim]``."""
-    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_inputs(query, key_pool, value_pool)
+    paged = (query, key_pool, value_pool, block_tables, seq_lens)
+    check_decode_inputs(*paged, block_size, check_device)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
-    args = (
-        kernel_array(output, "output"),
-        kernel_array(query, "query"),
-        kernel_array(key_pool, "key_pool"),
-        kernel_array(value_pool, "value_pool"),
-        kernel_array(block_tables.to(torch.int32), "block_tables"),
-        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
-        np.float32(scale),
-        *fp8_arguments(key_pool, k_scale, v_scale),
-    )
-    decode_kernel(head_dim)[(num_heads, batch_size), NUM_THREADS, launch_stream()](*args)
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
+    kernel = decode_kernel(head_dim)[(num_heads, batch_size), NUM_THREADS, launch_stream()]
+    kernel(kernel_array(output, "output"), *inputs, *fp8)
     return output
-
-
-def check_inputs(query: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor) -> None:
-    """The decode kernels read float32 or FP8 pools on their device and compute in float32."""
-    for name, tensor in (("query", query), ("key_pool", key_pool), ("value_pool", value_pool)):
-        check_device(tensor, name)
-    check_pools(query, key_pool, value_pool)
-
-
-def fp8_arguments(key_pool: torch.Tensor, k_scale, v_scale) -> tuple:
-    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decode table, as the kernels take
-    them: ones and an unused table for a float32 pool."""
-    num_kv_heads, device = key_pool.shape[1], key_pool.device
-    return (
-        kernel_array(head_scales(k_scale, num_kv_heads, device), "k_scale"),
-        kernel_array(head_scales(v_scale, num_kv_heads, device), "v_scale"),
-        kernel_array(decode_table(key_pool.dtype, device), "lut"),
-    )

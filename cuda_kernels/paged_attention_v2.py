@@ -26,16 +26,10 @@ import torch
 from numba import cuda, float32
 
 from cuda_kernels.block_reduce import REDUCTION
-from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream
-from cuda_kernels.paged_attention import (
-    NEG_INF,
-    ZERO,
-    check_inputs,
-    check_num_threads,
-    fp8_arguments,
-    online_softmax,
-)
-from minipaged.contract import check_attention_inputs, check_partition_size
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
+from cuda_kernels.paged_attention import NEG_INF, ZERO, check_num_threads, online_softmax
+from minipaged.contract import check_partition_size
 
 
 @functools.cache
@@ -144,8 +138,8 @@ def paged_attention_decode_v2(
     ``paged_attention_decode``). ``partition_size`` must be a positive
     multiple of ``block_size``. FP8 pools take their ``k_scale`` and ``v_scale``. Returns
     ``[batch, num_heads, head_dim]``."""
-    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_inputs(query, key_pool, value_pool)
+    paged = (query, key_pool, value_pool, block_tables, seq_lens)
+    check_decode_inputs(*paged, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
@@ -155,18 +149,14 @@ def paged_attention_decode_v2(
     max_logits = query.new_empty(batch_size, num_heads, num_partitions)  # [batch, num_heads, P]
     exp_sums = torch.empty_like(max_logits)  # [batch, num_heads, P]
     tmp_out = query.new_empty(batch_size, num_heads, num_partitions, head_dim)
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
     stage_one = (
         kernel_array(max_logits, "max_logits"),
         kernel_array(exp_sums, "exp_sums"),
         kernel_array(tmp_out, "tmp_out"),
-        kernel_array(query, "query"),
-        kernel_array(key_pool, "key_pool"),
-        kernel_array(value_pool, "value_pool"),
-        kernel_array(block_tables.to(torch.int32), "block_tables"),
-        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
-        np.float32(scale),
+        *inputs,
         np.int32(partition_size),
-        *fp8_arguments(key_pool, k_scale, v_scale),
+        *fp8,
     )
     stage_two = (kernel_array(output, "output"), *stage_one[:3])  # out, m_k, l_k, O_k
     stream = launch_stream()

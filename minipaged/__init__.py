@@ -11,11 +11,12 @@ Reading order, following the source text:
 2. ``allocator``, ``block_table``, ``block_manager``: the physical pool with refcounts
    $\\mathcal{R}[p]$, the tables $\\mathcal{T}_r$, fork and copy-on-write (§3, §5), swap (§6).
 3. ``events``, ``invariants``: what each operation did, in words, and the rules it keeps.
-4. ``prefix_cache``, ``radix_cache``: sharing prompt prefixes across requests (§7).
+4. ``prefix_cache``, then ``radix_cache``: sharing prompt prefixes across requests (§7).
 5. ``kv_cache``, ``attention``: the tensors behind the blocks and §4's gather-attention.
 6. ``model``, ``checkpoint``, ``tokenizer``: the Llama that writes into those blocks.
-7. ``sequence``, ``scheduler``, ``sampling``, ``beam_search``, ``engine``, ``llm``: continuous
-   batching, preemption (§6) and the ``LLM`` API.
+7. ``config``, ``sequence``, ``scheduler``, ``sampling``, ``beam_search``, ``decoding``,
+   ``engine``, ``outputs``, ``llm``: every setting in one object, continuous batching,
+   preemption (§6), one engine step, and the ``LLM`` API.
 8. ``trace``, ``stats``, ``walkthrough``: recording, counting and narrating a run.
 
 Beside the system: ``minipaged.study`` (baselines, the simulator, benchmarks) measures it,

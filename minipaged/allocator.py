@@ -103,35 +103,6 @@ class BlockAllocator:
         self._refcounts[block] += 1
         return self._refcounts[block]
 
-    def incref_all(self, blocks: list[int]) -> None:
-        """``incref`` for every block of a table at once (a fork's step 2), with the same checks
-        made once for the whole list instead of once per call."""
-        refcounts = self._refcounts
-        if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
-            raise self._out_of_range(min(blocks) if min(blocks) < 0 else max(blocks))
-        if blocks and min(map(refcounts.__getitem__, blocks)) == 0:  # one C-level pass
-            free = [block for block in blocks if refcounts[block] == 0]
-            raise ValueError(
-                f"cannot share {self.pool} blocks {free}: they are free (R=0); allocate them first"
-            )
-        for block in blocks:
-            refcounts[block] += 1
-
-    def decref_all(self, blocks: list[int]) -> None:
-        """``decref`` for each block in order (a whole table let go of), with the range check
-        made once for the whole list instead of once per call."""
-        refcounts, free = self._refcounts, self._free
-        if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
-            raise self._out_of_range(min(blocks) if min(blocks) < 0 else max(blocks))
-        for block in blocks:
-            if refcounts[block] == 0:
-                raise ValueError(
-                    f"double free of {self.pool} block {block}: it is already free (R=0)"
-                )
-            refcounts[block] -= 1
-            if refcounts[block] == 0:
-                free[block] = None
-
     def decref(self, block: int) -> int:
         """One table lets go of ``block``: $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] - 1$.
         At 0 the block returns to the back of the free list. Returns the new refcount."""

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from minipaged.config import EngineConfig, settings_of
+
 USAGE_ERROR = 2
 """Exit status for bad usage: a flag, value or combination the command does not accept."""
 
@@ -54,11 +56,15 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
-def real(low: float, high: float | None = None, *, above: bool = False) -> Callable[[str], float]:
-    """An argparse type for a finite number in [low, high] (or (low, high] when ``above``):
-    ``inf`` and ``nan`` are refused, since no size, probability or temperature is either."""
+def real(
+    low: float, high: float | None = None, *, above: bool = False, below: bool = False
+) -> Callable[[str], float]:
+    """An argparse type for a finite number in [low, high] (``above``: low excluded;
+    ``below``: high excluded): ``inf`` and ``nan`` are refused, since no size, probability or
+    temperature is either."""
     opening = "above" if above else "at least"
-    bounds = f"{opening} {low:g}" + (f" and at most {high:g}" if high is not None else "")
+    closing = "below" if below else "at most"
+    bounds = f"{opening} {low:g}" + (f" and {closing} {high:g}" if high is not None else "")
 
     def parse(text: str) -> float:
         try:
@@ -67,7 +73,8 @@ def real(low: float, high: float | None = None, *, above: bool = False) -> Calla
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number ({bounds}), got {text!r}")
-        if value < low or (above and value == low) or (high is not None and value > high):
+        too_high = high is not None and (value > high or (below and value == high))
+        if value < low or (above and value == low) or too_high:
             raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:g}")
         return value
 
@@ -98,3 +105,54 @@ def free_memory() -> int | None:
     if "SC_AVPHYS_PAGES" not in os.sysconf_names:
         return None
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) -> None:
+    """One flag per ``EngineConfig`` field that the command lines offer (``Setting.flag``),
+    generated from the field: its name (``block_size`` is ``--block-size``), its type and
+    bounds or choices, its help and, from ``defaults``, the default this command shows. A flag
+    left out keeps ``defaults``' value (``config_from_flags``): only given flags land in the
+    namespace, so a command can lay them over any config, a TUI scenario's included."""
+    group = parser.add_argument_group("engine settings (minipaged.config.EngineConfig)")
+    library = type(defaults)()  # the config class's own defaults
+    for name, rule in settings_of().items():
+        if not rule.flag:
+            continue
+        default = getattr(defaults, name)
+        shown = rule.none if default is None else default
+        if default != getattr(library, name):
+            shown = f"{shown}; the library's: {getattr(library, name)}"
+        kwargs: dict = {"dest": name, "default": argparse.SUPPRESS, "metavar": rule.metavar}
+        if rule.kind is bool:
+            kwargs = {"dest": name, "default": argparse.SUPPRESS, "action": "store_true"}
+        elif rule.choices:
+            kwargs["choices"], kwargs["metavar"] = rule.choices, None
+        elif rule.kind is int:
+            kwargs["type"] = integer(int(rule.low or 0), rule.high and int(rule.high))
+        elif rule.kind is float:
+            kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
+        else:
+            kwargs["type"] = text(name.replace("_", " "))
+        group.add_argument(_flag(name), help=f"{rule.help} (default: {shown})", **kwargs)
+
+
+def config_from_flags(args: argparse.Namespace, base: EngineConfig) -> EngineConfig:
+    """``base`` with the engine flags ``args`` holds laid over it (``add_config_flags``)."""
+    given = {name: getattr(args, name) for name in settings_of() if hasattr(args, name)}
+    return base.replace(**given)
+
+
+def config_flags_given(args: argparse.Namespace) -> list[str]:
+    """The command-line words that give the engine flags ``args`` holds again (a served TUI
+    passes them on to the app it starts): ``["--block-size", "8", "--prefix-caching", ...]``."""
+    words: list[str] = []
+    for name, rule in settings_of().items():
+        if hasattr(args, name):
+            value = getattr(args, name)
+            words += [_flag(name)] if rule.kind is bool else [_flag(name), str(value)]
+    return words
+
+
+def _flag(name: str) -> str:
+    """The flag of the ``EngineConfig`` field ``name``: ``--block-size`` for ``block_size``."""
+    return settings_of()[name].flag_name or f"--{name.replace('_', '-')}"

@@ -17,7 +17,7 @@ has (``resolve_backend``). Prefill has no kernel: it runs on the reference on ev
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -139,7 +139,10 @@ class PagedBatch:
     - ``seq_lens`` ``[batch]`` int32: tokens in the cache per sequence after this step's writes;
     - ``query_lens`` ``[batch]`` int32: tokens computed this step (1 when decoding), so
       $N = \\sum_b$ ``query_lens[b]``;
-    - ``block_size``: $B$; ``backend``: one of ``SUPPORTED_BACKENDS``.
+    - ``block_size``: $B$ (the KV cache's, already checked); ``backend``: one of
+      ``SUPPORTED_BACKENDS``;
+    - ``split``: which rows decode and which prefill (``split_rows``), worked out once per
+      step from the lists the batch is made of.
     """
 
     slot_mapping: Tensor
@@ -147,13 +150,11 @@ class PagedBatch:
     seq_lens: Tensor
     query_lens: Tensor
     block_size: int
+    split: Split | None
     backend: str = "torch"
-    parts: tuple = field(default=None, init=False, repr=False)  # split_batch's, once per step
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
-        if not isinstance(self.block_size, int) or self.block_size <= 0:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
         num_queries = int(self.query_lens.sum())
         if self.slot_mapping.shape != (num_queries,):
             raise ValueError(
@@ -197,6 +198,7 @@ class PagedBatch:
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
             query_lens=torch.tensor(query_lens, dtype=torch.int32, device=device),
             block_size=block_size,
+            split=split_rows(query_lens, device),
             backend=backend,
         )
 
@@ -219,7 +221,8 @@ def paged_attention(
 
     A step that admits a prompt while others decode holds both kinds of sequence: the decode
     rows (query_len 1) go through the decode path, the prompts through prefill, each with its
-    own rows of the tables (``split_batch``), so a long prompt never slows the decodes down.
+    own rows of the tables (``PagedBatch.split``), so a long prompt never slows the decodes
+    down.
 
     FP8 pools: ``k_scale`` and ``v_scale`` (``[num_kv_heads]``, the layer's) quantize the
     writes (``kv_cache.quantize_kv``, before a kernel copies the bytes) and dequantize the
@@ -232,12 +235,11 @@ def paged_attention(
         key, value = quantize_kv(key_pool.dtype, key, value, k_scale, v_scale)
         kernels.reshape_and_cache(key, value, key_pool, value_pool, batch.slot_mapping)
     decode = attention.paged_attention_decode if kernels is None else kernels.paged_attention_decode
-    parts = split_batch(batch)
-    if parts is None:  # every sequence decodes
+    if batch.split is None:  # every sequence decodes
         paged = (key_pool, value_pool, batch.block_tables, batch.seq_lens)
         return decode(query, *paged, scale, batch.block_size, **scales)
     output = torch.empty_like(query)
-    (decode_rows, decode_seqs), (prefill_rows, prefill_seqs) = parts
+    (decode_rows, decode_seqs), (prefill_rows, prefill_seqs) = batch.split
     if decode_seqs.numel():
         output[decode_rows] = decode(
             query[decode_rows],
@@ -263,21 +265,34 @@ def paged_attention(
     return output
 
 
-def split_batch(batch: PagedBatch) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
-    """None when every sequence decodes; else ``((rows, seqs), (rows, seqs))`` for the decode
-    sequences and then the prefill ones: the rows of the step's ``[N]`` tokens and the
-    sequences (rows of ``block_tables``) each part owns. Computed once per step, not once per
-    layer: the batch keeps it in ``parts``."""
-    if batch.parts is None:
-        query_lens = batch.query_lens.long().cpu()  # [batch]
-        decodes = query_lens == 1
-        parts = ()
-        if not bool(decodes.all()):
-            row_decodes = decodes.repeat_interleave(query_lens)  # [N]: the row's sequence decodes
-            device = batch.query_lens.device
-            parts = tuple(
-                (rows.nonzero().squeeze(1).to(device), seqs.nonzero().squeeze(1).to(device))
-                for rows, seqs in ((row_decodes, decodes), (~row_decodes, ~decodes))
-            )
-        object.__setattr__(batch, "parts", parts)  # a cache: what the batch says is unchanged
-    return batch.parts or None
+Split = tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]
+"""``((rows, seqs), (rows, seqs))``: the decode part of a batch, then the prefill part."""
+
+
+def split_rows(query_lens: Sequence[int], device: torch.device | str = "cpu") -> Split | None:
+    """How ``paged_attention`` divides a step: None when every sequence decodes; else the decode
+    sequences' part, then the prefill sequences', each as the rows of the step's ``[N]``
+    tokens and the sequences (rows of ``block_tables``) it owns.
+
+    The rule, an assumption chunked prefill will lean on: *a sequence computing one token is a
+    decode*, one query at its last position reading every key before it through
+    $\\mathcal{T}_r$; several tokens go through the prefill path, whose queries are the last
+    ``query_lens[b]`` of the ``seq_lens[b]`` cached positions, causal among themselves. Today
+    a prefill computes a whole prompt (or what the prefix cache did not hold), so both hold; a
+    prompt computed in chunks keeps them only if ``seq_lens`` counts the tokens computed so
+    far, not the prompt's length."""
+    decodes = [count == 1 for count in query_lens]
+    if all(decodes):
+        return None
+    row_decodes = [
+        decode for decode, count in zip(decodes, query_lens, strict=True) for _ in range(count)
+    ]
+
+    def where(flags: list[bool], wanted: bool) -> Tensor:
+        rows = [i for i, flag in enumerate(flags) if flag == wanted]
+        return torch.tensor(rows, dtype=torch.long, device=device)
+
+    return (
+        (where(row_decodes, True), where(decodes, True)),
+        (where(row_decodes, False), where(decodes, False)),
+    )

@@ -23,13 +23,20 @@ from minipaged import block_state, events, memory
 from minipaged.allocator import BlockAllocator, OutOfBlocks
 from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableState
 from minipaged.block_table import BlockTable
-from minipaged.deprecation import POOL_RENAMES, renamed_keywords
+from minipaged.config import check_setting
 from minipaged.events import Event, SeqId
-from minipaged.prefix_cache import PrefixCache
-from minipaged.prefix_caching import make_prefix_cache
+from minipaged.prefix_cache import HashPrefixCache, PrefixCache
+from minipaged.radix_cache import RadixCache
 
 # Re-exported: the TUI, traces and exercises import these from here.
 __all__ = ["AllocStatus", "AppendResult", "BlockManager", "BlockState", "TableState"]
+
+PREFIX_CACHES: dict[str, type[HashPrefixCache] | type[RadixCache]] = {
+    "hash": HashPrefixCache,  # vLLM: chained block hashes (minipaged.prefix_cache)
+    "radix": RadixCache,  # SGLang: a radix tree over token runs (minipaged.radix_cache)
+}
+"""The prefix caches ``BlockManager(prefix_caching=...)`` names; both answer ``match``,
+``insert`` and ``forget`` (``minipaged.prefix_cache.PrefixCache``)."""
 
 
 class BlockManager:
@@ -47,12 +54,8 @@ class BlockManager:
     ``prefix_caching`` (``"hash"`` or ``"radix"``) keeps full blocks findable by their tokens
     after their last holder lets go (``minipaged.prefix_cache``): a new sequence given its
     ``token_ids`` starts from the cached blocks of its longest cached prefix.
-
-    ``record_events=False`` builds no event objects (a simulator that never reads them runs
-    faster); every decision and every table is the same either way.
     """
 
-    @renamed_keywords(POOL_RENAMES)
     def __init__(
         self,
         num_gpu_blocks: int,
@@ -60,20 +63,23 @@ class BlockManager:
         block_size: int = 16,
         watermark: float = 0.01,
         prefix_caching: str | None = None,
-        record_events: bool = True,
     ) -> None:
-        if not isinstance(block_size, int) or block_size <= 0:
-            raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
-        if not (isinstance(watermark, int | float) and 0.0 <= watermark < 1.0):
-            raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark!r}")
+        settings = {
+            "block_size": block_size,
+            "watermark": watermark,
+            "prefix_caching": prefix_caching,
+        }
+        for name, value in settings.items():
+            check_setting(name, value)  # the rules of EngineConfig's fields
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
         self.host = BlockAllocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
         self.watermark_blocks = int(watermark * num_gpu_blocks)
-        self.prefix_cache: PrefixCache | None = make_prefix_cache(prefix_caching, block_size)
+        self.prefix_cache: PrefixCache | None = None
+        if prefix_caching is not None:
+            self.prefix_cache = PREFIX_CACHES[prefix_caching](block_size)
         self.tables: dict[SeqId, BlockTable] = {}
-        self.recording = record_events
         self._events: list[Event] = []
 
     # -- questions -------------------------------------------------------------------------
@@ -208,8 +214,7 @@ class BlockManager:
             cow = (src, dst)  # 2. the caller copies the o rows already written
             self.device.decref(src)  # 3. R[src] <- R[src] - 1
             table.blocks[j] = dst  # 4. T_r[j] <- dst
-            if self.recording:
-                self._record_cow(seq, t, src, dst)
+            self._record_cow(seq, t, src, dst)
         table.num_tokens += 1
         if token_ids is not None and table.is_last_block_full:
             self._register_full_blocks(seq, token_ids)
@@ -225,11 +230,8 @@ class BlockManager:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
         table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
         self.record(events.Fork(parent, child, tuple(table.blocks)))
-        if self._unrecorded(self.device):  # the same raises, one call instead of one per block
-            self.device.incref_all(table.blocks)
-        else:
-            for j, block in enumerate(table.blocks):
-                self.record(events.Incref(child, j, block, self.device.incref(block)))
+        for j, block in enumerate(table.blocks):
+            self.record(events.Incref(child, j, block, self.device.incref(block)))
         self.tables[child] = table
         return table
 
@@ -241,18 +243,11 @@ class BlockManager:
         of its parent on the free list and is evicted first."""
         table = self.table(seq)
         pool = self._pool(table.pool)
-        if self._unrecorded(pool):  # the same releases, one call instead of one per block
-            pool.decref_all(table.blocks[::-1])
-        else:
-            for block in reversed(table.blocks):
-                after, free = pool.decref(block), events.Free(seq, block, table.pool)
-                self.record(free if after == 0 else events.Decref(seq, block, after, table.pool))
+        for block in reversed(table.blocks):
+            after = pool.decref(block)
+            released = events.Free(seq, block, table.pool)
+            self.record(released if after == 0 else events.Decref(seq, block, after, table.pool))
         del self.tables[seq]
-
-    def _unrecorded(self, pool: BlockAllocator) -> bool:
-        """A whole table's refcounts change in one call: no per-block events are recorded and the
-        pool is ours (a student's allocator offers only ``incref`` and ``decref``)."""
-        return not self.recording and type(pool) is BlockAllocator
 
     def swap_out(self, seqs: Iterable[SeqId] | SeqId) -> list[tuple[int, int]]:
         """Move the tables of ``seqs`` (one id, or a request's) to the host pool (§6, swapping)
@@ -266,8 +261,7 @@ class BlockManager:
 
     def record(self, event: Event) -> None:
         """Add an event of the caller's (a preemption, say) to the stream, in order."""
-        if self.recording:
-            self._events.append(event)
+        self._events.append(event)
 
     def pop_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first."""
@@ -308,8 +302,7 @@ class BlockManager:
     def _append_block(self, seq: SeqId, table: BlockTable) -> None:
         """A fresh device block becomes ``seq``'s next logical block $j$."""
         block = self._fresh_block()
-        if self.recording:
-            self.record(events.Alloc(seq, len(table.blocks), block))
+        self.record(events.Alloc(seq, len(table.blocks), block))
         table.blocks.append(block)
 
     def _check_append(self, seq: SeqId, table: BlockTable, token_ids: Sequence[int] | None) -> None:

@@ -2,8 +2,9 @@
 ``simulate``, ``bench`` and ``exercises``.
 
 Every error is one line on stderr that names the problem and the way out, never a traceback.
-Exit status: 0 done, 2 bad usage (a flag, a value, a path that is not there), 1 a failure (a
-corrupt file, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
+Exit status: 0 done, 2 bad usage (a flag, a value, a pair of settings that cannot run together,
+a path that is not there), 1 a failure (a corrupt file, a request the engine refused or
+aborted, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
 Textual) is imported before the command runs, so Ctrl-C during start-up is caught too.
 """
 
@@ -23,12 +24,15 @@ from minipaged.arguments import (
     INTERRUPTED,
     USAGE_ERROR,
     Parser,
+    add_config_flags,
+    config_from_flags,
     free_memory,
     integer,
     real,
     say,
     text,
 )
+from minipaged.config import EngineConfig
 
 FILE_ERRORS = (
     ("minipaged.checkpoint", "CheckpointError"),
@@ -92,12 +96,6 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
 
 def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
-    gen.add_argument(
-        "--model",
-        type=text("a model"),
-        default="tiny",
-        help='"tiny" (embedded) or a Hugging Face Llama directory',
-    )
     gen.add_argument("--max-tokens", type=integer(1), default=48, help="tokens per sample")
     gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
     gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
@@ -105,66 +103,24 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
     gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
-    gen.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
-    gen.add_argument(
-        "--block-size",
-        type=integer(1, 4096),
-        default=16,
-        help="B, slots per block: vLLM's default (the tui uses 4, so short prompts span "
-        "several blocks you can watch)",
-    )
-    gen.add_argument(
-        "--num-gpu-blocks",
-        type=integer(1),
-        default=None,
-        help="device pool size; None: as many as fit in 256 MiB",
-    )
-    gen.add_argument(
-        "--num-cpu-blocks",
-        type=integer(0),
-        default=None,
-        help="host swap pool size; None: as large as the device pool",
-    )
-    gen.add_argument(
-        "--preemption", choices=["recompute", "swap"], default="recompute", help="§6's two ways"
-    )
-    gen.add_argument(
-        "--prefix-caching",
-        choices=["hash", "radix"],
-        default=None,
-        help="share cached prompt prefixes between requests; None: off",
-    )
-    gen.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
-    gen.add_argument(
-        "--backend",
-        type=text("an attention backend"),
-        default="auto",
-        help="torch (the reference), numba-cpu (the kernels' CPU twins), numba (the CUDA "
-        "kernels); auto: numba-cpu on a CPU when numba is installed, else torch",
-    )
-    gen.add_argument(
-        "--kv-cache-dtype",
-        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
-        default="auto",
-        help="auto: the model's dtype; fp8: b = 1, twice the blocks of a 16-bit cache",
-    )
-    gen.add_argument("--speculative-config", metavar="JSON", help='e.g. {"method": "ngram"}')
+    add_config_flags(gen, EngineConfig())
 
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
     from minipaged.checkpoint import model_directory
     from minipaged.device import check_device
-    from minipaged.llm import LLM
+    from minipaged.llm import LLM, check_kv_cache_fits
     from minipaged.sampling import SamplingParams
 
-    if not model_directory(args.model).is_dir():
+    config = config_from_flags(args, EngineConfig())
+    if not model_directory(config.model).is_dir():
         raise FileNotFoundError(
-            f'--model {args.model}: no such directory; pass "tiny" or a Hugging Face Llama '
+            f'--model {config.model}: no such directory; pass "tiny" or a Hugging Face Llama '
             "directory holding config.json, model.safetensors and tokenizer.json"
         )
-    check_device(args.device)
-    _check_kv_cache_fits(args)
+    check_device(config.device)
+    check_kv_cache_fits(config, free_memory())  # before any pool is allocated
     beam = args.beam_width is not None
     params = SamplingParams(
         max_tokens=args.max_tokens,
@@ -175,30 +131,24 @@ def _workload(args: argparse.Namespace):
         use_beam_search=beam,
         beam_width=args.beam_width or 1,
         ignore_eos=args.ignore_eos,
-        seed=args.seed,
+        seed=config.seed,
     )
-    llm = LLM(
-        args.model,
-        block_size=args.block_size,
-        num_gpu_blocks=args.num_gpu_blocks,
-        num_cpu_blocks=args.num_cpu_blocks,
-        preemption=args.preemption,
-        prefix_caching=args.prefix_caching,
-        seed=args.seed,
-        device=args.device,
-        backend=args.backend,
-        kv_cache_dtype=args.kv_cache_dtype,
-        speculative=args.speculative_config,
+    return LLM(config=config), params
+
+
+def _refused(command: str, outputs: list) -> int:
+    """0 when every request ran; else FAILURE, with one line on stderr saying how many did not
+    and why the first did not (each is also printed with its output)."""
+    refused = [output for output in outputs if output.error is not None]
+    if not refused:
+        return 0
+    first = refused[0]
+    say(
+        command,
+        f"{len(refused)} of {len(outputs)} request(s) did not run to the end; request "
+        f"{first.request_id}: {first.error}",
     )
-    return llm, params
-
-
-def _check_kv_cache_fits(args: argparse.Namespace) -> None:
-    """Refuse pools that would not fit in this machine's free memory, before allocating any."""
-    from minipaged.llm import check_kv_cache_fits
-
-    pools = (args.num_gpu_blocks, args.num_cpu_blocks, args.kv_cache_dtype)
-    check_kv_cache_fits(args.model, args.block_size, *pools, free_memory())
+    return FAILURE
 
 
 def _add_exercises(sub: argparse._SubParsersAction) -> None:
@@ -263,12 +213,16 @@ def _generate(args: argparse.Namespace) -> int:
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
-    stats = RunStats(kv_cache=llm.engine.kv_cache.describe(), backend=llm.engine.backend)
+    stats = RunStats(
+        num_gpu_blocks=llm.engine.block_manager.device.num_blocks,
+        kv_cache=llm.engine.kv_cache.describe(),
+        backend=llm.engine.backend,
+    )
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()
     transcript.print_outputs(console, outputs)
-    transcript.print_summary(console, stats, args.prefix_caching)
-    return 0
+    transcript.print_summary(console, stats, llm.config.prefix_caching)
+    return _refused("generate", outputs)
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -279,17 +233,15 @@ def _trace(args: argparse.Namespace) -> int:
     console = Console()
     if args.trace_command == "record":
         llm, params = _workload(args)
+        config = llm.config
         header = {
-            "model": args.model,
+            "model": str(config.model),
             "prompts": args.prompt,
             "sampling": dataclasses.asdict(params),
-            "engine": {
-                "block_size": args.block_size,
+            "engine": {  # every setting, with the pool sizes None stood for worked out
+                **config.as_json(),
                 "num_gpu_blocks": llm.engine.block_manager.device.num_blocks,
                 "num_cpu_blocks": llm.engine.kv_cache.num_cpu_blocks,
-                "preemption": args.preemption,
-                "prefix_caching": args.prefix_caching,
-                "seed": args.seed,
                 "kv_cache": llm.engine.kv_cache.summary(),
             },
         }
@@ -297,7 +249,7 @@ def _trace(args: argparse.Namespace) -> int:
             outputs = llm.generate(args.prompt, params, on_step=recorder.write)
         transcript.print_outputs(console, outputs)
         print(f"recorded {recorder.num_steps} steps to {args.file}")
-        return 0
+        return _refused("trace record", outputs)
     recorded = trace.load(args.file)
     transcript.replay(recorded)
     transcript.print_outputs(console, [out for step in recorded.steps for out in step.finished])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -45,43 +44,49 @@ class Decoder:
         scheduled: list[ScheduledSeq],
         logits: Tensor | None,
         new_tokens: dict[int, int],
-    ) -> Iterator[SequenceGroup]:
+    ) -> list[SequenceGroup]:
         """Choose the next token of every scheduled sequence from its row of ``logits``
-        ``[len(scheduled), vocab]`` into ``new_tokens`` (seq id -> token), one request at a
-        time, yielding each request once its tokens are chosen (so the caller can release
-        what finished before the next one forks). Parallel samples and beams fork here; beams
+        ``[len(scheduled), vocab]`` into ``new_tokens`` (seq id -> token), and return the
+        requests that got tokens, in batch order. Parallel samples and beams fork here; beams
         that lose are freed, and a beam search that is done frees all its beams, all through
-        ``block_manager`` (passed each step: the TUI may plug in a student's)."""
+        ``block_manager`` (passed each step: the TUI may plug in a student's). Deciding which
+        sequences are finished, and freeing them, is the caller's next step.
+
+        Only the rows whose ``samples`` is set choose a token (today, every row: see
+        ``ScheduledSeq.samples``)."""
         self.block_manager = block_manager
-        if logits is None:
-            return
-        logprobs = torch.log_softmax(logits.float(), dim=-1)  # [batch, vocab]
+        rows = [row for row, item in enumerate(scheduled) if item.samples]
+        if logits is None or not rows:
+            return []
+        logits = logits[rows] if len(rows) < len(scheduled) else logits
+        sampling = [scheduled[row] for row in rows]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)  # [rows, vocab]
         # Every row's tokens in one batched call (beam rows draw none: _beam_step picks theirs),
         # then every chosen token's log-probability in one gather.
-        counts = [self._num_tokens(item) for item in scheduled]
+        counts = [self._num_tokens(item) for item in sampling]
         tokens = sample_rows(
             logits,
-            [item.group.params for item in scheduled],
-            [item.group.generator for item in scheduled],
+            [item.group.params for item in sampling],
+            [item.group.generator for item in sampling],
             counts,
         )
-        rows = [row for row, row_tokens in enumerate(tokens) for _ in row_tokens]
+        drawn = [row for row, row_tokens in enumerate(tokens) for _ in row_tokens]
         flat = [token for row_tokens in tokens for token in row_tokens]
-        chosen = iter(logprobs[rows, flat].tolist())  # in row order, as rows and flat list them
+        chosen = iter(logprobs[drawn, flat].tolist())  # in row order, as drawn and flat list them
         chosen_logprobs = [[next(chosen) for _ in row_tokens] for row_tokens in tokens]
         by_group: dict[SequenceGroup, list[int]] = defaultdict(list)
-        for row, item in enumerate(scheduled):
+        for row, item in enumerate(sampling):
             by_group[item.group].append(row)
         for group, group_rows in by_group.items():
             if group.params.use_beam_search:
-                items = [scheduled[row] for row in group_rows]
+                items = [sampling[row] for row in group_rows]
                 self._beam_step(group, items, logits[group_rows], new_tokens)
             else:
                 for row in group_rows:
-                    seq = scheduled[row].seq
+                    seq = sampling[row].seq
                     self._extend(group, seq, tokens[row], chosen_logprobs[row], new_tokens)
                 group.forked = True
-            yield group
+        return list(by_group)
 
     def finish_reason(self, group: SequenceGroup, seq: Sequence) -> str | None:
         """``"stop"`` (EOS or a stop token), ``"length"`` (max_tokens or the context), or

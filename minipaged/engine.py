@@ -1,45 +1,40 @@
 """The step-through engine: add requests, call ``LLMEngine.step``, watch what happens.
 
-One step = schedule (admit, decode, preempt: ``minipaged.scheduler``), run the block copies
-and one forward pass (``minipaged.model_runner``), then pick tokens, fork for parallel
-sampling or beam search (``minipaged.decoding``), and release finished sequences. Every
-step returns a ``StepOutput`` with the new tokens, the events the block manager recorded and
-a snapshot of the block state: what the TUI draws and a trace records.
+An engine is built from one ``EngineConfig`` (``minipaged.config``). One step does six things,
+in this order, each by one part: schedule (admit, decode, preempt: ``minipaged.scheduler``),
+allocate and copy on write (the block manager, asked by the scheduler; the speculative
+branches, ``minipaged.speculative``), run the model (the block copies, then one forward pass:
+``minipaged.model_runner``), sample or accept (pick tokens, fork for parallel sampling or beam
+search: ``minipaged.decoding``), free what finished, and record. Every step returns a
+``StepOutput`` (``minipaged.outputs``) with the new tokens, the events the block manager
+recorded and a snapshot of the block state: what the TUI draws and a trace records.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
-from collections.abc import Callable
 
 import torch
 
+from minipaged import fp8
 from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.config import EngineConfig, check_fp8_model
 from minipaged.decoding import Decoder, ranked
-from minipaged.events import Finish, Refuse
+from minipaged.events import Event, Finish, Refuse
 from minipaged.kv_cache import KVCache
+from minipaged.memory import ModelShape
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
-from minipaged.speculative.config import SpeculativeConfig, speculative_config
 from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict
-# The result types live in minipaged.outputs; they are imported from here too.
-__all__ = [
-    "CompletionOutput",
-    "LLMEngine",
-    "RequestOutput",
-    "RequestRejected",
-    "SeqView",
-    "StepOutput",
-]
+"""A prompt: text, its token ids, or ``{"prompt_token_ids": [...]}`` (vLLM's form)."""
 
 
 class RequestRejected(ValueError):
@@ -66,75 +61,73 @@ class LLMEngine:
         self,
         model: Llama,
         tokenizer: Tokenizer | None = None,
-        *,
-        block_size: int = 16,
-        num_gpu_blocks: int = 256,
-        num_cpu_blocks: int = 0,
-        backend: str = "auto",
-        preemption: str = "recompute",
-        seed: int = 0,
-        max_num_seqs: int = 32,
-        max_num_batched_tokens: int | None = None,
-        watermark: float = 0.01,
-        prefix_caching: str | None = None,
-        block_manager_class: type[BlockManager] = BlockManager,
-        kv_cache_dtype: torch.dtype | None = None,
-        speculative: SpeculativeConfig | None = None,
+        config: EngineConfig | None = None,
+        **settings: object,
     ) -> None:
-        """``block_manager_class`` swaps in another manager with ``BlockManager``'s constructor
-        and methods: a student's, from the exercises, to watch it run the real model.
-        ``kv_cache_dtype``: of the KV pools, the model's when None (an FP8 dtype for
-        ``LLM(kv_cache_dtype=...)``, which also sets the cache's scales).
-        ``speculative`` turns on speculative decoding (``minipaged.speculative``)."""
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
-        if not isinstance(block_manager_class, type):
-            raise TypeError(
-                "block_manager_class must be a class with BlockManager's constructor and "
-                f"methods (BlockManager or a student's), got {block_manager_class!r}"
-            )
-        config = model.config
+        """An engine for ``model`` built from ``config`` (``minipaged.config``; its defaults
+        when None), with ``settings`` (its fields, by name) changed. The model's own dtype and
+        device are used: the config's ``model``, ``dtype``, ``device`` and
+        ``skip_tokenizer_init`` say how ``LLM`` loads one. ``config.block_manager_class`` swaps
+        in another manager with ``BlockManager``'s constructor and methods: a student's, from
+        the exercises, to watch it run the real model. An FP8 ``kv_cache_dtype`` starts with
+        scales of 1; ``LLM`` calibrates them."""
+        config = (config or EngineConfig()).replace(**settings)
         param = next(model.parameters())
-        backend = resolve_backend(backend, param.device, param.dtype, kv_cache_dtype or param.dtype)
-        self.backend = backend  # what "auto" chose
+        check_fp8_model(
+            config.kv_cache_dtype, str(param.dtype).removeprefix("torch."), config.backend
+        )
+        cache_dtype = fp8.cache_dtype(config.kv_cache_dtype, param.dtype)
+        self.config = config
+        self.backend = resolve_backend(config.backend, param.device, param.dtype, cache_dtype)
         self.model = model
         self.tokenizer = tokenizer
-        self.block_manager = block_manager_class(
-            num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching
+        shape = model.config
+        self.max_model_len = shape.max_position_embeddings
+        block_bytes = ModelShape(
+            shape.num_hidden_layers,
+            shape.num_attention_heads,
+            shape.num_key_value_heads,
+            shape.head_dim,
+            torch.finfo(cache_dtype).bits // 8,  # b: 4 for float32, 2 for 16-bit, 1 for FP8
+        ).block_bytes(config.block_size)
+        num_gpu_blocks, num_cpu_blocks = config.pool_sizes(block_bytes, self.max_model_len)
+        self.block_manager = (config.block_manager_class or BlockManager)(
+            num_gpu_blocks,
+            num_cpu_blocks,
+            config.block_size,
+            config.watermark,
+            config.prefix_caching,
         )
         self.kv_cache = KVCache(
-            config.num_hidden_layers,
+            shape.num_hidden_layers,
             num_gpu_blocks,
-            config.num_key_value_heads,
-            block_size,
-            config.head_dim,
+            shape.num_key_value_heads,
+            config.block_size,
+            shape.head_dim,
             num_cpu_blocks=num_cpu_blocks,
-            dtype=kv_cache_dtype or param.dtype,
+            dtype=cache_dtype,
             device=param.device,
-            kernels=kernels_for(backend),
+            kernels=kernels_for(self.backend),
         )
-        self.max_model_len = config.max_position_embeddings
         self.scheduler = Scheduler(
             self.block_manager,
-            preemption,
-            max_num_seqs,
-            max_num_batched_tokens or max(self.max_model_len, 2048),
+            config.preemption,
+            config.max_num_seqs,
+            config.token_budget(self.max_model_len),
         )
-        self.runner = ModelRunner(model, self.kv_cache, backend)
+        self.runner = ModelRunner(model, self.kv_cache, self.backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
         self.decoder = Decoder(eos_id, self.max_model_len)
         self.speculator = None
-        speculative = speculative_config(speculative)  # a dict of its fields will do too
-        if speculative is not None:
-            drafter = make_drafter(speculative, model)
+        if config.speculative is not None:
+            drafter = make_drafter(config.speculative, model)
             self.speculator = Speculator(
-                speculative, drafter, model, self.kv_cache, self.decoder, backend
+                config.speculative, drafter, model, self.kv_cache, self.decoder, self.backend
             )
-        self.seed = seed
+        self.seed = config.seed
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
-        self._last_output: Callable[[], StepOutput | None] = lambda: None  # a weakref, later
 
     # -- requests --------------------------------------------------------------------------
 
@@ -144,7 +137,6 @@ class LLMEngine:
         """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
-        self.settle()
         if request_id is not None and not isinstance(request_id, str):  # before any event names it
             raise TypeError(f"request_id must be a string, got {request_id!r}")
         params = params or SamplingParams()
@@ -158,7 +150,9 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
         request_id = str(arrival) if request_id is None else request_id
-        seed = params.seed if params.seed is not None else self.seed * 1_000_003 + arrival
+        # Each request's own seed, derived from the engine's: within a generator's 64 bits.
+        derived = (self.seed * 1_000_003 + arrival) % 2**64
+        seed = params.seed if params.seed is not None else derived
         generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
         seq = Sequence(self.decoder.new_seq_id(), token_ids, len(token_ids))
         group = SequenceGroup(request_id, arrival, params, [seq], generator, prompt=text)
@@ -178,7 +172,6 @@ class LLMEngine:
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
                 f"existed; unfinished: {sorted(self.requests)}"
             )
-        self.settle()
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches
             self.speculator.drop_branches(self.block_manager)
@@ -265,25 +258,92 @@ class LLMEngine:
 
     # -- one step --------------------------------------------------------------------------
 
-    def step(self) -> StepOutput:
-        """One iteration: schedule (admit, decode, preempt), run the block copies and one
-        forward pass over every scheduled sequence, pick each one's next token (forking for
-        parallel samples and beams), release what finished, and report it all."""
-        self.settle()
-        plan = self.scheduler.schedule()
-        speculator = self.speculator
-        drafted = speculator.draft(self.block_manager, plan) if speculator else []
-        logits = self.runner.execute(plan)
+    def step(self, snapshot: bool = True) -> StepOutput:
+        """One iteration, in the order it happens:
+
+        1. schedule: decode every running request, preempting the newest when the pool is
+           full (§6), swap back in, admit waiting requests (``Scheduler.schedule``);
+        2. allocate and copy on write: scheduling reserved each row's slots, taking blocks on
+           demand (§3) and listing the copies a shared block needs (§5); speculative decoding
+           forks its trees' branches on top (``Speculator.draft``);
+        3. run the model: the swaps and copies, then one forward pass over the batch;
+        4. sample or accept: each row's next token, forking for parallel samples and beams
+           (``Decoder.decode``); the trees' verify pass keeps the longest agreed path;
+        5. free: every sequence that finished releases its blocks, and its request ends when
+           it was the last;
+        6. record: one ``StepOutput`` (``report``).
+
+        ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
+        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        bm = self.block_manager
+        plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
+        self.step_count += 1
+        drafted = self.speculator.draft(bm, plan) if self.speculator else []  # 2: the branches
+        tree_moment = None
+        if drafted and snapshot:
+            tree_moment = self.report(tuple(bm.pop_events()), snapshot=True)
+        logits = self.runner.execute(plan)  # 3
         new_tokens: dict[int, int] = {}
-        finished: list[RequestOutput] = []
-        for group, reason in plan.aborted:
+        sampled = self.decoder.decode(bm, plan.scheduled, logits, new_tokens)  # 4
+        if drafted:
+            sampled += self.speculator.verify(bm, drafted, new_tokens)
+        finished = [self._output(group, error=reason) for group, reason in plan.aborted]
+        for group, _ in plan.aborted:
             del self.requests[group.request_id]
-            finished.append(self._output(group, error=reason))
-        groups = self.decoder.decode(self.block_manager, plan.scheduled, logits, new_tokens)
-        if drafted:  # the trees' verify pass, after the plain one (minipaged.speculative)
-            groups = itertools.chain(
-                groups, speculator.verify(self.block_manager, drafted, new_tokens)
-            )
+        finished += self._release_finished(sampled)  # 5
+        events = tuple(bm.pop_events())
+        return self.report(  # 6
+            (*tree_moment.events, *events) if tree_moment else events,
+            new_tokens,
+            tuple(finished),
+            num_prefill_tokens=plan.num_prefill_tokens,
+            # a tree's nodes are decoded in its verify pass
+            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
+            + sum(len(d.tree) for d in drafted),
+            num_cached_tokens=plan.num_cached_tokens,
+            drafted=tree_moment,
+            snapshot=snapshot,
+        )
+
+    def report(
+        self,
+        events: tuple[Event, ...] = (),
+        new_tokens: dict[int, int] | None = None,
+        finished: tuple[RequestOutput, ...] = (),
+        *,
+        num_prefill_tokens: int = 0,
+        num_decode_tokens: int = 0,
+        num_cached_tokens: int = 0,
+        drafted: StepOutput | None = None,
+        snapshot: bool = True,
+    ) -> StepOutput:
+        """The one place a ``StepOutput`` is made: what a step did (its ``events``, new tokens,
+        finished requests and token counts) beside the engine as it stands now (the block
+        state, every live sequence, the queues), numbered ``step_count``. ``step`` reports each
+        step, and the moment its speculative branches exist; with no arguments it is the
+        engine before anything runs (a TUI's frame 0)."""
+        scheduler = self.scheduler
+        return StepOutput(
+            step=self.step_count,
+            new_tokens=new_tokens or {},
+            events=events,
+            state=self.block_manager.snapshot() if snapshot else None,
+            sequences=self._views() if snapshot else None,
+            queues={
+                name: tuple(group.request_id for group in getattr(scheduler, name))
+                for name in ("waiting", "running", "swapped")
+            },
+            finished=finished,
+            num_prefill_tokens=num_prefill_tokens,
+            num_decode_tokens=num_decode_tokens,
+            num_cached_tokens=num_cached_tokens,
+            drafted=drafted,
+        )
+
+    def _release_finished(self, groups: list[SequenceGroup]) -> list[RequestOutput]:
+        """Step 5: free every sequence of ``groups`` that is done (EOS, a stop token, its
+        length), and end each request whose last sequence that was; returns their outputs."""
+        outputs = []
         for group in groups:
             for seq in list(group.seqs):
                 reason = self.decoder.finish_reason(group, seq)
@@ -292,34 +352,8 @@ class LLMEngine:
             if group.is_finished:
                 self.scheduler.finish(group)
                 del self.requests[group.request_id]
-                finished.append(self._output(group))
-        self.step_count += 1
-        output = StepOutput(
-            step=self.step_count,
-            new_tokens=new_tokens,
-            events=tuple(self.block_manager.pop_events()),
-            state=self.block_manager.snapshot,  # built when read (Deferred)
-            sequences=self._views,
-            queues={
-                name: tuple(g.request_id for g in getattr(self.scheduler, name))
-                for name in ("waiting", "running", "swapped")
-            },
-            finished=tuple(finished),
-            num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=sum(1 for item in plan.scheduled if not item.is_prefill)
-            + sum(len(d.tree) for d in drafted),  # a tree's nodes are decoded in its pass
-            num_cached_tokens=plan.num_cached_tokens,
-        )
-        self._last_output = weakref.ref(output)
-        return output
-
-    def settle(self) -> None:
-        """Build the last step's snapshot and sequence views now if its ``StepOutput`` is
-        still held anywhere: the engine is about to change what they describe. Every method
-        that changes the blocks, the queues or a sequence calls this first."""
-        output = self._last_output()
-        if output is not None:
-            _ = output.state, output.sequences  # reading builds them
+                outputs.append(self._output(group))
+        return outputs
 
     def _finish(self, group: SequenceGroup, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason

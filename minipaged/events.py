@@ -39,8 +39,25 @@ class Event(ABC):
         return {"kind": self.kind, **asdict(self)}
 
 
+class BlockChange(Event):
+    """The shape ``Alloc``, ``Free``, ``Incref`` and ``Decref`` share: sequence ``seq``
+    changed the refcount of one ``block`` of one ``pool``. They differ in what they say
+    about it, not in what they touch."""
+
+    __slots__ = ()
+    seq: SeqId
+    block: int
+    pool: str
+
+    def blocks_in(self, pool: str) -> frozenset[int]:
+        return frozenset({self.block}) if pool == self.pool else frozenset()
+
+    def seq_ids(self) -> frozenset[SeqId]:
+        return frozenset({self.seq})
+
+
 @dataclass(frozen=True, slots=True)
-class Alloc(Event):
+class Alloc(BlockChange):
     """A free block became ``seq``'s logical block ``logical_index`` ($\\mathcal{R}=1$)."""
 
     kind: ClassVar[str] = "alloc"
@@ -50,12 +67,6 @@ class Alloc(Event):
     block: int
     pool: str = "device"
 
-    def blocks_in(self, pool: str) -> frozenset[int]:
-        return frozenset({self.block}) if pool == self.pool else frozenset()
-
-    def seq_ids(self) -> frozenset[SeqId]:
-        return frozenset({self.seq})
-
     def narrate(self) -> str:
         return (
             f"seq {self.seq} takes free {self.pool} block {self.block} "
@@ -64,7 +75,7 @@ class Alloc(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class Free(Event):
+class Free(BlockChange):
     """``seq`` let go of ``block``, which nobody else held: $\\mathcal{R}=0$, it is free."""
 
     kind: ClassVar[str] = "free"
@@ -73,18 +84,12 @@ class Free(Event):
     block: int
     pool: str = "device"
 
-    def blocks_in(self, pool: str) -> frozenset[int]:
-        return frozenset({self.block}) if pool == self.pool else frozenset()
-
-    def seq_ids(self) -> frozenset[SeqId]:
-        return frozenset({self.seq})
-
     def narrate(self) -> str:
         return f"seq {self.seq} releases {self.pool} block {self.block}: R=0, it is free again"
 
 
 @dataclass(frozen=True, slots=True)
-class Incref(Event):
+class Incref(BlockChange):
     """``seq`` now shares ``block`` too; ``refcount`` is $\\mathcal{R}[p]$ after the change."""
 
     kind: ClassVar[str] = "incref"
@@ -95,12 +100,6 @@ class Incref(Event):
     refcount: int
     pool: str = "device"
 
-    def blocks_in(self, pool: str) -> frozenset[int]:
-        return frozenset({self.block}) if pool == self.pool else frozenset()
-
-    def seq_ids(self) -> frozenset[SeqId]:
-        return frozenset({self.seq})
-
     def narrate(self) -> str:
         return (
             f"seq {self.seq} shares {self.pool} block {self.block} "
@@ -109,7 +108,7 @@ class Incref(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class Decref(Event):
+class Decref(BlockChange):
     """``seq`` let go of ``block`` while others still hold it ($\\mathcal{R}[p] > 0$ after)."""
 
     kind: ClassVar[str] = "decref"
@@ -118,12 +117,6 @@ class Decref(Event):
     block: int
     refcount: int
     pool: str = "device"
-
-    def blocks_in(self, pool: str) -> frozenset[int]:
-        return frozenset({self.block}) if pool == self.pool else frozenset()
-
-    def seq_ids(self) -> frozenset[SeqId]:
-        return frozenset({self.seq})
 
     def narrate(self) -> str:
         return (
@@ -392,4 +385,10 @@ class Abort(Event):
         return f"request {self.request_id} (seq {seqs}) is aborted: {self.reason}"
 
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in Event.__subclasses__()}
+MEMORY_EVENTS = (Alloc, Free, Incref, Decref, Fork, CowCopy, SwapOut, SwapIn)
+PREFIX_EVENTS = (PrefixHit, PrefixInsert, PrefixEvict)
+REQUEST_EVENTS = (Preempt, Recompute, Finish, Refuse, Abort)
+EVENTS: tuple[type[Event], ...] = MEMORY_EVENTS + PREFIX_EVENTS + REQUEST_EVENTS
+"""Every event of this module: what the block manager, the scheduler and the engine record.
+Speculative decoding adds its own (``minipaged.speculative.events.SPECULATIVE_EVENTS``); a
+trace reads both lists (``minipaged.trace.EVENT_TYPES``)."""

@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minipaged.block_manager import BlockManager, BlockState
+from minipaged.block_manager import BlockManager
+from minipaged.block_state import BlockState
 from minipaged.memory import num_logical_blocks
 
 

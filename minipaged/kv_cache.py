@@ -22,7 +22,6 @@ from torch import Tensor
 
 from minipaged import fp8
 from minipaged.contract import check_block_pairs, check_write
-from minipaged.deprecation import POOL_RENAMES, renamed_keywords
 from minipaged.memory import binary_size
 
 
@@ -121,7 +120,6 @@ class KVCache:
     wherever it lies.
     """
 
-    @renamed_keywords(POOL_RENAMES)
     def __init__(
         self,
         num_layers: int,

@@ -12,22 +12,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from minipaged import fp8
-from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_config, load_model, model_directory
-from minipaged.engine import LLMEngine, Prompt, RequestOutput, RequestRejected, StepOutput
+from minipaged.config import EngineConfig
+from minipaged.device import check_device
+from minipaged.engine import LLMEngine, Prompt, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
-from minipaged.model import LlamaConfig
+from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.sampling import SamplingParams
-from minipaged.speculative.config import SpeculativeConfig, speculative_config
 from minipaged.tokenizer import Tokenizer
-
-DEFAULT_KV_CACHE_BYTES = 256 * 2**20
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class LLM:
-    """A model, its tokenizer and an engine with a paged KV cache.
+    """A model, its tokenizer and an engine with a paged KV cache, built from one
+    ``EngineConfig`` (``minipaged.config``): ``LLM("tiny", block_size=16)`` takes its fields as
+    keywords, vLLM's names, and ``LLM(config=...)`` a whole config (keywords change it). The
+    config's docstring lists every setting; the ones a student meets first:
 
     - ``model``: ``"tiny"`` (the embedded model trained by ``minipaged.train``) or the path of
       a Hugging Face Llama directory (``config.json``, ``model.safetensors``,
@@ -37,8 +37,8 @@ class LLM:
       swap pool; by default as large as the device pool. These are vLLM's names, and every
       layer (block manager, KV cache, simulator) uses them. "GPU" means wherever the model
       runs, a CPU included; the events call the two pools ``"device"`` and ``"host"``.
-    - ``dtype``: of the weights and the KV cache, a ``torch.dtype`` or one of ``"float32"``,
-      ``"float16"`` and ``"bfloat16"``.
+    - ``dtype``: of the weights and the KV cache, ``"float32"``, ``"float16"`` or
+      ``"bfloat16"`` (or that ``torch.dtype``).
     - ``kv_cache_dtype``: ``"auto"`` (the KV cache in ``dtype``), ``"fp8_e4m3"`` or
       ``"fp8_e5m2"``: one byte per element (source text §1's $b = 1$), so the default pool
       holds twice the blocks of a 16-bit cache in the same bytes; the scales are calibrated
@@ -58,57 +58,31 @@ class LLM:
     - ``speculative``: a ``SpeculativeConfig`` (or a dict of its fields, as vLLM's
       ``speculative_config``) turns on speculative tree decoding: an n-gram or draft-model
       drafter guesses a token tree, the model verifies it in one pass (``minipaged.speculative``).
+
+    A bad setting, or a pair that cannot run together, is refused here, before the model
+    loads; ``llm.config`` is the config the engine runs.
     """
 
     def __init__(
         self,
-        model: str | Path = "tiny",
+        model: str | Path | None = None,
         *,
-        block_size: int = 16,
-        num_gpu_blocks: int | None = None,
-        num_cpu_blocks: int | None = None,
-        backend: str = "auto",
-        preemption: str = "recompute",
-        prefix_caching: str | None = None,
-        block_manager_class: type[BlockManager] = BlockManager,
-        seed: int = 0,
-        device: str = "cpu",
-        dtype: torch.dtype | str = torch.float32,
-        max_num_seqs: int = 32,
-        watermark: float = 0.01,
-        skip_tokenizer_init: bool = False,
-        kv_cache_dtype: str = "auto",
-        speculative: SpeculativeConfig | dict | str | None = None,
+        config: EngineConfig | None = None,
+        **settings: object,
     ) -> None:
-        if not isinstance(block_size, int) or block_size <= 0:
-            raise ValueError(f"block_size (B) must be a positive integer, got {block_size!r}")
-        dtype = _torch_dtype(dtype)
-        cache_dtype = _kv_cache_dtype(kv_cache_dtype, dtype)
-        path = model_directory(model)
-        self.model = load_model(path, dtype=dtype, device=device)
-        self.tokenizer = None if skip_tokenizer_init else Tokenizer(path)
-        config = self.model.config
-        if num_gpu_blocks is None:
-            num_gpu_blocks = default_num_gpu_blocks(config, block_size, cache_dtype)
-        self.engine = LLMEngine(
-            self.model,
-            self.tokenizer,
-            block_size=block_size,
-            num_gpu_blocks=num_gpu_blocks,
-            num_cpu_blocks=num_gpu_blocks if num_cpu_blocks is None else num_cpu_blocks,
-            backend=backend,
-            preemption=preemption,
-            seed=seed,
-            max_num_seqs=max_num_seqs,
-            watermark=watermark,
-            prefix_caching=prefix_caching,
-            block_manager_class=block_manager_class,
-            kv_cache_dtype=cache_dtype,
-            speculative=speculative_config(speculative),
-        )
-        if fp8.is_fp8(cache_dtype):
+        if model is not None:
+            settings["model"] = model
+        config = (config or EngineConfig()).replace(**settings)
+        check_device(config.device)
+        path = model_directory(config.model)
+        self.config = config
+        self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
+        self.tokenizer = None if config.skip_tokenizer_init else Tokenizer(path)
+        self.engine = LLMEngine(self.model, self.tokenizer, config)
+        if fp8.is_fp8(self.engine.kv_cache.dtype):
+            kv_cache_dtype = self.engine.kv_cache.dtype
             token_ids = calibration_tokens(self.model, self.tokenizer)
-            scales = calibrate_kv_scales(self.model, token_ids, cache_dtype, block_size)
+            scales = calibrate_kv_scales(self.model, token_ids, kv_cache_dtype, config.block_size)
             self.engine.kv_cache.set_scales(*scales)
 
     def generate(
@@ -181,13 +155,12 @@ class LLM:
         ) as progress:
             task = progress.add_task("requests", total=len(ids) - len(results))
             while engine.has_unfinished():
-                step = engine.step()
+                step = engine.step(snapshot=on_step is not None)  # nobody else reads the state
                 if on_step is not None:
                     on_step(step)
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
-                del step  # held by no one, its snapshot is never built (engine.Deferred)
 
 
 def prompt_list(prompts) -> list[Prompt]:
@@ -225,69 +198,23 @@ def params_list(sampling_params, count: int) -> list[SamplingParams]:
     return list(sampling_params)
 
 
-def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be a torch.dtype or one of {list(DTYPES)}, got {dtype!r}")
-    return DTYPES[dtype]
-
-
-def _kv_cache_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
-    """The pools' dtype for ``LLM(kv_cache_dtype=...)``, with errors that name the way out."""
-    if isinstance(kv_cache_dtype, torch.dtype) or kv_cache_dtype in DTYPES:
-        raise ValueError(
-            f"kv_cache_dtype {kv_cache_dtype!r}: a float KV cache follows the model, so pass "
-            f"kv_cache_dtype='auto' with dtype={kv_cache_dtype!r}; kv_cache_dtype itself is "
-            f"'auto' or one of {list(fp8.KV_CACHE_DTYPES)}"
-        )
-    return fp8.cache_dtype(kv_cache_dtype, dtype)
-
-
-def check_kv_cache_fits(
-    model: str | Path,
-    block_size: int,
-    num_gpu_blocks: int | None,
-    num_cpu_blocks: int | None,
-    kv_cache_dtype: str,
-    free: int | None,
-) -> None:
+def check_kv_cache_fits(config: EngineConfig, free: int | None) -> None:
     """Refuse pools that would not fit in ``free`` bytes (None: unknown, never refuse), before
     anything is allocated: device plus host blocks of BlockSizeBytes with the KV cache's $b$."""
-    config = load_config(model)
-    dtype = _kv_cache_dtype(kv_cache_dtype, torch.float32)  # the weights load as float32
+    model = load_config(config.model)
     shape = ModelShape(
-        config.num_hidden_layers,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        torch.finfo(dtype).bits // 8,
+        model.num_hidden_layers,
+        model.num_attention_heads,
+        model.num_key_value_heads,
+        model.head_dim,
+        config.kv_dtype_bytes,
     )
-    device = num_gpu_blocks or default_num_gpu_blocks(config, block_size, dtype)
-    host = device if num_cpu_blocks is None else num_cpu_blocks
-    need = (device + host) * shape.block_bytes(block_size)
+    block_bytes = shape.block_bytes(config.block_size)
+    device, host = config.pool_sizes(block_bytes, model.max_position_embeddings)
+    need = (device + host) * block_bytes
     if free is not None and need > free:
         raise ValueError(
             f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
-            f"blocks of B = {block_size}) but {free / 1e9:,.1f} GB are free; lower "
+            f"blocks of B = {config.block_size}) but {free / 1e9:,.1f} GB are free; lower "
             "--num-gpu-blocks, --num-cpu-blocks or --block-size"
         )
-
-
-def default_num_gpu_blocks(
-    config: LlamaConfig, block_size: int, dtype: torch.dtype = torch.float32
-) -> int:
-    """$\\mathcal{P}_{\\max}$ when none is given: as many blocks as fit in 256 MiB, and at
-    least enough for one full context of ``config.max_position_embeddings`` tokens. ``dtype``
-    is the KV cache's: its bytes per element $b$ set the block's size, so an FP8 cache
-    ($b = 1$) gets twice the blocks of a 16-bit one."""
-    shape = ModelShape(
-        config.num_hidden_layers,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-        config.head_dim,
-        torch.finfo(dtype).bits // 8,  # b: 4 for float32, 2 for 16-bit, 1 for FP8
-    )
-    per_context = -(-config.max_position_embeddings // block_size)
-    fits = DEFAULT_KV_CACHE_BYTES // shape.block_bytes(block_size)
-    return max(fits, per_context)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from minipaged.attention import NO_BLOCK
-from minipaged.backend import PagedBatch
+from minipaged.backend import PagedBatch, split_rows
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
 from minipaged.scheduler import SchedulerOutput
@@ -28,7 +28,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> Tensor | None:
         """Run ``plan``; return the logits ``[len(plan.scheduled), vocab]`` of each scheduled
-        sequence's last token, or None when nothing is scheduled.
+        row's last query (its sequence's last token: ``ScheduledSeq.samples``), or None when
+        nothing is scheduled.
 
         The copies run first and in this order: swap-outs before anything can overwrite the
         device blocks they free, swap-ins, then copy-on-write copies before the forward pass
@@ -47,8 +48,8 @@ class ModelRunner:
         return self.model.forward(tokens, positions, self.kv_cache, batch, last_token)
 
     def prepare(self, plan: SchedulerOutput) -> tuple[Tensor, Tensor, PagedBatch]:
-        """The step's inputs as tensors: tokens and positions ``[N]`` (each sequence's last
-        ``num_query_tokens`` tokens, in batch order) and their ``PagedBatch``.
+        """The step's inputs as tensors: tokens and positions ``[N]`` (each row's
+        ``query_positions``, in batch order) and their ``PagedBatch``.
 
         Sequence $b$'s token at position $t$ goes to slot
         $\\mathcal{T}_b[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$ (``memory.slot``).
@@ -68,14 +69,11 @@ class ModelRunner:
         tables: list[int] = []  # the padded block tables, row after row
         for item in scheduled:
             token_ids, table = item.seq.token_ids, item.block_table
-            seq_len = len(token_ids)
-            first = seq_len - item.num_query_tokens  # position of the first token computed
-            tokens += token_ids[first:]
-            positions += range(first, seq_len)
-            slots += [
-                table[t // block_size] * block_size + t % block_size for t in range(first, seq_len)
-            ]
-            seq_lens.append(seq_len)
+            computed = item.query_positions  # the sequence's last num_query_tokens positions
+            tokens += token_ids[computed.start : computed.stop]
+            positions += computed
+            slots += [table[t // block_size] * block_size + t % block_size for t in computed]
+            seq_lens.append(computed.stop)  # tokens in the cache once this step has written
             query_lens.append(item.num_query_tokens)
             tables += table
             tables += [NO_BLOCK] * (width - len(table))
@@ -89,6 +87,7 @@ class ModelRunner:
             seq_lens=ints[:batch_size],  # [batch] int32
             query_lens=ints[batch_size : 2 * batch_size],  # [batch] int32
             block_size=block_size,
+            split=split_rows(query_lens, self.device),
             backend=self.backend,
         )
         return longs[:n], longs[n : 2 * n], batch

@@ -1,11 +1,11 @@
 """What the engine returns: per request, vLLM's ``RequestOutput`` with a ``CompletionOutput``
 per sequence; per step, a ``StepOutput`` with the new tokens, the block manager's events and a
-snapshot of the block state (built only when read, ``Deferred``). ``minipaged.engine``
-re-exports them all."""
+snapshot of the block state. Plain values: the TUI, traces and statistics import them from
+here, without the engine (or torch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from minipaged.block_state import BlockState
 from minipaged.events import Event
@@ -47,44 +47,36 @@ class SeqView:
     status: str
 
 
-class Deferred:
-    """A field of a frozen dataclass that may be given as a function and is computed on first
-    read (then kept): ``StepOutput.state`` and ``.sequences`` read as a ``BlockState`` and a
-    dict, but a caller that never reads them (``LLM.generate``) never pays for building them."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, output: object, owner: type | None = None):
-        if output is None:  # the dataclass asks for a default: there is none
-            raise AttributeError(self.name)
-        value = output.__dict__[self.name]
-        if callable(value):
-            value = output.__dict__[self.name] = value()
-        return value
-
-    def __set__(self, output: object, value: object) -> None:
-        output.__dict__[self.name] = value
-
-
 @dataclass(frozen=True)
 class StepOutput:
     """Everything one step did: ``new_tokens`` (seq id -> token), the block manager's
     ``events`` in order, the block ``state`` after the step, every live sequence, the queues
     (request ids), the requests that finished, and how many tokens were prefilled / decoded /
-    found in the prefix cache (prefill skipped).
+    found in the prefix cache (prefill skipped). Made by one builder, ``LLMEngine.report``.
 
-    ``state`` and ``sequences`` are built when first read. The engine builds them before it
-    changes anything they describe if this output is still held, so they always describe the
-    moment the step ended, and an output dropped unread costs nothing (``LLMEngine.settle``)."""
+    ``state`` and ``sequences`` are None when the caller of ``LLMEngine.step`` asked for no
+    snapshot (``LLM.generate`` with nobody watching the steps).
+
+    ``drafted``: with speculative decoding, the step as it stood once the drafters' branches
+    were forked, before the verify pass pruned them (its events are the first
+    ``len(drafted.events)`` of ``events``, and it made no token); the step's end state shows
+    only the kept branch. None when nothing was drafted. Not recorded in traces, and not
+    compared: a replayed step equals the live one."""
 
     step: int
     new_tokens: dict[int, int]
     events: tuple[Event, ...]
-    state: BlockState = Deferred()
-    sequences: dict[int, SeqView] = Deferred()
+    state: BlockState | None
+    sequences: dict[int, SeqView] | None
     queues: dict[str, tuple[str, ...]]
     finished: tuple[RequestOutput, ...]
     num_prefill_tokens: int
     num_decode_tokens: int
     num_cached_tokens: int = 0
+    drafted: StepOutput | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def empty(cls, state: BlockState) -> StepOutput:
+        """Step 0 over ``state``: nothing made, nothing queued (a replayed trace's first frame,
+        which has no engine to report it)."""
+        return cls(0, {}, (), state, {}, {"waiting": (), "running": (), "swapped": ()}, (), 0, 0)

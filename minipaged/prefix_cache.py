@@ -1,5 +1,9 @@
 """Prefix caching by block hash, as vLLM does: a full block is found again by its contents.
 
+Prefix caching is two modules, read in this order: this one (the idea, the operations both
+caches offer, and vLLM's hash cache), then ``minipaged.radix_cache`` (SGLang's radix tree, the
+same operations over a tree). ``BlockManager(prefix_caching="hash" | "radix")`` picks one.
+
 Source text §5 and §7: requests that share a prefix (a system prompt, earlier turns of a
 conversation) can share its KV blocks instead of recomputing them. A *full* block $j$ of a
 sequence is identified by a chained hash of its parent's hash and its own $B$ token ids,
@@ -17,8 +21,8 @@ recently used first. Sequences release their blocks last block first, so a child
 always evicted before its parent.
 
 Both caches (this one and ``minipaged.radix_cache.RadixCache``) offer the same operations to
-the block manager: ``match`` (a pure lookup: it never changes the cache), ``insert`` and
-``forget``; ``minipaged.prefix_caching`` picks one by name.
+the block manager, ``PrefixCache``: ``match`` (a pure lookup: it never changes the cache),
+``insert`` and ``forget``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Prefix caching with a radix tree, as SGLang's RadixAttention does (source text §7).
 
+The second of prefix caching's two modules: read ``minipaged.prefix_cache`` first (the idea,
+the ``PrefixCache`` operations this tree offers too, and vLLM's hash cache it is set against).
+
 The tree's edges are labelled with runs of tokens and hold the KV blocks of those tokens; the
 path from the root to a node spells a cached prefix. Where the hash cache
 (``minipaged.prefix_cache``) finds block $j$ by hashing the $j$ blocks before it, the tree

@@ -69,8 +69,9 @@ class SamplingParams:
             f"beam_width must be an integer >= 1, got {self.beam_width!r}",
         )
         need(
-            self.seed is None or _is_int(self.seed),
-            f"seed must be an integer or None, got {self.seed!r}",
+            self.seed is None or (_is_int(self.seed) and -(2**63) <= self.seed < 2**64),
+            "seed must be an integer from -2**63 up to, not including, 2**64 (a generator's "
+            f"seed) or None, got {self.seed!r}",
         )
         need(
             _is_number(self.length_penalty) and math.isfinite(self.length_penalty),

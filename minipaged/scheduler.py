@@ -35,10 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.config import check_setting
 from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
-
-PREEMPTION_MODES = ("recompute", "swap")
 
 
 class SchedulerStuck(RuntimeError):
@@ -48,14 +47,34 @@ class SchedulerStuck(RuntimeError):
 
 @dataclass(slots=True)
 class ScheduledSeq:
-    """One sequence in this step's batch: it computes its last ``num_query_tokens`` tokens
-    (all of them for a prefill, one for a decode step) with block table ``block_table``."""
+    """One sequence in this step's batch: it computes ``num_query_tokens`` tokens (a whole
+    prompt, or what the prefix cache did not hold, for a prefill; one for a decode step) with
+    block table ``block_table``.
+
+    Two things hold for every row today that chunked prefill (a prompt computed over several
+    steps) will break; each is named here, and read from here:
+
+    - ``query_positions``: the tokens computed are the sequence's *last* ``num_query_tokens``
+      (``ModelRunner.prepare`` computes those positions). A chunk that stops short of the
+      prompt's end is not at the end.
+    - ``samples``: the row's last query is the sequence's last token, so its logits choose the
+      next token (``Decoder.decode`` samples only such rows). A chunk before the prompt's last
+      one has no next token to choose.
+    """
 
     group: SequenceGroup
     seq: Sequence
     num_query_tokens: int
     block_table: list[int]
     is_prefill: bool
+    samples: bool = True  # always, until a prompt can be computed in chunks
+
+    @property
+    def query_positions(self) -> range:
+        """The positions $t$ this row computes: always the sequence's last
+        ``num_query_tokens``, until a prompt can be computed in chunks."""
+        end = len(self.seq.token_ids)
+        return range(end - self.num_query_tokens, end)
 
 
 @dataclass(slots=True)
@@ -87,17 +106,13 @@ class Scheduler:
         max_num_seqs: int = 32,
         max_num_batched_tokens: int = 2048,
     ) -> None:
-        if preemption not in PREEMPTION_MODES:
-            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {preemption!r}")
-        for name, value in (
-            ("max_num_seqs", max_num_seqs),
-            ("max_num_batched_tokens", max_num_batched_tokens),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(
-                    f"{name} must be a positive integer, got {value!r}: "
-                    "with no room in a batch no request could ever run"
-                )
+        settings = {
+            "preemption": preemption,
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+        }
+        for name, value in settings.items():
+            check_setting(name, value, resolved=True)  # the rules of EngineConfig's fields
         self.block_manager = block_manager
         self.preemption = preemption
         self.max_num_seqs = max_num_seqs

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from minipaged.block_manager import BlockState
-from minipaged.engine import StepOutput
+from minipaged.block_state import BlockState
+from minipaged.outputs import StepOutput
 
 
 def slot_usage(state: BlockState) -> tuple[int, int]:

@@ -25,15 +25,20 @@ from types import TracebackType
 from typing import Any
 
 from minipaged import atomic_write
-from minipaged.block_manager import BlockState, TableState
-from minipaged.engine import CompletionOutput, RequestOutput, SeqView, StepOutput
-from minipaged.events import EVENT_TYPES, Event
+from minipaged.block_state import BlockState, TableState
+from minipaged.events import EVENTS, Event
+from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
+from minipaged.speculative.events import SPECULATIVE_EVENTS
 
 FORMAT = "minipaged-trace"
 VERSION = 2
 KEYFRAME_EVERY = 32
 """Steps between keyframes: a reader can start from any keyframe, and a delta line depends
 on at most this many lines before it."""
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in EVENTS + SPECULATIVE_EVENTS}
+"""Every event kind a trace may hold, by the name it is saved under: the block manager's and
+speculative decoding's, listed here rather than collected as modules happen to be imported."""
 
 _POOLS = ("device", "host")
 _ORDERED = ("device_free", "host_free", "cached")  # block lists whose order matters

@@ -19,7 +19,7 @@ from rich.text import Text
 from minipaged.arguments import say
 
 if TYPE_CHECKING:  # these import torch; printing needs none of it
-    from minipaged.engine import RequestOutput
+    from minipaged.outputs import RequestOutput
     from minipaged.stats import RunStats
     from minipaged.tokenizer import Tokenizer
     from minipaged.trace import Trace

@@ -283,7 +283,7 @@ def assert_kernels_generate_the_torch_tokens(model, backend_name: str, *cache) -
     assert results[backend_name] == results["torch"]
 
 
-def fork_and_swap_run(model, backend: str, kv_cache_dtype=None, scales=None):
+def fork_and_swap_run(model, backend: str, kv_cache_dtype="auto", scales=None):
     """Greedy tokens of a request with n = 2 and one more, on 5 device blocks of B = 4 with
     swap preemption, through ``backend`` (an FP8 cache: ``kv_cache_dtype`` and its
     ``scales``). Returns the samples' tokens by request id and the event kinds seen."""

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from minipaged import invariants
-from minipaged.block_manager import AllocStatus, BlockManager, BlockState
+from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.block_state import BlockState
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.llm import LLM
@@ -198,7 +199,9 @@ def test_an_interrupted_generate_leaves_the_pool_as_it_found_it(tiny, interrupt)
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True])
 def test_max_num_seqs_must_be_a_positive_integer(value):
-    with pytest.raises(ValueError, match=f"max_num_seqs must be a positive integer, got {value}"):
+    with pytest.raises(
+        ValueError, match=f"max_num_seqs must be an integer of at least 1, got {value}"
+    ):
         Scheduler(BlockManager(4), max_num_seqs=value)
 
 

@@ -1,14 +1,25 @@
-"""The architecture DESIGN.md promises, checked on the source text of every module.
+"""The project's architecture, stated here and checked on the source text of every module.
 
 - No import cycle among the project's modules (``minipaged``, ``cuda_kernels``, ``tui``),
   counting imports inside functions too: a deferred import hides a cycle, it does not break it.
   Only imports under ``if TYPE_CHECKING:``, which never run, are left out.
 - The paging modules (allocator, block tables, block managers, prefix caches, events,
-  invariants) import no torch, directly or through another project module: they hold ints.
+  invariants) import no torch, directly or through another project module: they hold ints. So
+  do the value types and their readers (``outputs``, ``block_state``, ``trace``, ``stats``)
+  and the settings (``config``, ``arguments``): a trace loads, and a flag parses, without torch.
 - ``minipaged.backend`` is the only project module that imports ``cuda_kernels``, so the
   reference (``attention``, ``kv_cache``) that every kernel is tested against imports none.
 - ``minipaged.contract``, the checks the reference and the kernels share, imports no other
   project module.
+- Dependencies point one way: ``minipaged`` does not import ``tui`` (the command line, which
+  starts ``minipaged tui``, and the two places that drive the TUI's scenarios are named
+  exceptions).
+- One ``EngineConfig`` (``minipaged.config``) holds the engine's settings: ``LLM``,
+  ``LLMEngine``, the TUI's scenarios and both command lines build from it, none of them spells
+  a setting out again, and the command lines' engine flags are generated from its fields.
+- The core block manager always records its events and reads as the source text: no
+  ``record_events`` switch, no fast path on the pool's type, no whole-table refcount calls
+  (the simulator's shortcuts live in ``minipaged.study.fast_manager``).
 - No module is over 400 lines.
 
 Imports are read with ``ast``, not by importing: nothing here loads torch or numba.
@@ -27,7 +38,7 @@ PAGING = [
     "minipaged.allocator",
     "minipaged.block_table",
     "minipaged.block_manager",
-    "minipaged.fast_manager",
+    "minipaged.study.fast_manager",
     "minipaged.prefix_cache",
     "minipaged.radix_cache",
     "minipaged.events",
@@ -150,7 +161,18 @@ def test_no_import_cycles_among_project_modules():
     )
 
 
-@pytest.mark.parametrize("module", PAGING)
+TORCH_FREE = [
+    *PAGING,
+    "minipaged.outputs",
+    "minipaged.block_state",
+    "minipaged.trace",
+    "minipaged.stats",
+    "minipaged.config",
+    "minipaged.arguments",
+]
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
 def test_paging_modules_import_no_torch_even_through_other_modules(module):
     offenders = sorted(m for m in reachable(GRAPH, module) if imports_torch(m))
     assert not offenders, f"{module} reaches torch through {offenders}"
@@ -182,6 +204,85 @@ def test_no_module_is_over_400_lines():
     sizes = {module: len(path.read_text().splitlines()) for module, path in FILES.items()}
     too_long = {module: lines for module, lines in sizes.items() if lines > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+TUI_IMPORTERS = {
+    "minipaged.cli": "runs `minipaged tui`, as it runs every subcommand",
+    "minipaged.grader.recorded_run": "runs a scenario on a student's code (26 §4 moves it)",
+    "minipaged.study.bench.tui": "the benchmark of the TUI's own step time",
+}
+
+
+def test_minipaged_imports_no_tui_but_where_named():
+    importers = {
+        module
+        for module, targets in GRAPH.items()
+        if module.startswith("minipaged") and any(t.split(".")[0] == "tui" for t in targets)
+    }
+    assert importers <= set(TUI_IMPORTERS), sorted(importers - set(TUI_IMPORTERS))
+
+
+def source_tree(module: str) -> ast.Module:
+    return ast.parse(FILES[module].read_text(), str(FILES[module]))
+
+
+SETTINGS = {  # EngineConfig's fields, read from its source (no import: it is a test of text)
+    node.target.id
+    for config in ast.walk(source_tree("minipaged.config"))
+    if isinstance(config, ast.ClassDef) and config.name == "EngineConfig"
+    for node in config.body
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+}
+
+
+def test_the_settings_are_read_from_the_config_source():
+    assert {"block_size", "num_gpu_blocks", "num_cpu_blocks", "preemption"} <= SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("module", "owner"),
+    [("minipaged.llm", "LLM"), ("minipaged.engine", "LLMEngine"), ("tui.scenarios", "Scenario")],
+)
+def test_the_config_users_spell_no_setting_out_again(module, owner):
+    """``LLM``, ``LLMEngine`` and ``Scenario`` take a config (and settings by name), never a
+    parameter or field per setting: a new setting must not need a new line in each."""
+    assert "minipaged.config" in GRAPH[module] or "tui.engine_config" in GRAPH[module]
+    (cls,) = [
+        node
+        for node in ast.walk(source_tree(module))
+        if isinstance(node, ast.ClassDef) and node.name == owner
+    ]
+    spelled = set()
+    for node in ast.walk(cls):
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            spelled |= {arg.arg for arg in node.args.args + node.args.kwonlyargs}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            spelled.add(node.target.id)
+    assert not spelled & (SETTINGS - {"model"}), sorted(spelled & SETTINGS)
+
+
+@pytest.mark.parametrize("module", ["minipaged.cli", "tui.command"])
+def test_the_command_lines_generate_their_engine_flags(module):
+    tree = source_tree(module)
+    calls = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert {"add_config_flags", "config_from_flags"} <= calls
+    by_hand = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    } & {f"--{name.replace('_', '-')}" for name in SETTINGS}
+    assert not by_hand, f"{module} writes engine flags by hand: {sorted(by_hand)}"
+
+
+@pytest.mark.parametrize("module", ["minipaged.block_manager", "minipaged.allocator"])
+def test_the_core_block_manager_has_no_simulator_shortcut(module):
+    text = FILES[module].read_text()
+    for shortcut in ("record_events", "recording", "incref_all", "decref_all", "type(pool)"):
+        assert shortcut not in text, f"{module} still holds {shortcut!r}"
 
 
 def write_package(root: Path, files: dict[str, str]) -> None:

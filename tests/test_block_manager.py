@@ -290,23 +290,3 @@ def test_invariants_report_a_table_with_the_wrong_length():
     manager = BlockManager(num_gpu_blocks=4, block_size=4)
     manager.allocate(0, num_tokens=4).num_tokens = 5
     assert invariants.check(manager)["M = ceil(L / B)"]
-
-
-def test_the_old_pool_keywords_still_work_and_name_the_new_ones():
-    """``num_device_blocks`` / ``num_host_blocks`` were the block manager's and KV cache's
-    names before they took ``LLM``'s (vLLM's); old code runs, and is told what to write."""
-    from minipaged.kv_cache import KVCache
-
-    with pytest.warns(DeprecationWarning) as record:
-        old = BlockManager(num_device_blocks=6, num_host_blocks=3, block_size=4)
-    assert {str(w.message) for w in record} == {
-        "num_device_blocks= is now called num_gpu_blocks=",
-        "num_host_blocks= is now called num_cpu_blocks=",
-    }
-    new = BlockManager(num_gpu_blocks=6, num_cpu_blocks=3, block_size=4)
-    assert (old.device.num_blocks, old.host.num_blocks) == (new.device.num_blocks, 3)
-    with pytest.warns(DeprecationWarning, match="num_cpu_blocks="):
-        cache = KVCache(1, 2, 1, 4, 8, num_host_blocks=5)
-    assert cache.num_cpu_blocks == 5
-    with pytest.raises(TypeError, match="pass num_gpu_blocks= only"):
-        BlockManager(num_gpu_blocks=6, num_device_blocks=6)

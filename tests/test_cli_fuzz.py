@@ -393,10 +393,10 @@ def test_ctrl_c_in_a_command_exits_130_in_one_line(monkeypatch, capsys):
 AT_FIRST_STEP = (
     "from minipaged.engine import LLMEngine\n"
     "first = LLMEngine.step\n"
-    "def step(self):\n"
+    "def step(self, *args, **kwargs):\n"
     "    LLMEngine.step = first\n"
     "    print('running', file=sys.stderr, flush=True)\n"
-    "    return first(self)\n"
+    "    return first(self, *args, **kwargs)\n"
     "LLMEngine.step = step\n"
 )
 

@@ -42,8 +42,9 @@ from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collecte
 )
 
 from cuda_kernels import cpu
-from cuda_kernels.cpu.paged_attention import fp8_arguments
+from cuda_kernels.cpu.launch import kernel_array
 from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
+from cuda_kernels.decode_arguments import fp8_arguments
 from minipaged.attention import paged_attention_decode_partitions
 
 
@@ -68,7 +69,7 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     m_k, l_k, o_k = torch.empty_like(m_ref), torch.empty_like(l_ref), torch.empty_like(o_ref)
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
-    no_fp8 = fp8_arguments(key_pool, None, None)  # float32 pools: scales 1
+    no_fp8 = fp8_arguments(key_pool, None, None, kernel_array)  # float32 pools: scales 1
     paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8)
     for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
         torch.testing.assert_close(got, want, **TOLERANCE)

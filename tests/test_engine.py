@@ -159,10 +159,12 @@ def test_step_output_reports_queues_sequences_and_token_counts(model):
     assert second.num_prefill_tokens == 0 and second.num_decode_tokens == 1
 
 
-def test_a_held_step_output_describes_its_own_step_and_a_dropped_one_costs_nothing(model):
-    """``StepOutput.state`` and ``.sequences`` are built when first read; read after later
-    steps, requests and aborts, they must still equal what an eager snapshot taken when the
-    step ended says. A step output nobody holds is never snapshotted."""
+def test_a_held_step_output_describes_its_own_step_and_one_without_a_snapshot_costs_none(
+    model,
+):
+    """A ``StepOutput`` is a value: read after later steps, requests and aborts, its state and
+    sequences still equal what a snapshot taken when the step ended says. A step asked for no
+    snapshot (``LLM.generate`` with nobody watching) builds none."""
     engine = LLMEngine(model, block_size=4, num_gpu_blocks=24)
     params = SamplingParams(max_tokens=6, temperature=0, n=2, ignore_eos=True)
     for prompt in PROMPTS[:2]:
@@ -183,5 +185,6 @@ def test_a_held_step_output_describes_its_own_step_and_a_dropped_one_costs_nothi
     snapshot = engine.block_manager.snapshot
     engine.block_manager.snapshot = lambda: built.append(1) or snapshot()
     while engine.has_unfinished():
-        engine.step().finished  # noqa: B018  (read a field; drop the output)
+        output = engine.step(snapshot=False)
+        assert output.state is None and output.sequences is None
     assert built == []

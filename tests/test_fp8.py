@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kernel_properties import make_case
 
 from minipaged import LLM, attention, fp8, memory
+from minipaged.config import EngineConfig
 from minipaged.kv_cache import KVCache, write_kv
 from minipaged.llm import check_kv_cache_fits
 from minipaged.stats import RunStats
@@ -200,8 +201,8 @@ def test_generates_memory_table_names_the_kv_dtype_blocks_and_bytes():
 
 
 def test_the_free_memory_check_counts_one_byte_per_fp8_element():
-    blocks = {"num_gpu_blocks": 100, "num_cpu_blocks": 0}
+    pools = EngineConfig(num_gpu_blocks=100, num_cpu_blocks=0)
     need_fp32 = 100 * LLM("tiny").engine.kv_cache.bytes_per_block
     with pytest.raises(ValueError, match="the KV cache would take"):
-        check_kv_cache_fits("tiny", 16, *blocks.values(), "auto", need_fp32 - 1)
-    check_kv_cache_fits("tiny", 16, *blocks.values(), "fp8_e4m3", need_fp32 // 4)
+        check_kv_cache_fits(pools, need_fp32 - 1)
+    check_kv_cache_fits(pools.replace(kv_cache_dtype="fp8_e4m3"), need_fp32 // 4)

@@ -136,9 +136,11 @@ def test_a_missing_model_directory_is_named_in_the_error(tmp_path):
         ({"watermark": "x"}, "watermark"),
         ({"watermark": float("nan")}, "watermark"),
         ({"max_num_seqs": 0}, "max_num_seqs"),
-        ({"num_gpu_blocks": "8"}, "num_blocks"),
-        ({"num_cpu_blocks": -1}, "num_blocks"),
-        ({"device": None}, "device None is not a device name; use 'cpu' or 'cuda'$"),
+        ({"num_gpu_blocks": "8"}, "num_gpu_blocks must be an integer of at least 1 or None"),
+        ({"num_cpu_blocks": -1}, "num_cpu_blocks must be an integer of at least 0 or None"),
+        ({"device": None}, "device must be 'cpu', 'cuda' or 'cuda:N', got None$"),
+        ({"device": "tpu"}, "device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'$"),
+        ({"device": "cuda:99"}, "device 'cuda:99': CUDA is not available here|device 'cuda:99': "),
         ({"block_manager_class": 5}, "block_manager_class must be a class"),
     ],
 )
@@ -163,10 +165,12 @@ def test_auto_runs_the_cpu_twins_where_they_fit_and_the_reference_elsewhere(monk
 
 
 def test_an_unknown_backend_is_refused_naming_every_choice(capsys):
-    with pytest.raises(ValueError, match=r"'triton'; supported: \['auto', 'torch', 'numba', "):
+    with pytest.raises(ValueError, match=r"'auto', 'torch', 'numba', 'numba-cpu', got 'triton'"):
         LLM("tiny", backend="triton")
     assert cli.main(["generate", "--prompt", PROMPT, "--backend", "triton"]) == 2
-    assert "unknown attention backend 'triton'" in capsys.readouterr().err
+    assert "invalid choice: 'triton' (choose from 'auto', 'torch', 'numba', 'numba-cpu')" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

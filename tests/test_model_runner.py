@@ -107,7 +107,7 @@ def test_execute_returns_one_row_of_logits_per_scheduled_sequence(case):
 @given(plans())
 def test_a_mixed_step_attends_as_if_every_row_were_a_prefill(case):
     """A step with decodes and prompts side by side sends the decode rows through the decode
-    path and the prompts through prefill (``backend.split_batch``); every row must get what
+    path and the prompts through prefill (``backend.split_rows``); every row must get what
     the causal prefill over the whole batch gives it."""
     block_size, plan = case
     _, _, batch = runner(block_size).prepare(plan)

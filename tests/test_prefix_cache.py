@@ -14,7 +14,6 @@ from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model
 from minipaged.engine import LLMEngine
 from minipaged.prefix_cache import HashPrefixCache
-from minipaged.prefix_caching import make_prefix_cache
 from minipaged.radix_cache import RadixCache
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
@@ -123,8 +122,8 @@ def test_radix_shares_a_prefix_whichever_block_first_held_the_parent():
 
 
 def test_unknown_prefix_cache_kind_is_refused_listing_the_choices():
-    with pytest.raises(ValueError, match="None, 'hash' or 'radix'"):
-        make_prefix_cache("lru", block_size=16)
+    with pytest.raises(ValueError, match="one of 'hash', 'radix' or None, got 'lru'"):
+        BlockManager(16, block_size=16, prefix_caching="lru")
 
 
 # -- the block manager with a cache -----------------------------------------------------------

@@ -1,11 +1,14 @@
 """The model-free simulator and its workloads: reproducible, exact on hand-counted cases, and
 true to each allocator's guarantees at scale."""
 
+import contextlib
+import io
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
-from minipaged import memory
+from minipaged import cli, memory
 from minipaged.study.baselines import OrcaAllocator, PagedAllocator, StaticAllocator
 from minipaged.study.bench.memory import kv_budget_bytes, make_allocators
 from minipaged.study.bench.sharing import count_blocks
@@ -114,19 +117,24 @@ def test_kv_budget_needs_room_beside_the_weights():
         kv_budget_bytes(80, 140)
 
 
-@pytest.mark.parametrize("kind", [dict(beam_width=4), dict(n=3)], ids=["beam", "n=3"])
-def test_recording_events_or_not_changes_no_decision(kind):
-    """The simulator's block manager records no events (for speed); every count, every table
-    and every refcount must be what a recording manager gives on the same workload."""
-    requests = make_workload("enterprise", 24, max_len=2048, seed=1, **kind)
-    results, managers = [], []
-    for record in (True, False):
-        alloc = PagedAllocator(300, block_size=16)
-        alloc.manager.recording = record
-        results.append(Simulation(alloc, requests, seed=1).run())
-        managers.append(alloc.manager)
-    assert results[0] == results[1]
-    assert results[0].preemptions > 0, "the pool is small enough to preempt"
-    recorded, silent = managers
-    assert recorded.snapshot() == silent.snapshot()
-    assert silent.pop_events() == [] and recorded.recording
+GOLDEN = Path(__file__).parent / "golden"
+SIMULATE_RUNS = {
+    "beam4": ["--requests", "60", "--beam-width", "4"],
+    "n3-chat": ["--requests", "60", "--n", "3", "--workload", "chat"],
+}
+
+
+@pytest.mark.parametrize("output", ["txt", "json"])
+@pytest.mark.parametrize("name", SIMULATE_RUNS)
+def test_simulate_prints_byte_for_byte_what_it_printed_before_the_fast_manager_moved(
+    name, output, monkeypatch
+):
+    """``tests/golden`` holds what ``minipaged simulate`` printed (at 160 columns) when the
+    simulator's shortcuts still lived in the core block manager; moving them to
+    ``minipaged.study.fast_manager`` must change no byte, table or JSON."""
+    monkeypatch.setenv("COLUMNS", "160")
+    argv = ["simulate", *SIMULATE_RUNS[name], *(["--json"] if output == "json" else [])]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(argv) == 0
+    assert printed.getvalue() == (GOLDEN / f"simulate-{name}.{output}").read_text()

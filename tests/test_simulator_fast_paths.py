@@ -1,17 +1,17 @@
 """The simulator's shortcuts change no decision.
 
-``FastBlockManager.try_append`` and ``fork_replacing`` stand for ``can_append`` /
-``append_slot`` and for ``fork`` then ``free``; the simulator's beam step forks each extra child
-over an unpicked beam instead of forking every child before freeing every unpicked beam, and
-grows a whole group in one loop when none of its sequences ends. Three oracles:
+``minipaged.study.fast_manager.FastBlockManager`` keeps no events, and its ``try_append`` and
+``fork_replacing`` stand for ``can_append`` / ``append_slot`` and for ``fork`` then ``free``;
+the simulator's beam step forks each extra child over an unpicked beam instead of forking every
+child before freeing every unpicked beam, and grows a whole group in one loop when none of its
+sequences ends. Three oracles:
 
-1. random programs (allocate, append, beam steps, free, swap out and in; with and without each
-   kind of prefix cache) run on a plain recording ``BlockManager`` in the old order and on a
-   ``FastBlockManager`` with the shortcuts: after every operation the two snapshots (tables,
-   refcounts, free lists in order, cached blocks) are equal;
+1. random programs (allocate, append, beam steps, free, swap out and in) run on the core
+   ``BlockManager`` in the old order and on a ``FastBlockManager``: after every operation the
+   two snapshots (tables, refcounts, free lists in order) are equal;
 2. whole simulations, small pools that preempt included, give the same result and the same
-   tables and free list after every step with events recorded, with the plain calls unrecorded
-   and with the shortcuts;
+   tables and free list after every step on the core manager's plain calls (every event
+   recorded) and on the fast manager;
 3. on every allocator, the simulator's group growth against its sequence-by-sequence loop, with
    its running sums recounted from scratch after every step.
 """
@@ -25,13 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipaged.block_manager import BlockManager
-from minipaged.fast_manager import FastBlockManager
 from minipaged.study.baselines import (
     OrcaAllocator,
     PagedAllocator,
     StaticAllocator,
     VAttentionAllocator,
 )
+from minipaged.study.fast_manager import FastBlockManager
 from minipaged.study.simulator import Simulation, _rank_weights
 from minipaged.study.workloads import make_workload
 
@@ -48,18 +48,12 @@ OPERATIONS = st.lists(
 
 
 class Pair:
-    """The same program on a plain recording manager and on a fast silent one."""
+    """The same program on the core manager and on the simulator's fast one."""
 
-    def __init__(self, num_gpu_blocks, num_cpu_blocks, block_size, prefix_caching) -> None:
-        kwargs = dict(
-            num_gpu_blocks=num_gpu_blocks,
-            num_cpu_blocks=num_cpu_blocks,
-            block_size=block_size,
-            watermark=0.0,
-            prefix_caching=prefix_caching,
-        )
-        self.plain = BlockManager(**kwargs)
-        self.fast = FastBlockManager(**kwargs, record_events=False)
+    def __init__(self, num_gpu_blocks, num_cpu_blocks, block_size) -> None:
+        kwargs = dict(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+        self.plain = BlockManager(**kwargs, block_size=block_size, watermark=0.0)
+        self.fast = FastBlockManager(**kwargs, block_size=block_size)
         self.next_seq = 0
 
     def device_seqs(self) -> list[int]:
@@ -105,22 +99,17 @@ class Pair:
             assert self.plain.swap_in([seq]) == self.fast.swap_in([seq])
 
 
-def cached_tokens(manager: BlockManager) -> dict[int, int]:
-    return {seq: table.cached_tokens for seq, table in manager.tables.items()}
-
-
 @settings(max_examples=150)
 @given(
     num_gpu_blocks=st.integers(3, 24),
     num_cpu_blocks=st.sampled_from([0, 6]),
     block_size=st.sampled_from([1, 2, 4]),
-    prefix_caching=st.sampled_from([None, "hash", "radix"]),
     program=OPERATIONS,
 )
 def test_fast_manager_steps_equal_the_plain_calls(
-    num_gpu_blocks, num_cpu_blocks, block_size, prefix_caching, program
+    num_gpu_blocks, num_cpu_blocks, block_size, program
 ):
-    pair = Pair(num_gpu_blocks, num_cpu_blocks, block_size, prefix_caching)
+    pair = Pair(num_gpu_blocks, num_cpu_blocks, block_size)
     for operation, n, ranks in program:
         seqs, device = list(pair.plain.tables), pair.device_seqs()
         if operation == "allocate":
@@ -136,26 +125,30 @@ def test_fast_manager_steps_equal_the_plain_calls(
         elif operation == "swap" and seqs and num_cpu_blocks:
             pair.swap(seqs[n % len(seqs)])
         assert pair.fast.snapshot() == pair.plain.snapshot(), (operation, n, ranks)
-        assert cached_tokens(pair.fast) == cached_tokens(pair.plain)  # not in a snapshot
     assert pair.fast.pop_events() == []
 
 
 def test_fork_replacing_refuses_to_drop_the_parent():
-    manager = FastBlockManager(8, block_size=4, record_events=False)
+    manager = FastBlockManager(8, block_size=4)
     manager.allocate(0, 5)
     with pytest.raises(ValueError, match="parent of the fork"):
         manager.fork_replacing(0, 1, 0)
 
 
-def test_a_child_that_takes_over_a_dropped_table_has_no_cached_tokens():
-    """``fork`` gives a child ``cached_tokens`` 0; so does ``fork_replacing``, which reuses the
-    dropped beam's table object for the child."""
-    manager = FastBlockManager(16, block_size=2, prefix_caching="hash", record_events=False)
-    tokens = [1, 2, 3, 4, 5]
-    manager.allocate(0, 5, token_ids=tokens)
-    manager.allocate(1, 5, token_ids=tokens)  # finds seq 0's first two blocks cached
-    assert manager.table(1).cached_tokens == 4
-    assert manager.fork_replacing(0, 2, 1).cached_tokens == manager.fork(0, 3).cached_tokens == 0
+def test_the_core_block_manager_always_records_and_the_fast_one_never_does():
+    core, fast = BlockManager(8, block_size=4), FastBlockManager(8, block_size=4)
+    for manager in (core, fast):
+        manager.allocate(0, 5)
+        manager.fork(0, 1)
+        manager.free(1)
+    assert [event.kind for event in core.pop_events()] == [
+        *["alloc"] * 2,
+        "fork",
+        *["incref"] * 2,
+        *["decref"] * 2,
+    ]
+    assert fast.pop_events() == []
+    assert fast.snapshot() == core.snapshot()
 
 
 def test_rank_weights_draw_the_same_beams_as_plain_weights():
@@ -168,7 +161,26 @@ def test_rank_weights_draw_the_same_beams_as_plain_weights():
             assert plain.choices(range(k), weights=weights, k=k) == drawn
 
 
-# -- 2. whole simulations: recorded, plain and fast -----------------------------------------
+# -- 2. whole simulations: the core manager's plain calls and the fast manager ----------------
+
+
+class PlainPagedAllocator(PagedAllocator):
+    """The paged allocator on the core ``BlockManager`` (every event recorded), growing by
+    ``can_append`` / ``append_slot`` and replacing a beam by ``fork`` then ``free``."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+        super().__init__(num_blocks, block_size)
+        self.manager = BlockManager(num_blocks, block_size=block_size, watermark=0.0)
+
+    def grow(self, seq: int) -> bool:
+        if not self.manager.can_append(seq):
+            return False
+        self.manager.append_slot(seq)
+        return True
+
+    def fork_replacing(self, parent: int, child: int, dropped: int) -> None:
+        self.manager.fork(parent, child)
+        self.manager.free(dropped)
 
 
 class TracedSimulation(Simulation):
@@ -185,15 +197,14 @@ class TracedSimulation(Simulation):
 
 
 def run_paths(requests, spare_blocks: int, seed: int) -> list[tuple]:
-    """(result, per-step trace, final snapshot) with events recorded, with the plain calls
-    unrecorded, and with the shortcuts, on a pool with room for the largest request unshared
-    (a preempted request comes back so) and ``spare_blocks`` more."""
+    """(result, per-step trace, final snapshot) on the core manager's plain calls and on the
+    fast manager, on a pool with room for the largest request unshared (a preempted request
+    comes back so) and ``spare_blocks`` more."""
     largest = max(len(r.output_lens) * -(-max(r.final_lens) // 16) for r in requests)
     num_blocks = largest + spare_blocks
     runs = []
-    for recording, shortcuts in ((True, False), (False, False), (False, True)):
-        alloc = PagedAllocator(num_blocks, block_size=16)
-        alloc.manager.recording, alloc.manager.shortcuts = recording, shortcuts
+    for allocator in (PlainPagedAllocator, PagedAllocator):
+        alloc = allocator(num_blocks, block_size=16)
         simulation = TracedSimulation(alloc, requests, seed)
         simulation.trace = []
         runs.append((simulation.run(), simulation.trace, alloc.manager.snapshot()))
@@ -211,8 +222,8 @@ WORKLOADS = {
 @pytest.mark.parametrize("workload", WORKLOADS.values(), ids=WORKLOADS)
 def test_simulation_decides_the_same_on_every_path(workload):
     requests = make_workload(**workload, seed=1)
-    recorded, plain, fast = run_paths(requests, spare_blocks=40, seed=1)
-    assert recorded == plain == fast
+    plain, fast = run_paths(requests, spare_blocks=40, seed=1)
+    assert plain == fast
     assert fast[0].preemptions > 0, "the pool is small enough to preempt"
 
 
@@ -224,8 +235,8 @@ def test_simulation_decides_the_same_on_every_path(workload):
 )
 def test_random_simulations_decide_the_same_on_every_path(kind, spare_blocks, seed):
     requests = make_workload("alpaca", 8, seed=seed, **kind)
-    recorded, plain, fast = run_paths(requests, spare_blocks, seed)
-    assert recorded == plain == fast
+    plain, fast = run_paths(requests, spare_blocks, seed)
+    assert plain == fast
 
 
 # -- 3. the simulator's own shortcut and running sums, on every allocator ---------------------

@@ -16,7 +16,7 @@ from rich.console import Console
 from textual.widgets import Static
 
 from minipaged import trace
-from minipaged.block_manager import BlockState, TableState
+from minipaged.block_state import BlockState, TableState
 from minipaged.checkpoint import model_directory
 from tui import keymap
 from tui.app import PagedApp
@@ -27,7 +27,7 @@ from tui.pane import Pane, Selection
 from tui.picker import ScenarioPicker
 from tui.pool_view import MAX_ROWS, PoolView, pool_grid
 from tui.scenarios import SCENARIOS
-from tui.timeline import Timeline, opening_step
+from tui.timeline import Timeline
 
 pytestmark = [
     pytest.mark.anyio,
@@ -285,7 +285,7 @@ async def test_the_help_screen_lists_every_key_of_the_key_map():
         assert not isinstance(app.screen, HelpScreen)
 
 
-def test_the_bindings_follow_the_design_key_map():
+def test_the_bindings_follow_the_readme_key_table():
     keys = {binding.key: binding.action for binding in keymap.bindings()}
     assert keys["n"] == keys["right"] == "forward"
     assert keys["b"] == keys["left"] == "back"
@@ -334,7 +334,7 @@ async def test_clicking_a_block_selects_it_in_every_pane():
 def test_forward_presses_before_their_steps_exist_add_up():
     engine = SCENARIOS["several"].build()
     steps = [engine.step() for _ in range(3)]
-    timeline = Timeline(opening_step(engine))
+    timeline = Timeline(engine.report())
     navigator = Navigator(timeline, StepFeed())
     for _ in range(3):
         assert not navigator.forward().moved

@@ -236,8 +236,8 @@ def test_blocks_a_hit_takes_back_are_told_as_cached_and_a_recompute_counts_only_
 
 
 def test_a_finish_headline_counts_only_the_blocks_the_finished_sequences_free():
-    from minipaged.engine import StepOutput
     from minipaged.events import Finish, Free, Preempt
+    from minipaged.outputs import StepOutput
 
     events = (Finish(0, "length", 9), Free(0, 3), Free(0, 4), Preempt("1", (1,), "recompute"))
     events += (Free(1, 5),)

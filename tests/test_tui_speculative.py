@@ -11,6 +11,7 @@ from minipaged.checkpoint import model_directory
 from tests.test_tui import SIZE, at_step, panes, started
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
+from tui.speculative_frames import frames
 
 pytestmark = [
     pytest.mark.anyio,
@@ -30,8 +31,9 @@ def test_each_speculative_step_shows_its_branches_then_their_pruning():
     engine = SCENARIOS["speculative"].build()
     steps = []
     while engine.has_unfinished():
-        steps.append(engine.step())
-        invariants.assert_holds(steps[-1].state)
+        steps += frames(engine.step(), len(steps) + 1)
+    for step in steps:
+        invariants.assert_holds(step.state)
     assert [s.step for s in steps] == list(range(1, len(steps) + 1))
     drafts = [i for i, s in enumerate(steps) if any(e.kind == "spec-propose" for e in s.events)]
     assert drafts, "the scenario must speculate"

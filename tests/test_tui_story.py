@@ -213,8 +213,8 @@ def test_a_step_story_puts_the_prefix_hit_before_the_shares_it_causes_and_folds_
 
 
 def test_a_headline_names_the_copy_on_write_with_its_refcounts():
-    from minipaged.engine import StepOutput
     from minipaged.events import CowCopy, Decref
+    from minipaged.outputs import StepOutput
     from tui.story import headline
 
     events = (CowCopy(0, 6, 1, 1, 2, 2, 4, (1, 2, 3)), Decref(0, 1, 3))

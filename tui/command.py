@@ -8,10 +8,12 @@ import argparse
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from minipaged import atomic_write
-from minipaged.arguments import integer
+from minipaged.arguments import add_config_flags, config_from_flags, free_memory, integer
+from tui.engine_config import TUI_CONFIG
 
 SCREENSHOT_TIMEOUT_S = 120.0
 
@@ -40,7 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument(
         "--solution", action="store_true", help="with --exercise: the library's own solution"
     )
-    tui.add_argument("--model", default="tiny", help='"tiny" or a Hugging Face Llama directory')
     tui.add_argument("--trace", type=Path, help="replay a recorded trace (no model is run)")
     tui.add_argument("--screenshot", type=Path, metavar="OUT.svg", help="write an SVG and exit")
     tui.add_argument(
@@ -64,29 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
     )
     custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample")
-    custom.add_argument(
-        "--block-size",
-        type=integer(1, 4096),
-        default=4,
-        help="B, slots per block: smaller than generate's 16 so a short prompt spans several "
-        "blocks you can watch",
-    )
-    custom.add_argument(
-        "--num-gpu-blocks", type=integer(1, 4096), default=32, help="device pool size"
-    )
-    custom.add_argument(
-        "--num-cpu-blocks", type=integer(0, 4096), default=0, help="host swap pool size"
-    )
-    custom.add_argument(
-        "--preemption", choices=["recompute", "swap"], default="recompute", help="§6's two ways"
-    )
-    custom.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help="sampling seed")
-    custom.add_argument(
-        "--kv-cache-dtype",
-        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
-        default="auto",
-        help="auto: the model's dtype; fp8: b = 1, the memory gauge shows the bytes",
-    )
+    # Given engine flags change the scenario's config, a named scenario's or the custom one's.
+    add_config_flags(tui, TUI_CONFIG)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,31 +98,29 @@ def failed(app) -> int:
 
 def build_app(args: argparse.Namespace):
     from minipaged.checkpoint import model_directory
+    from minipaged.llm import check_kv_cache_fits
     from tui.app import PagedApp
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
+    model = getattr(args, "model", TUI_CONFIG.model)
     if args.trace is not None:
         from minipaged import trace
         from minipaged.tokenizer import Tokenizer
 
         recorded = trace.load(args.trace)
-        directory = model_directory(recorded.header.get("model", args.model))
+        directory = model_directory(recorded.header.get("model", model))
         tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
         return PagedApp(
-            trace=recorded, tokenizer=tokenizer, model=args.model, projection=args.projection
+            trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
         )
     if args.prompt:
+        config = config_from_flags(args, TUI_CONFIG)
         scenario = custom(
             tuple(args.prompt),
             n=args.n,
             beam_width=args.beam_width,
-            block_size=args.block_size,
-            num_gpu_blocks=args.num_gpu_blocks,
-            num_cpu_blocks=args.num_cpu_blocks,
-            preemption=args.preemption,
             max_tokens=args.max_tokens,
-            seed=args.seed,
-            kv_cache_dtype=args.kv_cache_dtype,
+            config=config,
         )
     else:
         name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)
@@ -152,20 +130,22 @@ def build_app(args: argparse.Namespace):
                 "or give --prompt for a custom one"
             )
         scenario = SCENARIOS[name]
+        scenario = replace(scenario, config=config_from_flags(args, scenario.config))
+    directory = model_directory(scenario.config.model)
+    if not (directory / "config.json").is_file():
+        fix = ", or train it with `python -m minipaged.train`" if model == "tiny" else ""
+        raise FileNotFoundError(
+            f"no model at {directory} (config.json is missing); pass --model DIR for a "
+            f"Hugging Face Llama directory{fix}"
+        )
+    check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
     if args.exercise is not None and not args.solution:
         return student_replay(scenario, args)
     if args.exercise is not None:
         from tui.scenarios import with_student_manager
 
         scenario = with_student_manager(scenario, args.exercise, args.path, args.solution)
-    directory = model_directory(args.model)
-    if not (directory / "config.json").is_file():
-        fix = ", or train it with `python -m minipaged.train`" if args.model == "tiny" else ""
-        raise FileNotFoundError(
-            f"no model at {directory} (config.json is missing); pass --model DIR for a "
-            f"Hugging Face Llama directory{fix}"
-        )
-    return PagedApp(scenario, model=args.model, projection=args.projection)
+    return PagedApp(scenario, model=scenario.config.model, projection=args.projection)
 
 
 def student_replay(scenario, args: argparse.Namespace):
@@ -184,10 +164,9 @@ def student_replay(scenario, args: argparse.Namespace):
             f"{', '.join(map(str, EXERCISE_SCENARIOS))} do"
         )
     load_check(args.exercise, args.path, False)
-    directory = model_directory(args.model)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"no model at {directory} (config.json is missing)")
-    recorded, error = record_student_run(scenario, args.exercise, args.path, args.model)
+    model = scenario.config.model
+    directory = model_directory(model)
+    recorded, error = record_student_run(scenario, args.exercise, args.path, str(model))
     ended_with = error and f"your code stopped the run: {error}"
 
     class StudentReplay(PagedApp):
@@ -200,7 +179,7 @@ def student_replay(scenario, args: argparse.Namespace):
                 self.show_status()
 
     tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
-    return StudentReplay(trace=recorded, tokenizer=tokenizer, model=args.model)
+    return StudentReplay(trace=recorded, tokenizer=tokenizer, model=model)
 
 
 def parse_size(size: str) -> tuple[int, int]:

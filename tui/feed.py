@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from minipaged.engine import LLMEngine, StepOutput
-from tui.timeline import opening_step
+from minipaged.engine import LLMEngine
+from minipaged.outputs import StepOutput
+from tui.speculative_frames import frames
 
 EVERYTHING = 1 << 30
 """Demand for every step of the run (a jump looking ahead)."""
@@ -106,7 +107,7 @@ def produce(
         except Exception as error:  # a corrupt checkpoint or tokenizer may raise anything
             post(RunEnded(feed, f"{type(error).__name__}: {error}", loading=True))
             return
-        post(RunStarted(feed, opening_step(engine), engine.tokenizer, engine.kv_cache.summary()))
+        post(RunStarted(feed, engine.report(), engine.tokenizer, engine.kv_cache.summary()))
         produced = 0
         while not cancelled() and engine.has_unfinished():
             if not feed.wait_for_demand(produced, timeout=0.1):
@@ -116,9 +117,10 @@ def produce(
             except Exception as error:  # a student's plugged-in block manager may raise anything
                 post(RunEnded(feed, f"step {produced + 1} failed: {type(error).__name__}: {error}"))
                 return
-            produced += 1
-            if feed.put(step):
-                post(StepsReady(feed))
+            for frame in frames(step, produced + 1):  # two for a speculative step
+                produced += 1
+                if feed.put(frame):
+                    post(StepsReady(feed))
         if not cancelled():
             post(RunEnded(feed))
     finally:

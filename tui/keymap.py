@@ -1,5 +1,6 @@
 """The key map: one table that the app's bindings, its footer and its help screen all read, so
-they cannot disagree with each other or with the design document's key map."""
+they cannot disagree with each other. The README's key table lists the same keys for a reader
+(``tests/test_tui.py`` holds the bindings to it)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.text import Text
 
-from minipaged.block_manager import BlockState
+from minipaged.block_state import BlockState
 from minipaged.events import Event
 from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style
 from tui.pane import Pane, Selection

@@ -1,10 +1,10 @@
 """The runs the visualizer can show: each a small pool and a few requests chosen so that one
 mechanism of the source text happens within the first few dozen steps.
 
-A ``Scenario`` is plain data; ``Scenario.build`` turns it into a live
-``LLMEngine`` with its requests queued, ready for ``step()``. Every
-scenario samples with a fixed seed (the tiny model loops when greedy), except beam search, which
-is deterministic by definition, so a run is the same every time it is built.
+A ``Scenario`` is plain data: requests and an ``EngineConfig``; ``Scenario.build`` turns it
+into a live ``LLMEngine`` with its requests queued, ready for ``step()``. Every scenario samples
+with a fixed seed (the tiny model loops when greedy), except beam search, which is deterministic
+by definition, so a run is the same every time it is built.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from minipaged.block_manager import BlockManager
+from minipaged.config import EngineConfig
 from minipaged.engine import LLMEngine
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
-from tui.speculative_frames import TwoFrameEngine
+from tui.engine_config import TUI_CONFIG
 
 
 @dataclass(frozen=True)
@@ -28,50 +28,24 @@ class Request:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A device pool of ``num_gpu_blocks`` blocks of ``block_size`` ($B$) slots, a host swap
-    pool of ``num_cpu_blocks``, a preemption mode (§6), an optional prefix cache (§7) and the
-    requests, all queued at step 0."""
+    """The requests, all queued at step 0, and the engine they run on (``config``: the device
+    pool of ``num_gpu_blocks`` blocks of $B$ slots, the host pool, the preemption mode of §6,
+    an optional prefix cache of §7, ...)."""
 
     name: str
     title: str
     story: str
     requests: tuple[Request, ...]
-    block_size: int = 4
-    num_gpu_blocks: int = 32
-    num_cpu_blocks: int = 0
-    preemption: str = "recompute"
-    prefix_caching: str | None = None
-    seed: int = 0
-    block_manager_class: type[BlockManager] = BlockManager  # or a student's, from the exercises
-    kv_cache_dtype: str = "auto"  # or "fp8_e4m3" / "fp8_e5m2": b = 1 byte per element (§1)
-    speculative: SpeculativeConfig | None = None  # speculative tree decoding (§5)
-    # The reference: a student can step into every line of it, its steps are well within the
-    # TUI's budget, and unlike the CPU twins it never compiles (seconds, on a first run).
-    backend: str = "torch"
+    config: EngineConfig = TUI_CONFIG
 
-    def build(self, model: str = "tiny") -> LLMEngine | TwoFrameEngine:
-        """Load ``model`` and return its engine with every request added (nothing run yet).
-        Raises ``FileNotFoundError`` or ``ValueError`` naming what is wrong."""
-        llm = LLM(
-            model,
-            block_size=self.block_size,
-            num_gpu_blocks=self.num_gpu_blocks,
-            num_cpu_blocks=self.num_cpu_blocks,
-            preemption=self.preemption,
-            prefix_caching=self.prefix_caching,
-            seed=self.seed,
-            backend=self.backend,
-            kv_cache_dtype=self.kv_cache_dtype,
-            speculative=self.speculative,
-            **(
-                {"block_manager_class": self.block_manager_class}
-                if self.block_manager_class
-                else {}
-            ),
-        )
+    def build(self, model: str | None = None) -> LLMEngine:
+        """Load ``model`` (the config's when None) and return its engine with every request
+        added (nothing run yet). Raises ``FileNotFoundError`` or ``ValueError`` naming what is
+        wrong."""
+        llm = LLM(model, config=self.config)
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
-        return llm.engine if self.speculative is None else TwoFrameEngine(llm.engine)
+        return llm.engine
 
 
 def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:
@@ -118,9 +92,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Request(f"{SYSTEM_PROMPT} large house", sampled(24, seed=21)),
                 Request("Elizabeth could not help", sampled(12, seed=3, n=3)),
             ),
-            num_gpu_blocks=16,
-            num_cpu_blocks=16,
-            prefix_caching="hash",
+            config=TUI_CONFIG.replace(num_gpu_blocks=16, num_cpu_blocks=16, prefix_caching="hash"),
         ),
         Scenario(
             name="several",
@@ -138,7 +110,6 @@ SCENARIOS: dict[str, Scenario] = {
                     )
                 )
             ),
-            num_gpu_blocks=32,
         ),
         Scenario(
             name="parallel",
@@ -147,7 +118,6 @@ SCENARIOS: dict[str, Scenario] = {
             "(R[p] = 4); each sample's first write into the shared, partly filled last block "
             "copies it (copy-on-write).",
             requests=(Request("Elizabeth could not help", sampled(20, seed=3, n=4)),),
-            num_gpu_blocks=32,
         ),
         Scenario(
             name="beam",
@@ -155,7 +125,7 @@ SCENARIOS: dict[str, Scenario] = {
             story="Beam search (§5): beams fork from their parents each step and share "
             "everything before the split; beams that fall out of the top K free their blocks.",
             requests=(Request("Mr. Darcy", beams(16, beam_width=4)),),
-            num_gpu_blocks=24,
+            config=TUI_CONFIG.replace(num_gpu_blocks=24),
         ),
         Scenario(
             name="swap",
@@ -167,9 +137,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Request(prompt, sampled(28, seed=10 + i))
                 for i, prompt in enumerate(PRESSURE_PROMPTS)
             ),
-            num_gpu_blocks=20,
-            num_cpu_blocks=20,
-            preemption="swap",
+            config=TUI_CONFIG.replace(num_gpu_blocks=20, num_cpu_blocks=20, preemption="swap"),
         ),
         Scenario(
             name="recompute",
@@ -181,8 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Request(prompt, sampled(28, seed=10 + i))
                 for i, prompt in enumerate(PRESSURE_PROMPTS)
             ),
-            num_gpu_blocks=20,
-            preemption="recompute",
+            config=TUI_CONFIG.replace(num_gpu_blocks=20),
         ),
         Scenario(
             name="prefix",
@@ -195,8 +162,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Request(f"{SYSTEM_PROMPT} {ending}", sampled(16, seed=20 + i))
                 for i, ending in enumerate(("good fortune", "large house", "fine horse", "wife"))
             ),
-            num_gpu_blocks=32,
-            prefix_caching="hash",
+            config=TUI_CONFIG.replace(prefix_caching="hash"),
         ),
         Scenario(
             name="speculative",
@@ -209,9 +175,11 @@ SCENARIOS: dict[str, Scenario] = {
             "target's own next token, its branch becomes the sequence's table, and the rejected "
             "branches are freed.",
             requests=(Request("Elizabeth could not help", sampled(20, seed=5)),),
-            num_gpu_blocks=40,
-            speculative=SpeculativeConfig(
-                "draft", num_speculative_tokens=2, branching=2, draft_model="tiny-draft"
+            config=TUI_CONFIG.replace(
+                num_gpu_blocks=40,
+                speculative=SpeculativeConfig(
+                    "draft", num_speculative_tokens=2, branching=2, draft_model="tiny-draft"
+                ),
             ),
         ),
     )
@@ -233,12 +201,11 @@ def with_student_manager(
     from minipaged.grader.exercises import block_manager_class
 
     label = "solution" if solution else f"exercise {number:02d}"
-    return replace(
-        scenario,
-        title=f"{scenario.title} [{label}]",
+    config = scenario.config.replace(
         block_manager_class=block_manager_class(number, path, solution),
-        prefix_caching="radix" if number == 12 else scenario.prefix_caching,
+        prefix_caching="radix" if number == 12 else scenario.config.prefix_caching,
     )
+    return replace(scenario, title=f"{scenario.title} [{label}]", config=config)
 
 
 def custom(
@@ -246,16 +213,11 @@ def custom(
     *,
     n: int = 1,
     beam_width: int | None = None,
-    block_size: int = 4,
-    num_gpu_blocks: int = 32,
-    num_cpu_blocks: int = 0,
-    preemption: str = "recompute",
     max_tokens: int = 24,
-    seed: int = 0,
-    kv_cache_dtype: str = "auto",
+    config: EngineConfig = TUI_CONFIG,
 ) -> Scenario:
     """One request per prompt, from the command line: ``n`` parallel samples each, or beam
-    search with ``beam_width`` beams. Raises ``ValueError`` naming a bad value."""
+    search with ``beam_width`` beams, on ``config``. Raises ``ValueError`` naming a bad value."""
     if not prompts or not all(prompts):
         raise ValueError("a custom scenario needs at least one non-empty --prompt")
     if beam_width is not None:
@@ -267,16 +229,12 @@ def custom(
         # two identical prompts still sample differently.
         params = SamplingParams(max_tokens=max_tokens, temperature=0.8, top_k=40, n=n)
         what = f"n = {n}"
+    pools = f"{config.num_gpu_blocks or 'default'} device blocks and {config.num_cpu_blocks}"
     return Scenario(
         name="custom",
-        title=f"custom: {what}, B = {block_size}",
-        story=f"{len(prompts)} prompt(s) of yours on {num_gpu_blocks} device blocks and "
-        f"{num_cpu_blocks} host blocks, preemption by {preemption}, KV cache {kv_cache_dtype}.",
+        title=f"custom: {what}, B = {config.block_size}",
+        story=f"{len(prompts)} prompt(s) of yours on {pools} host blocks, preemption by "
+        f"{config.preemption}, KV cache {config.kv_cache_dtype}.",
         requests=tuple(Request(prompt, params) for prompt in prompts),
-        block_size=block_size,
-        num_gpu_blocks=num_gpu_blocks,
-        num_cpu_blocks=num_cpu_blocks,
-        preemption=preemption,
-        seed=seed,
-        kv_cache_dtype=kv_cache_dtype,
+        config=config,
     )

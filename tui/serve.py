@@ -13,11 +13,13 @@ import shlex
 import sys
 from pathlib import Path
 
+from minipaged.arguments import config_flags_given
+
 TEMPLATES = Path(__file__).with_name("templates")
 
 
-FORWARDED = ("scenario", "exercise", "path", "model", "trace", "n", "beam_width", "max_tokens")
-FORWARDED += ("block_size", "num_gpu_blocks", "num_cpu_blocks", "preemption", "seed")
+FORWARDED = ("scenario", "exercise", "path", "trace", "n", "beam_width", "max_tokens")
+"""The run flags besides the engine's, which ``config_flags_given`` passes on, every one."""
 
 
 def command_for(args: argparse.Namespace) -> str:
@@ -28,6 +30,7 @@ def command_for(args: argparse.Namespace) -> str:
         value = getattr(args, name, None)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]
+    argv += config_flags_given(args)
     for prompt in getattr(args, "prompt", None) or ():
         argv += ["--prompt", prompt]
     argv += [f"--{flag}" for flag in ("solution", "projection") if getattr(args, flag, False)]

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from minipaged.engine import StepOutput
 from minipaged.events import (
     Alloc,
     CowCopy,
@@ -30,6 +29,7 @@ from minipaged.events import (
     SwapIn,
     SwapOut,
 )
+from minipaged.outputs import StepOutput
 
 EXPLAINS = {"prefix-hit": frozenset({"alloc", "incref"})}
 """A kind -> the kinds of the events just before it (same sequence) that it causes. The engine

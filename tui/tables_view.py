@@ -15,7 +15,7 @@ from rich.console import RenderableType
 from rich.style import Style
 from rich.text import Text
 
-from minipaged.block_manager import TableState
+from minipaged.block_state import TableState
 from tui.colours import CHANGED, HOST, SELECTED, SHARED, block_meta, block_style, seq_label
 from tui.pane import Pane, Selection
 from tui.timeline import Frame, Stream

@@ -2,7 +2,8 @@
 
 Time travel is reading this list. Stepping back shows an earlier recorded step; nothing is
 recomputed, so stepping forward k times and back k times shows exactly what was shown before.
-Frame 0 is the moment before the first step: requests queued, every block free.
+Frame 0 is the moment before the first step: requests queued, every block free (the engine's
+``report()`` before it runs, or for a trace ``opening_step_of_trace``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from minipaged.block_manager import BlockState
-from minipaged.engine import LLMEngine, SeqView, StepOutput
+from minipaged.block_state import BlockState
 from minipaged.events import Finish
+from minipaged.outputs import StepOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +41,6 @@ class Frame:
     counts: Counter[str]
 
 
-def opening_step(engine: LLMEngine) -> StepOutput:
-    """Frame 0 of a live run: the engine's state before its first step (requests waiting)."""
-    sequences = {
-        seq.seq_id: SeqView(
-            group.request_id, seq.seq_id, tuple(seq.token_ids), seq.prompt_len, "waiting"
-        )
-        for group in engine.requests.values()
-        for seq in group.seqs
-    }
-    return StepOutput(
-        step=0,
-        new_tokens={},
-        events=(),
-        state=engine.block_manager.snapshot(),
-        sequences=sequences,
-        queues={"waiting": tuple(engine.requests), "running": (), "swapped": ()},
-        finished=(),
-        num_prefill_tokens=0,
-        num_decode_tokens=0,
-    )
-
-
 def opening_step_of_trace(first: StepOutput) -> StepOutput:
     """Frame 0 of a recorded trace: the pools of its first step, all free. The trace does not
     record the queued prompts, so no sequence is shown before step 1."""
@@ -75,7 +54,7 @@ def opening_step_of_trace(first: StepOutput) -> StepOutput:
         device_free=tuple(range(num_device)),
         host_free=tuple(range(num_host)),
     )
-    return StepOutput(0, {}, (), empty, {}, {"waiting": (), "running": (), "swapped": ()}, (), 0, 0)
+    return StepOutput.empty(empty)
 
 
 class Timeline:

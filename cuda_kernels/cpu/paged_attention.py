@@ -33,8 +33,8 @@ from cuda_kernels.cpu.launch import (
     kernel_array,
     on_torch_threads,
 )
-from cuda_kernels.fp8 import check_pools, decode_table, element, head_scales
-from minipaged.contract import check_attention_inputs
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.fp8 import element
 
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
@@ -129,31 +129,11 @@ def paged_attention_decode(
     """Decode attention with the v1 twin: same arguments and result as
     ``minipaged.attention.paged_attention_decode`` (float32 CPU tensors, or FP8 pools with
     their per-KV-head ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
-    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_device(query, "query")
-    check_pools(query, key_pool, value_pool)
+    paged = (query, key_pool, value_pool, block_tables, seq_lens)
+    check_decode_inputs(*paged, block_size, check_device)
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
-    on_torch_threads(paged_attention_v1)(
-        kernel_array(output, "output"),
-        kernel_array(query.contiguous(), "query"),
-        kernel_array(key_pool, "key_pool"),
-        kernel_array(value_pool, "value_pool"),
-        kernel_array(block_tables.to(torch.int32).contiguous(), "block_tables"),
-        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
-        np.float32(scale),
-        *fp8_arguments(key_pool, k_scale, v_scale),
-    )
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
+    on_torch_threads(paged_attention_v1)(kernel_array(output, "output"), *inputs, *fp8)
     return output
-
-
-def fp8_arguments(key_pool: torch.Tensor, k_scale, v_scale) -> tuple[np.ndarray, ...]:
-    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decode table, as the twins take
-    them: ones and an unused table for a float32 pool."""
-    num_kv_heads = key_pool.shape[1]
-    return (
-        kernel_array(head_scales(k_scale, num_kv_heads, "cpu"), "k_scale"),
-        kernel_array(head_scales(v_scale, num_kv_heads, "cpu"), "v_scale"),
-        kernel_array(decode_table(key_pool.dtype, torch.device("cpu")), "lut"),
-    )

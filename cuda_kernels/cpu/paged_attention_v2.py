@@ -26,9 +26,9 @@ from cuda_kernels.cpu.launch import (
     kernel_array,
     on_torch_threads,
 )
-from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend, fp8_arguments
-from cuda_kernels.fp8 import check_pools
-from minipaged.contract import check_attention_inputs, check_partition_size
+from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from minipaged.contract import check_partition_size
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
@@ -120,9 +120,8 @@ def paged_attention_decode_v2(
     ``cuda_kernels.paged_attention_decode_v2`` and
     ``minipaged.attention.paged_attention_decode_partitioned`` (float32 CPU tensors, or FP8
     pools with their ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
-    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
-    check_device(query, "query")
-    check_pools(query, key_pool, value_pool)
+    paged = (query, key_pool, value_pool, block_tables, seq_lens)
+    check_decode_inputs(*paged, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
     output = torch.empty_like(query)  # [batch, num_heads, head_dim]
@@ -132,18 +131,14 @@ def paged_attention_decode_v2(
     max_logits = query.new_empty(batch_size, num_heads, num_partitions)  # [batch, num_heads, P]
     exp_sums = torch.empty_like(max_logits)  # [batch, num_heads, P]
     tmp_out = query.new_empty(batch_size, num_heads, num_partitions, head_dim)
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
     stage_one = (
         kernel_array(max_logits, "max_logits"),
         kernel_array(exp_sums, "exp_sums"),
         kernel_array(tmp_out, "tmp_out"),
-        kernel_array(query.contiguous(), "query"),
-        kernel_array(key_pool, "key_pool"),
-        kernel_array(value_pool, "value_pool"),
-        kernel_array(block_tables.to(torch.int32).contiguous(), "block_tables"),
-        kernel_array(seq_lens.to(torch.int32), "seq_lens"),
-        np.float32(scale),
+        *inputs,
         np.int64(partition_size),
-        *fp8_arguments(key_pool, k_scale, v_scale),
+        *fp8,
     )
     on_torch_threads(paged_attention_v2_partitions)(*stage_one)
     on_torch_threads(reduce_kernel)(

@@ -53,18 +53,17 @@ def fork_branches(
     new_seq_id: Callable[[], SeqId],
     earlier_copies: Sequence[tuple[int, int]] = (),
     token_ids: Sequence[int] | None = None,
-    reserve: int = 0,
 ) -> Branches:
     """Fork a branch for every guess of ``tree`` below ``seq`` (whose table already holds
-    the root's slot), keeping ``reserve`` device blocks free: guesses that do not fit are cut
-    from ``tree`` (breadth first, so what stays is still a tree). ``earlier_copies`` are this
+    the root's slot): guesses that do not fit the device pool are cut from ``tree`` (breadth
+    first, so what stays is still a tree). ``earlier_copies`` are this
     step's copies made before (the scheduler's), so no copy reads another's destination.
     ``token_ids`` (the sequence's tokens, with prefix caching) lets full blocks register."""
     table = bm.table(seq)
     branches = Branches(seq, table.num_tokens - 1, list(table.blocks), [seq])
     origin = {dst: src for src, dst in earlier_copies}  # block -> the block it copies
     for i in range(1, len(tree)):
-        if bm.device.num_free - reserve < 1:  # each guess takes one block
+        if bm.device.num_free < 1:  # each guess takes one block
             del tree.nodes[i:]
             break
         node = tree.nodes[i]

@@ -2,7 +2,8 @@
 
 The block manager's own events (fork, copy-on-write, free, ...) already tell how the branches
 are made and dropped; these four say why: a tree is proposed, verified, partly accepted and
-pruned. They join ``minipaged.events.EVENT_TYPES``, so traces record and replay them.
+pruned. ``SPECULATIVE_EVENTS`` lists them; traces read that list beside the block manager's
+(``minipaged.trace.EVENT_TYPES``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from minipaged.events import EVENT_TYPES, Event, SeqId
+from minipaged.events import Event, SeqId
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,4 +113,5 @@ class Prune(Event):
         )
 
 
-EVENT_TYPES.update({cls.kind: cls for cls in (Propose, Verify, Accept, Prune)})
+SPECULATIVE_EVENTS: tuple[type[Event], ...] = (Propose, Verify, Accept, Prune)
+"""Every event of this module, for traces to read (``minipaged.trace.EVENT_TYPES``)."""

@@ -15,7 +15,6 @@ the model's context end. Others decode as usual in the same step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -85,7 +84,6 @@ class Speculator:
         self.num_verified = 0  # trees verified (one per sequence and pass)
         self.num_proposed = 0
         self.num_accepted = 0
-        self.on_drafted: Callable[[], None] | None = None  # called while the branches exist
         self._branches: list[int] = []  # the branch tables of the step in flight
 
     def depth_for(self, item: ScheduledSeq) -> int:
@@ -134,8 +132,6 @@ class Speculator:
             self._branches += branches.node_seqs[1:]
             plan.scheduled.remove(item)
             drafted.append(Drafted(item, tree, branches))
-        if drafted and self.on_drafted is not None:
-            self.on_drafted()
         return drafted
 
     def drop_branches(self, bm: BlockManager) -> None:
@@ -148,12 +144,12 @@ class Speculator:
 
     def verify(
         self, bm: BlockManager, drafted: list[Drafted], new_tokens: dict[int, int]
-    ) -> Iterator[SequenceGroup]:
+    ) -> list[SequenceGroup]:
         """The verify pass over every drafted tree, then each sequence's verdict: the kept
         branch adopted, the rest freed, the kept tokens and the bonus token appended (up to
-        the first that finishes the sequence). Yields each request once its tokens are in."""
+        the first that finishes the sequence). Returns the requests that got tokens."""
         if not drafted:
-            return
+            return []
         seqs = tuple(d.item.seq.seq_id for d in drafted)
         num_nodes = sum(len(d.tree) for d in drafted)
         bm.record(Verify(seqs, num_nodes, fallback_note(self.backend) or ""))
@@ -161,6 +157,7 @@ class Speculator:
             self.model, self.kv_cache, [(d.tree, d.branches) for d in drafted], self.backend
         )
         self.num_verify_passes += 1
+        verified = []
         for d, logits in zip(drafted, all_logits, strict=True):
             group, seq = d.item.group, d.item.seq
             verdict = accept(d.tree, logits, group.params, group.generator)
@@ -184,4 +181,5 @@ class Speculator:
             self.num_accepted += len(verdict.accepted)
             bm.record(Accept(seq.seq_id, tuple(written), len(d.tree) - 1))
             new_tokens[seq.seq_id] = written[-1]
-            yield group
+            verified.append(group)
+        return verified

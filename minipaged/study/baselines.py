@@ -24,7 +24,7 @@ from typing import ClassVar, Protocol
 
 from minipaged import memory
 from minipaged.events import SeqId
-from minipaged.fast_manager import FastBlockManager
+from minipaged.study.fast_manager import FastBlockManager
 
 
 class KVAllocator(Protocol):
@@ -301,19 +301,16 @@ class PagedAllocator:
 
     Every decision is the block manager's own: ``admit`` is ``can_allocate`` / ``allocate``,
     ``grow`` is ``can_append`` / ``append_slot`` (copy-on-write included), ``fork`` is
-    ``fork`` and ``fork_replacing`` is ``fork`` then ``free``. ``FastBlockManager`` takes
-    each pair in one step, with the same decisions. Any free block serves any request, so a
-    refusal is never a stall.
+    ``fork`` and ``fork_replacing`` is ``fork`` then ``free``. ``FastBlockManager``
+    (``minipaged.study.fast_manager``) takes each pair in one step, with the same decisions,
+    and keeps no events. Any free block serves any request, so a refusal is never a stall.
     """
 
     shares_prefixes: ClassVar[bool] = True
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         self.name = f"paged B={block_size}"
-        # Nobody reads this manager's events: recording none keeps a long run fast and flat.
-        self.manager = FastBlockManager(
-            num_blocks, block_size=block_size, watermark=0.0, record_events=False
-        )
+        self.manager = FastBlockManager(num_blocks, block_size=block_size)
         self.block_size = block_size
         self.capacity = num_blocks * block_size
         self.stalls = 0

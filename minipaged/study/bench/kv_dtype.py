@@ -2,7 +2,7 @@
 
 For each KV-cache dtype (float32, float16, fp8_e4m3, fp8_e5m2), with the tiny model's weights
 in float32 on the CPU and the torch backend, measured through the real paged path (``KVCache``,
-``Llama.forward``, the engine):
+``Llama.forward`` over block tables, decoding as the engine does):
 
 - logit error against float32: the largest and the mean $|z - z_{fp32}|$ over every position
   of the held-out windows, each window one prefill whose queries read the keys and values back
@@ -31,12 +31,10 @@ import torch.nn.functional as F
 from minipaged import fp8, memory
 from minipaged.backend import PagedBatch
 from minipaged.checkpoint import load_model, model_directory
-from minipaged.engine import LLMEngine
+from minipaged.config import EngineConfig
 from minipaged.kv_cache import KVCache
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
-from minipaged.llm import default_num_gpu_blocks
 from minipaged.model import Llama
-from minipaged.sampling import SamplingParams
 from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 from minipaged.tokenizer import Tokenizer
@@ -141,20 +139,34 @@ def window_logits(
     return model.forward(window, torch.arange(len(window)), cache, batch)
 
 
+@torch.inference_mode()
 def greedy_tokens(
     model: Llama, prompts: list[list[int]], max_tokens: int, dtype: torch.dtype, scales
 ) -> list[list[int]]:
-    """Each prompt's ``max_tokens`` greedy tokens from an engine over a ``dtype`` cache."""
-    engine = LLMEngine(model, block_size=BLOCK_SIZE, num_gpu_blocks=64, kv_cache_dtype=dtype)
-    if scales is not None:
-        engine.kv_cache.set_scales(*scales)
-    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
-    ids = [engine.add_request({"prompt_token_ids": prompt}, params) for prompt in prompts]
-    outputs = {}
-    while engine.has_unfinished():
-        for output in engine.step().finished:
-            outputs[output.request_id] = output.outputs[0].token_ids
-    return [outputs[request_id] for request_id in ids]
+    """Each prompt's ``max_tokens`` greedy tokens over a ``dtype`` cache, decoded as the engine
+    decodes: one prefill, then one ``Llama.forward`` per token, each reading the cache through
+    its block table. Written out rather than run on ``LLMEngine``, whose cache follows the
+    model's dtype (``EngineConfig.kv_cache_dtype``): here a float32 model reads a float16 one."""
+    config = model.config
+    outputs = []
+    for prompt in prompts:
+        num_blocks = -(-(len(prompt) + max_tokens) // BLOCK_SIZE)
+        shape = (config.num_hidden_layers, num_blocks, config.num_key_value_heads, BLOCK_SIZE)
+        cache = KVCache(*shape, config.head_dim, dtype=dtype)
+        if scales is not None:
+            cache.set_scales(*scales)
+        table, tokens, new = [list(range(num_blocks))], list(prompt), []
+        query = len(prompt)  # the prefill computes the whole prompt, then one token a step
+        while len(new) < max_tokens:
+            batch = PagedBatch.from_lists(table, [len(tokens)], BLOCK_SIZE, [query])
+            computed = torch.tensor(tokens[-query:])
+            positions = torch.arange(len(tokens) - query, len(tokens))
+            logits = model.forward(computed, positions, cache, batch)  # [query, vocab]
+            new.append(int(logits[-1].argmax()))
+            tokens.append(new[-1])
+            query = 1
+        outputs.append(new)
+    return outputs
 
 
 def common_prefix(tokens: list[int], reference: list[int]) -> int:
@@ -186,7 +198,16 @@ def compare(name, dtype, model, windows, logits, tokens, reference) -> dict:
         "perplexity": float(nll.mean().exp()),
         "greedy_agreement": sum(agreed) / (len(agreed) * max_tokens),
         "first_divergence": min(agreed) if min(agreed) < max_tokens else "-",
-        "tiny_blocks": default_num_gpu_blocks(config, BLOCK_SIZE, dtype),
+        "tiny_blocks": EngineConfig(block_size=BLOCK_SIZE).pool_sizes(
+            memory.ModelShape(
+                config.num_hidden_layers,
+                config.num_attention_heads,
+                config.num_key_value_heads,
+                config.head_dim,
+                torch.finfo(dtype).bits // 8,
+            ).block_bytes(BLOCK_SIZE),
+            config.max_position_embeddings,
+        )[0],
         "llama_blocks": memory.PRESETS["llama-3-8b"]
         .with_kv_dtype(name)
         .num_blocks_for(LLAMA_KV_BYTES, BLOCK_SIZE),

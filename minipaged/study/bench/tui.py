@@ -39,6 +39,7 @@ def median(values: list[float]) -> float:
 def engine_steps(model: str, max_tokens: int):
     """Eight sequences (two prompts, n = 4 each) on a pool that makes them fork and copy:
     every step's output and how long each ``engine.step()`` took (ms)."""
+    from tui.engine_config import TUI_CONFIG
     from tui.scenarios import Request, Scenario, sampled
 
     scenario = Scenario(
@@ -49,7 +50,7 @@ def engine_steps(model: str, max_tokens: int):
             Request("It is a truth universally acknowledged", sampled(max_tokens, seed=1, n=4)),
             Request("Emma Woodhouse, handsome, clever", sampled(max_tokens, seed=2, n=4)),
         ),
-        num_gpu_blocks=128,
+        TUI_CONFIG.replace(num_gpu_blocks=128),
     )
     engine = scenario.build(model)
     steps, times = [], []

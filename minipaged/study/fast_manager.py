@@ -1,11 +1,13 @@
-"""A block manager that takes whole steps at once when nobody records its events: what the
-model-free simulator (``minipaged.study.simulator``) drives at a real model's scale.
+"""The block manager the model-free simulator (``minipaged.study.simulator``) drives at a real
+model's scale: ``BlockManager`` with no event stream and two steps taken at once.
 
-``BlockManager`` is the teaching path: every token asks ``can_append`` and then runs
-``append_slot``'s steps, and beam search forks one table and frees another, block by block.
-At Llama-3-8B's scale that is millions of refcount changes, most of which cancel out. The two
-shortcuts here make exactly the same decisions in fewer Python steps:
+``minipaged.block_manager.BlockManager`` is the teaching path: every change is an event, every
+token asks ``can_append`` and then runs ``append_slot``'s steps, and beam search forks one
+table and frees another, block by block. At Llama-3-8B's scale that is millions of refcount
+changes, most of which cancel out, and millions of events nobody reads. ``FastBlockManager``
+makes exactly the same decisions in fewer Python steps:
 
+- it keeps no events (``record`` drops them) and ``free`` builds none;
 - ``try_append``: a token that lands in its sequence's own last block, not yet full, changes
   nothing but the table's length $L$; a token that needs a block (a fresh one at
   $t \\bmod B = 0$, or a copy-on-write of a shared block) takes it as ``append_slot`` does,
@@ -15,46 +17,59 @@ shortcuts here make exactly the same decisions in fewer Python steps:
   the dropped beam; on the blocks both tables hold (the prompt, most of the past) the two
   cancel. Only the blocks that one table holds and the other does not change.
 
-Both take the plain path while events are recorded (the stream must show every step) and when
-the device pool is not minipaged's own ``BlockAllocator`` (a student's allocator offers only
-``incref`` and ``decref``). ``shortcuts = False`` forces the plain path too, so a test can
-prove that the two paths give the same tables, refcounts and free list.
+It has no prefix cache (the simulator shares blocks by forking, never by looking tokens up).
+``tests/test_simulator_fast_paths.py`` runs random programs and whole simulations on it and on
+a plain ``BlockManager`` side by side: the tables, refcounts and free lists agree after every
+step.
 """
 
 from __future__ import annotations
 
-from minipaged.allocator import BlockAllocator
 from minipaged.block_manager import BlockManager
 from minipaged.block_table import BlockTable
-from minipaged.events import SeqId
+from minipaged.events import Event, SeqId
 
 
 class FastBlockManager(BlockManager):
-    """``BlockManager`` plus two combined steps, ``try_append`` and ``fork_replacing``, each
-    equal in effect to the plain calls its docstring names."""
+    """``BlockManager`` without events, plus two combined steps, ``try_append`` and
+    ``fork_replacing``, each equal in effect to the plain calls its docstring names."""
 
-    shortcuts = True  # False: always the plain calls (the equivalence tests switch it off)
+    def __init__(self, num_gpu_blocks: int, num_cpu_blocks: int = 0, block_size: int = 16) -> None:
+        super().__init__(num_gpu_blocks, num_cpu_blocks, block_size, watermark=0.0)
+
+    def record(self, event: Event) -> None:
+        """Nobody reads a simulation's events: drop them (``pop_events`` stays empty)."""
+
+    def free(self, seq: SeqId) -> None:
+        """``BlockManager.free`` without building its events: the same refcounts, and the
+        blocks that reach $\\mathcal{R}[p] = 0$ join the free list in the same order (last
+        block first)."""
+        table = self.table(seq)
+        pool = self.device if table.pool == "device" else self.host
+        for block in reversed(table.blocks):
+            pool.decref(block)
+        del self.tables[seq]
 
     def try_append(self, seq: SeqId) -> bool:
         """``can_append(seq)`` then ``append_slot(seq)``: reserve the slot of ``seq``'s next
         token and return True, or return False and change nothing when no block is free for it.
         The caller learns no slot and no copy-on-write pair: a simulator moves no data."""
         table = self.tables.get(seq)
-        if table is None or table.pool != "device" or not self._shortcut():
+        if table is None or table.pool != "device":  # the plain calls name what is wrong
             if not self.can_append(seq):
                 return False
             self.append_slot(seq)
             return True
-        last = table.blocks[-1]
+        device, last = self.device, table.blocks[-1]
         full = table.num_tokens % self.block_size == 0
-        if full or self.device.refcount(last) > 1:  # a fresh block, or a copy-on-write...
-            if not self.device.num_free:  # ...needs a free one
+        if full or device.refcount(last) > 1:  # a fresh block, or a copy-on-write...
+            if not device.num_free:  # ...needs a free one
                 return False
             if full:
-                self._append_block(seq, table)
+                table.blocks.append(device.allocate())
             else:  # append_slot's copy-on-write without its events: the same three changes
-                table.blocks[-1] = self._fresh_block()
-                self.device.decref(last)
+                table.blocks[-1] = device.allocate()
+                device.decref(last)
         table.num_tokens += 1
         return True
 
@@ -79,7 +94,6 @@ class FastBlockManager(BlockManager):
             or source.pool != "device"
             or old.pool != "device"
             or child in self.tables
-            or not self._shortcut()
         ):  # the plain calls, which also name whatever is wrong
             table = self.fork(parent, child)
             self.free(dropped)
@@ -101,10 +115,6 @@ class FastBlockManager(BlockManager):
         del self.tables[dropped]
         self.tables[child] = old
         return old
-
-    def _shortcut(self) -> bool:
-        """Whether a combined step may skip the plain calls: the test of ``_unrecorded``."""
-        return self.shortcuts and not self.recording and type(self.device) is BlockAllocator
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

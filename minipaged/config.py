@@ -1,0 +1,352 @@
+"""Every engine setting in one frozen object, ``EngineConfig``, checked once, when it is made.
+
+``LLM``, ``LLMEngine``, the TUI's scenarios and both command lines (``minipaged generate`` /
+``trace record`` and ``minipaged tui``) build from it, and the command lines' engine flags are
+generated from its fields (``minipaged.arguments.add_config_flags``): a new setting is one
+field here, with its help and its bounds, plus the code that uses it. vLLM splits the same
+settings over ``EngineArgs``, ``CacheConfig`` and ``SchedulerConfig``; one flat object, grouped
+by comments, reads better at this size.
+
+Guarantee: a config that constructs can run. Every value has the right type and range, and no
+two settings contradict each other (an FP8 cache under a 16-bit model on the reference, swap
+preemption with no host pool, a token budget below one decode per sequence); what else needs
+the model (its context, a kernel backend's dtypes) is checked by ``LLM`` and ``LLMEngine``
+before anything runs. Each refusal is one ``ValueError`` (``TypeError`` for a value of the
+wrong kind) naming the setting, the value and the way out.
+
+This module imports no torch: the command line builds its parser from it before any heavy
+import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+from minipaged.memory import KV_DTYPE_BYTES
+from minipaged.speculative.config import SpeculativeConfig, speculative_config
+
+DTYPES = ("float32", "float16", "bfloat16")
+"""The weights' dtypes ``dtype`` names (a ``torch.dtype`` among them is taken by its name)."""
+
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
+"""``"auto"``: the KV cache in the model's dtype; the FP8 formats of ``minipaged.fp8``."""
+
+FP8_NAMES = {"torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e5m2": "fp8_e5m2"}
+"""An FP8 ``torch.dtype`` given as ``kv_cache_dtype`` stands for its name (by ``str``: no torch
+is imported here)."""
+
+DEFAULT_KV_CACHE_BYTES = 256 * 2**20
+"""The device pool's bytes when ``num_gpu_blocks`` is None (``default_num_gpu_blocks``)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a field of ``EngineConfig`` accepts, read by its check and by its flag.
+
+    ``kind``: ``int``, ``float``, ``str``, ``bool``, or ``object`` for a field whose own
+    normalizer checks it; ``low`` / ``high``: inclusive bounds (``below``: ``high`` excluded);
+    ``choices``: the accepted strings; ``none``: what None means, when it is allowed;
+    ``flag``: whether the command lines offer it, as ``--name-with-dashes`` or ``flag_name``;
+    ``fix``: the way out, added to every refusal of this setting; ``pattern``: a regular
+    expression a string must match in full, and ``what`` the words that describe it."""
+
+    help: str
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    below: bool = False
+    choices: tuple[str, ...] = ()
+    none: str | None = None
+    flag: bool = True
+    flag_name: str | None = None
+    metavar: str | None = None
+    fix: str = ""
+    pattern: str | None = None
+    what: str | None = None
+
+
+def setting(default: object, help: str, kind: type, **rules: object) -> object:
+    """A field of ``EngineConfig`` with its default and its ``Setting``."""
+    return field(default=default, metadata={"setting": Setting(help, kind, **rules)})
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's settings (see the module docstring). vLLM's names throughout."""
+
+    # -- the model: how LLM loads it (an engine given a loaded model reads these from it) ----
+    model: str | os.PathLike = setting(
+        "tiny", '"tiny" (embedded) or a Hugging Face Llama directory', object, metavar="MODEL"
+    )
+    dtype: str = setting("float32", "the weights' dtype", str, choices=DTYPES)
+    device: str = setting(
+        "cpu",
+        "where the model and its KV cache live",
+        str,
+        pattern=r"cpu|cuda(:[0-9]+)?",
+        what="'cpu', 'cuda' or 'cuda:N'",
+    )
+    skip_tokenizer_init: bool = setting(
+        False,
+        "load no tokenizer: prompts are token ids, outputs carry no text",
+        bool,
+        flag=False,  # the command lines take prompts as text
+    )
+    # -- the paged KV cache (§3) -----------------------------------------------------------
+    block_size: int = setting(16, "B, token slots per block", int, low=1, high=4096)
+    num_gpu_blocks: int | None = setting(
+        None,
+        "P_max, the device pool's blocks",
+        int,
+        low=1,
+        none="as many as fit in 256 MiB, and at least one full context",
+    )
+    num_cpu_blocks: int | None = setting(
+        None, "the host swap pool's blocks (§6)", int, low=0, none="as large as the device pool"
+    )
+    kv_cache_dtype: str = setting(
+        "auto",
+        "auto: the model's dtype; fp8: b = 1, twice the blocks of a 16-bit cache (§1)",
+        str,
+        choices=KV_CACHE_DTYPES,
+        fix="a 16-bit cache follows the model: pass dtype='float16' with kv_cache_dtype='auto'",
+    )
+    watermark: float = setting(
+        0.01,
+        "share of the device pool kept free when admitting new work",
+        float,
+        low=0,
+        high=1,
+        below=True,
+    )
+    prefix_caching: str | None = setting(
+        None,
+        "share cached prompt prefixes between requests (§7)",
+        str,
+        choices=("hash", "radix"),
+        none="off",
+    )
+    # -- the scheduler (§6) ----------------------------------------------------------------
+    preemption: str = setting(
+        "recompute", "§6's two ways to make room", str, choices=("recompute", "swap")
+    )
+    max_num_seqs: int = setting(32, "most sequences in one step's batch", int, low=1)
+    max_num_batched_tokens: int | None = setting(
+        None,
+        "most tokens one step computes (its token budget)",
+        int,
+        low=1,
+        none="the model's context, and at least 2048",
+    )
+    # -- attention, sampling, speculation ----------------------------------------------------
+    backend: str = setting(
+        "auto",
+        "torch (the reference), numba-cpu (the kernels' CPU twins), numba (the CUDA kernels); "
+        "auto: numba-cpu on a CPU when numba is installed, else torch",
+        str,
+        choices=("auto", "torch", "numba", "numba-cpu"),
+    )
+    seed: int = setting(
+        0, "the seed requests without their own sample with", int, low=0, high=2**63 - 1
+    )
+    speculative: SpeculativeConfig | None = setting(
+        None,
+        'speculative tree decoding, e.g. {"method": "ngram"} (minipaged.speculative)',
+        object,
+        none="off",
+        flag_name="--speculative-config",
+        metavar="JSON",
+    )
+    block_manager_class: type | None = setting(
+        None,
+        "another manager with BlockManager's interface (a student's, from the exercises)",
+        object,
+        none="minipaged.block_manager.BlockManager",
+        flag=False,
+    )
+
+    def __post_init__(self) -> None:
+        # Normalized here, once, before anyone reads them; a config never changes after this.
+        normal = {
+            "dtype": _dtype_name(self.dtype),
+            "kv_cache_dtype": FP8_NAMES.get(str(self.kv_cache_dtype), self.kv_cache_dtype),
+            "speculative": speculative_config(self.speculative),
+        }
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)
+        for each in dataclasses.fields(self):
+            _check(each.name, getattr(self, each.name), each.metadata["setting"])
+        _check_model(self.model)
+        if self.block_manager_class is not None and not isinstance(self.block_manager_class, type):
+            raise TypeError(
+                "block_manager_class must be a class with BlockManager's constructor and "
+                f"methods (BlockManager or a student's), got {self.block_manager_class!r}"
+            )
+        self._check_pairs()
+
+    def _check_pairs(self) -> None:
+        """Settings that are each fine but cannot run together."""
+        if self.preemption == "swap" and self.num_cpu_blocks == 0:
+            raise ValueError(
+                "preemption='swap' needs a host pool to swap to, but num_cpu_blocks=0; give "
+                "num_cpu_blocks some blocks, or use preemption='recompute'"
+            )
+        check_fp8_model(self.kv_cache_dtype, self.dtype, self.backend)
+        budget = self.max_num_batched_tokens
+        if budget is not None and budget < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={budget} is below max_num_seqs={self.max_num_seqs}: "
+                "every running sequence decodes one token a step; raise the budget or lower "
+                "max_num_seqs"
+            )
+
+    def pool_sizes(self, block_bytes: int, max_context: int) -> tuple[int, int]:
+        """``(num_gpu_blocks, num_cpu_blocks)`` with None resolved, for blocks of
+        ``block_bytes`` and a model of ``max_context`` tokens: the device pool as many blocks
+        as fit in 256 MiB and at least one full context, the host pool as large as the
+        device's. A narrower cache (FP8, $b = 1$) makes smaller blocks, hence more of them."""
+        device = self.num_gpu_blocks
+        if device is None:
+            per_context = -(-max_context // self.block_size)
+            device = max(DEFAULT_KV_CACHE_BYTES // block_bytes, per_context)
+        return device, device if self.num_cpu_blocks is None else self.num_cpu_blocks
+
+    def as_json(self) -> dict[str, object]:
+        """The settings the command lines offer, as JSON-ready values (what a trace's header
+        records of the engine it ran on): a new flagged field is recorded too."""
+        values = {name: getattr(self, name) for name, rule in settings_of().items() if rule.flag}
+        values["model"] = str(self.model)
+        if self.speculative is not None:
+            values["speculative"] = dataclasses.asdict(self.speculative)
+            values["speculative"]["draft_model"] = _json_model(self.speculative.draft_model)
+        return values
+
+    def token_budget(self, max_context: int) -> int:
+        """``max_num_batched_tokens`` with None resolved for a model of ``max_context`` tokens:
+        the context, and at least 2048, so a whole prompt always fits one step."""
+        return self.max_num_batched_tokens or max(max_context, 2048)
+
+    def replace(self, **settings: object) -> EngineConfig:
+        """This config with ``settings`` changed (checked again, as a new config). An unknown
+        name is a ``TypeError`` that names the closest setting."""
+        unknown = sorted(set(settings) - {each.name for each in dataclasses.fields(self)})
+        if unknown:
+            names = [each.name for each in dataclasses.fields(self)]
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TypeError(f"unknown engine setting(s) {unknown}; {hint}the settings are {names}")
+        return dataclasses.replace(self, **settings)
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """$b$, bytes per KV-cache element: the model's for ``"auto"``, 1 for FP8 (§1)."""
+        name = self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+        return KV_DTYPE_BYTES[name]
+
+
+def settings_of(config_class: type = EngineConfig) -> dict[str, Setting]:
+    """Every field of ``config_class`` and its ``Setting``, in order."""
+    return {each.name: each.metadata["setting"] for each in dataclasses.fields(config_class)}
+
+
+def check_fp8_model(kv_cache_dtype: str, dtype: str, backend: str) -> None:
+    """Refuse an FP8 cache under a model that is not float32 on the reference (``"torch"``,
+    or ``"auto"``, which picks it for such a model): the reference dequantizes FP8 to float32
+    and would meet a 16-bit query at the first step. The kernel backends refuse the pair
+    themselves (``backend.kernels_misfit``)."""
+    if kv_cache_dtype != "auto" and dtype != "float32" and backend in ("auto", "torch"):
+        raise ValueError(
+            f"kv_cache_dtype={kv_cache_dtype!r} with a {dtype} model: the reference attention "
+            "dequantizes an FP8 cache to float32, so the model must be float32 too; pass "
+            "dtype='float32', or kv_cache_dtype='auto'"
+        )
+
+
+def check_setting(name: str, value: object, resolved: bool = False) -> None:
+    """Refuse ``value`` for the engine setting ``name`` as ``EngineConfig`` would: the parts
+    built from a config (``BlockManager``, ``Scheduler``, ...) check the arguments they are
+    given with this, so each setting's rule is written once, on its field. ``resolved``: the
+    caller needs the value a None stands for (the engine works it out), so None is refused."""
+    rule = settings_of()[name]
+    _check(name, value, dataclasses.replace(rule, none=None) if resolved else rule)
+
+
+def _check(name: str, value: object, rule: Setting) -> None:
+    """Refuse ``value`` for the setting ``name`` unless ``rule`` accepts it."""
+    if (value is None and rule.none is not None) or rule.kind is object:
+        return  # None where allowed; an object field is judged by its own normalizer
+    if rule.kind is bool:
+        ok = isinstance(value, bool)
+    elif rule.kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)  # True is no block size
+    elif rule.kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        wrong_kind = not isinstance(value, str | int | float)  # a list, a dict, None
+        raise (TypeError if wrong_kind else ValueError)(_refusal(name, value, rule))
+    if rule.choices and value not in rule.choices:
+        close = difflib.get_close_matches(value, rule.choices, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else ""
+        raise ValueError(_refusal(name, value, rule, hint))
+    too_high = rule.high is not None and (value > rule.high or (rule.below and value == rule.high))
+    if too_high or (rule.low is not None and value < rule.low):
+        raise ValueError(_refusal(name, value, rule))
+    if rule.pattern is not None and not re.fullmatch(rule.pattern, value):
+        raise ValueError(_refusal(name, value, rule))
+
+
+def _refusal(name: str, value: object, rule: Setting, hint: str = "") -> str:
+    """One line: the setting, what it accepts, the value, and the way out."""
+    ways = "; ".join(way for way in (hint, rule.fix) if way)
+    return f"{name} must be {_described(rule)}, got {value!r}" + (f"; {ways}" if ways else "")
+
+
+def _described(rule: Setting) -> str:
+    """What ``rule`` accepts, for an error message: "an integer from 1 to 4,096", ..."""
+    if rule.what is not None:
+        what = rule.what
+    elif rule.choices:
+        what = f"one of {', '.join(map(repr, rule.choices))}"
+    else:
+        what = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}[
+            rule.kind
+        ]
+        if rule.high is not None and rule.below:
+            what += f" from {_number(rule.low)} up to, not including, {_number(rule.high)}"
+        elif rule.high is not None:
+            what += f" from {_number(rule.low)} to {_number(rule.high)}"
+        elif rule.low is not None:
+            what += f" of at least {_number(rule.low)}"
+    return what + (" or None" if rule.none is not None else "")
+
+
+def _number(bound: float | None) -> str:
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+
+
+def _dtype_name(dtype: object) -> object:
+    """A ``torch.dtype`` by its name (``torch.float32`` is ``"float32"``); anything else as
+    given, for ``_check`` to judge. Duck-typed, so this module needs no torch."""
+    if type(dtype).__name__ == "dtype" and str(dtype).startswith("torch."):
+        return str(dtype).removeprefix("torch.")
+    return dtype
+
+
+def _json_model(model: object) -> object:
+    """A model named by text stays as it is; a loaded one (a ``Llama``) is named by its type."""
+    return model if model is None or isinstance(model, str | os.PathLike) else type(model).__name__
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, str | os.PathLike) or not str(model).strip():
+        raise (ValueError if isinstance(model, str) else TypeError)(
+            f'model must name a model: "tiny" or a Hugging Face Llama directory, got {model!r}'
+        )
