@@ -172,7 +172,7 @@ def student_replay(scenario, args: argparse.Namespace):
     """A student's code runs in a child process under the grader's time and memory limits,
     which records the run; the app replays it, and says why it ended early if it did."""
     from minipaged.checkpoint import model_directory
-    from minipaged.grader.exercises import load_check
+    from minipaged.grader.exercises import folder_of
     from minipaged.grader.recorded_run import record_student_run
     from minipaged.tokenizer import Tokenizer
     from tui.app import PagedApp
@@ -183,7 +183,7 @@ def student_replay(scenario, args: argparse.Namespace):
             f"exercise {args.exercise} builds no part of a block manager; exercises "
             f"{', '.join(map(str, EXERCISE_SCENARIOS))} do"
         )
-    load_check(args.exercise, args.path, False)
+    folder_of(args.exercise, args.path)
     directory = model_directory(args.model)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"no model at {directory} (config.json is missing)")
