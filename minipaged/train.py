@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import Tensor
 
+from minipaged import atomic_write
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
@@ -290,7 +291,7 @@ def train(args: argparse.Namespace) -> None:
         samples,
         VALIDATION_FRACTION,
     )
-    (args.out / "MODEL_CARD.md").write_text(card)
+    atomic_write.write_text(args.out / "MODEL_CARD.md", card)
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")
