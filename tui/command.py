@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the step-through visualizer: watch the block manager work while the model writes",
         description="Step through a run of the paged engine: block pools, block tables, token "
         "streams, events, memory gauges and invariants. Keys: n/→ step, b/← back, space play, "
-        "c/w/p/h jump, s scenarios, ? help, q quit.",
+        "c/w/p/h jump (C/W/P/H back), g go to step, s scenarios, ? help, q quit.",
     )
     tui.add_argument(
         "--scenario",
