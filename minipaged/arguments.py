@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -27,12 +28,25 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Ends an option's help with ``(default: X)``, once: not where the help states its
+    default itself (``(default: the starter folder)``, in words argparse cannot know), and not
+    where there is none to show (``None``, or a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if re.search(r"\(default\b", text) or action.default in (None, False):
+            return text
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` that shows defaults in ``--help`` and reports a usage
-    error as one line, ``minipaged generate: argument --n: ...; see ...``, with status 2."""
+    """``argparse.ArgumentParser`` that shows defaults in ``--help`` (``DefaultsFormatter``)
+    and reports a usage error as one line, ``minipaged generate: argument --n: ...; see
+    ...``, with status 2."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

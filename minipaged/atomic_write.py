@@ -1,7 +1,8 @@
 """Writing a file only where the user said, and only once what goes in it is known good.
 
-Every file the command line writes (a trace, a grading report, an exercise's starter files, a
-benchmark's page and plots, a TUI screenshot) is written one way: the content goes to a
+Every file the project writes (a trace, a grading report and gradebook, an exercise's starter
+files, a benchmark's page and plots, a TUI screenshot, a checkpoint, its tokenizer and model
+card) is written one way: the content goes to a
 temporary file in the target's own folder, which is renamed over the target once complete. A
 command that fails or is refused before then leaves the old file as it was; no reader ever
 sees half a file; and a symbolic link at the target is replaced, never followed, so nothing is
@@ -84,6 +85,13 @@ def write_text(path: str | Path, text: str) -> str:
     """Write ``text`` to ``path`` at once and whole; returns ``Replacement.note``."""
     with replacing(path) as replacement:
         replacement.file.write(text)
+    return replacement.note()
+
+
+def write_bytes(path: str | Path, data: bytes) -> str:
+    """Write ``data`` to ``path`` at once and whole; returns ``Replacement.note``."""
+    with replacing(path, "wb") as replacement:
+        replacement.file.write(data)
     return replacement.note()
 
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from tokenizers import Tokenizer as HFTokenizer
 
+from minipaged import atomic_write
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig, packed_projections
 from minipaged.tokenizer import Tokenizer
@@ -212,9 +213,8 @@ def save_model(
         for name, tensor in _unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
-    save_file(state, directory / WEIGHTS_FILE, metadata={"format": "pt"})
-    # safetensors creates the file owner-only (0600); a checkpoint is meant to be shared.
-    (directory / WEIGHTS_FILE).chmod(0o644)
+    # Each file whole or not at all, a link at its name replaced, never followed.
+    atomic_write.write_bytes(directory / WEIGHTS_FILE, save(state, metadata={"format": "pt"}))
 
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer(tokenizer)
@@ -346,7 +346,7 @@ def _read_json(file: Path, holds: str) -> dict[str, Any]:
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
-    file.write_text(json.dumps(data, indent=2) + "\n")
+    atomic_write.write_text(file, json.dumps(data, indent=2) + "\n")
 
 
 def _hf_parts(name: str, config: LlamaConfig) -> dict[str, int] | None:

@@ -15,6 +15,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from minipaged import atomic_write
+
 ENDOFTEXT = "<|endoftext|>"
 """The one special token of the trained tokenizer: it separates documents (paragraphs), so it
 is both the beginning-of-sequence and the end-of-sequence token."""
@@ -82,8 +84,9 @@ class Tokenizer:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def save(self, path: str | Path) -> None:
-        """Write ``tokenizer.json`` to ``path`` (a file name)."""
-        self.tokenizer.save(str(path))
+        """Write ``tokenizer.json`` to ``path`` (a file name), whole or not at all, replacing
+        (never following) a symbolic link there (``minipaged.atomic_write``)."""
+        atomic_write.write_text(path, self.tokenizer.to_str(pretty=True))
 
 
 def train_tokenizer(

@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import Tensor
 
+from minipaged import atomic_write
+from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
@@ -39,12 +41,12 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "models" / "tiny"
 VALIDATION_FRACTION = 0.05
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m minipaged.train",
         description="Train the embedded tiny Llama and its tokenizer on a paragraph-per-line "
         "corpus, and write a Hugging Face model directory with a model card.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsFormatter,
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="one paragraph a line")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output model directory")
@@ -77,6 +79,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch.set_num_threads; on a 2-core machine shared with other jobs, 2 threads "
         "measured 6x slower than 1 (each step waits for the thread that lost its core)",
     )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "context", "eval_every", "threads"):
         if getattr(args, name) <= 0:
@@ -290,7 +297,7 @@ def train(args: argparse.Namespace) -> None:
         samples,
         VALIDATION_FRACTION,
     )
-    (args.out / "MODEL_CARD.md").write_text(card)
+    atomic_write.write_text(args.out / "MODEL_CARD.md", card)
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")

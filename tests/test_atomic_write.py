@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from minipaged import atomic_write, cli
 from minipaged.grader.command import MAX_SECONDS, limits_from
@@ -160,3 +163,72 @@ def test_check_with_no_limits_grades(capsys):
     args = ["exercises", "check", "1", "--solution", "--time-limit", "inf", "--memory-limit", "inf"]
     assert cli.main(args) == 0
     assert "8 pass, 0 fail" in capsys.readouterr().out
+
+
+PACKAGES = ("minipaged", "cuda_kernels", "tui")
+DIRECT_WRITE = re.compile(
+    r"(?<!atomic_write)\.write_(text|bytes)\("  # pathlib's, not atomic_write's
+    r"|\bopen\([^)]*[\"'][wax]b?\+?[\"']"  # open for writing
+    r"|\bsave_file\(|torch\.save\(|\.tokenizer\.save\("  # safetensors, torch, tokenizers
+    r"|\.savefig\((?!replacement\.file)|json\.dump\((?!.*sys\.stdout)"
+)
+PRIVATE_FOLDERS = {
+    "minipaged/grader/remote.py": "the child's output, in the grading folder mkdtemp made",
+    "minipaged/grader/gradebook.py": "each grading's output, in the batch's TemporaryDirectory",
+    "minipaged/grader/recorded_run.py": "the run's output and scenario, in its TemporaryDirectory",
+}
+"""Files that write only inside a temporary folder they made themselves, which no one else can
+have put a link into."""
+
+
+def test_every_file_the_project_writes_goes_through_atomic_write():
+    """The class of "a write that follows a link or leaves half a file": no module of the
+    package writes a file directly, except into a temporary folder of its own."""
+    root = Path(atomic_write.__file__).parents[1]
+    direct = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name == "minipaged/atomic_write.py" or name in PRIVATE_FOLDERS:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if DIRECT_WRITE.search(line):
+                    direct.append(f"{name}:{number}: {line.strip()}")
+    assert direct == []
+
+
+def test_a_saved_checkpoint_replaces_links_and_leaves_their_targets_alone(tmp_path):
+    from minipaged.checkpoint import (
+        CONFIG_FILE,
+        TOKENIZER_FILE,
+        WEIGHTS_FILE,
+        load_model,
+        model_directory,
+        save_model,
+    )
+    from minipaged.tokenizer import Tokenizer
+
+    model = load_model("tiny")
+    tokenizer = Tokenizer(model_directory("tiny"))
+    out = tmp_path / "copy"
+    out.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    for name in (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE):
+        (out / name).symlink_to(outside)
+    save_model(model, tokenizer, out)
+    assert outside.read_text() == "precious\n"
+    for name in (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE):
+        assert not (out / name).is_symlink()
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~_umask()
+    reloaded = load_model(out)
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), reloaded.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

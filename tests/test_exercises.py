@@ -834,7 +834,7 @@ def test_init_copies_a_starter_out_of_the_package_and_it_grades(tmp_path, capsys
     target = tmp_path / "ex03"
     assert cli.main(["exercises", "init", "3", str(target)]) == 0
     assert sorted(p.name for p in target.iterdir()) == ["README.md", "block_manager.py"]
-    assert "minipaged exercises check 3 --path" in capsys.readouterr().out
+    assert f"inside {target} run `minipaged exercises check 3`" in capsys.readouterr().out
     assert cli.main(["exercises", "check", "3", "--path", str(target)]) == 1
     assert cli.main(["exercises", "init", "3", str(target)]) == 2  # never overwrites work
     assert "already holds README.md, block_manager.py" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from tui import keymap, palette
 from tui.event_log import EventLog
 from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
 from tui.gauges import Gauges, KVMemory
+from tui.go_to_step import GoToStep
 from tui.help import HelpScreen
 from tui.inspector import Inspector
 from tui.invariants_view import InvariantsView
@@ -300,9 +301,19 @@ class PagedApp(SelectionKeys, App[None]):
         if self.navigator is not None:
             self.apply(self.navigator.back())
 
-    def action_jump(self, name: str) -> None:
+    def action_jump(self, name: str, direction: int = 1) -> None:
         if self.navigator is not None:
-            self.apply(self.navigator.jump(name))
+            self.apply(self.navigator.jump(name, direction))
+
+    def action_go_to_step(self) -> None:
+        if self.navigator is not None:
+            self.pause()
+            last, finished = self.timeline.recorded, self.timeline.finished
+            self.push_screen(GoToStep(last, finished), self.went_to)
+
+    def went_to(self, step: int | None) -> None:
+        if step is not None:
+            self.seek_step(step)
 
     def action_play(self) -> None:
         if self.player is not None:

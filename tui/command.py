@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the step-through visualizer: watch the block manager work while the model writes",
         description="Step through a run of the paged engine: block pools, block tables, token "
         "streams, events, memory gauges and invariants. Keys: n/→ step, b/← back, space play, "
-        "c/w/p/h jump, s scenarios, ? help, q quit.",
+        "c/w/p/h jump (C/W/P/H back), g go to step, s scenarios, ? help, q quit.",
     )
     tui.add_argument(
         "--scenario",
@@ -152,7 +152,7 @@ def student_replay(scenario, args: argparse.Namespace):
     """A student's code runs in a child process under the grader's time and memory limits,
     which records the run; the app replays it, and says why it ended early if it did."""
     from minipaged.checkpoint import model_directory
-    from minipaged.grader.exercises import load_check
+    from minipaged.grader.exercises import folder_of
     from minipaged.grader.recorded_run import record_student_run
     from minipaged.tokenizer import Tokenizer
     from tui.app import PagedApp
@@ -163,7 +163,7 @@ def student_replay(scenario, args: argparse.Namespace):
             f"exercise {args.exercise} builds no part of a block manager; exercises "
             f"{', '.join(map(str, EXERCISE_SCENARIOS))} do"
         )
-    load_check(args.exercise, args.path, False)
+    folder_of(args.exercise, args.path)
     model = scenario.config.model
     directory = model_directory(model)
     recorded, error = record_student_run(scenario, args.exercise, args.path, str(model))

@@ -34,6 +34,11 @@ KEYMAP: tuple[Key, ...] = (
     Key(("w",), "w", "jump('swap')", "jump to the next swap"),
     Key(("p",), "p", "jump('preempt')", "jump to the next preemption"),
     Key(("h",), "h", "jump('prefix')", "jump to the next prefix hit"),
+    Key(("C",), "C", "jump('cow', -1)", "jump back to the previous copy-on-write"),
+    Key(("W",), "W", "jump('swap', -1)", "jump back to the previous swap"),
+    Key(("P",), "P", "jump('preempt', -1)", "jump back to the previous preemption"),
+    Key(("H",), "H", "jump('prefix', -1)", "jump back to the previous prefix hit"),
+    Key(("g",), "g", "go_to_step", "go to step N: type it, then enter"),
     Key(("down",), "↓", "next_seq(1)", "select the next sequence", "select", "↑↓[]"),
     Key(("up",), "↑", "next_seq(-1)", "select the previous sequence"),
     Key(

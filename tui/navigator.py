@@ -58,13 +58,16 @@ class Navigator:
             return self.moved()
         return Move(False, "this is step 0, before the first step")
 
-    def jump(self, name: str) -> Move:
-        """To the next step with an event of kind ``JUMPS[name]``."""
+    def jump(self, name: str, direction: int = 1) -> Move:
+        """To the next step with an event of kind ``JUMPS[name]`` (``direction`` 1), or back to
+        the previous one (-1), which is recorded already, so never waits."""
         self.waiting = None
-        found = self.timeline.next_with(JUMPS[name][1])
+        found = self.timeline.next_with(JUMPS[name][1], direction)
         if found is not None:
             self.timeline.move(found)
             return self.moved()
+        if direction < 0:
+            return Move(False, f"no {JUMPS[name][0]} before step {self.timeline.cursor}")
         if self.timeline.finished:
             return Move(False, self.not_found(name))
         return self.wait(("jump", name))

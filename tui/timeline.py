@@ -96,9 +96,13 @@ class Timeline:
         self.cursor = index
         return True
 
-    def next_with(self, kinds: frozenset[str]) -> int | None:
-        """The first recorded frame after the cursor with an event of one of ``kinds``."""
-        for frame in self._frames[self.cursor + 1 :]:
+    def next_with(self, kinds: frozenset[str], direction: int = 1) -> int | None:
+        """The first recorded frame after the cursor (``direction`` 1) or the last one before
+        it (-1) with an event of one of ``kinds``."""
+        frames = (
+            self._frames[self.cursor + 1 :] if direction > 0 else self._frames[: self.cursor][::-1]
+        )
+        for frame in frames:
             if any(event.kind in kinds for event in frame.step.events):
                 return frame.index
         return None

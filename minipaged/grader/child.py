@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import resource
 import signal
 from pathlib import Path
 
@@ -168,7 +167,12 @@ def _safe(text) -> str:
 
 def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
     """First thing in a child, before any student code: cap its address space, CPU time and
-    file sizes. The limits hold for the rest of the process's life and for what it starts."""
+    file sizes. The limits hold for the rest of the process's life and for what it starts.
+    ``resource`` is imported here, not with the module: Windows has none, and there the
+    command line refuses to grade (``grading.platform_problem``) but still lists and copies
+    out the exercises."""
+    import resource
+
     if memory_gib is not None:
         size = int(memory_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (size, size))

@@ -1,17 +1,22 @@
-"""``minipaged exercises``: list the exercises, copy one out, or grade one.
+"""``minipaged exercises``: list the exercises, copy one out, or grade one, or a class's.
 
 ``minipaged exercises init N DIR`` copies exercise N's README and starter files out of the
-installed package into ``DIR``, so a student who installed minipaged without a source checkout
-can begin. ``minipaged exercises check N`` grades the student's copy of exercise N (by default
-the starter files in ``tutorials/``, which a student with a checkout edits in place; ``--path
-DIR`` for a copy elsewhere; ``--solution`` for the library's own modules) in a child process
-with time and memory limits, prints pass / fail / blocked per criterion with what was wrong,
-writes a JSON report, and exits 0 when no criterion failed, 1 otherwise.
+installed package into ``DIR`` (``minipaged.grader.handout``), so a student who installed
+minipaged without a source checkout can begin. ``minipaged exercises check N`` grades the
+student's copy of exercise N: the folder it is run in when that holds the exercise's files (one
+``init`` made), else the starter files in ``tutorials/`` of a source checkout, which a student
+edits in place; ``--path DIR`` for a copy elsewhere; ``--solution`` for the library's own
+modules. It runs the student's code in a child process with time and memory limits, prints
+pass / fail / blocked per criterion with what was wrong and the points, writes a JSON report
+(and, with ``--gradescope``, Gradescope's ``results.json``), and exits 0 when no criterion
+failed, 1 otherwise. ``--batch DIR`` grades every sub-folder of ``DIR`` and writes a
+gradebook beside it (``minipaged.grader.gradebook``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from pathlib import Path
@@ -19,8 +24,9 @@ from pathlib import Path
 from rich.console import Console
 
 from minipaged import atomic_write
-from minipaged.grader.exercises import EXERCISES, exercise
-from minipaged.grader.grading import Limits, grade
+from minipaged.arguments import integer
+from minipaged.grader.exercises import EXERCISES, exercise, folder_of
+from minipaged.grader.grading import Limits, grade, platform_problem
 
 REPORT_NAME = "report.json"
 MIN_MEMORY_GIB = 1.0
@@ -42,14 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "init",
         help="copy exercise N's README and starter files into DIR",
         description="Copy exercise N's README and starter files out of the installed package "
-        "into DIR (created; it must not hold the files already), then check them with "
-        "`minipaged exercises check N --path DIR`.",
+        "into DIR (created; it must not hold the files already), then, inside DIR, check them "
+        "with `minipaged exercises check N`.",
     )
     init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
     init.add_argument("directory", metavar="DIR", help="where to put the files")
     check = actions.add_parser(
         "check",
-        help="grade exercise N: pass / fail / blocked per criterion, and a JSON report",
+        help="grade exercise N: pass / fail / blocked per criterion, points, a JSON report",
         description="Your code runs in a child process with a memory limit, a CPU-time limit "
         "and a wall-clock limit, confined by Landlock where Linux has it; the child only runs "
         "your functions and the grader judges what they return. Exit status 0 "
@@ -58,10 +64,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
     where = check.add_mutually_exclusive_group()
     where.add_argument(
-        "--path", type=Path, help="the folder holding your files (default: the starter folder)"
+        "--path",
+        type=Path,
+        help="the folder holding your files (default: the folder you are in, when it holds "
+        "them, as one made by init does; else, in a source checkout, the starter folder)",
     )
     where.add_argument(
         "--solution", action="store_true", help="grade the library's own modules instead"
+    )
+    where.add_argument(
+        "--batch",
+        type=Path,
+        metavar="DIR",
+        help="grade every sub-folder of DIR, one per student, and write gradebook.csv and "
+        "gradebook.json beside DIR",
     )
     check.add_argument(
         "--json",
@@ -70,13 +86,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"where to write the report (default: {REPORT_NAME} in the graded folder; "
         "none for --solution)",
     )
+    check.add_argument(
+        "--gradescope",
+        type=Path,
+        metavar="FILE",
+        help="also write the report as Gradescope's results.json to FILE "
+        "(/autograder/results/results.json in a Gradescope autograder)",
+    )
+    check.add_argument(
+        "--jobs",
+        type=integer(1, 256),
+        metavar="N",
+        help="with --batch: students graded at once (default: half this machine's CPUs, at "
+        "least 1)",
+    )
     defaults = Limits()
     check.add_argument(
         "--memory-limit",
         type=float,
         metavar="GIB",
         help="address space the grading process may use, in GiB, at least "
-        f"{MIN_MEMORY_GIB:g} and at most this machine's memory; inf for no limit (default "
+        f"{MIN_MEMORY_GIB:g} and at most this machine's memory; inf for no limit (default: "
         f"{defaults.memory_gib:g}, or the machine's memory if it has less)",
     )
     check.add_argument(
@@ -84,10 +114,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         metavar="SECONDS",
         default=defaults.wall_seconds,
-        help="wall-clock time the whole grading may take, in seconds, at most "
-        f"{MAX_SECONDS:g} (a day); CPU time is capped at 1.5 times that; inf for no limit "
-        f"(each check still stops after {defaults.check_seconds:g} s) (default "
-        f"{defaults.wall_seconds:g})",
+        help="wall-clock time the whole grading of one submission may take, in seconds, at "
+        f"most {MAX_SECONDS:g} (a day); CPU time is capped at 1.5 times that; inf for no "
+        f"limit; each check still stops after {defaults.check_seconds:g} s",
     )
 
 
@@ -108,34 +137,89 @@ def _run(args: argparse.Namespace) -> int:
         console.print(listing(), markup=False, highlight=False)
         return 0
     if args.exercises_command == "init":
+        from minipaged.grader.handout import init
+
         copied = init(args.number, args.directory)
+        unmet = exercise(args.number).unmet()
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
-            f"next: read {Path(args.directory) / 'README.md'}, edit the files, then run "
-            f"`minipaged exercises check {args.number} --path {args.directory}`",
+            f"next: read {Path(args.directory) / 'README.md'}, edit the files, then inside "
+            f"{args.directory} run `minipaged exercises check {args.number}`"
+            + (f"\nbefore you check it: {unmet}" if unmet else ""),
             markup=False,
             highlight=False,
         )
         return 0
+    exercise(args.number)  # an unknown exercise is refused before anything else
+    problem = platform_problem()
+    if problem:
+        raise ValueError(problem)
     limits = limits_from(args.memory_limit, args.time_limit)
+    if args.batch is not None:
+        return _batch(args, limits, console)
+    if args.jobs is not None:
+        raise ValueError("--jobs is for --batch: give --batch DIR, or leave --jobs out")
     report = grade(args.number, args.path, args.solution, limits)
     report.render(console)
     target = args.json
     if target is None and not args.solution:
-        target = (args.path or EXERCISES[args.number].starter) / REPORT_NAME
-    if target is not None:
-        try:
-            note = report.save(target)
-            console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
-        except OSError as error:  # an installed package's starter folder is not writable
-            console.print(
-                f"no report written ({error.strerror or error}: {target}); copy the exercise "
-                f"out with "
-                f"`minipaged exercises init {args.number} DIR`, or pass --json FILE",
+        target = folder_of(args.number, args.path) / REPORT_NAME
+    written = [(target, report.to_dict())] if target is not None else []
+    if args.gradescope is not None:
+        from minipaged.grader.gradebook import gradescope
+
+        written.append((args.gradescope, gradescope(report.to_dict())))
+    for path, document in written:
+        _save(console, args.number, path, document)
+    return 0 if report.passed else 1
+
+
+def _save(console: Console, number: int, target: Path, document: dict) -> None:
+    """Write ``document`` as JSON to ``target`` (whole, replacing and never following a link
+    there), and say where; or say why it could not be written."""
+    try:
+        note = atomic_write.write_text(target, json.dumps(document, indent=2) + "\n")
+        console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
+    except OSError as error:  # an installed package's starter folder is not writable
+        console.print(
+            f"no report written ({error.strerror or error}: {target}); copy the exercise "
+            f"out with `minipaged exercises init {number} DIR`, or pass --json FILE",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
+    """Grade every sub-folder of ``--batch DIR`` with a progress bar; write the gradebook."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from minipaged.grader.gradebook import grade_batch, submissions, write_gradebook
+
+    for flag, value in (("--json", args.json), ("--gradescope", args.gradescope)):
+        if value is not None:
+            raise ValueError(
+                f"{flag} writes one submission's report; with --batch every student's report "
+                "goes into their folder and gradebook.json holds them all: leave it out"
+            )
+    folders = submissions(args.batch)
+    jobs = args.jobs or max(1, (os.cpu_count() or 2) // 2)
+    columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(f"grading exercise {args.number:02d}", total=len(folders))
+
+        def done(row) -> None:
+            progress.console.print(
+                f"{row.student}: {row.status}, {row.total} points, {row.seconds:g} s"
+                + (f" ({row.cause})" if row.cause else ""),
                 markup=False,
                 highlight=False,
             )
-    return 0 if report.passed else 1
+            progress.advance(task)
+
+        rows = grade_batch(args.number, args.batch, limits, jobs, done)
+    paths = write_gradebook(args.number, args.batch, rows)
+    console.print(f"gradebook: {paths[0]} and {paths[1]}", highlight=False)
+    return 0
 
 
 def limits_from(memory_gib: float | None, seconds: float) -> Limits:
@@ -167,30 +251,6 @@ def limits_from(memory_gib: float | None, seconds: float) -> Limits:
 
 def _machine_memory_gib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-
-
-def init(number: int, directory: str | Path) -> list[str]:
-    """Copy exercise ``number``'s README and starter files into ``directory``; return their
-    names. Refuses, changing nothing, when ``directory`` is not a folder that can hold them or
-    any of them is there already (a symbolic link too, dangling or not: none is followed)."""
-    ex = exercise(number)
-    if not str(directory).strip():
-        raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{directory} is a file, not a folder: choose a new or empty folder")
-    sources = [ex.starter.parent / "README.md"] + [ex.starter / name for name in ex.files]
-    clashes = [s.name for s in sources if os.path.lexists(directory / s.name)]
-    if clashes:
-        raise ValueError(
-            f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
-            f"check the work there with `minipaged exercises check {number} --path {directory}`"
-        )
-    contents = [(source.name, source.read_bytes()) for source in sources]
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, data in contents:
-        atomic_write.create(directory / name, data)
-    return [name for name, _ in contents]
 
 
 def listing() -> str:

@@ -9,11 +9,13 @@ untouched starter must fail every one (``tests/test_exercises.py`` proves both).
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from minipaged.grader.report import Criterion
+from minipaged.grader.report import Criterion, points
 from minipaged.grader.student import Student, load_folder, load_solution
 
 TUTORIALS = (Path(__file__).resolve().parent / "tutorials").resolve()
@@ -29,6 +31,7 @@ class Exercise:
     solution: dict[str, str]  # student file stem -> the library module that solves it
     checks: str  # the module whose CRITERIA grade it
     graded: tuple[str, ...]  # the library functions the student writes: "module:Qual.name"
+    requires: tuple[str, ...] = ()  # modules of an extra of minipaged's (EXTRAS) it needs
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -41,19 +44,48 @@ class Exercise:
     def criteria(self) -> tuple[Criterion, ...]:
         return importlib.import_module(self.checks).CRITERIA
 
+    def points(self) -> dict[str, int]:
+        """Each criterion's points, by name: declared with the criterion, or an equal share of
+        100 (``minipaged.grader.report.points``)."""
+        criteria = self.criteria()
+        return dict(zip((c.name for c in criteria), points(criteria), strict=True))
+
+    def unmet(self) -> str:
+        """``""``, or what to install for the modules this exercise needs that are missing."""
+        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        if not missing:
+            return ""
+        extras = sorted({EXTRAS[m] for m in missing})
+        install = " ".join(f'"minipaged[{extra}]"' for extra in extras)
+        return (
+            f"exercise {self.number:02d} needs {' and '.join(missing)}, which is not installed "
+            f"here: pip install {install}"
+        )
+
     def graded_in(self, module: str) -> tuple[str, ...]:
         """The graded functions of library ``module``, as ``"module:Qual.name"``."""
         return tuple(name for name in self.graded if name.partition(":")[0] == module)
 
 
+EXTRAS = {"numba": "cuda"}
+"""The modules an exercise may need beyond minipaged's own dependencies, and the extra of
+``pyproject.toml`` that installs each (``pip install 'minipaged[cuda]'``)."""
+
+
 def _exercise(
-    number: int, folder: str, title: str, solution: dict[str, str], checks: str, graded: str
+    number: int,
+    folder: str,
+    title: str,
+    solution: dict[str, str],
+    checks: str,
+    graded: str,
+    requires: tuple[str, ...] = (),
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
     of ``solution``."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
-    return Exercise(number, folder, title, solution, f"minipaged.grader.{checks}", names)
+    return Exercise(number, folder, title, solution, f"minipaged.grader.{checks}", names, requires)
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -128,6 +160,7 @@ EXERCISES: dict[int, Exercise] = {
             {"cache_ops": "cuda_kernels.cache_ops"},
             "ex08_copy_blocks",
             "copy_blocks_kernel copy_blocks",
+            requires=("numba",),
         ),
         _exercise(
             9,
@@ -136,6 +169,7 @@ EXERCISES: dict[int, Exercise] = {
             {"cache_ops": "cuda_kernels.cache_ops"},
             "ex09_reshape_and_cache",
             "reshape_and_cache_kernel reshape_and_cache",
+            requires=("numba",),
         ),
         _exercise(
             10,
@@ -144,6 +178,7 @@ EXERCISES: dict[int, Exercise] = {
             {"block_reduce": "cuda_kernels.block_reduce"},
             "ex10_block_reduce",
             "tree_reduce",
+            requires=("numba",),
         ),
         _exercise(
             11,
@@ -152,6 +187,7 @@ EXERCISES: dict[int, Exercise] = {
             {"paged_attention": "cuda_kernels.paged_attention"},
             "ex11_decode_kernel",
             "decode_kernel paged_attention_decode",
+            requires=("numba",),
         ),
         _exercise(
             12,
@@ -174,28 +210,75 @@ def exercise(number: int) -> Exercise:
     return EXERCISES[number]
 
 
+SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
+"""Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
+package's ``tutorials`` is a link to it), rather than an installed package, whose starters are
+read-only copies that only ``exercises init`` reads."""
+
+LIBRARY_FOLDERS = {
+    (Path(__file__).resolve().parent / up).resolve() for up in ("..", "../../cuda_kernels")
+}
+"""The library's own packages: never a student's folder, though they hold the same names."""
+
+
+def folder_of(number: int, path: Path | None = None) -> Path:
+    """The folder holding the files of exercise ``number`` to grade or run: ``path`` when it is
+    given; else the current folder when it holds every one of the exercise's files (a folder
+    ``exercises init`` made, with the student in it); else, in a source checkout, the starter
+    in ``tutorials/``. Raises ``FileNotFoundError`` saying what to do when the files are not
+    there."""
+    ex = exercise(number)
+    if path is None:
+        here = Path.cwd()
+        if here.resolve() not in LIBRARY_FOLDERS and _missing(ex, here) == []:
+            return here
+        if not SOURCE_CHECKOUT:
+            raise FileNotFoundError(
+                f"this folder ({here}) has no {', '.join(ex.files)}: run the command inside "
+                f"the folder `minipaged exercises init {number} DIR` made, or pass --path DIR"
+            )
+        path = ex.starter
+    folder = Path(path)
+    missing = missing_files(number, folder)
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} {missing}: pass --path with the folder holding exercise {number:02d}'s "
+            f"files (make one with `minipaged exercises init {number} DIR`)"
+        )
+    return folder
+
+
+def missing_files(number: int, folder: Path) -> str:
+    """``""`` when ``folder`` holds every file of exercise ``number``, else what is missing:
+    ``"has no block_manager.py (found Block_Manager.py: rename it to block_manager.py)"``."""
+    missing = _missing(exercise(number), folder)
+    if not missing:
+        return ""
+    if not folder.is_dir():
+        return "is no folder"
+    try:
+        present = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    found = []
+    for name in missing:
+        near = difflib.get_close_matches(name.lower(), [n.lower() for n in present], 1, 0.75)
+        if near:
+            original = next(n for n in present if n.lower() == near[0])
+            found.append(f"found {original}: rename it to {name}")
+    return f"has no {', '.join(missing)}" + (f" ({'; '.join(found)})" if found else "")
+
+
+def _missing(ex: Exercise, folder: Path) -> list[str]:
+    return [name for name in ex.files if not (folder / name).is_file()]
+
+
 def load(number: int, path: Path | None = None, solution: bool = False) -> Student:
-    """The work to grade: the library (``solution``), the folder ``path``, or the starter."""
+    """The work to grade: the library (``solution``), or the files of ``folder_of``."""
     ex = exercise(number)
     if solution:
         return load_solution(ex.solution)
-    load_check(number, path, solution)
-    return load_folder(Path(path) if path is not None else ex.starter, tuple(ex.solution))
-
-
-def load_check(number: int, path: Path | None, solution: bool) -> None:
-    """Raise FileNotFoundError, saying what to do, when the files to grade are not there."""
-    ex = exercise(number)
-    if solution:
-        return
-    folder = Path(path) if path is not None else ex.starter
-    missing = [name for name in ex.files if not (folder / name).is_file()]
-    if missing:
-        where = "" if folder.is_dir() else " (no such folder)"
-        raise FileNotFoundError(
-            f"{folder}{where} has no {', '.join(missing)}: pass --path with the folder holding "
-            f"exercise {number:02d}'s files (copy them from tutorials/{ex.folder}/starter/)"
-        )
+    return load_folder(folder_of(number, path), tuple(ex.solution))
 
 
 def block_manager_class(number: int, path: Path | None = None, solution: bool = False) -> type:
@@ -215,4 +298,4 @@ def graded_label(number: int, path: Path | None, solution: bool) -> str:
     ex = exercise(number)
     if solution:
         return "solution: " + ", ".join(ex.solution.values())
-    return str(Path(path) if path is not None else ex.starter)
+    return str(folder_of(number, path))

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minipaged.grader.delegation import LibraryDelegation, copies
-from minipaged.grader.exercises import exercise, graded_label, load_check
+from minipaged.grader.exercises import exercise, folder_of, graded_label
 from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
 from minipaged.grader.report import BLOCKED, FAIL, PASS, CheckFailed, Criterion, Report, Result
@@ -64,9 +64,11 @@ def grade(
     ex = exercise(number)
     limits = limits or Limits()
     criteria = ex.criteria()
-    load_check(number, path, solution)
-    folder = None if solution else Path(path if path is not None else ex.starter).resolve()
-    copied = copies(ex, folder) if folder is not None else ""
+    started = time.monotonic()
+    label = graded_label(number, path, solution)
+    folder = None if solution else folder_of(number, path).resolve()
+    # Reasons no criterion can pass: a file that copies the library's, a module not installed.
+    refused = (copies(ex, folder) if folder is not None else "") or ex.unmet()
     wall_deadline = (
         None if math.isinf(limits.wall_seconds) else time.monotonic() + limits.wall_seconds
     )
@@ -74,9 +76,11 @@ def grade(
     confinement = ""
     for runs_in in ("process", "simulator", "gpu"):
         group = [c for c in criteria if c.runs_in == runs_in]
-        reason = _no_gpu_reason() if group and runs_in == "gpu" else ""
-        if not group or copied or reason:
-            results |= {c: _result(c, FAIL if copied else BLOCKED, copied or reason) for c in group}
+        reason = _no_gpu_reason() if group and runs_in == "gpu" and not refused else ""
+        if not group or refused or reason:
+            results |= {
+                c: _result(c, FAIL if refused else BLOCKED, refused or reason) for c in group
+            }
             continue
         child = GradingChild(number, runs_in, folder, limits, Proxy)
         child.wall_deadline = wall_deadline
@@ -86,12 +90,14 @@ def grade(
             confinement = confinement or child.confinement
         finally:
             child.close()
+    given = ex.points()
     return Report(
         number,
         ex.title,
-        graded_label(number, path, solution),
-        [results[c] for c in criteria],
+        label,
+        [replace(results[c], points=given[c.name]) for c in criteria],
         confinement,
+        seconds=round(time.monotonic() - started, 3),
     )
 
 
@@ -185,6 +191,21 @@ def limit_arguments(memory_gib: float | None, cpu_seconds: int | None) -> list[s
 
 def _result(criterion: Criterion, outcome: str, message: str) -> Result:
     return Result(criterion.name, criterion.statement, outcome, message)
+
+
+def platform_problem() -> str:
+    """``""`` where a student's code can be graded here, else why not and what to do: the
+    grading child limits itself with the ``resource`` module and is ended as a process group,
+    which only Unix offers."""
+    try:
+        import resource  # noqa: F401
+    except ImportError:
+        return (
+            "grading runs your code in a child process under memory and CPU-time limits, which "
+            "this system cannot set (Python has no resource module here, as on Windows): run "
+            "minipaged on Linux or macOS, or in WSL on Windows"
+        )
+    return ""
 
 
 def _no_gpu_reason() -> str:

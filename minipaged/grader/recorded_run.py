@@ -73,10 +73,10 @@ def record_student_run(
 def _record(number: int, scenario_file: Path, trace_file: Path, path, model: str) -> None:
     """In the child: build the engine on the student's block manager, step it to the end (or
     the first exception), and save every step."""
-    from minipaged.grader.exercises import exercise
+    from minipaged.grader.exercises import folder_of
     from tui.scenarios import with_student_manager
 
-    folder = Path(path or exercise(number).starter).resolve()
+    folder = folder_of(number, path).resolve()
     scenario = with_student_manager(pickle.loads(scenario_file.read_bytes()), number, path)
     header = {"model": model, "scenario": scenario.title, "exercise": number}
     steps = []

@@ -12,14 +12,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from minipaged import atomic_write
+from minipaged import __version__, atomic_write
 
 PASS, FAIL, BLOCKED = "pass", "fail", "blocked"
+
+
+def now() -> str:
+    """The time, in UTC, to the second: ``2025-01-31T14:05:09Z``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class CheckFailed(AssertionError):
@@ -98,6 +104,7 @@ class Criterion:
 
     check: Callable[[Any], None]
     runs_in: str = "process"
+    points: int | None = None  # None: a share of what the exercise's declared points leave
 
     @property
     def name(self) -> str:
@@ -109,6 +116,29 @@ class Criterion:
         return (self.check.__doc__ or self.name).strip().splitlines()[0]
 
 
+TOTAL_POINTS = 100
+
+
+def points(criteria: tuple[Criterion, ...]) -> list[int]:
+    """Each criterion's points: its own where it declares them, and an equal share of what the
+    declared ones leave of ``TOTAL_POINTS`` for the others (largest remainders first, earlier
+    criteria first among equals), so an exercise is always worth ``TOTAL_POINTS`` in all.
+    Raises ``ValueError`` when the declared points leave no share to give or exceed it."""
+    declared = sum(c.points for c in criteria if c.points is not None)
+    shares = [i for i, c in enumerate(criteria) if c.points is None]
+    left = TOTAL_POINTS - declared
+    if left < 0 or (left and not shares) or len(shares) > left:
+        raise ValueError(
+            f"criteria declaring {declared} points leave {left} for {len(shares)} others, "
+            f"not at least one each: declare points that sum to {TOTAL_POINTS} or less"
+        )
+    each, extra = divmod(left, len(shares)) if shares else (0, 0)
+    given = [c.points if c.points is not None else each for c in criteria]
+    for i in shares[:extra]:
+        given[i] += 1
+    return given
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     name: str
@@ -116,15 +146,27 @@ class Result:
     outcome: str  # PASS, FAIL or BLOCKED
     message: str = ""
     seconds: float = 0.0
+    points: int = 0  # what passing earns; a blocked criterion counts toward neither score
+
+    @property
+    def score(self) -> int:
+        return self.points if self.outcome == PASS else 0
 
 
 @dataclass(slots=True)
 class Report:
+    """One grading of one exercise: what was graded (``graded``: the student's folder, or
+    ``"solution: <library modules>"``), when (``graded_at``, UTC, ISO 8601), by which minipaged
+    (``version``), and each criterion's result."""
+
     exercise: int
     title: str
-    graded: str  # the folder graded, or "solution: <library modules>"
+    graded: str
     results: list[Result] = field(default_factory=list)
     confinement: str = ""  # how the code ran: "confined by Landlock ..." or "unconfined: ..."
+    graded_at: str = field(default_factory=now)
+    version: str = __version__
+    seconds: float = 0.0  # the whole grading, wall clock
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
@@ -134,15 +176,29 @@ class Report:
         """True when no criterion failed (blocked ones do not count against the work)."""
         return self.count(FAIL) == 0
 
+    @property
+    def score(self) -> int:
+        return sum(r.score for r in self.results)
+
+    @property
+    def max_score(self) -> int:
+        """The points at stake here: every criterion's but the blocked ones'."""
+        return sum(r.points for r in self.results if r.outcome != BLOCKED)
+
     def to_dict(self) -> dict:
         return {
             "exercise": self.exercise,
             "title": self.title,
             "graded": self.graded,
+            "graded_at": self.graded_at,
+            "minipaged_version": self.version,
+            "seconds": self.seconds,
             "passed": self.passed,
+            "score": self.score,
+            "max_score": self.max_score,
             "confinement": self.confinement,
             "counts": {o: self.count(o) for o in (PASS, FAIL, BLOCKED)},
-            "criteria": [asdict(r) for r in self.results],
+            "criteria": [asdict(r) | {"score": r.score} for r in self.results],
         }
 
     def save(self, path: Path) -> str:
@@ -163,5 +219,6 @@ class Report:
             for line in r.message.splitlines():
                 console.print(f"           {line}", markup=False, highlight=False)
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
+        summary += f", {self.score}/{self.max_score} points"
         verdict = "[green]all criteria met[/green]" if self.passed else "[red]not yet[/red]"
         console.print(f"{summary}: {verdict}")

@@ -21,7 +21,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Model-free simulation at a real model's scale: KV budget = HBM minus "
         "weights. Reports waste (internal / reservation / external), shared blocks, "
         "concurrency, tokens per step, stalls and preemptions for each allocator.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sim.add_argument("--model", choices=PRESET_NAMES, default="llama-3-8b", help="shape preset")
     sim.add_argument(
@@ -70,7 +69,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "repository (the folder holding mkdocs.yml, docs/ and the minipaged package that "
         "runs), and nowhere when run from any other folder. Timings are medians of "
         "interleaved runs against their baseline in the same process, with --threads threads.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument(
         "names", nargs="*", metavar="NAME", help=f"any of: {', '.join(SUBBENCHMARKS)} (all)"

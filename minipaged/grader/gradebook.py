@@ -1,0 +1,225 @@
+"""A class's submissions graded in one command, and the gradebook they make.
+
+``minipaged exercises check N --batch DIR`` grades every sub-folder of ``DIR`` (one per student)
+as ``minipaged exercises check N --path DIR/student`` would, several at a time, each in a
+grading process of its own under the same ``Limits``: one submission that crashes the grader,
+hangs past every limit or fills its memory costs its own row, never another student's. Each
+student's ``report.json`` is written into their folder, and beside ``DIR``:
+
+- ``gradebook.csv``: one row per sub-folder (student, each criterion's points, total, max,
+  status, cause: the first failure or what is missing, seconds), a spreadsheet's view;
+- ``gradebook.json``: the same rows, each with its whole report.
+
+A sub-folder without the exercise's files is a row with status ``missing`` and what it holds
+instead (``found Block_Manager.py: rename it to block_manager.py``), never a missing row.
+Gradescope's autograder grades one submission at a time: ``gradescope`` turns one report into
+its ``results.json``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minipaged import __version__, atomic_write
+from minipaged.grader.exercises import exercise, missing_files
+from minipaged.grader.grading import Limits
+from minipaged.grader.report import BLOCKED, FAIL, PASS, now
+
+GRADEBOOK = "gradebook"
+"""The gradebook's files, beside the folder of submissions: gradebook.csv and gradebook.json."""
+
+STARTUP_SECONDS = 300.0
+"""Time a grading process may take beyond the submission's own limit (starting Python, torch,
+and a child per place its criteria run) before it is ended and its row says so."""
+
+PASSED, FAILED, MISSING, ERROR = "passed", "failed", "missing", "error"
+"""A row's status: every criterion met; some failed; the files are not there; the grading
+itself did not finish (its cause says why)."""
+
+
+@dataclass
+class Row:
+    """One student's line of the gradebook: their folder's name, the status, why (for
+    ``missing`` and ``error``), the seconds their grading took, and their report."""
+
+    student: str
+    status: str
+    cause: str = ""
+    seconds: float = 0.0
+    report: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.report.get("score", 0)
+
+
+def submissions(root: Path) -> list[Path]:
+    """The sub-folders of ``root`` to grade, by name; hidden ones (``.git``) are left out.
+    Raises ``ValueError`` naming ``root`` when it is not a folder of folders."""
+    if not root.is_dir():
+        raise ValueError(
+            f"--batch {root}: not a folder; give the folder holding one folder per student"
+        )
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not folders:
+        raise ValueError(
+            f"--batch {root} holds no sub-folders: put each student's files in a folder of its "
+            "own, named for the student"
+        )
+    return folders
+
+
+def grade_batch(
+    number: int,
+    root: Path,
+    limits: Limits,
+    jobs: int,
+    done: Callable[[Row], None] = lambda row: None,
+) -> list[Row]:
+    """Grade exercise ``number`` in every sub-folder of ``root``, ``jobs`` at a time; call
+    ``done(row)`` as each finishes; return the rows in the folders' order."""
+    folders = submissions(root)
+    with (
+        tempfile.TemporaryDirectory(prefix="minipaged-batch-") as reports,
+        concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool,
+    ):
+        futures = {
+            pool.submit(grade_one, number, folder, limits, Path(reports)): folder
+            for folder in folders
+        }
+        for future in concurrent.futures.as_completed(futures):
+            done(future.result())
+        return [future.result() for future in futures]  # in the folders' order
+
+
+def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
+    """One student's row: their folder graded by a grading process of its own, whose report
+    comes back through a file of ours and is then written into their folder."""
+    start = time.monotonic()
+    if folder.is_symlink():
+        return Row(folder.name, ERROR, "a symbolic link: copy the submission in instead")
+    missing = missing_files(number, folder)
+    if missing:
+        return Row(folder.name, MISSING, missing)
+    target = reports / f"{folder.name}.json"
+    memory = "inf" if limits.memory_gib is None else str(limits.memory_gib)
+    command = [sys.executable, "-m", "minipaged.cli", "exercises", "check", str(number)]
+    command += ["--path", str(folder), "--json", str(target)]
+    command += ["--time-limit", str(limits.wall_seconds), "--memory-limit", memory]
+    output = reports / f"{folder.name}.out"
+    with open(output, "wb") as sink:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
+        )
+    allowed = limits.wall_seconds + STARTUP_SECONDS
+    why = ""
+    try:
+        process.wait(timeout=None if math.isinf(allowed) else allowed)
+    except subprocess.TimeoutExpired:
+        why = f"still running after {allowed:g} s, so it was ended"
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # it, and any child it left
+        process.wait()
+    seconds = round(time.monotonic() - start, 1)
+    try:
+        report = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        tail = output.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        cause = f"the grading did not finish: {why or tail[0][:300]}"
+        return Row(folder.name, ERROR, cause, seconds)
+    report["student"] = folder.name
+    atomic_write.write_text(folder / "report.json", json.dumps(report, indent=2) + "\n")
+    failed = [c for c in report["criteria"] if c["outcome"] == FAIL]
+    cause = f"{failed[0]['name']}: {failed[0]['message']}".splitlines()[0][:200] if failed else ""
+    return Row(folder.name, FAILED if failed else PASSED, cause, seconds, report)
+
+
+def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Path]:
+    """Write ``gradebook.csv`` and ``gradebook.json`` beside ``root``, each whole or not at
+    all, replacing (never following) a symbolic link there; return their paths."""
+    ex = exercise(number)
+    points = ex.points()
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["student", *points, "total", "max", "status", "cause", "seconds"])
+    for row in rows:
+        earned = {c["name"]: _cell(c) for c in row.report.get("criteria", [])}
+        writer.writerow(
+            [row.student]
+            + [earned.get(name, 0) for name in points]
+            + [row.total, row.report.get("max_score", sum(points.values()))]
+            + [row.status, row.cause, row.seconds]
+        )
+    book = {
+        "exercise": number,
+        "title": ex.title,
+        "submissions": str(root),
+        "graded_at": now(),
+        "minipaged_version": __version__,
+        "points": points,
+        "students": [
+            {
+                "student": r.student,
+                "status": r.status,
+                "cause": r.cause,
+                "total": r.total,
+                "seconds": r.seconds,
+                "report": r.report,
+            }
+            for r in rows
+        ],
+    }
+    beside = root.resolve().parent
+    csv_path, json_path = beside / f"{GRADEBOOK}.csv", beside / f"{GRADEBOOK}.json"
+    atomic_write.write_text(csv_path, text.getvalue())
+    atomic_write.write_text(json_path, json.dumps(book, indent=2) + "\n")
+    return csv_path, json_path
+
+
+def _cell(criterion: dict) -> int | str:
+    """A criterion's cell: the points it earned, or ``blocked`` (it needs a GPU)."""
+    return "blocked" if criterion["outcome"] == BLOCKED else criterion["score"]
+
+
+def gradescope(report: dict) -> dict:
+    """Gradescope's ``results.json`` for one report: one test per criterion (its name, score,
+    max_score, status and output). The submission's ``score`` is out of 100 over the criteria
+    that could run, so a criterion blocked for want of a GPU costs nothing; ``extra_data``
+    keeps what was graded, when, and by which minipaged."""
+    at_stake = report["max_score"]
+    tests = [
+        {
+            "name": c["statement"],
+            "number": str(i),
+            "score": c["score"],
+            "max_score": 0 if c["outcome"] == BLOCKED else c["points"],
+            "status": "passed" if c["outcome"] == PASS else "failed",
+            "output": c["message"] or c["outcome"],
+        }
+        for i, c in enumerate(report["criteria"], start=1)
+    ]
+    return {
+        "score": round(100 * report["score"] / at_stake, 2) if at_stake else 0.0,
+        "execution_time": round(report["seconds"]),
+        "output": f"exercise {report['exercise']:02d}: {report['title']}; your code ran "
+        f"{report['confinement'] or 'in a grading process'}",
+        "tests": tests,
+        "extra_data": {
+            key: report[key] for key in ("graded", "graded_at", "minipaged_version", "max_score")
+        },
+    }

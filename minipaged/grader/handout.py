@@ -1,0 +1,97 @@
+"""The handout a student gets from ``minipaged exercises init N DIR``: exercise N's README and
+starter files, copied out of the installed package into a folder of their own.
+
+An exercise's README is written once, in ``tutorials/NN-name/``, and read in three places: in
+the repository, beside its ``starter/`` folder (its links are relative: ``starter/memory.py``,
+``../../docs/explanation/kv-memory.md``); on the site, where a build hook rewrites those links
+to the site's pages (``docs/hooks/course.py``); and in the folder ``init`` makes, which holds
+the starter files but no ``starter/`` and no ``docs/``. ``handout`` rewrites the links for that
+third place, so that every one of them works where the README is copied: a starter file's
+link names the file beside it, and a page of the docs becomes its address on the published
+site (``SITE_URL``). In that folder ``minipaged exercises check N`` grades the folder itself
+(``minipaged.grader.exercises.folder_of``), so the README's commands are right there too.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from pathlib import Path
+
+from minipaged import atomic_write
+from minipaged.grader.exercises import exercise
+
+SITE_URL = "https://example.org/minipaged/"
+"""Where the site is published: ``site_url`` in ``mkdocs.yml`` (a test holds the two equal;
+change both when the site moves). Its pages are folders (``explanation/kv-memory/``), as
+MkDocs writes them by default."""
+
+LINK = re.compile(r"(?<!!)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
+"""A Markdown link ``[text](target)`` (not an image)."""
+
+
+def site_address(page: str) -> str:
+    """The published address of the docs page ``page`` (relative to ``docs/``, with its
+    ``#anchor`` if any): ``explanation/kv-memory.md#b`` -> ``SITE_URL`` +
+    ``explanation/kv-memory/#b``."""
+    path, _, anchor = page.partition("#")
+    path = path.removesuffix(".md")
+    path = "" if path == "index" else path.removesuffix("/index") + "/"
+    return SITE_URL + path + (f"#{anchor}" if anchor else "")
+
+
+def rewrite_link(target: str, folder: str) -> str:
+    """One link of ``tutorials/{folder}/README.md`` as it must read in the copied folder.
+    Raises ``ValueError`` naming a relative link that leads nowhere there."""
+    address, _, anchor = target.partition("#")
+    if not address or re.match(r"^[a-z][a-z0-9+.-]*:", address, re.I):
+        return target  # another site, mailto:, or an anchor on this page
+    where = posixpath.normpath(posixpath.join("tutorials", folder, address))
+    suffix = f"#{anchor}" if anchor else ""
+    if where.startswith("docs/"):
+        return site_address(where.removeprefix("docs/") + suffix)
+    if where == "tutorials/README.md":
+        return site_address("course/index.md" + suffix)
+    parts = where.split("/")
+    if len(parts) == 3 and parts[0] == "tutorials" and parts[2] == "README.md":
+        return site_address(f"course/{parts[1]}.md{suffix}")
+    if len(parts) == 4 and parts[:3] == ["tutorials", folder, "starter"]:
+        return parts[3] + suffix  # the starter file, beside the README in the copy
+    raise ValueError(
+        f"tutorials/{folder}/README.md links to {target!r}, which a copied folder does not "
+        "have: link to a page of docs/, another exercise's README, or a starter file"
+    )
+
+
+def handout(readme: str, folder: str) -> str:
+    """The README of ``tutorials/{folder}/`` with its links rewritten for a copied folder."""
+    return LINK.sub(lambda m: f"[{m['text']}]({rewrite_link(m['target'], folder)})", readme)
+
+
+def init(number: int, directory: str | Path) -> list[str]:
+    """Copy exercise ``number``'s README (as its ``handout``) and starter files into
+    ``directory``; return their names. Refuses, changing nothing, when ``directory`` is not a
+    folder that can hold them or any of them is there already (a symbolic link too, dangling
+    or not: none is followed)."""
+    ex = exercise(number)
+    if not str(directory).strip():
+        raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file, not a folder: choose a new or empty folder")
+    readme = ex.starter.parent / "README.md"
+    sources = [readme] + [ex.starter / name for name in ex.files]
+    clashes = [s.name for s in sources if os.path.lexists(directory / s.name)]
+    if clashes:
+        raise ValueError(
+            f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
+            f"check the work there with `minipaged exercises check {number} --path {directory}`"
+        )
+    text = handout(readme.read_text(encoding="utf-8"), ex.folder)
+    contents = [(readme.name, text.encode("utf-8"))]
+    contents += [(source.name, source.read_bytes()) for source in sources[1:]]
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in contents:
+        atomic_write.create(directory / name, data)
+    return [name for name, _ in contents]

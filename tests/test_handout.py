@@ -1,0 +1,213 @@
+"""The handout a student gets with only the wheel: ``minipaged exercises init N DIR`` copies a
+README whose links and commands are right where it is copied, ``check`` run inside that folder
+grades it, a missing extra is named with what to install, and a system without ``resource``
+(Windows) can still list and copy the exercises and is refused grading in one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from exercise01_answers import ROUNDED_DOWN, answered
+
+from minipaged import cli
+from minipaged.grader import exercises, handout
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+COMMAND = re.compile(r"`(minipaged [^`]+)`")
+
+
+def site_page_exists(url: str) -> bool:
+    """Whether ``url``, an address under the site, names a page the site has: a Markdown file
+    of docs/, or an exercise's page, which the site's build makes from its README."""
+    path = url.removeprefix(handout.SITE_URL).partition("#")[0].rstrip("/")
+    if path.startswith("course/") and (TUTORIALS / path.removeprefix("course/")).is_dir():
+        return True
+    return (DOCS / f"{path}.md").is_file() or (DOCS / path / "index.md").is_file()
+
+
+def test_the_handouts_site_is_the_one_mkdocs_publishes():
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert f"site_url: {handout.SITE_URL}\n" in config
+    assert "use_directory_urls: false" not in config  # pages are folders: explanation/x/
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_every_link_of_a_copied_readme_works_where_it_is_copied(number, tmp_path):
+    folder = tmp_path / "ex"
+    handout.init(number, folder)
+    readme = (folder / "README.md").read_text()
+    links = LINK.findall(readme)
+    assert links, "every README links to what to read first"
+    for target in links:
+        if target.startswith("http"):
+            assert target.startswith(handout.SITE_URL) and site_page_exists(target), target
+        else:
+            assert (folder / target.partition("#")[0]).is_file(), target
+    assert "starter/" not in readme and "](../" not in readme
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_every_command_of_a_readme_names_its_exercise_and_no_folder_that_is_not_there(number):
+    readme = (TUTORIALS / EXERCISES[number].folder / "README.md").read_text()
+    commands = COMMAND.findall(readme)
+    assert f"minipaged exercises check {number}" in commands
+    for command in commands:
+        assert "tutorials/" not in command and "starter" not in command, command
+
+
+def test_a_link_a_copied_folder_cannot_follow_is_refused_with_the_file_named():
+    assert handout.rewrite_link("starter/memory.py", "01-x") == "memory.py"
+    assert handout.rewrite_link("../../docs/index.md", "01-x") == handout.SITE_URL
+    assert handout.rewrite_link("../03-fork/README.md#hints", "01-x") == (
+        handout.SITE_URL + "course/03-fork/#hints"
+    )
+    assert handout.rewrite_link("#tasks", "01-x") == "#tasks"
+    with pytest.raises(ValueError, match=r"tutorials/01-x/README.md links to '\.\./\.\./pyproject"):
+        handout.rewrite_link("../../pyproject.toml", "01-x")
+
+
+def test_check_inside_a_folder_init_made_grades_that_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["exercises", "init", "1", "ex01"]) == 0
+    capsys.readouterr()
+    answered(tmp_path / "ex01", ROUNDED_DOWN)
+    monkeypatch.chdir(tmp_path / "ex01")
+    assert cli.main(["exercises", "check", "1"]) == 1
+    printed = capsys.readouterr().out
+    assert f"graded: {tmp_path / 'ex01'}" in printed
+    assert "7 pass, 1 fail, 0 blocked, 87/100 points" in printed
+    assert (tmp_path / "ex01" / "report.json").is_file()
+    assert not (exercises.EXERCISES[1].starter / "report.json").exists()
+
+
+def test_an_installed_package_outside_an_exercise_folder_says_where_to_run(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(exercises, "SOURCE_CHECKOUT", False)
+    assert cli.main(["exercises", "check", "4"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error
+    assert f"this folder ({tmp_path}) has no block_manager.py" in error
+    assert "minipaged exercises init 4 DIR" in error and "--path DIR" in error
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def hidden(module: str, *argv: str) -> str:
+    """A program that runs ``minipaged *argv`` as if ``module`` were not installed."""
+    return (
+        f"import sys; sys.modules[{module!r}] = None\n"
+        f"from minipaged.cli import main\nsys.exit(main({list(argv)!r}))"
+    )
+
+
+def test_without_numba_init_and_check_say_what_to_install(tmp_path):
+    done = run_python(hidden("numba", "exercises", "init", "8", "ex08"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert 'needs numba, which is not installed here: pip install "minipaged[cuda]"' in done.stdout
+    done = run_python(hidden("numba", "exercises", "check", "8", "--path", "ex08"), tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.count('pip install "minipaged[cuda]"') == len(EXERCISES[8].criteria())
+    assert "No module named" not in done.stdout
+
+
+def test_the_cuda_extra_installs_what_the_kernel_exercises_need():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for module, extra in exercises.EXTRAS.items():
+        assert any(re.match(rf"{module}\b", requirement) for requirement in extras[extra])
+
+
+def test_without_resource_init_and_list_work_and_check_is_refused_in_one_line(tmp_path):
+    """Windows has no ``resource`` module."""
+    done = run_python(hidden("resource", "exercises", "init", "1", "ex01"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ex01" / "memory.py").is_file()
+    assert run_python(hidden("resource", "exercises", "list"), tmp_path).returncode == 0
+    done = run_python(hidden("resource", "exercises", "check", "1", "--path", "ex01"), tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "in WSL on Windows" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_student_with_only_the_wheel_runs_the_readmes_commands_as_written(tmp_path):
+    """Build the wheel, install it (no dependencies: a fresh virtual environment reads this
+    one's packages through a .pth file), copy exercise 01 out with init and run every
+    ``minipaged exercises`` command of its README, literally, inside the copied folder."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("minipaged", "cuda_kernels", "tui", "tutorials"):
+        ignore = shutil.ignore_patterns("__pycache__", "report.json")
+        shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=ignore)
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run(build + [str(source), "-w", str(wheels)], check=True, timeout=600)
+    (wheel,) = wheels.glob("minipaged-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (Path(site) / "dev-packages.pth").write_text("\n".join(ours) + "\n")
+    install = [python, "-m", "pip", "install", "--no-deps", "-q", str(wheel)]
+    subprocess.run(install, check=True, timeout=600)
+
+    env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("PYTHONPATH", None)
+    where = subprocess.run(
+        ["minipaged", "exercises", "init", "1", "ex01"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert where.returncode == 0, where.stderr
+    folder = tmp_path / "ex01"
+    located = subprocess.run(
+        [python, "-c", "import minipaged; print(minipaged.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env=env,
+    ).stdout
+    assert located.startswith(site), located  # the wheel, not the source checkout
+    answered(folder, ROUNDED_DOWN)
+    commands = [
+        c for c in COMMAND.findall((folder / "README.md").read_text()) if " exercises " in c
+    ]
+    assert commands
+    for command in commands:
+        done = subprocess.run(
+            shlex.split(command), cwd=folder, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert f"graded: {folder}" in done.stdout
+        assert "7 pass, 1 fail" in done.stdout
+    assert (folder / "report.json").is_file()
