@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
 PIPE_WIDTH = 160
@@ -37,10 +37,20 @@ class Column:
         return value if isinstance(value, str) else self.fmt.format(value)
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """One of the tables a report too wide for one terminal is split into: its ``title`` and
+    the keys of the columns it shows, in order (the columns that name a row repeated in each)."""
+
+    title: str
+    keys: tuple[str, ...]
+
+
 @dataclass
 class Report:
     """A titled table of rows (dicts of raw values), with notes that say how the numbers were
-    obtained (simulated or measured, model-free or real) and the plots written for it."""
+    obtained (simulated or measured, model-free or real) and the plots written for it. With
+    ``views``, the rows are shown as several narrower tables, one per view."""
 
     name: str
     title: str
@@ -48,25 +58,43 @@ class Report:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
+    views: list[View] = field(default_factory=list)
 
-    def rich_table(self) -> Table:
-        table = Table(title=self.title, caption="\n".join(self.notes), caption_justify="left")
-        for column in self.columns:
-            table.add_column(column.header, justify="left" if column.fmt == "{}" else "right")
-        for row in self.rows:
-            table.add_row(*(column.show(row.get(column.key)) for column in self.columns))
-        return table
+    def tables(self) -> list[tuple[str, list[Column]]]:
+        """``(title, columns)`` of each table shown: one per view, or the whole report."""
+        if not self.views:
+            return [(self.title, self.columns)]
+        by_key = {column.key: column for column in self.columns}
+        return [(view.title, [by_key[key] for key in view.keys]) for view in self.views]
+
+    def rich_table(self) -> Group:
+        """Each table for the terminal, titled, with the notes under the last."""
+        shown = self.tables()
+        tables = []
+        for title, columns in shown:
+            last = len(tables) == len(shown) - 1
+            caption = "\n".join(self.notes) if last else None
+            table = Table(title=title, caption=caption, caption_justify="left")
+            for column in columns:
+                table.add_column(column.header, justify="left" if column.fmt == "{}" else "right")
+            for row in self.rows:
+                table.add_row(*(column.show(row.get(column.key)) for column in columns))
+            tables.append(table)
+        return Group(*tables)
 
     def markdown(self, relative_to: Path | None = None) -> str:
-        """The table as Markdown, its notes as a list, and its plots as images (paths made
-        relative to ``relative_to``, the page's directory)."""
+        """The tables as Markdown, their notes as a list, and the plots as images (paths made
+        relative to ``relative_to``, the page's directory). A ``|`` in a header or a cell is
+        escaped, or Markdown would end the cell there and show the row as plain text."""
         lines = [f"## {self.title}", ""]
-        lines.append("| " + " | ".join(column.header for column in self.columns) + " |")
-        lines.append("| " + " | ".join("---" for _ in self.columns) + " |")
-        for row in self.rows:
-            cells = [column.show(row.get(column.key)) for column in self.columns]
-            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-        lines.append("")
+        for title, columns in self.tables():
+            if self.views:
+                lines.extend([f"### {title}", ""])
+            lines.append(markdown_row(column.header for column in columns))
+            lines.append(markdown_row("---" for _ in columns))
+            for row in self.rows:
+                lines.append(markdown_row(column.show(row.get(column.key)) for column in columns))
+            lines.append("")
         lines.extend(f"- {note}" for note in self.notes)
         for plot in self.plots:
             target = plot.relative_to(relative_to) if relative_to else plot
@@ -82,3 +110,8 @@ class Report:
             "notes": self.notes,
             "plots": [str(plot) for plot in self.plots],
         }
+
+
+def markdown_row(cells) -> str:
+    """One row of a Markdown table, each ``|`` inside a cell escaped."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
