@@ -20,6 +20,10 @@ vLLM's kernel computes the same thing in a different order: a *group* of threads
 key row (each thread a slice of ``head_dim``), so neighbouring threads read neighbouring
 addresses, and it keeps all the scores in shared memory for a two-pass softmax. Here one thread
 reads a whole key row and the softmax is §4's online one, which is simpler to follow.
+
+From an FP8 pool each thread decodes the bytes it reads (``element``). The CPU twin decodes a
+whole row once instead (``decoded_row``), since one of its iterations reads the row for every
+query head of the group.
 """
 
 from __future__ import annotations
