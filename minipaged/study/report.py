@@ -76,7 +76,10 @@ class Report:
             caption = "\n".join(self.notes) if last else None
             table = Table(title=title, caption=caption, caption_justify="left")
             for column in columns:
-                table.add_column(column.header, justify="left" if column.fmt == "{}" else "right")
+                justify = "left" if column.fmt == "{}" else "right"
+                # A narrow terminal wraps a header between its words, never inside one.
+                shortest = max(len(word) for word in column.header.split())
+                table.add_column(column.header, justify=justify, min_width=shortest)
             for row in self.rows:
                 table.add_row(*(column.show(row.get(column.key)) for column in columns))
             tables.append(table)

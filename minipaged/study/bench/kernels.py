@@ -200,14 +200,14 @@ def columns(kernels: list[str]) -> tuple[list[Column], list[View]]:
     """The columns of the rows ``measure`` makes with ``kernels``, and the three tables that
     show them within 100 terminal columns: times; ratios; bandwidth. The errors are in every
     row (``--json``) and summed up in a note."""
-    times = [Column(f"{name}_ms", label, "{:.3f}") for name, label in PATHS.items()]
+    times = [Column(f"{name}_ms", label, "{:.2f}") for name, label in PATHS.items()]
     ratios = [Column(f"{name}_ratio", f"{name} ÷ SDPA", "{:.2f}×") for name in REFERENCES]
     bandwidths = [Column("sdpa_bandwidth", "SDPA", RIGHT)]
     for name in kernels:
         label = KERNEL_LABELS.get(name, name)
         paths = {name: f"{label} paged", f"{name}_in_order": f"{label} in order"}
         paths[f"{name}_fp8"] = f"{label} FP8"
-        times += [Column(f"{path}_ms", header, "{:.3f}") for path, header in paths.items()]
+        times += [Column(f"{path}_ms", header, "{:.2f}") for path, header in paths.items()]
         ratios.append(Column(f"{name}_ratio", f"{label} ÷ SDPA", "{:.2f}×"))
         ratios.append(Column(f"{name}_paging", f"{label} paged ÷ in order", "{:.3f}"))
         ratios.append(Column(f"{name}_fp8_vs_fp32", f"{label} FP8 ÷ fp32", "{:.2f}×"))
@@ -261,7 +261,7 @@ def run(options: Options) -> Report:
     del probe  # hundreds of MiB
     for row in rows:
         for name in ["sdpa", *(f"{k}{s}" for k in kernels for s in SUFFIXES)]:
-            row[f"{name}_bandwidth"] = f"{row[f'{name}_gbps']:.1f} ({row[f'{name}_of_stream']:.0%})"
+            row[f"{name}_bandwidth"] = bandwidth_text(row[f"{name}_gbps"], row[f"{name}_of_stream"])
     every, views = columns(list(kernels))
     report = Report("kernels", "Paged decode attention vs contiguous (§4)", every, rows)
     report.views = views
@@ -275,6 +275,12 @@ def run(options: Options) -> Report:
     )
     report.plots.append(_plot(rows, list(kernels), options))
     return report
+
+
+def bandwidth_text(gbps: float, share: float) -> str:
+    """A GB/s figure with its share of the stream read, ``13.2 (34%)``: three digits at most
+    before the share, so that a GPU's thousands fit the column as a CPU's tens do."""
+    return f"{gbps:.0f} ({share:.0%})" if gbps >= 100 else f"{gbps:.1f} ({share:.0%})"
 
 
 SUFFIXES = ("", "_in_order", "_fp8")
