@@ -13,8 +13,11 @@ scores at once and meet in a block reduction for the round's max and sum, the tw
 its names.
 
 What shared memory holds on the GPU (the query, the round's probabilities and block ids, the
-accumulator) lives in small per-iteration arrays that stay in the core's cache. One step
-differs: from an FP8 pool a CUDA thread decodes each byte as it reads it (``element``), but the
+accumulator) lives in small per-iteration arrays that stay in the core's cache. Two steps
+differ. While it scores a round, the twin asks for the next round's key and value rows
+(``cuda_kernels.cpu.prefetch``): a GPU hides the wait for a block the table sends it to with
+its other warps, but a core running one iteration would wait at every jump to a new block.
+And from an FP8 pool a CUDA thread decodes each byte as it reads it (``element``), but the
 twin decodes a key or value row once into float32 (``decoded_row``) before the query heads of
 its group read it, so that the loops over $d_h$ run in SIMD lanes. Nothing is
 read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
@@ -36,6 +39,7 @@ from cuda_kernels.cpu.launch import (
     kernel_array,
     on_torch_threads,
 )
+from cuda_kernels.cpu.prefetch import LINE_BYTES, prefetch
 from cuda_kernels.fp8 import check_pools, decode_table, decoded_row, head_scales
 from minipaged.contract import check_attention_inputs
 
@@ -65,6 +69,12 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
         tokens = min(NUM_THREADS, end - first)
         for thread in range(tokens):  # what CUDA thread `thread` computes for its token
             tau = first + thread
+            ahead = tau + NUM_THREADS  # this thread's token of the next round: fetch it now
+            if ahead < end:
+                later = table[ahead // block_size], kv_head, ahead % block_size
+                for d in range(0, head_dim, LINE_BYTES // key_pool.itemsize):
+                    prefetch(key_pool[later], d)
+                    prefetch(value_pool[later], d)
             block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
             blocks[thread] = block
             key = decoded_row(key_pool[block, kv_head, tau % block_size], lut, row)  # o = tau mod B
