@@ -4,6 +4,7 @@ bench`` sub-benchmark return a ``Report``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,19 @@ def console(stderr: bool = False) -> Console:
 @dataclass(frozen=True, slots=True)
 class Column:
     """A column: ``key`` in each row, the ``header`` shown, and how a value is shown
-    (``"{:.1%}"``, ``"{:,}"``...; a string value is shown as it is)."""
+    (``"{:.1%}"``, ``"{:,}"``..., or a function of the value; a string value is shown as it
+    is). A column shown with ``"{}"`` lines up on the left, every other on the right."""
 
     key: str
     header: str
-    fmt: str = "{}"
+    fmt: str | Callable[[Any], str] = "{}"
 
     def show(self, value: Any) -> str:
         if value is None:
             return "—"
-        return value if isinstance(value, str) else self.fmt.format(value)
+        if isinstance(value, str):
+            return value
+        return self.fmt(value) if callable(self.fmt) else self.fmt.format(value)
 
 
 @dataclass(frozen=True, slots=True)

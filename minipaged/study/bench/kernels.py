@@ -200,14 +200,14 @@ def columns(kernels: list[str]) -> tuple[list[Column], list[View]]:
     """The columns of the rows ``measure`` makes with ``kernels``, and the three tables that
     show them within 100 terminal columns: times; ratios; bandwidth. The errors are in every
     row (``--json``) and summed up in a note."""
-    times = [Column(f"{name}_ms", label, "{:.2f}") for name, label in PATHS.items()]
+    times = [Column(f"{name}_ms", label, milliseconds) for name, label in PATHS.items()]
     ratios = [Column(f"{name}_ratio", f"{name} ÷ SDPA", "{:.2f}×") for name in REFERENCES]
     bandwidths = [Column("sdpa_bandwidth", "SDPA", RIGHT)]
     for name in kernels:
         label = KERNEL_LABELS.get(name, name)
         paths = {name: f"{label} paged", f"{name}_in_order": f"{label} in order"}
         paths[f"{name}_fp8"] = f"{label} FP8"
-        times += [Column(f"{path}_ms", header, "{:.2f}") for path, header in paths.items()]
+        times += [Column(f"{path}_ms", header, milliseconds) for path, header in paths.items()]
         ratios.append(Column(f"{name}_ratio", f"{label} ÷ SDPA", "{:.2f}×"))
         ratios.append(Column(f"{name}_paging", f"{label} paged ÷ in order", "{:.3f}"))
         ratios.append(Column(f"{name}_fp8_vs_fp32", f"{label} FP8 ÷ fp32", "{:.2f}×"))
@@ -236,6 +236,11 @@ REFERENCES = ("loop", "vectorized")
 
 RIGHT = "{:s}"
 """The format of a column of ready-made strings that lines up on the right, as numbers do."""
+
+
+def milliseconds(ms: float) -> str:
+    """A time in ms, at most six characters wide below 100 s: ``0.27``, ``211.68``, ``46,030``."""
+    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.2f}"
 
 
 def run(options: Options) -> Report:
