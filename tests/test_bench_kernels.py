@@ -144,6 +144,18 @@ def test_each_table_fits_a_100_column_terminal_without_cutting_a_header(names):
     assert len(report.tables()) == 3
 
 
+def test_a_report_split_into_tables_prints_its_own_title_above_them():
+    """The terminal shows the title the results page and ``--json`` give (``bench`` prints
+    many reports in a row: each view's title alone would not say whose it is)."""
+    every, views = kernels.columns(["numba_cpu"])
+    title = "Paged decode attention vs contiguous (§4)"
+    report = Report("kernels", title, every, widest_rows(["numba_cpu"]), views=views)
+    console = Console(width=100, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(report.rich_table())
+    assert captured.get().splitlines()[0] == title
+
+
 def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
     """The CPU twins' row decoder, compiled and as plain Python, on all 256 bytes of both
     formats: NaN where torch has NaN, the same float32 everywhere else."""

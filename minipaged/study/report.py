@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 PIPE_WIDTH = 160
 """Columns for tables printed to a file or a pipe, where rich would otherwise assume 80 and
@@ -72,12 +73,12 @@ class Report:
         return [(view.title, [by_key[key] for key in view.keys]) for view in self.views]
 
     def rich_table(self) -> Group:
-        """Each table for the terminal, titled, with the notes under the last."""
+        """Each table for the terminal, titled, with the notes under the last; the tables of
+        views under the report's own title, as in the Markdown."""
         shown = self.tables()
-        tables = []
-        for title, columns in shown:
-            last = len(tables) == len(shown) - 1
-            caption = "\n".join(self.notes) if last else None
+        tables: list = [Text(self.title, style="bold")] if self.views else []
+        for index, (title, columns) in enumerate(shown):
+            caption = "\n".join(self.notes) if index == len(shown) - 1 else None
             table = Table(title=title, caption=caption, caption_justify="left")
             for column in columns:
                 justify = "left" if column.fmt == "{}" else "right"
