@@ -7,6 +7,8 @@ their bytes (``uint8``) and each byte is decoded through a 256-entry float32 tab
 - ``element(x, table)``: what a kernel calls where it reads a key or value element: ``table[x]``
   for a byte, ``x`` itself for a float32 pool. Numba picks the version by the pool's element
   type when it compiles (the overloads below), so one kernel source serves both caches;
+- ``decoded_row(row, table, scratch)``: the CPU twins' counterpart, a whole key or value row
+  decoded once for every query head that reads it;
 - the scales: each KV head's ``k_scale`` multiplies its scores and ``v_scale`` its output
   (``head_scales``), since $q \\cdot (s_k \\hat{k}) = s_k (q \\cdot \\hat{k})$ and
   $\\sum p (s_v \\hat{v}) = s_v \\sum p \\hat{v}$: the kernels never multiply element by element.
@@ -36,14 +38,38 @@ def element(x, table):
 
 
 def element_overload(x, table):
-    """``element`` for Numba's compilers, chosen by the pool's element type. Registered here
-    for the CPU twins, and by ``cuda_kernels.paged_attention`` for the CUDA target."""
+    """``element`` for Numba's CUDA compiler, chosen by the pool's element type; registered by
+    ``cuda_kernels.paged_attention``. (The CPU twins decode whole rows: ``decoded_row``.)"""
     if isinstance(x, types.Integer):
         return lambda x, table: table[x]
     return lambda x, table: x
 
 
-overload(element)(element_overload)
+def decoded_row(row, table, scratch):
+    """A key or value row (``[head_dim]``) as float32, for a CPU twin that reads it once for
+    every query head of its group: ``row`` itself from a float32 pool; from an FP8 pool,
+    ``scratch`` holding each byte decoded through ``table``, once. Decoding inside the dot
+    product instead would look each byte up once per query head, and the table lookup would
+    keep the loop over ``head_dim`` out of the SIMD lanes. This Python body runs with Numba's
+    compiler off (``NUMBA_DISABLE_JIT=1``, to step through a twin in a debugger); compiled
+    twins use the overload below."""
+    if row.dtype == np.uint8:
+        scratch[:] = table[row]
+        return scratch
+    return row
+
+
+@overload(decoded_row)
+def decoded_row_overload(row, table, scratch):
+    if isinstance(row.dtype, types.Integer):
+
+        def decode(row, table, scratch):
+            for d in range(row.shape[0]):
+                scratch[d] = table[row[d]]
+            return scratch
+
+        return decode
+    return lambda row, table, scratch: row
 
 
 @functools.cache

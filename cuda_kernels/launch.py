@@ -10,6 +10,10 @@ things follow from it, so both are decided here, once:
 - ``NUM_THREADS``, threads per thread block: the simulator runs one OS thread per CUDA
   thread, so it gets one warp (32); a GPU gets four warps (128), as vLLM's decode kernel.
 
+A simulating process also gets the simulator's shared arrays repaired
+(``cuda_kernels.simulator``): without it, threads that reach a ``cuda.shared.array`` line
+together could each get an array of their own.
+
 Kernels run on torch's current CUDA stream, so they are ordered with the torch operations
 around them without extra synchronization.
 """
@@ -19,10 +23,13 @@ from __future__ import annotations
 import torch
 from numba import config, cuda
 
+from cuda_kernels import simulator
 from cuda_kernels.fp8 import as_bytes
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
 """True when this process runs kernels in Numba's CUDA simulator, on the CPU."""
+if SIMULATOR:
+    simulator.install()
 
 WARP_SIZE = 32
 NUM_THREADS = WARP_SIZE if SIMULATOR else 4 * WARP_SIZE

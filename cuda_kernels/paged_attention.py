@@ -20,6 +20,12 @@ vLLM's kernel computes the same thing in a different order: a *group* of threads
 key row (each thread a slice of ``head_dim``), so neighbouring threads read neighbouring
 addresses, and it keeps all the scores in shared memory for a two-pass softmax. Here one thread
 reads a whole key row and the softmax is §4's online one, which is simpler to follow.
+
+Its CPU twin (``cuda_kernels/cpu/paged_attention.py``) differs in two steps. From an FP8 pool
+each thread here decodes the bytes it reads (``element``); the twin decodes a whole row once
+(``decoded_row``), since one of its iterations reads the row for every query head of the group.
+And the twin prefetches the next round's rows: here the other warps in flight hide the wait
+for a block the table jumps to, which a CPU core running one iteration cannot.
 """
 
 from __future__ import annotations

@@ -209,3 +209,27 @@ def test_speculative_bench_keeps_greedy_tokens_and_needs_fewer_passes_and_blocks
     assert rows["draft model"]["passes_per_token"] < rows["plain"]["passes_per_token"]
     for name in ("n-gram", "draft model"):
         assert rows[name]["peak_blocks"] < rows[name]["peak_copy_blocks"]
+
+
+def test_kernels_bench_rows_hold_paging_fp8_and_the_stream_read(as_json):
+    """Each row: the machine's streaming read, the twin over shuffled and in-order blocks and
+    over FP8 pools, every GB/s with its share of the stream read."""
+    for row in as_json["kernels"]["rows"]:
+        assert row["stream_gbps"] > 0
+        assert row["numba_cpu_paging"] == row["numba_cpu_ms"] / row["numba_cpu_in_order_ms"]
+        assert row["numba_cpu_fp8_vs_fp32"] == row["numba_cpu_fp8_ms"] / row["numba_cpu_ms"]
+        for path in ("sdpa", "vectorized", "numba_cpu", "numba_cpu_in_order", "numba_cpu_fp8"):
+            assert row[f"{path}_of_stream"] == row[f"{path}_gbps"] / row["stream_gbps"]
+        assert row["max_error"] < 1e-5 and row["fp8_error"] < 0.5
+
+
+def test_the_results_page_renders_every_table_as_a_table(tables):
+    """A ``|`` left unescaped in a header cell (``max |Δ|``) makes Markdown show the whole
+    table as text: every table of the page must come out as an HTML table."""
+    markdown = pytest.importorskip("markdown")
+    out, _ = tables
+    page = (out / "index.md").read_text()
+    html = markdown.markdown(page, extensions=["tables"])
+    header_rows = page.count("\n| --- |")
+    assert html.count("<table>") == header_rows
+    assert "<p>|" not in html

@@ -2,7 +2,9 @@
 
 The properties every kernel implementation must have live in ``tests/kernel_properties.py``
 (shared with the CPU twins); this module runs them on ``cuda_kernels`` and adds what only the
-CUDA kernels have: the block reduction and the v2 kernel's first stage launched by hand.
+CUDA kernels have: the block reduction and the v2 kernel's first stage launched by hand; every
+shared-memory access ordered by a barrier (the grader's race watcher); and the simulator's
+shared arrays, repaired (``cuda_kernels.simulator``), shared by threads that allocate together.
 
 The simulator must be chosen before numba is first imported, so these tests run in their own
 process: ``NUMBA_ENABLE_CUDASIM=1 .venv/bin/python -m pytest tests/test_cuda_kernels.py``.
@@ -13,6 +15,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import threading
+import time
 
 import pytest
 
@@ -50,6 +55,7 @@ from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collecte
     test_v2_in_fp8_equals_v1,
 )
 from numba import cuda, float32
+from numba.cuda.simulator import kernelapi
 
 import cuda_kernels
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
@@ -57,6 +63,7 @@ from cuda_kernels.decode_arguments import fp8_arguments
 from cuda_kernels.launch import NUM_THREADS, kernel_array
 from cuda_kernels.paged_attention_v2 import partitions_kernel
 from minipaged.attention import paged_attention_decode_partitions
+from minipaged.grader.shared_memory_races import watch_shared_memory
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +115,65 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     assert (m_k[0, :, 1:] == -math.inf).all()  # sequence 0 (5 tokens) is empty past partition 0
     assert (l_k[0, :, 1:] == 0).all()
     assert (o_k[0, :, 1:] == 0).all()
+
+
+# Two rounds of T = 32 threads for sequence 0 (37 tokens, the last block part full); sequence 1
+# (5 tokens) leaves v2's partitions 1 and 2 empty, so their thread blocks return before any
+# barrier.
+BARRIER_CASE = make_case(5, seq_lens=[37, 5], num_heads=1, num_kv_heads=1, head_dim=8, block_size=8)
+
+
+def test_every_shared_memory_access_of_the_kernels_is_ordered_by_a_barrier():
+    """No two threads of a block touch one shared element between the same two barriers, one
+    of them writing, and every thread passes every barrier: in v1 and both stages of v2."""
+    with watch_shared_memory() as log:
+        v1 = cuda_kernels.paged_attention_decode(*BARRIER_CASE.args)
+        v2 = cuda_kernels.paged_attention_decode_v2(*BARRIER_CASE.args, partition_size=16)
+    assert log.races == []
+    assert log.divergent_barriers() == []
+    torch.testing.assert_close(v1, BARRIER_CASE.oracle(), **TOLERANCE)
+    torch.testing.assert_close(v2, BARRIER_CASE.oracle(), **TOLERANCE)
+
+
+@pytest.fixture
+def threads_arrive_together(monkeypatch):
+    """np.empty that, in a simulated thread, first sleeps 50 ms: the thread that makes a shared
+    array yields to the others just before storing it, as the OS may at any moment."""
+    empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        if hasattr(threading.current_thread(), "threadIdx"):
+            time.sleep(0.05)
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+
+
+def test_threads_that_allocate_a_shared_array_together_get_the_same_array(
+    threads_arrive_together,
+):
+    got = cuda_kernels.paged_attention_decode(*BARRIER_CASE.args)
+    torch.testing.assert_close(got, BARRIER_CASE.oracle(), **TOLERANCE)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the garbage reaches exp and a division
+def test_the_simulators_own_two_step_allocation_splits_the_arrays_of_threads_arriving_together(
+    threads_arrive_together, monkeypatch
+):
+    """The test above can fail: numba-cuda's allocation (look up, then store) gives threads
+    arriving together arrays of their own, and the kernel's result is garbage or a crash."""
+
+    def look_up_then_store(self, shape, dtype, alignment=None):
+        caller = (sys._getframe(1).f_code.co_filename, sys._getframe(1).f_lineno)
+        array = self._allocations.get(caller)
+        if array is None:
+            array = np.empty(shape, kernelapi.numpy_support.as_dtype(dtype))
+            self._allocations[caller] = array
+        return array
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "array", look_up_then_store)
+    try:
+        got = cuda_kernels.paged_attention_decode(*BARRIER_CASE.args)
+    except IndexError:
+        return  # a block id read from an array no thread wrote, out of the pool
+    assert not torch.allclose(got, BARRIER_CASE.oracle(), equal_nan=True)

@@ -13,7 +13,13 @@ scores at once and meet in a block reduction for the round's max and sum, the tw
 its names.
 
 What shared memory holds on the GPU (the query, the round's probabilities and block ids, the
-accumulator) lives in small per-iteration arrays that stay in the core's cache. Nothing is
+accumulator) lives in small per-iteration arrays that stay in the core's cache. Two steps
+differ. While it scores a round, the twin asks for the next round's key and value rows
+(``cuda_kernels.cpu.prefetch``): a GPU hides the wait for a block the table sends it to with
+its other warps, but a core running one iteration would wait at every jump to a new block.
+And from an FP8 pool a CUDA thread decodes each byte as it reads it (``element``), but the
+twin decodes a key or value row once into float32 (``decoded_row``) before the query heads of
+its group read it, so that the loops over $d_h$ run in SIMD lanes. Nothing is
 read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
 reach the result.
 """
@@ -33,8 +39,9 @@ from cuda_kernels.cpu.launch import (
     kernel_array,
     on_torch_threads,
 )
+from cuda_kernels.cpu.prefetch import LINE_BYTES, prefetch
 from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
-from cuda_kernels.fp8 import element
+from cuda_kernels.fp8 import decoded_row
 
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
@@ -47,26 +54,34 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
     of the sequence whose block table row is ``table``. On return ``m_prev[g]`` is head g's
     largest score, ``l_prev[g]`` $= \\sum_\\tau e^{s_\\tau - m}$ and ``acc[g]`` (zero on entry)
     $= \\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the output is ``acc / l_prev``. Needs
-    ``start < end``; never reads a slot at or past ``end``. FP8 pools are bytes, read through
-    the decode table ``lut`` (``cuda_kernels.fp8.element``); ``scale`` includes the KV head's
-    ``k_scale``, and the caller multiplies the output by its ``v_scale``."""
+    ``start < end``; never reads a slot at or past ``end``. FP8 pools are bytes, decoded a row
+    at a time through the decode table ``lut`` (``cuda_kernels.fp8.decoded_row``); ``scale``
+    includes the KV head's ``k_scale``, and the caller multiplies the output by its
+    ``v_scale``."""
     group, head_dim = q.shape
     block_size = key_pool.shape[2]  # B
     probs = np.empty((group, NUM_THREADS), np.float32)  # [group, T] scores, then p_curr
     blocks = np.empty(NUM_THREADS, np.int64)  # [T] physical block T_r[j] of each token
+    row = np.empty(head_dim, np.float32)  # [head_dim] an FP8 key or value row, decoded
     m_prev = np.full(group, NEG_INF, np.float32)
     l_prev = np.zeros(group, np.float32)
     for first in range(start, end, NUM_THREADS):
         tokens = min(NUM_THREADS, end - first)
         for thread in range(tokens):  # what CUDA thread `thread` computes for its token
             tau = first + thread
+            ahead = tau + NUM_THREADS  # this thread's token of the next round: fetch it now
+            if ahead < end:
+                later = table[ahead // block_size], kv_head, ahead % block_size
+                for d in range(0, head_dim, LINE_BYTES // key_pool.itemsize):
+                    prefetch(key_pool[later], d)
+                    prefetch(value_pool[later], d)
             block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
             blocks[thread] = block
-            key = key_pool[block, kv_head, tau % block_size]  # [head_dim], o = tau mod B
+            key = decoded_row(key_pool[block, kv_head, tau % block_size], lut, row)  # o = tau mod B
             for g in range(group):
                 score = ZERO
                 for d in range(head_dim):
-                    score += q[g, d] * element(key[d], lut)
+                    score += q[g, d] * key[d]
                 probs[g, thread] = score * scale
 
         for g in range(group):  # the block reductions, one query head at a time
@@ -84,11 +99,12 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
             l_prev[g] = l_curr
 
         for thread in range(tokens):  # acc += p_curr v, one value row per token
-            value = value_pool[blocks[thread], kv_head, (first + thread) % block_size]
+            offset = (first + thread) % block_size
+            value = decoded_row(value_pool[blocks[thread], kv_head, offset], lut, row)
             for g in range(group):
                 p_curr = probs[g, thread]
                 for d in range(head_dim):
-                    acc[g, d] += p_curr * element(value[d], lut)
+                    acc[g, d] += p_curr * value[d]
     return m_prev, l_prev
 
 

@@ -132,19 +132,18 @@ def watch_shared_memory() -> Iterator[RaceLog]:
     global _log
     from numba.cuda.simulator import kernel, kernelapi
 
+    from cuda_kernels.simulator import one_array_per_line
+
     array, syncthreads = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads
     run = kernel.BlockThread.run
 
     def watched_array(self, shape, dtype, alignment=None):
         if shape == 0:  # dynamic shared memory: one buffer for every call
             return array(self, shape, dtype, alignment).view(_Watched)
-        # As the simulator does: one array per line of source that allocates it.
+        # As the simulator does: one array per line of source that allocates it, the same
+        # for threads that reach the line together.
         caller = (sys._getframe(1).f_code.co_filename, sys._getframe(1).f_lineno)
-        if caller not in self._allocations:
-            if isinstance(dtype, kernelapi.types.Type):
-                dtype = kernelapi.numpy_support.as_dtype(dtype)
-            self._allocations[caller] = np.empty(shape, dtype)
-        return self._allocations[caller].view(_Watched)
+        return one_array_per_line(self, shape, dtype, caller).view(_Watched)
 
     def counting_syncthreads(self):
         self.epoch = getattr(self, "epoch", 0) + 1

@@ -6,7 +6,7 @@ name           what it reports                                                  
 memory         waste and max concurrency per allocator, beside §2/§3's theory     simulated
 sharing        blocks with and without copy-on-write (§5), beside the vLLM paper  counted
 fork           fork cost against prompt length, beside a deep copy of the KV      measured
-kernels        paged decode attention against contiguous attention (§4)           measured
+kernels        one kernel over shuffled and in-order blocks, against memory (§4)  measured
 engine         minipaged's continuous batching against transformers' generate     measured
 block-size     waste against kernel time for $B$ = 8, 16, 32                      both
 kv-dtype       logit error, perplexity, greedy agreement, blocks per KV dtype     measured

@@ -1,0 +1,174 @@
+"""``bench kernels`` measures what its columns say: the streaming-read probe reads memory, not a
+cache; paged ÷ in order is the cost of the shuffled block table (a paged path slowed on purpose
+shows in it, and nowhere else); FP8 rows count the bytes they read; the three tables fit in a
+100-column terminal; and the FP8 row decoder the CPU twins use decodes exactly as torch does.
+
+Timings are measurements, so the only timed assertions here compare a path with a planted
+twofold slowdown, or a cache with memory, where the gap is far wider than any noise."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from rich.console import Console
+
+from minipaged import attention
+from minipaged.study.bench import Options, bandwidth, kernels
+from minipaged.study.report import Report
+
+QUICK = Options(quick=True)
+
+
+def is_identity(block_tables: torch.Tensor) -> bool:
+    flat = block_tables.flatten()
+    return torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
+
+
+def shuffled_and_slowed(*args, **kwargs):
+    """A planted defect: the vectorized reference, run twice when the blocks are shuffled (a
+    kernel whose paging costs 2×), once when they are laid out in order."""
+    if not is_identity(args[3]):
+        attention.paged_attention_decode(*args, **kwargs)
+    return attention.paged_attention_decode(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def planted_row():
+    plants = {"planted": shuffled_and_slowed, "honest": attention.paged_attention_decode}
+    return kernels.measure(1, 512, 16, QUICK, repeats=9, kernels=plants)
+
+
+def test_a_slowdown_planted_in_the_paged_path_shows_in_paged_over_in_order(planted_row):
+    assert planted_row["planted_paging"] > 1.5
+    assert planted_row["honest_paging"] < 1.5
+    assert planted_row["planted_paging"] > planted_row["honest_paging"] + 0.4
+
+
+def test_the_planted_slowdown_leaves_the_in_order_path_alone(planted_row):
+    assert planted_row["planted_in_order_ms"] < 0.75 * planted_row["planted_ms"]
+    assert planted_row["honest_in_order_ms"] > 0.5 * planted_row["honest_ms"]
+
+
+def test_every_kernel_runs_paged_in_order_and_fp8_on_the_same_keys_and_values():
+    inputs = kernels.decode_inputs(2, 40, 16, "cpu")
+    assert not is_identity(inputs.paged[3])
+    assert is_identity(inputs.in_order[3])
+    want = attention.paged_attention_decode(*inputs.paged)
+    torch.testing.assert_close(attention.paged_attention_decode(*inputs.in_order), want)
+    fp8 = attention.paged_attention_decode(*inputs.fp8, **inputs.fp8_scales)
+    assert inputs.fp8[1].element_size() == 1
+    torch.testing.assert_close(fp8, want, atol=0.1, rtol=0.1)  # e4m3 keeps 3 mantissa bits
+    sdpa = torch.nn.functional.scaled_dot_product_attention(*inputs.sdpa, enable_gqa=True)
+    torch.testing.assert_close(sdpa.squeeze(2), want)
+
+
+def test_fp8_gbps_counts_the_quarter_of_the_bytes_it_reads(planted_row):
+    fp32_bytes = planted_row["honest_gbps"] * planted_row["honest_ms"]
+    fp8_bytes = planted_row["honest_fp8_gbps"] * planted_row["honest_fp8_ms"]
+    assert fp8_bytes == pytest.approx(fp32_bytes / 4)
+
+
+def test_the_stream_probe_reads_at_a_rate_memory_can_deliver():
+    probe = bandwidth.probe_tensor()
+    assert probe.numel() * 4 >= bandwidth.MIN_CACHE_MULTIPLE * bandwidth.cache_bytes()
+    row = kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={}, probe=probe)
+    assert 0.5 < row["stream_gbps"] < 2000, row["stream_gbps"]
+    assert row["sdpa_of_stream"] == pytest.approx(row["sdpa_gbps"] / row["stream_gbps"])
+
+
+def best_gbps(tensor: torch.Tensor, repeats: int) -> float:
+    read = bandwidth.streaming_read(tensor)
+    read()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        read()
+        best = min(best, time.perf_counter() - start)
+    return tensor.numel() * tensor.element_size() / best / 1e9
+
+
+def test_the_stream_probe_reads_from_memory_not_from_a_cache():
+    """The same read of a tensor that fits in the L2 cache runs much faster than the probe:
+    so the probe's rate is memory's, not a cache's. Best of many tries, on one thread, so that
+    a busy machine slows neither figure."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        in_cache = best_gbps(torch.ones(64 * 2**10), repeats=200)  # 256 KiB
+        from_memory = best_gbps(bandwidth.probe_tensor(), repeats=5)
+    finally:
+        torch.set_num_threads(previous)
+    assert in_cache > 1.5 * from_memory, (in_cache, from_memory)
+
+
+def test_the_stream_probe_refuses_a_size_a_cache_could_hold():
+    cache = bandwidth.cache_bytes()
+    with pytest.raises(ValueError, match=r"last-level cache.*give at least"):
+        bandwidth.probe_tensor(nbytes=cache)
+
+
+@pytest.mark.parametrize(("text", "size"), [("32K\n", 32768), ("1M", 2**20), ("512", 512)])
+def test_cache_sizes_are_read_as_linux_writes_them(text, size):
+    assert bandwidth.parse_size(text) == size
+
+
+def widest_rows(names: list[str]) -> list[dict]:
+    """Rows with the widest values a run prints: seconds-long references on a busy machine,
+    a GPU's thousands of GB/s."""
+    row = {"batch": 4, "context": 8192, "block_size": 16, "threads": 2}
+    row |= {f"{name}_ms": 46029.24 for name in kernels.PATHS}
+    row |= {f"{name}_ratio": 123.45 for name in kernels.REFERENCES}
+    row |= {"max_error": 4.6e-07, "fp8_error": 3.6e-02, "stream_gbps": 4012.3}
+    row["sdpa_bandwidth"] = kernels.bandwidth_text(4012.3, 1.0)
+    for name in names:
+        for suffix in kernels.SUFFIXES:
+            row[f"{name}{suffix}_ms"] = 46029.24
+            row[f"{name}{suffix}_bandwidth"] = kernels.bandwidth_text(4012.3, 1.0)
+        row |= {f"{name}_ratio": 12.34, f"{name}_paging": 1.234, f"{name}_fp8_vs_fp32": 12.34}
+    return [row, {**row, "batch": 1, "threads": 1}]
+
+
+@pytest.mark.parametrize("names", [["numba_cpu"], ["numba_cuda"], []], ids=str)
+def test_each_table_fits_a_100_column_terminal_without_cutting_a_header(names):
+    every, views = kernels.columns(names)
+    report = Report("kernels", "t", every, widest_rows(names), views=views)
+    console = Console(width=100, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(report.rich_table())
+    text = captured.get()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert len(report.tables()) == 3
+
+
+def test_a_report_split_into_tables_prints_its_own_title_above_them():
+    """The terminal shows the title the results page and ``--json`` give (``bench`` prints
+    many reports in a row: each view's title alone would not say whose it is)."""
+    every, views = kernels.columns(["numba_cpu"])
+    title = "Paged decode attention vs contiguous (§4)"
+    report = Report("kernels", title, every, widest_rows(["numba_cpu"]), views=views)
+    console = Console(width=100, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(report.rich_table())
+    assert captured.get().splitlines()[0] == title
+
+
+def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
+    """The CPU twins' row decoder, compiled and as plain Python, on all 256 bytes of both
+    formats: NaN where torch has NaN, the same float32 everywhere else."""
+    numba = pytest.importorskip("numba", reason="the twins' decoder needs numba")
+    from cuda_kernels.fp8 import FP8_DTYPES, decode_table, decoded_row
+
+    compiled = numba.njit(lambda row, table, scratch: decoded_row(row, table, scratch).copy())
+    every_byte = np.arange(256, dtype=np.uint8)
+    for dtype in FP8_DTYPES:
+        want = torch.arange(256, dtype=torch.uint8).view(dtype).float().numpy()
+        table = decode_table(dtype, torch.device("cpu")).numpy()
+        for decode in (compiled, decoded_row):
+            got = decode(every_byte, table, np.empty(256, np.float32))
+            np.testing.assert_array_equal(got, want)
+    float_row = np.ones(8, np.float32)
+    assert compiled(float_row, np.zeros(1, np.float32), np.empty(8, np.float32)).sum() == 8
