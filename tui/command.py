@@ -121,12 +121,12 @@ def build_app(args: argparse.Namespace):
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
     if args.trace is not None:
-        from minipaged import trace
-        from minipaged.tokenizer import Tokenizer
+        from minipaged.trace import TraceError
+        from minipaged.transcript import load_recorded
 
-        recorded = trace.load(args.trace)
-        directory = model_directory(recorded.header.get("model", args.model))
-        tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
+        recorded, tokenizer = load_recorded(args.trace, args.model, "tui")
+        if recorded.error is not None and not recorded.steps:  # nothing to show: say why
+            raise TraceError(recorded.error)
         return PagedApp(
             trace=recorded, tokenizer=tokenizer, model=args.model, projection=args.projection
         )
