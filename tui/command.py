@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from minipaged.arguments import integer
+from tui import serve
 
 SCREENSHOT_TIMEOUT_S = 120.0
 
@@ -51,11 +52,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="projection mode: larger cells, light high-contrast theme (v toggles it)",
     )
-    tui.add_argument(
-        "--serve", action="store_true", help="serve the app to browsers (textual-serve)"
-    )
-    tui.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on")
-    tui.add_argument("--port", type=integer(1, 65535), default=8000, help="with --serve: the port")
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     custom.add_argument("--prompt", action="append", help="repeat for several requests")
     custom.add_argument("--n", type=integer(1, 64), default=1, help="parallel samples per prompt")
@@ -86,6 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="auto: the model's dtype; fp8: b = 1, the memory gauge shows the bytes",
     )
+    serve.add_arguments(tui)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,9 +90,7 @@ def run(args: argparse.Namespace) -> int:
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     size = parse_size(args.size)
     if args.serve:
-        from tui.serve import serve
-
-        return serve(args)
+        return serve.serve(args)
     app = build_app(args)
     if args.screenshot is None:
         # The command line exits at once on SIGINT; in the app, let Textual restore the

@@ -1,54 +1,161 @@
 """``minipaged tui --serve``: the same app in a browser, for a class following on laptops.
 
 textual-serve runs one copy of ``minipaged tui`` (with the other flags given) per browser tab
-and streams its screen over a local websocket. Its page would fetch a web font from another
-host; ``tui/templates/app_index.html`` is that page with the font served locally instead, so
+and streams its screen over a websocket. Its page would fetch a web font from another host;
+``tui/templates/app_index.html`` is that page with the font served locally instead, so
 nothing is fetched from anywhere but this server.
+
+A websocket drives a process on this machine (with ``--exercise``, one that runs a student's
+code), so the server guards it: it listens on 127.0.0.1 unless ``--host`` says otherwise; it
+accepts a websocket only from a page it served itself (the browser's ``Origin`` is this
+server's own address, reached by an IP address or ``localhost``, so a page of another site
+cannot connect even by pointing its own name at this machine) or from an origin named with
+``--allow-origin``; and it runs at most ``--max-sessions`` apps at once, telling the tab past
+the cap why it got none.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import logging
+import re
 import shlex
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from minipaged.arguments import integer
 
 TEMPLATES = Path(__file__).with_name("templates")
+DEFAULT_PORT = 8765
+"""Not 8000, which ``make docs`` (mkdocs) takes: a class may want both at once."""
+
+DEFAULT_MAX_SESSIONS = 8
+"""Apps served at once: each is a process of about 360 MB with the tiny model."""
+
+SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
+"""Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
+
+HEADLESS_ONLY = ("screenshot", "steps", "size")
+"""Flags that make a screenshot and exit: a tab wants the live app."""
+
+HOST_HEADER = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
+LOCAL_NAMES = ("localhost",)
+
+log = logging.getLogger("textual-serve")
 
 
-FORWARDED = ("scenario", "exercise", "path", "model", "trace", "n", "beam_width", "max_tokens")
-FORWARDED += ("block_size", "num_gpu_blocks", "num_cpu_blocks", "preemption", "seed")
+def add_arguments(tui: argparse.ArgumentParser) -> None:
+    """The server's flags on ``minipaged tui``'s parser."""
+    server = tui.add_argument_group("serving the app to browsers (--serve)")
+    server.add_argument("--serve", action="store_true", help="serve the app to browsers")
+    server.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one "
+        "of its addresses) lets every machine that reaches it open the app",
+    )
+    server.add_argument(
+        "--port",
+        type=integer(1, 65535),
+        default=DEFAULT_PORT,
+        help="the port (make docs takes 8000)",
+    )
+    server.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="also accept websockets from pages of ORIGIN (https://course.example.org, or a "
+        "host name this machine is reached by); repeat for several",
+    )
+    server.add_argument(
+        "--max-sessions",
+        type=integer(1, 1024),
+        default=DEFAULT_MAX_SESSIONS,
+        help="apps served at once; each is a process of about 360 MB",
+    )
+
+
+def tui_parser() -> argparse.ArgumentParser:
+    """The parser of ``minipaged tui``, as the command line builds it."""
+    from minipaged.cli import build_parser
+
+    commands = next(
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return commands.choices["tui"]
 
 
 def command_for(args: argparse.Namespace) -> str:
-    """The shell command each browser tab runs: ``minipaged tui`` with the same run flags
-    (not ``--serve``, ``--host``, ``--port`` or the screenshot's)."""
-    argv = []
-    for name in FORWARDED:
-        value = getattr(args, name, None)
-        if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-    for prompt in getattr(args, "prompt", None) or ():
-        argv += ["--prompt", prompt]
-    argv += [f"--{flag}" for flag in ("solution", "projection") if getattr(args, flag, False)]
+    """The shell command each browser tab runs: ``minipaged tui`` with every flag of its
+    parser that ``args`` set, except the server's own and the screenshot's. Walking the
+    parser, not a list of names, means a flag added later is forwarded too."""
+    argv: list[str] = []
+    for action in tui_parser()._actions:
+        if not action.option_strings or action.dest in (*SERVER_ONLY, *HEADLESS_ONLY, "help"):
+            continue
+        argv += _flag(action, getattr(args, action.dest, None))
     return shlex.join([sys.executable, "-m", "minipaged.cli", "tui", *argv])
+
+
+def _flag(action: argparse.Action, value: object) -> list[str]:
+    """``action``'s option as the command line that gives it ``value``."""
+    flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else None
+    flag = flag or action.option_strings[0]
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return [] if value is None else [flag if value else f"--no-{flag[2:]}"]
+    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+        return [flag] if value != action.default else []
+    if isinstance(action, argparse._AppendAction):
+        return [part for item in value or () for part in (flag, str(item))]
+    if isinstance(action, argparse._StoreAction):
+        return [] if value is None else [flag, str(value)]
+    raise TypeError(f"{flag}: cannot forward an argparse {type(action).__name__} to the served app")
+
+
+def allowed_origin(origin: str | None, host: str, allowed: tuple[str, ...] = ()) -> bool:
+    """Whether a websocket from a page of ``origin`` may drive an app: the page is this
+    server's own (``origin``'s host and port are the request's ``host``, which is an IP
+    address or ``localhost``: a name another site controls could point at this machine), or
+    ``origin`` (whole, or its host and port, or its host) is one of ``allowed``."""
+    if not origin:
+        return False  # browsers always send Origin; a page that hides it is not ours
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False
+    if origin in allowed or parts.netloc in allowed or parts.hostname in allowed:
+        return True
+    return parts.netloc == host.lower() and _is_address(parts.hostname or "")
+
+
+def _is_address(name: str) -> bool:
+    if name in LOCAL_NAMES:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def serve(args: argparse.Namespace) -> int:
     """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted.
     Raises ``ValueError`` (with the way out) when textual-serve is not installed."""
     try:
-        from textual_serve.server import Server
+        from tui.guarded_server import GuardedServer
     except ImportError as error:
         raise ValueError(
             "--serve needs textual-serve: pip install 'minipaged[serve]' (or textual-serve)"
         ) from error
-    server = Server(
+    server = GuardedServer(
         command_for(args),
         host=args.host,
         port=args.port,
-        title="minipaged tui",
-        templates_path=str(TEMPLATES),
+        allowed=tuple(args.allow_origin or ()),
+        max_sessions=args.max_sessions,
     )
     server.serve()
     return 0
