@@ -17,10 +17,12 @@ from tui.keymap import KEYMAP
 LEGEND = (
     (
         "block identity",
-        "every physical block p has one colour and its id, the same in its pool cell, its "
-        "table entries and its tokens (which carry the id as a small tag where the block "
-        "begins). Colours repeat every 16 blocks: the id tells blocks apart. A shared block "
-        "(R[p] > 1) shows R in black on white.",
+        "colour means which physical block: a live block p wears one colour and its id, "
+        "the same in its pool cell, its table entries and its tokens (which carry the id as "
+        "a small tag where the block begins), and no two live blocks wear the same colour. "
+        "A block keeps its colour while it lives; swapped to the host pool it keeps it, in "
+        "italics; a copy-on-write copy gets its own. With more live blocks than colours the "
+        "rest are grey: read their id. A shared block (R[p] > 1) shows R in black on white.",
     ),
     (
         "physical blocks",
@@ -45,7 +47,8 @@ LEGEND = (
     (
         "token streams",
         "each token on its block's colour, rows in sequence id order. The last token is "
-        "unpainted until the next step writes it; swapped-out tokens are grey. ¶ = paragraph.",
+        "unpainted until the next step writes it; swapped-out tokens are in italics. "
+        "¶ = paragraph.",
     ),
     (
         "events",

@@ -42,7 +42,8 @@ def translate(frame: Frame, seq: int, t: int, words) -> Text:
     p = table.blocks[j]
     pool = "host " if table.pool == "host" else ""
     text.append(f" → p=T_{seq}[{j}]={pool}")
-    text.append(str(p), style=block_style(p) + block_meta(p, table.pool))
+    look = block_style(frame.colours.colour(p, table.pool), table.pool)
+    text.append(str(p), style=look + block_meta(p, table.pool))
     text.append(f" → slot p·B+o = {p}·{block_size}+{o} = {p * block_size + o}", style="bold")
     return text
 
@@ -53,7 +54,8 @@ def block_slots(frame: Frame, block: int) -> Text:
     block_size = state.block_size
     r = state.device_refcounts[block] if block < len(state.device_refcounts) else 0
     text = Text()
-    text.append(f"block {block}{block_tag(block)}", style=block_style(block) + block_meta(block))
+    look = block_style(frame.colours.colour(block))
+    text.append(f"block {block}{block_tag(block)}", style=look + block_meta(block))
     text.append(f" R={r}", style=SHARED if r > 1 else Style())
     holders = [
         (seq, j, table)

@@ -6,7 +6,8 @@ block's id as a superscript tag (black on white when the block is shared), on th
 colour: two sequences that share a block show the same tag and colour under the same tokens;
 after a copy-on-write they part. Rows keep their place, in sequence id order. The last sampled token
 has no slot yet (the next step writes it), so it is unpainted; so is a sequence without blocks.
-A swapped-out sequence's blocks are in host memory: its tokens are grey and italic.
+A swapped-out sequence's blocks are in host memory: its tokens are in italics, on the colours
+their contents took with them.
 ``¶`` is the special paragraph token, which also begins every prompt. Generated tokens are
 bold; the token this step produced is underlined.
 """
@@ -20,7 +21,7 @@ from rich.style import Style
 from rich.text import Text
 
 from minipaged.tokenizer import Tokenizer
-from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
+from tui.colours import SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
 from tui.pane import Pane, Selection
 from tui.timeline import Frame, Stream
 
@@ -62,31 +63,34 @@ def stream_text(stream: Stream, frame: Frame, words: TokenText, selection: Selec
     for t, token in enumerate(stream.token_ids):
         block = table.blocks[t // block_size] if t < painted else None
         if block is not None and t % block_size == 0:
-            text.append(block_tag(block), style=tag_style(block, pool, refcounts[block] > 1))
+            colour = frame.colours.colour(block, pool)
+            shared = refcounts[block] > 1
+            text.append(block_tag(block), style=tag_style(block, pool, colour, shared))
         underline = t == last and new is not None and stream.status != "waiting"
         selected = t == chosen_token or (
             block is not None and pool == "device" and block == selection.block
         )
-        style = token_style(block, pool, t >= stream.prompt_len, underline, selected)
+        colour = None if block is None else frame.colours.colour(block, pool)
+        style = token_style(colour, pool, t >= stream.prompt_len, underline, selected)
         # A click on a token selects it (its address translation); the block stays named.
         text.append(words.piece(token), style=style + token_meta(stream.seq_id, t, block, pool))
     return text
 
 
 @lru_cache(maxsize=1024)
-def tag_style(block: int, pool: str, shared: bool) -> Style:
-    body = HOST if pool == "host" else block_style(block)
-    return (SHARED if shared else body) + block_meta(block, pool)
+def tag_style(block: int, pool: str, colour: str, shared: bool) -> Style:
+    return (SHARED if shared else block_style(colour, pool)) + block_meta(block, pool)
 
 
 @lru_cache(maxsize=1024)
 def token_style(
-    block: int | None, pool: str, generated: bool, underline: bool, selected: bool
+    colour: str | None, pool: str, generated: bool, underline: bool, selected: bool
 ) -> Style:
-    """A token's look (without its click): bold if generated, on its block's colour."""
+    """A token's look (without its click): bold if generated, on its block's ``colour``
+    (None: the token has no slot yet)."""
     style = Style(bold=generated, underline=underline or None)
-    if block is not None:
-        style += HOST if pool == "host" else block_style(block)
+    if colour is not None:
+        style += block_style(colour, pool)
     return style + SELECTED if selected else style
 
 
