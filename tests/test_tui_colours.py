@@ -20,6 +20,7 @@ from tui.block_colours import MIN_DISTANCE, NEUTRAL, PALETTE, Colouring
 from tui.colours import SHARED
 from tui.help import LEGEND
 from tui.pane import Pane
+from tui.pool_view import PoolView
 from tui.scenarios import SCENARIOS
 from tui.timeline import Timeline, opening_step
 
@@ -173,6 +174,7 @@ def test_a_colour_just_freed_is_the_last_one_handed_out_again():
 
 def test_the_legend_says_what_colour_means():
     legend = dict(LEGEND)["block identity"]
+    assert "colour means which physical block" in legend
     assert "no two live blocks wear the same colour" in legend
     assert "grey" in legend and "id" in legend
 
@@ -225,6 +227,7 @@ async def test_the_blocks_a_screen_shows_wear_colours_a_person_tells_apart(name,
             for (p1, c1), (p2, c2) in itertools.combinations(coloured.items(), 2):
                 assert distance(c1, c2) >= MIN_DISTANCE, (step, p1, c1, p2, c2)
             assert len(coloured) == min(len(worn), len(PALETTE))
+            assert "a colour is one block" in app.base.query_one(PoolView).border_title
 
 
 @pytest.fixture

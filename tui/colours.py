@@ -18,15 +18,16 @@ from functools import lru_cache
 from rich.style import Style
 
 SEQ_COLOURS = (
-    "#5fafff",
-    "#ff87af",
-    "#87d75f",
-    "#ffaf5f",
-    "#af87ff",
-    "#5fd7d7",
-    "#d7d75f",
-    "#ff5f5f",
+    "bright_blue",
+    "bright_magenta",
+    "bright_green",
+    "bright_yellow",
+    "magenta",
+    "bright_cyan",
+    "yellow",
+    "bright_red",
 )
+"""ANSI names, so each theme makes them readable on its own background (``tui.ansi_themes``)."""
 
 SELECTED = Style(reverse=True, bold=True)
 """The selected sequence or block, wherever it appears."""

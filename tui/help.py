@@ -12,7 +12,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from minipaged.invariants import INVARIANTS
 from tui.keymap import KEYMAP
+from tui.strip import MARKS
 
 LEGEND = (
     (
@@ -62,11 +64,18 @@ LEGEND = (
         "says why that victim.",
     ),
     ("memory", "pool use, internal waste (§3) and counts so far."),
-    ("invariants", "minipaged.invariants checked at every step: one green line while all hold."),
+    (
+        "invariants",
+        "minipaged.invariants checked at every step: "
+        + "; ".join(f"{inv.name} ({inv.statement})" for inv in INVARIANTS)
+        + ". One green line while all hold; a broken one unfolds in red.",
+    ),
     (
         "timeline",
-        "blocks in use per step, and marks: F fork, C copy-on-write, W swap, P preemption, "
-        "H prefix hit. Click to move there.",
+        "blocks in use per step, and a mark for each mechanism a step shows: "
+        + ", ".join(f"{mark.letter} {mark.name}" for mark in MARKS)
+        + ". A column with several kinds shows the most telling, underlined; the top row names "
+        "them all for the cursor's step. Click to move there.",
     ),
 )
 

@@ -16,7 +16,7 @@ from rich.style import Style
 from rich.text import Text
 
 from tui.colours import SHARED, block_meta, block_style, block_tag, seq_label
-from tui.pane import Pane
+from tui.pane import Pane, Selection
 from tui.timeline import Frame
 
 FILLED, EMPTY = "■", "□"
@@ -94,9 +94,15 @@ class Inspector(Pane):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        # A border title is Rich markup: "[/]" must be escaped to show as text.
-        super().__init__(escape("selection (↑/↓ sequence, [/] token, enter: block, esc)"), id=id)
+        super().__init__("selection", id=id)
         self.words = None
+
+    def show(self, frame: Frame, selection: Selection) -> None:
+        full = "selection (↑/↓ sequence, [/] token, enter: block, esc)"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        # A border title is Rich markup: "[/]" must be escaped to show as text.
+        self.border_title = escape(full if fits else "selection (↑↓ [ ] enter esc)")
+        super().show(frame, selection)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
         chosen = self.selection

@@ -73,8 +73,9 @@ def pool_grid(
 ) -> Text:
     """The cells of ``pool``, ``gap`` spaces apart, as many to a row as ``width`` allows. A
     pool with more cells than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed)
-    and lists the free ones as ranges; so does any pool when ``summarise`` is set (a short
-    terminal). ``colours``: the colour each live block wears (none: all ``NEUTRAL``)."""
+    and lists the free ones as ranges; with ``summarise`` (a short terminal) any pool draws
+    only those, its header counting the rest. ``colours``: the colour each live block wears
+    (none: all ``NEUTRAL``)."""
     colours = colours or Colouring()
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
@@ -82,8 +83,8 @@ def pool_grid(
     digits = len(str(max(len(refcounts) - 1, 0)))
     per_row = max(1, width // (digits + 3 + gap))  # a cell: the gap, the mark, the id, ':', R
     drawn = list(range(len(refcounts)))
-    huge = summarise or len(refcounts) > per_row * MAX_ROWS
-    if huge:
+    huge = len(refcounts) > per_row * MAX_ROWS
+    if huge or summarise:
         drawn = [p for p in drawn if refcounts[p] or p in changed or p in cached]
     shown = drawn[: per_row * MAX_ROWS]
     text = Text(no_wrap=True, overflow="crop")
@@ -135,6 +136,12 @@ class PoolView(Pane):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("physical blocks", id=id)
 
+    def show(self, frame: Frame, selection: Selection) -> None:
+        full = "physical blocks (a colour is one block, the same in every pane)"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        self.border_title = full if fits else "physical blocks"
+        super().show(frame, selection)
+
     def draw(self, frame: Frame, width: int) -> RenderableType:
         state = frame.step.state
         device, host = state.device_refcounts, state.host_refcounts
@@ -155,17 +162,17 @@ class PoolView(Pane):
         ]
         if host:
             host_used = sum(1 for r in host if r)
-            parts += [
-                Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"),
-                pool_grid(
-                    state,
-                    "host",
-                    changed_blocks(frame.step.events, "host"),
-                    self.selection,
-                    width,
-                    gap,
-                    summarise=short,
-                    colours=frame.colours,
-                ),
-            ]
+            parts.append(Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"))
+            grid = pool_grid(
+                state,
+                "host",
+                changed_blocks(frame.step.events, "host"),
+                self.selection,
+                width,
+                gap,
+                summarise=short,
+                colours=frame.colours,
+            )
+            if grid.plain:  # a short terminal's empty host pool: its header says it all
+                parts.append(grid)
         return Group(*parts)

@@ -23,6 +23,7 @@ from rich.text import Text
 from minipaged.tokenizer import Tokenizer
 from tui.colours import SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
 from tui.pane import Pane, Selection
+from tui.pool_view import changed_blocks
 from tui.timeline import Frame, Stream
 
 LABEL_WIDTH = 5  # "s12 " plus the status glyph
@@ -109,9 +110,10 @@ def dimmed(text: Text) -> Text:
 
 
 class TokenStreams(Pane):
-    """Every sequence's text at the frame. Guarantees: a painted token's colour is the colour of
-    the physical block that holds its slot in the snapshot; when the pane is too short, each
-    sequence keeps its most recent lines and its label."""
+    """Every sequence's text at the frame. Guarantees: a painted token's colour is the colour
+    the physical block that holds its slot wears; when the pane is too short, each sequence
+    keeps its label, its last line and the lines with a block the step changed (a CoW's copy)
+    or the selected block, and marks the lines it skips with …."""
 
     DEFAULT_CSS = """
     TokenStreams { height: 1fr; }
@@ -134,6 +136,13 @@ class TokenStreams(Pane):
         ]
         wrapped = [text.wrap(self.app.console, body_width) for text in texts]
         budget = allot([len(lines) for lines in wrapped], max(self.content_size.height, 1))
+        wanted = {
+            (pool, b)
+            for pool in ("device", "host")
+            for b in changed_blocks(frame.step.events, pool)
+        }
+        if self.selection.block is not None:
+            wanted.add(("device", self.selection.block))
         out = []
         for stream, lines, keep in zip(streams, wrapped, budget, strict=True):
             if not keep:
@@ -143,9 +152,15 @@ class TokenStreams(Pane):
             label.append(f"s{stream.seq_id}", style=seq_label(stream.seq_id) + chosen)
             label.append(STATUS_GLYPH.get(stream.status, "?"), style="dim")
             label.pad_right(LABEL_WIDTH - len(label))
-            for i, line in enumerate(lines[len(lines) - keep :]):
-                row = label.copy() if i == 0 else Text(" " * LABEL_WIDTH)
-                row.append_text(line)
+            shown = lines_to_show(lines, keep, wanted)
+            for i, index in enumerate(shown):
+                if i == 0:
+                    row = label.copy()
+                elif index != shown[i - 1] + 1:  # lines skipped above this one
+                    row = Text("  …".ljust(LABEL_WIDTH), style="dim")
+                else:
+                    row = Text(" " * LABEL_WIDTH)
+                row.append_text(lines[index])
                 out.append(row)
         hidden = sum(1 for keep in budget if not keep)
         if hidden:
@@ -153,6 +168,24 @@ class TokenStreams(Pane):
         text = Text("\n").join(out)
         text.no_wrap = True  # wrapped above already, with the labels
         return text
+
+
+def lines_to_show(lines: list[Text], keep: int, wanted: set[tuple[str, int]]) -> list[int]:
+    """Which ``keep`` of a stream's wrapped ``lines`` to show, in order: the lines holding a
+    ``wanted`` block (what the step changed, such as a copy-on-write's copy, or the selected
+    block), latest first, then its last line (the token being written), then the latest
+    others."""
+
+    def holds(line: Text) -> bool:
+        return any(
+            isinstance(span.style, Style) and tuple(span.style.meta.get("block", ())) in wanted
+            for span in line.spans
+        )
+
+    latest_first = range(len(lines) - 1, -1, -1)
+    order = [i for i in latest_first if holds(lines[i])]
+    order += [i for i in latest_first if i not in order]  # the last line leads the rest
+    return sorted(order[:keep])
 
 
 def allot(needs: list[int], height: int) -> list[int]:
