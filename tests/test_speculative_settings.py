@@ -168,3 +168,31 @@ def test_ngram_drafting_of_a_wide_tree_is_bounded_by_the_cap():
     greedy = SamplingParams(temperature=0)
     tree = grow_tree(drafter, context, 4, 32, 5, greedy, torch.Generator())
     assert len(tree) - 1 <= 5
+
+
+@pytest.mark.parametrize(("max_tokens", "context"), [(1_000_000, 24), (3, 2048), (5, 2048)])
+def test_no_tree_drafts_past_max_tokens_or_the_models_context(max_tokens, context):
+    """A depth of 10**9 is capped by what the request may still write: the tokens left to
+    max_tokens and to the context's end (one of them kept for the bonus token), so no guess
+    is drafted that could never be kept; the output stops where a plain run would."""
+    from dataclasses import replace
+
+    model = small_llama(16, seed=5)
+    model.config = replace(model.config, max_position_embeddings=context)
+    config = SpeculativeConfig(num_speculative_tokens=10**9, branching=2, max_tree_nodes=64)
+    engine = LLMEngine(model, block_size=4, num_gpu_blocks=256, speculative=config)
+    prompt = list(range(1, 12))
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+    engine.add_request({"prompt_token_ids": prompt}, params)
+    written, depths = 0, []
+    while engine.has_unfinished():
+        step = engine.step()
+        for event in step.events:
+            if event.kind == "spec-propose":
+                room = min(max_tokens - written, context - len(prompt) - written)
+                depths.append((event.depth, room))
+        lengths = [len(v.token_ids) - len(prompt) for v in step.sequences.values()]
+        lengths += [len(out.outputs[0].token_ids) for out in step.finished]
+        written = max([written, *lengths])
+    assert depths and all(depth <= room - 1 for depth, room in depths), depths
+    assert written == min(max_tokens, context - len(prompt))
