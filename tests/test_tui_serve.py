@@ -218,10 +218,9 @@ def wait_for_port(port: int, server: subprocess.Popen, timeout: float = 60) -> N
         time.sleep(0.2)
 
 
-def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
-    """The real command, a real handshake: a page of another site gets 403 and no process."""
-    pytest.importorskip("textual_serve")
-    port = free_port()
+@contextlib.contextmanager
+def served(port: int):
+    """``minipaged tui --serve --port PORT`` running, until the block ends; yields it."""
     server = subprocess.Popen(
         [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
         cwd=REPO,
@@ -230,6 +229,17 @@ def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
     )
     try:
         wait_for_port(port, server)
+        yield server
+    finally:
+        server.terminate()  # the server tells each app to quit, and waits for it
+        server.wait(60)
+
+
+def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
+    """The real command, a real handshake: a page of another site gets 403 and no process."""
+    pytest.importorskip("textual_serve")
+    port = free_port()
+    with served(port) as server:
         key = base64.b64encode(os.urandom(16)).decode()
         request = (
             f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
@@ -240,9 +250,6 @@ def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
             s.sendall(request.encode())
             status = s.recv(1024).decode().split("\r\n")[0]
         assert status.startswith("HTTP/1.1 403"), status
-    finally:
-        server.terminate()
-        server.wait(10)
     log = server.stdout.read().decode()
     assert "refused a websocket from a page of http://evil.example" in log
 
@@ -256,14 +263,7 @@ def test_headless_chromium_shows_the_app_served_from_this_host_alone(tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     pytest.importorskip("textual_serve")
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, server)
+    with served(port):
         hosts: set[str] = set()
         received: list[str] = []
         with playwright.sync_playwright() as p:
@@ -284,9 +284,6 @@ def test_headless_chromium_shows_the_app_served_from_this_host_alone(tmp_path):
             page.screenshot(path=str(tmp_path / "served.png"))
             browser.close()
         assert hosts == {f"127.0.0.1:{port}"}, hosts
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_the_readme_says_what_serve_binds_and_what_host_exposes():

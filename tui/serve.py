@@ -111,8 +111,8 @@ def _flag(action: argparse.Action, value: object) -> list[str]:
         return [flag] if value != action.default else []
     if isinstance(action, argparse._AppendAction):
         return [part for item in value or () for part in (flag, str(item))]
-    if isinstance(action, argparse._StoreAction):
-        return [] if value is None else [flag, str(value)]
+    if isinstance(action, argparse._StoreAction):  # a default the tab's parser gives again
+        return [] if value is None or value == action.default else [flag, str(value)]
     raise TypeError(f"{flag}: cannot forward an argparse {type(action).__name__} to the served app")
 
 
