@@ -22,15 +22,15 @@ import pytest
 
 from minipaged.checkpoint import model_directory
 from minipaged.cli import build_parser
+from tui.command import tui_parser
+from tui.origins import allowed_origin
 from tui.serve import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_PORT,
     HEADLESS_ONLY,
     SERVER_ONLY,
     TEMPLATES,
-    allowed_origin,
     command_for,
-    tui_parser,
 )
 
 
@@ -51,7 +51,7 @@ def test_the_served_page_names_no_other_host():
 
 def test_each_tab_runs_the_same_flags_without_serving_again():
     args = build_parser().parse_args(["tui", "--serve", "--port", "9", "--scenario", "beam"])
-    command = command_for(args)
+    command = command_for(args, tui_parser())
     assert "--scenario beam" in command and "--serve" not in command and "--port" not in command
 
 
@@ -87,7 +87,7 @@ def test_every_flag_of_minipaged_tui_reaches_the_served_command():
             argv += [flag, a_value_other_than_the_default(action)] * times
     parser = build_parser()
     given = parser.parse_args(["tui", "--serve", "--port", "9000", *argv])
-    served = shlex.split(command_for(given))
+    served = shlex.split(command_for(given, tui_parser()))
     assert served[1:4] == ["-m", "minipaged.cli", "tui"]
     again = parser.parse_args(served[3:])
     for action in forwarded_actions():
@@ -139,7 +139,7 @@ async def guarded(**options):
     from tui.guarded_server import GuardedServer
 
     port = free_port()
-    server = GuardedServer(STDIN_ONCE, host="127.0.0.1", port=port, **options)
+    server = GuardedServer(STDIN_ONCE, templates=TEMPLATES, host="127.0.0.1", port=port, **options)
     app = await server._make_app()
     async with test_utils.TestServer(app, port=port), aiohttp.ClientSession() as session:
         yield server, session, f"http://127.0.0.1:{port}"

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from minipaged.arguments import integer
+from minipaged.arguments import Parser, integer
 from tui import serve
 
 SCREENSHOT_TIMEOUT_S = 120.0
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     size = parse_size(args.size)
     if args.serve:
-        return serve.serve(args)
+        return serve.serve(args, tui_parser())
     app = build_app(args)
     if args.screenshot is None:
         # The command line exits at once on SIGINT; in the app, let Textual restore the
@@ -99,6 +99,13 @@ def run(args: argparse.Namespace) -> int:
         app.run()
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, size)
+
+
+def tui_parser() -> argparse.ArgumentParser:
+    """The parser of ``minipaged tui`` alone, as the command line builds it."""
+    commands = Parser(prog="minipaged").add_subparsers()
+    add_parser(commands)
+    return commands.choices["tui"]
 
 
 def failed(app) -> int:

@@ -5,11 +5,12 @@ the page names the address the browser used, so that it works from another machi
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from aiohttp import web
 from textual_serve.server import Server
 
-from tui.serve import HOST_HEADER, TEMPLATES, allowed_origin
+from tui.origins import HOST_HEADER, allowed_origin
 
 log = logging.getLogger("textual-serve")
 
@@ -23,13 +24,14 @@ class GuardedServer(Server):
         self,
         command: str,
         *,
+        templates: Path,
         host: str,
         port: int,
         allowed: tuple[str, ...] = (),
         max_sessions: int = 8,
     ) -> None:
         super().__init__(
-            command, host=host, port=port, title="minipaged tui", templates_path=str(TEMPLATES)
+            command, host=host, port=port, title="minipaged tui", templates_path=str(templates)
         )
         self.allowed = allowed
         self.max_sessions = max_sessions

@@ -7,23 +7,17 @@ nothing is fetched from anywhere but this server.
 
 A websocket drives a process on this machine (with ``--exercise``, one that runs a student's
 code), so the server guards it: it listens on 127.0.0.1 unless ``--host`` says otherwise; it
-accepts a websocket only from a page it served itself (the browser's ``Origin`` is this
-server's own address, reached by an IP address or ``localhost``, so a page of another site
-cannot connect even by pointing its own name at this machine) or from an origin named with
-``--allow-origin``; and it runs at most ``--max-sessions`` apps at once, telling the tab past
-the cap why it got none.
+accepts a websocket only from a page it served itself or an origin named with
+``--allow-origin`` (``tui.origins``); and it runs at most ``--max-sessions`` apps at once,
+telling the tab past the cap why it got none (``tui.guarded_server``).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import logging
-import re
 import shlex
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from minipaged.arguments import integer
 
@@ -39,11 +33,6 @@ SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 
 HEADLESS_ONLY = ("screenshot", "steps", "size")
 """Flags that make a screenshot and exit: a tab wants the live app."""
-
-HOST_HEADER = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
-LOCAL_NAMES = ("localhost",)
-
-log = logging.getLogger("textual-serve")
 
 
 def add_arguments(tui: argparse.ArgumentParser) -> None:
@@ -77,24 +66,13 @@ def add_arguments(tui: argparse.ArgumentParser) -> None:
     )
 
 
-def tui_parser() -> argparse.ArgumentParser:
-    """The parser of ``minipaged tui``, as the command line builds it."""
-    from minipaged.cli import build_parser
-
-    commands = next(
-        action
-        for action in build_parser()._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
-    return commands.choices["tui"]
-
-
-def command_for(args: argparse.Namespace) -> str:
-    """The shell command each browser tab runs: ``minipaged tui`` with every flag of its
-    parser that ``args`` set, except the server's own and the screenshot's. Walking the
-    parser, not a list of names, means a flag added later is forwarded too."""
+def command_for(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """The shell command each browser tab runs: ``minipaged tui`` with every flag of
+    ``parser`` (the ``tui`` subcommand's) that ``args`` set, except the server's own and the
+    screenshot's. Walking the parser, not a list of names, means a flag added later is
+    forwarded too."""
     argv: list[str] = []
-    for action in tui_parser()._actions:
+    for action in parser._actions:
         if not action.option_strings or action.dest in (*SERVER_ONLY, *HEADLESS_ONLY, "help"):
             continue
         argv += _flag(action, getattr(args, action.dest, None))
@@ -116,34 +94,10 @@ def _flag(action: argparse.Action, value: object) -> list[str]:
     raise TypeError(f"{flag}: cannot forward an argparse {type(action).__name__} to the served app")
 
 
-def allowed_origin(origin: str | None, host: str, allowed: tuple[str, ...] = ()) -> bool:
-    """Whether a websocket from a page of ``origin`` may drive an app: the page is this
-    server's own (``origin``'s host and port are the request's ``host``, which is an IP
-    address or ``localhost``: a name another site controls could point at this machine), or
-    ``origin`` (whole, or its host and port, or its host) is one of ``allowed``."""
-    if not origin:
-        return False  # browsers always send Origin; a page that hides it is not ours
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return False
-    if origin in allowed or parts.netloc in allowed or parts.hostname in allowed:
-        return True
-    return parts.netloc == host.lower() and _is_address(parts.hostname or "")
-
-
-def _is_address(name: str) -> bool:
-    if name in LOCAL_NAMES:
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
-def serve(args: argparse.Namespace) -> int:
-    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted.
-    Raises ``ValueError`` (with the way out) when textual-serve is not installed."""
+def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted;
+    ``parser`` is the ``tui`` subcommand's. Raises ``ValueError`` (with the way out) when
+    textual-serve is not installed."""
     try:
         from tui.guarded_server import GuardedServer
     except ImportError as error:
@@ -151,7 +105,8 @@ def serve(args: argparse.Namespace) -> int:
             "--serve needs textual-serve: pip install 'minipaged[serve]' (or textual-serve)"
         ) from error
     server = GuardedServer(
-        command_for(args),
+        command_for(args, parser),
+        templates=TEMPLATES,
         host=args.host,
         port=args.port,
         allowed=tuple(args.allow_origin or ()),
