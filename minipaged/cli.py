@@ -250,8 +250,8 @@ def _trace(args: argparse.Namespace) -> int:
         transcript.print_outputs(console, outputs)
         print(f"recorded {recorder.num_steps} steps to {args.file}")
         return _refused("trace record", outputs)
-    recorded = trace.load(args.file)
-    transcript.replay(recorded)
+    recorded, tokenizer = transcript.load_recorded(args.file)
+    transcript.replay(recorded, tokenizer)
     transcript.print_outputs(console, [out for step in recorded.steps for out in step.finished])
     if recorded.error is not None:
         say("trace replay", recorded.error)

@@ -17,18 +17,29 @@ ends the readable part: ``load`` returns the steps before it and says which line
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 from minipaged import atomic_write
 from minipaged.block_state import BlockState, TableState
-from minipaged.events import EVENTS, Event
+from minipaged.events import Event
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
-from minipaged.speculative.events import SPECULATIVE_EVENTS
+from minipaged.trace_schema import (
+    BYTES_PER_JSON_BYTE,
+    Budget,
+    Checker,
+    Claims,
+    TraceError,
+    check_header,
+)
+from minipaged.trace_values import EVENT_TYPES
+
+__all__ = ["EVENT_TYPES", "Recorder", "Trace", "TraceError", "load", "read_header", "save"]
 
 FORMAT = "minipaged-trace"
 VERSION = 2
@@ -36,16 +47,8 @@ KEYFRAME_EVERY = 32
 """Steps between keyframes: a reader can start from any keyframe, and a delta line depends
 on at most this many lines before it."""
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in EVENTS + SPECULATIVE_EVENTS}
-"""Every event kind a trace may hold, by the name it is saved under: the block manager's and
-speculative decoding's, listed here rather than collected as modules happen to be imported."""
-
 _POOLS = ("device", "host")
 _ORDERED = ("device_free", "host_free", "cached")  # block lists whose order matters
-
-
-class TraceError(ValueError):
-    """A file that is not a readable minipaged trace; the message names the file and line."""
 
 
 @dataclass(frozen=True)
@@ -205,34 +208,79 @@ def save(
             recorder.write(step)
 
 
-def load(path: str | Path) -> Trace:
+def load(path: str | Path, vocab_size: int | None = None, budget: Budget | None = None) -> Trace:
     """Read a trace written by ``save``. Raises ``FileNotFoundError`` for a missing file and
     ``TraceError`` (a ``ValueError``) naming the file for a header that is not a minipaged
-    trace of this version. A damaged step line ends the trace: the steps before it are
-    returned, with ``error`` naming the line and the last good one."""
+    trace of this version, or whose claims are out of range. A step line that is damaged or
+    breaks the header's claims (``minipaged.trace_schema``: token ids below ``vocab_size``,
+    every size within ``budget``, by default half the memory free now) ends the trace: the
+    steps before it are returned, with ``error`` naming the line, the field and the last good
+    line. Nothing a line describes is built before its sizes are checked."""
+    path = _existing(path)
+    budget = budget or Budget()
+    steps: list[StepOutput] = []
+    with path.open("rb") as file:
+        header, claims = _read_header(path, file, budget, vocab_size)
+        checker = Checker(claims, budget)
+        for number in itertools.count(2):
+            limit = budget.left // BYTES_PER_JSON_BYTE
+            line = file.readline(limit + 1)
+            if not line:
+                break
+            previous = steps[-1] if steps else None
+            try:
+                if len(line) > limit:
+                    raise TraceError(f"is longer than the {limit:,} bytes this machine can parse")
+                record = checker.record(json.loads(line), previous)
+                step = step_from_dict(record, previous)
+                checker.result(step.state, step.sequences)
+            except RecursionError:
+                problem = "its JSON is nested too deeply"
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as error:
+                problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+            else:
+                steps.append(step)
+                continue
+            kept = f"replayed the {len(steps)} step(s) up to line {number - 1}, the last good line"
+            return Trace(
+                header,
+                steps,
+                f"{path}: line {number} is cut off or corrupt ({problem}); "
+                + (kept if steps else "no step before it was readable"),
+            )
+    return Trace(header, steps)
+
+
+def read_header(path: str | Path, vocab_size: int | None = None) -> dict:
+    """The checked header of the trace at ``path``, without reading its steps: what a replay
+    needs first (the model, so that ``load`` can check token ids against its vocabulary)."""
+    path = _existing(path)
+    with path.open("rb") as file:
+        return _read_header(path, file, Budget(), vocab_size)[0]
+
+
+def _existing(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: record one with `minipaged trace record`")
-    lines = path.read_bytes().splitlines()
-    header = _header(path, lines[0] if lines else b"")
-    steps: list[StepOutput] = []
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            steps.append(step_from_dict(json.loads(line), steps[-1] if steps else None))
-        except KeyError as error:
-            problem = f"the step lacks the field {error}"
-        except (ValueError, TypeError, AttributeError, IndexError) as error:
-            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-        else:
-            continue
-        kept = f"replayed the {len(steps)} step(s) up to line {number - 1}, the last good line"
-        return Trace(
-            header,
-            steps,
-            f"{path}: line {number} is cut off or corrupt ({problem}); "
-            + (kept if steps else "no step before it was readable"),
+    return path
+
+
+def _read_header(
+    path: Path, file: BinaryIO, budget: Budget, vocab_size: int | None
+) -> tuple[dict, Claims]:
+    limit = budget.left // BYTES_PER_JSON_BYTE
+    line = file.readline(limit + 1)
+    if len(line) > limit:
+        raise TraceError(
+            f"{path} is not a readable minipaged trace: line 1 is longer than the {limit:,} "
+            "bytes this machine can parse"
         )
-    return Trace(header, steps)
+    header = _header(path, line)
+    try:
+        return header, check_header(header, vocab_size)
+    except TraceError as error:
+        raise TraceError(f"{path} is not a readable minipaged trace: line 1, {error}") from None
 
 
 def _header(path: Path, line: bytes) -> dict:
@@ -247,8 +295,8 @@ def _header(path: Path, line: bytes) -> dict:
         raise refuse(f"line 1 is not a {FORMAT} header")
     if header.get("version") != VERSION:
         raise refuse(
-            f"trace version {header.get('version')!r}; this minipaged reads version {VERSION}: "
-            "record the run again with `minipaged trace record`"
+            f"line 1 says trace version {header.get('version')!r}; this minipaged reads "
+            f"version {VERSION}: record the run again with `minipaged trace record`"
         )
     return header
 

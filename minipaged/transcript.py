@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -56,10 +57,27 @@ def print_summary(console: Console, stats: RunStats, prefix_caching: str | None)
         )
 
 
-def replay(recorded: Trace) -> None:
-    """Print each step's new tokens as text (decoded with the recorded model's tokenizer when
-    it is here, else as ids) and what the block manager did."""
-    tokenizer = tokenizer_of(recorded.header.get("model"))
+def load_recorded(
+    path: str | Path, model: str = "tiny", command: str = "trace replay"
+) -> tuple[Trace, Tokenizer | None]:
+    """The trace at ``path`` and the tokenizer of its model (the header's, else ``model``), or
+    None with a note on stderr where that model is not here. With the model's config here,
+    every token id of the trace is checked against its vocabulary as the trace loads."""
+    from minipaged import trace
+    from minipaged.checkpoint import CheckpointError, load_config, model_directory
+
+    recorded_model = trace.read_header(path).get("model", model)
+    tokenizer = tokenizer_of(recorded_model, command)
+    try:
+        vocab_size = load_config(model_directory(recorded_model)).vocab_size
+    except (CheckpointError, OSError):  # no model here: ids are only checked to be int32
+        vocab_size = None
+    return trace.load(path, vocab_size), tokenizer
+
+
+def replay(recorded: Trace, tokenizer: Tokenizer | None) -> None:
+    """Print each step's new tokens as text (decoded with the recorded model's ``tokenizer``
+    when it is here, else as ids) and what the block manager did."""
     steps = recorded.steps
     print(f"trace of {recorded.header.get('model', '?')}: {len(steps)} steps")
     for step in steps:
@@ -77,8 +95,9 @@ def _word(tokenizer: Tokenizer | None, token: int) -> str:
     return json.dumps(tokenizer.decode([token]), ensure_ascii=False)
 
 
-def tokenizer_of(model: object) -> Tokenizer | None:
-    """The tokenizer of the trace's model, or None (with a note) where it is not here."""
+def tokenizer_of(model: object, command: str = "trace replay") -> Tokenizer | None:
+    """The tokenizer of the trace's model, or None (with a note from ``command``) where it is
+    not here."""
     from minipaged.checkpoint import model_directory
     from minipaged.tokenizer import Tokenizer, TokenizerError
 
@@ -86,7 +105,7 @@ def tokenizer_of(model: object) -> Tokenizer | None:
         try:
             return Tokenizer(model_directory(model))
         except TokenizerError as error:
-            say("trace replay", f"{error}; showing token ids")
+            say(command, f"{error}; showing token ids")
             return None
-    say("trace replay", f"no tokenizer for the model {model!r} here; showing token ids")
+    say(command, f"no tokenizer for the model {model!r} here; showing token ids")
     return None

@@ -3,6 +3,13 @@ nothing from another host, and receives the app's screen over the websocket."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import base64
+import contextlib
+import gc
+import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -14,7 +21,23 @@ from urllib.parse import urlparse
 import pytest
 
 from minipaged.checkpoint import model_directory
-from tui.serve import TEMPLATES, command_for
+from minipaged.cli import build_parser
+from tui.command import tui_parser
+from tui.origins import allowed_origin
+from tui.serve import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_PORT,
+    HEADLESS_ONLY,
+    SERVER_ONLY,
+    TEMPLATES,
+    command_for,
+)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REPO = Path(__file__).resolve().parents[1]
@@ -27,17 +50,208 @@ def test_the_served_page_names_no_other_host():
 
 
 def test_each_tab_runs_the_same_flags_without_serving_again():
-    from minipaged.cli import build_parser
-
     args = build_parser().parse_args(["tui", "--serve", "--port", "9", "--scenario", "beam"])
-    command = command_for(args)
+    command = command_for(args, tui_parser())
     assert "--scenario beam" in command and "--serve" not in command and "--port" not in command
+
+
+def forwarded_actions() -> list[argparse.Action]:
+    skipped = {*SERVER_ONLY, *HEADLESS_ONLY, "help"}
+    return [a for a in tui_parser()._actions if a.option_strings and a.dest not in skipped]
+
+
+def a_value_other_than_the_default(action: argparse.Action) -> str:
+    if action.choices:
+        return str(next(c for c in action.choices if c != action.default))
+    for text in ("3", "2", "It is a truth"):
+        try:
+            value = action.type(text) if action.type else text
+        except (argparse.ArgumentTypeError, ValueError):
+            continue
+        if value != action.default:
+            return text
+    raise AssertionError(f"no test value for {action.option_strings}")
+
+
+def test_every_flag_of_minipaged_tui_reaches_the_served_command():
+    """Walks the parser: each option of ``minipaged tui`` but the server's own and the
+    screenshot's, set to a value other than its default, parses back from the command each
+    tab runs to the same value. A flag added later is covered without touching this test."""
+    argv = []
+    for action in forwarded_actions():
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            argv.append(flag)
+        else:
+            times = 2 if isinstance(action, argparse._AppendAction) else 1
+            argv += [flag, a_value_other_than_the_default(action)] * times
+    parser = build_parser()
+    given = parser.parse_args(["tui", "--serve", "--port", "9000", *argv])
+    served = shlex.split(command_for(given, tui_parser()))
+    assert served[1:4] == ["-m", "minipaged.cli", "tui"]
+    again = parser.parse_args(served[3:])
+    for action in forwarded_actions():
+        name = action.dest
+        assert getattr(again, name) == getattr(given, name) != action.default, name
+    assert not again.serve and again.port != 9000
+
+
+def test_the_default_port_is_not_the_docs_server_s():
+    assert build_parser().parse_args(["tui"]).port == DEFAULT_PORT != 8000
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "allowed", "accepted"),
+    [
+        ("http://127.0.0.1:8765", "127.0.0.1:8765", (), True),
+        ("http://localhost:8765", "localhost:8765", (), True),
+        ("http://[::1]:8765", "[::1]:8765", (), True),
+        ("http://192.168.1.20:8765", "192.168.1.20:8765", (), True),
+        ("http://evil.example", "127.0.0.1:8765", (), False),
+        ("http://127.0.0.1:9999", "127.0.0.1:8765", (), False),  # another local server's page
+        ("http://evil.example:8765", "evil.example:8765", (), False),  # DNS rebinding
+        ("null", "127.0.0.1:8765", (), False),  # a sandboxed frame or a file:// page
+        (None, "127.0.0.1:8765", (), False),
+        ("file://", "127.0.0.1:8765", (), False),
+        ("https://course.example.org", "10.0.0.5:8765", ("https://course.example.org",), True),
+        ("http://lab-pc.local:8765", "lab-pc.local:8765", ("lab-pc.local",), True),
+        ("http://lab-pc.local:8765", "lab-pc.local:8765", ("other.local",), False),
+    ],
+)
+def test_a_websocket_is_allowed_only_from_the_servers_own_pages(origin, host, allowed, accepted):
+    assert allowed_origin(origin, host, allowed) is accepted
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+STDIN_ONCE = shlex.join([sys.executable, "-c", "import sys; sys.stdin.buffer.read(1)"])
+"""A stand-in for the app: it runs until the server sends it anything (the quit at the end)."""
+
+
+@contextlib.asynccontextmanager
+async def guarded(**options):
+    aiohttp = pytest.importorskip("aiohttp")
+    test_utils = pytest.importorskip("aiohttp.test_utils")
+    from tui.guarded_server import GuardedServer
+
+    port = free_port()
+    server = GuardedServer(STDIN_ONCE, templates=TEMPLATES, host="127.0.0.1", port=port, **options)
+    app = await server._make_app()
+    async with test_utils.TestServer(app, port=port), aiohttp.ClientSession() as session:
+        yield server, session, f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while server.sessions:  # each app's process is told to quit once its tab has gone
+            assert time.monotonic() < deadline, "a session outlived its websocket"
+            await asyncio.sleep(0.05)
+        gc.collect()  # textual-serve leaves each app's process transport to the collector:
+        await asyncio.sleep(0.1)  # let it close while the event loop still runs
+
+
+async def handshake(session, url: str, origin: str | None):
+    import aiohttp
+
+    headers = {"Origin": origin} if origin else {}
+    try:
+        return await session.ws_connect(f"{url}/ws", headers=headers)
+    except aiohttp.WSServerHandshakeError as refused:
+        return refused.status
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [("SELF", True), ("http://evil.example", False), (None, False), ("null", False)],
+)
+async def test_the_served_app_refuses_a_websocket_handshake_from_another_origin(origin, accepted):
+    async with guarded() as (server, session, url):
+        result = await handshake(session, url, url if origin == "SELF" else origin)
+        if accepted:
+            assert not isinstance(result, int), result
+            assert server.sessions == 1
+            await result.close()
+        else:
+            assert result == 403 and server.sessions == 0
+
+
+@pytest.mark.anyio
+async def test_an_origin_named_with_allow_origin_is_accepted():
+    async with guarded(allowed=("https://course.example.org",)) as (server, session, url):
+        connection = await handshake(session, url, "https://course.example.org")
+        assert not isinstance(connection, int) and server.sessions == 1
+        await connection.close()
+
+
+@pytest.mark.anyio
+async def test_past_the_session_cap_a_tab_is_told_why_and_no_app_starts():
+    async with guarded(max_sessions=1) as (server, session, url):
+        first = await handshake(session, url, url)
+        second = await handshake(session, url, url)
+        message = await second.receive(timeout=10)
+        text = message.data.decode()
+        assert "all 1 sessions are in use" in text and "--max-sessions" in text
+        assert server.sessions == 1
+        await second.close()
+        await first.close()
+
+
+@pytest.mark.anyio
+async def test_the_page_names_the_address_the_browser_used():
+    async with guarded() as (_, session, url):
+        async with session.get(f"{url}/", headers={"Host": "10.1.2.3:8765"}) as page:
+            assert "ws://10.1.2.3:8765/ws" in await page.text()
+        async with session.get(f"{url}/", headers={"Host": "x<script>"}) as page:
+            assert page.status == 400
+
+
+def wait_for_port(port: int, server: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, "the server did not start"
+        assert server.poll() is None, server.stdout.read().decode()
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def served(port: int):
+    """``minipaged tui --serve --port PORT`` running, until the block ends; yields it."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, server)
+        yield server
+    finally:
+        server.terminate()  # the server tells each app to quit, and waits for it
+        server.wait(60)
+
+
+def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
+    """The real command, a real handshake: a page of another site gets 403 and no process."""
+    pytest.importorskip("textual_serve")
+    port = free_port()
+    with served(port) as server:
+        key = base64.b64encode(os.urandom(16)).decode()
+        request = (
+            f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\nOrigin: http://evil.example\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(request.encode())
+            status = s.recv(1024).decode().split("\r\n")[0]
+        assert status.startswith("HTTP/1.1 403"), status
+    log = server.stdout.read().decode()
+    assert "refused a websocket from a page of http://evil.example" in log
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium)")
@@ -49,21 +263,7 @@ def test_headless_chromium_shows_the_app_served_from_this_host_alone(tmp_path):
     playwright = pytest.importorskip("playwright.sync_api")
     pytest.importorskip("textual_serve")
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "the server did not start"
-            assert server.poll() is None, server.stdout.read().decode()
-            time.sleep(0.2)
+    with served(port):
         hosts: set[str] = set()
         received: list[str] = []
         with playwright.sync_playwright() as p:
@@ -84,6 +284,14 @@ def test_headless_chromium_shows_the_app_served_from_this_host_alone(tmp_path):
             page.screenshot(path=str(tmp_path / "served.png"))
             browser.close()
         assert hosts == {f"127.0.0.1:{port}"}, hosts
-    finally:
-        server.terminate()
-        server.wait(10)
+
+
+def test_the_readme_says_what_serve_binds_and_what_host_exposes():
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    defaults = build_parser().parse_args(["tui"])
+    assert defaults.host == "127.0.0.1"
+    assert f"http://127.0.0.1:{DEFAULT_PORT}" in readme
+    assert "By default it listens on 127.0.0.1, so only this machine can open it" in readme
+    assert "`--host 0.0.0.0` (or one of this machine's addresses) exposes it" in readme
+    assert f"at most `--max-sessions` apps ({DEFAULT_MAX_SESSIONS})" in readme
+    assert "local network" not in readme

@@ -82,6 +82,18 @@ def test_every_pane_at_160_by_50_with_a_block_selected(snap_compare):
     )
 
 
+def test_80_by_24_at_the_tours_first_copy_on_write(snap_compare):
+    # The token pane shows the copies (blocks 10 and 11) though each row has one line.
+    assert snap_compare(app_for("tour"), terminal_size=(80, 24), run_before=recorded_then("c"))
+
+
+def test_block_identity_of_parallel_sampling_at_160_by_50(snap_compare):
+    # The screen: blocks 0 and 16, 4 and 20, 1 and 17 wore one colour each.
+    assert snap_compare(
+        app_for("parallel"), terminal_size=(160, 50), run_before=recorded_then(step=19)
+    )
+
+
 def test_projection_mode(snap_compare):
     assert snap_compare(
         app_for("tour"), terminal_size=(120, 40), run_before=recorded_then("v", step=2)

@@ -8,19 +8,20 @@ without any model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
+from textual.filter import LineFilter
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, get_current_worker
 
 from minipaged.tokenizer import Tokenizer
 from minipaged.trace import Trace
-from tui import keymap, palette
+from tui import ansi_themes, keymap, palette
 from tui.event_log import EventLog
 from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
 from tui.gauges import Gauges, KVMemory
@@ -28,6 +29,7 @@ from tui.go_to_step import GoToStep
 from tui.help import HelpScreen
 from tui.inspector import Inspector
 from tui.invariants_view import InvariantsView
+from tui.key_bar import KeyBar
 from tui.navigator import Move, Navigator
 from tui.pane import Pane, Selection
 from tui.picker import ScenarioPicker
@@ -60,7 +62,7 @@ class PagedApp(SelectionKeys, App[None]):
     #invariants { height: auto; }
     #too-small { display: none; padding: 1 2; }
     Screen.-too-small #too-small { display: block; }
-    Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small Footer,
+    Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small KeyBar,
     Screen.-too-small #strip {
         display: none;
     }
@@ -101,6 +103,8 @@ class PagedApp(SelectionKeys, App[None]):
         self.error: str | None = None  # why the run could not start
         self.notice = ""
         self.projection = projection
+        self.ansi_theme_dark, self.ansi_theme_light = ansi_themes.DARK, ansi_themes.PROJECTION
+        self.undimmed = ansi_themes.Undimmed()
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -124,7 +128,7 @@ class PagedApp(SelectionKeys, App[None]):
                 yield EventLog(id="events")
         yield TimelineStrip(id="strip")
         yield Static(id="too-small")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
         self.fit(self.size.width, self.size.height)
@@ -163,6 +167,7 @@ class PagedApp(SelectionKeys, App[None]):
         for pane in self.base.query(Pane):
             pane.frame = None
             pane.refresh(layout=True)
+        self.base.query_one(EventLog).clear()
         self.base.query_one(TimelineStrip).timeline = None
         self.worker = self.run_model(scenario, self.feed)
         self.show_status()
@@ -374,8 +379,13 @@ class PagedApp(SelectionKeys, App[None]):
     def action_projection(self) -> None:
         self.set_projection(not self.projection)
 
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        filters = super().get_line_filters()
+        return [self.undimmed, *filters] if self.projection else filters
+
     def set_projection(self, on: bool) -> None:
-        """Projection mode: larger cells and a light, high-contrast theme for a classroom."""
+        """Projection mode: larger cells and a light, high-contrast theme for a classroom
+        (``tui.ansi_themes``: no colour or dimmed label below WCAG AA on its greys)."""
         self.projection = on
         self.screen_stack[0].set_class(on, "-projection")
         self.theme = "textual-light" if on else "textual-dark"

@@ -3,8 +3,10 @@
 - A sequence has a colour: its label in every pane (``s3`` in the tables, tokens and queues).
 - A physical block $p$ has an identity: a background colour *and* its id. Its pool cell, its
   entries in the block tables and the tokens whose keys and values live in it all carry both
-  (tokens show the id as a small tag where the block begins). Colours repeat every
-  ``len(BLOCK_COLOURS)`` blocks, so the id, never the colour alone, tells two blocks apart.
+  (tokens show the id as a small tag where the block begins). Which colour a block wears is
+  handed out with the block (``tui.block_colours``): no two live blocks wear one colour at
+  once, and past the palette's size the id alone tells the others apart.
+- A block in the host swap pool looks as it did on the device, in italics: its contents moved.
 - A shared block ($\\mathcal{R}[p] > 1$) has its own look wherever it appears: black on white,
   with its $R$.
 """
@@ -16,34 +18,16 @@ from functools import lru_cache
 from rich.style import Style
 
 SEQ_COLOURS = (
-    "#5fafff",
-    "#ff87af",
-    "#87d75f",
-    "#ffaf5f",
-    "#af87ff",
-    "#5fd7d7",
-    "#d7d75f",
-    "#ff5f5f",
+    "bright_blue",
+    "bright_magenta",
+    "bright_green",
+    "bright_yellow",
+    "magenta",
+    "bright_cyan",
+    "yellow",
+    "bright_red",
 )
-
-BLOCK_COLOURS = (
-    "#1f4e79",
-    "#7a2e4f",
-    "#3d6b1f",
-    "#7a4f12",
-    "#4f3a80",
-    "#1f6b6b",
-    "#6b6b1f",
-    "#802f2f",
-    "#2f6f9f",
-    "#5a3a1a",
-    "#2e5e46",
-    "#603070",
-    "#8f4f2f",
-    "#4f6f2f",
-    "#6f2f5f",
-    "#2f4f80",
-)
+"""ANSI names, so each theme makes them readable on its own background (``tui.ansi_themes``)."""
 
 SELECTED = Style(reverse=True, bold=True)
 """The selected sequence or block, wherever it appears."""
@@ -54,9 +38,6 @@ CHANGED = Style(bold=True, underline=True)
 SHARED = Style(color="black", bgcolor="white", bold=True)
 """A shared block ($\\mathcal{R}[p] > 1$): its R in the pool, its id in tables and tokens."""
 
-HOST = Style(color="white", bgcolor="#4a4a4a", italic=True)
-"""A host block (swapped out): grey, so no device block's colour is reused."""
-
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -64,14 +45,11 @@ def seq_colour(seq: int) -> str:
     return SEQ_COLOURS[seq % len(SEQ_COLOURS)]
 
 
-def block_colour(block: int) -> str:
-    return BLOCK_COLOURS[block % len(BLOCK_COLOURS)]
-
-
-@lru_cache(maxsize=4096)  # a Style is immutable: build each one once
-def block_style(block: int) -> Style:
-    """Device block ``block``'s colour: white on its background."""
-    return Style(color="white", bgcolor=block_colour(block))
+@lru_cache(maxsize=256)  # a Style is immutable: build each one once
+def block_style(colour: str, pool: str = "device") -> Style:
+    """A live block's look: white on the colour it wears (``Colouring.colour``), in italics
+    in the host pool."""
+    return Style(color="white", bgcolor=colour, italic=pool == "host" or None)
 
 
 def block_tag(block: int) -> str:

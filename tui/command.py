@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from minipaged import atomic_write
-from minipaged.arguments import add_config_flags, config_from_flags, free_memory, integer
+from minipaged.arguments import Parser, add_config_flags, config_from_flags, free_memory, integer
+from tui import serve
 from tui.engine_config import TUI_CONFIG
 
 SCREENSHOT_TIMEOUT_S = 120.0
@@ -53,11 +54,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="projection mode: larger cells, light high-contrast theme (v toggles it)",
     )
-    tui.add_argument(
-        "--serve", action="store_true", help="serve the app to browsers (textual-serve)"
-    )
-    tui.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on")
-    tui.add_argument("--port", type=integer(1, 65535), default=8000, help="with --serve: the port")
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     custom.add_argument("--prompt", action="append", help="repeat for several requests")
     custom.add_argument("--n", type=integer(1, 64), default=1, help="parallel samples per prompt")
@@ -67,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample")
     # Given engine flags change the scenario's config, a named scenario's or the custom one's.
     add_config_flags(tui, TUI_CONFIG)
+    serve.add_arguments(tui)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,9 +71,7 @@ def run(args: argparse.Namespace) -> int:
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     size = parse_size(args.size)
     if args.serve:
-        from tui.serve import serve
-
-        return serve(args)
+        return serve.serve(args, tui_parser())
     app = build_app(args)
     if args.screenshot is None:
         # The command line exits at once on SIGINT; in the app, let Textual restore the
@@ -85,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
         app.run()
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, size)
+
+
+def tui_parser() -> argparse.ArgumentParser:
+    """The parser of ``minipaged tui`` alone, as the command line builds it."""
+    commands = Parser(prog="minipaged").add_subparsers()
+    add_parser(commands)
+    return commands.choices["tui"]
 
 
 def failed(app) -> int:
@@ -104,12 +106,12 @@ def build_app(args: argparse.Namespace):
 
     model = getattr(args, "model", TUI_CONFIG.model)
     if args.trace is not None:
-        from minipaged import trace
-        from minipaged.tokenizer import Tokenizer
+        from minipaged.trace import TraceError
+        from minipaged.transcript import load_recorded
 
-        recorded = trace.load(args.trace)
-        directory = model_directory(recorded.header.get("model", model))
-        tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
+        recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
+        if recorded.error is not None and not recorded.steps:  # nothing to show: say why
+            raise TraceError(recorded.error)
         return PagedApp(
             trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
         )

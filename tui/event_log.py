@@ -60,10 +60,10 @@ def step_rows(
     expanded: bool,
     width: int,
     console: Console,
-    colours: dict[str, str] = KIND_COLOURS,
 ) -> list[Text]:
     """Frame's header and story, wrapped to ``width`` with a hanging indent, each kind of event
-    in its colour from ``colours``."""
+    in its colour from ``KIND_COLOURS`` (``tui.ansi_themes`` keeps them readable in both
+    themes)."""
     step = frame.step
     title = f"step {step.step} · {headline(step)}"
     header = Text(title, style=Style(bold=True, reverse=current, dim=not current))
@@ -71,7 +71,7 @@ def step_rows(
     for row in rows:
         row.rstrip()
     for line in fold(in_story_order(step.events)):
-        style = Style(color=colours.get(line.events[0].kind))
+        style = Style(color=KIND_COLOURS.get(line.events[0].kind))
         if selection != Selection():
             hit = any(involves(event, selection) for event in line.events)
             style += Style(bold=True) if hit else Style(dim=True)
@@ -134,15 +134,24 @@ class EventLog(ScrollView, can_focus=False):
         self.counts.clear()
         self.drawn.clear()
 
+    def clear(self) -> None:
+        """A new run is loading: nothing of the last run stays on screen, where its steps
+        would read as the new run's until the model is ready."""
+        self.timeline = None
+        self.intro = ""
+        self.opening, self.starts = [], [0]
+        self.border_title = "events"
+        self.virtual_size = Size(0, 0)
+        self.refresh()
+
     def show(self, frame: Frame, selection: Selection) -> None:
         self.frame, self.selection = frame, selection
         step = frame.step
-        self.border_title = (
-            f"events, step {step.step}: {step.num_prefill_tokens} prefill + "
-            f"{step.num_decode_tokens} decode  (e expands, pgup/pgdn scroll)"
-            if frame.index
-            else "events"
-        )
+        title = f"events, step {step.step}: {step.num_prefill_tokens} prefill + "
+        title += f"{step.num_decode_tokens} decode"
+        if len(title) + 32 <= self.size.width:  # the keys, where there is room for them
+            title += "  (e expands, pgup/pgdn scroll)"
+        self.border_title = title if frame.index else "events"
         self.redraw()
 
     def redraw(self) -> None:
@@ -178,17 +187,14 @@ class EventLog(ScrollView, can_focus=False):
     def rows(self, index: int) -> list[Strip]:
         """Step ``index``'s lines as they look now: bright if it is the cursor's step, with the
         selection's events standing out."""
-        projection = self.screen.has_class("-projection")
         current = index == self.frame.index
-        key = (index, self.width, self.expanded, self.selection, current, projection)
+        key = (index, self.width, self.expanded, self.selection, current)
         if key not in self.drawn:
             if len(self.drawn) >= KEPT:
                 del self.drawn[next(iter(self.drawn))]  # the oldest drawn
-            # Projection: the theme's own high-contrast text; pale kind colours wash out.
-            colours = {} if projection else KIND_COLOURS
             frame = self.timeline.frame(index)
             texts = step_rows(
-                frame, self.selection, current, self.expanded, self.width, self.app.console, colours
+                frame, self.selection, current, self.expanded, self.width, self.app.console
             )
             self.drawn[key] = self.strips(texts)
         return self.drawn[key]

@@ -93,7 +93,21 @@ class Gauges(Pane):
             figures = f" {host_used}/{len(host)}"
             gauge = bar(host_used, len(host), max(width - LABEL - len(figures), 4))
             lines.append(row("host", gauge, figures))
-        if compact:  # the timeline strip marks the same events
+        if compact:  # a short terminal: the counts as few lines as the width allows
+            items = [
+                f"{counts['fork']} forks",
+                f"{counts['cow-copy']} CoW",
+                f"{counts['swap-out']} out",
+                f"{counts['swap-in']} in",
+                f"{counts['preempt']} preempted",
+                f"{counts['recompute']} recomputed",
+            ]
+            filled = [""]
+            for item in items:  # whole items to a line: a count never parts from its word
+                if filled[-1] and len(filled[-1]) + 1 + len(item) > width - LABEL:
+                    filled.append("")
+                filled[-1] = f"{filled[-1]} {item}".lstrip()
+            lines += [row("so far" if i == 0 else "", line) for i, line in enumerate(filled)]
             return Text("\n").join(lines)
         lines += [
             row("so far", f"{counts['fork']} forks, {counts['cow-copy']} CoW copies"),

@@ -12,15 +12,19 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from minipaged.invariants import INVARIANTS
 from tui.keymap import KEYMAP
+from tui.strip import MARKS
 
 LEGEND = (
     (
         "block identity",
-        "every physical block p has one colour and its id, the same in its pool cell, its "
-        "table entries and its tokens (which carry the id as a small tag where the block "
-        "begins). Colours repeat every 16 blocks: the id tells blocks apart. A shared block "
-        "(R[p] > 1) shows R in black on white.",
+        "colour means which physical block: a live block p wears one colour and its id, "
+        "the same in its pool cell, its table entries and its tokens (which carry the id as "
+        "a small tag where the block begins), and no two live blocks wear the same colour. "
+        "A block keeps its colour while it lives; swapped to the host pool it keeps it, in "
+        "italics; a copy-on-write copy gets its own. With more live blocks than colours the "
+        "rest are grey: read their id. A shared block (R[p] > 1) shows R in black on white.",
     ),
     (
         "physical blocks",
@@ -45,7 +49,8 @@ LEGEND = (
     (
         "token streams",
         "each token on its block's colour, rows in sequence id order. The last token is "
-        "unpainted until the next step writes it; swapped-out tokens are grey. ¶ = paragraph.",
+        "unpainted until the next step writes it; swapped-out tokens are in italics. "
+        "¶ = paragraph.",
     ),
     (
         "events",
@@ -59,11 +64,18 @@ LEGEND = (
         "says why that victim.",
     ),
     ("memory", "pool use, internal waste (§3) and counts so far."),
-    ("invariants", "minipaged.invariants checked at every step: one green line while all hold."),
+    (
+        "invariants",
+        "minipaged.invariants checked at every step: "
+        + "; ".join(f"{inv.name} ({inv.statement})" for inv in INVARIANTS)
+        + ". One green line while all hold; a broken one unfolds in red.",
+    ),
     (
         "timeline",
-        "blocks in use per step, and marks: F fork, C copy-on-write, W swap, P preemption, "
-        "H prefix hit. Click to move there.",
+        "blocks in use per step, and a mark for each mechanism a step shows: "
+        + ", ".join(f"{mark.letter} {mark.name}" for mark in MARKS)
+        + ". A column with several kinds shows the most telling, underlined; the top row names "
+        "them all for the cursor's step. Click to move there.",
     ),
 )
 

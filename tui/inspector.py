@@ -16,7 +16,7 @@ from rich.style import Style
 from rich.text import Text
 
 from tui.colours import SHARED, block_meta, block_style, block_tag, seq_label
-from tui.pane import Pane
+from tui.pane import Pane, Selection
 from tui.timeline import Frame
 
 FILLED, EMPTY = "■", "□"
@@ -42,7 +42,8 @@ def translate(frame: Frame, seq: int, t: int, words) -> Text:
     p = table.blocks[j]
     pool = "host " if table.pool == "host" else ""
     text.append(f" → p=T_{seq}[{j}]={pool}")
-    text.append(str(p), style=block_style(p) + block_meta(p, table.pool))
+    look = block_style(frame.colours.colour(p, table.pool), table.pool)
+    text.append(str(p), style=look + block_meta(p, table.pool))
     text.append(f" → slot p·B+o = {p}·{block_size}+{o} = {p * block_size + o}", style="bold")
     return text
 
@@ -53,7 +54,8 @@ def block_slots(frame: Frame, block: int) -> Text:
     block_size = state.block_size
     r = state.device_refcounts[block] if block < len(state.device_refcounts) else 0
     text = Text()
-    text.append(f"block {block}{block_tag(block)}", style=block_style(block) + block_meta(block))
+    look = block_style(frame.colours.colour(block))
+    text.append(f"block {block}{block_tag(block)}", style=look + block_meta(block))
     text.append(f" R={r}", style=SHARED if r > 1 else Style())
     holders = [
         (seq, j, table)
@@ -92,9 +94,15 @@ class Inspector(Pane):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        # A border title is Rich markup: "[/]" must be escaped to show as text.
-        super().__init__(escape("selection (↑/↓ sequence, [/] token, enter: block, esc)"), id=id)
+        super().__init__("selection", id=id)
         self.words = None
+
+    def show(self, frame: Frame, selection: Selection) -> None:
+        full = "selection (↑/↓ sequence, [/] token, enter: block, esc)"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        # A border title is Rich markup: "[/]" must be escaped to show as text.
+        self.border_title = escape(full if fits else "selection (↑↓ [ ] enter esc)")
+        super().show(frame, selection)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
         chosen = self.selection

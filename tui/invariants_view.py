@@ -30,9 +30,12 @@ class InvariantsView(Pane):
         holding = [inv for inv in invariants.INVARIANTS if not found[inv.name]]
         lines: list[Text | Padding] = []
         if len(holding) == len(invariants.INVARIANTS):  # all hold: one line, room for the rest
-            line = Text(f"✓ all {len(holding)} invariants hold: ", style="green")
-            line.append(", ".join(inv.name for inv in holding), style="dim green")
-            line.no_wrap, line.overflow = True, "ellipsis"
+            line = Text(f"✓ all {len(holding)} invariants hold", style="green")
+            names = ", ".join(inv.name for inv in holding)
+            if len(line) + 2 + len(names) <= width:  # named where they fit, never cut
+                line.append(f": {names}", style="dim green")
+            elif not self.screen.has_class("-compact"):  # on the lines below, if tall enough
+                line.append(f":\n{names}", style="dim green")
             return line
         if holding:
             line = Text(f"✓ {len(holding)} hold: " + ", ".join(i.name for i in holding))

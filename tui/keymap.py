@@ -12,9 +12,8 @@ from textual.binding import Binding
 @dataclass(frozen=True, slots=True)
 class Key:
     """``keys`` (Textual key names) run ``action``; the help screen shows ``display`` and
-    ``description``; the footer shows ``footer`` after ``footer_keys`` (by default
-    ``display``), or nothing when ``footer`` is empty. Related keys share one footer item, so
-    the footer fits 80 columns."""
+    ``description``; the key bar (``tui.key_bar``) shows ``footer`` after ``footer_keys`` (by
+    default ``display``), or nothing when ``footer`` is empty. Related keys share one item."""
 
     keys: tuple[str, ...]
     display: str
@@ -60,17 +59,22 @@ KEYMAP: tuple[Key, ...] = (
 
 
 FOOTER_ORDER = ("help", "forward", "back", "play", "jump('cow')", "scenarios", "quit")
-"""Footer items that come first, so an 80-column footer still shows them; the rest follow."""
+"""Key bar items that come first, so an 80-column key bar still shows them; the rest follow
+as the width allows."""
+
+
+def in_footer_order() -> list[Key]:
+    """``KEYMAP`` with the ``FOOTER_ORDER`` keys first."""
+    first_in_footer = {action: rank for rank, action in enumerate(FOOTER_ORDER)}
+    return sorted(KEYMAP, key=lambda k: first_in_footer.get(k.action, len(FOOTER_ORDER)))
 
 
 def bindings() -> list[Binding]:
     """Textual bindings for ``KEYMAP``, in footer order. ctrl+p is also Textual's own
-    binding (``App.COMMAND_PALETTE_BINDING``); listing it here puts it in line with the other
-    keys in the footer, which then clips cleanly at the right edge of a narrow terminal."""
+    binding (``App.COMMAND_PALETTE_BINDING``); listing it here keeps the palette's key in
+    the key bar's order."""
     out = []
-    first_in_footer = {action: rank for rank, action in enumerate(FOOTER_ORDER)}
-    ordered = sorted(KEYMAP, key=lambda k: first_in_footer.get(k.action, len(FOOTER_ORDER)))
-    for key in ordered:
+    for key in in_footer_order():
         first, *others = key.keys
         out.append(
             Binding(

@@ -1,8 +1,9 @@
 """The physical block pools as grids: the device pool ($\\mathcal{P}_{\\max}$ blocks) and,
 below it, the host swap pool (§6).
 
-Each cell is ``p:R`` for block $p$ with refcount $\\mathcal{R}[p]$, in block $p$'s own colour
-(the colour its table entries and tokens carry too). A free block shows ``·``, or ``c`` while
+Each cell is ``p:R`` for block $p$ with refcount $\\mathcal{R}[p]$, in the colour block $p$
+wears (``tui.block_colours``; its table entries and tokens wear it too; a host block wears its
+contents' colour from the device, in italics). A free block shows ``·``, or ``c`` while
 the prefix cache still keeps its contents for a later prefix hit. A shared block
 ($\\mathcal{R}[p] > 1$) shows its R in black on white. A ``•`` glued to the front of a cell
 means the step under the cursor changed that block: allocated, freed, shared, copied or
@@ -20,7 +21,8 @@ from rich.text import Text
 
 from minipaged.block_state import BlockState
 from minipaged.events import Event
-from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style
+from tui.block_colours import Colouring
+from tui.colours import SELECTED, SHARED, block_meta, block_style
 from tui.pane import Pane, Selection
 from tui.timeline import Frame
 
@@ -67,19 +69,22 @@ def pool_grid(
     width: int,
     gap: int = 1,
     summarise: bool = False,
+    colours: Colouring | None = None,
 ) -> Text:
     """The cells of ``pool``, ``gap`` spaces apart, as many to a row as ``width`` allows. A
     pool with more cells than ``MAX_ROWS`` rows hold draws only the blocks in use (or changed)
-    and lists the free ones as ranges; so does any pool when ``summarise`` is set (a short
-    terminal)."""
+    and lists the free ones as ranges; with ``summarise`` (a short terminal) any pool draws
+    only those, its header counting the rest. ``colours``: the colour each live block wears
+    (none: all ``NEUTRAL``)."""
+    colours = colours or Colouring()
     refcounts = state.device_refcounts if pool == "device" else state.host_refcounts
     held = owners(state, pool)
     cached = set(state.cached) if pool == "device" else set()
     digits = len(str(max(len(refcounts) - 1, 0)))
     per_row = max(1, width // (digits + 3 + gap))  # a cell: the gap, the mark, the id, ':', R
     drawn = list(range(len(refcounts)))
-    huge = summarise or len(refcounts) > per_row * MAX_ROWS
-    if huge:
+    huge = len(refcounts) > per_row * MAX_ROWS
+    if huge or summarise:
         drawn = [p for p in drawn if refcounts[p] or p in changed or p in cached]
     shown = drawn[: per_row * MAX_ROWS]
     text = Text(no_wrap=True, overflow="crop")
@@ -91,7 +96,8 @@ def pool_grid(
         holders = held.get(block, [])
         chosen = (pool == "device" and selection.block == block) or selection.seq in holders
         r = refcounts[block]
-        look, r_look = cell_look(block, pool, min(r, 2), chosen, block in cached)
+        colour = colours.colour(block, pool)
+        look, r_look = cell_look(block, pool, colour, min(r, 2), chosen, block in cached)
         if not r:
             text.append(f"{block:>{digits}}:{'c' if block in cached else '·'}", style=look)
             continue
@@ -108,14 +114,17 @@ def pool_grid(
 
 
 @lru_cache(maxsize=4096)
-def cell_look(block: int, pool: str, refs: int, chosen: bool, cached: bool) -> tuple[Style, Style]:
-    """A cell's styles (its id, its R) for $\\mathcal{R}$ = ``refs`` (0, 1, or 2 for more),
-    clickable and naming the block. Built once each: a pool has many cells and few looks."""
+def cell_look(
+    block: int, pool: str, colour: str, refs: int, chosen: bool, cached: bool
+) -> tuple[Style, Style]:
+    """A cell's styles (its id, its R) for $\\mathcal{R}$ = ``refs`` (0, 1, or 2 for more)
+    in ``colour``, clickable and naming the block. Built once each: a pool has many cells
+    and few looks."""
     meta = block_meta(block, pool)
     if not refs:
         style = SELECTED if chosen else CACHED if cached else Style(dim=True)
         return style + meta, style + meta
-    body = (block_style(block) if pool == "device" else HOST) + (SELECTED if chosen else Style())
+    body = block_style(colour, pool) + (SELECTED if chosen else Style())
     return body + meta, (SHARED if refs > 1 else body) + meta
 
 
@@ -126,6 +135,12 @@ class PoolView(Pane):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("physical blocks", id=id)
+
+    def show(self, frame: Frame, selection: Selection) -> None:
+        full = "physical blocks (a colour is one block, the same in every pane)"
+        fits = len(full) + 8 <= self.outer_size.width  # corners, padding, the ellipsis
+        self.border_title = full if fits else "physical blocks"
+        super().show(frame, selection)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
         state = frame.step.state
@@ -142,20 +157,22 @@ class PoolView(Pane):
                 self.selection,
                 width,
                 gap,
+                colours=frame.colours,
             ),
         ]
         if host:
             host_used = sum(1 for r in host if r)
-            parts += [
-                Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"),
-                pool_grid(
-                    state,
-                    "host",
-                    changed_blocks(frame.step.events, "host"),
-                    self.selection,
-                    width,
-                    gap,
-                    summarise=short,
-                ),
-            ]
+            parts.append(Text(f"host swap pool: {len(host)} blocks, {host_used} used", style="dim"))
+            grid = pool_grid(
+                state,
+                "host",
+                changed_blocks(frame.step.events, "host"),
+                self.selection,
+                width,
+                gap,
+                summarise=short,
+                colours=frame.colours,
+            )
+            if grid.plain:  # a short terminal's empty host pool: its header says it all
+                parts.append(grid)
         return Group(*parts)

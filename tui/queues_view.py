@@ -35,7 +35,7 @@ def need(request: str, frame: Frame, members: list[Stream]) -> int:
 
 
 def arrival_key(request: str) -> tuple[int, str]:
-    return (int(request), request) if request.isdigit() else (1 << 62, request)
+    return (int(request), request) if request.isdecimal() else (1 << 62, request)
 
 
 class QueuesView(Pane):

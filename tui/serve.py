@@ -1,9 +1,15 @@
 """``minipaged tui --serve``: the same app in a browser, for a class following on laptops.
 
 textual-serve runs one copy of ``minipaged tui`` (with the other flags given) per browser tab
-and streams its screen over a local websocket. Its page would fetch a web font from another
-host; ``tui/templates/app_index.html`` is that page with the font served locally instead, so
+and streams its screen over a websocket. Its page would fetch a web font from another host;
+``tui/templates/app_index.html`` is that page with the font served locally instead, so
 nothing is fetched from anywhere but this server.
+
+A websocket drives a process on this machine (with ``--exercise``, one that runs a student's
+code), so the server guards it: it listens on 127.0.0.1 unless ``--host`` says otherwise; it
+accepts a websocket only from a page it served itself or an origin named with
+``--allow-origin`` (``tui.origins``); and it runs at most ``--max-sessions`` apps at once,
+telling the tab past the cap why it got none (``tui.guarded_server``).
 """
 
 from __future__ import annotations
@@ -13,45 +19,98 @@ import shlex
 import sys
 from pathlib import Path
 
-from minipaged.arguments import config_flags_given
+from minipaged.arguments import integer
 
 TEMPLATES = Path(__file__).with_name("templates")
+DEFAULT_PORT = 8765
+"""Not 8000, which ``make docs`` (mkdocs) takes: a class may want both at once."""
+
+DEFAULT_MAX_SESSIONS = 8
+"""Apps served at once: each is a process of about 360 MB with the tiny model."""
+
+SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
+"""Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
+
+HEADLESS_ONLY = ("screenshot", "steps", "size")
+"""Flags that make a screenshot and exit: a tab wants the live app."""
 
 
-FORWARDED = ("scenario", "exercise", "path", "trace", "n", "beam_width", "max_tokens")
-"""The run flags besides the engine's, which ``config_flags_given`` passes on, every one."""
+def add_arguments(tui: argparse.ArgumentParser) -> None:
+    """The server's flags on ``minipaged tui``'s parser."""
+    server = tui.add_argument_group("serving the app to browsers (--serve)")
+    server.add_argument("--serve", action="store_true", help="serve the app to browsers")
+    server.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one "
+        "of its addresses) lets every machine that reaches it open the app",
+    )
+    server.add_argument(
+        "--port",
+        type=integer(1, 65535),
+        default=DEFAULT_PORT,
+        help="the port (make docs takes 8000)",
+    )
+    server.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="also accept websockets from pages of ORIGIN (https://course.example.org, or a "
+        "host name this machine is reached by); repeat for several",
+    )
+    server.add_argument(
+        "--max-sessions",
+        type=integer(1, 1024),
+        default=DEFAULT_MAX_SESSIONS,
+        help="apps served at once; each is a process of about 360 MB",
+    )
 
 
-def command_for(args: argparse.Namespace) -> str:
-    """The shell command each browser tab runs: ``minipaged tui`` with the same run flags
-    (not ``--serve``, ``--host``, ``--port`` or the screenshot's)."""
-    argv = []
-    for name in FORWARDED:
-        value = getattr(args, name, None)
-        if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-    argv += config_flags_given(args)
-    for prompt in getattr(args, "prompt", None) or ():
-        argv += ["--prompt", prompt]
-    argv += [f"--{flag}" for flag in ("solution", "projection") if getattr(args, flag, False)]
+def command_for(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """The shell command each browser tab runs: ``minipaged tui`` with every flag of
+    ``parser`` (the ``tui`` subcommand's) that ``args`` set, except the server's own and the
+    screenshot's. Walking the parser, not a list of names, means a flag added later is
+    forwarded too."""
+    argv: list[str] = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in (*SERVER_ONLY, *HEADLESS_ONLY, "help"):
+            continue
+        argv += _flag(action, getattr(args, action.dest, None))
     return shlex.join([sys.executable, "-m", "minipaged.cli", "tui", *argv])
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted.
-    Raises ``ValueError`` (with the way out) when textual-serve is not installed."""
+def _flag(action: argparse.Action, value: object) -> list[str]:
+    """``action``'s option as the command line that gives it ``value``."""
+    flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else None
+    flag = flag or action.option_strings[0]
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return [] if value is None else [flag if value else f"--no-{flag[2:]}"]
+    if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+        return [flag] if value != action.default else []
+    if isinstance(action, argparse._AppendAction):
+        return [part for item in value or () for part in (flag, str(item))]
+    if isinstance(action, argparse._StoreAction):  # a default the tab's parser gives again
+        return [] if value is None or value == action.default else [flag, str(value)]
+    raise TypeError(f"{flag}: cannot forward an argparse {type(action).__name__} to the served app")
+
+
+def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted;
+    ``parser`` is the ``tui`` subcommand's. Raises ``ValueError`` (with the way out) when
+    textual-serve is not installed."""
     try:
-        from textual_serve.server import Server
+        from tui.guarded_server import GuardedServer
     except ImportError as error:
         raise ValueError(
             "--serve needs textual-serve: pip install 'minipaged[serve]' (or textual-serve)"
         ) from error
-    server = Server(
-        command_for(args),
+    server = GuardedServer(
+        command_for(args, parser),
+        templates=TEMPLATES,
         host=args.host,
         port=args.port,
-        title="minipaged tui",
-        templates_path=str(TEMPLATES),
+        allowed=tuple(args.allow_origin or ()),
+        max_sessions=args.max_sessions,
     )
     server.serve()
     return 0

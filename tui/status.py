@@ -30,7 +30,7 @@ class StatusLine(Static):
         if timeline is not None:
             total = str(timeline.recorded) if timeline.finished else f"{timeline.recorded}+"
             text.append(f"  step {timeline.cursor}/{total}")
-        text.append(f"  {'▶ playing' if playing else 'paused'} {speed:g} steps/s", style="dim")
+        text.append(f"  ▶ playing {speed:g} steps/s" if playing else "  paused", style="dim")
         if selection != Selection():
             text.append(f"  selected: {selection.describe()}", style="reverse")
         if notice:

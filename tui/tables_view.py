@@ -3,7 +3,7 @@ before/after diff of the step under the cursor.
 
 One row per sequence: its label, $L$ (tokens with a cache slot; ``L=7→8`` when the step
 changed it), the entries ``j→p`` and how full the last block is ($L - (M-1)B$ of $B$ slots,
-$M = \\lceil L/B \\rceil$). Each $p$ carries its block's colour; a shared block
+$M = \\lceil L/B \\rceil$). Each $p$ wears its block's colour; a shared block
 ($\\mathcal{R}[p] > 1$) is followed by ``×R`` in black on white. An entry the step changed is
 underlined, and one that moved shows the old block struck through: ``1→1̶›2``. A swapped-out
 table maps to host blocks and says so. Sequences without a table say why they have none.
@@ -16,7 +16,8 @@ from rich.style import Style
 from rich.text import Text
 
 from minipaged.block_state import TableState
-from tui.colours import CHANGED, HOST, SELECTED, SHARED, block_meta, block_style, seq_label
+from tui.block_colours import Colouring
+from tui.colours import CHANGED, SELECTED, SHARED, block_meta, block_style, seq_label
 from tui.pane import Pane, Selection
 from tui.timeline import Frame, Stream
 
@@ -30,6 +31,7 @@ def table_row(
     refcounts: tuple[int, ...],
     block_size: int,
     selection: Selection,
+    colours: Colouring,
 ) -> Text:
     row = Text()
     row.append(f"s{seq:<2}", style=seq_label(seq) + (SELECTED if selection.seq == seq else Style()))
@@ -41,7 +43,7 @@ def table_row(
     moved = before is None or before.pool != table.pool  # just made, or changed pools
     for j, p in enumerate(table.blocks):
         old = None if moved or j >= len(before.blocks) else before.blocks[j]
-        style = HOST if table.pool == "host" else block_style(p)
+        style = block_style(colours.colour(p, table.pool), table.pool)
         if moved or old != p:
             style += CHANGED
         if table.pool == "device" and selection.block == p:
@@ -96,6 +98,7 @@ class TablesView(Pane):
                     refcounts,
                     state.block_size,
                     self.selection,
+                    frame.colours,
                 )
             )
         for stream in frame.streams:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from minipaged.block_state import BlockState
 from minipaged.events import Finish
 from minipaged.outputs import StepOutput
+from tui.block_colours import Colouring
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +33,15 @@ class Stream:
 @dataclass(frozen=True)
 class Frame:
     """What every pane draws at one cursor position: the step, the step before it (to see what
-    changed), the streams so far and the event kinds counted from step 1 through this one."""
+    changed), the streams so far, the event kinds counted from step 1 through this one and the
+    colour each live block wears (``tui.block_colours``: it depends on the frames before)."""
 
     index: int
     step: StepOutput
     previous: StepOutput
     streams: tuple[Stream, ...]
     counts: Counter[str]
+    colours: Colouring
 
 
 def opening_step_of_trace(first: StepOutput) -> StepOutput:
@@ -66,7 +69,8 @@ class Timeline:
     """
 
     def __init__(self, opening: StepOutput) -> None:
-        self._frames = [Frame(0, opening, opening, _streams((), opening), Counter())]
+        colours = Colouring().after(opening)
+        self._frames = [Frame(0, opening, opening, _streams((), opening), Counter(), colours)]
         self.used = [_used(opening)]
         """Device blocks in use ($\\mathcal{R}[p] > 0$) at each frame, for the timeline strip."""
         self.cursor = 0
@@ -82,7 +86,9 @@ class Timeline:
             last = self._frames[-1]
             counts = last.counts + Counter(event.kind for event in step.events)
             streams = _streams(last.streams, step)
-            self._frames.append(Frame(len(self._frames), step, last.step, streams, counts))
+            colours = last.colours.after(step)
+            index = len(self._frames)
+            self._frames.append(Frame(index, step, last.step, streams, counts, colours))
             self.used.append(_used(step))
 
     def frame(self, index: int | None = None) -> Frame:

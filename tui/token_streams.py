@@ -6,7 +6,8 @@ block's id as a superscript tag (black on white when the block is shared), on th
 colour: two sequences that share a block show the same tag and colour under the same tokens;
 after a copy-on-write they part. Rows keep their place, in sequence id order. The last sampled token
 has no slot yet (the next step writes it), so it is unpainted; so is a sequence without blocks.
-A swapped-out sequence's blocks are in host memory: its tokens are grey and italic.
+A swapped-out sequence's blocks are in host memory: its tokens are in italics, on the colours
+their contents took with them.
 ``¶`` is the special paragraph token, which also begins every prompt. Generated tokens are
 bold; the token this step produced is underlined.
 """
@@ -20,8 +21,9 @@ from rich.style import Style
 from rich.text import Text
 
 from minipaged.tokenizer import Tokenizer
-from tui.colours import HOST, SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
+from tui.colours import SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
 from tui.pane import Pane, Selection
+from tui.pool_view import changed_blocks
 from tui.timeline import Frame, Stream
 
 LABEL_WIDTH = 5  # "s12 " plus the status glyph
@@ -62,31 +64,34 @@ def stream_text(stream: Stream, frame: Frame, words: TokenText, selection: Selec
     for t, token in enumerate(stream.token_ids):
         block = table.blocks[t // block_size] if t < painted else None
         if block is not None and t % block_size == 0:
-            text.append(block_tag(block), style=tag_style(block, pool, refcounts[block] > 1))
+            colour = frame.colours.colour(block, pool)
+            shared = refcounts[block] > 1
+            text.append(block_tag(block), style=tag_style(block, pool, colour, shared))
         underline = t == last and new is not None and stream.status != "waiting"
         selected = t == chosen_token or (
             block is not None and pool == "device" and block == selection.block
         )
-        style = token_style(block, pool, t >= stream.prompt_len, underline, selected)
+        colour = None if block is None else frame.colours.colour(block, pool)
+        style = token_style(colour, pool, t >= stream.prompt_len, underline, selected)
         # A click on a token selects it (its address translation); the block stays named.
         text.append(words.piece(token), style=style + token_meta(stream.seq_id, t, block, pool))
     return text
 
 
 @lru_cache(maxsize=1024)
-def tag_style(block: int, pool: str, shared: bool) -> Style:
-    body = HOST if pool == "host" else block_style(block)
-    return (SHARED if shared else body) + block_meta(block, pool)
+def tag_style(block: int, pool: str, colour: str, shared: bool) -> Style:
+    return (SHARED if shared else block_style(colour, pool)) + block_meta(block, pool)
 
 
 @lru_cache(maxsize=1024)
 def token_style(
-    block: int | None, pool: str, generated: bool, underline: bool, selected: bool
+    colour: str | None, pool: str, generated: bool, underline: bool, selected: bool
 ) -> Style:
-    """A token's look (without its click): bold if generated, on its block's colour."""
+    """A token's look (without its click): bold if generated, on its block's ``colour``
+    (None: the token has no slot yet)."""
     style = Style(bold=generated, underline=underline or None)
-    if block is not None:
-        style += HOST if pool == "host" else block_style(block)
+    if colour is not None:
+        style += block_style(colour, pool)
     return style + SELECTED if selected else style
 
 
@@ -105,9 +110,10 @@ def dimmed(text: Text) -> Text:
 
 
 class TokenStreams(Pane):
-    """Every sequence's text at the frame. Guarantees: a painted token's colour is the colour of
-    the physical block that holds its slot in the snapshot; when the pane is too short, each
-    sequence keeps its most recent lines and its label."""
+    """Every sequence's text at the frame. Guarantees: a painted token's colour is the colour
+    the physical block that holds its slot wears; when the pane is too short, each sequence
+    keeps its label, its last line and the lines with a block the step changed (a CoW's copy)
+    or the selected block, and marks the lines it skips with …."""
 
     DEFAULT_CSS = """
     TokenStreams { height: 1fr; }
@@ -130,6 +136,13 @@ class TokenStreams(Pane):
         ]
         wrapped = [text.wrap(self.app.console, body_width) for text in texts]
         budget = allot([len(lines) for lines in wrapped], max(self.content_size.height, 1))
+        wanted = {
+            (pool, b)
+            for pool in ("device", "host")
+            for b in changed_blocks(frame.step.events, pool)
+        }
+        if self.selection.block is not None:
+            wanted.add(("device", self.selection.block))
         out = []
         for stream, lines, keep in zip(streams, wrapped, budget, strict=True):
             if not keep:
@@ -139,9 +152,15 @@ class TokenStreams(Pane):
             label.append(f"s{stream.seq_id}", style=seq_label(stream.seq_id) + chosen)
             label.append(STATUS_GLYPH.get(stream.status, "?"), style="dim")
             label.pad_right(LABEL_WIDTH - len(label))
-            for i, line in enumerate(lines[len(lines) - keep :]):
-                row = label.copy() if i == 0 else Text(" " * LABEL_WIDTH)
-                row.append_text(line)
+            shown = lines_to_show(lines, keep, wanted)
+            for i, index in enumerate(shown):
+                if i == 0:
+                    row = label.copy()
+                elif index != shown[i - 1] + 1:  # lines skipped above this one
+                    row = Text("  …".ljust(LABEL_WIDTH), style="dim")
+                else:
+                    row = Text(" " * LABEL_WIDTH)
+                row.append_text(lines[index])
                 out.append(row)
         hidden = sum(1 for keep in budget if not keep)
         if hidden:
@@ -149,6 +168,24 @@ class TokenStreams(Pane):
         text = Text("\n").join(out)
         text.no_wrap = True  # wrapped above already, with the labels
         return text
+
+
+def lines_to_show(lines: list[Text], keep: int, wanted: set[tuple[str, int]]) -> list[int]:
+    """Which ``keep`` of a stream's wrapped ``lines`` to show, in order: the lines holding a
+    ``wanted`` block (what the step changed, such as a copy-on-write's copy, or the selected
+    block), latest first, then its last line (the token being written), then the latest
+    others."""
+
+    def holds(line: Text) -> bool:
+        return any(
+            isinstance(span.style, Style) and tuple(span.style.meta.get("block", ())) in wanted
+            for span in line.spans
+        )
+
+    latest_first = range(len(lines) - 1, -1, -1)
+    order = [i for i in latest_first if holds(lines[i])]
+    order += [i for i in latest_first if i not in order]  # the last line leads the rest
+    return sorted(order[:keep])
 
 
 def allot(needs: list[int], height: int) -> list[int]:

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a loaded draft model is also accepted; the config itself needs no torch
+    from minipaged.model import Llama
 
 METHODS = ("ngram", "draft")
+MAX_TREE_NODES = 1024
+"""The most guesses one tree may hold. The verify pass attends every node to the prefix and to
+the nodes before it (scores and an ancestors mask of $n \times (P + n)$ per head), and every
+node is a forked table: past about a thousand nodes a step costs seconds and gigabytes while it
+can still accept at most $d + 1$ tokens."""
 
 
 @dataclass(frozen=True)
@@ -19,10 +29,12 @@ class SpeculativeConfig:
     - ``num_speculative_tokens``: the tree's depth $d$, the most draft tokens one step accepts.
     - ``branching``: $k$, the children a node may have (the drafter's top $k$ guesses, or $k$
       draws from the draft distribution when sampling); $k = 1$ is a single chain.
-    - ``draft_model``: ``"tiny"``, an embedded model name, or a Hugging Face Llama directory;
-      only for ``method="draft"``.
+    - ``draft_model``: an embedded model's name (``"tiny-draft"``), a Hugging Face Llama
+      directory, or a loaded ``Llama``; only for ``method="draft"``. A directory must exist
+      (``FileNotFoundError`` otherwise, as for any missing path).
     - ``max_tree_nodes``: a cap on the draft nodes of one tree (each costs one block while the
-      step runs), filled breadth first: a full tree has $k + k^2 + \\dots + k^d$.
+      step runs), filled breadth first: a full tree has $k + k^2 + \\dots + k^d$. At most
+      ``MAX_TREE_NODES``; the pool's free blocks cap each tree further, before drafting.
     - ``ngram_max`` / ``ngram_min``: the longest and shortest suffix prompt lookup matches.
 
     Guarantee after construction: every value is in range, so a bad setting fails here, with
@@ -32,13 +44,13 @@ class SpeculativeConfig:
     method: str = "ngram"
     num_speculative_tokens: int = 4
     branching: int = 2
-    draft_model: str | Path | None = None
+    draft_model: str | Path | Llama | None = None
     max_tree_nodes: int = 32
     ngram_max: int = 3
     ngram_min: int = 1
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(
                 f"speculative method must be one of {list(METHODS)}, got {self.method!r}"
             )
@@ -47,6 +59,11 @@ class SpeculativeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"speculative {name} must be an integer >= 1, got {value!r}")
+        if self.max_tree_nodes > MAX_TREE_NODES:
+            raise ValueError(
+                f"speculative max_tree_nodes must be at most {MAX_TREE_NODES} (a verify pass "
+                f"costs n^2 in the tree's size), got {self.max_tree_nodes}; lower it"
+            )
         if self.ngram_min > self.ngram_max:
             raise ValueError(
                 f"speculative ngram_min ({self.ngram_min}) must be <= ngram_max ({self.ngram_max})"
@@ -56,11 +73,39 @@ class SpeculativeConfig:
                 "speculative method 'draft' needs draft_model: a model name such as 'tiny' or "
                 "the directory of a Llama that shares the target's tokenizer"
             )
+        if self.method == "draft":
+            _check_draft_model(self.draft_model)
         if self.method == "ngram" and self.draft_model is not None:
             raise ValueError(
                 f"draft_model={self.draft_model!r} is only used by method 'draft'; "
                 "drop it, or set method='draft'"
             )
+
+
+def _check_draft_model(model: object) -> None:
+    """A draft model is a name or directory that is there, or a loaded ``Llama``."""
+    if isinstance(model, str | os.PathLike):
+        from minipaged.checkpoint import model_directory
+
+        if not str(model).strip():
+            raise ValueError(
+                "speculative draft_model must name a model such as 'tiny-draft' or a Llama "
+                "directory, got an empty string"
+            )
+        if not model_directory(model).is_dir():
+            raise FileNotFoundError(
+                f"speculative draft_model {str(model)!r}: no such directory; pass an embedded "
+                "model's name ('tiny-draft') or a Hugging Face Llama directory holding "
+                "config.json and model.safetensors"
+            )
+        return
+    from minipaged.model import Llama
+
+    if not isinstance(model, Llama):
+        raise ValueError(
+            "speculative draft_model must be a model name such as 'tiny-draft', a Llama "
+            f"directory or a loaded Llama, got {type(model).__name__} {model!r:.60}"
+        )
 
 
 def speculative_config(value: SpeculativeConfig | dict | str | None) -> SpeculativeConfig | None:
@@ -80,7 +125,7 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         unknown = set(value) - set(SpeculativeConfig.__dataclass_fields__)
         if unknown:
             raise ValueError(
-                f"unknown speculative setting(s) {sorted(unknown)}; known: "
+                f"unknown speculative setting(s) {sorted(unknown, key=str)}; known: "
                 f"{sorted(SpeculativeConfig.__dataclass_fields__)}"
             )
         return SpeculativeConfig(**value)

@@ -109,17 +109,18 @@ class Speculator:
             if depth == 0:
                 continue
             seq, params = item.seq, item.group.params
+            # Each guess costs one block while the step runs: the pool's room caps the tree
+            # before anything is drafted, so no guess is drafted only to be cut.
+            room = bm.device.num_free - bm.watermark_blocks
             tree = grow_tree(
                 self.drafter,
                 seq.token_ids,
                 depth,
                 self.config.branching,
-                self.config.max_tree_nodes,
+                max(0, min(self.config.max_tree_nodes, room)),
                 params,
                 item.group.generator,
             )
-            room = bm.device.num_free - bm.watermark_blocks  # one block per guess
-            del tree.nodes[1 + max(0, room) :]
             ids = [self.decoder.new_seq_id() for _ in tree.nodes[1:]]
             bm.record(Propose(seq.seq_id, self.config.method, len(ids), tree.depth, tuple(ids)))
             if not ids:

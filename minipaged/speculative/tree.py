@@ -108,15 +108,22 @@ def grow_tree(
 ) -> TokenTree:
     """Ask ``drafter`` for the tree below ``context``'s last token, one depth at a time: every
     node of the frontier gets up to ``branching`` children, until depth ``depth`` or until the
-    tree holds ``max_nodes`` guesses (breadth first, so a cap cuts the deepest guesses)."""
+    tree holds ``max_nodes`` guesses (breadth first, so a cap cuts the deepest guesses).
+
+    The drafter is asked only for what can still be kept: with room for $r$ more guesses, at
+    most $r$ frontier nodes are extended and each by at most $\\min(k, r)$ guesses. So the
+    drafting work is bounded by ``max_nodes`` (which the caller sets from the pool's free
+    blocks), never by $k^d$: a tree of branching 32 and depth 4 on a pool with room for 6
+    guesses drafts 6, not 33,000 to cut afterwards."""
     tree = TokenTree.rooted_at(context[-1])
     frontier = [0]
     for _ in range(depth):
         room = max_nodes - (len(tree) - 1)
         if not frontier or room <= 0:
             break
+        frontier = frontier[:room]  # each node kept below costs one guess of the room
         contexts = [[*context, *tree.tokens(i)] for i in frontier]
-        guesses = drafter.propose(contexts, branching, params, generator)
+        guesses = drafter.propose(contexts, min(branching, room), params, generator)
         next_frontier = []
         for parent, children in zip(frontier, guesses, strict=True):
             for token, q in children[:branching]:

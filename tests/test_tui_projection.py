@@ -1,0 +1,101 @@
+"""Projection mode is readable from the back of a classroom: every character on its screen,
+timeline letters and sequence labels included, meets WCAG AA (4.5:1) against what it is drawn
+on, measured on the composed screen after Textual has resolved every colour; and each of the
+app's two ANSI themes keeps its named colours readable on its own backgrounds."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.color import Color as RichColor
+
+from minipaged.checkpoint import model_directory
+from tests.colour_metrics import contrast
+from tui.ansi_themes import DARK, PROJECTION
+from tui.app import PagedApp
+from tui.scenarios import SCENARIOS
+
+THEMES = {  # each theme's backgrounds: Textual's background, surface and panel
+    "dark": (DARK, ("#121212", "#1e1e1e", "#242f38")),
+    "projection": (PROJECTION, ("#e0e0e0", "#d8d8d8", "#d0d0d0")),
+}
+NAMES = ("red", "green", "yellow", "blue", "magenta", "cyan")
+AA = 4.5
+
+
+def hex_of(triplet) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*triplet)
+
+
+@pytest.mark.parametrize("which", THEMES)
+@pytest.mark.parametrize("name", [*NAMES, *(f"bright_{n}" for n in NAMES), "bright_black"], ids=str)
+def test_each_named_colour_is_readable_on_its_themes_backgrounds(which, name):
+    theme, backgrounds = THEMES[which]
+    colour = hex_of(RichColor.parse(name).get_truecolor(theme))
+    for background in backgrounds:
+        assert contrast(colour, background) >= AA, (name, colour, background)
+
+
+@pytest.mark.parametrize("which", THEMES)
+def test_red_and_magenta_are_not_one_colour(which):
+    theme, _ = THEMES[which]
+    red, magenta = (RichColor.parse(n).get_truecolor(theme) for n in ("red", "magenta"))
+    bright = [RichColor.parse(f"bright_{n}").get_truecolor(theme) for n in ("red", "magenta")]
+    assert red != magenta and bright[0] != bright[1]
+
+
+def is_text(character: str) -> bool:
+    """A character a reader reads: not a space, a box-drawing line or a bar of a gauge."""
+    return not character.isspace() and not 0x2500 <= ord(character) <= 0x259F
+
+
+def unreadable(app: PagedApp) -> list[tuple[str, str, str, float]]:
+    """Every run of text on the composed screen below AA: (text, colour, background, ratio)."""
+    screen = app.screen
+    update = screen._compositor.render_update(full=True)
+    background = hex_of(RichColor.parse(app.get_css_variables()["background"]).triplet)
+    found = []
+    for segment in (segment for line in update.strips for strip in line for segment in strip):
+        style = segment.style
+        if style is None or not any(is_text(ch) for ch in segment.text):
+            continue
+        fg = hex_of(style.color.triplet) if style.color and style.color.triplet else None
+        bg = hex_of(style.bgcolor.triplet) if style.bgcolor and style.bgcolor.triplet else None
+        fg, bg = fg or "#1f1f1f", bg or background
+        if style.reverse:
+            fg, bg = bg, fg
+        ratio = contrast(fg, bg)
+        if ratio < AA:
+            found.append((segment.text.strip(), fg, bg, round(ratio, 2)))
+    return found
+
+
+@pytest.mark.skipif(
+    not (model_directory("tiny") / "model.safetensors").is_file(),
+    reason="the embedded tiny model is not built (python -m minipaged.train)",
+)
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=str)
+@pytest.mark.parametrize("name", ["tour", "parallel"])
+async def test_every_character_of_a_projection_screen_meets_wcag_aa(size, name):
+    app = PagedApp(SCENARIOS[name], projection=True)
+    async with app.run_test(size=size) as pilot:
+        deadline = time.monotonic() + 120
+        while app.navigator is None:
+            assert time.monotonic() < deadline
+            await pilot.pause(0.05)
+        app.record_everything()
+        while not app.timeline.finished:
+            assert time.monotonic() < deadline
+            await pilot.pause(0.05)
+        for step in (2, 4, 12):
+            app.seek_step(step)
+            await pilot.pause()
+            await pilot.pause()
+            assert not unreadable(app), (step, unreadable(app)[:12])
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

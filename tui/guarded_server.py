@@ -1,0 +1,87 @@
+"""textual-serve's server with the guards ``tui.serve`` states: only this server's own pages
+(and the origins named) may open a websocket, at most ``max_sessions`` apps run at once, and
+the page names the address the browser used, so that it works from another machine too."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from aiohttp import web
+from textual_serve.server import Server
+
+from tui.origins import HOST_HEADER, allowed_origin
+
+log = logging.getLogger("textual-serve")
+
+
+class GuardedServer(Server):
+    """Guarantees: a websocket whose ``Origin`` is not allowed is refused (HTTP 403) before
+    any process starts; ``sessions`` never exceeds ``max_sessions``, and a tab past the cap
+    sees why in its terminal."""
+
+    def __init__(
+        self,
+        command: str,
+        *,
+        templates: Path,
+        host: str,
+        port: int,
+        allowed: tuple[str, ...] = (),
+        max_sessions: int = 8,
+    ) -> None:
+        super().__init__(
+            command, host=host, port=port, title="minipaged tui", templates_path=str(templates)
+        )
+        self.allowed = allowed
+        self.max_sessions = max_sessions
+        self.sessions = 0
+
+    async def handle_index(self, request: web.Request) -> web.Response:
+        if not HOST_HEADER.fullmatch(request.host):
+            raise web.HTTPBadRequest(text=f"not a host name: {request.host!r}")
+        # textual-serve writes its listening address into the page's URLs: "0.0.0.0" (every
+        # interface) means nothing to another machine's browser. Name the one it used (the
+        # page's handler reads public_url before it yields to any other request).
+        self.public_url = f"{request.scheme}://{request.host}"
+        return await super().handle_index(request)
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        origin = request.headers.get("Origin")
+        if not allowed_origin(origin, request.host, self.allowed):
+            log.warning(
+                "refused a websocket from a page of %s: only this server's own pages, reached "
+                "by an IP address or localhost, may drive the app; to allow that page, start "
+                "the server with --allow-origin %s",
+                origin or "no origin",
+                origin or "ORIGIN",
+            )
+            raise web.HTTPForbidden(
+                text=f"minipaged tui --serve: a page of {origin or 'no origin'} may not drive "
+                "this app; only the server's own pages (and --allow-origin) may"
+            )
+        if self.sessions >= self.max_sessions:
+            return await self.refuse_busy(request)
+        self.sessions += 1
+        try:
+            return await super().handle_websocket(request)
+        finally:
+            self.sessions -= 1
+
+    async def refuse_busy(self, request: web.Request) -> web.WebSocketResponse:
+        """Accept the tab's websocket without starting an app, and write why into its
+        terminal (the page shows bytes as terminal output); keep it open, so the message
+        stays on screen, until the tab goes."""
+        log.warning("refused a session: %d are running (--max-sessions)", self.sessions)
+        websocket = web.WebSocketResponse(heartbeat=15)
+        await websocket.prepare(request)
+        message = (
+            f"\r\n  minipaged tui --serve: all {self.max_sessions} sessions are in use "
+            f"(--max-sessions {self.max_sessions}).\r\n  Close another tab of this app, or "
+            "restart the server with a larger --max-sessions (each session is a process of "
+            "about 360 MB); then reload this page.\r\n"
+        )
+        await websocket.send_bytes(message.encode())
+        async for _ in websocket:  # the tab's keys and resizes: nothing to drive
+            pass
+        return websocket
