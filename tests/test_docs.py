@@ -16,6 +16,13 @@ Conventions for ``docs/**/*.md``:
   fence right after it is what it must print (``--update-output`` leaves these alone). Other
   bash fences are not run.
 - Python lines fit in 80 columns, the width of a code block on the site.
+- A number in prose that the examples produce is written ``{{ expression }}``: the build
+  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and the test that runs
+  the page checks the built page shows the same value. Prose right after an Output block may not
+  retype a number that block printed.
+
+The fences are read by ``docs/hooks/markdown_fences.py``, which the build's hooks share; each
+exercise's page is made at build time from ``tutorials/`` by ``docs/hooks/course.py``.
 
 Screenshots of the terminal UI in ``docs/assets/screenshots`` are made by
 ``minipaged tui --screenshot`` (``SCREENSHOT_ARGS`` below lists them);
@@ -40,7 +47,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
@@ -50,9 +57,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 VENDOR = DOCS / "assets" / "javascripts" / "vendor"
+HOOKS = DOCS / "hooks"
+sys.path.insert(0, str(HOOKS))  # the site's build hooks, which read pages as these tests do
 
-SKIP_MARKER = "<!-- skip-test -->"
-OUTPUT_INFO = 'text title="Output"'
+from course import exercise_folders, exercise_markdown, page_of  # noqa: E402
+from markdown_fences import (  # noqa: E402
+    OUTPUT_INFO,
+    SHELL_MARKER,
+    SHELL_OUTPUT_INFO,
+    Fence,
+    PageRun,
+    fence_spans,
+    read_fences,
+)
+from prose_values import placeholders, render  # noqa: E402
+
 # Every fence must name one of these languages, so that a ```py or ```python3 example cannot slip
 # past the runner unnoticed.
 KNOWN_LANGUAGES = {"python", "text", "mermaid", "bash", "console", "yaml", "json"}
@@ -61,80 +80,25 @@ MAX_CODE_COLUMNS = 80
 # The vendored MathJax and mermaid builds take about 6 MB; a much larger folder means someone
 # copied a whole npm package.
 VENDOR_BUDGET_BYTES = 8_000_000
-# A shell command the runner cannot exec as Python (for example one that must choose Numba's CUDA
-# simulator before numba loads) runs in a shell of its own when this marker precedes its fence.
-SHELL_MARKER = "<!-- run-in-shell -->"
-SHELL_OUTPUT_INFO = 'text title="Shell output"'
-
-FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
-
-
-@dataclass(frozen=True)
-class Fence:
-    page: str  # path relative to docs/
-    number: int  # 1-based among the page's Python fences; 0 for other languages
-    line: int  # 1-based line of the first line of code in the Markdown file
-    end: int  # 0-based index of the closing fence line
-    language: str
-    info: str
-    body: tuple[str, ...]
-    skipped: bool
-    runs_in_shell: bool = False  # a bash fence after SHELL_MARKER
-    output: Fence | None = None  # the Output fence right after a Python fence (or shell command)
-
-    @property
-    def source(self) -> str:
-        return "\n".join(self.body) + "\n"
-
-
-def read_fences(path: Path) -> list[Fence]:
-    """All fenced code blocks of one Markdown page except Output fences, which are attached to
-    the Python fence they follow."""
-    page = path.relative_to(DOCS).as_posix()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    found: list[Fence] = []
-    i = 0
-    while i < len(lines):
-        match = FENCE_OPEN.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        indent, fence, info = match["indent"], match["fence"], match["info"].strip()
-        previous = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
-        close = re.compile(rf"^{re.escape(indent)}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-        j = i + 1
-        while j < len(lines) and not close.match(lines[j]):
-            j += 1
-        if j == len(lines):
-            raise AssertionError(f"docs/{page}:{i + 1}: code fence is never closed")
-        body = tuple(s[len(indent) :] if s.startswith(indent) else s for s in lines[i + 1 : j])
-        language = info.split()[0] if info else ""
-        skipped, in_shell = previous == SKIP_MARKER, previous == SHELL_MARKER
-        found.append(Fence(page, 0, i + 2, j, language, info, body, skipped, in_shell))
-        i = j + 1
-
-    fences: list[Fence] = []
-    number = 0
-    for k, fence in enumerate(found):
-        if fence.info in (OUTPUT_INFO, SHELL_OUTPUT_INFO):
-            continue  # attached to the fence before it, below
-        after = found[k + 1] if k + 1 < len(found) else None
-        adjacent = after is not None and not any(
-            s.strip() for s in lines[fence.end + 1 : after.line - 2]
-        )
-        if fence.language == "python":
-            number += 1
-            output = after if adjacent and after.info == OUTPUT_INFO else None
-            fence = replace(fence, number=number, output=output)
-        elif fence.runs_in_shell:
-            output = after if adjacent and after.info == SHELL_OUTPUT_INFO else None
-            fence = replace(fence, output=output)
-        fences.append(fence)
-    return fences
-
-
 PAGES = sorted(DOCS.rglob("*.md"))
-FENCES = {path.relative_to(DOCS).as_posix(): read_fences(path) for path in PAGES}
+FENCES = {
+    path.relative_to(DOCS).as_posix(): read_fences(
+        path.read_text(encoding="utf-8"), path.relative_to(DOCS).as_posix()
+    )
+    for path in PAGES
+}
+SITE_URL = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
+# Pages the build makes (docs/hooks/course.py): each exercise's statement, from tutorials/.
+GENERATED = {page_of(folder): folder for folder in exercise_folders(ROOT)}
+
+
+def page_text(page: str) -> str:
+    """The Markdown of a page of the site, relative to docs/: a file, or one the build makes."""
+    if page in GENERATED:
+        return exercise_markdown(GENERATED[page], ROOT, SITE_URL)
+    return (DOCS / page).read_text(encoding="utf-8")
+
+
 PAGES_WITH_PYTHON = sorted(
     page for page, fences in FENCES.items() if any(f.language == "python" for f in fences)
 )
@@ -143,20 +107,7 @@ PAGES_WITH_PYTHON = sorted(
 def run_page(page: str) -> Iterator[tuple[Fence, str, str | None]]:
     """Run the page's Python fences in order in one namespace; yield each fence with what it
     printed and the traceback it raised (None when it ran through)."""
-    namespace: dict[str, object] = {"__name__": "__docs__"}
-    for fence in FENCES[page]:
-        if fence.language != "python" or fence.skipped:
-            continue
-        # Pad with blank lines so that tracebacks give the line number in the Markdown file.
-        code = compile("\n" * (fence.line - 1) + fence.source, str(DOCS / page), "exec")
-        stdout = io.StringIO()
-        error = None
-        try:
-            with contextlib.redirect_stdout(stdout):
-                exec(code, namespace)
-        except Exception:
-            error = traceback.format_exc()
-        yield fence, stdout.getvalue(), error
+    return PageRun(FENCES[page], str(DOCS / page)).steps()
 
 
 def _normalise(lines: str | tuple[str, ...]) -> list[str]:
@@ -169,10 +120,13 @@ def _normalise(lines: str | tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
-def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch) -> None:
+def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch, site) -> None:
+    """Each example runs and prints its Output block; then every ``{{ expression }}`` in the
+    page's prose is evaluated after the examples, and the built page must show that value."""
     # Examples run from an empty folder, so one that writes a file cannot touch the repository.
     monkeypatch.chdir(tmp_path)
-    for fence, printed, error in run_page(page):
+    run = PageRun(FENCES[page], str(DOCS / page))
+    for fence, printed, error in run.steps():
         where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
         if error is not None:
             pytest.fail(f"{where} raised:\n{error}", pytrace=False)
@@ -181,6 +135,23 @@ def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch)
             if actual != expected:
                 diff = difflib.unified_diff(expected, actual, "Output", "printed", lineterm="")
                 pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
+    shown = built_text(site, page)
+    for line, expression in placeholders((DOCS / page).read_text(encoding="utf-8"), page):
+        try:
+            value = render(expression, run.namespace)
+        except Exception as error:
+            pytest.fail(f"docs/{page}:{line}: {{{{ {expression} }}}} raised {error!r}")
+        assert value in shown, (
+            f"docs/{page}:{line}: the examples compute {{{{ {expression} }}}} = {value!r}, but "
+            "the built page does not show it (a stale cache in .cache/prose-values?)"
+        )
+
+
+def built_text(site: Path, page: str) -> str:
+    """The text of a built page's article, tags removed, entities decoded."""
+    html = (site / page).with_suffix(".html").read_text(encoding="utf-8")
+    article = html[html.index("<article") : html.index("</article>")]
+    return unescape(re.sub(r"<[^>]+>", "", article))
 
 
 def test_python_examples_fit_the_page() -> None:
@@ -223,6 +194,60 @@ def test_output_blocks_follow_a_python_example() -> None:
             f"docs/{path.relative_to(DOCS)}: an Output block does not directly follow a "
             "Python example (or a Shell output block a command marked to run)"
         )
+
+
+# A number in prose: digits with optional thousands commas and decimals, not part of a word,
+# a version, a path, a section sign or an anchor.
+PROSE_NUMBER = re.compile(r"(?<![\w.§/#-])\d[\d,]*(?:\.\d+)?(?!\w)")
+# What is not prose on a line: inline code, inline math, a link's target, a placeholder, a
+# list item's marker.
+NOT_PROSE = re.compile(r"`[^`]*`|\$[^$]*\$|\]\([^)]*\)|\{\{.*?\}\}|^\s*(?:\d+\.|[-*])\s")
+
+
+def numbers_in(text: str) -> set[str]:
+    return {m[0].replace(",", "").rstrip(".") for m in PROSE_NUMBER.finditer(text)}
+
+
+def retyped_numbers(text: str, page: str) -> list[str]:
+    """Numbers typed into the prose that reads an Output block (the lines after it, up to the
+    next fence) which that output printed and no code on the page contains: numbers the run
+    produced, copied by hand. Headings, tables and display math are not prose."""
+    lines = text.splitlines()
+    spans = fence_spans(lines, page)
+    in_code: set[str] = set()
+    found = []
+    for k, span in enumerate(spans):
+        if span.info not in (OUTPUT_INFO, SHELL_OUTPUT_INFO):
+            in_code |= numbers_in("\n".join(span.body))
+            continue
+        produced = numbers_in("\n".join(span.body)) - in_code
+        stop = spans[k + 1].line - 2 if k + 1 < len(spans) else len(lines)
+        display_math = False
+        for n in range(span.end + 1, stop):
+            line = lines[n].strip()
+            if line.startswith("$$"):
+                display_math = (line == "$$") != display_math
+                continue
+            if display_math or line.startswith(("#", "|")):
+                continue
+            copied = sorted(numbers_in(NOT_PROSE.sub(" ", lines[n])) & produced, key=float)
+            found += [f"docs/{page}:{n + 1}: {number}" for number in copied]
+    return found
+
+
+def test_prose_does_not_retype_a_number_the_example_above_printed() -> None:
+    """The class of the preemption page's stale "(10)": prose that repeats a number its
+    example printed goes stale when the code changes. Write it as ``{{ expression }}``, which
+    the build fills from the examples (docs/hooks/prose_values.py), or in words."""
+    found = [
+        problem
+        for page, path in zip(FENCES, PAGES, strict=True)
+        for problem in retyped_numbers(path.read_text(encoding="utf-8"), page)
+    ]
+    assert not found, (
+        "numbers the examples printed, typed by hand into the prose after them; write each as "
+        "{{ expression }} so the build computes it:\n" + "\n".join(found)
+    )
 
 
 SHELL_COMMANDS = [
@@ -354,7 +379,7 @@ def nav_pages() -> list[str]:
 
 def test_every_page_is_in_the_nav_once() -> None:
     nav = nav_pages()
-    on_disk = {path.relative_to(DOCS).as_posix() for path in PAGES}
+    on_disk = {path.relative_to(DOCS).as_posix() for path in PAGES} | set(GENERATED)
     assert not (missing := sorted(on_disk - set(nav))), (
         f"pages missing from mkdocs.yml nav: {missing}"
     )
@@ -383,7 +408,7 @@ def test_next_links_follow_the_nav() -> None:
     nav = nav_pages()
     wrong = []
     for k, page in enumerate(nav):
-        paragraph = NEXT_PARAGRAPH.search((DOCS / page).read_text(encoding="utf-8"))
+        paragraph = NEXT_PARAGRAPH.search(page_text(page))
         if paragraph is None:
             continue
         links = linked_pages(page, paragraph[1])
@@ -400,14 +425,14 @@ def test_the_home_page_maps_every_section_of_the_site() -> None:
 
     with contextlib.redirect_stderr(io.StringIO()):
         nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
-    home = set(linked_pages("index.md", (DOCS / "index.md").read_text(encoding="utf-8")))
+    home = set(linked_pages("index.md", page_text("index.md")))
     unmapped = []
     for section in nav:
         pages = nav_pages_in(section)
         reached = set(home)
         for page in pages:
             if page in home:
-                reached |= set(linked_pages(page, (DOCS / page).read_text(encoding="utf-8")))
+                reached |= set(linked_pages(page, page_text(page)))
         unmapped += [p for p in pages if p not in reached and p != "index.md"]
     assert not unmapped, f"pages the home page's site map does not reach: {unmapped}"
 

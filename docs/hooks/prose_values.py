@@ -1,0 +1,178 @@
+"""MkDocs hook: the numbers in a page's prose are computed by the page's own examples when the
+site is built, so the text cannot disagree with the code.
+
+In prose, ``{{ expression }}`` is replaced by the value of the Python expression after the
+page's examples have run, in their namespace, formatted as an f-string field:
+``{{ fits["static"] }}``, ``{{ share:.1% }}``, ``{{ blocks:, }}``. Write the number a run
+produces this way, never by hand; numbers the page chooses (inputs such as $B = 4$) and
+quotations of the source text stay literal. Placeholders are evaluated once, after the last
+example, so name what they read distinctly. Code fences are left alone.
+
+Running a page's examples can take seconds (some run the embedded model), so the values are
+cached in ``.cache/prose-values/`` under the project root, keyed by the page's examples, its
+placeholders, and the contents of every file of the project's packages and the versions of
+Python, torch and numpy: any change to what could change a value runs the page again. Two
+builds at once (the test suite's workers) wait for each other instead of running a page twice.
+``tests/test_docs.py`` runs every page and checks that the built site shows what it computes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+from markdown_fences import PageRun, fence_spans, in_empty_folder, read_fences
+from mkdocs.exceptions import PluginError
+
+try:
+    import fcntl
+except ImportError:  # Windows: builds at once may run a page twice, which is only slower
+    fcntl = None
+
+log = logging.getLogger("mkdocs.hooks.prose_values")
+
+PLACEHOLDER = re.compile(r"\{\{\s*(?P<expr>.+?)\s*\}\}")
+PACKAGES = ("minipaged", "cuda_kernels", "tui")
+CACHE = Path(".cache") / "prose-values"
+FORMAT_VERSION = "1"  # bump when the cache's meaning changes
+
+
+def placeholders(markdown: str, page: str) -> list[tuple[int, str]]:
+    """``(line, expression)`` of every placeholder outside code fences, 1-based lines."""
+    lines = markdown.splitlines()
+    inside = fenced_lines(lines, page)
+    return [
+        (n + 1, match["expr"])
+        for n, line in enumerate(lines)
+        if n not in inside
+        for match in PLACEHOLDER.finditer(line)
+    ]
+
+
+def fenced_lines(lines: list[str], page: str) -> set[int]:
+    """0-based indices of the lines inside code fences, the fence lines included."""
+    return {n for f in fence_spans(lines, page) for n in range(f.line - 2, f.end + 1)}
+
+
+def render(expression: str, namespace: dict[str, object]) -> str:
+    """The expression's value as an f-string field ``{expression}`` would show it."""
+    code = compile('f"""{' + expression + '}"""', "<placeholder>", "eval")
+    return eval(code, namespace)
+
+
+def evaluate(markdown: str, page: str, path: str) -> dict[str, str]:
+    """Run the page's examples and render each placeholder. Raises ``ValueError`` naming the
+    example or placeholder that failed."""
+    run = PageRun(read_fences(markdown, page), path)
+    with in_empty_folder():
+        for fence, _, error in run.steps():
+            if error is not None:
+                raise ValueError(
+                    f"docs/{page}, Python example {fence.number} (line {fence.line}) raised, so "
+                    f"the numbers its prose shows cannot be computed:\n{error}"
+                )
+    values = {}
+    for line, expression in placeholders(markdown, page):
+        try:
+            values[expression] = render(expression, run.namespace)
+        except Exception as error:
+            raise ValueError(
+                f"docs/{page}:{line}: the placeholder {{{{ {expression} }}}} cannot be "
+                f"evaluated after the page's examples: {type(error).__name__}: {error}; name "
+                "a value the examples define"
+            ) from error
+    return values
+
+
+def fingerprint(root: Path) -> str:
+    """What the project's code and environment are: every file of its packages, and the
+    versions of Python, torch and numpy."""
+    digest = hashlib.sha256()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    versions = [platform.python_version()]
+    for name in ("torch", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions.append(f"{name} {metadata.version(name)}")
+    digest.update(repr(versions).encode())
+    return digest.hexdigest()
+
+
+def cache_key(markdown: str, page: str, project: str) -> str:
+    """Changes whenever the page's examples, its placeholders or the project change."""
+    fences = [f.source for f in read_fences(markdown, page) if f.runs]
+    expressions = sorted({e for _, e in placeholders(markdown, page)})
+    payload = json.dumps([FORMAT_VERSION, page, fences, expressions, project])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) where the system has them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def cached_values(markdown: str, page: str, root: Path, project: str) -> dict[str, str]:
+    """The page's placeholder values, from the cache or by running the page."""
+    key = cache_key(markdown, page, project)
+    folder = root / CACHE
+    entry = folder / (re.sub(r"[^A-Za-z0-9]+", "-", page) + ".json")
+    with locked(folder / (entry.name + ".lock")):
+        with contextlib.suppress(OSError, ValueError):
+            stored = json.loads(entry.read_text(encoding="utf-8"))
+            if stored.get("key") == key:
+                return stored["values"]
+        started = time.perf_counter()
+        values = evaluate(markdown, page, str(root / "docs" / page))
+        log.info(f"prose values: ran docs/{page} in {time.perf_counter() - started:.1f} s")
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"key": key, "values": values}), encoding="utf-8")
+        partial.replace(entry)  # atomic: a reader sees the old entry or the new one
+        return values
+
+
+def fill(markdown: str, page: str, values: dict[str, str]) -> str:
+    """``markdown`` with every placeholder outside code fences replaced by its value."""
+    lines = markdown.split("\n")
+    inside = fenced_lines(lines, page)
+    return "\n".join(
+        line if n in inside else PLACEHOLDER.sub(lambda m: values[m["expr"]], line)
+        for n, line in enumerate(lines)
+    )
+
+
+_project: dict[str, str] = {}
+
+
+def on_pre_build(config, **kwargs) -> None:
+    _project.clear()  # `mkdocs serve` rebuilds after edits: fingerprint the code again
+
+
+def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
+    src = page.file.src_uri
+    if not page.file.abs_src_path or not placeholders(markdown, src):
+        return markdown
+    root = Path(config.config_file_path).resolve().parent
+    if "key" not in _project:
+        _project["key"] = fingerprint(root)
+    try:
+        values = cached_values(markdown, src, root, _project["key"])
+    except ValueError as error:
+        raise PluginError(str(error)) from None
+    return fill(markdown, src, values)
