@@ -61,11 +61,12 @@ class Report:
         """The table as Markdown, its notes as a list, and its plots as images (paths made
         relative to ``relative_to``, the page's directory)."""
         lines = [f"## {self.title}", ""]
-        lines.append("| " + " | ".join(column.header for column in self.columns) + " |")
+        # A "|" inside a cell (a header such as "max |Δ|") would end the cell: escape it.
+        lines.append("| " + " | ".join(_cell(column.header) for column in self.columns) + " |")
         lines.append("| " + " | ".join("---" for _ in self.columns) + " |")
         for row in self.rows:
             cells = [column.show(row.get(column.key)) for column in self.columns]
-            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
         lines.append("")
         lines.extend(f"- {note}" for note in self.notes)
         for plot in self.plots:
@@ -82,3 +83,8 @@ class Report:
             "notes": self.notes,
             "plots": [str(plot) for plot in self.plots],
         }
+
+
+def _cell(text: str) -> str:
+    """``text`` as a Markdown table cell."""
+    return text.replace("|", "\\|")
