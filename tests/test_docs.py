@@ -25,8 +25,8 @@ The fences are read by ``docs/hooks/markdown_fences.py``, which the build's hook
 exercise's page is made at build time from ``tutorials/`` by ``docs/hooks/course.py``.
 
 Screenshots of the terminal UI in ``docs/assets/screenshots`` are made by
-``minipaged tui --screenshot`` (``SCREENSHOT_ARGS`` below lists them);
-``.venv/bin/python tests/test_docs.py --update-screenshots`` makes them again.
+``minipaged tui --screenshot``, and cut into crops a phone can read, by ``docs/screenshots.py``
+(which lists them); ``.venv/bin/python docs/screenshots.py`` makes them again.
 
 When the code changes what an example prints on purpose, run
 ``.venv/bin/python tests/test_docs.py --update-output`` to rewrite the Output fences from what the
@@ -61,6 +61,9 @@ HOOKS = DOCS / "hooks"
 sys.path.insert(0, str(HOOKS))  # the site's build hooks, which read pages as these tests do
 
 from course import exercise_folders, exercise_markdown, page_of  # noqa: E402
+
+sys.path.insert(0, str(DOCS))  # docs/'s scripts: the figures and the TUI's screenshots
+import screenshots  # noqa: E402
 from markdown_fences import (  # noqa: E402
     OUTPUT_INFO,
     SHELL_MARKER,
@@ -636,33 +639,10 @@ def test_math_and_diagram_pages_load_the_vendored_scripts(site: Path) -> None:
 
 # -- screenshots of the terminal UI ----------------------------------------------------------
 
-SCREENSHOTS = DOCS / "assets" / "screenshots"
-# Each screenshot in docs/assets/screenshots is made by `minipaged tui --screenshot`, never by
-# hand: `.venv/bin/python tests/test_docs.py --update-screenshots` rewrites them all.
-SCREENSHOT_ARGS = {
-    "parallel-step-2.svg": ["--scenario", "parallel", "--steps", "2"],
-    "beam-step-3.svg": ["--scenario", "beam", "--steps", "3"],
-    "swap-step-8.svg": ["--scenario", "swap", "--steps", "8"],
-    "recompute-step-29.svg": ["--scenario", "recompute", "--steps", "29"],
-}
-# Rich's SVG names a web font on a CDN after the local one; the site must not load it.
-WEB_FONT = re.compile(r',\s*url\("https?://[^"]*"\)\s*format\("[^"]*"\)')
 SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
-
-
-def take_screenshot(name: str, out: Path) -> None:
-    """Run ``minipaged tui --screenshot`` for one of SCREENSHOT_ARGS, keeping it offline."""
-    command = [sys.executable, "-m", "minipaged.cli", "tui", *SCREENSHOT_ARGS[name]]
-    result = subprocess.run(
-        [*command, "--screenshot", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
-    out.write_text(WEB_FONT.sub("", out.read_text(encoding="utf-8")), encoding="utf-8")
+SCREENSHOTS = screenshots.SCREENSHOTS
+# An image that links to a file: ``[![alt](crop.svg)](full.svg)``.
+LINKED_IMAGE = re.compile(r"\[!\[[^\]]*\]\(([^)\s]+)\)\]\(([^)\s]+)\)")
 
 
 def screen_text(svg: Path) -> list[str]:
@@ -672,33 +652,57 @@ def screen_text(svg: Path) -> list[str]:
     return _normalise("".join(root.itertext()).replace("\xa0", " "))
 
 
-def test_every_screenshot_is_listed_and_used_by_a_page() -> None:
+def test_every_screenshot_and_crop_is_listed_and_a_page_shows_each_crop_linked_to_its_whole():
+    """On a phone a whole screenshot's text is 3 px high: pages show a crop, the pane they
+    discuss, linked to the whole screenshot (docs/screenshots.py)."""
     on_disk = {path.name for path in SCREENSHOTS.glob("*.svg")}
-    assert on_disk == set(SCREENSHOT_ARGS), "docs/assets/screenshots must hold exactly these"
-    pages = "".join(path.read_text(encoding="utf-8") for path in PAGES)
-    unused = [name for name in SCREENSHOT_ARGS if f"screenshots/{name}" not in pages]
-    assert not unused, f"screenshots no page shows: {unused}"
+    assert on_disk == set(screenshots.SCREENSHOT_ARGS) | set(screenshots.CROPS), (
+        "docs/assets/screenshots must hold exactly the screenshots and crops docs/screenshots.py "
+        "lists"
+    )
+    shown = {
+        (Path(image).name, Path(target).name)
+        for path in PAGES
+        for image, target in LINKED_IMAGE.findall(path.read_text(encoding="utf-8"))
+        if "screenshots/" in image
+    }
+    expected = {(name, part.screenshot) for name, part in screenshots.CROPS.items()}
+    assert not (missing := sorted(expected - shown)), (
+        f"crops no page shows as a link to their whole screenshot: {missing}"
+    )
+    whole = [
+        f"docs/{path.relative_to(DOCS)}: {name}"
+        for path in PAGES
+        for name in screenshots.SCREENSHOT_ARGS
+        if re.search(rf"!\[[^\]]*\]\([^)]*screenshots/{re.escape(name)}\)", path.read_text())
+    ]
+    assert not whole, f"pages that show a whole screenshot inline (show a crop): {whole}"
+
+
+@pytest.mark.parametrize("name", sorted(screenshots.CROPS))
+def test_every_crop_is_cut_from_the_current_screenshot_and_shows_what_its_page_says(name):
+    part = screenshots.CROPS[name]
+    whole = (SCREENSHOTS / part.screenshot).read_text(encoding="utf-8")
+    assert (SCREENSHOTS / name).read_text(encoding="utf-8") == screenshots.crop(whole, part), (
+        f"docs/assets/screenshots/{name} is stale: run .venv/bin/python docs/screenshots.py"
+    )
+    text = "\n".join(screen_text(SCREENSHOTS / name))
+    assert all(claim in text for claim in part.shows), (name, part.shows, text)
+    outside = "\n".join(screen_text(SCREENSHOTS / part.screenshot)).splitlines()[-1]
+    assert outside.strip() and outside.strip()[:20] not in text, "the crop keeps the whole screen"
 
 
 def test_a_screenshot_regenerated_from_the_tui_is_an_svg_showing_the_same_screen(tmp_path):
     """The screenshots cannot go stale unnoticed: one is made again and must show what the
     committed one shows."""
     name = "parallel-step-2.svg"
-    take_screenshot(name, tmp_path / name)
+    screenshots.take_screenshot(name, tmp_path / name)
     fresh = screen_text(tmp_path / name)
     assert any("parallel sampling" in line for line in fresh), fresh[:3]
     assert fresh == screen_text(SCREENSHOTS / name), (
         f"docs/assets/screenshots/{name} is stale: run "
-        "`.venv/bin/python tests/test_docs.py --update-screenshots` and review the pictures"
+        "`.venv/bin/python docs/screenshots.py` and review the pictures"
     )
-
-
-def update_screenshots() -> int:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for name in SCREENSHOT_ARGS:
-        take_screenshot(name, SCREENSHOTS / name)
-        print(f"docs/assets/screenshots/{name}: written by minipaged tui")
-    return 0
 
 
 def update_output() -> int:
@@ -727,7 +731,7 @@ def update_output() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--update-screenshots"]:
-        sys.exit(update_screenshots())
+        sys.exit(screenshots.write_all())
     if sys.argv[1:] != ["--update-output"]:
         sys.exit(f"usage: {sys.argv[0]} --update-output | --update-screenshots")
     # Examples run from an empty folder, as under pytest.
