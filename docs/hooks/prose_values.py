@@ -6,7 +6,8 @@ page's examples have run, in their namespace, formatted as an f-string field:
 ``{{ fits["static"] }}``, ``{{ share:.1% }}``, ``{{ blocks:, }}``. Write the number a run
 produces this way, never by hand; numbers the page chooses (inputs such as $B = 4$) and
 quotations of the source text stay literal. Placeholders are evaluated once, after the last
-example, so name what they read distinctly. Code fences are left alone.
+example, so name what they read distinctly. Code fences are left alone; a mermaid diagram's
+labels are filled like prose.
 
 Running a page's examples can take seconds (some run the embedded model), so the values are
 cached in ``.cache/prose-values/`` under the project root, keyed by the page's examples, its
@@ -44,6 +45,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*(?P<expr>.+?)\s*\}\}")
 PACKAGES = ("minipaged", "cuda_kernels", "tui")
 CACHE = Path(".cache") / "prose-values"
 FORMAT_VERSION = "1"  # bump when the cache's meaning changes
+FILLED_FENCES = {"mermaid"}  # fences whose text is a picture's labels, not code
 
 
 def placeholders(markdown: str, page: str) -> list[tuple[int, str]]:
@@ -59,8 +61,14 @@ def placeholders(markdown: str, page: str) -> list[tuple[int, str]]:
 
 
 def fenced_lines(lines: list[str], page: str) -> set[int]:
-    """0-based indices of the lines inside code fences, the fence lines included."""
-    return {n for f in fence_spans(lines, page) for n in range(f.line - 2, f.end + 1)}
+    """0-based indices of the lines inside code fences, the fence lines included. A mermaid
+    diagram is not code: its labels may hold placeholders too."""
+    return {
+        n
+        for f in fence_spans(lines, page)
+        if f.language not in FILLED_FENCES
+        for n in range(f.line - 2, f.end + 1)
+    }
 
 
 def render(expression: str, namespace: dict[str, object]) -> str:
