@@ -73,7 +73,7 @@ from markdown_fences import (  # noqa: E402
     fence_spans,
     read_fences,
 )
-from prose_values import placeholders, render  # noqa: E402
+from prose_values import ProseValues  # noqa: E402
 
 # Every fence must name one of these languages, so that a ```py or ```python3 example cannot slip
 # past the runner unnoticed.
@@ -124,11 +124,12 @@ def _normalise(lines: str | tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
 def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch, site) -> None:
-    """Each example runs and prints its Output block; then every ``{{ expression }}`` in the
-    page's prose is evaluated after the examples, and the built page must show that value."""
+    """Each example runs and prints its Output block; every ``{{ expression }}`` in the page's
+    prose is evaluated where it stands, and the built page must show that value."""
     # Examples run from an empty folder, so one that writes a file cannot touch the repository.
     monkeypatch.chdir(tmp_path)
     run = PageRun(FENCES[page], str(DOCS / page))
+    prose = ProseValues((DOCS / page).read_text(encoding="utf-8"), page)
     for fence, printed, error in run.steps():
         where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
         if error is not None:
@@ -138,16 +139,17 @@ def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch,
             if actual != expected:
                 diff = difflib.unified_diff(expected, actual, "Output", "printed", lineterm="")
                 pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
+        prose.after(fence, run.namespace)
+    try:
+        values = prose.finish(run.namespace)
+    except ValueError as error:
+        pytest.fail(str(error), pytrace=False)
     shown = built_text(site, page)
-    for line, expression in placeholders((DOCS / page).read_text(encoding="utf-8"), page):
-        try:
-            value = render(expression, run.namespace)
-        except Exception as error:
-            pytest.fail(f"docs/{page}:{line}: {{{{ {expression} }}}} raised {error!r}")
-        assert value in shown, (
-            f"docs/{page}:{line}: the examples compute {{{{ {expression} }}}} = {value!r}, but "
-            "the built page does not show it (a stale cache in .cache/prose-values?)"
-        )
+    missing = [value for value in values if value not in shown]
+    assert not missing, (
+        f"docs/{page}: the examples compute {missing}, but the built page does not show them "
+        "(a stale cache in .cache/prose-values?)"
+    )
 
 
 def built_text(site: Path, page: str) -> str:

@@ -1,18 +1,20 @@
 """MkDocs hook: the numbers in a page's prose are computed by the page's own examples when the
 site is built, so the text cannot disagree with the code.
 
-In prose, ``{{ expression }}`` is replaced by the value of the Python expression after the
-page's examples have run, in their namespace, formatted as an f-string field:
-``{{ fits["static"] }}``, ``{{ share:.1% }}``, ``{{ blocks:, }}``. Write the number a run
-produces this way, never by hand; numbers the page chooses (inputs such as $B = 4$) and
-quotations of the source text stay literal. Placeholders are evaluated once, after the last
-example, so name what they read distinctly. Code fences are left alone; a mermaid diagram's
-labels are filled like prose.
+In prose, ``{{ expression }}`` is replaced by the value of the Python expression in the
+namespace of the page's examples, formatted as an f-string field: ``{{ fits["static"] }}``,
+``{{ share:.1% }}``, ``{{ blocks:, }}``. Write the number a run produces this way, never by
+hand; numbers the page chooses (inputs such as $B = 4$) and quotations of the source text stay
+literal. A placeholder is evaluated where it stands: after the examples above it, before the
+ones below, so prose describes the state the example above it left; one that names a value
+only a later example defines is evaluated after that example. Code fences are left alone; a
+mermaid diagram's labels are filled like prose.
 
 Running a page's examples can take seconds (some run the embedded model), so the values are
 cached in ``.cache/prose-values/`` under the project root, keyed by the page's examples, its
-placeholders, and the contents of every file of the project's packages and the versions of
-Python, torch and numpy: any change to what could change a value runs the page again. Two
+placeholders, this hook's own code, the contents of every file of the project's packages and
+the versions of Python, torch and numpy: any change to what could change a value runs the page
+again. Two
 builds at once (the test suite's workers) wait for each other instead of running a page twice.
 ``tests/test_docs.py`` runs every page and checks that the built site shows what it computes.
 """
@@ -31,7 +33,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from markdown_fences import PageRun, fence_spans, in_empty_folder, read_fences
+from markdown_fences import Fence, PageRun, fence_spans, in_empty_folder, read_fences
 from mkdocs.exceptions import PluginError
 
 try:
@@ -44,7 +46,8 @@ log = logging.getLogger("mkdocs.hooks.prose_values")
 PLACEHOLDER = re.compile(r"\{\{\s*(?P<expr>.+?)\s*\}\}")
 PACKAGES = ("minipaged", "cuda_kernels", "tui")
 CACHE = Path(".cache") / "prose-values"
-FORMAT_VERSION = "1"  # bump when the cache's meaning changes
+# The hooks' own code: a change to how pages are run or values rendered runs every page again.
+HOOK_SOURCES = [Path(__file__).resolve(), Path(__file__).resolve().with_name("markdown_fences.py")]
 FILLED_FENCES = {"mermaid"}  # fences whose text is a picture's labels, not code
 
 
@@ -77,10 +80,60 @@ def render(expression: str, namespace: dict[str, object]) -> str:
     return eval(code, namespace)
 
 
-def evaluate(markdown: str, page: str, path: str) -> dict[str, str]:
-    """Run the page's examples and render each placeholder. Raises ``ValueError`` naming the
-    example or placeholder that failed."""
+class ProseValues:
+    """The values of a page's placeholders, each taken where it stands: after the examples
+    above it have run, so that prose after an example describes the state that example left.
+    A placeholder whose names are defined only further down (prose that announces what the
+    next example computes) waits for the first example after which it can be evaluated.
+    Feed it each example as it runs (``after``), then call ``finish``."""
+
+    def __init__(self, markdown: str, page: str) -> None:
+        self.page = page
+        # (n, line, expression): the placeholder's place among the page's, and where it is
+        self.pending = [(n, *where) for n, where in enumerate(placeholders(markdown, page))]
+        self.values: dict[int, str] = {}
+        # The first line of each example that runs: prose above one sees the state before it.
+        self.starts = [f.line - 1 for f in read_fences(markdown, page) if f.runs]
+
+    def after(self, fence: Fence, namespace: dict[str, object]) -> None:
+        """``fence`` has just run: evaluate the placeholders above the next example that can
+        be evaluated now."""
+        later = [start for start in self.starts if start > fence.line]
+        self._settle(namespace, below=later[0] if later else None, final=False)
+
+    def finish(self, namespace: dict[str, object]) -> list[str]:
+        """Evaluate what is left; the values in the order the placeholders stand."""
+        self._settle(namespace, below=None, final=True)
+        return [self.values[key] for key in sorted(self.values)]
+
+    def _settle(self, namespace: dict[str, object], below: int | None, final: bool) -> None:
+        waiting = []
+        for n, line, expression in self.pending:
+            if below is not None and line > below:
+                waiting.append((n, line, expression))
+                continue
+            try:
+                self.values[n] = render(expression, namespace)
+            except NameError as error:
+                if final:
+                    raise self._error(line, expression, error) from error
+                waiting.append((n, line, expression))
+            except Exception as error:
+                raise self._error(line, expression, error) from error
+        self.pending = waiting
+
+    def _error(self, line: int, expression: str, error: Exception) -> ValueError:
+        return ValueError(
+            f"docs/{self.page}:{line}: the placeholder {{{{ {expression} }}}} cannot be "
+            f"evaluated: {type(error).__name__}: {error}; name a value the examples define"
+        )
+
+
+def evaluate(markdown: str, page: str, path: str) -> list[str]:
+    """Run the page's examples and render each placeholder where it stands; the values in
+    order. Raises ``ValueError`` naming the example or placeholder that failed."""
     run = PageRun(read_fences(markdown, page), path)
+    prose = ProseValues(markdown, page)
     with in_empty_folder():
         for fence, _, error in run.steps():
             if error is not None:
@@ -88,17 +141,8 @@ def evaluate(markdown: str, page: str, path: str) -> dict[str, str]:
                     f"docs/{page}, Python example {fence.number} (line {fence.line}) raised, so "
                     f"the numbers its prose shows cannot be computed:\n{error}"
                 )
-    values = {}
-    for line, expression in placeholders(markdown, page):
-        try:
-            values[expression] = render(expression, run.namespace)
-        except Exception as error:
-            raise ValueError(
-                f"docs/{page}:{line}: the placeholder {{{{ {expression} }}}} cannot be "
-                f"evaluated after the page's examples: {type(error).__name__}: {error}; name "
-                "a value the examples define"
-            ) from error
-    return values
+            prose.after(fence, run.namespace)
+    return prose.finish(run.namespace)
 
 
 def fingerprint(root: Path) -> str:
@@ -119,10 +163,16 @@ def fingerprint(root: Path) -> str:
 
 
 def cache_key(markdown: str, page: str, project: str) -> str:
-    """Changes whenever the page's examples, its placeholders or the project change."""
-    fences = [f.source for f in read_fences(markdown, page) if f.runs]
-    expressions = sorted({e for _, e in placeholders(markdown, page)})
-    payload = json.dumps([FORMAT_VERSION, page, fences, expressions, project])
+    """Changes whenever the page's examples change, or its placeholders or their order or the
+    examples they stand after, or the hooks, or the project."""
+    fences = [f for f in read_fences(markdown, page) if f.runs]
+    starts = [f.line - 1 for f in fences]
+    where = [
+        (sum(start < line for start in starts), expression)
+        for line, expression in placeholders(markdown, page)
+    ]
+    hooks = [path.read_text(encoding="utf-8") for path in HOOK_SOURCES]
+    payload = json.dumps([hooks, page, [f.source for f in fences], where, project])
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -136,7 +186,7 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def cached_values(markdown: str, page: str, root: Path, project: str) -> dict[str, str]:
+def cached_values(markdown: str, page: str, root: Path, project: str) -> list[str]:
     """The page's placeholder values, from the cache or by running the page."""
     key = cache_key(markdown, page, project)
     folder = root / CACHE
@@ -155,12 +205,14 @@ def cached_values(markdown: str, page: str, root: Path, project: str) -> dict[st
         return values
 
 
-def fill(markdown: str, page: str, values: dict[str, str]) -> str:
-    """``markdown`` with every placeholder outside code fences replaced by its value."""
+def fill(markdown: str, page: str, values: list[str]) -> str:
+    """``markdown`` with its placeholders outside code fences replaced by ``values``, in
+    order."""
     lines = markdown.split("\n")
     inside = fenced_lines(lines, page)
+    given = iter(values)
     return "\n".join(
-        line if n in inside else PLACEHOLDER.sub(lambda m: values[m["expr"]], line)
+        line if n in inside else PLACEHOLDER.sub(lambda m: next(given), line)
         for n, line in enumerate(lines)
     )
 
