@@ -12,6 +12,7 @@ from the current screenshot and shows what its page says it shows.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -53,12 +54,16 @@ class Crop:
 # Panes of the 120 x 40 screen: the block tables are rows 1-6 at columns 53-119, the memory
 # gauges rows 8-16 at columns 0-52.
 CROPS = {
-    "parallel-step-2-tables.svg": Crop("parallel-step-2.svg", 1, 53, 6, 67, ("0→0×4", "1→1›2")),
+    "parallel-step-2-tables.svg": Crop(
+        "parallel-step-2.svg", 1, 53, 6, 67, ("0→0×4", "1→1›2", "1→1›3", "1→1›4")
+    ),
     "parallel-step-2-memory.svg": Crop(
         "parallel-step-2.svg", 8, 0, 9, 54, ("waste  4/20 slots empty (20%)",)
     ),
-    "beam-step-3-tables.svg": Crop("beam-step-3.svg", 1, 53, 6, 67, ("1→1›5", "s5")),
-    "swap-step-8-tables.svg": Crop("swap-step-8.svg", 1, 53, 6, 67, ("s3  host L=16",)),
+    "beam-step-3-tables.svg": Crop("beam-step-3.svg", 1, 53, 6, 67, ("0→0×4", "1→1›5")),
+    "swap-step-8-tables.svg": Crop(
+        "swap-step-8.svg", 1, 53, 6, 67, ("s3  host L=16  0→0 1→1 2→2 3→3",)
+    ),
     "recompute-step-29-tables.svg": Crop(
         "recompute-step-29.svg", 1, 53, 5, 67, ("s1  L=37", "s2  L=20", "s3  L=17")
     ),
@@ -91,6 +96,25 @@ def crop(svg: str, part: Crop) -> str:
     )
     view = 'viewBox="' + " ".join(f"{v:g}" for v in box) + '"'
     return re.sub(r'viewBox="[^"]*"', view, ELEMENT.sub(keep, svg), count=1)
+
+
+def screen_rows(svg: str) -> list[str]:
+    """The characters a screenshot (or a crop) shows, one string per terminal row, each
+    character in its column: what a reader sees, without the SVG's styling."""
+    cells: dict[int, dict[int, str]] = {}
+    for match in ELEMENT.finditer(svg):
+        if match["tag"] != "text":
+            continue
+        row = round((float(match["y"]) - 20) / CELL_HEIGHT)
+        column = round(float(match["x"]) / CELL_WIDTH)
+        text = re.sub(r"<[^>]*>", "", match[0]).replace("&#160;", " ")
+        text = html.unescape(text)
+        for k, char in enumerate(text):
+            cells.setdefault(row, {})[column + k] = char
+    return [
+        "".join(line.get(c, " ") for c in range(max(line) + 1)).rstrip()
+        for _, line in sorted(cells.items())
+    ]
 
 
 def take_screenshot(name: str, out: Path) -> None:
