@@ -205,8 +205,11 @@ def test_output_blocks_follow_a_python_example() -> None:
 # a version, a path, a section sign or an anchor.
 PROSE_NUMBER = re.compile(r"(?<![\w.§/#-])\d[\d,]*(?:\.\d+)?(?!\w)")
 # What is not prose on a line: inline code, inline math, a link's target, a placeholder, a
-# list item's marker.
-NOT_PROSE = re.compile(r"`[^`]*`|\$[^$]*\$|\]\([^)]*\)|\{\{.*?\}\}|^\s*(?:\d+\.|[-*])\s")
+# list item's marker, and exercise numbers (names, not results: "exercises 08 to 11").
+NOT_PROSE = re.compile(
+    r"`[^`]*`|\$[^$]*\$|\]\([^)]*\)|\{\{.*?\}\}|^\s*(?:\d+\.|[-*])\s"
+    r"|(?i:\bexercises?\s+\d+(?:\s*(?:,|and|to)\s*\d+)*)"
+)
 
 
 def numbers_in(text: str) -> set[str]:
@@ -215,15 +218,16 @@ def numbers_in(text: str) -> set[str]:
 
 def retyped_numbers(text: str, page: str) -> list[str]:
     """Numbers typed into the prose that reads an Output block (the lines after it, up to the
-    next fence) which that output printed and no code on the page contains: numbers the run
-    produced, copied by hand. Headings, tables and display math are not prose."""
+    next fence) which that output printed and no code on the page contains (a number in the
+    code is the page's own input): numbers the run produced, copied by hand. Headings, tables
+    and display math are not prose."""
     lines = text.splitlines()
     spans = fence_spans(lines, page)
-    in_code: set[str] = set()
+    outputs = (OUTPUT_INFO, SHELL_OUTPUT_INFO)
+    in_code = {n for span in spans if span.info not in outputs for n in numbers_in(span.source)}
     found = []
     for k, span in enumerate(spans):
-        if span.info not in (OUTPUT_INFO, SHELL_OUTPUT_INFO):
-            in_code |= numbers_in("\n".join(span.body))
+        if span.info not in outputs:
             continue
         produced = numbers_in("\n".join(span.body)) - in_code
         stop = spans[k + 1].line - 2 if k + 1 < len(spans) else len(lines)

@@ -7,8 +7,8 @@ namespace of the page's examples, formatted as an f-string field: ``{{ fits["sta
 hand; numbers the page chooses (inputs such as $B = 4$) and quotations of the source text stay
 literal. A placeholder is evaluated where it stands: after the examples above it, before the
 ones below, so prose describes the state the example above it left; one that names a value
-only a later example defines is evaluated after that example. Code fences are left alone; a
-mermaid diagram's labels are filled like prose.
+only a later example defines is evaluated after that example. Code, fenced or inline, is left
+alone; a mermaid diagram's labels are filled like prose.
 
 Running a page's examples can take seconds (some run the embedded model), so the values are
 cached in ``.cache/prose-values/`` under the project root, keyed by the page's examples, its
@@ -44,6 +44,8 @@ except ImportError:  # Windows: builds at once may run a page twice, which is on
 log = logging.getLogger("mkdocs.hooks.prose_values")
 
 PLACEHOLDER = re.compile(r"\{\{\s*(?P<expr>.+?)\s*\}\}")
+# Inline code, which shows its text as written, or a placeholder.
+CODE_OR_PLACEHOLDER = re.compile(r"(?P<code>`+)[^`]*?(?P=code)|" + PLACEHOLDER.pattern)
 PACKAGES = ("minipaged", "cuda_kernels", "tui")
 CACHE = Path(".cache") / "prose-values"
 # The hooks' own code: a change to how pages are run or values rendered runs every page again.
@@ -59,7 +61,8 @@ def placeholders(markdown: str, page: str) -> list[tuple[int, str]]:
         (n + 1, match["expr"])
         for n, line in enumerate(lines)
         if n not in inside
-        for match in PLACEHOLDER.finditer(line)
+        for match in CODE_OR_PLACEHOLDER.finditer(line)
+        if match["expr"] is not None
     ]
 
 
@@ -211,8 +214,12 @@ def fill(markdown: str, page: str, values: list[str]) -> str:
     lines = markdown.split("\n")
     inside = fenced_lines(lines, page)
     given = iter(values)
+
+    def value(match: re.Match) -> str:
+        return match[0] if match["expr"] is None else next(given)
+
     return "\n".join(
-        line if n in inside else PLACEHOLDER.sub(lambda m: next(given), line)
+        line if n in inside else CODE_OR_PLACEHOLDER.sub(value, line)
         for n, line in enumerate(lines)
     )
 

@@ -16,20 +16,22 @@ from pathlib import Path
 
 MATH = re.compile(r"\\\((?P<inline>.+?)\\\)|\\\[(?P<display>.+?)\\\]", re.S)
 COMMAND = re.compile(r"\\(?P<name>[A-Za-z]+)\s*|\\(?P<symbol>[^A-Za-z])")
+# Relations and operators get spaces around them, as MathJax draws them; brackets none.
 SYMBOLS = {
-    "cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠",
-    "neq": "≠", "approx": "≈", "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉",
-    "sum": "Σ", "prod": "∏", "int": "∫", "infty": "∞", "leftarrow": "←", "rightarrow": "→",
-    "to": "→", "gets": "←", "in": "∈", "notin": "∉", "dots": "…", "ldots": "…", "cdots": "…",
-    "sqrt": "√", "bmod": " mod ", "mod": " mod ", "pm": "±", "mid": "|", "lvert": "|",
-    "rvert": "|", "langle": "⟨", "rangle": "⟩", "quad": " ", "qquad": " ", "div": "÷",
-    "partial": "∂", "nabla": "∇", "forall": "∀", "exists": "∃", "emptyset": "∅", "cup": "∪",
-    "cap": "∩", "subseteq": "⊆", "land": "∧", "lor": "∨", "neg": "¬", "circ": "∘",
-    "left": "", "right": "", "big": "", "Big": "", "bigl": "", "bigr": "", "displaystyle": "",
-    "begin": "", "end": "", "hline": "", "frac": "", "dfrac": "", "tfrac": "",
-}
+    "cdot": " · ", "times": " × ", "le": " ≤ ", "leq": " ≤ ", "ge": " ≥ ", "geq": " ≥ ",
+    "ne": " ≠ ", "neq": " ≠ ", "approx": " ≈ ", "leftarrow": " ← ", "gets": " ← ",
+    "rightarrow": " → ", "to": " → ", "in": " ∈ ", "bmod": " mod ", "mod": " mod ",
+    "pm": " ± ", "div": " ÷ ", "quad": " ", "qquad": " ",
+    "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉", "langle": "⟨", "rangle": "⟩",
+    "mid": "|", "lvert": "|", "rvert": "|", "sum": "Σ", "prod": "∏", "int": "∫",
+    "infty": "∞", "sqrt": "√", "dots": "…", "ldots": "…", "cdots": "…", "partial": "∂",
+    "forall": "∀", "exists": "∃", "emptyset": "∅", "cup": "∪", "cap": "∩",
+    "left": "", "right": "", "big": "", "Big": "", "bigl": "", "bigr": "",
+    "displaystyle": "", "begin": "", "end": "", "hline": "",
+}  # fmt: skip
 SPACING = {",": " ", ";": " ", ":": " ", "!": "", " ": " ", "\\": "; "}
 FRACTION = re.compile(r"\\[dt]?frac\s*\{(?P<top>[^{}]*)\}\s*\{(?P<bottom>[^{}]*)\}")
+OPENING, CLOSING = re.compile(r"([⌊⌈⟨(\[])\s+"), re.compile(r"\s+([⌋⌉⟩)\]])")
 
 
 def greek(name: str) -> str | None:
@@ -43,7 +45,7 @@ def greek(name: str) -> str | None:
 def tex_to_text(tex: str) -> str:
     """One math span's TeX as the plain text a reader would type for it."""
     for _ in range(4):  # innermost fractions first
-        tex = FRACTION.sub(lambda m: f"{m['top']}/{m['bottom']}", tex)
+        tex = FRACTION.sub(lambda m: f"{_grouped(m['top'])}/{_grouped(m['bottom'])}", tex)
 
     def command(match: re.Match) -> str:
         if match["symbol"] is not None:
@@ -54,7 +56,14 @@ def tex_to_text(tex: str) -> str:
         return greek(name) or ("" if name.startswith(("math", "text", "operatorname")) else name)
 
     text = COMMAND.sub(command, tex).replace("{", "").replace("}", "").replace("&", "")
-    return re.sub(r"\s+", " ", text).strip()
+    text = CLOSING.sub(r"\1", OPENING.sub(r"\1", re.sub(r"\s+", " ", text)))
+    return text.strip()
+
+
+def _grouped(part: str) -> str:
+    """A fraction's numerator or denominator, in parentheses when it is more than one term."""
+    part = part.strip()
+    return f"({part})" if re.search(r"[\s+\-]", part) else part
 
 
 def plain(text: str) -> str:
