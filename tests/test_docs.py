@@ -446,6 +446,33 @@ def test_the_home_page_maps_every_section_of_the_site() -> None:
     assert not unmapped, f"pages the home page's site map does not reach: {unmapped}"
 
 
+EXERCISE_LINK = re.compile(r"\[(?:[^\]]*?\b)?[Ee]xercises? (\d+)[^\]]*\]\(([^)\s#]+)")
+
+
+def test_a_link_named_for_an_exercise_lands_on_that_exercises_page() -> None:
+    """ "Your turn: Exercise 5" once led to the course's table; each exercise has a page."""
+    pages = {int(Path(page).name[:2]): page for page in GENERATED}
+    wrong = []
+    for path in PAGES:
+        page = path.relative_to(DOCS).as_posix()
+        for number, target in EXERCISE_LINK.findall(path.read_text(encoding="utf-8")):
+            landed = (DOCS / page).parent.joinpath(target).resolve().relative_to(DOCS.resolve())
+            if landed.as_posix() != pages.get(int(number)):
+                wrong.append(f"docs/{page}: exercise {number} links to {landed.as_posix()}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("exercise", sorted(GENERATED))
+def test_an_exercise_and_the_pages_that_teach_it_link_each_other(exercise: str) -> None:
+    """Each exercise's page links to the pages it builds on (its README's background and the
+    course table's "read first"), and each of those pages links back to the exercise."""
+    taught_by = {p for p in linked_pages(exercise, page_text(exercise)) if p not in GENERATED}
+    taught_by.discard("course/index.md")
+    assert taught_by, f"{exercise} links to no page of the site"
+    silent = sorted(p for p in taught_by if exercise not in linked_pages(p, page_text(p)))
+    assert not silent, f"pages {exercise} builds on that do not link back to it: {silent}"
+
+
 def nav_pages_in(item) -> list[str]:
     value = next(iter(item.values())) if isinstance(item, dict) else item
     if isinstance(value, list):
@@ -560,6 +587,8 @@ def site(tmp_path_factory) -> Path:
 
 def test_mkdocs_build_strict_succeeds(site: Path) -> None:
     assert (site / "index.html").is_file()
+    scripts = sorted(str(path.relative_to(site)) for path in site.rglob("*.py"))
+    assert not scripts, f"docs/'s scripts and hooks are published as pages or files: {scripts}"
     for page in PAGES:
         # The offline plugin builds page.md as page.html, so links work opened from disk.
         html = site / page.relative_to(DOCS).with_suffix(".html")

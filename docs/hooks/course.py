@@ -19,6 +19,9 @@ build time, from whatever form works in the other two places:
   and ``../README.md`` the course's index;
 - a link to a starter file (``starter/memory.py``) becomes the place on the page that shows it.
 
+Under the README the page lists the pages to read first, from the course's table
+(``docs/course/index.md``), so every exercise links back to the pages that teach it.
+
 Any other relative link fails the build: it names a file the site does not have. GitHub's
 ``<details><summary>`` hint blocks become the site's collapsible blocks, so that the Markdown
 inside them renders.
@@ -122,8 +125,19 @@ def details_to_admonition(markdown: str) -> str:
     return DETAILS.sub(convert, markdown)
 
 
+def read_first(number: int, root: Path) -> str:
+    """The "read first" cell of exercise ``number``'s row in the course's table
+    (``docs/course/index.md``): links relative to ``course/``, as the exercise's page is."""
+    index = (root / "docs" / COURSE / "index.md").read_text(encoding="utf-8")
+    row = re.search(rf"^\| {number:02d} \|(.*)$", index, re.M)
+    if row is None:
+        raise PluginError(f"docs/course/index.md has no row for exercise {number:02d}")
+    return [cell.strip() for cell in row[1].split("|")][2]
+
+
 def exercise_markdown(folder: Path, root: Path, site_url: str | None) -> str:
-    """The site page of one exercise: its README, links rewritten, then its starter files."""
+    """The site page of one exercise: its README, links rewritten, then its starter files,
+    and the pages to read first, as the course's table lists them."""
     readme = (folder / "README.md").read_text(encoding="utf-8")
     readme = LINK.sub(
         lambda m: f"[{m['text']}]({rewrite_link(m['target'], folder, root, site_url)})", readme
@@ -141,7 +155,8 @@ def exercise_markdown(folder: Path, root: Path, site_url: str | None) -> str:
         lines += [f'??? example "starter/{path.name}"', "", "    ```python"]
         lines += [("    " + line) if line else "" for line in code.split("\n")]
         lines += ["    ```"]
-    lines += ["", f"[All exercises](index.md) · grade with `minipaged exercises check {number}`."]
+    lines += ["", "## On this site", ""]
+    lines += [f"Read first: {read_first(number, root)}. [All exercises](index.md)."]
     return "\n".join(lines) + "\n"
 
 

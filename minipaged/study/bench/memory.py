@@ -206,7 +206,7 @@ def run(options: Options) -> Report:
 
 
 def _plot(rows: list[dict], options: Options):
-    fig, (share, seqs) = plot.figure(ncols=2)
+    fig, (share, seqs) = plot.figure(panels=2)
     names = [row["allocator"] for row in rows]
     parts = {
         "stored": [r["reserved"] + r["shared"] - r["internal"] - r["reservation"] for r in rows],
@@ -218,13 +218,12 @@ def _plot(rows: list[dict], options: Options):
     for label, values in parts.items():
         share.barh(names, [100 * v for v in values], left=[100 * x for x in left], label=label)
         left = [x + v for x, v in zip(left, values, strict=True)]
-    share.set_xlabel("% of the KV budget (mean over saturated steps)")
+    share.set_xlabel("% of the KV budget, memory full")
     share.invert_yaxis()
-    share.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=4, fontsize="small")
+    share.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize="small")
     seqs.barh(names, [r["peak_seqs"] for r in rows], label="peak")
     seqs.barh(names, [r["mean_seqs"] for r in rows], label="mean", alpha=0.7)
     seqs.set_xlabel("concurrent sequences")
     seqs.invert_yaxis()
-    seqs.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, fontsize="small")
-    seqs.set_yticklabels([])
+    seqs.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize="small")
     return plot.save(fig, options.out, "memory")
