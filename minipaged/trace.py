@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from minipaged import atomic_write
 from minipaged.block_manager import BlockState, TableState
 from minipaged.engine import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.events import EVENT_TYPES, Event
@@ -144,7 +145,10 @@ def step_from_dict(record: dict, previous: StepOutput | None = None) -> StepOutp
 
 class Recorder:
     """Writes a trace as the run goes: the header at once, then one line per ``write``,
-    flushed, so a run that is interrupted leaves a trace of every step it finished."""
+    flushed, so a run that is interrupted leaves a trace of every step it finished. The file
+    takes ``path``'s place only at the first step (``minipaged.atomic_write``): a run refused
+    before it leaves an existing trace as it was, and a symbolic link at ``path`` is replaced,
+    never followed."""
 
     def __init__(
         self, path: str | Path, header: dict, keyframe_every: int = KEYFRAME_EVERY
@@ -154,8 +158,9 @@ class Recorder:
         self.keyframe_every = keyframe_every
         self.num_steps = 0
         self._previous: StepOutput | None = None
-        # Open for the recorder's lifetime, closed by close() or the with block.
-        self._file = Path(path).open("w", encoding="utf-8")  # noqa: SIM115
+        # Open for the recorder's lifetime, put in place by close() or the with block.
+        self._replacement = atomic_write.Replacement(path)
+        self._file = self._replacement.file
         start = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
         self._file.write(json.dumps({**start, **header}) + "\n")
         self._file.flush()
@@ -164,11 +169,12 @@ class Recorder:
         previous = None if self.num_steps % self.keyframe_every == 0 else self._previous
         self._file.write(json.dumps(step_to_dict(step, previous)) + "\n")
         self._file.flush()
+        self._replacement.publish()
         self._previous = step
         self.num_steps += 1
 
     def close(self) -> None:
-        self._file.close()
+        self._replacement.commit()
 
     def __enter__(self) -> Recorder:
         return self
@@ -176,7 +182,10 @@ class Recorder:
     def __exit__(
         self, kind: type | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self.close()
+        if error is not None and self.num_steps == 0:
+            self._replacement.discard()  # refused before any step: keep what was there
+        else:
+            self.close()
 
 
 def save(

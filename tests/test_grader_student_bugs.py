@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_exercises import failures_of, starter_with
+from test_exercises import as_written_by_a_student, failures_of, starter_with
 
 from minipaged import allocator, memory, scheduler
 from minipaged.block_manager import BlockManager
@@ -167,7 +167,7 @@ def kernel_with(folder: Path, name: str, line: str, bug: str) -> None:
 
     source = (Path(cuda_kernels.__file__).parent / name).read_text()
     assert line in source
-    (folder / name).write_text(source.replace(line, bug))
+    (folder / name).write_text(as_written_by_a_student(source.replace(line, bug)))
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from minipaged import atomic_write
 from minipaged.arguments import integer
 
 SCREENSHOT_TIMEOUT_S = 120.0
@@ -209,18 +210,24 @@ def parse_size(size: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def keep_spaces(path: Path) -> None:
+def keep_spaces(svg: str) -> str:
     """Mark the SVG's text as space-preserving: converters such as rsvg-convert otherwise
     collapse the runs of spaces that lay out a terminal screen ("It is" becomes "Itis")."""
-    svg = path.read_text(encoding="utf-8")
-    if "xml:space" not in svg:
-        path.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
+    if "xml:space" in svg:
+        return svg
+    return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
 def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
     """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
     last one, if the run is shorter), write the screen as SVG to ``path`` and exit. The same
     flags give the same picture every time."""
+    if not path.parent.is_dir() or path.is_dir():
+        raise ValueError(
+            f"--screenshot {path}: {path.parent} is not a folder to write into"
+            if not path.parent.is_dir()
+            else f"--screenshot {path} is a folder: name an .svg file"
+        )
     failure: list[str] = []
 
     async def shoot(pilot) -> None:
@@ -243,8 +250,8 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
         else:
             await pilot.pause(0.1)  # the log scrolls to the step once its new size is laid out
             await pilot.pause()
-            app.save_screenshot(str(path))
-            keep_spaces(path)
+            # Whole or not at all, and never through a symbolic link (minipaged.atomic_write).
+            atomic_write.write_text(path, keep_spaces(app.export_screenshot()))
         app.exit()
 
     app.animation_level = "none"

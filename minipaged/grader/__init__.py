@@ -4,11 +4,19 @@
   loading the work to grade, and ``block_manager_class``, a student's work as a drop-in
   ``BlockManager``;
 - ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where
-  it can run (a child process under time and memory limits, the CUDA simulator, or a GPU);
+  it can run (a child process under time and memory limits, the CUDA simulator, or a GPU),
+  judged here;
+- ``child``: the grading child, which runs a student's code and answers with what it returned;
+- ``remote`` and ``proxies``: starting, asking and ending a child, and stand-ins for the
+  objects it keeps, so that the checks run here, unchanged;
+- ``wire``: what crosses between them: length-prefixed JSON, strictly read;
+- ``delegation``: keeping the library's own solution out of a student's reach;
+- ``confinement``: Landlock, where Linux offers it;
 - ``report``: criteria, results, the printed and the JSON report;
 - ``student``: a student's files, or the library modules that solve an exercise;
 - ``ex01_block_table`` ... ``ex12_prefix_cache``: each exercise's checks (``CRITERIA``);
-- ``properties``: random programs against a block manager, and the reference properties;
+- ``properties`` and ``program_steps``: random programs against a block manager, one request
+  a step, and the reference properties;
 - ``bug_zoo`` and ``broken_states``: broken block managers and hand-built broken states that
   exercise 06's properties must catch;
 - ``shared_memory_races``: watching the CUDA simulator's shared memory for races;

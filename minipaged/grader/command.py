@@ -12,15 +12,20 @@ writes a JSON report, and exits 0 when no criterion failed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import shutil
+import math
+import os
 from pathlib import Path
 
 from rich.console import Console
 
+from minipaged import atomic_write
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import Limits, grade
 
 REPORT_NAME = "report.json"
+MIN_MEMORY_GIB = 1.0
+"""Less address space than this and the grading child cannot start Python and torch."""
+MAX_SECONDS = 86_400.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,12 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "`minipaged exercises check N --path DIR`.",
     )
     init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
-    init.add_argument("directory", type=Path, metavar="DIR", help="where to put the files")
+    init.add_argument("directory", metavar="DIR", help="where to put the files")
     check = actions.add_parser(
         "check",
         help="grade exercise N: pass / fail / blocked per criterion, and a JSON report",
         description="Your code runs in a child process with a memory limit, a CPU-time limit "
-        "and a wall-clock limit (resource isolation, not a security sandbox). Exit status 0 "
+        "and a wall-clock limit, confined by Landlock where Linux has it; the child only runs "
+        "your functions and the grader judges what they return. Exit status 0 "
         "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
     )
     check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
@@ -69,16 +75,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--memory-limit",
         type=float,
         metavar="GIB",
-        default=defaults.memory_gib,
-        help=f"address space the grading process may use (default {defaults.memory_gib:g})",
+        help="address space the grading process may use, in GiB, at least "
+        f"{MIN_MEMORY_GIB:g} and at most this machine's memory; inf for no limit (default "
+        f"{defaults.memory_gib:g}, or the machine's memory if it has less)",
     )
     check.add_argument(
         "--time-limit",
         type=float,
         metavar="SECONDS",
         default=defaults.wall_seconds,
-        help="wall-clock time each grading process may run; CPU time is capped at 1.5 times "
-        f"that (default {defaults.wall_seconds:g})",
+        help="wall-clock time the whole grading may take, in seconds, at most "
+        f"{MAX_SECONDS:g} (a day); CPU time is capped at 1.5 times that; inf for no limit "
+        f"(each check still stops after {defaults.check_seconds:g} s) (default "
+        f"{defaults.wall_seconds:g})",
     )
 
 
@@ -102,20 +111,13 @@ def _run(args: argparse.Namespace) -> int:
         copied = init(args.number, args.directory)
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
-            f"next: read {args.directory / 'README.md'}, edit the files, then run "
+            f"next: read {Path(args.directory) / 'README.md'}, edit the files, then run "
             f"`minipaged exercises check {args.number} --path {args.directory}`",
             markup=False,
             highlight=False,
         )
         return 0
-    for name, value in (("--memory-limit", args.memory_limit), ("--time-limit", args.time_limit)):
-        if not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value}")
-    limits = Limits(
-        memory_gib=args.memory_limit,
-        cpu_seconds=int(1.5 * args.time_limit) + 1,
-        wall_seconds=args.time_limit,
-    )
+    limits = limits_from(args.memory_limit, args.time_limit)
     report = grade(args.number, args.path, args.solution, limits)
     report.render(console)
     target = args.json
@@ -123,11 +125,12 @@ def _run(args: argparse.Namespace) -> int:
         target = (args.path or EXERCISES[args.number].starter) / REPORT_NAME
     if target is not None:
         try:
-            report.save(target)
-            console.print(f"report: {target}", highlight=False)
+            note = report.save(target)
+            console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
         except OSError as error:  # an installed package's starter folder is not writable
             console.print(
-                f"no report written ({error.strerror}: {target}); copy the exercise out with "
+                f"no report written ({error.strerror or error}: {target}); copy the exercise "
+                f"out with "
                 f"`minipaged exercises init {args.number} DIR`, or pass --json FILE",
                 markup=False,
                 highlight=False,
@@ -135,21 +138,59 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def init(number: int, directory: Path) -> list[str]:
+def limits_from(memory_gib: float | None, seconds: float) -> Limits:
+    """The ``Limits`` of ``--memory-limit`` and ``--time-limit``, each checked against the
+    machine before anything is allocated; ``inf`` is no limit. Raises ``ValueError`` naming
+    the flag, the value and the fix."""
+    total = _machine_memory_gib()
+    if memory_gib is None:
+        memory_gib = min(Limits().memory_gib, total)
+    if math.isnan(memory_gib) or (
+        memory_gib != math.inf and not MIN_MEMORY_GIB <= memory_gib <= total
+    ):
+        raise ValueError(
+            f"--memory-limit must be between {MIN_MEMORY_GIB:g} GiB (for Python and torch to "
+            f"start) and this machine's {total:.1f} GiB, or inf for no limit; got {memory_gib:g}"
+        )
+    if math.isnan(seconds) or (seconds != math.inf and not 0 < seconds <= MAX_SECONDS):
+        raise ValueError(
+            f"--time-limit must be more than 0 and at most {MAX_SECONDS:g} seconds (a day), or "
+            f"inf for no limit; got {seconds:g}"
+        )
+    unlimited = seconds == math.inf
+    return Limits(
+        memory_gib=None if memory_gib == math.inf else memory_gib,
+        cpu_seconds=None if unlimited else int(1.5 * seconds) + 1,
+        wall_seconds=seconds,
+    )
+
+
+def _machine_memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def init(number: int, directory: str | Path) -> list[str]:
     """Copy exercise ``number``'s README and starter files into ``directory``; return their
-    names. Refuses, changing nothing, when any of them is there already."""
+    names. Refuses, changing nothing, when ``directory`` is not a folder that can hold them or
+    any of them is there already (a symbolic link too, dangling or not: none is followed)."""
     ex = exercise(number)
+    if not str(directory).strip():
+        raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory} is a file, not a folder: choose a new or empty folder")
     sources = [ex.starter.parent / "README.md"] + [ex.starter / name for name in ex.files]
-    clashes = [s.name for s in sources if (directory / s.name).exists()]
+    clashes = [s.name for s in sources if os.path.lexists(directory / s.name)]
     if clashes:
         raise ValueError(
             f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
             f"check the work there with `minipaged exercises check {number} --path {directory}`"
         )
+    contents = [(source.name, source.read_bytes()) for source in sources]
     directory.mkdir(parents=True, exist_ok=True)
-    for source in sources:
-        shutil.copyfile(source, directory / source.name)
-    return [s.name for s in sources]
+    for name, data in contents:
+        atomic_write.create(directory / name, data)
+    return [name for name, _ in contents]
 
 
 def listing() -> str:

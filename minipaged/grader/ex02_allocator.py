@@ -118,7 +118,12 @@ def check_take_allocates_a_given_free_block(student):
 
 def check_block_manager_runs_on_your_allocator(student):
     """the library's block manager keeps every invariant on random programs over your allocator"""
-    run_programs(BlockManagerMachine, block_manager_class(student), max_examples=40)
+    run_programs(BlockManagerMachine, student=student, make=_on_your_allocator, max_examples=40)
+
+
+def _on_your_allocator(student, num_device: int, num_host: int, block_size: int):
+    """In the student's process: the library's manager on their allocator."""
+    return block_manager_class(student)(num_device, num_host, block_size, watermark=0.0)
 
 
 CRITERIA = tuple(

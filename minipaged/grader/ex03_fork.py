@@ -8,6 +8,7 @@ and ``free`` written by the student. Appends here use the library's ``append_slo
 from __future__ import annotations
 
 from minipaged.block_manager import BlockManager
+from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 
@@ -130,7 +131,7 @@ def check_fork_refuses_bad_sequences(student):
 
 def check_random_programs_keep_every_invariant(student):
     """random programs of allocate / fork / append / free / swap keep every invariant"""
-    run_programs(BlockManagerMachine, student.block_manager.BlockManager)
+    run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 
 CRITERIA = tuple(

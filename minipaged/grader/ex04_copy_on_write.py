@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
+from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect
 
@@ -141,7 +142,7 @@ def _refused_append(bm, seq: int, what: str, returned: str) -> None:
 
 def check_random_programs_keep_every_invariant(student):
     """random programs of allocate / fork / append / free / swap keep every invariant"""
-    run_programs(BlockManagerMachine, student.block_manager.BlockManager)
+    run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 
 CRITERIA = tuple(

@@ -15,6 +15,7 @@ import torch
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.events import Preempt, Recompute
+from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 from minipaged.sampling import SamplingParams
@@ -133,7 +134,7 @@ def check_swap_in_refuses_a_sequence_on_the_device(student):
 
 def check_random_programs_keep_every_invariant(student):
     """random programs of allocate / fork / append / free / swap keep every invariant"""
-    run_programs(BlockManagerMachine, student.block_manager.BlockManager)
+    run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -146,8 +147,9 @@ def _request(request_id: str, arrival: int, seq_id: int, prompt_len: int) -> Seq
     )
 
 
-def _step(scheduler):
-    """One engine step: schedule, then give every scheduled sequence its sampled token."""
+def _step(student, scheduler):
+    """One engine step: schedule, then give every scheduled sequence its sampled token. Runs
+    next to the student's code (``student.run``), since it changes their objects."""
     out = scheduler.schedule()
     for scheduled in out.scheduled:
         scheduled.seq.token_ids.append(7)
@@ -157,7 +159,8 @@ def _step(scheduler):
 @dataclass
 class Scene:
     """Requests a (arrival 0, seq 0) and b (arrival 1, seq 1) under the student's scheduler,
-    and ``out``, the output of the step that had to preempt."""
+    and ``out``, the output of the step that had to preempt. Built next to the student's code
+    (``student.run``); a check reads it through the stand-ins the grader gets."""
 
     bm: BlockManager
     scheduler: object
@@ -174,10 +177,10 @@ def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
     a, b = _request("a", 0, 0, 7), _request("b", 1, 1, 7)
     scheduler.add(a)
     scheduler.add(b)
-    _step(scheduler)
-    _step(scheduler)
+    _step(student, scheduler)
+    _step(student, scheduler)
     bm.pop_events()
-    return Scene(bm, scheduler, a, b, _step(scheduler))
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
 
 
 def _ids(groups) -> list[str]:
@@ -203,7 +206,7 @@ def _preempt_event(bm) -> Preempt:
 
 def check_recompute_frees_the_blocks_and_requeues(student):
     """recompute: the latest arrival's blocks are freed, it waits again, keeping its token ids"""
-    scene = _two_requests_then_full(student, "recompute", host=0)
+    scene = student.run(_two_requests_then_full, "recompute", 0)
     b = scene.b
     expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
     waiting = (b.status, b in scene.scheduler.waiting)
@@ -213,7 +216,7 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     expect(len(b.seqs[0].token_ids), 9, "b's token ids: 7 prompt + 2 generated, kept")
     event = _preempt_event(scene.bm)
     expect((event.request_id, event.mode), ("b", "recompute"), "(request, mode) of the Preempt")
-    scene = _two_requests_then_full(student, "recompute", host=8)
+    scene = student.run(_two_requests_then_full, "recompute", 8)
     expect(
         _preempt_event(scene.bm).mode,
         "recompute",
@@ -224,11 +227,11 @@ def check_recompute_frees_the_blocks_and_requeues(student):
 
 def check_recomputed_request_prefills_prompt_and_generated(student):
     """a recomputed request comes back as one prefill of [Prompt, Generated]"""
-    scene = _two_requests_then_full(student, "recompute", host=0)
+    scene = student.run(_two_requests_then_full, "recompute", 0)
     bm = scene.bm
     bm.free(0)
     scene.scheduler.finish(scene.a)
-    out = _step(scene.scheduler)
+    out = student.run(_step, scene.scheduler)
     expect(
         [(s.seq.seq_id, s.num_query_tokens) for s in out.scheduled],
         [(1, 9)],
@@ -240,7 +243,7 @@ def check_recomputed_request_prefills_prompt_and_generated(student):
 
 def check_swap_preemption_moves_the_blocks_to_host(student):
     """swap: the latest arrival's blocks move to the host pool and it joins the swapped queue"""
-    scene = _two_requests_then_full(student, "swap", host=4)
+    scene = student.run(_two_requests_then_full, "swap", 4)
     b, out = scene.b, scene.out
     expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
     swapped = (b.status, b in scene.scheduler.swapped)
@@ -253,7 +256,7 @@ def check_swap_preemption_moves_the_blocks_to_host(student):
 
 def check_swap_falls_back_to_recompute_without_host_room(student):
     """swap with no room in the host pool falls back to recompute"""
-    scene = _two_requests_then_full(student, "swap", host=0)
+    scene = student.run(_two_requests_then_full, "swap", 0)
     waiting = (scene.b.status, scene.b in scene.scheduler.waiting)
     expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
     expect(_preempt_event(scene.bm).mode, "recompute", "the Preempt's mode with no host pool")
@@ -268,8 +271,8 @@ def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str
     a, b = _request("a", 0, 0, 7), _request("b", 2, 1, 7)
     scheduler.add(a)
     scheduler.add(b)
-    _step(scheduler)
-    _step(scheduler)
+    _step(student, scheduler)
+    _step(student, scheduler)
     queue = scheduler.swapped if preemption == "swap" else scheduler.waiting
     status = Status.SWAPPED if preemption == "swap" else Status.WAITING
     for request_id, arrival, seq_id in (("z", 1, 8), ("c", 3, 9)):
@@ -277,14 +280,14 @@ def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str
         group.status = status
         queue.append(group)
     bm.pop_events()
-    scene = Scene(bm, scheduler, a, b, _step(scheduler))
+    scene = Scene(bm, scheduler, a, b, _step(student, scheduler))
     return scene, [g.request_id for g in queue]
 
 
 def check_a_victim_keeps_its_arrival_order(student):
     """a preempted request rejoins the waiting or swapped queue in arrival order"""
     for preemption, host, name in (("recompute", 0, "waiting"), ("swap", 4, "swapped")):
-        scene, queue = _requeue_scene(student, preemption, host)
+        scene, queue = student.run(_requeue_scene, preemption, host)
         expect(_ids(scene.out.preempted), ["b"], f"{preemption}: the preempted requests, by id")
         if queue != ["z", "b", "c"]:
             raise CheckFailed(
@@ -299,7 +302,7 @@ def check_a_victim_keeps_its_arrival_order(student):
 def check_the_preempt_event_comes_first(student):
     """the Preempt event is recorded before the Free or SwapOut events it causes"""
     for preemption, host, caused in (("recompute", 0, "free"), ("swap", 4, "swap-out")):
-        scene = _two_requests_then_full(student, preemption, host)
+        scene = student.run(_two_requests_then_full, preemption, host)
         kinds = [e.kind for e in scene.bm.pop_events()]
         if "preempt" not in kinds or caused not in kinds:
             raise CheckFailed(
@@ -314,18 +317,25 @@ def check_the_preempt_event_comes_first(student):
             )
 
 
-def check_a_request_with_several_sequences_is_swapped(student):
-    """a request whose sequences share blocks is swapped whatever the policy, to keep sharing"""
+def _two_samples_then_full(student) -> Scene:
+    """b samples n = 2 after its prefill, so its prompt's blocks are shared; then both of b's
+    sequences must copy shared block 1 and only one block is free."""
     bm = BlockManager(5, 4, block_size=4, watermark=0.0)
     scheduler = student.scheduler.Scheduler(bm, "recompute")
     a, b = _request("a", 0, 0, 7), _request("b", 1, 1, 7)
     scheduler.add(a)
     scheduler.add(b)
-    _step(scheduler)
-    bm.fork(1, 2)  # b samples n = 2: its prompt's blocks are shared
+    _step(student, scheduler)
+    bm.fork(1, 2)
     b.seqs.append(Sequence(2, list(b.seqs[0].token_ids), 7))
     bm.pop_events()
-    out = _step(scheduler)  # both of b's sequences must copy shared block 1; one block is free
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+
+
+def check_a_request_with_several_sequences_is_swapped(student):
+    """a request whose sequences share blocks is swapped whatever the policy, to keep sharing"""
+    scene = student.run(_two_samples_then_full)
+    bm, out = scene.bm, scene.out
     expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
     event = _preempt_event(bm)
     expect(event.mode, "swap", "the mode for a request of 2 sequences")

@@ -11,25 +11,140 @@ which breaks rules silently, the way real code does.
 
 from __future__ import annotations
 
-from minipaged.block_manager import BlockManager
+from dataclasses import dataclass
+
+from hypothesis.stateful import invariant
+
+from minipaged import invariants
+from minipaged.block_manager import BlockManager, BlockState
+from minipaged.block_table import BlockTable
 from minipaged.grader import bug_zoo
-from minipaged.grader.broken_states import BROKEN_STATES, BrokenState
-from minipaged.grader.properties import run_programs
+from minipaged.grader.broken_states import BROKEN_STATES, BrokenState, PresetAllocator
+from minipaged.grader.properties import BlockManagerProgram, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion
 
 
-def _machine(student):
-    return student.properties.BlockManagerMachine
+@dataclass(frozen=True)
+class Verdict:
+    """What the student's properties said of one state: an assert failed (``message``), they
+    crashed (``crash``: the error and the line), or they held (neither)."""
+
+    failed: bool
+    message: str = ""
+    crash: str = ""
+
+
+def judge(student, state: BlockState, kv_slots: dict, written: dict, last_write, end: bool):
+    """In the student's process: run their properties on a state given only as data (a
+    ``BlockState`` and the simulated KV contents), so that nothing tells them which manager,
+    correct or broken, made it. ``end``: run ``after_all_freed`` (a program's end) instead of
+    the ``@invariant`` methods."""
+    machine = student.properties.BlockManagerMachine()
+    kv = SimulatedKV(state.block_size)
+    kv.slots = {pool: dict(kv_slots.get(pool, {})) for pool in ("device", "host")}
+    kv.written = {seq: list(tokens) for seq, tokens in written.items()}
+    machine.see(_manager_in(state), kv, last_write)
+    machine.program, machine.next_seq = ["a state"], 10**6
+    try:
+        if end:
+            machine.after_all_freed()
+        else:
+            for inv in machine.invariants:
+                if all(holds(machine) for holds in inv.preconditions):
+                    inv.function(machine)
+    except AssertionError as error:
+        return Verdict(True, str(error))
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        return Verdict(False, crash=f"{type(error).__name__}: {error}{student.where(error)}")
+    return Verdict(False)
+
+
+def _manager_in(state: BlockState) -> BlockManager:
+    """A ``BlockManager`` whose allocators and tables are exactly ``state``'s."""
+    host = len(state.host_refcounts)
+    manager = BlockManager(len(state.device_refcounts), host, state.block_size, 0.0)
+    manager.device = PresetAllocator(
+        list(state.device_refcounts), list(state.device_free), "device"
+    )
+    manager.host = (
+        PresetAllocator(list(state.host_refcounts), list(state.host_free), "host") if host else None
+    )
+    for seq, table in state.tables.items():
+        manager.tables[seq] = BlockTable(
+            state.block_size, list(table.blocks), table.num_tokens, table.pool
+        )
+    return manager
+
+
+def _ask(student, manager, kv: SimulatedKV, last_write, end: bool) -> Verdict:
+    return student.run(judge, manager.snapshot(), kv.slots, kv.written, last_write, end)
+
+
+class YourPropertiesFailed(AssertionError):
+    """The student's properties failed an assert on a state a program reached."""
+
+
+class FalseAlarm(Exception):
+    """The student's properties failed on a state the reference properties find sound."""
+
+
+class _AskTheStudent(BlockManagerProgram):
+    """Random programs against a manager of this process, whose every state the student's
+    properties judge (``judge``, in their process); an assert they fail ends the program."""
+
+    graded: object = None  # the student, whose properties judge
+
+    def _verdict(self, end: bool) -> None:
+        verdict = _ask(type(self).graded, self.manager, self.kv, self.last_write, end)
+        if verdict.crash:
+            raise RuntimeError(f"your properties crashed: {verdict.crash}")
+        if verdict.failed:
+            raise YourPropertiesFailed(verdict.message)
+
+    @invariant()
+    def your_properties_hold(self):
+        self._verdict(end=False)
+
+    def after_all_freed(self):
+        self._verdict(end=True)
+
+
+def _programs(student, manager_class: type, max_examples: int, shrink: bool = True) -> None:
+    machine = type("YourProperties", (_AskTheStudent,), {"graded": student})
+    run_programs(machine, manager_class, max_examples=max_examples, shrink=shrink)
+
+
+def reference_problems(state: BlockState, kv: SimulatedKV, last_write, end: bool) -> list[str]:
+    """What the reference properties (exercise 06's solution) find wrong with a state."""
+    if end:
+        return [
+            f"{pool} block(s) still in use"
+            for pool, free, refs in (
+                ("device", state.device_free, state.device_refcounts),
+                ("host", state.host_free, state.host_refcounts),
+            )
+            if len(free) != len(refs)
+        ]
+    problems = [p for found in invariants.check(state).values() for p in found]
+    if last_write is not None:
+        problems += invariants.write_is_exclusive(state, last_write)
+    problems += [
+        f"seq {seq} reads back other tokens"
+        for seq, table in state.tables.items()
+        if kv.read(table) != kv.written.get(seq)
+    ]
+    return problems
 
 
 def check_no_false_alarm(student):
     """your properties hold on every random program against the library's BlockManager"""
     try:
-        run_programs(_machine(student), BlockManager, max_examples=60)
-    except AssertionError as error:
+        _programs(student, BlockManager, max_examples=60)
+    except YourPropertiesFailed as error:
         raise CheckFailed(
-            f"a property{student.where(error)} failed on the library's BlockManager, which "
-            f"keeps every rule: {error}"
+            f"a property failed on the library's BlockManager, which keeps every rule: {error}"
         ) from None
 
 
@@ -46,25 +161,13 @@ RULES = {
 def missed(student, state: BrokenState) -> str:
     """``""`` when the student's properties fail an assert on ``state``, else why not. Rules
     1 to 4 run every ``@invariant``; rule 5 runs ``after_all_freed``, as a program's end does."""
-    machine = _machine(student)()
-    machine.manager, machine.kv, machine.last_write = state.build()
-    machine.program, machine.next_seq = [f"the hand-built state {state.name}"], 10
-    try:
-        if state.rule == 5:
-            machine.after_all_freed()
-        else:
-            for inv in machine.invariants:
-                if all(holds(machine) for holds in inv.preconditions):
-                    inv.function(machine)
-    except AssertionError:
+    manager, kv, last_write = state.build()
+    verdict = _ask(student, manager, kv, last_write, end=state.rule == 5)
+    if verdict.failed:
         return ""
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        return (
-            f"{state.fault}; your properties crashed with {type(error).__name__}: {error}"
-            f"{student.where(error)} instead of failing an assert"
-        )
+    if verdict.crash:
+        crashed = f"your properties crashed with {verdict.crash} instead of failing an assert"
+        return f"{state.fault}; {crashed}"
     return state.fault
 
 
@@ -86,12 +189,28 @@ def grades_rule(rule: int):
 
 
 def catches(member: type[BlockManager]):
-    """A check that the student's properties fail an assertion against ``member``."""
+    """A check that the student's properties fail an assertion against ``member``, on a state
+    that really breaks a rule (the reference properties agree)."""
+
+    class _Checked(_AskTheStudent):
+        def _verdict(self, end: bool) -> None:
+            try:
+                super()._verdict(end)
+                return
+            except YourPropertiesFailed as error:
+                failed = error
+            if not reference_problems(self.manager.snapshot(), self.kv, self.last_write, end):
+                raise FalseAlarm(
+                    f"a property failed on a state that breaks no rule ({failed}): that is a "
+                    "false alarm, not a catch"
+                )
+            raise failed
 
     def check(student):
+        machine = type("YourProperties", (_Checked,), {"graded": student})
         try:
-            run_programs(_machine(student), member, max_examples=100, shrink=False)
-        except AssertionError:
+            run_programs(machine, member, max_examples=100, shrink=False)
+        except YourPropertiesFailed:
             return
         except NotImplementedError:
             raise

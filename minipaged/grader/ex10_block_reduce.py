@@ -50,24 +50,23 @@ def _compare(got: np.ndarray, expected: np.ndarray, what: str) -> None:
             )
 
 
-def check_dot_product(student):
-    """32 threads, one dimension each, sum q_t k_t: every thread gets q . k"""
+def _launch_dot(student, seed: int, tokens: int) -> np.ndarray:
+    """Next to the student's code: the dot-product kernel on their reduction."""
     dot, _ = _kernels(student.block_reduce.tree_reduce)
-    query, keys = _inputs(0, 3)
-    got = _launch(dot, np.zeros((3, NUM_THREADS), np.float32), query, keys)
-    _compare(got, keys @ query, "q . k over head_dim = 32")
+    query, keys = _inputs(seed, tokens)
+    return _launch(dot, np.zeros((tokens, NUM_THREADS), np.float32), query, keys)
 
 
-def check_max_and_reuse(student):
-    """the same tree finds a maximum, and a second reduction may follow the first at once"""
+def _launch_largest(student, seed: int, tokens: int) -> np.ndarray:
+    """Next to the student's code: two maximum reductions back to back on their reduction."""
     _, largest = _kernels(student.block_reduce.tree_reduce)
-    _, values = _inputs(1, 2)
-    got = _launch(largest, np.zeros((2, NUM_THREADS), np.float32), values)
-    _compare(got, values.max(axis=1) - values.min(axis=1), "max(m - x) after m = max(x)")
+    _, values = _inputs(seed, tokens)
+    return _launch(largest, np.zeros((tokens, NUM_THREADS), np.float32), values)
 
 
-def check_no_shared_memory_race(student):
-    """threads wait at cuda.syncthreads() between writing scratch and reading another's entry"""
+def _watched_launches(student) -> dict:
+    """Next to the student's code: both kernels, one token each, with every shared-memory
+    access recorded; the races and divergent barriers found, or the error that stopped them."""
     from minipaged.grader.shared_memory_races import watch_shared_memory
 
     dot, largest = _kernels(student.block_reduce.tree_reduce)
@@ -79,18 +78,43 @@ def check_no_shared_memory_race(student):
             except NotImplementedError:
                 raise
             except Exception as error:
-                raise CheckFailed(
-                    f"the kernel failed before any race could be watched for: "
-                    f"{type(error).__name__}: {error}{student.where(error)}"
-                ) from None
-    if log.divergent_barriers():
-        raise CheckFailed(log.divergent_barriers()[0])
-    if log.races:
+                crash = f"{type(error).__name__}: {error}{student.where(error)}"
+                return {"crash": crash, "races": [], "divergent": []}
+    return {"crash": "", "races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
+
+
+def judge_races(seen: dict, what: str = "") -> None:
+    """Fail with the first divergent barrier or race a watched launch found."""
+    if seen["crash"]:
         raise CheckFailed(
-            f"{len(log.races)} shared-memory race(s); the first: {log.races[0]}. The "
-            "simulator may still give the right sum; a GPU, whose threads really run at once, "
-            "will not, every time"
+            f"the kernel failed before any race could be watched for: {seen['crash']}"
         )
+    if seen["divergent"]:
+        raise CheckFailed(seen["divergent"][0])
+    if seen["races"]:
+        raise CheckFailed(
+            f"{len(seen['races'])} shared-memory race(s){what}; the first: {seen['races'][0]}. "
+            "The simulator may still give the right answer; a GPU, whose threads really run "
+            "at once, will not, every time"
+        )
+
+
+def check_dot_product(student):
+    """32 threads, one dimension each, sum q_t k_t: every thread gets q . k"""
+    query, keys = _inputs(0, 3)
+    _compare(student.run(_launch_dot, 0, 3), keys @ query, "q . k over head_dim = 32")
+
+
+def check_max_and_reuse(student):
+    """the same tree finds a maximum, and a second reduction may follow the first at once"""
+    _, values = _inputs(1, 2)
+    expected = values.max(axis=1) - values.min(axis=1)
+    _compare(student.run(_launch_largest, 1, 2), expected, "max(m - x) after m = max(x)")
+
+
+def check_no_shared_memory_race(student):
+    """threads wait at cuda.syncthreads() between writing scratch and reading another's entry"""
+    judge_races(student.run(_watched_launches))
 
 
 CRITERIA = tuple(

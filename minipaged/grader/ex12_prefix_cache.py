@@ -8,6 +8,7 @@ cache's part is to forget a reused block and everything below it.
 
 from __future__ import annotations
 
+import copy
 import random
 
 from minipaged.block_manager import BlockManager
@@ -130,38 +131,56 @@ def check_forget_cuts_the_subtree(student):
     expect(cache.cached_blocks(), (), "cached_blocks() after forgetting the root's child")
 
 
-def tree_problems(cache) -> list[str]:
-    """What is wrong with the tree's own shape, walking it from ``cache.root``: every non-root
-    edge holds at least one block, with one chunk per block; every child's ``parent`` is the
-    node whose ``children`` hold it, under the key of its first chunk; and the blocks on the
-    edges are exactly ``cached_blocks()``."""
-    problems, on_edges, stack = [], [], [(cache.root, ())]
+MAX_NODES = 10_000
+"""A walk of the student's tree stops here: a cycle (a node among its own descendants) or a
+tree far larger than any program here builds."""
+
+
+def tree_shape(cache) -> list[list]:
+    """The student's tree as plain lists, walking it from ``cache.root``: for every edge below
+    the root, ``[path, key, chunks, blocks, parent_ok]``: the first chunks on the way to it,
+    its key, chunks and blocks, and whether its node's ``parent`` is the node whose
+    ``children`` hold it. Runs next to the student's code."""
+    shape, stack = [], [(cache.root, [])]
     while stack:
         node, path = stack.pop()
         for key, child in node.children.items():
-            here = path + tuple(child.chunks[:1])
-            if not child.blocks:
-                problems.append(f"the edge after {list(path)} is empty: remove an emptied node")
-            if len(child.chunks) != len(child.blocks):
-                problems.append(
-                    f"the edge after {list(path)} has {len(child.chunks)} chunks but "
-                    f"{len(child.blocks)} blocks {child.blocks}: one block per chunk"
-                )
-            if child.parent is not node:
-                problems.append(
-                    f"the node of blocks {child.blocks} (after {list(path)}) has a parent "
-                    "other than the node whose children hold it: set child.parent when you "
-                    "split or move a node"
-                )
-            if child.chunks and key != child.chunks[0]:
-                problems.append(
-                    f"the node of blocks {child.blocks} is a child under key {key}, but its "
-                    f"first chunk is {child.chunks[0]}"
-                )
-            on_edges += child.blocks
-            stack.append((child, here))
-    cached = tuple(cache.cached_blocks())
-    if tuple(sorted(on_edges)) != cached:
+            chunks = [list(c) for c in child.chunks]
+            shape.append([path, list(key), chunks, list(child.blocks), child.parent is node])
+            if len(shape) > MAX_NODES:
+                return shape
+            stack.append((child, path + chunks[:1]))
+    return shape
+
+
+def tree_problems(shape: list[list], cached: tuple) -> list[str]:
+    """What is wrong with the tree's own shape: every non-root edge holds at least one block,
+    with one chunk per block; every child's ``parent`` is the node whose ``children`` hold it,
+    under the key of its first chunk; and the blocks on the edges are exactly
+    ``cached_blocks()``."""
+    if len(shape) > MAX_NODES:
+        return [f"the tree has more than {MAX_NODES} nodes: does a node hold itself below it?"]
+    problems, on_edges = [], []
+    for path, key, chunks, blocks, parent_ok in shape:
+        if not blocks:
+            problems.append(f"the edge after {path} is empty: remove an emptied node")
+        if len(chunks) != len(blocks):
+            problems.append(
+                f"the edge after {path} has {len(chunks)} chunks but {len(blocks)} blocks "
+                f"{blocks}: one block per chunk"
+            )
+        if not parent_ok:
+            problems.append(
+                f"the node of blocks {blocks} (after {path}) has a parent other than the node "
+                "whose children hold it: set child.parent when you split or move a node"
+            )
+        if chunks and key != chunks[0]:
+            problems.append(
+                f"the node of blocks {blocks} is a child under key {key}, but its first chunk "
+                f"is {chunks[0]}"
+            )
+        on_edges += blocks
+    if tuple(sorted(on_edges)) != tuple(cached):
         problems.append(
             f"the edges hold blocks {sorted(on_edges)}, but cached_blocks() is {list(cached)}"
         )
@@ -197,30 +216,44 @@ def _call(op: tuple) -> str:
     return f"{op[0]}({', '.join(map(repr, op[1:]))})"
 
 
-def run_program(student, program: list[tuple]) -> tuple[str, int]:
-    """Run ``program`` on a fresh tree of the student's and on the contract's model; return
-    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``, and how
-    many operations ran up to it."""
-    cache, model = _cache(student), PrefixModel(2)
-    for ran, op in enumerate(program, start=1):
+def _run_ops(student, program: list[tuple]) -> list[dict]:
+    """Next to the student's code: run ``program`` on a fresh tree of theirs, and after each
+    operation record what it returned (or raised), the tree's shape and ``cached_blocks()``.
+    Stops at the first exception."""
+    cache, seen = _cache(student), []
+    for op in program:
         try:
             got = getattr(cache, op[0])(*op[1:])
         except NotImplementedError:
             raise
         except Exception as error:
-            return f"{_call(op)} raised {type(error).__name__}: {error}{student.where(error)}", ran
-        expected = getattr(model, op[0])(*op[1:])
+            seen.append({"raised": f"{type(error).__name__}: {error}{student.where(error)}"})
+            break
+        got = copy.deepcopy(got)  # as it was now: a later operation may change the list
+        seen.append({"got": got, "tree": tree_shape(cache), "cached": list(cache.cached_blocks())})
+    return seen
+
+
+def run_program(student, program: list[tuple]) -> tuple[str, int]:
+    """Run ``program`` on a fresh tree of the student's and on the contract's model; return
+    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``, and how
+    many operations ran up to it."""
+    model = PrefixModel(2)
+    seen = student.run(_run_ops, program)
+    for ran, (op, step) in enumerate(zip(program, seen, strict=False), start=1):
+        if "raised" in step:
+            return f"{_call(op)} raised {step['raised']}", ran
+        got, expected = step["got"], getattr(model, op[0])(*op[1:])
         if got != expected:
             return f"{_call(op)} returned {got!r}, expected {expected!r}", ran
-        problems = tree_problems(cache)
+        problems = tree_problems(step["tree"], step["cached"])
         if problems:
             return f"after {_call(op)} the tree is broken: " + "; ".join(problems[:2]), ran
         blocks = tuple(sorted(model.blocks.values()))
-        if tuple(cache.cached_blocks()) != blocks:
-            why = (
-                f"after {_call(op)}, cached_blocks() is {cache.cached_blocks()}, expected {blocks}"
-            )
-            return why, ran
+        if tuple(step["cached"]) != blocks:
+            return f"after {_call(op)}, cached_blocks() is {step['cached']}, expected {blocks}", ran
+    if len(seen) < len(program):
+        return "your tree answered fewer operations than it was given", len(seen) + 1
     return "", len(program)
 
 

@@ -28,6 +28,7 @@ class Exercise:
     title: str
     solution: dict[str, str]  # student file stem -> the library module that solves it
     checks: str  # the module whose CRITERIA grade it
+    graded: tuple[str, ...]  # the library functions the student writes: "module:Qual.name"
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -40,9 +41,19 @@ class Exercise:
     def criteria(self) -> tuple[Criterion, ...]:
         return importlib.import_module(self.checks).CRITERIA
 
+    def graded_in(self, module: str) -> tuple[str, ...]:
+        """The graded functions of library ``module``, as ``"module:Qual.name"``."""
+        return tuple(name for name in self.graded if name.partition(":")[0] == module)
 
-def _exercise(number: int, folder: str, title: str, solution: dict[str, str], checks: str):
-    return Exercise(number, folder, title, solution, f"minipaged.grader.{checks}")
+
+def _exercise(
+    number: int, folder: str, title: str, solution: dict[str, str], checks: str, graded: str
+):
+    """``graded``: "module:Qual.name ..." with the module left out where it is the only one
+    of ``solution``."""
+    (module, *_) = solution.values()
+    names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
+    return Exercise(number, folder, title, solution, f"minipaged.grader.{checks}", names)
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -54,6 +65,8 @@ EXERCISES: dict[int, Exercise] = {
             "block-table arithmetic: logical block, offset, slot, memory per token",
             {"memory": "minipaged.memory"},
             "ex01_block_table",
+            "logical_block block_offset num_logical_blocks slot ModelShape.kv_bytes_per_token "
+            "ModelShape.kv_bytes ModelShape.block_bytes_per_layer ModelShape.block_bytes",
         ),
         _exercise(
             2,
@@ -61,6 +74,9 @@ EXERCISES: dict[int, Exercise] = {
             "a refcounted block allocator",
             {"allocator": "minipaged.allocator"},
             "ex02_allocator",
+            "BlockAllocator.__init__ BlockAllocator.num_free BlockAllocator.refcount "
+            "BlockAllocator.free_blocks BlockAllocator.allocate BlockAllocator.take "
+            "BlockAllocator.incref BlockAllocator.decref",
         ),
         _exercise(
             3,
@@ -68,6 +84,7 @@ EXERCISES: dict[int, Exercise] = {
             "fork for parallel sampling and beam search",
             {"block_manager": "minipaged.block_manager"},
             "ex03_fork",
+            "BlockManager.fork BlockManager.free",
         ),
         _exercise(
             4,
@@ -75,6 +92,7 @@ EXERCISES: dict[int, Exercise] = {
             "append with copy-on-write",
             {"block_manager": "minipaged.block_manager"},
             "ex04_copy_on_write",
+            "BlockManager.append_slot",
         ),
         _exercise(
             5,
@@ -82,6 +100,7 @@ EXERCISES: dict[int, Exercise] = {
             "preemption: swap and recompute",
             {"block_manager": "minipaged.block_manager", "scheduler": "minipaged.scheduler"},
             "ex05_preemption",
+            "BlockManager.swap_out BlockManager.swap_in minipaged.scheduler:Scheduler._preempt",
         ),
         _exercise(
             6,
@@ -89,6 +108,10 @@ EXERCISES: dict[int, Exercise] = {
             "write the invariants: properties that catch a bug zoo",
             {"properties": "minipaged.grader.properties"},
             "ex06_invariants",
+            "BlockManagerMachine.block_state_invariants_hold "
+            "BlockManagerMachine.writes_land_in_private_blocks "
+            "BlockManagerMachine.every_sequence_reads_back_its_own_tokens "
+            "BlockManagerMachine.after_all_freed",
         ),
         _exercise(
             7,
@@ -96,6 +119,7 @@ EXERCISES: dict[int, Exercise] = {
             "paged attention decode in PyTorch with online softmax",
             {"attention": "minipaged.attention"},
             "ex07_attention",
+            "paged_attention_decode_loop paged_attention_decode",
         ),
         _exercise(
             8,
@@ -103,6 +127,7 @@ EXERCISES: dict[int, Exercise] = {
             "a first CUDA kernel: copy a block, one thread per element",
             {"cache_ops": "cuda_kernels.cache_ops"},
             "ex08_copy_blocks",
+            "copy_blocks_kernel copy_blocks",
         ),
         _exercise(
             9,
@@ -110,6 +135,7 @@ EXERCISES: dict[int, Exercise] = {
             "a CUDA kernel that writes keys and values at their slots",
             {"cache_ops": "cuda_kernels.cache_ops"},
             "ex09_reshape_and_cache",
+            "reshape_and_cache_kernel reshape_and_cache",
         ),
         _exercise(
             10,
@@ -117,6 +143,7 @@ EXERCISES: dict[int, Exercise] = {
             "one warp's dot product: a reduction in shared memory",
             {"block_reduce": "cuda_kernels.block_reduce"},
             "ex10_block_reduce",
+            "tree_reduce",
         ),
         _exercise(
             11,
@@ -124,6 +151,7 @@ EXERCISES: dict[int, Exercise] = {
             "the paged-attention decode kernel in Numba CUDA",
             {"paged_attention": "cuda_kernels.paged_attention"},
             "ex11_decode_kernel",
+            "decode_kernel paged_attention_decode",
         ),
         _exercise(
             12,
@@ -131,6 +159,7 @@ EXERCISES: dict[int, Exercise] = {
             "prefix caching: a radix tree with LRU eviction",
             {"radix_cache": "minipaged.radix_cache"},
             "ex12_prefix_cache",
+            "RadixCache.match RadixCache.insert RadixCache.forget",
         ),
     )
 }

@@ -31,8 +31,17 @@ from hypothesis.stateful import (
 )
 
 from minipaged import invariants
-from minipaged.block_manager import BlockManager, BlockState
-from minipaged.block_table import BlockTable
+from minipaged.block_manager import BlockManager
+from minipaged.grader.program_steps import (
+    Here,
+    allocate,
+    append,
+    construct,
+    fork,
+    free,
+    observe,
+    swap,
+)
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 SHRINK_RUNS = 300
@@ -75,24 +84,33 @@ class SimulatedKV:
             else:
                 self.slots[dst_pool][dst * b + o] = value
 
-    def read(self, table: BlockTable) -> list[int | None]:
-        """The tokens found through ``table``, position by position."""
+    def read(self, table) -> list[int | None]:
+        """The tokens found through ``table`` (a ``BlockTable`` or ``TableState``), position by
+        position."""
         pool = self.slots[table.pool]
         b = self.block_size
         return [pool.get(table.blocks[t // b] * b + t % b) for t in range(table.num_tokens)]
 
 
 class BlockManagerProgram(RuleBasedStateMachine):
-    """Drives ``manager_class`` through random programs; asserts nothing.
+    """Drives a block manager through random programs; asserts nothing.
 
     What a property can read: ``self.manager`` (``snapshot()`` gives a ``BlockState``),
     ``self.kv`` (``SimulatedKV``: ``kv.read(table)`` against ``kv.written[seq]``) and
     ``self.last_write``: the slot the last step wrote into, if it was an append, else None.
-    ``after_all_freed`` runs at the end of every program, once every sequence is freed.
-    ``program`` lists the steps taken, in the block manager's terms; the last program run
-    is left in the class attribute ``last_program``, for the grader's messages."""
+    ``self._state`` is the manager's ``BlockState`` after the last step, and ``self._pools``
+    the (free, total) blocks of each pool. ``after_all_freed`` runs at the end of every
+    program, once every sequence is freed. ``program`` lists the steps taken, in the block
+    manager's terms; the last program run is left in the class attribute ``last_program``,
+    for the grader's messages.
 
-    manager_class: type = BlockManager
+    Each step runs as one function of ``minipaged.grader.program_steps`` through
+    ``student.run``: here, on a manager of this process, or in a grading child, on a
+    student's manager there, one request a step.
+    ``make(student, num_device, num_host, block_size)`` builds the manager."""
+
+    student: object = Here(BlockManager)
+    make = staticmethod(construct)
     last_program: ClassVar[list[str]] = []
     runs_left: ClassVar[int | None] = None  # while shrinking: how many more programs may run
     failures: ClassVar[list[tuple[list[str], AssertionError]]] = []  # seen while shrinking
@@ -117,109 +135,129 @@ class BlockManagerProgram(RuleBasedStateMachine):
         if type(self).runs_left is not None:
             type(self).failures.append((list(getattr(self, "program", [])), error))
 
+    def see(self, manager, kv: SimulatedKV, last_write: int | None) -> None:
+        """Look at ``manager``, a manager of this process, as if a step had just left it so."""
+        self.manager, self.kv, self.last_write = manager, kv, last_write
+        seen = observe(None, manager)
+        self._state, self._pools = seen["state"], {"device": seen["device"], "host": seen["host"]}
+
+    def _step(self, helper, *args) -> dict | None:
+        """Run one step's ``helper`` on the manager; keep what it observed."""
+        seen = self.student.run(helper, self.manager, *args)
+        if seen is not None:
+            self._state, self._pools = (
+                seen["state"],
+                {"device": seen["device"], "host": seen["host"]},
+            )
+        return seen
+
     @initialize(
         block_size=st.sampled_from([2, 3, 4]),
         num_device=st.integers(2, 16),
         num_host=st.integers(0, 8),
     )
     def setup(self, block_size, num_device, num_host):
-        self.manager = self.manager_class(num_device, num_host, block_size, watermark=0.0)
+        self.manager = self.student.run(type(self).make, num_device, num_host, block_size)
         self.kv = SimulatedKV(block_size)
         self.last_write: int | None = None
         self.next_seq = 0
-        self.program = [f"{self.manager_class.__name__}({num_device}, {num_host}, B={block_size})"]
+        name = self._step(observe)["name"]
+        self.program = [f"{name}({num_device}, {num_host}, B={block_size})"]
         type(self).last_program = self.program
 
     def seqs_in(self, pool: str) -> list[int]:
-        return sorted(s for s, t in self.manager.tables.items() if t.pool == pool)
+        return sorted(s for s, t in self._state.tables.items() if t.pool == pool)
 
     def _pick(self, pool: str, index: int) -> int:
         seqs = self.seqs_in(pool)
         return seqs[index % len(seqs)]
 
-    @precondition(lambda self: len(self.manager.tables) < 3)  # few sequences, room to grow
+    @precondition(lambda self: len(self._state.tables) < 3)  # few sequences, room to grow
     @rule(num_tokens=st.integers(1, 10))
     def allocate(self, num_tokens):
         self.last_write = None
-        m = self.manager
-        if m.blocks_needed(num_tokens) > m.device.num_blocks or not m.can_allocate(num_tokens):
-            return
-        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        seq = self.next_seq
         self.program.append(f"allocate({seq}, {num_tokens})")
-        table = m.allocate(seq, num_tokens)
-        self.program[-1] += f" -> T={table.blocks}"
+        seen = self._step(allocate, seq, num_tokens)
+        if seen is None:
+            self.program.pop()
+            return
+        self.next_seq += 1
+        self.program[-1] += f" -> T={seen['blocks']}"
         self.kv.written[seq] = []
+        table = self._state.tables[seq]
         for t in range(num_tokens):  # the prefill writes every prompt token
-            self.kv.write(seq, table.slot(t))
+            self.kv.write(
+                seq,
+                table.blocks[t // self._state.block_size] * self._state.block_size
+                + t % self._state.block_size,
+            )
 
     @precondition(lambda self: bool(self.seqs_in("device")))
     @rule(index=st.integers(0, 7))
     def append(self, index):
         self.last_write = None
         seq = self._pick("device", index)
-        if not self.manager.can_append(seq):
-            return
         self.program.append(f"append_slot({seq})")
-        result = self.manager.append_slot(seq)
-        cow = f", copy-on-write {result.cow}" if result.cow else ""
-        self.program[-1] += f" -> slot {result.slot}{cow}"
-        if result.cow is not None:
-            self.kv.copy("device", result.cow[0], "device", result.cow[1])
-        self.kv.write(seq, result.slot)
-        self.last_write = result.slot
+        seen = self._step(append, seq)
+        if seen is None:
+            self.program.pop()
+            return
+        cow = f", copy-on-write {seen['cow']}" if seen["cow"] else ""
+        self.program[-1] += f" -> slot {seen['slot']}{cow}"
+        if seen["cow"] is not None:
+            self.kv.copy("device", seen["cow"][0], "device", seen["cow"][1])
+        self.kv.write(seq, seen["slot"])
+        self.last_write = seen["slot"]
 
-    @precondition(lambda self: bool(self.seqs_in("device")) and len(self.manager.tables) < 5)
+    @precondition(lambda self: bool(self.seqs_in("device")) and len(self._state.tables) < 5)
     @rule(index=st.integers(0, 7))
     def fork(self, index):
         self.last_write = None
         parent = self._pick("device", index)
         child, self.next_seq = self.next_seq, self.next_seq + 1
         self.program.append(f"fork({parent}, {child})")
-        self.manager.fork(parent, child)
+        self._step(fork, parent, child)
         self.kv.written[child] = list(self.kv.written[parent])
 
-    @precondition(lambda self: bool(self.manager.tables))
+    @precondition(lambda self: bool(self._state.tables))
     @rule(index=st.integers(0, 7))
     def free(self, index):
         self.last_write = None
-        seqs = sorted(self.manager.tables)
+        seqs = sorted(self._state.tables)
         seq = seqs[index % len(seqs)]
         self.program.append(f"free({seq})")
-        self.manager.free(seq)
+        self._step(free, [seq])
         del self.kv.written[seq]
 
     @precondition(lambda self: bool(self.seqs_in("device")))
     @rule(indices=st.lists(st.integers(0, 7), min_size=1, max_size=3))
     def swap_out(self, indices):
-        self.last_write = None
-        group = sorted({self._pick("device", i) for i in indices})
-        if not self.manager.can_swap_out(group):
-            return
-        self.program.append(f"swap_out({group})")
-        mapping = self.manager.swap_out(group)
-        self.program[-1] += f" -> {mapping}"
-        for device_block, host_block in mapping:
-            self.kv.copy("device", device_block, "host", host_block)
+        self._swap("out", "device", "host", indices)
 
     @precondition(lambda self: bool(self.seqs_in("host")))
     @rule(indices=st.lists(st.integers(0, 7), min_size=1, max_size=3))
     def swap_in(self, indices):
+        self._swap("in", "host", "device", indices)
+
+    def _swap(self, direction: str, source: str, target: str, indices: list[int]) -> None:
         self.last_write = None
-        group = sorted({self._pick("host", i) for i in indices})
-        if not self.manager.can_swap_in(group):
+        group = sorted({self._pick(source, i) for i in indices})
+        self.program.append(f"swap_{direction}({group})")
+        seen = self._step(swap, direction, group)
+        if seen is None:
+            self.program.pop()
             return
-        self.program.append(f"swap_in({group})")
-        mapping = self.manager.swap_in(group)
-        self.program[-1] += f" -> {mapping}"
-        for host_block, device_block in mapping:
-            self.kv.copy("host", host_block, "device", device_block)
+        self.program[-1] += f" -> {seen['mapping']}"
+        for src, dst in seen["mapping"]:
+            self.kv.copy(source, src, target, dst)
 
     def teardown(self):
         if not hasattr(self, "manager"):
             return
-        self.program.append(f"free every sequence left: {sorted(self.manager.tables)}")
-        for seq in sorted(self.manager.tables):
-            self.manager.free(seq)
+        left = sorted(self._state.tables)
+        self.program.append(f"free every sequence left: {left}")
+        self._step(free, left)
         try:
             self.after_all_freed()
         except AssertionError as error:
@@ -231,50 +269,57 @@ class BlockManagerProgram(RuleBasedStateMachine):
 
 
 class BlockManagerMachine(BlockManagerProgram):
-    """The reference properties (exercise 06's solution)."""
+    """The reference properties (exercise 06's solution). They read only what each step
+    observed (``self._state``, ``self._pools``), so that a manager in a grading child costs one
+    request a step."""
 
     @invariant()
     def block_state_invariants_hold(self):
-        invariants.assert_holds(self.manager)
+        invariants.assert_holds(self._state)
 
     @invariant()
     def writes_land_in_private_blocks(self):
         if self.last_write is not None:
-            state: BlockState = self.manager.snapshot()
-            problems = invariants.write_is_exclusive(state, self.last_write)
+            problems = invariants.write_is_exclusive(self._state, self.last_write)
             assert not problems, f"copy-on-write broken (§5): {problems[0]}"
 
     @invariant()
     def every_sequence_reads_back_its_own_tokens(self):
-        for seq, table in self.manager.tables.items():
+        for seq, table in self._state.tables.items():
             read = self.kv.read(table)
             assert read == self.kv.written[seq], (
-                f"seq {seq} reads back tokens {read} through T={table.blocks} "
+                f"seq {seq} reads back tokens {read} through T={list(table.blocks)} "
                 f"({table.pool}), but wrote {self.kv.written[seq]}"
             )
 
     def after_all_freed(self):
-        m = self.manager
-        assert m.device.num_free == m.device.num_blocks, (
-            f"leak: every sequence is freed, yet {m.device.num_used} device block(s) are in use"
-        )
-        if m.host is not None:
-            assert m.host.num_free == m.host.num_blocks, (
-                f"leak: every sequence is freed, yet {m.host.num_used} host block(s) are in use"
-            )
+        for pool, sizes in self._pools.items():
+            if sizes is not None:
+                free, total = sizes
+                assert free == total, (
+                    f"leak: every sequence is freed, yet {total - free} {pool} block(s) are in use"
+                )
 
 
 def run_programs(
     machine: type[BlockManagerProgram],
-    manager_class: type,
+    manager_class: type | None = None,
     max_examples: int = 60,
     shrink: bool = True,
+    student=None,
+    make=None,
 ) -> None:
-    """Run ``machine``'s properties over random programs against ``manager_class``
-    (derandomized: the same programs every time). Re-raises the first failure with the
-    (shrunk, unless ``shrink`` is False) program that caused it appended to its message."""
-    cls = type(f"{machine.__name__}On{manager_class.__name__}", (machine,), {})
-    cls.manager_class = manager_class
+    """Run ``machine``'s properties over random programs (derandomized: the same programs
+    every time) against ``manager_class``, here, or against the manager ``make(student, ...)``
+    builds through ``student.run`` (a student's, in a grading child). Re-raises the first
+    failure with the (shrunk, unless ``shrink`` is False) program that caused it appended to
+    its message."""
+    name = manager_class.__name__ if manager_class is not None else "YourBlockManager"
+    cls = type(f"{machine.__name__}On{name}", (machine,), {})
+    if manager_class is not None:
+        cls.student, cls.make = Here(manager_class), staticmethod(construct)
+    else:
+        cls.student, cls.make = student, staticmethod(make)
     try:
         _run(cls, max_examples, shrink=False)
         return

@@ -12,7 +12,10 @@ whose message the header carries as ``"error"``. Resource isolation, not a secur
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +23,8 @@ import traceback
 from pathlib import Path
 
 from minipaged import trace
-from minipaged.grader.grading import Limits, limit_arguments, limit_resources
+from minipaged.grader.child import limit_resources
+from minipaged.grader.grading import Limits, limit_arguments
 
 MAX_STEPS = 5000
 """A run still going after this many steps is cut there: a scheduler that never finishes."""
@@ -40,20 +44,27 @@ def record_student_run(
         command += [str(scenario_file), str(trace_file), "--model", model]
         command += ["--path", str(path)] if path is not None else []
         command += limit_arguments(limits.memory_gib, limits.cpu_seconds)
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=limits.wall_seconds,
+        output = Path(folder) / "output.txt"
+        with open(output, "wb") as sink:
+            # Output to a file, not a pipe, and a session of its own: at the limit the whole
+            # process group ends, and a process it left behind holds no pipe we wait on.
+            child = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
             )
+        try:
+            child.wait(timeout=limits.wall_seconds)
         except subprocess.TimeoutExpired:
             raise ValueError(
                 f"running exercise {number}'s code took more than {limits.wall_seconds:g} s: "
                 "is there a loop that never ends?"
             ) from None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=10)
         if not trace_file.is_file():
-            tail = "\n".join(done.stderr.strip().splitlines()[-6:])
+            tail = "\n".join(output.read_text(errors="replace").strip().splitlines()[-6:])
             raise ValueError(f"running exercise {number}'s code failed:\n{tail}")
         recorded = trace.load(trace_file)
     return recorded, recorded.header.get("error")

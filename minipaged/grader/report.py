@@ -17,6 +17,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from minipaged import atomic_write
+
 PASS, FAIL, BLOCKED = "pass", "fail", "blocked"
 
 
@@ -122,6 +124,7 @@ class Report:
     title: str
     graded: str  # the folder graded, or "solution: <library modules>"
     results: list[Result] = field(default_factory=list)
+    confinement: str = ""  # how the code ran: "confined by Landlock ..." or "unconfined: ..."
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
@@ -137,19 +140,23 @@ class Report:
             "title": self.title,
             "graded": self.graded,
             "passed": self.passed,
+            "confinement": self.confinement,
             "counts": {o: self.count(o) for o in (PASS, FAIL, BLOCKED)},
             "criteria": [asdict(r) for r in self.results],
         }
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+    def save(self, path: Path) -> str:
+        """Write the report to ``path`` whole, replacing (never following) a symbolic link
+        there; returns what became of such a link, or ``""``."""
+        return atomic_write.write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def render(self, console) -> None:
         """Print one line per criterion, and the message under each one that did not pass."""
         style = {PASS: "green", FAIL: "bold red", BLOCKED: "yellow"}
         console.print(f"[bold]exercise {self.exercise:02d}: {self.title}[/bold]")
         console.print(f"[dim]graded: {escape(self.graded)}[/dim]", highlight=False)
+        if self.confinement:
+            console.print(f"[dim]your code ran {escape(self.confinement)}[/dim]", highlight=False)
         for r in self.results:
             label = f"[{style[r.outcome]}]{r.outcome.upper():8}[/{style[r.outcome]}]"
             console.print(f"  {label} {escape(r.statement)}", highlight=False)

@@ -36,6 +36,21 @@ class Student:
         self.files = files or {}
         self._errors = errors or {}
 
+    @property
+    def modules(self) -> dict[str, ModuleType | object]:
+        """The modules that imported, by stem."""
+        return dict(self._modules)
+
+    @property
+    def errors(self) -> dict[str, str]:
+        """Why each file that did not import failed, by stem."""
+        return dict(self._errors)
+
+    def run(self, helper, *args, **kwargs):
+        """``helper(self, *args, **kwargs)``: a grader helper next to the student's code (in a
+        grading child, ``RemoteStudent.run`` sends it there)."""
+        return helper(self, *args, **kwargs)
+
     def __getattr__(self, stem: str):
         if stem.startswith("_"):
             raise AttributeError(stem)
@@ -51,10 +66,10 @@ class Student:
         file, or ``""`` when it did not pass through one."""
         paths = {str(p.resolve()): p.name for p in self.files.values()}
         found = ""
-        for frame in traceback.extract_tb(error.__traceback__):
-            name = paths.get(str(Path(frame.filename).resolve()))
+        for frame, line in traceback.walk_tb(error.__traceback__):  # reads no source line
+            name = paths.get(str(Path(frame.f_code.co_filename).resolve()))
             if name:
-                found = f" ({name}, line {frame.lineno})"
+                found = f" ({name}, line {line})"
         return found
 
 
@@ -74,7 +89,7 @@ def load_folder(folder: Path, stems: tuple[str, ...]) -> Student:
         sys.modules[name] = module  # dataclasses look their module up while the class is built
         try:
             spec.loader.exec_module(module)
-        except (Exception, SystemExit) as error:  # a student's error is a result, not a crash
+        except BaseException as error:  # a student's error is a result
             del sys.modules[name]
             line = f", line {error.lineno}" if isinstance(error, SyntaxError) else ""
             errors[stem] = f"could not import {path.name}{line}: {type(error).__name__}: {error}"

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from minipaged import atomic_write
 from minipaged.study.report import Report, console
 
 SUBBENCHMARKS = {
@@ -103,7 +104,7 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
         out.print("[dim]no files written: pass --out DIR for the plots and index.md[/dim]")
     elif set(names) == set(SUBBENCHMARKS):
         page = options.out / "index.md"
-        page.write_text(results_page(reports, options), encoding="utf-8")
+        atomic_write.write_text(page, results_page(reports, options))
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")
     elif (page := options.out / "index.md").is_file() and not options.quick:
         old = page.read_text(encoding="utf-8")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from minipaged import atomic_write
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -39,6 +41,9 @@ def save(fig: Figure, out: Path | None, name: str) -> Path | None:
     import matplotlib
 
     path = out / f"{name}.svg"
-    with matplotlib.rc_context({"svg.hashsalt": "minipaged"}):
-        fig.savefig(path, format="svg", metadata={"Date": None})
+    with (
+        matplotlib.rc_context({"svg.hashsalt": "minipaged"}),
+        atomic_write.replacing(path, "wb") as replacement,
+    ):
+        fig.savefig(replacement.file, format="svg", metadata={"Date": None})
     return path

@@ -1,0 +1,106 @@
+"""Writing a file only where the user said, and only once what goes in it is known good.
+
+Every file the command line writes (a trace, a grading report, an exercise's starter files, a
+benchmark's page and plots, a TUI screenshot) is written one way: the content goes to a
+temporary file in the target's own folder, which is renamed over the target once complete. A
+command that fails or is refused before then leaves the old file as it was; no reader ever
+sees half a file; and a symbolic link at the target is replaced, never followed, so nothing is
+written outside the folder named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+class Replacement:
+    """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``."""
+
+    def __init__(self, path: str | Path, mode: str = "w") -> None:
+        self.path = Path(path)
+        folder = self.path.parent
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"cannot write {self.path}: its folder {folder} does not exist; create it first"
+            )
+        if self.path.is_dir():
+            raise IsADirectoryError(f"cannot write {self.path}: it is a folder; name a file")
+        self.was_link = self.path.is_symlink()
+        fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
+        encoding = None if "b" in mode else "utf-8"
+        self.file: IO = os.fdopen(fd, mode, encoding=encoding)
+        self.published = False
+
+    def publish(self) -> None:
+        """Put the file in place of ``path`` now (a link there is replaced, not followed) and
+        go on writing to it: what is written from here on is readable as it is written."""
+        if not self.published:
+            self.file.flush()
+            os.chmod(self.temporary, 0o666 & ~_umask())
+            os.replace(self.temporary, self.path)
+            self.published = True
+
+    def commit(self) -> None:
+        """Put the finished file in place of ``path``."""
+        self.publish()
+        self.file.close()
+
+    def discard(self) -> None:
+        """Drop what was written, unless it is published already."""
+        self.file.close()
+        if not self.published:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.temporary)
+
+    def note(self) -> str:
+        """What became of a symbolic link that stood at ``path``, or ``""``."""
+        if not self.was_link:
+            return ""
+        return (
+            f"{self.path} was a symbolic link: replaced by the file, the file it pointed to "
+            "left alone"
+        )
+
+
+@contextlib.contextmanager
+def replacing(path: str | Path, mode: str = "w") -> Iterator[Replacement]:
+    """A ``Replacement`` for ``path``, committed when the block ends normally and discarded
+    when it raises."""
+    replacement = Replacement(path, mode)
+    try:
+        yield replacement
+    except BaseException:
+        replacement.discard()
+        raise
+    replacement.commit()
+
+
+def write_text(path: str | Path, text: str) -> str:
+    """Write ``text`` to ``path`` at once and whole; returns ``Replacement.note``."""
+    with replacing(path) as replacement:
+        replacement.file.write(text)
+    return replacement.note()
+
+
+def create(path: str | Path, data: bytes) -> None:
+    """Write a new file ``path``, never one that exists: ``FileExistsError`` if anything,
+    even a dangling symbolic link, has that name. Complete or absent, never half written."""
+    replacement = Replacement(path, "wb")
+    try:
+        replacement.file.write(data)
+        replacement.file.close()
+        os.chmod(replacement.temporary, 0o666 & ~_umask())
+        os.link(replacement.temporary, path)  # fails if the name is taken; follows no link
+    finally:
+        replacement.discard()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,209 @@
+"""The grading child: ``python -m minipaged.grader.child``. It loads a student's files and runs
+what the grader asks of them, answering with what they returned; it decides nothing.
+
+Before any student code loads it limits itself (address space, CPU time, file size), stubs
+the library functions the exercise grades (``minipaged.grader.delegation``) and confines
+itself (``minipaged.grader.confinement``), and sends a first message saying how it is
+confined: student code has not run yet, so that line is the child's own. Then it serves
+requests, one at a time, on a pair of pipes:
+
+- ``load``: import the student's files (or the library's modules, for ``--solution``);
+- ``getattr``, ``call``, ``repr``: on an object the child keeps, by handle;
+- ``run``: a helper of the grader's own (``minipaged.grader.*``) with the student's modules,
+  for work that must happen next to their code (building a scene their scheduler mutates,
+  launching a kernel around their device function);
+- ``reset``: forget every object but the modules, between criteria.
+
+Each answer is ``{"v": value}`` or ``{"raised": ...}`` (what the student's code raised, with
+the line of their file it came from). Whatever a student's code raises, ``BaseException``s
+included, is an answer, not the child's end. A process forked by student code closes the
+channel at once, so only this process ever answers on it. What the student's code prints goes
+to a file the grader shows, never to the channel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import resource
+import signal
+from pathlib import Path
+
+from minipaged.grader import wire
+
+CHANNEL_LOST = 87
+"""The exit status of a child whose channel to the grader is gone (closed by student code)."""
+
+MAX_FILE_BYTES = 256 * 2**20
+"""RLIMIT_FSIZE: the largest file a student's code may write (its printed output included)."""
+
+
+class Harness:
+    """Serves the grader's requests on the channel ``requests`` / ``answers``, keeping every
+    object it hands out in ``encoder.objects``; only the process that started it answers."""
+
+    def __init__(self, requests: int, answers: int, number: int, folder: Path | None) -> None:
+        self.requests, self.answers = requests, answers
+        self.owner = os.getpid()
+        self.number, self.folder = number, folder
+        self.encoder = wire.Encoder()
+        self.student = None
+        self.modules: set[int] = set()
+
+    def disown(self) -> None:
+        """In a process forked by student code: let go of the channel."""
+        for fd in (self.requests, self.answers):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def answer(self, document: dict) -> None:
+        if os.getpid() != self.owner:
+            os._exit(0)
+        try:
+            wire.write_frame(self.answers, document)
+        except OSError:  # the student's code closed or broke the channel
+            os._exit(CHANNEL_LOST)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                request = wire.read_frame(self.requests)
+            except EOFError:
+                return
+            ident = request.get("id") if isinstance(request, dict) else None
+            try:
+                answer = self.handle(request)
+            except BaseException as error:  # every failure is an answer
+                answer = {"raised": self.raised(error)}
+            try:
+                self.answer({"id": ident, **answer})
+            except BaseException as error:  # e.g. a result that cannot travel
+                self.answer({"id": ident, "raised": self.raised(error)})
+
+    def handle(self, request: dict):
+        op = request["op"]
+        if op == "load":
+            return {"v": self.load(request.get("solution", False))}
+        if op == "reset":
+            self.encoder.forget(self.modules)
+            return {"v": None}
+        if op == "run":
+            module, _, name = request["helper"].partition(":")
+            if not module.startswith("minipaged.grader."):
+                raise ValueError(f"no helper {request['helper']}")
+            helper = getattr(importlib.import_module(module), name)
+            args, kwargs, arrays = self.arguments(request)
+            return self.with_arrays(helper(self.student, *args, **kwargs), arrays)
+        target = self.encoder.objects[request["h"]]
+        if op == "getattr":
+            return {"v": self.encoder.encode(getattr(target, request["name"]))}
+        if op == "repr":
+            return {"v": repr(target)[:2000]}
+        if op == "list":
+            return {"v": self.encoder.encode(list(target))}
+        if op == "call":
+            if "name" in request:
+                target = getattr(target, request["name"])
+            args, kwargs, arrays = self.arguments(request)
+            return self.with_arrays(target(*args, **kwargs), arrays)
+        raise ValueError(f"no operation {op!r}")
+
+    def arguments(self, request: dict) -> tuple[list, dict, list]:
+        """The request's arguments, and the arrays among them (to send back after the call,
+        which may have written into them)."""
+
+        def handle(ident: int, classes: list[str]):
+            return self.encoder.objects[ident]
+
+        def exception_class(document: dict):
+            raise ValueError("an exception class is not an argument")
+
+        args = wire.decode(request.get("args", []), handle, exception_class)
+        kwargs = wire.decode(request.get("kwargs", {"D": []}), handle, exception_class)
+        return args, kwargs, wire.arrays_in(args + list(kwargs.values()))
+
+    def with_arrays(self, result, arrays: list) -> dict:
+        """The answer to a call: its result, and the arrays it was given as they are now."""
+        return {"v": self.encoder.encode(result), "a": [self.encoder.encode(a) for a in arrays]}
+
+    def load(self, solution: bool) -> dict:
+        from minipaged.grader.exercises import exercise
+        from minipaged.grader.student import load_folder, load_solution
+
+        ex = exercise(self.number)
+        if solution:
+            self.student = load_solution(ex.solution)
+        else:
+            self.student = load_folder(self.folder, tuple(ex.solution))
+        self.modules = {self.encoder.handle(m) for m in self.student.modules.values()}
+        return self.encoder.encode({"modules": self.student.modules, "errors": self.student.errors})
+
+    def raised(self, error: BaseException) -> dict:
+        """What to tell the grader of ``error``: its class, text, arguments and the line of the
+        student's file it came from."""
+        text = _safe(lambda: str(error))
+        try:
+            args = self.encoder.encode(list(error.args))
+        except BaseException:  # arguments that cannot travel
+            args = [text]
+        where = _safe(lambda: self.student.where(error)) if self.student is not None else ""
+        code = error.code if isinstance(error, SystemExit) else None
+        return {
+            "cls": self.encoder.exception_class(type(error)),
+            "args": args,
+            "text": text[:4000],
+            "where": where,
+            "code": code if code is None or type(code) in (int, str) else str(code),
+        }
+
+
+def _safe(text) -> str:
+    try:
+        return str(text())
+    except BaseException as error:  # a student's __str__ that fails
+        return f"<could not be shown: {type(error).__name__}>"
+
+
+def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
+    """First thing in a child, before any student code: cap its address space, CPU time and
+    file sizes. The limits hold for the rest of the process's life and for what it starts."""
+    if memory_gib is not None:
+        size = int(memory_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if cpu_seconds is not None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails instead of killing
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m minipaged.grader.child")
+    parser.add_argument("number", type=int)
+    parser.add_argument("--channel", required=True, help="REQUESTS_FD,ANSWERS_FD")
+    parser.add_argument("--path", type=Path)
+    parser.add_argument("--temp", type=Path, required=True)
+    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--memory-gib", type=float)
+    parser.add_argument("--cpu-seconds", type=int)
+    args = parser.parse_args(argv)
+    requests, answers = (int(fd) for fd in args.channel.split(","))
+    limit_resources(args.memory_gib, args.cpu_seconds)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the grader, which ends us
+    harness = Harness(requests, answers, args.number, args.path)
+    os.register_at_fork(after_in_child=harness.disown)
+    from minipaged.grader.confinement import confine
+    from minipaged.grader.delegation import guard
+    from minipaged.grader.exercises import exercise
+
+    if args.path is not None:
+        guard(exercise(args.number), args.path)
+    writable = [args.temp] + ([args.path] if args.path is not None else [])
+    devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
+    harness.answer({"hello": confine(writable, devices)})
+    harness.serve()
+
+
+if __name__ == "__main__":
+    main()

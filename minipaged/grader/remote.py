@@ -1,0 +1,362 @@
+"""The grader's side of a grading child: start it, ask it, end it. The checks of a criterion
+run here, in the grader, unchanged, against stand-ins for the objects the child keeps
+(``minipaged.grader.proxies``): ``student.block_manager`` is a proxy of the module in the
+child, and every attribute, call or ``repr`` on a proxy is one request
+(``minipaged.grader.child``). Values come back as data (``minipaged.grader.wire``);
+objects stay in the child and come back as proxies; what the student's code raised is raised
+here again, as the same built-in or library exception or as a stand-in class of the same name.
+A proxy claims the library class it derives from (``isinstance(bm, BlockManager)``), and
+arrays passed to a call are written back after it, as the student's code left them.
+
+Nothing the child sends is run or trusted: a check compares it, and decides. The child may
+die, hang or babble; each request then raises ``ChildGone`` (or ``TimeLimitExceeded`` at the
+criterion's deadline) after ending the child's whole process group, and the next criterion
+starts a new child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from minipaged.grader import wire
+from minipaged.grader.child import CHANNEL_LOST
+from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.time_limit import TimeLimitExceeded
+
+STARTUP_SECONDS = 300.0
+"""How long a child may take to start (import the library, before any student code runs)."""
+
+
+class ChildGone(BaseException):
+    """The grading child ended, or sent what is not an answer, during a criterion: the message
+    says why, in words a student can act on. A BaseException, so that no check swallows it."""
+
+
+class WallClockSpent(ChildGone):
+    """The grading of the whole submission ran past ``Limits.wall_seconds``."""
+
+
+class StudentExit(Exception):
+    """The student's code called ``sys.exit(code)`` (``SystemExit`` in the child)."""
+
+    def __init__(self, code) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class StudentBaseException(Exception):
+    """The student's code raised a ``BaseException`` that is not an ``Exception``
+    (``KeyboardInterrupt``, or one of its own): here, only a failure of the criterion."""
+
+
+class GradingChild:
+    """One child process that runs one exercise's student code for the criteria that run in
+    one place (``runs_in``): started, and started again after it dies, on demand."""
+
+    def __init__(
+        self, number: int, runs_in: str, folder: Path | None, limits, stand_in: Callable
+    ) -> None:
+        """``stand_in(child, handle, classes)`` makes the grader's stand-in for an object the
+        child keeps (``minipaged.grader.proxies.Proxy``)."""
+        self.number, self.runs_in, self.folder, self.limits = number, runs_in, folder, limits
+        self.stand_in = stand_in
+        self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
+        self.process: subprocess.Popen | None = None
+        self.deadline: float | None = None
+        self.confinement = ""
+        self.loaded: dict | None = None
+        self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
+        self.wall_deadline: float | None = None
+        self._proxies: dict = {}  # handle -> its Proxy, one per object
+        self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
+        self._next = 0
+        self.arrays: list = []  # the arrays the last call sent, as the child sent them back
+
+    # -- the process ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a child and load the student's code in it, within the current deadline."""
+        requests_read, self._requests = os.pipe()
+        self._answers, answers_write = os.pipe()
+        os.set_blocking(self._requests, False)
+        command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
+        command += ["--channel", f"{requests_read},{answers_write}", "--temp", str(self.temp)]
+        command += ["--path", str(self.folder)] if self.folder is not None else []
+        command += ["--gpu"] if self.runs_in == "gpu" else []
+        memory = None if self.runs_in == "gpu" else self.limits.memory_gib
+        command += ["--memory-gib", str(memory)] if memory is not None else []
+        cpu = self.limits.cpu_seconds
+        command += ["--cpu-seconds", str(cpu)] if cpu is not None else []
+        with open(self.temp / "output.txt", "ab") as output:
+            self.process = subprocess.Popen(
+                command,
+                env=self._environment(),
+                cwd=self.folder or self.temp,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                pass_fds=(requests_read, answers_write),
+                start_new_session=True,  # one process group to end, apart from the grader's
+            )
+        os.close(requests_read)
+        os.close(answers_write)
+        self._pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
+        hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
+        if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
+            self._fail("sent a first message that is not its greeting")
+        self.confinement = hello["hello"][:300]
+        self.deadline = time.monotonic() + self.limits.check_seconds
+        try:
+            self.loaded = self.ask({"op": "load", "solution": self.folder is None})
+        except (TimeLimitExceeded, WallClockSpent) as error:
+            self.broken = (
+                f"importing your files was still running after {self.limits.check_seconds:g} s"
+                if isinstance(error, TimeLimitExceeded)
+                else f"importing your files was still running when {error}"
+            ) + ": is there a loop that never ends at import time (outside any function)?"
+            raise ChildGone(self.broken) from None
+        except ChildGone as gone:
+            self.broken = f"importing your files ended the grading process: {gone}"
+            raise ChildGone(self.broken) from None
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in (
+            "TMPDIR",
+            "XDG_CACHE_HOME",
+            "NUMBA_CACHE_DIR",
+            "MPLCONFIGDIR",
+            "CUDA_CACHE_PATH",
+        ):
+            env[name] = str(self.temp)
+        if self.runs_in == "simulator":
+            env["NUMBA_ENABLE_CUDASIM"] = "1"
+        else:
+            env.pop("NUMBA_ENABLE_CUDASIM", None)
+        return env
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the child's whole process group (what its code started too), and wait for the
+        child a bounded time. Never waits on what a grandchild still holds."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        for fd in (self._requests, self._answers, self._pidfd):
+            if fd is not None:
+                os.close(fd)
+        self.process = self._pidfd = None
+        self.loaded = None
+        self._proxies, self._classes = {}, {}
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+    def output(self, lines: int = 6) -> str:
+        """The last ``lines`` lines the student's code (or Python, dying) printed."""
+        try:
+            with open(self.temp / "output.txt", "rb") as f:
+                f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    # -- requests ------------------------------------------------------------------------
+
+    def ask(self, request: dict) -> Any:
+        """Send ``request``; return the decoded answer, or raise what the student's code raised
+        (or ``ChildGone``, ``TimeLimitExceeded``)."""
+        if self.process is None:
+            raise ChildGone("the grading process is gone")
+        self._next += 1
+        ident = self._next
+        deadlines = [d for d in (self.deadline, self.wall_deadline) if d is not None]
+        deadline = min(deadlines, default=None)
+        try:
+            self._send({"id": ident, **request}, deadline)
+            answer = self._receive(deadline, "answering")
+        except BaseException:
+            # Interrupted between question and answer (a time limit of the checks' own, a
+            # Ctrl-C): the channel is out of step, so this child answers no more.
+            self.stop()  # if it is not stopped already
+            raise
+        if not isinstance(answer, dict) or answer.get("id") != ident:
+            self._fail("answered a question it was not asked")
+        try:
+            if "raised" in answer and len(answer) == 2:
+                raise self._exception(answer["raised"])
+            if "v" not in answer or not set(answer) <= {"id", "v", "a"}:
+                raise wire.ProtocolError("an answer without a value")
+            arrays = answer.get("a", [])
+            self.arrays = wire.decode(arrays, self.proxy, self._exception_class)
+            return wire.decode(answer["v"], self.proxy, self._exception_class)
+        except wire.ProtocolError as error:
+            self._fail(f"sent something the grader cannot read ({error})")
+
+    def _send(self, document: dict, deadline: float | None) -> None:
+        view = memoryview(wire.frame(document))
+        while view:
+            try:
+                view = view[os.write(self._requests, view) :]
+                continue
+            except BlockingIOError:  # the pipe is full: wait until the child reads
+                pass
+            except BrokenPipeError:
+                self._ended()
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            _, ready, _ = select.select([], [self._requests], [], wait)
+            if not ready:
+                self._timed_out()
+
+    def _receive(self, deadline: float | None, doing: str) -> Any:
+        try:
+            return wire.read_frame(self._answers, deadline, self._pidfd)
+        except TimeoutError:
+            self._timed_out()
+        except EOFError:
+            self._ended()
+        except wire.ProtocolError as error:
+            self._fail(f"sent something the grader cannot read while {doing} ({error})")
+
+    def _timed_out(self):
+        self.stop()
+        if self.wall_deadline is not None and time.monotonic() >= self.wall_deadline:
+            raise WallClockSpent(
+                f"the grading of this submission reached its {self.limits.wall_seconds:g} s "
+                "limit in all"
+            )
+        raise TimeLimitExceeded(self.limits.check_seconds)
+
+    def _stand_in(self, cls: type) -> type:
+        """A ``StudentBaseException`` named like ``cls``, a BaseException of Python's."""
+        key = ("python", cls.__qualname__)
+        if key not in self._classes:
+            body = {"__module__": "your code", "__str__": _their_text}
+            self._classes[key] = type(cls.__name__, (StudentBaseException,), body)
+        return self._classes[key]
+
+    def reset(self) -> None:
+        """Between criteria: the child forgets every object but the modules; so do we."""
+        self.ask({"op": "reset"})
+        self._proxies = {h: p for h, p in self._proxies.items() if p in self._modules()}
+        self._classes.clear()
+
+    def _modules(self) -> list:
+        modules = (self.loaded or {}).get("modules") or {}
+        return list(modules.values()) if isinstance(modules, dict) else []
+
+    def _ended(self):
+        try:
+            status = self.process.wait(timeout=2) if self.process else None
+        except subprocess.TimeoutExpired:  # alive, but its channel closed
+            status = None
+        tail = self.output()
+        self.stop()
+        raise ChildGone(why_it_ended(status, self.limits) + (f"\n{tail}" if tail else ""))
+
+    def _fail(self, what: str):
+        self.stop()
+        raise ChildGone(
+            f"the grading process {what}: does your code write to file descriptors it did not "
+            "open, or start processes that do?"
+        )
+
+    # -- values --------------------------------------------------------------------------
+
+    def proxy(self, handle: int, classes: list[str]):
+        """The stand-in for the child's object ``handle``."""
+        return self.stand_in(self, handle, classes)
+
+    def _exception_class(self, document: dict) -> type:
+        if "N" in document:
+            return wire.resolve(document["N"], BaseException) or Exception
+        qualname, handle = document.get("q"), document.get("X")
+        if not isinstance(qualname, str) or type(handle) is not int:
+            raise wire.ProtocolError("an exception class without a name")
+        if handle not in self._classes:
+            name = qualname[:200].rpartition(".")[2] or "Error"
+            bases = document.get("b", [])
+            bases = tuple(self._exception_class(b) for b in wire._list(bases)[:4]) or (Exception,)
+            bases = tuple(b if issubclass(b, Exception) else StudentBaseException for b in bases)
+            body = {"__module__": "your code", "__str__": _their_text}
+            try:
+                self._classes[handle] = type(name, bases, body)
+            except TypeError:  # bases whose layouts conflict
+                self._classes[handle] = type(name, (Exception,), body)
+        return self._classes[handle]
+
+    def _exception(self, raised: Any) -> BaseException:
+        if not isinstance(raised, dict):
+            raise wire.ProtocolError("a malformed exception")
+        cls = self._exception_class(raised.get("cls") or {})
+        args = raised.get("args", [])
+        args = (
+            tuple(wire.decode(args, self.proxy, self._exception_class))
+            if type(args) is list
+            else ()
+        )
+        text, where = str(raised.get("text", ""))[:4000], str(raised.get("where", ""))[:200]
+        if issubclass(cls, SystemExit):
+            error: BaseException = StudentExit(raised.get("code"))
+        else:
+            if not issubclass(cls, Exception) and not issubclass(cls, LibraryDelegation):
+                cls = self._stand_in(cls)  # KeyboardInterrupt must not stop the grader
+            error = cls.__new__(cls)
+            error.args = args
+        error.student_text, error.student_where = text, where
+        return error
+
+
+def _their_text(error) -> str:
+    return getattr(error, "student_text", "")
+
+
+def why_it_ended(status: int | None, limits) -> str:
+    """Why a child ended while it ran a student's code, in words a student can act on."""
+    if status is None or status == CHANNEL_LOST:
+        return (
+            "the grading process closed its channel to the grader: does your code close file "
+            "descriptors it did not open?"
+        )
+    if status >= 0:
+        return (
+            f"your code ended the grading process (exit status {status}), as os._exit() does: "
+            "return a value or raise an exception instead"
+        )
+    number = -status
+    name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else number
+    if number == signal.SIGXCPU:
+        return (
+            f"the grading process used its {limits.cpu_seconds} s of CPU time and was stopped: "
+            "a loop that never ends?"
+        )
+    if number == signal.SIGKILL:
+        return (
+            "the grading process was killed (SIGKILL): by your code, or for running out of "
+            "memory? Does your code allocate without bound?"
+        )
+    if number in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE):
+        return (
+            f"the grading process crashed ({name}) in native code: an index past an array's "
+            "end in a kernel, or a tensor of the wrong shape or type?"
+        )
+    return f"the grading process was stopped by the signal {name}: does your code send signals?"

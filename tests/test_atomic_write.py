@@ -1,0 +1,162 @@
+"""Nothing is written where the user did not say, nor before the input is known good: every file
+the command line writes goes through ``minipaged.atomic_write`` (a temporary file beside the
+target, renamed into place), which never follows a symbolic link and leaves an old file as it
+was when a command is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from minipaged import atomic_write, cli
+from minipaged.grader.command import MAX_SECONDS, limits_from
+
+
+def linked(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A symbolic link ``name`` in a folder of its own, pointing at a file outside it."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    folder = tmp_path / "here"
+    folder.mkdir(exist_ok=True)
+    link = folder / name
+    link.symlink_to(outside)
+    return link, outside
+
+
+def test_a_write_replaces_a_link_and_leaves_its_target_alone(tmp_path):
+    link, outside = linked(tmp_path, "a.txt")
+    note = atomic_write.write_text(link, "new\n")
+    assert not link.is_symlink() and link.read_text() == "new\n"
+    assert outside.read_text() == "precious\n"
+    assert "was a symbolic link: replaced" in note
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("old\n")
+    with pytest.raises(RuntimeError), atomic_write.replacing(path) as replacement:
+        replacement.file.write("half")
+        raise RuntimeError("refused")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_create_never_writes_through_a_dangling_link(tmp_path):
+    folder = tmp_path / "here"
+    folder.mkdir()
+    (folder / "README.md").symlink_to(tmp_path / "elsewhere.md")
+    with pytest.raises(FileExistsError):
+        atomic_write.create(folder / "README.md", b"x")
+    assert not (tmp_path / "elsewhere.md").exists()
+
+
+def test_a_report_json_that_is_a_link_is_replaced_not_followed(tmp_path, capsys):
+    link, outside = linked(tmp_path, "report.json")
+    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(link)]) == 0
+    assert outside.read_text() == "precious\n"
+    assert json.loads(link.read_text())["passed"] is True
+    assert "was a symbolic link: replaced by the file" in capsys.readouterr().out
+
+
+def test_a_report_in_a_folder_that_does_not_exist_is_not_written(tmp_path, capsys):
+    target = tmp_path / "no" / "such" / "report.json"
+    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 0
+    assert "no report written" in capsys.readouterr().out
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("directory", ["", "   "])
+def test_init_refuses_an_empty_folder_name_and_writes_nothing(
+    directory, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["exercises", "init", "1", directory]) == 2
+    assert "got an empty name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_never_follows_a_link_out_of_the_folder(tmp_path, capsys):
+    folder = tmp_path / "ex01"
+    folder.mkdir()
+    (folder / "memory.py").symlink_to(tmp_path / "escaped.py")  # dangling: exists() is False
+    assert cli.main(["exercises", "init", "1", str(folder)]) == 2
+    assert "already holds memory.py" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.py").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["memory.py"]  # README not written either
+
+
+def test_init_refuses_a_file_for_a_folder(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["exercises", "init", "1", str(tmp_path / "afile")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_refused_trace_record_leaves_the_existing_trace(tmp_path, capsys):
+    existing = tmp_path / "run.jsonl"
+    existing.write_text('{"a trace": "recorded before"}\n')
+    assert cli.main(["trace", "record", str(existing), "--prompt", ""]) == 2
+    assert "the prompt is empty" in capsys.readouterr().err
+    assert existing.read_text() == '{"a trace": "recorded before"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
+
+
+def test_a_trace_recorded_to_a_link_replaces_the_link(tmp_path):
+    link, outside = linked(tmp_path, "run.jsonl")
+    args = ["trace", "record", str(link), "--prompt", "It is", "--max-tokens", "3"]
+    assert cli.main(args) == 0
+    assert outside.read_text() == "precious\n"
+    assert not link.is_symlink() and link.read_text().startswith('{"format"')
+
+
+def test_a_bench_plot_replaces_a_link(tmp_path):
+    from minipaged.study.bench import plot
+
+    link, outside = linked(tmp_path, "waste.svg")
+    fig, _ = plot.figure()
+    assert plot.save(fig, link.parent, "waste") == link
+    assert outside.read_text() == "precious\n"
+    assert link.read_text().startswith("<?xml")
+
+
+@pytest.mark.slow
+def test_a_tui_screenshot_replaces_a_link_and_refuses_a_missing_folder(tmp_path, capsys):
+    link, outside = linked(tmp_path, "shot.svg")
+    assert cli.main(["tui", "--screenshot", str(link), "--steps", "1"]) == 0
+    assert outside.read_text() == "precious\n"
+    assert "<svg" in link.read_text()
+    missing = tmp_path / "nowhere" / "shot.svg"
+    assert cli.main(["tui", "--screenshot", str(missing)]) == 2
+    assert "is not a folder to write into" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("memory", "seconds", "words"),
+    [
+        (1e12, 600.0, "--memory-limit must be between 1 GiB"),
+        (0.0, 600.0, "--memory-limit must be between 1 GiB"),
+        (-2.0, 600.0, "--memory-limit must be between 1 GiB"),
+        (math.nan, 600.0, "got nan"),
+        (4.0, 0.0, "--time-limit must be more than 0"),
+        (4.0, -1.0, "--time-limit must be more than 0"),
+        (4.0, math.nan, "--time-limit must be more than 0"),
+        (4.0, 1e300, f"at most {MAX_SECONDS:g} seconds"),
+    ],
+)
+def test_a_limit_the_machine_cannot_give_is_refused_in_one_line(memory, seconds, words):
+    with pytest.raises(ValueError, match=words):
+        limits_from(memory, seconds)
+
+
+def test_inf_means_no_limit():
+    limits = limits_from(math.inf, math.inf)
+    assert (limits.memory_gib, limits.cpu_seconds, limits.wall_seconds) == (None, None, math.inf)
+    assert limits_from(None, 60.0).memory_gib <= 8.0  # the default, or the machine's memory
+
+
+def test_check_with_no_limits_grades(capsys):
+    args = ["exercises", "check", "1", "--solution", "--time-limit", "inf", "--memory-limit", "inf"]
+    assert cli.main(args) == 0
+    assert "8 pass, 0 fail" in capsys.readouterr().out

@@ -1,0 +1,455 @@
+"""A grade the instructor can trust: student code that tries to grade itself, to end or hang
+the grader, or to hand in the library's solution, can only fail criteria.
+
+The hostile submissions here are exercise 01's starter with each graded function replaced by
+one attack, so that one grading shows each criterion failing with its own cause while the
+others are still graded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from minipaged import cli
+from minipaged.grader import confinement, grading
+from minipaged.grader.delegation import copies
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
+from minipaged.grader.grading import Limits, grade
+from minipaged.grader.proxies import Proxy
+from minipaged.grader.report import FAIL, PASS, Report
+from minipaged.grader.wire import ProtocolError, decode
+
+TODO = {
+    "logical_block": "return j = floor(t / B)",
+    "block_offset": "return o = t mod B",
+    "num_logical_blocks": "return M = ceil(L / B)",
+    "slot": "look up T_r[j], then return T_r[j] * B + o",
+    "kv_bytes_per_token": "keys and values, for every layer and KV head",
+    "kv_bytes": "M_KV(L)",
+    "block_bytes_per_layer": "one block, one layer",
+}
+"""Exercise 01's graded functions, by the text of the NotImplementedError each starts with."""
+
+RIGHT = {
+    "logical_block": "return t // block_size",
+    "block_offset": "return t % block_size",
+    "num_logical_blocks": "return -(-num_tokens // block_size)",
+    "kv_bytes_per_token": "return 2 * self.num_layers * self.num_kv_heads * self.head_dim "
+    "* self.dtype_bytes",
+}
+
+FORGED = (
+    'print("minipaged-grader-result {\\"name\\": \\"block_offset\\", \\"outcome\\": \\"pass\\"}")'
+)
+
+
+def submission(folder: Path, **bodies: str) -> Path:
+    """Exercise 01's starter in ``folder`` with the graded functions named in ``bodies``
+    replaced by those one-line bodies (``;`` between statements)."""
+    source = (TUTORIALS / EXERCISES[1].folder / "starter" / "memory.py").read_text()
+    for name, body in bodies.items():
+        line = f'raise NotImplementedError("exercise 01: {TODO[name]}")'
+        assert line in source, name
+        source = source.replace(line, body)
+    folder.mkdir(exist_ok=True)
+    (folder / "memory.py").write_text(source)
+    return folder
+
+
+def messages(report: Report) -> dict[str, str]:
+    return {r.name: r.message for r in report.results if r.outcome == FAIL}
+
+
+def test_forged_results_junk_and_exits_each_fail_only_their_criterion(tmp_path):
+    """Each attack fails the criterion that ran it, with its own cause, and a new child grades
+    the next: the right answer after them all still passes."""
+    folder = submission(
+        tmp_path / "hostile",
+        logical_block=f"{FORGED}; print('}}{{ junk'); import os; os._exit(0)",
+        block_offset="raise KeyboardInterrupt('the student pressed nothing')",
+        num_logical_blocks="class Escape(BaseException): pass\n    raise Escape('out')",
+        slot="import sys; sys.exit(0)",
+        kv_bytes_per_token=RIGHT["kv_bytes_per_token"],
+        kv_bytes="import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        block_bytes_per_layer="import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+    )
+    failed = messages(grade(1, folder))
+    assert "kv_bytes_per_token" not in failed  # graded by a fresh child after two deaths
+    assert failed["logical_block"].startswith("your code ended the grading process (exit status 0)")
+    assert failed["block_offset"].startswith("your code raised KeyboardInterrupt: the student")
+    assert failed["num_logical_blocks"].startswith("your code raised Escape: out (memory.py, line")
+    assert failed["slot"].startswith("your code called sys.exit(0)")
+    assert failed["kv_bytes"].startswith("the grading process was killed (SIGKILL)")
+    assert failed["block_bytes"].startswith("the grading process was stopped by the signal SIGTERM")
+
+
+def test_a_forged_answer_on_the_channel_fails_its_criterion(tmp_path):
+    """Student code that writes to every file descriptor it did not open (the grader's
+    channel among them) sends junk where an answer should be: that criterion fails."""
+    junk = "import os\n    for fd in range(3, 64):\n        try: os.write(fd, b'\\x00' * 8 + b'{}')\n        except OSError: pass\n    return t // block_size"  # noqa: E501
+    folder = submission(tmp_path / "writer", logical_block=junk, block_offset=RIGHT["block_offset"])
+    failed = messages(grade(1, folder))
+    assert "block_offset" not in failed
+    assert "the grading process" in failed["logical_block"]
+
+
+def test_the_cli_reports_forged_markers_as_failures(tmp_path, capsys):
+    folder = submission(tmp_path / "forger", logical_block=f"{FORGED}; import os; os._exit(0)")
+    assert cli.main(["exercises", "check", "1", "--path", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "0 pass, 8 fail" in out
+    assert "unexpected" not in out
+
+
+def _alive(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_background_processes_end_with_the_grading_and_hold_nothing(tmp_path):
+    """A sleeper that outlives its parent and holds its output, and a forked copy of the child,
+    neither holds the grader past the criterion's limit, and both end with the grading."""
+    sleeper = "import subprocess, sys; subprocess.Popen(['sleep', '91.25'], stdout=sys.stdout, stderr=sys.stderr)"  # noqa: E501
+    fork = (
+        "import os, time\n    if os.fork() == 0:\n        time.sleep(90)\n    return t % block_size"
+    )
+    folder = submission(
+        tmp_path / "sleepers",
+        logical_block=sleeper + "; import os; os._exit(1)",
+        block_offset=fork,
+        num_logical_blocks=RIGHT["num_logical_blocks"],
+    )
+    start = time.monotonic()
+    report = grade(1, folder, limits=Limits(check_seconds=10.0))
+    assert time.monotonic() - start < 60
+    outcomes = {r.name: r.outcome for r in report.results}
+    assert outcomes["block_offset"] == PASS  # the fork's copy did not answer for it
+    assert outcomes["num_logical_blocks"] == PASS
+    time.sleep(0.5)
+    assert _alive("91.25") == []
+
+
+def test_an_endless_loop_at_import_fails_every_criterion_within_the_limit(tmp_path):
+    folder = submission(tmp_path / "loop")
+    with open(folder / "memory.py", "a") as f:
+        f.write("\nwhile True:\n    pass\n")
+    start = time.monotonic()
+    report = grade(1, folder, limits=Limits(check_seconds=2.0))
+    assert time.monotonic() - start < 30
+    assert {r.message for r in report.results} == {
+        "importing your files was still running after 2 s: is there a loop that never ends at "
+        "import time (outside any function)?"
+    }
+
+
+def test_a_memory_bomb_a_stopped_process_and_a_timer_each_fail_their_criterion(tmp_path):
+    folder = submission(
+        tmp_path / "bombs",
+        logical_block="return len(bytearray(1 << 40))",
+        block_offset="import os, signal; os.kill(os.getpid(), signal.SIGSTOP)",
+        num_logical_blocks="import signal, time; signal.alarm(1); time.sleep(5)",
+    )
+    failed = messages(grade(1, folder, limits=Limits(check_seconds=3.0, memory_gib=2.0)))
+    assert failed["logical_block"].startswith("ran out of memory (MemoryError) (memory.py, line")
+    assert failed["block_offset"].startswith("still running after 3 s")
+    assert failed["num_logical_blocks"].startswith(
+        "the grading process was stopped by the signal SIGALRM"
+    )
+
+
+# -- confinement ---------------------------------------------------------------------------------
+
+CONFINED = confinement.abi()[0] >= 6
+
+
+@pytest.mark.skipif(
+    not CONFINED,
+    reason="this kernel has no Landlock ABI 6 (" + (confinement.abi()[1] or "older ABI") + ")",
+)
+def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
+    outside = tmp_path / "outside.txt"
+    folder = submission(
+        tmp_path / "writer",
+        logical_block=f"open({str(outside)!r}, 'w').write('x'); return t // block_size",
+        block_offset=f"open({str(tmp_path / 'writer' / 'mine.txt')!r}, 'w').write('x'); return t % block_size",  # noqa: E501
+        num_logical_blocks="import os, signal; os.kill(os.getppid(), signal.SIGKILL)",
+    )
+    report = grade(1, folder)
+    failed = messages(report)
+    assert report.confinement.startswith("confined by Landlock")
+    assert failed["logical_block"].startswith("PermissionError")
+    assert not outside.exists()
+    assert "block_offset" not in failed
+    assert failed["num_logical_blocks"].startswith("PermissionError")  # the grader lives on
+
+
+def test_without_landlock_the_report_says_the_code_ran_unconfined(monkeypatch, capsys):
+    monkeypatch.setattr(confinement, "abi", lambda: (0, "this kernel offers no Landlock"))
+    line = confinement.confine([Path("/nonexistent")])
+    assert line == "unconfined: this kernel offers no Landlock"
+    Report(1, "t", "here", [], line).render(grading_console())
+    assert "your code ran unconfined: this kernel offers no Landlock" in capsys.readouterr().out
+
+
+def grading_console():
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+# -- the wire ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"C": "os:system", "f": {}},
+        {"C": "minipaged.block_table:BlockTable", "f": {"blocks": []}},
+        {"E": "minipaged.sequence:Status", "n": "NOT_A_STATUS"},
+        {"A": {"k": "numpy", "d": "float32", "s": [4], "b": "AAAA"}},
+        {"A": {"k": "numpy", "d": "object", "s": [], "b": ""}},
+        {"Z": 1},
+        {"D": [[[1], 2]]},
+    ],
+    ids=[
+        "unknown-class",
+        "missing-fields",
+        "unknown-enum",
+        "short-array",
+        "object-dtype",
+        "unknown-tag",
+        "unhashable-key",
+    ],
+)
+def test_what_the_child_sends_is_refused_unless_it_is_plain_data(document):
+    with pytest.raises(ProtocolError):
+        decode(document, lambda h, c: None, lambda d: Exception)
+
+
+# -- the library's solution is out of reach ------------------------------------------------------
+
+
+def _module_source(module: str) -> str:
+    import importlib.util
+
+    return Path(importlib.util.find_spec(module).origin).read_text()
+
+
+def delegating(number: int, kind: str, folder: Path) -> Path:
+    """A submission for exercise ``number`` that hands in the library's solution by ``kind``:
+    ``reexport`` (``from module import *``), ``wrapper`` (each graded function calls the
+    library's: ``super()`` for methods), ``importlib`` (a fresh copy of the module loaded
+    from its file) or ``copy`` (the library's file, copied in)."""
+    ex = EXERCISES[number]
+    folder.mkdir()
+    for stem, module in ex.solution.items():
+        if kind == "copy":
+            source = _module_source(module)
+        elif kind == "reexport":
+            source = f"from {module} import *\n"
+        elif kind == "importlib":
+            source = (
+                f"import importlib.util, {module} as _m\n"
+                f"_s = importlib.util.spec_from_file_location('fresh', _m.__file__)\n"
+                "_f = importlib.util.module_from_spec(_s)\n_s.loader.exec_module(_f)\n"
+                "globals().update({k: v for k, v in vars(_f).items() if not k.startswith('__')})\n"
+            )
+        else:
+            source = _wrapper(module, ex.graded_in(module))
+        (folder / f"{stem}.py").write_text(source)
+    return folder
+
+
+def _wrapper(module: str, graded: tuple[str, ...]) -> str:
+    lines = [f"from {module} import *", f"import {module} as _lib", "import hypothesis.stateful"]
+    classes: dict[str, list[str]] = {}
+    for name in graded:
+        qualname = name.partition(":")[2]
+        if "." in qualname:
+            cls, method = qualname.split(".")
+            classes.setdefault(cls, []).append(method)
+        else:
+            lines.append(f"def {qualname}(*a, **k):\n    return _lib.{qualname}(*a, **k)")
+    for cls, methods in classes.items():
+        lines.append(f"class {cls}(_lib.{cls}):")
+        for method in methods:
+            library = getattr(getattr(__import__(module, fromlist=["_"]), cls), method)
+            if isinstance(library, property):
+                lines.append(
+                    f"    @property\n    def {method}(self):\n        return super().{method}"
+                )
+                continue
+            if module.endswith("properties") and method != "after_all_freed":
+                lines.append("    @hypothesis.stateful.invariant()")
+            lines.append(
+                f"    def {method}(self, *a, **k):\n        return super().{method}(*a, **k)"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def first_criterion(number: int, folder: Path):
+    """The result of exercise ``number``'s first criterion on ``folder``, in a child."""
+    criterion = EXERCISES[number].criteria()[0]
+    child = grading.GradingChild(number, criterion.runs_in, folder.resolve(), Limits(), Proxy)
+    try:
+        return grading._run_in_child(criterion, child, Limits())
+    finally:
+        child.close()
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_a_copy_of_the_librarys_file_fails_before_any_of_it_runs(number, tmp_path):
+    folder = delegating(number, "copy", tmp_path / "copy")
+    assert "is a copy of the library's" in copies(EXERCISES[number], folder)
+    report = grade(number, folder) if number == 1 else None
+    if report is not None:
+        assert all("is a copy of the library's" in r.message for r in report.results)
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+@pytest.mark.parametrize("kind", ["reexport", "wrapper", "importlib"])
+def test_delegating_to_the_library_fails_with_what_happened(number, kind, tmp_path):
+    if number in (8, 9, 10, 11) and kind != "wrapper":
+        pytest.importorskip("numba")
+    folder = delegating(number, kind, tmp_path / kind)
+    result = first_criterion(number, folder)
+    assert result.outcome == FAIL
+    if kind == "importlib":
+        assert (
+            f"exercise {number:02d} grades your own code; it may not read or run the library's"
+            in result.message
+        )
+    else:
+        assert f"exercise {number:02d} grades your " in result.message
+        assert "it may not call the library's" in result.message
+
+
+def test_reloading_the_library_module_is_refused(tmp_path):
+    folder = tmp_path / "reload"
+    folder.mkdir()
+    (folder / "memory.py").write_text(
+        "import importlib, minipaged.memory as m\nm = importlib.reload(m)\nfrom minipaged.memory import *\n"  # noqa: E501
+    )
+    result = first_criterion(1, folder)
+    assert "may not read or run the library's memory" in result.message
+
+
+def test_a_helper_file_that_holds_a_copy_is_found(tmp_path):
+    folder = tmp_path / "helper"
+    folder.mkdir()
+    shutil.copy(TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py", folder)
+    (folder / "cheat.py").write_text(_module_source("minipaged.block_manager"))
+    assert copies(EXERCISES[4], folder).startswith("cheat.py: BlockManager.append_slot is a copy")
+
+
+OWN_PREEMPT = """
+    def _preempt(self, group, out):
+        seq_ids = [s.seq_id for s in group.seqs]
+        swap = (len(seq_ids) > 1 or self.preemption == "swap")
+        swap = swap and self.block_manager.can_swap_out(seq_ids)
+        kind = "swap" if swap else "recompute"
+        self.block_manager.record(Preempt(group.request_id, tuple(seq_ids), kind))
+        if not swap:
+            for s in seq_ids:
+                self.block_manager.free(s)
+            group.status = Status.WAITING
+            _insert_by_arrival(self.waiting, group)
+        else:
+            out.blocks_to_swap_out.extend(self.block_manager.swap_out(seq_ids))
+            group.status = Status.SWAPPED
+            _insert_by_arrival(self.swapped, group)
+        out.preempted.append(group)
+"""
+
+
+def test_the_other_part_of_exercise_05_may_use_the_librarys_swap(tmp_path):
+    """Exercise 05's scheduler is graded apart from its swap: a scheduler of the student's own
+    that calls the library's swap_out (their block manager still the starter) passes."""
+    folder = tmp_path / "ex05"
+    shutil.copytree(TUTORIALS / EXERCISES[5].folder / "starter", folder)
+    starter = (folder / "scheduler.py").read_text()
+    (folder / "scheduler.py").write_text(
+        starter[: starter.index("    def _preempt(")] + OWN_PREEMPT
+    )
+    results = {r.name: r for r in grade(5, folder).results}
+    assert results["recompute_frees_the_blocks_and_requeues"].outcome == PASS
+    assert results["swap_preemption_moves_the_blocks_to_host"].outcome == PASS
+    assert results["swap_out_moves_the_table_to_host"].message.startswith("not written yet")
+
+
+def test_no_time_is_lost_waiting_for_the_child(tmp_path):
+    """Grading exercise 01's starter costs one child: well under the per-criterion limit."""
+    start = time.monotonic()
+    report = grade(1, submission(tmp_path / "plain"))
+    assert time.monotonic() - start < 20
+    assert {r.outcome for r in report.results} == {FAIL}
+
+
+def test_closing_the_channel_fails_only_that_criterion(tmp_path):
+    closer = "import os\n    os.closerange(3, 256)\n    return t // block_size"
+    folder = submission(
+        tmp_path / "closer", logical_block=closer, block_offset=RIGHT["block_offset"]
+    )
+    failed = messages(grade(1, folder))
+    assert "closed its channel to the grader" in failed["logical_block"]
+    assert "block_offset" not in failed
+
+
+def test_a_link_to_an_endless_file_does_not_hold_the_copy_check(tmp_path):
+    folder = submission(tmp_path / "zero")
+    (folder / "endless.py").symlink_to("/dev/zero")
+    assert copies(EXERCISES[1], folder) == ""
+
+
+def test_a_process_left_behind_does_not_hold_the_tuis_recorded_run(tmp_path):
+    """``tui --exercise``'s run: a grandchild that holds the child's output does not keep the
+    TUI waiting past the limit, and ends with the rest."""
+    from minipaged.grader.recorded_run import record_student_run
+    from tui.scenarios import SCENARIOS
+
+    source = (TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py").read_text()
+    todo = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write"'
+    holder = (
+        "import subprocess, sys, time; subprocess.Popen(['sleep', '92.5'], stdout=sys.stdout, "
+        "stderr=sys.stderr); time.sleep(3600)  # ("
+    )
+    (tmp_path / "block_manager.py").write_text(source.replace(todo, holder))
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="took more than 5 s"):
+        record_student_run(SCENARIOS["parallel"], 4, tmp_path, "tiny", Limits(wall_seconds=5.0))
+    assert time.monotonic() - start < 30
+    time.sleep(0.5)
+    assert _alive("92.5") == []
+
+
+def test_a_question_cut_short_by_the_checks_own_time_limit_leaves_no_stale_answer(tmp_path):
+    """A check's own time limit (hypothesis's shrinking budget) may fire between a question
+    and its answer; the next criterion then gets a new child, not the old answer."""
+    from minipaged.grader.proxies import RemoteStudent
+    from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
+
+    folder = submission(
+        tmp_path / "slow",
+        logical_block="import time; time.sleep(1); return t // block_size",
+        block_offset=RIGHT["block_offset"],
+    )
+    child = grading.GradingChild(1, "process", folder.resolve(), Limits(), Proxy)
+    try:
+        child.start()
+        with pytest.raises(TimeLimitExceeded), time_limit(0.2):
+            RemoteStudent(child).memory.logical_block(3, 2)
+        assert not child.alive
+        offset = EXERCISES[1].criteria()[1]
+        assert grading._run_in_child(offset, child, Limits()).outcome == PASS
+    finally:
+        child.close()
