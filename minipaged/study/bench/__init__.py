@@ -108,7 +108,7 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")
     elif (page := options.out / "index.md").is_file() and not options.quick:
         old = page.read_text(encoding="utf-8")
-        page.write_text(replace_sections(old, reports, options), encoding="utf-8")
+        atomic_write.write_text(page, replace_sections(old, reports, options))
         out.print(f"updated {', '.join(r.name for r in reports)} in {page}")
     return reports
 
