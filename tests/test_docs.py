@@ -560,6 +560,39 @@ def test_every_figure_is_current_and_shown_on_a_page() -> None:
     )
 
 
+def test_no_line_of_the_kv_per_layer_figure_hides_another() -> None:
+    """Llama-3-8B and Llama-3-70B store the same bytes per layer: drawn alike, the first line
+    vanished under the second. Lines that coincide must differ in style, and a dot marks
+    where each model's line ends."""
+    from itertools import combinations
+
+    import matplotlib.pyplot as plt
+
+    figures = load_figures()
+    fig = figures.kv_per_layer()
+    lines = fig.axes[0].get_lines()
+    steps = [line for line in lines if len(line.get_xdata()) > 1]
+    dots = [line for line in lines if len(line.get_xdata()) == 1]
+    plt.close(fig)
+    assert len(steps) == len(dots) == len(figures.memory.PRESETS)
+    for a, b in combinations(steps, 2):
+        n = min(len(a.get_ydata()), len(b.get_ydata()))
+        if list(a.get_ydata()[:n]) == list(b.get_ydata()[:n]):
+            assert a.get_linestyle() != b.get_linestyle(), (a.get_label(), b.get_label())
+
+
+def test_the_kernel_threads_figure_labels_every_block_it_draws() -> None:
+    """Each block of the table, not every other one, shows which physical block it is."""
+    import matplotlib.pyplot as plt
+
+    fig = load_figures().kernel_threads()
+    axis = fig.axes[0]
+    blocks = [p for p in axis.patches if p.get_y() == 0 and not p.get_fill()]
+    labels = [t for t in axis.texts if t.get_position()[1] == 0.4]
+    plt.close(fig)
+    assert len(labels) == len(blocks) > 1
+
+
 # -- the built site ---------------------------------------------------------------------------
 
 
