@@ -32,39 +32,42 @@ from minipaged.radix_cache import RadixCache
 from minipaged.study.baselines import OrcaAllocator, PagedAllocator, StaticAllocator
 
 DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS))  # docs/ is not a package: its figure modules import by name
+from figure_style import RESERVED, SEQUENCES, STYLE, USED, WIDTH_IN  # noqa: E402
+from figures_pools import external_fragmentation, vattention_mapping  # noqa: E402
+
 FIGURES = DOCS / "assets" / "figures"
-WIDTH_IN = 5.0
-STYLE = {
-    "font.size": 11,
-    "axes.titlesize": 11,
-    "svg.hashsalt": "minipaged",  # stable element ids, so the files do not change run to run
-    "svg.fonttype": "path",  # no font is needed to view them
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-}
-USED, RESERVED, FREE, SHARED = "#3b6ea8", "#e8a33d", "#e6e6e6", "#7aa66b"
 
 
 def kv_per_layer():
     """§1: a token's keys and values, layer by layer: $2 N_{KV} d_h b$ bytes per layer, summed
-    over $N_L$ layers to ``kv_bytes_per_token``."""
+    over $N_L$ layers to ``kv_bytes_per_token``. Llama-3-8B and Llama-3-70B store the same
+    bytes per layer, so their lines coincide up to layer 32: the second is drawn dashed on top
+    of the first, and a dot marks where each ends, so that neither hides the other."""
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.2))
-    colors = ["#3b6ea8", "#c0504d", "#7aa66b"]
-    for shape, color in zip(memory.PRESETS.values(), colors, strict=True):
+    per_layer_of = {}
+    for shape, color in zip(memory.PRESETS.values(), SEQUENCES, strict=False):
         per_layer = 2 * shape.num_kv_heads * shape.head_dim * shape.dtype_bytes
         layers = range(shape.num_layers + 1)
         total = shape.kv_bytes_per_token
         assert per_layer * shape.num_layers == total
+        # A line that another model's line would cover goes on top, dashed.
+        covered = per_layer in per_layer_of.values()
+        per_layer_of[shape.name] = per_layer
         label = f"{shape.name.split(' (')[0]}: {per_layer // 2**10} KiB × {shape.num_layers}"
         ax.step(
             layers,
             [per_layer * n / 2**10 for n in layers],
             where="post",
             color=color,
+            linestyle="-" if not covered else "--",
+            linewidth=1.5,
+            zorder=2,
             label=f"{label} = {total // 2**10:,} KiB",
         )
+        ax.plot(shape.num_layers, total / 2**10, "o", color=color, zorder=3, markersize=5)
     ax.set_yscale("log")
-    ax.set_xlabel("layers")
+    ax.set_xlabel("layers (a dot: the model's last layer)")
     ax.set_ylabel("KiB per token (log scale)")
     ax.legend(loc="lower right", fontsize=9, frameon=False)
     fig.tight_layout()
@@ -159,7 +162,7 @@ def kernel_threads():
     table = [7, 2, 9, 4, 0, 5, 11, 3, 8, 1, 6, 10, 12]
     length = 200
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.9))
-    colors = ["#3b6ea8", "#c0504d", "#7aa66b", "#8064a2"]
+    colors = SEQUENCES[:4]
     for tau in range(length):
         thread = tau % num_threads
         ax.add_patch(Rectangle((tau, 1.1), 1, 0.8, color=colors[thread // warp], linewidth=0))
@@ -167,8 +170,7 @@ def kernel_threads():
         ax.add_patch(
             Rectangle((j * block_size, 0), block_size, 0.8, fill=False, edgecolor="#555555")
         )
-        if j % 2 == 0:
-            ax.text(j * block_size + block_size / 2, 0.4, f"{table[j]}", ha="center", va="center")
+        ax.text(j * block_size + block_size / 2, 0.4, f"{table[j]}", ha="center", va="center")
     for r in range(math.ceil(length / num_threads)):
         ax.axvline(r * num_threads, color="black", linestyle="--", linewidth=1)
         ax.text(r * num_threads + 2, 2.05, f"round {r + 1}", fontsize=9)
@@ -307,6 +309,8 @@ FIGURES_SVG: dict[str, Callable] = {
     "kernel-threads.svg": kernel_threads,
     "v2-partitions.svg": v2_partitions,
     "allocator-comparison.svg": allocator_comparison,
+    "external-fragmentation.svg": external_fragmentation,
+    "vattention-mapping.svg": vattention_mapping,
 }
 RADIX_PAGE = DOCS / "explanation" / "comparison.md"
 RADIX_MARKER = "<!-- figure: docs/figures.py radix_tree_mermaid -->"

@@ -134,9 +134,10 @@ class ModelShape:
         """The byte address of token $t$'s key (or value) vector for KV head $h$ = ``head`` in
         one layer's pool (§4); with ``pool_ptr = 0``, its byte offset from the pool's start:
 
-        $$\\text{Addr}_K(t) = \\text{PoolPtr} + \\mathcal{T}[\\lfloor t/B \\rfloor]
-        \\cdot \\text{Stride}_{block} + (t \\bmod B) \\cdot \\text{Stride}_{token}
-        + h \\cdot \\text{Stride}_{head}$$
+        $$\\begin{aligned} \\text{Addr}_K(t) = {} & \\text{PoolPtr}
+        + \\mathcal{T}[\\lfloor t/B \\rfloor] \\cdot \\text{Stride}_{block} \\\\
+        & + (t \\bmod B) \\cdot \\text{Stride}_{token} + h \\cdot \\text{Stride}_{head}
+        \\end{aligned}$$
 
         §3's worked example "BasePtr + 93 · BlockSizeBytes + 6 · TokenBytes" is this formula
         for one head ($h = 0$) of one layer's key pool: there "BlockSizeBytes" means that

@@ -10,15 +10,22 @@ sequence is identified by a chained hash of its parent's hash and its own $B$ to
 
 $$h_j = \\text{hash}(h_{j-1}, t_{jB}, \\dots, t_{jB+B-1}),$$
 
-so equal hashes mean equal prefixes up to a collision, and a hit is confirmed by comparing the
-tokens and the parent block, never by the hash alone. Only full blocks are cached: the last,
-partly filled block of a sequence is still being written.
+so $h_j$ is a function of the tokens $t_0, \\dots, t_{jB+B-1}$ alone: equal hashes mean equal
+prefixes up to a collision, whichever physical blocks happen to hold them. A hit is confirmed
+by comparing the block's tokens and its parent's hash, never by the hash alone. Only full
+blocks are cached: the last, partly filled block of a sequence is still being written.
+
+Because the chain is computed from tokens, a sequence that computed a block itself while the
+same contents were already cached in another block still registers the blocks after it, as
+vLLM does: they hang under the *contents* of their prefix, not under a block id, so a later
+request finds the first copy of the prefix and then these blocks. (The radix cache files them
+the same way.)
 
 A cached block stays cached after its last holder lets go ($\\mathcal{R}[p] = 0$): it sits on
 the allocator's free list with its contents intact, and is *evicted* only when the allocator
 hands it out for new contents. The free list is ordered by release time, so eviction is least
-recently used first. Sequences release their blocks last block first, so a child block is
-always evicted before its parent.
+recently used first. A block whose prefix is no longer cached anywhere cannot be reached
+until the prefix is cached again, by any block; it is evicted in its turn.
 
 Both caches (this one and ``minipaged.radix_cache.RadixCache``) offer the same operations to
 the block manager, ``PrefixCache``: ``match`` (a pure lookup: it never changes the cache),
@@ -30,8 +37,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
-
-NO_PARENT = -1
 
 
 class PrefixCache(Protocol):
@@ -53,10 +58,11 @@ def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ..
 
 @dataclass(frozen=True, slots=True)
 class CachedBlock:
-    """What the cache knows of a block: its chained hash, the block before it, its tokens."""
+    """What the cache knows of a block: its chained hash $h_j$, the hash $h_{j-1}$ of the
+    prefix before it (None for a sequence's first block), and its own $B$ tokens."""
 
     hash: int
-    parent: int  # the cached block before it in its sequence, or NO_PARENT
+    parent_hash: int | None
     tokens: tuple[int, ...]
 
 
@@ -64,8 +70,8 @@ class HashPrefixCache:
     """Maps chained block hashes to device blocks.
 
     Invariant: ``_by_hash[e.hash] == block`` for every ``block -> e`` in ``_entries``; a block
-    is registered at most once, and its parent is registered too (or it is block 0 of its
-    sequence), at the time of registration.
+    is registered at most once, and each hash names at most one block (the first to hold
+    those contents).
     """
 
     def __init__(self, block_size: int) -> None:
@@ -86,39 +92,43 @@ class HashPrefixCache:
 
     def match(self, token_ids: Sequence[int]) -> list[int]:
         """The cached blocks holding the longest run of ``token_ids``' full blocks, from the
-        first block on (each confirmed by tokens and parent, not only by hash). A pure lookup:
-        the cache is left as it was."""
+        first block on (each confirmed by its tokens and its parent's hash, not only by its own
+        hash). A pure lookup: the cache is left as it was."""
         blocks: list[int] = []
-        parent, parent_hash = NO_PARENT, None
+        parent_hash = None
         for tokens in full_blocks(token_ids, self.block_size):
             block_hash = hash((parent_hash, tokens))
             block = self._by_hash.get(block_hash)
-            if block is None:
-                break
-            entry = self._entries[block]
-            if entry.tokens != tokens or entry.parent != parent:
-                break  # a hash collision: different contents, no hit
+            if block is None or not self._holds(block, parent_hash, tokens):
+                break  # not cached, or a hash collision: different contents, no hit
             blocks.append(block)
-            parent, parent_hash = block, block_hash
+            parent_hash = block_hash
         return blocks
 
     def insert(self, token_ids: Sequence[int], blocks: Sequence[int]) -> list[int]:
         """Register ``blocks[j]`` as the holder of full block $j$ of ``token_ids``; return the
         blocks newly registered. A block whose contents are already cached under another block
-        stays unregistered (the first copy wins), and so do the blocks after it."""
+        stays unregistered (the first copy wins), but the chain goes on: the blocks after it
+        are registered under the hash of their contents, as in vLLM. The chain stops at a hash
+        collision, or at a block already registered for other contents."""
         added: list[int] = []
-        parent, parent_hash = NO_PARENT, None
+        parent_hash = None
         for tokens, block in zip(full_blocks(token_ids, self.block_size), blocks, strict=False):
             block_hash = hash((parent_hash, tokens))
             holder = self._by_hash.get(block_hash)
             if holder is None and block not in self._entries:
                 self._by_hash[block_hash] = block
-                self._entries[block] = CachedBlock(block_hash, parent, tokens)
+                self._entries[block] = CachedBlock(block_hash, parent_hash, tokens)
                 added.append(block)
-            elif holder != block:
-                break
-            parent, parent_hash = block, block_hash
+            elif holder is None or not self._holds(holder, parent_hash, tokens):
+                break  # this block holds other contents, or the hash collides
+            parent_hash = block_hash
         return added
+
+    def _holds(self, block: int, parent_hash: int | None, tokens: tuple[int, ...]) -> bool:
+        """Whether registered ``block`` holds ``tokens`` after the prefix ``parent_hash``."""
+        entry = self._entries[block]
+        return entry.tokens == tokens and entry.parent_hash == parent_hash
 
     def forget(self, block: int) -> bool:
         """Drop ``block`` (the allocator is reusing it for new contents); True if it was cached."""

@@ -1,6 +1,7 @@
 """The baseline allocators and the paged adapter, against the source text's formulas (§2, §3)
 and, for Orca's external fragmentation, against a brute-force definition over a slot map."""
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -15,6 +16,11 @@ from minipaged.study.baselines import (
     StaticAllocator,
     VAttentionAllocator,
     page_tokens,
+)
+from minipaged.study.orca_baselines import (
+    OrcaReservationAllocator,
+    next_power_of_two,
+    orca_reservation,
 )
 
 
@@ -171,13 +177,14 @@ def test_vattention_page_holds_tokens_of_one_layers_keys():
         OrcaAllocator(100, delta=16),
         VAttentionAllocator(100, page_size=10),
         PagedAllocator(6, block_size=16),
+        OrcaReservationAllocator(100, "oracle"),
     ],
-    ids=["static", "orca", "vattention", "paged"],
+    ids=["static", "orca", "vattention", "paged", "orca-oracle"],
 )
 def test_a_refused_admission_changes_nothing_and_release_frees_everything(alloc):
-    assert alloc.admit("a", 60, 100)
+    assert alloc.admit("a", 60, 100, final_len=90)
     reserved = alloc.reserved
-    assert not alloc.admit("b", 60, 100)
+    assert not alloc.admit("b", 60, 100, final_len=90)
     assert alloc.reserved == reserved
     alloc.release("a")
     assert alloc.reserved == 0
@@ -211,3 +218,88 @@ def test_heap_merges_a_freed_buffer_with_both_neighbouring_holes():
     assert heap.hole_sizes() == [10, 10]
     heap.release(10, 10)
     assert heap.holes == [[0, 30]]
+
+
+# -- the vLLM paper's Orca baselines -----------------------------------------------------------
+
+
+def test_next_power_of_two_is_two_to_the_ceiling_of_the_log():
+    assert [next_power_of_two(n) for n in (0, 1, 2, 3, 4, 5, 25, 64, 65)] == [
+        0,
+        1,
+        2,
+        4,
+        4,
+        8,
+        32,
+        64,
+        128,
+    ]
+
+
+@given(prompt=st.integers(1, 4000), output=st.integers(1, 4000), extra=st.integers(0, 1000))
+def test_orca_reservations_follow_the_vllm_papers_formulas(prompt, output, extra):
+    final = prompt + output
+    max_len = final + extra
+    assert orca_reservation("max", prompt, max_len, final) == max_len
+    assert orca_reservation("oracle", prompt, max_len, final) == final
+    pow2 = orca_reservation("pow2", prompt, max_len, final)
+    assert pow2 == min(max_len, prompt + 2 ** math.ceil(math.log2(output)))
+    # Pow2 over-reserves the output by less than 2x, and never passes L_max.
+    assert final <= pow2 <= min(max_len, prompt + 2 * output - 1)
+
+
+def test_the_papers_pow2_example_reserves_32_slots_for_25_output_tokens():
+    # vLLM paper §6.1: "if the true output length is 25, it reserves 32 positions for outputs"
+    assert orca_reservation("pow2", 100, 2048, 125) == 100 + 32
+
+
+@pytest.mark.parametrize("policy", ["max", "pow2", "oracle"])
+def test_an_orca_baseline_holds_its_reservation_from_admission_to_release(policy):
+    alloc = OrcaReservationAllocator(capacity=4096, policy=policy)
+    assert alloc.admit("r", 100, 2048, final_len=125)
+    size = orca_reservation(policy, 100, 2048, 125)
+    assert alloc.reserved == alloc.reserved_slots("r") == size
+    grow_to(alloc, "r", 100, 125)
+    assert alloc.reserved_slots("r") == size, "the buffer never grows or moves"
+    if policy == "oracle":
+        with pytest.raises(ValueError, match="grew past the final_len"):
+            alloc.grow("r")
+    alloc.release("r")
+    assert alloc.reserved == 0
+
+
+def test_orca_baselines_stall_on_holes_as_contiguous_buffers_do():
+    alloc = OrcaReservationAllocator(capacity=300, policy="oracle")
+    for seq in "abc":
+        assert alloc.admit(seq, 50, 200, final_len=100)
+    alloc.release("a")
+    alloc.release("c")  # 200 slots free, in holes of 100 each
+    assert not alloc.admit("d", 50, 200, final_len=150)
+    assert alloc.stalls == 1
+
+
+def test_orca_baselines_refuse_bad_input_naming_it():
+    with pytest.raises(ValueError, match="policy must be one of max, pow2, oracle, got 'avg'"):
+        OrcaReservationAllocator(100, "avg")
+    alloc = OrcaReservationAllocator(100, "pow2")
+    with pytest.raises(ValueError, match="pass final_len"):
+        alloc.admit("a", 10, 100)
+    with pytest.raises(ValueError, match=r"final_len \(L_i\) 5 must lie between prompt_len 10"):
+        alloc.admit("a", 10, 100, final_len=5)
+    assert alloc.reserved == 0
+
+
+def test_vattention_maps_physical_pages_under_a_virtual_range_on_demand():
+    alloc = VAttentionAllocator(capacity=10 * 4, page_size=4)
+    assert alloc.admit("a", 5, 32)  # 5 tokens: 2 pages mapped of a range of 8
+    assert alloc.page_table("a") == (0, 1) and alloc.virtual_pages("a") == 8
+    assert alloc.admit("b", 3, 32)
+    grow_to(alloc, "a", 5, 9)  # token 8 starts page 2 of a's range: one more page is mapped
+    assert alloc.page_table("a") == (0, 1, 3) and alloc.page_table("b") == (2,)
+    assert alloc.reserved == 4 * 4
+    alloc.release("a")  # its pages go back behind the never-used ones
+    assert alloc.admit("c", 32, 32)  # 8 pages: any free ones, in any order
+    assert alloc.page_table("c") == (4, 5, 6, 7, 8, 9, 0, 1)
+    grow_to(alloc, "b", 3, 5)  # token 4 starts b's second page: the last free one, 3
+    assert alloc.page_table("b") == (2, 3) and not alloc.grow("c")

@@ -160,7 +160,7 @@ def test_simulate_prints_a_row_per_allocator_and_valid_json():
     argv = ["simulate", "--hbm-gb", "20", "--requests", "20", "--page-kb", "64"]
     status, printed = run_cli(*argv)
     assert status == 0
-    for name in ("static", "orca ΔL=256", "vattention 64 KB pages", "paged B=16"):
+    for name in ("static", "text's orca ΔL=256", "vattention 64 KB pages", "paged B=16"):
         assert name in printed
     status, printed = run_cli(*argv, "--json")
     assert status == 0
@@ -233,3 +233,24 @@ def test_the_results_page_renders_every_table_as_a_table(tables):
     header_rows = page.count("\n| --- |")
     assert html.count("<table>") == header_rows
     assert "<p>|" not in html
+
+
+def test_a_cell_or_header_holding_a_pipe_stays_one_markdown_cell():
+    from minipaged.study.report import Column, Report
+
+    report = Report("x", "T", [Column("a", "max |Δ|"), Column("b", "b")], [{"a": "|x|", "b": 1}])
+    header, _, row = report.markdown().splitlines()[2:5]
+    assert header == "| max \\|Δ\\| | b |"
+    assert row == "| \\|x\\| | 1 |"
+
+
+def test_a_partial_run_refreshes_only_its_own_sections_of_the_results_page():
+    from minipaged.study.report import Column, Report
+
+    page = "# Results\n\n## A\n\nold a\n\n## B\n\nold b\n"
+    new_b = Report("b", "B", [Column("v", "v")], [{"v": 2}])
+    new_c = Report("c", "C", [Column("v", "v")], [{"v": 3}])
+    updated = bench.replace_sections(page, [new_b, new_c], bench.Options())
+    assert updated.startswith("# Results\n\n## A\n\nold a\n\n## B\n\n| v |")
+    assert "old b" not in updated and "| 2 |" in updated
+    assert updated.rstrip().endswith("| 3 |"), "a section the page lacked is added at the end"

@@ -16,10 +16,17 @@ Conventions for ``docs/**/*.md``:
   fence right after it is what it must print (``--update-output`` leaves these alone). Other
   bash fences are not run.
 - Python lines fit in 80 columns, the width of a code block on the site.
+- A number in prose that the examples produce is written ``{{ expression }}``: the build
+  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and the test that runs
+  the page checks the built page shows the same value. Prose right after an Output block may not
+  retype a number that block printed.
+
+The fences are read by ``docs/hooks/markdown_fences.py``, which the build's hooks share; each
+exercise's page is made at build time from ``tutorials/`` by ``docs/hooks/course.py``.
 
 Screenshots of the terminal UI in ``docs/assets/screenshots`` are made by
-``minipaged tui --screenshot`` (``SCREENSHOT_ARGS`` below lists them);
-``.venv/bin/python tests/test_docs.py --update-screenshots`` makes them again.
+``minipaged tui --screenshot``, and cut into crops a phone can read, by ``docs/screenshots.py``
+(which lists them); ``.venv/bin/python docs/screenshots.py`` makes them again.
 
 When the code changes what an example prints on purpose, run
 ``.venv/bin/python tests/test_docs.py --update-output`` to rewrite the Output fences from what the
@@ -40,7 +47,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree
@@ -50,9 +57,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 VENDOR = DOCS / "assets" / "javascripts" / "vendor"
+HOOKS = DOCS / "hooks"
+sys.path.insert(0, str(HOOKS))  # the site's build hooks, which read pages as these tests do
 
-SKIP_MARKER = "<!-- skip-test -->"
-OUTPUT_INFO = 'text title="Output"'
+from course import exercise_folders, exercise_markdown, page_of  # noqa: E402
+
+sys.path.insert(0, str(DOCS))  # docs/'s scripts: the figures and the TUI's screenshots
+import screenshots  # noqa: E402
+from markdown_fences import (  # noqa: E402
+    OUTPUT_INFO,
+    SHELL_MARKER,
+    SHELL_OUTPUT_INFO,
+    Fence,
+    PageRun,
+    fence_spans,
+    read_fences,
+)
+from prose_values import ProseValues  # noqa: E402
+
 # Every fence must name one of these languages, so that a ```py or ```python3 example cannot slip
 # past the runner unnoticed.
 KNOWN_LANGUAGES = {"python", "text", "mermaid", "bash", "console", "yaml", "json"}
@@ -61,80 +83,25 @@ MAX_CODE_COLUMNS = 80
 # The vendored MathJax and mermaid builds take about 6 MB; a much larger folder means someone
 # copied a whole npm package.
 VENDOR_BUDGET_BYTES = 8_000_000
-# A shell command the runner cannot exec as Python (for example one that must choose Numba's CUDA
-# simulator before numba loads) runs in a shell of its own when this marker precedes its fence.
-SHELL_MARKER = "<!-- run-in-shell -->"
-SHELL_OUTPUT_INFO = 'text title="Shell output"'
-
-FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
-
-
-@dataclass(frozen=True)
-class Fence:
-    page: str  # path relative to docs/
-    number: int  # 1-based among the page's Python fences; 0 for other languages
-    line: int  # 1-based line of the first line of code in the Markdown file
-    end: int  # 0-based index of the closing fence line
-    language: str
-    info: str
-    body: tuple[str, ...]
-    skipped: bool
-    runs_in_shell: bool = False  # a bash fence after SHELL_MARKER
-    output: Fence | None = None  # the Output fence right after a Python fence (or shell command)
-
-    @property
-    def source(self) -> str:
-        return "\n".join(self.body) + "\n"
-
-
-def read_fences(path: Path) -> list[Fence]:
-    """All fenced code blocks of one Markdown page except Output fences, which are attached to
-    the Python fence they follow."""
-    page = path.relative_to(DOCS).as_posix()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    found: list[Fence] = []
-    i = 0
-    while i < len(lines):
-        match = FENCE_OPEN.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        indent, fence, info = match["indent"], match["fence"], match["info"].strip()
-        previous = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
-        close = re.compile(rf"^{re.escape(indent)}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-        j = i + 1
-        while j < len(lines) and not close.match(lines[j]):
-            j += 1
-        if j == len(lines):
-            raise AssertionError(f"docs/{page}:{i + 1}: code fence is never closed")
-        body = tuple(s[len(indent) :] if s.startswith(indent) else s for s in lines[i + 1 : j])
-        language = info.split()[0] if info else ""
-        skipped, in_shell = previous == SKIP_MARKER, previous == SHELL_MARKER
-        found.append(Fence(page, 0, i + 2, j, language, info, body, skipped, in_shell))
-        i = j + 1
-
-    fences: list[Fence] = []
-    number = 0
-    for k, fence in enumerate(found):
-        if fence.info in (OUTPUT_INFO, SHELL_OUTPUT_INFO):
-            continue  # attached to the fence before it, below
-        after = found[k + 1] if k + 1 < len(found) else None
-        adjacent = after is not None and not any(
-            s.strip() for s in lines[fence.end + 1 : after.line - 2]
-        )
-        if fence.language == "python":
-            number += 1
-            output = after if adjacent and after.info == OUTPUT_INFO else None
-            fence = replace(fence, number=number, output=output)
-        elif fence.runs_in_shell:
-            output = after if adjacent and after.info == SHELL_OUTPUT_INFO else None
-            fence = replace(fence, output=output)
-        fences.append(fence)
-    return fences
-
-
 PAGES = sorted(DOCS.rglob("*.md"))
-FENCES = {path.relative_to(DOCS).as_posix(): read_fences(path) for path in PAGES}
+FENCES = {
+    path.relative_to(DOCS).as_posix(): read_fences(
+        path.read_text(encoding="utf-8"), path.relative_to(DOCS).as_posix()
+    )
+    for path in PAGES
+}
+SITE_URL = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
+# Pages the build makes (docs/hooks/course.py): each exercise's statement, from tutorials/.
+GENERATED = {page_of(folder): folder for folder in exercise_folders(ROOT)}
+
+
+def page_text(page: str) -> str:
+    """The Markdown of a page of the site, relative to docs/: a file, or one the build makes."""
+    if page in GENERATED:
+        return exercise_markdown(GENERATED[page], ROOT, SITE_URL)
+    return (DOCS / page).read_text(encoding="utf-8")
+
+
 PAGES_WITH_PYTHON = sorted(
     page for page, fences in FENCES.items() if any(f.language == "python" for f in fences)
 )
@@ -143,20 +110,7 @@ PAGES_WITH_PYTHON = sorted(
 def run_page(page: str) -> Iterator[tuple[Fence, str, str | None]]:
     """Run the page's Python fences in order in one namespace; yield each fence with what it
     printed and the traceback it raised (None when it ran through)."""
-    namespace: dict[str, object] = {"__name__": "__docs__"}
-    for fence in FENCES[page]:
-        if fence.language != "python" or fence.skipped:
-            continue
-        # Pad with blank lines so that tracebacks give the line number in the Markdown file.
-        code = compile("\n" * (fence.line - 1) + fence.source, str(DOCS / page), "exec")
-        stdout = io.StringIO()
-        error = None
-        try:
-            with contextlib.redirect_stdout(stdout):
-                exec(code, namespace)
-        except Exception:
-            error = traceback.format_exc()
-        yield fence, stdout.getvalue(), error
+    return PageRun(FENCES[page], str(DOCS / page)).steps()
 
 
 def _normalise(lines: str | tuple[str, ...]) -> list[str]:
@@ -169,10 +123,14 @@ def _normalise(lines: str | tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
-def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch) -> None:
+def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch, site) -> None:
+    """Each example runs and prints its Output block; every ``{{ expression }}`` in the page's
+    prose is evaluated where it stands, and the built page must show that value."""
     # Examples run from an empty folder, so one that writes a file cannot touch the repository.
     monkeypatch.chdir(tmp_path)
-    for fence, printed, error in run_page(page):
+    run = PageRun(FENCES[page], str(DOCS / page))
+    prose = ProseValues((DOCS / page).read_text(encoding="utf-8"), page)
+    for fence, printed, error in run.steps():
         where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
         if error is not None:
             pytest.fail(f"{where} raised:\n{error}", pytrace=False)
@@ -181,6 +139,24 @@ def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch)
             if actual != expected:
                 diff = difflib.unified_diff(expected, actual, "Output", "printed", lineterm="")
                 pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
+        prose.after(fence, run.namespace)
+    try:
+        values = prose.finish(run.namespace)
+    except ValueError as error:
+        pytest.fail(str(error), pytrace=False)
+    shown = built_text(site, page)
+    missing = [value for value in values if value not in shown]
+    assert not missing, (
+        f"docs/{page}: the examples compute {missing}, but the built page does not show them "
+        "(a stale cache in .cache/prose-values?)"
+    )
+
+
+def built_text(site: Path, page: str) -> str:
+    """The text of a built page's article, tags removed, entities decoded."""
+    html = (site / page).with_suffix(".html").read_text(encoding="utf-8")
+    article = html[html.index("<article") : html.index("</article>")]
+    return unescape(re.sub(r"<[^>]+>", "", article))
 
 
 def test_python_examples_fit_the_page() -> None:
@@ -223,6 +199,64 @@ def test_output_blocks_follow_a_python_example() -> None:
             f"docs/{path.relative_to(DOCS)}: an Output block does not directly follow a "
             "Python example (or a Shell output block a command marked to run)"
         )
+
+
+# A number in prose: digits with optional thousands commas and decimals, not part of a word,
+# a version, a path, a section sign or an anchor.
+PROSE_NUMBER = re.compile(r"(?<![\w.§/#-])\d[\d,]*(?:\.\d+)?(?!\w)")
+# What is not prose on a line: inline code, inline math, a link's target, a placeholder, a
+# list item's marker, and exercise numbers (names, not results: "exercises 08 to 11").
+NOT_PROSE = re.compile(
+    r"`[^`]*`|\$[^$]*\$|\]\([^)]*\)|\{\{.*?\}\}|^\s*(?:\d+\.|[-*])\s"
+    r"|(?i:\bexercises?\s+\d+(?:\s*(?:,|and|to)\s*\d+)*)"
+)
+
+
+def numbers_in(text: str) -> set[str]:
+    return {m[0].replace(",", "").rstrip(".") for m in PROSE_NUMBER.finditer(text)}
+
+
+def retyped_numbers(text: str, page: str) -> list[str]:
+    """Numbers typed into the prose that reads an Output block (the lines after it, up to the
+    next fence) which that output printed and no code on the page contains (a number in the
+    code is the page's own input): numbers the run produced, copied by hand. Headings, tables
+    and display math are not prose."""
+    lines = text.splitlines()
+    spans = fence_spans(lines, page)
+    outputs = (OUTPUT_INFO, SHELL_OUTPUT_INFO)
+    in_code = {n for span in spans if span.info not in outputs for n in numbers_in(span.source)}
+    found = []
+    for k, span in enumerate(spans):
+        if span.info not in outputs:
+            continue
+        produced = numbers_in("\n".join(span.body)) - in_code
+        stop = spans[k + 1].line - 2 if k + 1 < len(spans) else len(lines)
+        display_math = False
+        for n in range(span.end + 1, stop):
+            line = lines[n].strip()
+            if line.startswith("$$"):
+                display_math = (line == "$$") != display_math
+                continue
+            if display_math or line.startswith(("#", "|")):
+                continue
+            copied = sorted(numbers_in(NOT_PROSE.sub(" ", lines[n])) & produced, key=float)
+            found += [f"docs/{page}:{n + 1}: {number}" for number in copied]
+    return found
+
+
+def test_prose_does_not_retype_a_number_the_example_above_printed() -> None:
+    """The class of the preemption page's stale "(10)": prose that repeats a number its
+    example printed goes stale when the code changes. Write it as ``{{ expression }}``, which
+    the build fills from the examples (docs/hooks/prose_values.py), or in words."""
+    found = [
+        problem
+        for page, path in zip(FENCES, PAGES, strict=True)
+        for problem in retyped_numbers(path.read_text(encoding="utf-8"), page)
+    ]
+    assert not found, (
+        "numbers the examples printed, typed by hand into the prose after them; write each as "
+        "{{ expression }} so the build computes it:\n" + "\n".join(found)
+    )
 
 
 SHELL_COMMANDS = [
@@ -354,7 +388,7 @@ def nav_pages() -> list[str]:
 
 def test_every_page_is_in_the_nav_once() -> None:
     nav = nav_pages()
-    on_disk = {path.relative_to(DOCS).as_posix() for path in PAGES}
+    on_disk = {path.relative_to(DOCS).as_posix() for path in PAGES} | set(GENERATED)
     assert not (missing := sorted(on_disk - set(nav))), (
         f"pages missing from mkdocs.yml nav: {missing}"
     )
@@ -383,7 +417,7 @@ def test_next_links_follow_the_nav() -> None:
     nav = nav_pages()
     wrong = []
     for k, page in enumerate(nav):
-        paragraph = NEXT_PARAGRAPH.search((DOCS / page).read_text(encoding="utf-8"))
+        paragraph = NEXT_PARAGRAPH.search(page_text(page))
         if paragraph is None:
             continue
         links = linked_pages(page, paragraph[1])
@@ -400,16 +434,43 @@ def test_the_home_page_maps_every_section_of_the_site() -> None:
 
     with contextlib.redirect_stderr(io.StringIO()):
         nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
-    home = set(linked_pages("index.md", (DOCS / "index.md").read_text(encoding="utf-8")))
+    home = set(linked_pages("index.md", page_text("index.md")))
     unmapped = []
     for section in nav:
         pages = nav_pages_in(section)
         reached = set(home)
         for page in pages:
             if page in home:
-                reached |= set(linked_pages(page, (DOCS / page).read_text(encoding="utf-8")))
+                reached |= set(linked_pages(page, page_text(page)))
         unmapped += [p for p in pages if p not in reached and p != "index.md"]
     assert not unmapped, f"pages the home page's site map does not reach: {unmapped}"
+
+
+EXERCISE_LINK = re.compile(r"\[(?:[^\]]*?\b)?[Ee]xercises? (\d+)[^\]]*\]\(([^)\s#]+)")
+
+
+def test_a_link_named_for_an_exercise_lands_on_that_exercises_page() -> None:
+    """ "Your turn: Exercise 5" once led to the course's table; each exercise has a page."""
+    pages = {int(Path(page).name[:2]): page for page in GENERATED}
+    wrong = []
+    for path in PAGES:
+        page = path.relative_to(DOCS).as_posix()
+        for number, target in EXERCISE_LINK.findall(path.read_text(encoding="utf-8")):
+            landed = (DOCS / page).parent.joinpath(target).resolve().relative_to(DOCS.resolve())
+            if landed.as_posix() != pages.get(int(number)):
+                wrong.append(f"docs/{page}: exercise {number} links to {landed.as_posix()}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("exercise", sorted(GENERATED))
+def test_an_exercise_and_the_pages_that_teach_it_link_each_other(exercise: str) -> None:
+    """Each exercise's page links to the pages it builds on (its README's background and the
+    course table's "read first"), and each of those pages links back to the exercise."""
+    taught_by = {p for p in linked_pages(exercise, page_text(exercise)) if p not in GENERATED}
+    taught_by.discard("course/index.md")
+    assert taught_by, f"{exercise} links to no page of the site"
+    silent = sorted(p for p in taught_by if exercise not in linked_pages(p, page_text(p)))
+    assert not silent, f"pages {exercise} builds on that do not link back to it: {silent}"
 
 
 def nav_pages_in(item) -> list[str]:
@@ -499,6 +560,39 @@ def test_every_figure_is_current_and_shown_on_a_page() -> None:
     )
 
 
+def test_no_line_of_the_kv_per_layer_figure_hides_another() -> None:
+    """Llama-3-8B and Llama-3-70B store the same bytes per layer: drawn alike, the first line
+    vanished under the second. Lines that coincide must differ in style, and a dot marks
+    where each model's line ends."""
+    from itertools import combinations
+
+    import matplotlib.pyplot as plt
+
+    figures = load_figures()
+    fig = figures.kv_per_layer()
+    lines = fig.axes[0].get_lines()
+    steps = [line for line in lines if len(line.get_xdata()) > 1]
+    dots = [line for line in lines if len(line.get_xdata()) == 1]
+    plt.close(fig)
+    assert len(steps) == len(dots) == len(figures.memory.PRESETS)
+    for a, b in combinations(steps, 2):
+        n = min(len(a.get_ydata()), len(b.get_ydata()))
+        if list(a.get_ydata()[:n]) == list(b.get_ydata()[:n]):
+            assert a.get_linestyle() != b.get_linestyle(), (a.get_label(), b.get_label())
+
+
+def test_the_kernel_threads_figure_labels_every_block_it_draws() -> None:
+    """Each block of the table, not every other one, shows which physical block it is."""
+    import matplotlib.pyplot as plt
+
+    fig = load_figures().kernel_threads()
+    axis = fig.axes[0]
+    blocks = [p for p in axis.patches if p.get_y() == 0 and not p.get_fill()]
+    labels = [t for t in axis.texts if t.get_position()[1] == 0.4]
+    plt.close(fig)
+    assert len(labels) == len(blocks) > 1
+
+
 # -- the built site ---------------------------------------------------------------------------
 
 
@@ -526,6 +620,8 @@ def site(tmp_path_factory) -> Path:
 
 def test_mkdocs_build_strict_succeeds(site: Path) -> None:
     assert (site / "index.html").is_file()
+    scripts = sorted(str(path.relative_to(site)) for path in site.rglob("*.py"))
+    assert not scripts, f"docs/'s scripts and hooks are published as pages or files: {scripts}"
     for page in PAGES:
         # The offline plugin builds page.md as page.html, so links work opened from disk.
         html = site / page.relative_to(DOCS).with_suffix(".html")
@@ -611,33 +707,10 @@ def test_math_and_diagram_pages_load_the_vendored_scripts(site: Path) -> None:
 
 # -- screenshots of the terminal UI ----------------------------------------------------------
 
-SCREENSHOTS = DOCS / "assets" / "screenshots"
-# Each screenshot in docs/assets/screenshots is made by `minipaged tui --screenshot`, never by
-# hand: `.venv/bin/python tests/test_docs.py --update-screenshots` rewrites them all.
-SCREENSHOT_ARGS = {
-    "parallel-step-2.svg": ["--scenario", "parallel", "--steps", "2"],
-    "beam-step-3.svg": ["--scenario", "beam", "--steps", "3"],
-    "swap-step-8.svg": ["--scenario", "swap", "--steps", "8"],
-    "recompute-step-29.svg": ["--scenario", "recompute", "--steps", "29"],
-}
-# Rich's SVG names a web font on a CDN after the local one; the site must not load it.
-WEB_FONT = re.compile(r',\s*url\("https?://[^"]*"\)\s*format\("[^"]*"\)')
 SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
-
-
-def take_screenshot(name: str, out: Path) -> None:
-    """Run ``minipaged tui --screenshot`` for one of SCREENSHOT_ARGS, keeping it offline."""
-    command = [sys.executable, "-m", "minipaged.cli", "tui", *SCREENSHOT_ARGS[name]]
-    result = subprocess.run(
-        [*command, "--screenshot", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
-    out.write_text(WEB_FONT.sub("", out.read_text(encoding="utf-8")), encoding="utf-8")
+SCREENSHOTS = screenshots.SCREENSHOTS
+# An image that links to a file: ``[![alt](crop.svg)](full.svg)``.
+LINKED_IMAGE = re.compile(r"\[!\[[^\]]*\]\(([^)\s]+)\)\]\(([^)\s]+)\)")
 
 
 def screen_text(svg: Path) -> list[str]:
@@ -647,33 +720,57 @@ def screen_text(svg: Path) -> list[str]:
     return _normalise("".join(root.itertext()).replace("\xa0", " "))
 
 
-def test_every_screenshot_is_listed_and_used_by_a_page() -> None:
+def test_every_screenshot_and_crop_is_listed_and_a_page_shows_each_crop_linked_to_its_whole():
+    """On a phone a whole screenshot's text is 3 px high: pages show a crop, the pane they
+    discuss, linked to the whole screenshot (docs/screenshots.py)."""
     on_disk = {path.name for path in SCREENSHOTS.glob("*.svg")}
-    assert on_disk == set(SCREENSHOT_ARGS), "docs/assets/screenshots must hold exactly these"
-    pages = "".join(path.read_text(encoding="utf-8") for path in PAGES)
-    unused = [name for name in SCREENSHOT_ARGS if f"screenshots/{name}" not in pages]
-    assert not unused, f"screenshots no page shows: {unused}"
+    assert on_disk == set(screenshots.SCREENSHOT_ARGS) | set(screenshots.CROPS), (
+        "docs/assets/screenshots must hold exactly the screenshots and crops docs/screenshots.py "
+        "lists"
+    )
+    shown = {
+        (Path(image).name, Path(target).name)
+        for path in PAGES
+        for image, target in LINKED_IMAGE.findall(path.read_text(encoding="utf-8"))
+        if "screenshots/" in image
+    }
+    expected = {(name, part.screenshot) for name, part in screenshots.CROPS.items()}
+    assert not (missing := sorted(expected - shown)), (
+        f"crops no page shows as a link to their whole screenshot: {missing}"
+    )
+    whole = [
+        f"docs/{path.relative_to(DOCS)}: {name}"
+        for path in PAGES
+        for name in screenshots.SCREENSHOT_ARGS
+        if re.search(rf"!\[[^\]]*\]\([^)]*screenshots/{re.escape(name)}\)", path.read_text())
+    ]
+    assert not whole, f"pages that show a whole screenshot inline (show a crop): {whole}"
+
+
+@pytest.mark.parametrize("name", sorted(screenshots.CROPS))
+def test_every_crop_is_cut_from_the_current_screenshot_and_shows_what_its_page_says(name):
+    part = screenshots.CROPS[name]
+    whole = (SCREENSHOTS / part.screenshot).read_text(encoding="utf-8")
+    assert (SCREENSHOTS / name).read_text(encoding="utf-8") == screenshots.crop(whole, part), (
+        f"docs/assets/screenshots/{name} is stale: run .venv/bin/python docs/screenshots.py"
+    )
+    rows = screenshots.screen_rows((SCREENSHOTS / name).read_text(encoding="utf-8"))
+    missing = [claim for claim in part.shows if not any(claim in row for row in rows)]
+    assert not missing, f"{name} does not show {missing}:\n" + "\n".join(rows)
+    assert len(rows) <= part.rows, f"{name} shows more than its {part.rows} rows"
 
 
 def test_a_screenshot_regenerated_from_the_tui_is_an_svg_showing_the_same_screen(tmp_path):
     """The screenshots cannot go stale unnoticed: one is made again and must show what the
     committed one shows."""
     name = "parallel-step-2.svg"
-    take_screenshot(name, tmp_path / name)
+    screenshots.take_screenshot(name, tmp_path / name)
     fresh = screen_text(tmp_path / name)
     assert any("parallel sampling" in line for line in fresh), fresh[:3]
     assert fresh == screen_text(SCREENSHOTS / name), (
         f"docs/assets/screenshots/{name} is stale: run "
-        "`.venv/bin/python tests/test_docs.py --update-screenshots` and review the pictures"
+        "`.venv/bin/python docs/screenshots.py` and review the pictures"
     )
-
-
-def update_screenshots() -> int:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for name in SCREENSHOT_ARGS:
-        take_screenshot(name, SCREENSHOTS / name)
-        print(f"docs/assets/screenshots/{name}: written by minipaged tui")
-    return 0
 
 
 def update_output() -> int:
@@ -702,7 +799,7 @@ def update_output() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--update-screenshots"]:
-        sys.exit(update_screenshots())
+        sys.exit(screenshots.write_all())
     if sys.argv[1:] != ["--update-output"]:
         sys.exit(f"usage: {sys.argv[0]} --update-output | --update-screenshots")
     # Examples run from an empty folder, as under pytest.

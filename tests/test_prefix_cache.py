@@ -112,13 +112,38 @@ def test_radix_forgetting_a_block_cuts_its_subtree():
     assert cache.forget(10) and cache.root.children == {}
 
 
-def test_radix_shares_a_prefix_whichever_block_first_held_the_parent():
-    cache = RadixCache(block_size=2)
+@pytest.mark.parametrize("cache_type", [HashPrefixCache, RadixCache])
+def test_a_prefix_is_shared_whichever_block_first_held_the_parent(cache_type):
+    cache = cache_type(block_size=2)
     cache.insert([1, 2], [10])
     # Another sequence computed the same first block itself (block 20) and went on: its later
-    # blocks hang under the cached path, since their contents depend on tokens, not on ids.
+    # blocks are registered under the cached prefix, since their contents depend on tokens,
+    # not on block ids (vLLM's chained hash is computed from token contents).
     assert cache.insert([1, 2, 3, 4], [20, 21]) == [21]
+    assert 20 not in cache, "the first copy of [1, 2] stays the one the cache names"
     assert cache.match([1, 2, 3, 4]) == [10, 21]
+
+
+def test_a_hash_block_whose_prefix_was_evicted_is_found_again_once_the_prefix_is_cached():
+    cache = HashPrefixCache(block_size=2)
+    cache.insert([1, 2, 3, 4], [10, 11])
+    assert cache.forget(10)
+    assert cache.match([1, 2, 3, 4]) == [], "block 11 cannot be reached without its prefix"
+    cache.insert([1, 2], [30])  # another block holds the prefix's contents again
+    assert cache.match([1, 2, 3, 4]) == [30, 11]
+
+
+def test_a_hash_collision_stops_the_chain_it_would_corrupt(monkeypatch):
+    monkeypatch.setattr(
+        prefix_cache,
+        "hash",
+        lambda key: 42 if key[1] in {(1, 2), (5, 6)} else len(key[1]) * 1000 + key[1][0],
+        raising=False,
+    )
+    cache = HashPrefixCache(block_size=2)
+    cache.insert([1, 2], [10])
+    assert cache.insert([5, 6, 7, 8], [20, 21]) == [], "[5, 6] collides with [1, 2]: stop"
+    assert cache.match([5, 6, 7, 8]) == []
 
 
 def test_unknown_prefix_cache_kind_is_refused_listing_the_choices():

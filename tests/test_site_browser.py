@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-from test_docs import DOCS, ROOT, build_site
+from test_docs import DOCS, GENERATED, ROOT, build_site
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (requirements-dev.txt pins it)"
@@ -40,13 +40,18 @@ if not Path(CHROMIUM).is_file():
         allow_module_level=True,
     )
 
-WIDTHS = (390, 1280)  # Material's narrow layout starts below 720 px
+# A phone and a laptop, width by height; Material's narrow layout starts below 720 px.
+VIEWPORTS = {390: 844, 1280: 800}
+WIDTHS = tuple(VIEWPORTS)
 # The 404 page links by absolute paths under site_url's path, so the site is served there.
 SUB_PATH = urlparse(
     re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
 ).path
 SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
-PAGES = sorted(p.relative_to(DOCS).with_suffix(".html").as_posix() for p in DOCS.rglob("*.md"))
+PAGES = sorted(
+    Path(page).with_suffix(".html").as_posix()
+    for page in [*(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")), *GENERATED]
+)
 SEARCH_TERM = "refcount"
 # Opened from disk and searched: the home page, and pages with tables, equations and diagrams.
 SAMPLE = ["index.html", "reference/glossary.html", "explanation/copy-on-write.html"]
@@ -83,8 +88,40 @@ INSPECT = """async () => {
   });
   const math = window.MathJax && MathJax.startup && MathJax.startup.document
     ? [...MathJax.startup.document.math].map(m => m.math) : [];
+  const overflows = e => e.scrollWidth > e.clientWidth + 1;
+  const cue = e => {
+    const style = getComputedStyle(e);
+    const scrolls = ["auto", "scroll"].includes(style.overflowX);
+    return scrolls && style.backgroundImage.includes("gradient");
+  };
+  const formulas = [...article.querySelectorAll("div.arithmatex")].filter(overflows)
+    .map(e => ({text: e.textContent.trim().slice(0, 40), cue: cue(e)}));
+  const images = [...article.querySelectorAll("img")].map(img => ({
+    src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,
+  }));
+  // A table's first column, the key its rows are read by: in view at either end of its scroll.
+  const cutTables = [];
+  for (const wrap of article.querySelectorAll(".md-typeset__scrollwrap")) {
+    const cells = [...wrap.querySelectorAll("tr > :first-child")];
+    const cut = () => {
+      const box = wrap.getBoundingClientRect();
+      return cells.some(c => {
+        const r = c.getBoundingClientRect();
+        const outside = r.left < box.left - 1 || r.right > box.right + 1;
+        return outside || c.scrollWidth > c.clientWidth + 1;
+      });
+    };
+    const atStart = cut();
+    wrap.scrollLeft = wrap.scrollWidth;
+    const atEnd = cut();
+    wrap.scrollLeft = 0;
+    if (atStart || atEnd) cutTables.push((cells[0] || wrap).textContent.trim().slice(0, 40));
+  }
   return {
     prose: prose.textContent,
+    formulas,
+    images,
+    cutTables,
     equations: [...article.querySelectorAll('mjx-container[display="true"] > svg')].map(box),
     inline: [...article.querySelectorAll('mjx-container:not([display="true"]) > svg')].map(box),
     tex: math,
@@ -105,6 +142,7 @@ class Visit:
     failed: list[str] = field(default_factory=list)
     found: dict = field(default_factory=dict)
     search_hits: int | None = None  # None where not searched
+    search_texts: list[str] = field(default_factory=list)  # the results a search listed
 
     def __str__(self) -> str:
         return f"{self.url} at {self.width} px"
@@ -161,7 +199,7 @@ def browser():
 def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
     """Open each page in one tab at ``width`` px; record what it logged, fetched and shows,
     and, on SAMPLE pages, how many results a search for SEARCH_TERM lists."""
-    context = browser.new_context(viewport={"width": width, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": VIEWPORTS[width]})
     context.add_init_script(OPEN_SHADOW_ROOTS)
     tab = context.new_page()
     own = urlparse(base)
@@ -203,7 +241,7 @@ def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
             name = f"{'file' if base.startswith('file:') else 'http'}-{width}-{page}"
             tab.screenshot(path=str(Path(shots) / name.replace("/", "_")) + ".png", full_page=True)
         if page in SAMPLE:
-            visits[-1].search_hits = search(tab)
+            visits[-1].search_hits, visits[-1].search_texts = search(tab)
         # Let late requests finish on this page, so that what fails is charged to it.
         with contextlib.suppress(sync_api.TimeoutError):
             tab.wait_for_load_state("networkidle", timeout=5_000)
@@ -211,18 +249,20 @@ def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
     return visits
 
 
-def search(tab) -> int:
-    """Type SEARCH_TERM into Material's search box; return how many results it lists."""
+def search(tab) -> tuple[int, list[str]]:
+    """Type SEARCH_TERM into Material's search box; return how many results it lists, and
+    their text as the reader sees it (title and snippet)."""
     tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
     # Typed key by key: Material searches on key events, and filling the box skips them.
     tab.keyboard.type(SEARCH_TERM, delay=20)
     try:
         tab.wait_for_selector(".md-search-result__item", timeout=10_000)
     except sync_api.TimeoutError:
-        return 0
-    count = tab.locator(".md-search-result__item").count()
+        return 0, []
+    items = tab.locator(".md-search-result__item")
+    count, texts = items.count(), items.all_inner_texts()
     tab.keyboard.press("Escape")
-    return count
+    return count, texts
 
 
 @pytest.fixture(scope="module")
@@ -232,17 +272,24 @@ def visits(browser, base_url) -> list[Visit]:
 
 @pytest.fixture(scope="module")
 def file_visits(browser, site) -> list[Visit]:
-    """Pages opened from disk, as a reader who downloaded the built site would."""
-    return visit_all(browser, site.as_uri() + "/", 390, SAMPLE)
+    """Every page opened from disk at both widths, as a reader who downloaded the built site
+    would."""
+    return [v for width in WIDTHS for v in visit_all(browser, site.as_uri() + "/", width, PAGES)]
+
+
+@pytest.fixture(scope="module")
+def all_visits(visits, file_visits) -> list[Visit]:
+    return visits + file_visits
 
 
 def failures(visits: list[Visit], check) -> list[str]:
     return [f"{v}: {problem}" for v in visits if (problem := check(v))]
 
 
-def test_every_page_was_visited_at_both_widths(visits) -> None:
-    assert {v.width for v in visits} == set(WIDTHS)
-    assert len(visits) == len(WIDTHS) * len(PAGES) > 20
+def test_every_page_was_visited_at_both_widths_served_and_from_disk(visits, file_visits):
+    for chosen in (visits, file_visits):
+        assert {v.width for v in chosen} == set(WIDTHS)
+        assert len(chosen) == len(WIDTHS) * len(PAGES) > 20
 
 
 @pytest.mark.parametrize("where", ["http", "file"])
@@ -259,26 +306,26 @@ def test_no_page_fetches_from_another_host(where, visits, file_visits) -> None:
     assert not bad, "the site must work offline:\n" + "\n".join(bad)
 
 
-def test_every_equation_is_drawn_with_a_real_size(visits) -> None:
+def test_every_equation_is_drawn_with_a_real_size(all_visits) -> None:
     """Below 720 px Material and MathJax's default styles once drew every display equation
     as a 1x1 px SVG; docs/assets/stylesheets/extra.css fixes it."""
-    assert any(v.found["equations"] for v in visits), "no display equation on any page"
+    assert any(v.found["equations"] for v in all_visits), "no display equation on any page"
 
     def tiny(v: Visit):
         kinds = [("display", v.found["equations"]), ("inline", v.found["inline"])]
         return [f"{kind} {w:.0f}x{h:.0f} px" for kind, boxes in kinds for w, h in boxes if w < 4]
 
-    bad = failures(visits, tiny)
+    bad = failures(all_visits, tiny)
     assert not bad, "equations drawn too small to read:\n" + "\n".join(bad)
 
 
-def test_no_page_is_wider_than_the_screen(visits) -> None:
+def test_no_page_is_wider_than_the_screen(all_visits) -> None:
     """A wide equation, table or diagram scrolls inside its own box, not the whole page."""
-    bad = failures(visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
+    bad = failures(all_visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
     assert not bad, "pages that scroll sideways:\n" + "\n".join(bad)
 
 
-def test_no_raw_tex_is_left_on_a_page(visits) -> None:
+def test_no_raw_tex_is_left_on_a_page(all_visits) -> None:
     def raw(v: Visit):
         prose = sorted({m[0] for m in RAW_TEX.finditer(v.found["prose"])})
         tex = [t for t in v.found["tex"] if CONTROL.search(t) or re.search(r"(?<!\\t)ext\{", t)]
@@ -289,12 +336,12 @@ def test_no_raw_tex_is_left_on_a_page(visits) -> None:
             or (errors and f"{errors} MathJax errors")
         )
 
-    bad = failures(visits, raw)
+    bad = failures(all_visits, raw)
     assert not bad, "\n".join(bad)
 
 
-def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
-    assert any(v.found["diagrams"] for v in visits), "no mermaid diagram on any page"
+def test_every_mermaid_diagram_is_drawn_and_legible(all_visits) -> None:
+    assert any(v.found["diagrams"] for v in all_visits), "no mermaid diagram on any page"
 
     def undrawn(v: Visit):
         for diagram in v.found["diagrams"]:
@@ -304,7 +351,7 @@ def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
                 return f"a diagram {diagram['box']} px with {diagram['font']:.1f} px text"
         return None
 
-    bad = failures(visits, undrawn)
+    bad = failures(all_visits, undrawn)
     assert not bad, "\n".join(bad)
 
 
@@ -364,3 +411,85 @@ def test_the_404_page_works_at_any_depth_under_the_sub_path(browser, base_url, s
         except OSError as error:
             broken.append(f"{link}: {error}")
     assert not broken, "the 404 page's links are broken:\n" + "\n".join(broken)
+
+
+# -- what a reader on a phone or a laptop cannot read -----------------------------------------
+
+RAW_TABLE_ROW = re.compile(r"^\s*\|.*\|.*\|\s*$")
+MIN_IMAGE_TEXT_PX = 6.0
+PHONE = 390
+
+
+def test_no_page_shows_a_table_as_raw_text(all_visits) -> None:
+    """A header cell holding an unescaped ``|`` once turned two results tables into lines of
+    ``| … |`` text; a test that no page shows a literal table row would have caught it."""
+    bad = failures(
+        all_visits,
+        lambda v: [
+            line.strip()[:60] for line in v.found["prose"].splitlines() if RAW_TABLE_ROW.match(line)
+        ][:2],
+    )
+    assert not bad, "raw Markdown table rows on the page:\n" + "\n".join(bad)
+
+
+def test_a_formula_wider_than_its_box_scrolls_and_shows_that_more_follows(all_visits) -> None:
+    """On a phone (and a few on a laptop) display equations are wider than the column: they
+    scroll inside their box, and a shadow at the edge shows there is more (extra.css)."""
+    bad = failures(all_visits, lambda v: [f["text"] for f in v.found["formulas"] if not f["cue"]])
+    assert not bad, "formulas cut with no sign that more follows:\n" + "\n".join(bad)
+
+
+def test_no_table_cuts_its_first_column(all_visits) -> None:
+    """A table's first column names its rows: it stays in view while the rest scrolls."""
+    bad = failures(all_visits, lambda v: v.found["cutTables"])
+    assert not bad, "tables whose first column is cut:\n" + "\n".join(bad)
+
+
+def svg_text_size(svg: str) -> tuple[float, float] | None:
+    """``(smallest text size, view box width)`` of an SVG, both in its user units: from
+    ``font-size`` rules (Rich's terminal screenshots) and from the scale of matplotlib's
+    text drawn as glyph paths (``scale(s -s)`` is a font of ``100 s`` units). None when it
+    holds no text."""
+    box = re.search(r'viewBox="\s*[-\d.]+[\s,]+[-\d.]+[\s,]+([\d.]+)', svg)
+    sizes = [float(x) for x in re.findall(r"font-size:\s*([\d.]+)px", svg)]
+    sizes += [100 * float(x) for x in re.findall(r"scale\(([\d.]+) -\1\)", svg)]
+    if box is None or not sizes:
+        return None
+    return min(sizes), float(box[1])
+
+
+def local_file(url: str, base_url: str, site: Path) -> Path:
+    if url.startswith("file:"):
+        return Path(unquote(urlparse(url).path))
+    return site / unquote(url.removeprefix(base_url))
+
+
+def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, file_visits, base_url, site):
+    """A whole 120-column screenshot drew its text 3 px high at 390 px: a page shows the pane
+    it discusses instead (docs/screenshots.py), and figures are drawn for the column."""
+    images = {
+        (image["src"], round(image["width"]))
+        for v in [*visits, *file_visits]
+        if v.width == PHONE
+        for image in v.found["images"]
+        if image["src"].endswith(".svg")
+    }
+    assert images, "no SVG image on any page"
+    small = []
+    for src, width in sorted(images):
+        size = svg_text_size(local_file(src, base_url, site).read_text(encoding="utf-8"))
+        if size is not None and width and size[0] * width / size[1] < MIN_IMAGE_TEXT_PX:
+            small.append(f"{src}: {size[0] * width / size[1]:.1f} px text at {width} px wide")
+    assert not small, "images whose text a phone draws too small to read:\n" + "\n".join(small)
+
+
+def test_search_results_show_no_raw_tex(visits, file_visits) -> None:
+    """The search index holds the pages' text, math included: its snippets once read
+    ``\\(\\mathcal{R}[p]\\)`` (docs/hooks/search_text.py writes math as text)."""
+    searched = [v for v in [*visits, *file_visits] if v.search_texts]
+    assert searched, "no search listed a result"
+    bad = failures(
+        searched,
+        lambda v: sorted({m[0] for text in v.search_texts for m in RAW_TEX.finditer(text)}),
+    )
+    assert not bad, "raw TeX in search results:\n" + "\n".join(bad)

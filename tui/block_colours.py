@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from minipaged.outputs import StepOutput
 from minipaged.events import Alloc, CowCopy, SwapIn, SwapOut
+from minipaged.outputs import StepOutput
 
 PALETTE = (
     "#0078c0",

@@ -86,7 +86,7 @@ def _flag(action: argparse.Action, value: object) -> list[str]:
     if isinstance(action, argparse.BooleanOptionalAction):
         return [] if value is None else [flag if value else f"--no-{flag[2:]}"]
     if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
-        return [flag] if value != action.default else []
+        return [flag] if value == action.const else []  # given (an engine flag's default is unset)
     if isinstance(action, argparse._AppendAction):
         return [part for item in value or () for part in (flag, str(item))]
     if isinstance(action, argparse._StoreAction):  # a default the tab's parser gives again

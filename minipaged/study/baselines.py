@@ -1,5 +1,6 @@
-"""Four KV-cache allocators behind one interface, so a simulator can replay the same workload on
-each: the contiguous designs the source text's §2 criticises, vAttention (§7), and paging (§3).
+"""KV-cache allocators behind one interface, so a simulator can replay the same workload on
+each: the contiguous designs the source text's §2 criticises, Orca as the vLLM paper measured
+it (``minipaged.study.orca_baselines``), vAttention (§7), and paging (§3).
 
 Every allocator counts **token slots**: one slot holds one token's keys and values in every
 layer ($2 N_L N_{KV} d_h b$ bytes, ``kv_bytes_per_token``).
@@ -9,7 +10,8 @@ A sequence enters with its prompt stored (``admit``), then gains one token per d
 | allocator | what each sequence holds |
 | --- | --- |
 | ``StaticAllocator`` | one contiguous buffer of $L_{\\max}$ slots (§2: internal waste) |
-| ``OrcaAllocator`` | a contiguous buffer grown $\\Delta L$ slots at a time (§2: reservation) |
+| ``OrcaAllocator`` | a contiguous buffer grown $\\Delta L$ slots at a time (§2's model) |
+| ``OrcaReservationAllocator`` | one buffer reserved up front: the vLLM paper's Orca baselines |
 | ``VAttentionAllocator`` | a contiguous *virtual* range, physical pages mapped on demand (§7) |
 | ``PagedAllocator`` | a block table in the real ``BlockManager`` (§3, §5) |
 
@@ -20,6 +22,7 @@ $\\max_j c(m_j) < C_{req} \\le C_{total\\_free}$: enough memory was free, in pie
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from typing import ClassVar, Protocol
 
 from minipaged import memory
@@ -42,8 +45,12 @@ class KVAllocator(Protocol):
     stalls: int
     shares_prefixes: ClassVar[bool]
 
-    def admit(self, seq: SeqId, prompt_len: int, max_len: int) -> bool:
-        """Store a new sequence's ``prompt_len`` tokens; ``max_len`` is its $L_{\\max}$."""
+    def admit(
+        self, seq: SeqId, prompt_len: int, max_len: int, final_len: int | None = None
+    ) -> bool:
+        """Store a new sequence's ``prompt_len`` tokens; ``max_len`` is its $L_{\\max}$ and
+        ``final_len`` the length $L_i$ it will end at, which only an oracle knows (the Orca
+        baselines of ``orca_baselines`` reserve from it; the others ignore it)."""
 
     def grow(self, seq: SeqId) -> bool:
         """Make room for one more token of ``seq``."""
@@ -59,7 +66,7 @@ class KVAllocator(Protocol):
         """Slots held by all sequences together, each physical slot once."""
 
 
-def _check_fits(prompt_len: int, max_len: int) -> None:
+def check_fits(prompt_len: int, max_len: int) -> None:
     memory._check_int("prompt_len", prompt_len)
     if prompt_len > max_len:
         raise ValueError(f"prompt_len {prompt_len} exceeds max_len (L_max) {max_len}")
@@ -176,8 +183,10 @@ class StaticAllocator(ContiguousAllocator):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity, "static")
 
-    def admit(self, seq: SeqId, prompt_len: int, max_len: int) -> bool:
-        _check_fits(prompt_len, max_len)
+    def admit(
+        self, seq: SeqId, prompt_len: int, max_len: int, final_len: int | None = None
+    ) -> bool:
+        check_fits(prompt_len, max_len)
         if not self._place(seq, max_len):
             return False
         self._lengths[seq] = prompt_len
@@ -191,8 +200,11 @@ class StaticAllocator(ContiguousAllocator):
 
 
 class OrcaAllocator(ContiguousAllocator):
-    """Orca-style dynamic resizing (§2): a contiguous buffer reserved $\\Delta L$ = ``delta``
-    slots at a time. At length $t$ it spans $\\lceil t/\\Delta L \\rceil \\Delta L$ slots, so
+    """The source text's model of Orca, dynamic resizing (§2): a contiguous buffer reserved
+    $\\Delta L$ = ``delta`` slots at a time. The text's hypothetical: Orca itself reserves one
+    buffer up front (``minipaged.study.orca_baselines``, the vLLM paper's baselines).
+
+    At length $t$ it spans $\\lceil t/\\Delta L \\rceil \\Delta L$ slots, so
     $\\mathcal{W}_{res}(t) = \\lceil t/\\Delta L \\rceil \\Delta L - t$
     (``reservation_waste``).
 
@@ -204,11 +216,13 @@ class OrcaAllocator(ContiguousAllocator):
 
     def __init__(self, capacity: int, delta: int = 256) -> None:
         memory._check_int("delta", delta)
-        super().__init__(capacity, f"orca ΔL={delta}")
+        super().__init__(capacity, f"text's orca ΔL={delta}")
         self.delta = delta
 
-    def admit(self, seq: SeqId, prompt_len: int, max_len: int) -> bool:
-        _check_fits(prompt_len, max_len)
+    def admit(
+        self, seq: SeqId, prompt_len: int, max_len: int, final_len: int | None = None
+    ) -> bool:
+        check_fits(prompt_len, max_len)
         if not self._place(seq, prompt_len + memory.reservation_waste(prompt_len, self.delta)):
             return False
         self._lengths[seq] = prompt_len
@@ -260,35 +274,52 @@ class VAttentionAllocator:
         self.capacity = self.num_pages * page_size
         self.stalls = 0
         self._lengths: dict[SeqId, int] = {}
-        self._pages_used = 0
+        self._free_pages = deque(range(self.num_pages))  # unmapped physical pages
+        self._page_tables: dict[SeqId, list[int]] = {}  # physical pages, in virtual order
+        self._virtual_pages: dict[SeqId, int] = {}  # the range reserved: ceil(L_max / P)
 
     @property
     def reserved(self) -> int:
-        return self._pages_used * self.page_size
+        return (self.num_pages - len(self._free_pages)) * self.page_size
 
     def reserved_slots(self, seq: SeqId) -> int:
-        return self._pages(self._lengths[seq]) * self.page_size
+        return len(self._page_tables[seq]) * self.page_size
 
-    def admit(self, seq: SeqId, prompt_len: int, max_len: int) -> bool:
-        _check_fits(prompt_len, max_len)
+    def page_table(self, seq: SeqId) -> tuple[int, ...]:
+        """The physical pages mapped under ``seq``'s virtual range, in virtual order: page $k$
+        of the range holds tokens $kP$ to $kP + P - 1$. The GPU's memory-management unit does
+        this translation; paging's block table does the same in the kernel."""
+        return tuple(self._page_tables[seq])
+
+    def virtual_pages(self, seq: SeqId) -> int:
+        """How many pages ``seq``'s virtual range spans: $\\lceil L_{\\max}/P \\rceil$, of
+        which only the first ``len(page_table(seq))`` are backed by physical memory."""
+        return self._virtual_pages[seq]
+
+    def admit(
+        self, seq: SeqId, prompt_len: int, max_len: int, final_len: int | None = None
+    ) -> bool:
+        check_fits(prompt_len, max_len)
         pages = self._pages(prompt_len)
-        if self._pages_used + pages > self.num_pages:
+        if pages > len(self._free_pages):
             return False
-        self._pages_used += pages
+        self._page_tables[seq] = [self._free_pages.popleft() for _ in range(pages)]
+        self._virtual_pages[seq] = self._pages(max_len)
         self._lengths[seq] = prompt_len
         return True
 
     def grow(self, seq: SeqId) -> bool:
         length = self._lengths[seq]
         if length % self.page_size == 0:  # the last mapped page is full: map one more
-            if self._pages_used == self.num_pages:
+            if not self._free_pages:
                 return False
-            self._pages_used += 1
+            self._page_tables[seq].append(self._free_pages.popleft())
         self._lengths[seq] = length + 1
         return True
 
     def release(self, seq: SeqId) -> None:
-        self._pages_used -= self._pages(self._lengths.pop(seq))
+        self._free_pages.extend(self._page_tables.pop(seq))
+        del self._lengths[seq], self._virtual_pages[seq]
 
     def _pages(self, length: int) -> int:
         return memory.num_logical_blocks(length, self.page_size)
@@ -322,8 +353,10 @@ class PagedAllocator:
     def reserved_slots(self, seq: SeqId) -> int:
         return self.manager.table(seq).num_blocks * self.block_size
 
-    def admit(self, seq: SeqId, prompt_len: int, max_len: int) -> bool:
-        _check_fits(prompt_len, max_len)
+    def admit(
+        self, seq: SeqId, prompt_len: int, max_len: int, final_len: int | None = None
+    ) -> bool:
+        check_fits(prompt_len, max_len)
         if not self.manager.can_allocate(prompt_len):
             return False
         self.manager.allocate(seq, prompt_len)

@@ -204,7 +204,7 @@ class Simulation:
             stalls = alloc.stalls
             if share and i > 0:
                 alloc.fork(seqs[0], seq)
-            elif not alloc.admit(seq, length, max_len):
+            elif not alloc.admit(seq, length, max_len, final_len=group.finals[i]):
                 self._note_stall(stalls)
                 placed_so_far = zip(seqs, spans, group.finals, strict=False)  # the first i
                 for placed, span, final in placed_so_far:

@@ -106,7 +106,32 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
         page = options.out / "index.md"
         atomic_write.write_text(page, results_page(reports, options))
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")
+    elif (page := options.out / "index.md").is_file() and not options.quick:
+        old = page.read_text(encoding="utf-8")
+        atomic_write.write_text(page, replace_sections(old, reports, options))
+        out.print(f"updated {', '.join(r.name for r in reports)} in {page}")
     return reports
+
+
+def replace_sections(page: str, reports: list[Report], options: Options) -> str:
+    """``page`` with the section of each report (from its ``## title`` line to the next
+    ``## ``) replaced by the report's new Markdown: a run of some sub-benchmarks refreshes
+    their tables on an existing results page and leaves the others as they were measured."""
+    for report in reports:
+        new = report.markdown(relative_to=options.out)
+        heading = new.splitlines()[0]
+        lines = page.splitlines(keepends=True)
+        starts = [i for i, line in enumerate(lines) if line.rstrip("\n") == heading]
+        if not starts:
+            page = page.rstrip("\n") + "\n\n" + new
+            continue
+        end = next(
+            (i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith("## ")),
+            len(lines),
+        )
+        tail = "\n" if end < len(lines) else ""
+        page = "".join(lines[: starts[0]]) + new + tail + "".join(lines[end:])
+    return page
 
 
 def results_page(reports: list[Report], options: Options) -> str:

@@ -64,7 +64,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "bench",
         help=f"benchmarks: {', '.join(SUBBENCHMARKS)}",
         description="Run sub-benchmarks (all by default), print their tables and write plots; "
-        "a full run also writes the docs' results page, index.md. Files go only into --out; "
+        "a full run also writes the docs' results page, index.md, and a partial run refreshes "
+        "its own sections of an existing index.md. Files go only into --out; "
         "without it, into the project's docs/results when run from the root of the minipaged "
         "repository (the folder holding mkdocs.yml, docs/ and the minipaged package that "
         "runs), and nowhere when run from any other folder. Timings are medians of "

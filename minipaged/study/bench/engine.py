@@ -270,7 +270,7 @@ def _measure(workload: Workload, hf, pad_id: int, engines: dict, threads: int) -
 
 
 def _plot(rows: list[dict], options: Options):
-    fig, (axis,) = plot.figure(width=7.0)
+    fig, (axis,) = plot.figure()
     labels = [f"{r['workload']}: {r['system']}" for r in rows]
     axis.barh(labels, [r["tokens_per_s"] for r in rows])
     axis.set_xlabel("generated tokens per second")

@@ -99,7 +99,7 @@ def run(options: Options) -> Report:
 
 
 def _plot(rows: list[dict], options: Options):
-    fig, (error, blocks) = plot.figure(ncols=2)
+    fig, (error, blocks) = plot.figure(panels=2)
     names = [row["kv_cache_dtype"] for row in rows]
     error.barh(names, [row["mean_logit_error"] for row in rows], label="mean")
     error.set_xlabel("mean |logit - float32 logit|, tiny model")
@@ -107,7 +107,6 @@ def _plot(rows: list[dict], options: Options):
     blocks.barh(names, [row["llama_blocks"] for row in rows])
     blocks.set_xlabel("Llama-3-8B blocks (B = 16) in 64 GB")
     blocks.invert_yaxis()
-    blocks.set_yticklabels([])
     return plot.save(fig, options.out, "kv-dtype")
 
 

@@ -19,6 +19,7 @@ from minipaged.study.baselines import (
     page_tokens,
 )
 from minipaged.study.bench import Options, plot
+from minipaged.study.orca_baselines import POLICIES, OrcaReservationAllocator, orca_reservation
 from minipaged.study.report import Column, Report
 from minipaged.study.simulator import simulate
 from minipaged.study.workloads import Request, make_workload
@@ -48,7 +49,8 @@ def make_allocators(
     page_kb: tuple[int, ...] = (2048,),
     fp8_paged: bool = False,
 ) -> list[KVAllocator]:
-    """The four allocators over the same KV budget: static, Orca ($\\Delta L$ = ``delta``),
+    """The allocators over the same KV budget: static, the source text's Orca model
+    ($\\Delta L$ = ``delta``), the vLLM paper's three Orca baselines (Max, Pow2, Oracle),
     vAttention with each page size in ``page_kb`` (KiB), and paged ($B$ = ``block_size``).
     With ``fp8_paged``, also paged over an FP8 cache ($b = 1$): twice the blocks of a BF16
     cache in the same bytes."""
@@ -59,6 +61,7 @@ def make_allocators(
     allocators = [
         StaticAllocator(slots),
         OrcaAllocator(slots, delta),
+        *(OrcaReservationAllocator(slots, policy) for policy in POLICIES),
         *vattention,
         PagedAllocator(shape.num_blocks_for(budget_bytes, block_size), block_size),
     ]
@@ -92,6 +95,13 @@ def theory_per_seq(alloc: KVAllocator, requests: list[Request]) -> float:
     if isinstance(alloc, StaticAllocator):
         finals = [length for r in requests for length in r.final_lens]
         return float(memory.expected_static_internal_waste(finals, requests[0].max_len))
+    if isinstance(alloc, OrcaReservationAllocator):  # what each buffer holds beyond L_i
+        spare = [
+            orca_reservation(alloc.policy, r.prompt_len, r.max_len, final) - final
+            for r in requests
+            for final in r.final_lens
+        ]
+        return sum(spare) / len(spare)
     # §3's expectation (U - 1)/2 holds for any allocation unit U, not only for B.
     unit = {
         OrcaAllocator: lambda a: a.delta,
@@ -154,6 +164,10 @@ def simulate_report(
         + ("" if measured == {"saturated"} else "; 'all steps' where memory never filled")
         + ". unused / reserved: (internal + reservation) / slots the sequences span. shared "
         "can pass 100%: with copy-on-write the tables together span more slots than exist.",
+        "text's orca ΔL: the source text's §2 model of Orca, a buffer grown ΔL slots at a "
+        "time (a hypothetical). orca (max / pow2 / oracle): the vLLM paper's Orca baselines, "
+        "one buffer reserved at admission for L_max, the prompt plus the output length "
+        "rounded up to a power of two, or exactly L_i.",
         "paged: every decision is the real BlockManager's (allocate, append_slot, fork; "
         "copy-on-write included), no watermark. vAttention pages are never shared here.",
         *(
@@ -171,7 +185,7 @@ def simulate_report(
         notes.append(
             "theory: expected unused tokens per sequence, (U - 1)/2 for allocation unit U = "
             "ΔL, page or B (§3's argument; assumes lengths uniform modulo U); static: §2's "
-            "L_max - E[L]."
+            "L_max - E[L]; Orca baselines: the mean of what each buffer holds beyond L_i."
         )
     columns = COLUMNS[:7] + ([THEORY] if theory else []) + COLUMNS[7:]
     return Report("simulate", f"KV-cache waste per allocator, {shape.name}", columns, rows, notes)
@@ -192,7 +206,7 @@ def run(options: Options) -> Report:
 
 
 def _plot(rows: list[dict], options: Options):
-    fig, (share, seqs) = plot.figure(ncols=2)
+    fig, (share, seqs) = plot.figure(panels=2)
     names = [row["allocator"] for row in rows]
     parts = {
         "stored": [r["reserved"] + r["shared"] - r["internal"] - r["reservation"] for r in rows],
@@ -204,13 +218,12 @@ def _plot(rows: list[dict], options: Options):
     for label, values in parts.items():
         share.barh(names, [100 * v for v in values], left=[100 * x for x in left], label=label)
         left = [x + v for x, v in zip(left, values, strict=True)]
-    share.set_xlabel("% of the KV budget (mean over saturated steps)")
+    share.set_xlabel("% of the KV budget, memory full")
     share.invert_yaxis()
-    share.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=4, fontsize="small")
+    share.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize="small")
     seqs.barh(names, [r["peak_seqs"] for r in rows], label="peak")
     seqs.barh(names, [r["mean_seqs"] for r in rows], label="mean", alpha=0.7)
     seqs.set_xlabel("concurrent sequences")
     seqs.invert_yaxis()
-    seqs.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=2, fontsize="small")
-    seqs.set_yticklabels([])
+    seqs.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize="small")
     return plot.save(fig, options.out, "memory")

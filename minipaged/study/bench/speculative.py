@@ -192,7 +192,7 @@ def run(options: Options) -> Report:
 
 
 def _plot(rows: list[dict], options: Options):
-    fig, (passes, blocks) = plot.figure(ncols=2)
+    fig, (passes, blocks) = plot.figure(panels=2)
     names = [row["system"] for row in rows]
     passes.bar(names, [row["passes_per_token"] for row in rows])
     passes.set_ylabel("target forward passes per token")
