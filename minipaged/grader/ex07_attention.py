@@ -56,14 +56,15 @@ def make_case(
     score_scale=1.0,
     far_below=0.0,
     seed=0,
+    scale=None,
 ) -> Case:
     """Sequences of ``seq_lens`` tokens in a pool of scattered blocks; every slot no token uses
     holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
     sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
     query head per KV head), every key points away from the query: each score is about
-    ``-far_below``."""
+    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given."""
     gen = torch.Generator().manual_seed(seed)
-    scale = 1.0 / math.sqrt(head_dim)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen) * score_scale
     batch = len(seq_lens)
     blocks_of = [-(-length // block_size) for length in seq_lens]
@@ -189,6 +190,8 @@ SHARED = make_case(
     "two sequences sharing their first 2 blocks (a fork)", [10, 13], shared_blocks=2, seed=4
 )
 
+SCALED = make_case("a scale of 0.7, not the usual 1/sqrt(d_h) (L=6, 3)", [6, 3], scale=0.7, seed=5)
+
 
 def _loop(student):
     return student.attention.paged_attention_decode_loop
@@ -229,9 +232,14 @@ def check_loop_shared_blocks(student):
     compare("paged_attention_decode_loop", _loop(student), SHARED)
 
 
+def check_loop_uses_the_scale_it_is_given(student):
+    """the loop multiplies the scores by the scale it is given, whatever it is"""
+    compare("paged_attention_decode_loop", _loop(student), SCALED)
+
+
 def check_vectorized_matches(student):
     """paged_attention_decode (vectorized) gives the same result on every case"""
-    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED):
+    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED, SCALED):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
 
 
@@ -245,6 +253,7 @@ CRITERIA = tuple(
         check_loop_online_softmax_is_stable,
         check_loop_online_softmax_starts_at_minus_infinity,
         check_loop_shared_blocks,
+        check_loop_uses_the_scale_it_is_given,
         check_vectorized_matches,
     )
 )
