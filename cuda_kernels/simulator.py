@@ -20,7 +20,8 @@ A GPU's shared memory starts a thread block holding whatever the last block left
 ``np.empty`` often hands out zeroed pages, so a kernel that reads before it writes (an
 accumulator never cleared) would pass in the simulator and fail on a GPU. With
 ``shared_memory_garbage`` set (the grader's simulating child sets it), every new shared array
-starts as bytes ``GARBAGE_BYTE``: about 3.4e38 in a float32, 2139062143 in an int32 index.
+starts as garbage: NaN in a float array, bytes ``GARBAGE_BYTE`` in an integer one (2139062143
+in an int32: an index past any array).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import numpy as np
 
 GARBAGE_BYTE = 0x7F
 shared_memory_garbage = False
-"""Whether new shared arrays start as ``GARBAGE_BYTE`` bytes rather than as ``np.empty``
-leaves them (often zeros)."""
+"""Whether new shared arrays start as garbage rather than as ``np.empty`` leaves them (often
+zeros)."""
 
 
 def one_array_per_line(shared, shape, dtype, line: tuple[str, int]) -> np.ndarray:
@@ -47,7 +48,9 @@ def one_array_per_line(shared, shape, dtype, line: tuple[str, int]) -> np.ndarra
     # str and an int: no Python code runs inside it), so threads that arrive together all get
     # the array stored first; the spare ones they made are dropped.
     fresh = np.empty(shape, dtype)
-    if shared_memory_garbage:
+    if shared_memory_garbage and fresh.dtype.kind == "f":
+        fresh.fill(np.nan)  # NaN, not a large number: 0 * NaN is NaN, so no rescale hides it
+    elif shared_memory_garbage:
         fresh.view(np.uint8).fill(GARBAGE_BYTE)
     return shared._allocations.setdefault(line, fresh)
 

@@ -11,11 +11,13 @@ import inspect
 from pathlib import Path
 
 import pytest
-from student_mutants import MUTANTS, Mutant
+from student_mutants import KERNEL_MUTANTS, MUTANTS, Mutant
+from test_exercises import as_written_by_a_student
 
+from minipaged.grader.ex07_attention import UNUSED_SLOTS
 from minipaged.grader.exercises import EXERCISES
-from minipaged.grader.grading import run_criteria
-from minipaged.grader.report import FAIL
+from minipaged.grader.grading import grade, run_criteria
+from minipaged.grader.report import FAIL, say_each_cause_once
 from minipaged.grader.student import load_folder
 
 
@@ -60,6 +62,42 @@ def test_every_realistic_mutant_fails_a_criterion(mutant, tmp_path):
     assert failed_criteria(mutant, tmp_path), f"exercise {mutant.exercise}: {mutant.bug} passes"
 
 
-def test_the_corpus_holds_at_least_ten_mutants_per_exercise_it_covers():
-    counts = {n: sum(m.exercise == n for m in MUTANTS) for n in {m.exercise for m in MUTANTS}}
-    assert all(count >= 10 for count in counts.values()), counts
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mutant", KERNEL_MUTANTS, ids=lambda m: f"{m.exercise:02d}-{m.bug[:48].replace(' ', '-')}"
+)
+def test_every_kernel_mutant_fails_a_criterion_in_the_simulator(mutant, tmp_path):
+    """Graded as a student's kernel is, in a simulating child whose shared memory starts as
+    garbage; with docstrings of the student's own, since a verbatim copy is refused."""
+    source = as_written_by_a_student(mutated_source(mutant))
+    (tmp_path / f"{mutant.stem}.py").write_text(source)
+    report = grade(mutant.exercise, tmp_path)
+    failed = {r.name: r.message for r in report.results if r.outcome == FAIL}
+    assert failed, f"exercise {mutant.exercise}: {mutant.bug} passes"
+
+
+SMALL_KERNELS = {8: 5, 9: 5, 10: 5}
+"""Exercises 08-10 are one small kernel each, whose every mutant costs a simulator child: five
+mutants each. Exercise 06's corpus is the answers of ``test_exercises.student_properties``."""
+
+
+def test_the_corpus_holds_ten_mutants_per_exercise_five_per_small_kernel():
+    every = MUTANTS + KERNEL_MUTANTS
+    counts = {n: sum(m.exercise == n for m in every) for n in sorted(EXERCISES) if n != 6}
+    assert all(count >= SMALL_KERNELS.get(n, 10) for n, count in counts.items()), counts
+
+
+def test_one_cause_under_several_criteria_is_explained_once(tmp_path):
+    """Exercise 07's loop reading all B slots of a partly filled block fails most criteria
+    with one cause: the report explains it under the first and points there from the rest."""
+    mutant = next(m for m in MUTANTS if m.bug == "all B slots of a partly filled block read")
+    ex = EXERCISES[7]
+    (tmp_path / "attention.py").write_text(mutated_source(mutant))
+    results = run_criteria(list(ex.criteria()), load_folder(tmp_path, ("attention",)))
+    said = say_each_cause_once(results)
+    failed = [r for r in said if r.outcome == FAIL]
+    explained = [r.name for r in failed if UNUSED_SLOTS in r.message]
+    pointing = [r.name for r in failed if f"Same cause as {explained[0]}" in r.message]
+    assert len(failed) >= 4 and len(explained) == 1
+    assert sorted(pointing + explained) == sorted(r.name for r in failed)
+    assert all(r.message.startswith("paged_attention_decode") for r in failed)  # what broke
