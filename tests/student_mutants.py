@@ -543,6 +543,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "output[b] = acc / l_prev",
         "output[b] = acc",
     ),
+    _m(
+        7,
+        "attention",
+        "the loop's output made in float32 whatever the query's dtype",
+        "output = torch.zeros_like(query)\n\n    for b in range(batch_size):",
+        "output = torch.zeros(query.shape)\n\n    for b in range(batch_size):",
+    ),
     # -- 12: prefix caching with a radix tree (radix_cache.py) -------------------------------
     _m(
         12,

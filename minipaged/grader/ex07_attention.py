@@ -243,6 +243,34 @@ def check_vectorized_matches(student):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
 
 
+HALF_TOLERANCE = 1e-2
+"""float16 holds about three decimal digits: the answers agree to this much."""
+
+
+def check_half_precision_in_half_precision_out(student):
+    """both functions return the query's dtype: float16 in, float16 out, still right"""
+    for name in ("paged_attention_decode_loop", "paged_attention_decode"):
+        function = getattr(student.attention, name)
+        for case in (SCATTERED, GQA):
+            query, key_pool, value_pool, tables, lens, scale, block_size = case.args
+            got = function(
+                query.half(), key_pool.half(), value_pool.half(), tables, lens, scale, block_size
+            )
+            where = f"{name} on {case.what}, in float16"
+            if not isinstance(got, torch.Tensor) or got.dtype != torch.float16:
+                dtype = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+                raise CheckFailed(
+                    f"{where}: returned {dtype}, expected torch.float16. Return the query's "
+                    "dtype: make the output with torch.zeros_like(query) or cast it back"
+                )
+            error = (got.float() - case.expected).abs().max().item()
+            if not error <= HALF_TOLERANCE:  # NaN fails too
+                raise CheckFailed(
+                    f"{where}: max error {error:.2g} against the float32 answer, more than "
+                    f"{HALF_TOLERANCE} (float16 keeps about three digits)"
+                )
+
+
 CRITERIA = tuple(
     Criterion(check)
     for check in (
@@ -255,5 +283,6 @@ CRITERIA = tuple(
         check_loop_shared_blocks,
         check_loop_uses_the_scale_it_is_given,
         check_vectorized_matches,
+        check_half_precision_in_half_precision_out,
     )
 )
