@@ -48,42 +48,48 @@ SIMULATED_THREADS = 32
 """T, the threads of a thread block, in the simulator (``cuda_kernels.launch.NUM_THREADS``)."""
 
 
+SPLIT_BLOCKS = make_case(
+    f"B=12, which does not divide T={SIMULATED_THREADS}: L=50, 13 over 2 heads",
+    [50, 13],
+    block_size=12,
+    seed=9,
+)
+LARGE_SCORES = make_case(
+    "large scores (|q·k| in the thousands) over two rounds of threads (L=45, 9; B=12)",
+    [45, 9],
+    block_size=12,
+    score_scale=12.0,
+    seed=3,
+)
+FAR_BELOW = make_case(
+    "scores all far below zero (s ≈ -120, where exp(s) is 0 in float32; L=40, 3; B=8)",
+    [40, 3],
+    block_size=8,
+    far_below=120.0,
+    seed=7,
+)
+
+
+def _decode(student, case) -> None:
+    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+
+
 def check_decode_block_size_that_does_not_divide_the_threads(student):
     """the decode kernel finds token tau in block T[floor(tau/B)] when B does not divide T: a
     round of T tokens starts and ends mid-block"""
-    case = make_case(
-        f"B=12, which does not divide T={SIMULATED_THREADS}: L=50, 13 over 2 heads",
-        [50, 13],
-        block_size=12,
-        seed=9,
-    )
-    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+    _decode(student, SPLIT_BLOCKS)
 
 
 def check_decode_large_scores_stay_finite(student):
     """the kernel's online softmax subtracts the running max, so large scores stay finite
     (as exercise 07's loop)"""
-    case = make_case(
-        "large scores (|q·k| in the thousands) over two rounds of threads (L=45, 9; B=12)",
-        [45, 9],
-        block_size=12,
-        score_scale=12.0,
-        seed=3,
-    )
-    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+    _decode(student, LARGE_SCORES)
 
 
 def check_decode_scores_far_below_zero(student):
     """the kernel's running max starts at m = -inf, so scores all far below zero stay finite
     (as exercise 07's loop)"""
-    case = make_case(
-        "scores all far below zero (s ≈ -120, where exp(s) is 0 in float32; L=40, 3; B=8)",
-        [40, 3],
-        block_size=8,
-        far_below=120.0,
-        seed=7,
-    )
-    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+    _decode(student, FAR_BELOW)
 
 
 def check_decode_head_dim_wider_than_the_threads(student):
