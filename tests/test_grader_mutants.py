@@ -98,6 +98,5 @@ def test_one_cause_under_several_criteria_is_explained_once(tmp_path):
     failed = [r for r in said if r.outcome == FAIL]
     explained = [r.name for r in failed if UNUSED_SLOTS in r.message]
     pointing = [r.name for r in failed if f"Same cause as {explained[0]}" in r.message]
-    assert len(failed) >= 4 and len(explained) == 1
-    assert sorted(pointing + explained) == sorted(r.name for r in failed)
+    assert len(explained) == 1 and len(pointing) >= 3
     assert all(r.message.startswith("paged_attention_decode") for r in failed)  # what broke
