@@ -241,7 +241,9 @@ class Scheduler:
             self.waiting.pop(0)
             together = self.enable_chunked_prefill and len(parts) > 1  # see _first_chunk
             for seq, part in zip(group.seqs, parts, strict=True):
-                if len(seq.token_ids) > seq.prompt_len:  # it was preempted by recomputation
+                # It was preempted by recomputation: after it sampled, or part way through
+                # its prompt (chunks computed since it was admitted).
+                if len(seq.token_ids) > seq.prompt_len or seq.num_chunks:
                     bm.record(Recompute(seq.seq_id, len(seq.token_ids)))
                 seq.num_chunks = 0
                 table = bm.allocate(seq.seq_id, len(part), None if together else part)
