@@ -15,6 +15,7 @@ and once every request is done, every device block is free again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 from hypothesis import settings
@@ -24,22 +25,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from minipaged import invariants
 from minipaged.chunked_prefill import PrefillChunk, StepBudget
 from minipaged.engine import LLMEngine, RequestRejected
-from minipaged.model import Llama, LlamaConfig
+from minipaged.model import Llama
 from minipaged.sampling import SamplingParams
+from tests.test_model_runner import CONFIG
 
 torch.manual_seed(0)
-MODEL = Llama(
-    LlamaConfig(
-        vocab_size=16,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=96,
-    )
-).eval()
+MODEL = Llama(dataclasses.replace(CONFIG, max_position_embeddings=96)).eval()
 
 
 class ChunkedScheduler(RuleBasedStateMachine):
@@ -68,7 +59,7 @@ class ChunkedScheduler(RuleBasedStateMachine):
         self.chunk_end: dict[int, int] = {}  # seq id -> where its last chunk ended
 
     @rule(
-        prompt=st.lists(st.integers(3, 5), min_size=1, max_size=30),
+        prompt=st.lists(st.integers(3, 5), min_size=1, max_size=30),  # a tiny alphabet
         max_tokens=st.integers(1, 6),
         n=st.sampled_from([1, 1, 2]),
     )
