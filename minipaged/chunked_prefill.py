@@ -79,6 +79,15 @@ class PrefillChunk(Event):
         )
 
 
+def chunk_event(seq: Sequence, positions: range, num_blocks: int) -> PrefillChunk:
+    """The ``PrefillChunk`` of ``seq`` computing ``positions``, its ``seq.num_chunks``-th
+    chunk, with ``num_blocks`` blocks once written."""
+    total, index = len(seq.token_ids), seq.num_chunks
+    after = -(-(total - positions.stop) // len(positions))  # chunks to come, of this size
+    chunk = (seq.seq_id, positions.start, len(positions), total, index, index + after)
+    return PrefillChunk(*chunk, num_blocks)
+
+
 @dataclass(frozen=True, slots=True)
 class StepBudget(Event):
     """How one step spent its token budget of ``budget`` tokens: one token for each of the

@@ -16,6 +16,10 @@ Each step (``Scheduler.schedule``):
    watermark and the step's token budget allows: their prompts are prefilled in the same
    forward pass as everyone else's decode step.
 
+With chunked prefill (``enable_chunked_prefill``, ``minipaged.chunked_prefill``) a prompt need
+not be computed in one step: the budget goes to the decodes first, then partly prefilled
+requests go on with a chunk each, then waiting ones are admitted with a chunk of what is left.
+
 Admission asks the block manager for an ``AllocStatus``, as vLLM does: ``OK`` admits, ``LATER``
 waits for blocks to be released, ``NEVER`` (not even an empty pool could hold the request and
 keep its watermark) aborts the request with its reason instead of letting it wait forever. The
@@ -35,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minipaged.block_manager import AllocStatus, BlockManager
-from minipaged.chunked_prefill import PrefillChunk, StepBudget, chunk_size, extend, room_for
+from minipaged.chunked_prefill import StepBudget, chunk_event, chunk_size, extend, room_for
 from minipaged.config import check_setting
 from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
@@ -309,22 +313,10 @@ class Scheduler:
     def _add_chunk(self, row: ScheduledSeq, out: SchedulerOutput) -> None:
         """Add a prefill row to the batch, and with chunking on say which chunk it is."""
         out.scheduled.append(row)
-        if not self.enable_chunked_prefill:
-            return
-        seq, positions = row.seq, row.query_positions
-        seq.num_chunks += 1
-        after = -(-(len(seq.token_ids) - positions.stop) // len(positions))
-        blocks = len(row.block_table)
-        event = PrefillChunk(
-            seq.seq_id,
-            positions.start,
-            len(positions),
-            len(seq.token_ids),
-            seq.num_chunks,
-            seq.num_chunks + after,
-            blocks,
-        )
-        self.block_manager.record(event)
+        if self.enable_chunked_prefill:
+            row.seq.num_chunks += 1
+            event = chunk_event(row.seq, row.query_positions, len(row.block_table))
+            self.block_manager.record(event)
 
     def _abort_never(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         """Admission said NEVER for a request at the head of a queue: abort it, saying why."""
