@@ -75,7 +75,8 @@ class PrefillChunk(Event):
         then = "its last: it samples" if last == self.total - 1 else "no token sampled yet"
         return (
             f"seq {self.seq} prefills tokens {self.first}–{last} of {self.total} (chunk "
-            f"{self.index} of {self.num_chunks}), {self.num_blocks} blocks allocated; {then}"
+            f"{self.index} of {self.num_chunks}), {self.num_blocks} "
+            f"block{'' if self.num_blocks == 1 else 's'} allocated; {then}"
         )
 
 
