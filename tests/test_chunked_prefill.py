@@ -254,13 +254,19 @@ def test_the_long_prefill_threshold_caps_every_chunk(model, expected):
     assert [chunk.num_tokens for chunk in chunks_of(events)] == [10, 10, 10, 7]
 
 
-def test_a_prompt_longer_than_the_budget_is_served_with_chunking_and_refused_without(model):
+def test_a_prompt_longer_than_the_budget_is_served_with_chunking_and_refused_without(
+    model, expected
+):
+    engine = LLMEngine(model, max_num_batched_tokens=16, max_num_seqs=4, num_gpu_blocks=64)
+    engine.add_request(PROMPTS[1], GREEDY)
+    engine.step()  # a request already running
     with pytest.raises(ValueError) as refused:
-        engine = LLMEngine(model, max_num_batched_tokens=16, max_num_seqs=4, num_gpu_blocks=64)
         engine.add_request(PROMPTS[0])
     message = str(refused.value)
     assert "37 tokens" in message and "max_num_batched_tokens is 16" in message
     assert "--enable-chunked-prefill" in message and "\n" not in message
+    outputs, _ = run(engine, [])  # the running request loses nothing
+    assert outputs == {"0": [expected[1]]}
     outputs, _ = run(chunked(model, 16, block_size=4), [(PROMPTS[0], GREEDY)])
     assert len(outputs["0"][0]) == GREEDY.max_tokens
 
