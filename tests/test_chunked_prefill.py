@@ -266,7 +266,7 @@ def test_a_prompt_longer_than_the_budget_is_served_with_chunking_and_refused_wit
     assert "37 tokens" in message and "max_num_batched_tokens is 16" in message
     assert "--enable-chunked-prefill" in message and "\n" not in message
     outputs, _ = run(engine, [])  # the running request loses nothing
-    assert outputs == {"0": [expected[1]]}
+    assert outputs == {"0": expected[1]}
     outputs, _ = run(chunked(model, 16, block_size=4), [(PROMPTS[0], GREEDY)])
     assert len(outputs["0"][0]) == GREEDY.max_tokens
 
