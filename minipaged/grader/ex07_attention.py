@@ -108,8 +108,9 @@ def make_case(
     return Case(what, hint, args, expected)
 
 
-def compare(name: str, function, case: Case) -> None:
-    """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it differs."""
+def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> None:
+    """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it
+    differs by more than ``tolerance``."""
     query, key_pool, value_pool, tables, lens, scale, block_size = case.args
     got = function(
         query.clone(),
@@ -136,7 +137,7 @@ def compare(name: str, function, case: Case) -> None:
                     f"{_nan_cause(function, case)}"
                 )
             error = (row - want).abs().max().item()
-            if error > TOLERANCE:
+            if error > tolerance:
                 raise CheckFailed(
                     f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
                     f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
@@ -251,24 +252,25 @@ def check_half_precision_in_half_precision_out(student):
     """both functions return the query's dtype: float16 in, float16 out, still right"""
     for name in ("paged_attention_decode_loop", "paged_attention_decode"):
         function = getattr(student.attention, name)
-        for case in (SCATTERED, GQA):
-            query, key_pool, value_pool, tables, lens, scale, block_size = case.args
-            got = function(
-                query.half(), key_pool.half(), value_pool.half(), tables, lens, scale, block_size
-            )
-            where = f"{name} on {case.what}, in float16"
+
+        def in_half(*args, function=function, name=name):
+            got = function(*(a.half() if _is_float(a) else a for a in args))
             if not isinstance(got, torch.Tensor) or got.dtype != torch.float16:
                 dtype = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
                 raise CheckFailed(
-                    f"{where}: returned {dtype}, expected torch.float16. Return the query's "
-                    "dtype: make the output with torch.zeros_like(query) or cast it back"
+                    f"{name} given float16 returned {dtype}, expected torch.float16. Return "
+                    "the query's dtype: make the output with torch.zeros_like(query) or cast "
+                    "it back"
                 )
-            error = (got.float() - case.expected).abs().max().item()
-            if not error <= HALF_TOLERANCE:  # NaN fails too
-                raise CheckFailed(
-                    f"{where}: max error {error:.2g} against the float32 answer, more than "
-                    f"{HALF_TOLERANCE} (float16 keeps about three digits)"
-                )
+            return got.float()
+
+        for case in (SCATTERED, GQA):
+            half = Case(f"{case.what}, in float16", case.nan_hint, case.args, case.expected)
+            compare(name, in_half, half, tolerance=HALF_TOLERANCE)
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 CRITERIA = tuple(
