@@ -164,3 +164,23 @@ async def test_a_scenario_switch_shows_nothing_of_the_previous_run_while_the_nex
         assert [line for line in log.plain_lines() if line.startswith("step ")] == [
             line for line in log.plain_lines() if line.startswith("step 1 ")
         ]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=str)
+async def test_the_strip_keeps_its_two_rows_and_names_every_mark_of_the_cursors_step(size):
+    """A speculative step holds four kinds (F, V, K, D): at 80 columns their names once
+    wrapped onto the marks' row and hid it. The top row names them as the width allows."""
+    app = PagedApp(SCENARIOS["speculative"])
+    async with app.run_test(size=size) as pilot:
+        await recorded(app, pilot)
+        strip = app.base.query_one(TimelineStrip)
+        for step in range(1, app.timeline.recorded + 1):
+            await at(app, pilot, step)
+            console = Console(file=io.StringIO(), width=strip.content_size.width, record=True)
+            console.print(strip.render())
+            lines = console.export_text().rstrip("\n").split("\n")
+            assert len(lines) == 2 and lines[1].startswith("events"), (step, lines)
+            marks = marks_of({e.kind for e in app.timeline.frame(step).step.events})
+            if marks:
+                here = lines[0].split("here: ")[1]
+                assert all(m.letter in here for m in marks), (step, lines[0])
