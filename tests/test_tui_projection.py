@@ -6,14 +6,13 @@ app's two ANSI themes keeps its named colours readable on its own backgrounds.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from rich.color import Color as RichColor
 from textual.screen import ModalScreen
 
 from minipaged.checkpoint import model_directory
 from tests.colour_metrics import contrast
+from tests.tui_runs import whole_run
 from tui.ansi_themes import DARK, PROJECTION, PROJECTION_THEME
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
@@ -89,19 +88,6 @@ needs_model = pytest.mark.skipif(
 )
 
 
-async def recorded(name: str, pilot) -> PagedApp:
-    app = pilot.app
-    deadline = time.monotonic() + 120
-    while app.navigator is None:
-        assert time.monotonic() < deadline
-        await pilot.pause(0.05)
-    app.record_everything()
-    while not app.timeline.finished:
-        assert time.monotonic() < deadline
-        await pilot.pause(0.05)
-    return app
-
-
 async def settled(pilot) -> None:
     await pilot.pause()
     await pilot.pause(0.2)
@@ -114,7 +100,7 @@ async def settled(pilot) -> None:
 async def test_every_character_of_a_projection_screen_meets_wcag_aa(size, name):
     """At three steps, then with a token and then its block selected (the inspector's pane)."""
     async with PagedApp(SCENARIOS[name], projection=True).run_test(size=size) as pilot:
-        app = await recorded(name, pilot)
+        app = await whole_run(pilot)
         for step in (2, 4, 12):
             app.seek_step(step)
             await settled(pilot)
@@ -144,7 +130,7 @@ async def test_every_dialog_of_projection_mode_meets_wcag_aa(size, dialog):
     box's placeholder at 2.5:1 (tui.ansi_themes.PROJECTION_THEME darkens both)."""
     key, typed = DIALOGS[dialog]
     async with PagedApp(SCENARIOS["swap"], projection=True).run_test(size=size) as pilot:
-        app = await recorded("swap", pilot)
+        app = await whole_run(pilot)
         app.seek_step(3)
         await settled(pilot)
         await pilot.press(key)
