@@ -108,9 +108,9 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
-    from minipaged.checkpoint import model_directory
     from minipaged.device import check_device
     from minipaged.llm import LLM, check_kv_cache_fits
+    from minipaged.models import model_directory
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
@@ -210,13 +210,14 @@ def _generate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from minipaged import transcript
+    from minipaged.backend import attention_paths
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
     stats = RunStats(
         num_gpu_blocks=llm.engine.block_manager.device.num_blocks,
         kv_cache=llm.engine.kv_cache.describe(),
-        backend=llm.engine.backend,
+        backend=attention_paths(llm.engine.backend),
     )
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()

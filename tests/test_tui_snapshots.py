@@ -31,7 +31,7 @@ def app_for(name: str) -> PagedApp:
     return app
 
 
-async def until(pilot, condition, timeout: float = 20.0) -> None:
+async def until(pilot, condition, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "the app did not get there in time"
@@ -91,6 +91,19 @@ def test_block_identity_of_parallel_sampling_at_160_by_50(snap_compare):
     # The screen: blocks 0 and 16, 4 and 20, 1 and 17 wore one colour each.
     assert snap_compare(
         app_for("parallel"), terminal_size=(160, 50), run_before=recorded_then(step=19)
+    )
+
+
+def test_a_long_prompt_filling_in_chunks_beside_two_decodes(snap_compare):
+    # Step 3 of the chunked scenario: the budget line, the long prompt's blocks half filled.
+    assert snap_compare(
+        app_for("chunked"), terminal_size=(120, 40), run_before=recorded_then(step=3)
+    )
+
+
+def test_the_same_arrivals_with_chunking_off_prefill_the_long_prompt_in_one_step(snap_compare):
+    assert snap_compare(
+        app_for("chunked-off"), terminal_size=(120, 40), run_before=recorded_then(step=1)
     )
 
 

@@ -30,8 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument(
         "--scenario",
         default=None,
-        help="tour, several, parallel, beam, swap, recompute, prefix or speculative (default: "
-        "tour, or the exercise's); --prompt makes a custom one",
+        help="tour, several, parallel, beam, swap, recompute, prefix, chunked, chunked-off or "
+        "speculative (default: tour, or the exercise's); --prompt makes a custom one",
     )
     tui.add_argument(
         "--exercise",
@@ -99,8 +99,8 @@ def failed(app) -> int:
 
 
 def build_app(args: argparse.Namespace):
-    from minipaged.checkpoint import model_directory
     from minipaged.llm import check_kv_cache_fits
+    from minipaged.models import model_directory
     from tui.app import PagedApp
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
@@ -153,9 +153,9 @@ def build_app(args: argparse.Namespace):
 def student_replay(scenario, args: argparse.Namespace):
     """A student's code runs in a child process under the grader's time and memory limits,
     which records the run; the app replays it, and says why it ended early if it did."""
-    from minipaged.checkpoint import model_directory
     from minipaged.grader.exercises import folder_of
     from minipaged.grader.recorded_run import record_student_run
+    from minipaged.models import model_directory
     from minipaged.tokenizer import Tokenizer
     from tui.app import PagedApp
     from tui.scenarios import EXERCISE_SCENARIOS
