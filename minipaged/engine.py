@@ -281,7 +281,12 @@ class LLMEngine:
         bm = self.block_manager
         plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
         self.step_count += 1
-        drafted = self.speculator.draft(bm, plan) if self.speculator else []  # 2: the branches
+        drafted = []  # 2: the speculative branches, within what the token budget has left
+        if self.speculator is not None:
+            left = self.scheduler.max_num_batched_tokens - sum(
+                item.num_query_tokens for item in plan.scheduled
+            )
+            drafted = self.speculator.draft(bm, plan, left)
         tree_moment = None
         if drafted and snapshot:
             tree_moment = self.report(tuple(bm.pop_events()), snapshot=True)

@@ -53,6 +53,8 @@ def run(engine, requests):
         step = engine.step()
         invariants.assert_holds(step.state)
         events += step.events
+        spent_in_all = step.num_prefill_tokens + step.num_decode_tokens  # a tree's nodes too
+        assert spent_in_all <= engine.scheduler.max_num_batched_tokens, "speculation included"
         for spent in [event for event in step.events if isinstance(event, StepBudget)]:
             assert spent.used <= spent.budget, "the scheduler stays within its budget"
             assert step.num_prefill_tokens <= spent.used

@@ -99,10 +99,12 @@ class Speculator:
         )
         return max(0, min(self.config.num_speculative_tokens, room - 1))
 
-    def draft(self, bm: BlockManager, plan: SchedulerOutput) -> list[Drafted]:
+    def draft(self, bm: BlockManager, plan: SchedulerOutput, budget: int) -> list[Drafted]:
         """Grow a tree and fork its branches for every eligible decode row of ``plan``; those
         rows leave ``plan.scheduled`` (the verify pass computes their root) and their copies
-        join ``plan.blocks_to_copy``."""
+        join ``plan.blocks_to_copy``. ``budget`` is what the step's token budget has left after
+        ``plan``: every guess is one more token of the verify pass, so the guesses of all the
+        trees together stay within it, as vLLM counts speculative tokens in its budget."""
         self.drop_branches(bm)
         drafted = []
         for item in list(plan.scheduled):
@@ -118,11 +120,12 @@ class Speculator:
                 seq.token_ids,
                 depth,
                 self.config.branching,
-                max(0, min(self.config.max_tree_nodes, room)),
+                max(0, min(self.config.max_tree_nodes, room, budget)),
                 params,
                 item.group.generator,
             )
             ids = [self.decoder.new_seq_id() for _ in tree.nodes[1:]]
+            budget -= len(ids)
             bm.record(Propose(seq.seq_id, self.config.method, len(ids), tree.depth, tuple(ids)))
             if not ids:
                 continue
