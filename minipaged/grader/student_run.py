@@ -40,10 +40,11 @@ MAX_STEPS = 5000
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """Exercise ``number``'s run: the steps it made, and, when the student's code stopped it, ``error``: what it
-    raised, in full, with the line of their file (``None`` for a run that finished), and
-    ``step``, the step it stopped. ``unwritten``: the error is the starter's
-    ``NotImplementedError``, and ``error`` names the functions the exercise asks for."""
+    """Exercise ``number``'s run: the steps it made, and, when the student's code stopped
+    it, ``error``: what it raised, in full, with the line of their file (``None`` for a run
+    that finished), and ``step``, the step it stopped. ``unwritten``: the error is the
+    starter's ``NotImplementedError``, and ``error`` names the functions the exercise asks
+    for."""
 
     number: int
     trace: Trace
