@@ -77,9 +77,10 @@ def record(
     tui_exercise(number)
     limits = limits or Limits()
     folder = None if solution else folder_of(number, path).resolve()
+    nothing = trace.Trace({"model": str(config.model), "scenario": title}, [])
     refused = copies(exercise(number), folder) if folder is not None else ""
     if refused:
-        return RecordedRun(number, trace.Trace({}, []), refused)
+        return RecordedRun(number, nothing, refused)
     child = GradingChild(number, "process", folder, limits, Proxy)
     student, steps, error = RemoteStudent(child), 0, None
     trace_file = child.temp / "run.jsonl"
@@ -104,7 +105,7 @@ def record(
     else:
         unwritten = False
     finally:
-        recorded = trace.load(trace_file) if trace_file.is_file() else trace.Trace({}, [])
+        recorded = trace.load(trace_file) if trace_file.is_file() else nothing
         child.close()
     if unwritten:
         error += f"\nExercise {number:02d} asks you to write {asked_for(number)}."
