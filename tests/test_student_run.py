@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from minipaged.block_manager import AppendResult, BlockManager
+from minipaged.block_table import BlockTable
 from minipaged.grader.exercises import EXERCISES, TUI_EXERCISES, TUTORIALS
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.student_run import asked_for, record
+from minipaged.grader.witness import witnessed
 from tui.app import PagedApp
 from tui.invariants_view import InvariantsView
 from tui.scenarios import SCENARIOS
@@ -198,3 +201,99 @@ async def test_the_students_copy_on_write_is_found_by_c(eventless_run):
         await pilot.pause()
         assert "cow-copy" in {event.kind for event in app.timeline.frame().step.events}
         assert "parallel" in str(app.query_one("#status").render())
+
+
+class Silent(BlockManager):
+    """Every block-manager method the exercises ask for, written as a student who passes
+    writes it: the right tables and refcounts, and no events."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        j, o = divmod(table.num_tokens, self.block_size)
+        cow = None
+        if o == 0:
+            table.blocks.append(self.device.allocate())
+        elif self.device.refcount(table.blocks[j]) > 1:
+            cow = (table.blocks[j], self.device.allocate())
+            self.device.decref(cow[0])
+            table.blocks[j] = cow[1]
+        table.num_tokens += 1
+        return AppendResult(table.blocks[j] * self.block_size + o, cow)
+
+    def fork(self, parent, child):
+        source = self.table(parent)
+        for block in source.blocks:
+            self.device.incref(block)
+        self.tables[child] = BlockTable(self.block_size, list(source.blocks), source.num_tokens)
+        return self.tables[child]
+
+    def free(self, seq):
+        table = self.tables.pop(seq)
+        pool = self.device if table.pool == "device" else self.host
+        for block in reversed(table.blocks):
+            pool.decref(block)
+
+    def swap_out(self, seqs):
+        return self.move(seqs, self.device, self.host, "host")
+
+    def swap_in(self, seqs):
+        return self.move(seqs, self.host, self.device, "device")
+
+    def move(self, seqs, src, dst, pool):
+        moved = {}
+        for seq in seqs:
+            table = self.table(seq)
+            for block in table.blocks:
+                if block in moved:
+                    dst.incref(moved[block])
+                else:
+                    moved[block] = dst.allocate()
+            for block in reversed(table.blocks):
+                src.decref(block)
+            table.blocks, table.pool = [moved[b] for b in table.blocks], pool
+        return list(moved.items())
+
+
+def program(manager) -> list[list]:
+    """A prefill, a fork, copies on write, a block filled, a swap out and in, and frees: the
+    events after each call."""
+    calls = [
+        lambda: manager.allocate(0, 6),
+        lambda: manager.fork(0, 1),
+        lambda: manager.fork(0, 2),
+        lambda: manager.append_slot(1),
+        lambda: manager.append_slot(0),
+        lambda: manager.append_slot(1),
+        lambda: manager.append_slot(1),
+        lambda: manager.swap_out([0, 2]),
+        lambda: manager.swap_in([0, 2]),
+        lambda: manager.free(2),
+        lambda: manager.free(1),
+        lambda: manager.free(0),
+    ]
+    seen = []
+    for call in calls:
+        call()
+        seen.append(manager.pop_events())
+    return seen
+
+
+def test_the_witness_records_what_the_library_records_for_a_student_who_records_nothing():
+    """An oracle: the library's manager's events, call by call."""
+    library = program(BlockManager(8, 8, block_size=4, watermark=0.0))
+    assert {e.kind for events in library for e in events} >= {
+        "fork",
+        "cow-copy",
+        "swap-out",
+        "swap-in",
+        "free",
+        "decref",
+        "alloc",
+    }
+    assert program(Silent(8, 8, block_size=4, watermark=0.0))[3] == []  # silent indeed
+    assert program(witnessed(Silent)(8, 8, block_size=4, watermark=0.0)) == library
+
+
+def test_the_witness_never_doubles_events_the_code_records_itself():
+    library = program(BlockManager(8, 8, block_size=4, watermark=0.0))
+    assert program(witnessed(BlockManager)(8, 8, block_size=4, watermark=0.0)) == library
