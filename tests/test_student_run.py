@@ -17,7 +17,7 @@ from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.block_table import BlockTable
 from minipaged.grader.exercises import EXERCISES, TUI_EXERCISES, TUTORIALS
 from minipaged.grader.grading import Limits, grade
-from minipaged.grader.student_run import asked_for, record
+from minipaged.grader.student_run import RecordedRun, asked_for, record
 from minipaged.grader.witness import witnessed
 from tui.app import PagedApp
 from tui.invariants_view import InvariantsView
@@ -297,3 +297,19 @@ def test_the_witness_records_what_the_library_records_for_a_student_who_records_
 def test_the_witness_never_doubles_events_the_code_records_itself():
     library = program(BlockManager(8, 8, block_size=4, watermark=0.0))
     assert program(witnessed(BlockManager)(8, 8, block_size=4, watermark=0.0)) == library
+
+
+def test_snapshot_of_code_not_written_yet_at_80_by_24(snap_compare):
+    """29 §3: one screen naming the function to write, how to start, and --solution."""
+    from minipaged.trace import Trace
+
+    error = (
+        "not written yet: exercise 03: give the child T_parent and raise each R[p] by one "
+        "(block_manager.py, line 38)\nExercise 03 asks you to write BlockManager.fork in "
+        "block_manager.py and BlockManager.free in block_manager.py."
+    )
+    header = {"model": "tiny", "scenario": "beam search, K = 4 [exercise 03]"}
+    stopped = RecordedRun(3, Trace(header, []), error, unwritten=True, step=1)
+    app = PagedApp(trace=stopped.trace, stopped=stopped)
+    app.animation_level = "none"
+    assert snap_compare(app, terminal_size=(80, 24))

@@ -327,9 +327,13 @@ def block_manager_class(number: int, path: Path | None = None, solution: bool = 
     for an exercise of ``TUI_EXERCISES``: 02 (the library's manager on their allocator), 03, 04
     or 05 (their manager), or 12 (the library's manager with their radix tree as its
     ``"radix"`` prefix cache)."""
+    return manager_of(number, load(number, path, solution))
+
+
+def manager_of(number: int, student: Student) -> type:
+    """``block_manager_class`` of the work ``student`` already loaded (in a grading child)."""
     tui_exercise(number)
-    checks = importlib.import_module(exercise(number).checks)
-    return checks.block_manager_class(load(number, path, solution))
+    return importlib.import_module(exercise(number).checks).block_manager_class(student)
 
 
 def graded_label(number: int, path: Path | None, solution: bool) -> str:

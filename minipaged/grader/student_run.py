@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minipaged.grader.exercises import TUI_EXERCISES, exercise, folder_of, listed, tui_exercise
+from minipaged.grader.exercises import (
+    TUI_EXERCISES,
+    exercise,
+    folder_of,
+    listed,
+    manager_of,
+    tui_exercise,
+)
 
 if TYPE_CHECKING:  # imported where used: the command line reads TUI_EXERCISES at its start
     from minipaged.config import EngineConfig
@@ -138,16 +145,13 @@ class Run:
     def __init__(
         self, student, number: int, title: str, settings: dict, requests: list, path: str
     ) -> None:
-        import importlib
-
         from minipaged import trace
         from minipaged.config import EngineConfig
         from minipaged.grader.witness import witnessed
         from minipaged.llm import LLM
         from minipaged.sampling import SamplingParams
 
-        checks = importlib.import_module(exercise(number).checks)
-        manager = witnessed(checks.block_manager_class(student))
+        manager = witnessed(manager_of(number, student))
         changes = dict(exercise(number).tui.settings)
         config = EngineConfig(**settings).replace(block_manager_class=manager, **changes)
         self.llm = LLM(config=config)
