@@ -7,9 +7,10 @@ the TUI replays. The student's code runs as it does when graded: in a grading ch
 (``minipaged.grader.remote``), under the same ``Limits``, with the library's graded functions
 stubbed out (``minipaged.grader.delegation``); each engine step is one request with the
 per-criterion time limit, ``Limits.check_seconds``, so a step that never ends is stopped
-there. The child writes each step to a trace file in its own temporary folder; the trace
-reader (``minipaged.trace.load``) checks every line of it. The error that stopped the run is
-worded as the grader words a failed criterion (``grading.failure_message``).
+there, and the whole run has a submission's ``Limits.wall_seconds``. The child writes each
+step to a trace file in its own temporary folder; the trace reader (``minipaged.trace.load``)
+checks every line of it. The error that stopped the run is worded as the grader words a
+failed criterion (``grading.failure_message``).
 
 A student's code records no events (the exercises do not ask for them), so the child wraps
 their manager in ``minipaged.grader.witness.witnessed``: the TUI's counters and jumps show what
@@ -18,6 +19,7 @@ their methods did.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -95,6 +97,8 @@ def record(
         child.start()  # loads the student's files; a broken import fails the first request
         child.deadline = time.monotonic() + STARTUP_SECONDS  # the library's import, not theirs
         student.run(prepare)
+        if not math.isinf(limits.wall_seconds):  # the whole run, as for a whole submission
+            child.wall_deadline = time.monotonic() + limits.wall_seconds
         child.deadline = time.monotonic() + limits.check_seconds
         plain = [[prompt, asdict(params)] for prompt, params in requests]
         run = student.run(start, number, title, config.as_json(), plain, str(trace_file))
