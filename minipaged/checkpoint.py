@@ -26,6 +26,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from minipaged import atomic_write
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig, packed_projections
+from minipaged.models import EMBEDDED_MODELS, model_directory
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -37,28 +38,12 @@ HF_PREFIX = "model."
 """HF nests everything but ``lm_head`` under ``model``: ``model.layers.0...`` is our
 ``layers.0...``."""
 
-EMBEDDED_MODELS = {
-    name: Path(__file__).resolve().parent / "models" / name for name in ("tiny", "tiny-draft")
-}
-"""Models that ship inside the package, by name. ``minipaged.train`` made both: ``tiny`` is
-the default model, ``tiny-draft`` (a quarter of its size, the same tokenizer) is its draft
-for speculative decoding. Each directory's ``MODEL_CARD.md`` says how."""
-
 # Buffers that older checkpoints saved though they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
-
-
-def model_directory(model: str | Path) -> Path:
-    """The directory of ``model``: an embedded model's name (``"tiny"``) or a path to a Hugging
-    Face Llama directory. A name wins over a directory of the same name in the working
-    directory; pass ``./tiny`` for the latter."""
-    if isinstance(model, str) and model in EMBEDDED_MODELS:
-        return EMBEDDED_MODELS[model]
-    return Path(model)
 
 
 def load_config(path: str | Path) -> LlamaConfig:

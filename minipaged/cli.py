@@ -108,9 +108,9 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
-    from minipaged.checkpoint import model_directory
     from minipaged.device import check_device
     from minipaged.llm import LLM, check_kv_cache_fits
+    from minipaged.models import model_directory
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())

@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from minipaged import fp8
-from minipaged.checkpoint import load_config, load_model, model_directory
+from minipaged.checkpoint import load_config, load_model
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
 from minipaged.engine import LLMEngine, Prompt, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
+from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer

@@ -64,7 +64,8 @@ def load_recorded(
     None with a note on stderr where that model is not here. With the model's config here,
     every token id of the trace is checked against its vocabulary as the trace loads."""
     from minipaged import trace
-    from minipaged.checkpoint import CheckpointError, load_config, model_directory
+    from minipaged.checkpoint import CheckpointError, load_config
+    from minipaged.models import model_directory
 
     recorded_model = trace.read_header(path).get("model", model)
     tokenizer = tokenizer_of(recorded_model, command)
@@ -98,7 +99,7 @@ def _word(tokenizer: Tokenizer | None, token: int) -> str:
 def tokenizer_of(model: object, command: str = "trace replay") -> Tokenizer | None:
     """The tokenizer of the trace's model, or None (with a note from ``command``) where it is
     not here."""
-    from minipaged.checkpoint import model_directory
+    from minipaged.models import model_directory
     from minipaged.tokenizer import Tokenizer, TokenizerError
 
     if isinstance(model, str) and (model_directory(model) / "tokenizer.json").is_file():

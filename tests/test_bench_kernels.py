@@ -28,9 +28,10 @@ def is_identity(block_tables: torch.Tensor) -> bool:
 
 
 def shuffled_and_slowed(*args, **kwargs):
-    """A planted defect: the vectorized reference, run twice when the blocks are shuffled (a
-    kernel whose paging costs 2×), once when they are laid out in order."""
-    if not is_identity(args[3]):
+    """A planted defect: the vectorized reference, run four times when the blocks are shuffled
+    (a kernel whose paging costs 4×: large enough to show through a loaded machine's noise),
+    once when they are laid out in order."""
+    for _ in range(0 if is_identity(args[3]) else 3):
         attention.paged_attention_decode(*args, **kwargs)
     return attention.paged_attention_decode(*args, **kwargs)
 
@@ -42,13 +43,13 @@ def planted_row():
 
 
 def test_a_slowdown_planted_in_the_paged_path_shows_in_paged_over_in_order(planted_row):
-    assert planted_row["planted_paging"] > 1.5
-    assert planted_row["honest_paging"] < 1.5
-    assert planted_row["planted_paging"] > planted_row["honest_paging"] + 0.4
+    assert planted_row["planted_paging"] > 2.0
+    assert planted_row["honest_paging"] < 2.0
+    assert planted_row["planted_paging"] > 1.5 * planted_row["honest_paging"]
 
 
 def test_the_planted_slowdown_leaves_the_in_order_path_alone(planted_row):
-    assert planted_row["planted_in_order_ms"] < 0.75 * planted_row["planted_ms"]
+    assert planted_row["planted_in_order_ms"] < 0.5 * planted_row["planted_ms"]
     assert planted_row["honest_in_order_ms"] > 0.5 * planted_row["honest_ms"]
 
 

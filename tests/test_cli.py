@@ -39,7 +39,9 @@ def test_every_option_of_every_subcommand_shows_its_default():
     pending = [parser]
     while pending:
         current = pending.pop()
-        assert current.formatter_class is argparse.ArgumentDefaultsHelpFormatter, current.prog
+        assert issubclass(current.formatter_class, argparse.ArgumentDefaultsHelpFormatter), (
+            current.prog
+        )
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
                 pending.extend(action.choices.values())

@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlparse
 from xml.etree import ElementTree
 
 import pytest
@@ -596,6 +597,16 @@ def test_the_kernel_threads_figure_labels_every_block_it_draws() -> None:
 # -- the built site ---------------------------------------------------------------------------
 
 
+SUB_PATH = urlparse(
+    re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
+).path
+"""The path the site is served under (``site_url``'s), which the browser test serves it at."""
+SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
+BUILD_TIMEOUT_S = 1200
+"""A first build runs every page's examples (``docs/hooks/prose_values.py``; later builds read
+its cache): minutes on two loaded cores."""
+
+
 def build_site(site_dir: Path) -> None:
     """``mkdocs build --strict`` into ``site_dir``; fails the test on any warning."""
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
@@ -606,16 +617,37 @@ def build_site(site_dir: Path) -> None:
         capture_output=True,
         text=True,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=300,
+        timeout=BUILD_TIMEOUT_S,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
 
 
+def shared_site(tmp_path_factory) -> Path:
+    """The site, built once per test run under ``site_url``'s sub-folders: with pytest-xdist
+    the first worker that asks builds it, under a lock in the run's shared temporary folder,
+    and the others wait and read the same files (a second build would cost minutes)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    site_dir = root.joinpath("built-site", *SUB_FOLDERS)
+    failed = root / "built-site.failed"
+    with open(root / "built-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if failed.is_file():
+            pytest.fail(failed.read_text())
+        if not (site_dir / "index.html").is_file():
+            try:
+                build_site(site_dir)
+            except (AssertionError, subprocess.TimeoutExpired) as error:
+                failed.write_text(f"{error}")
+                raise
+    return site_dir
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    site_dir = tmp_path_factory.mktemp("site")
-    build_site(site_dir)
-    return site_dir
+    return shared_site(tmp_path_factory)
 
 
 def test_mkdocs_build_strict_succeeds(site: Path) -> None:

@@ -249,7 +249,7 @@ def allocator_state(alloc) -> tuple:
         tables = {seq: (tuple(t.blocks), t.num_tokens) for seq, t in manager.tables.items()}
         return tables, manager.device.free_blocks()
     if isinstance(alloc, VAttentionAllocator):
-        return dict(alloc._lengths), alloc._pages_used
+        return dict(alloc._lengths), {seq: alloc.page_table(seq) for seq in alloc._lengths}
     holes = [tuple(hole) for hole in alloc.heap.holes]
     return dict(alloc._buffers), dict(alloc._lengths), holes, alloc.stalls
 

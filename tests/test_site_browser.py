@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-from test_docs import DOCS, GENERATED, ROOT, build_site
+from test_docs import DOCS, GENERATED, SUB_FOLDERS, SUB_PATH, shared_site
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (requirements-dev.txt pins it)"
@@ -44,10 +44,6 @@ if not Path(CHROMIUM).is_file():
 VIEWPORTS = {390: 844, 1280: 800}
 WIDTHS = tuple(VIEWPORTS)
 # The 404 page links by absolute paths under site_url's path, so the site is served there.
-SUB_PATH = urlparse(
-    re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.M)[1]
-).path
-SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
 PAGES = sorted(
     Path(page).with_suffix(".html").as_posix()
     for page in [*(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")), *GENERATED]
@@ -156,10 +152,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("www")
-    site_dir = root.joinpath(*SUB_FOLDERS)
-    build_site(site_dir)
-    return site_dir
+    return shared_site(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

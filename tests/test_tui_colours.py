@@ -22,7 +22,7 @@ from tui.help import LEGEND
 from tui.pane import Pane
 from tui.pool_view import PoolView
 from tui.scenarios import SCENARIOS
-from tui.timeline import Timeline, opening_step
+from tui.timeline import Timeline
 
 needs_tiny = pytest.mark.skipif(
     not (model_directory("tiny") / "model.safetensors").is_file(),
@@ -68,7 +68,7 @@ def test_white_text_on_each_block_colour_meets_wcag_aa(colour):
 
 def record(name: str) -> Timeline:
     engine = SCENARIOS[name].build("tiny")
-    timeline = Timeline(opening_step(engine))
+    timeline = Timeline(engine.report())  # frame 0: the requests waiting
     while engine.has_unfinished():
         timeline.record([engine.step()])
     return timeline

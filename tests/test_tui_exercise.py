@@ -15,9 +15,9 @@ import pytest
 from test_exercises import as_written_by_a_student
 
 from minipaged import cli
-from minipaged.checkpoint import model_directory
 from minipaged.grader.exercises import EXERCISES
 from minipaged.grader.grading import grade
+from minipaged.models import model_directory
 from tui.command import tui_parser
 
 pytestmark = pytest.mark.skipif(

@@ -16,7 +16,7 @@ import pytest
 from test_tui_serve import CHROMIUM, free_port, served
 
 from minipaged import cli
-from minipaged.checkpoint import model_directory
+from minipaged.models import model_directory
 
 VIEWPORT = {"width": 1024, "height": 640}
 MOST_MEAN_DIFFERENCE = 8.0

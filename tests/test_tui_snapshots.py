@@ -31,7 +31,7 @@ def app_for(name: str) -> PagedApp:
     return app
 
 
-async def until(pilot, condition, timeout: float = 20.0) -> None:
+async def until(pilot, condition, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "the app did not get there in time"

@@ -113,8 +113,8 @@ def failed(app) -> int:
 
 
 def build_app(args: argparse.Namespace):
-    from minipaged.checkpoint import model_directory
     from minipaged.llm import check_kv_cache_fits
+    from minipaged.models import model_directory
     from tui.app import PagedApp
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 

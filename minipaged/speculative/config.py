@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,7 +86,7 @@ class SpeculativeConfig:
 def _check_draft_model(model: object) -> None:
     """A draft model is a name or directory that is there, or a loaded ``Llama``."""
     if isinstance(model, str | os.PathLike):
-        from minipaged.checkpoint import model_directory
+        from minipaged.models import model_directory
 
         if not str(model).strip():
             raise ValueError(
@@ -99,9 +100,10 @@ def _check_draft_model(model: object) -> None:
                 "config.json and model.safetensors"
             )
         return
-    from minipaged.model import Llama
-
-    if not isinstance(model, Llama):
+    # A loaded Llama means minipaged.model is imported already; importing it here would make
+    # the engine's config, which checks this, import torch.
+    model_module = sys.modules.get("minipaged.model")
+    if model_module is None or not isinstance(model, model_module.Llama):
         raise ValueError(
             "speculative draft_model must be a model name such as 'tiny-draft', a Llama "
             f"directory or a loaded Llama, got {type(model).__name__} {model!r:.60}"

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import torch
 
 from minipaged.block_manager import BlockManager
-from minipaged.checkpoint import load_model, model_directory
+from minipaged.checkpoint import load_model
 from minipaged.decoding import Decoder
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
+from minipaged.models import model_directory
 from minipaged.scheduler import ScheduledSeq, SchedulerOutput
 from minipaged.sequence import SequenceGroup
 from minipaged.speculative.acceptance import accept

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import torch
 
 from minipaged.backend import resolve_backend
-from minipaged.checkpoint import load_config, model_directory
+from minipaged.checkpoint import load_config
 from minipaged.llm import LLM
+from minipaged.models import model_directory
 from minipaged.sampling import SamplingParams
 from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report

@@ -30,11 +30,12 @@ import torch.nn.functional as F
 
 from minipaged import fp8, memory
 from minipaged.backend import PagedBatch
-from minipaged.checkpoint import load_model, model_directory
+from minipaged.checkpoint import load_model
 from minipaged.config import EngineConfig
 from minipaged.kv_cache import KVCache
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.model import Llama
+from minipaged.models import model_directory
 from minipaged.study.bench import Options, plot
 from minipaged.study.report import Column, Report
 from minipaged.tokenizer import Tokenizer

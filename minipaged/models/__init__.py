@@ -1,0 +1,22 @@
+"""The models that ship inside the package, and how a model's name becomes its directory.
+
+Apart from ``minipaged.checkpoint`` (which needs torch to load weights) so that the engine's
+config can check a model's name without importing torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EMBEDDED_MODELS = {name: Path(__file__).resolve().parent / name for name in ("tiny", "tiny-draft")}
+"""Models that ship inside the package, by name. ``minipaged.train`` made both: ``tiny`` is
+the default model, ``tiny-draft`` (a quarter of its size, the same tokenizer) is its draft
+for speculative decoding. Each directory's ``MODEL_CARD.md`` says how."""
+
+
+def model_directory(model: str | Path) -> Path:
+    """The directory of ``model``: an embedded model's name (``"tiny"``) or a path to a Hugging
+    Face Llama directory. A name wins over a directory of the same name in the working
+    directory; pass ``./tiny`` for the latter."""
+    if isinstance(model, str) and model in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[model]
+    return Path(model)
