@@ -95,8 +95,10 @@ def record(
     trace_file = child.temp / "run.jsonl"
     try:
         child.start()  # loads the student's files; a broken import fails the first request
-        child.deadline = time.monotonic() + STARTUP_SECONDS  # the library's import, not theirs
-        student.run(prepare)
+        child.deadline = (
+            time.monotonic() + STARTUP_SECONDS
+        )  # the library warming up, not their code
+        student.run(prepare, config.as_json(), requests[0][0])
         if not math.isinf(limits.wall_seconds):  # the whole run, as for a whole submission
             child.wall_deadline = time.monotonic() + limits.wall_seconds
         child.deadline = time.monotonic() + limits.check_seconds
@@ -137,9 +139,16 @@ def asked_for(number: int) -> str:
 # -- in the grading child ----------------------------------------------------------------------
 
 
-def prepare(student) -> None:
-    """Import the engine (torch with it) before the clock of the student's steps starts."""
-    import minipaged.llm  # noqa: F401
+def prepare(student, settings: dict, prompt: str) -> None:
+    """The library's own engine, on the run's settings, writes one token of ``prompt``: torch,
+    the model and its tokenizer are loaded and warm before the clock of the student's steps
+    starts."""
+    from minipaged.config import EngineConfig
+    from minipaged.llm import LLM
+    from minipaged.sampling import SamplingParams
+
+    llm = LLM(config=EngineConfig(**settings))
+    llm.generate([prompt], SamplingParams(max_tokens=1), show_progress=False)
 
 
 class Run:
