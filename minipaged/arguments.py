@@ -147,7 +147,8 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
             kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
         else:
             kwargs["type"] = text(name.replace("_", " "))
-        group.add_argument(_flag(name), help=f"{rule.help} (default: {shown})", **kwargs)
+        said = "" if shown is False else f" (default: {shown})"  # a flag's False: it is off
+        group.add_argument(_flag(name), help=rule.help + said, **kwargs)
 
 
 def config_from_flags(args: argparse.Namespace, base: EngineConfig) -> EngineConfig:

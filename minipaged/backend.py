@@ -11,7 +11,8 @@ no kernel, so every kernel can be tested against it.
   CUDA kernel has a thread block per (sequence, query head).
 
 ``"auto"``, the default of ``LLM`` and ``LLMEngine``, is the fastest of these that the machine
-has (``resolve_backend``). Prefill has no kernel: it runs on the reference on every backend.
+has (``resolve_backend``). Prefill has no kernel: it runs on the reference on every backend,
+a chunk of a prompt too (``attention_paths`` says so in words).
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ def kernels_misfit(
             "NUMBA_ENABLE_CUDASIM=1 set before numba is imported"
         )
     return None
+
+
+def attention_paths(backend: str) -> str:
+    """Which code computes attention on ``backend``, in words. A row of one query (a decode,
+    or a prompt chunk of one token) runs ``backend``'s decode path; a row of several (a whole
+    prompt or a chunk of one, ``paged_attention``'s prefill part) runs the reference's
+    ``paged_attention_prefill`` on every backend: the kernels take one query per sequence."""
+    if backend == "torch":
+        return "torch"
+    return f"{backend} for decodes; torch, the reference, for prompts and their chunks"
 
 
 def numba_simulator() -> bool:

@@ -8,11 +8,11 @@ them on the ``KVCache``. Every change is also recorded as an event (``minipaged.
 The protocol pairs a question with an action, so the scheduler can decide before anything
 changes: ``can_allocate`` / ``allocate``, ``can_append`` / ``append_slot``,
 ``can_swap_out`` / ``swap_out``, ``can_swap_in`` / ``swap_in``. Questions (``can_*``,
-``blocks_needed``, ``next_token_blocks``, ``table``, ``snapshot``) never change anything, the
-prefix cache included. Every action that releases blocks (``free``, ``swap_out``, hence
-preemption) releases a table's last block first, so a cached child block always sits ahead of
-its parent on the free list and is evicted first: a cached prefix is lost from its tail, never
-cut at its root.
+``blocks_needed``, ``next_token_blocks``, ``prefix_hits``, ``table``, ``snapshot``) never
+change anything, the prefix cache included. Every action that releases blocks (``free``,
+``swap_out``, hence preemption) releases a table's last block first, so a cached child block
+always sits ahead of its parent on the free list and is evicted first: a cached prefix is lost
+from its tail, never cut at its root.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class BlockManager:
         needed = alone = 0
         for prompt in prompts:
             length = prompt if isinstance(prompt, int) else len(prompt)
-            hits = [] if isinstance(prompt, int) else self._prefix_hits(prompt)
+            hits = [] if isinstance(prompt, int) else self.prefix_hits(prompt)
             alone += self.blocks_needed(length)
             needed += self.blocks_needed(length)
             needed -= sum(1 for block in hits if self.device.refcount(block) > 0)
@@ -164,7 +164,7 @@ class BlockManager:
                 f"more than the whole device pool of {self.device.num_blocks} blocks; "
                 "use a shorter prompt or a larger pool"
             )
-        hits = self._prefix_hits(token_ids) if token_ids is not None else []
+        hits = self.prefix_hits(token_ids) if token_ids is not None else []
         taken = sum(1 for block in hits if self.device.refcount(block) == 0)
         if needed - len(hits) + taken > self.device.num_free:
             raise OutOfBlocks(
@@ -330,7 +330,7 @@ class BlockManager:
         self.record(events.CowCopy(seq, t, j, src, dst, offset, after + 1, shared_with))
         self.record(events.Decref(seq, src, after))
 
-    def _prefix_hits(self, token_ids: Sequence[int]) -> list[int]:
+    def prefix_hits(self, token_ids: Sequence[int]) -> list[int]:
         """Cached blocks for the full blocks of ``token_ids`` before the block of its last
         token (which is always computed)."""
         if self.prefix_cache is None:

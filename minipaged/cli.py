@@ -210,13 +210,14 @@ def _generate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from minipaged import transcript
+    from minipaged.backend import attention_paths
     from minipaged.stats import RunStats
 
     llm, params = _workload(args)
     stats = RunStats(
         num_gpu_blocks=llm.engine.block_manager.device.num_blocks,
         kv_cache=llm.engine.kv_cache.describe(),
-        backend=llm.engine.backend,
+        backend=attention_paths(llm.engine.backend),
     )
     outputs = llm.generate(args.prompt, params, on_step=stats.update)
     console = Console()

@@ -143,6 +143,19 @@ class EngineConfig:
         low=1,
         none="the model's context, and at least 2048",
     )
+    enable_chunked_prefill: bool = setting(
+        False,
+        "compute a prompt over several steps, a chunk per step within the token budget, "
+        "beside the running decodes (vLLM V1's scheduler)",
+        bool,
+    )
+    long_prefill_token_threshold: int = setting(
+        0,
+        "with chunked prefill, the most prompt tokens one request computes in a step "
+        "(0: as many as the budget leaves)",
+        int,
+        low=0,
+    )
     # -- attention, sampling, speculation ----------------------------------------------------
     backend: str = setting(
         "auto",
@@ -197,6 +210,12 @@ class EngineConfig:
                 "num_cpu_blocks some blocks, or use preemption='recompute'"
             )
         check_fp8_model(self.kv_cache_dtype, self.dtype, self.backend)
+        if self.long_prefill_token_threshold and not self.enable_chunked_prefill:
+            raise ValueError(
+                f"long_prefill_token_threshold={self.long_prefill_token_threshold} caps a "
+                "prefill chunk, but chunked prefill is off; pass enable_chunked_prefill=True "
+                "(--enable-chunked-prefill), or leave the threshold at 0"
+            )
         budget = self.max_num_batched_tokens
         if budget is not None and budget < self.max_num_seqs:
             raise ValueError(

@@ -114,6 +114,8 @@ class LLMEngine:
             config.preemption,
             config.max_num_seqs,
             config.token_budget(self.max_model_len),
+            config.enable_chunked_prefill,
+            config.long_prefill_token_threshold,
         )
         self.runner = ModelRunner(model, self.kv_cache, self.backend)
         eos_id = tokenizer.eos_id if tokenizer is not None else None
@@ -233,6 +235,7 @@ class LLMEngine:
                 f"{self.max_model_len} tokens (max_position_embeddings), with room needed for "
                 "at least one new token; shorten the prompt"
             )
+        self.scheduler.check_prompt(len(token_ids))
         if params.num_sequences > self.scheduler.max_num_seqs:
             raise ValueError(
                 f"the request runs {params.num_sequences} sequences but max_num_seqs is "

@@ -16,6 +16,10 @@ Each step (``Scheduler.schedule``):
    watermark and the step's token budget allows: their prompts are prefilled in the same
    forward pass as everyone else's decode step.
 
+With chunked prefill (``enable_chunked_prefill``, ``minipaged.chunked_prefill``) a prompt need
+not be computed in one step: the budget goes to the decodes first, then partly prefilled
+requests go on with a chunk each, then waiting ones are admitted with a chunk of what is left.
+
 Admission asks the block manager for an ``AllocStatus``, as vLLM does: ``OK`` admits, ``LATER``
 waits for blocks to be released, ``NEVER`` (not even an empty pool could hold the request and
 keep its watermark) aborts the request with its reason instead of letting it wait forever. The
@@ -35,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.chunked_prefill import StepBudget, chunk_event, chunk_size, extend, room_for
 from minipaged.config import check_setting
 from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
@@ -47,19 +52,16 @@ class SchedulerStuck(RuntimeError):
 
 @dataclass(slots=True)
 class ScheduledSeq:
-    """One sequence in this step's batch: it computes ``num_query_tokens`` tokens (a whole
-    prompt, or what the prefix cache did not hold, for a prefill; one for a decode step) with
-    block table ``block_table``.
+    """One sequence in this step's batch: it computes ``num_query_tokens`` tokens with block
+    table ``block_table``: one for a decode step; for a prefill, a whole prompt, what the
+    prefix cache did not hold, or, with chunked prefill, a chunk of the prompt.
 
-    Two things hold for every row today that chunked prefill (a prompt computed over several
-    steps) will break; each is named here, and read from here:
-
-    - ``query_positions``: the tokens computed are the sequence's *last* ``num_query_tokens``
-      (``ModelRunner.prepare`` computes those positions). A chunk that stops short of the
-      prompt's end is not at the end.
-    - ``samples``: the row's last query is the sequence's last token, so its logits choose the
-      next token (``Decoder.decode`` samples only such rows). A chunk before the prompt's last
-      one has no next token to choose.
+    - ``query_positions``: the positions computed, from ``first_position`` on (None: the
+      sequence's last ``num_query_tokens``, as for every row but a chunk that stops short of
+      the prompt's end). ``ModelRunner.prepare`` computes those positions.
+    - ``samples``: whether the row's last query is the sequence's last token, so that its
+      logits choose the next token (``Decoder.decode`` samples only such rows). A chunk
+      before the prompt's last has no next token to choose.
     """
 
     group: SequenceGroup
@@ -67,14 +69,18 @@ class ScheduledSeq:
     num_query_tokens: int
     block_table: list[int]
     is_prefill: bool
-    samples: bool = True  # always, until a prompt can be computed in chunks
+    first_position: int | None = None
 
     @property
     def query_positions(self) -> range:
-        """The positions $t$ this row computes: always the sequence's last
-        ``num_query_tokens``, until a prompt can be computed in chunks."""
+        """The positions $t$ this row computes."""
         end = len(self.seq.token_ids)
-        return range(end - self.num_query_tokens, end)
+        first = end - self.num_query_tokens if self.first_position is None else self.first_position
+        return range(first, first + self.num_query_tokens)
+
+    @property
+    def samples(self) -> bool:
+        return self.query_positions.stop == len(self.seq.token_ids)
 
 
 @dataclass(slots=True)
@@ -105,11 +111,15 @@ class Scheduler:
         preemption: str = "recompute",
         max_num_seqs: int = 32,
         max_num_batched_tokens: int = 2048,
+        enable_chunked_prefill: bool = False,
+        long_prefill_token_threshold: int = 0,
     ) -> None:
         settings = {
             "preemption": preemption,
             "max_num_seqs": max_num_seqs,
             "max_num_batched_tokens": max_num_batched_tokens,
+            "enable_chunked_prefill": enable_chunked_prefill,
+            "long_prefill_token_threshold": long_prefill_token_threshold,
         }
         for name, value in settings.items():
             check_setting(name, value, resolved=True)  # the rules of EngineConfig's fields
@@ -117,9 +127,23 @@ class Scheduler:
         self.preemption = preemption
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: list[SequenceGroup] = []
         self.running: list[SequenceGroup] = []
         self.swapped: list[SequenceGroup] = []
+
+    def check_prompt(self, num_tokens: int) -> None:
+        """Refuse a prompt of ``num_tokens`` this scheduler could never prefill, as vLLM does:
+        with chunking off a prompt is computed in one step, so it must fit the budget."""
+        budget = self.max_num_batched_tokens
+        if num_tokens > budget and not self.enable_chunked_prefill:
+            raise ValueError(
+                f"the prompt has {num_tokens} tokens but max_num_batched_tokens is {budget} "
+                "(the most one step computes) and chunked prefill is off; pass "
+                "--enable-chunked-prefill (enable_chunked_prefill=True) to prefill it over "
+                "several steps, or raise max_num_batched_tokens"
+            )
 
     def add(self, group: SequenceGroup) -> None:
         """Queue a new request as waiting, in arrival order."""
@@ -151,15 +175,21 @@ class Scheduler:
         group.status = Status.FINISHED
 
     def schedule(self) -> SchedulerOutput:
-        """Decide this step: decode the running (preempting when full), swap back in, admit
-        waiting requests. Returns the batch and the block copies to run before it."""
+        """Decide this step: decode the running (preempting when full), swap back in, continue
+        partly prefilled prompts, admit waiting requests. Returns the batch and the block
+        copies to run before it."""
         out = SchedulerOutput()
         bm = self.block_manager
+        prefilling: list[SequenceGroup] = []  # running, partly prefilled: they go on in 3
 
         # 1. Decode every running request, oldest first, preempting the newest when full.
         queue, self.running = self.running, []
         while queue:
             group = queue.pop(0)
+            if self._is_prefilling(group):
+                prefilling.append(group)
+                self.running.append(group)
+                continue
             ids = [s.seq_id for s in group.seqs]
             fits = bm.can_append(*ids)
             while not fits and queue:
@@ -184,43 +214,109 @@ class Scheduler:
             self.swapped.pop(0)
             out.blocks_to_swap_in += bm.swap_in(ids)
             group.status = Status.RUNNING
-            self._append_slots(group, out)
+            if self._is_prefilling(group):
+                _insert_by_arrival(prefilling, group)
+            else:
+                self._append_slots(group, out)
             _insert_by_arrival(self.running, group)
 
-        # 3. Admit waiting requests, oldest first, while blocks and the token budget allow.
+        # 3. Chunked prefill: partly prefilled requests go on, oldest first, with what is left.
         budget = self.max_num_batched_tokens - len(out.scheduled)
+        for group in prefilling:
+            budget -= self._continue_prefill(group, budget, out)
+
+        # 4. Admit waiting requests, oldest first, while blocks and the token budget allow.
         num_seqs = sum(len(g.seqs) for g in self.running)
         while self.waiting and not self.swapped and not out.preempted:
             group = self.waiting[0]
-            lengths = [len(s.token_ids) for s in group.seqs]
-            prompts = [s.token_ids for s in group.seqs]
-            first_prefill = out.num_prefill_tokens == 0
-            if sum(lengths) > budget and not first_prefill:
-                break
-            width = max(len(lengths), group.params.num_sequences)  # a prompt forks into n
-            status = bm.can_allocate(*prompts)
+            cached, size = self._first_chunk(group, budget)
+            parts = [s.token_ids[: cached + size] for s in group.seqs]
+            if size * len(parts) > budget and out.num_prefill_tokens:
+                break  # chunking off: a whole prompt; only a step's first may pass the budget
+            width = max(len(parts), group.params.num_sequences)  # a prompt forks into n
+            status = bm.can_allocate(*[s.token_ids for s in group.seqs])
             if status is AllocStatus.NEVER:
                 self._abort_never(group, out)
                 continue
+            if self.enable_chunked_prefill:  # the chunk's blocks, not the whole prompt's
+                status = bm.can_allocate(*parts) if size else AllocStatus.LATER
             if num_seqs + width > self.max_num_seqs or not status:
                 break
             self.waiting.pop(0)
-            for seq in group.seqs:
-                length = len(seq.token_ids)
-                if length > seq.prompt_len:  # it was preempted by recomputation
-                    bm.record(Recompute(seq.seq_id, length))
-                table = bm.allocate(seq.seq_id, length, seq.token_ids)
+            together = self.enable_chunked_prefill and len(parts) > 1  # see _first_chunk
+            for seq, part in zip(group.seqs, parts, strict=True):
+                # It was preempted by recomputation: after it sampled, or part way through
+                # its prompt (chunks computed since it was admitted).
+                if len(seq.token_ids) > seq.prompt_len or seq.num_chunks:
+                    bm.record(Recompute(seq.seq_id, len(seq.token_ids)))
+                seq.num_chunks = 0
+                table = bm.allocate(seq.seq_id, len(part), None if together else part)
                 # Tokens found in the prefix cache need no compute: prefill only the rest.
-                query = length - table.cached_tokens
-                out.scheduled.append(ScheduledSeq(group, seq, query, list(table.blocks), True))
+                query = len(part) - table.cached_tokens
+                row = ScheduledSeq(group, seq, query, list(table.blocks), True)
+                row.first_position = table.cached_tokens
+                self._add_chunk(row, out)
                 out.num_cached_tokens += table.cached_tokens
-            budget -= sum(lengths)
+            budget -= size * len(parts)
             num_seqs += width
             group.status = Status.RUNNING
             _insert_by_arrival(self.running, group)
+        if self.enable_chunked_prefill:
+            bm.record(_spent(self.max_num_batched_tokens, out))
         if not (out.scheduled or out.preempted or out.aborted) and self.has_unfinished():
             raise SchedulerStuck(self._stuck_message())
         return out
+
+    def _is_prefilling(self, group: SequenceGroup) -> bool:
+        """Whether ``group`` is partly prefilled: a chunk has computed some of its tokens but
+        not all up to its last (with chunking off, never: a prefill computes them all)."""
+        bm = self.block_manager
+        return any(bm.table(s.seq_id).num_tokens < len(s.token_ids) - 1 for s in group.seqs)
+
+    def _first_chunk(self, group: SequenceGroup, budget: int) -> tuple[int, int]:
+        """``(cached, size)`` for admitting ``group``: the tokens the prefix cache holds, then
+        how many after them this step computes, per sequence: all of them with chunking off
+        (the caller checks the budget); a chunk with it. A request of several sequences (one
+        recomputed after preemption) takes no cached blocks while chunking, so that its
+        sequences move through their prompts together."""
+        seqs = group.seqs
+        length = len(seqs[0].token_ids)
+        if not self.enable_chunked_prefill:
+            return 0, length  # allocate finds the cached part itself
+        bm = self.block_manager
+        cached = len(bm.prefix_hits(seqs[0].token_ids)) * bm.block_size if len(seqs) == 1 else 0
+        cap = self.long_prefill_token_threshold
+        return cached, chunk_size(length - cached, budget, len(seqs), cap)
+
+    def _continue_prefill(self, group: SequenceGroup, budget: int, out: SchedulerOutput) -> int:
+        """Schedule the next chunk of partly prefilled ``group`` within ``budget`` tokens and
+        the free blocks; returns the tokens it takes. A chunk that gets no block preempts its
+        request (§6), which makes room for the decodes that hold the rest."""
+        bm = self.block_manager
+        ids = [s.seq_id for s in group.seqs]
+        computed = bm.table(ids[0]).num_tokens  # the same for each: they move together
+        remaining = len(group.seqs[0].token_ids) - computed
+        size = chunk_size(remaining, budget, len(ids), self.long_prefill_token_threshold)
+        if size == 0:
+            return 0  # the budget is spent: it goes on next step
+        size = room_for(bm, ids, size)
+        if size == 0:
+            self.running.remove(group)
+            self._preempt(group, out)
+            return 0
+        for seq in group.seqs:
+            out.blocks_to_copy += extend(bm, seq, computed + size)
+            table = bm.table(seq.seq_id)
+            self._add_chunk(ScheduledSeq(group, seq, size, list(table.blocks), True, computed), out)
+        return size * len(ids)
+
+    def _add_chunk(self, row: ScheduledSeq, out: SchedulerOutput) -> None:
+        """Add a prefill row to the batch, and with chunking on say which chunk it is."""
+        out.scheduled.append(row)
+        if self.enable_chunked_prefill:
+            row.seq.num_chunks += 1
+            event = chunk_event(row.seq, row.query_positions, len(row.block_table))
+            self.block_manager.record(event)
 
     def _abort_never(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         """Admission said NEVER for a request at the head of a queue: abort it, saying why."""
@@ -254,7 +350,13 @@ class Scheduler:
             if result.cow is not None:
                 out.blocks_to_copy.append(result.cow)
             table = self.block_manager.table(seq.seq_id)
-            out.scheduled.append(ScheduledSeq(group, seq, 1, list(table.blocks), False))
+            # A chunk may stop just short of a prompt's last token: then this row computes it.
+            is_prefill = len(seq.token_ids) == seq.prompt_len
+            row = ScheduledSeq(group, seq, 1, list(table.blocks), is_prefill)
+            if is_prefill:
+                self._add_chunk(row, out)
+            else:
+                out.scheduled.append(row)
 
     def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         bm = self.block_manager
@@ -280,3 +382,12 @@ def _insert_by_arrival(queue: list[SequenceGroup], group: SequenceGroup) -> None
     while index > 0 and queue[index - 1].arrival > group.arrival:
         index -= 1
     queue.insert(index, group)
+
+
+def _spent(budget: int, out: SchedulerOutput) -> StepBudget:
+    """How ``out`` spent the step's ``budget`` tokens, for the scheduler pane."""
+    decodes = tuple(row.seq.seq_id for row in out.scheduled if not row.is_prefill)
+    chunks = tuple(
+        (row.seq.seq_id, row.num_query_tokens) for row in out.scheduled if row.is_prefill
+    )
+    return StepBudget(budget, decodes, chunks)

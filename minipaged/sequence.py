@@ -31,7 +31,9 @@ class Sequence:
 
     Invariant: while RUNNING or SWAPPED, the cache holds keys and values for every token but
     the last, ``len(token_ids) - 1`` of them: the last sampled token is computed by the next
-    step, which also yields the token after it. A WAITING sequence has nothing cached.
+    step, which also yields the token after it. A WAITING sequence has nothing cached. With
+    chunked prefill, a request part way through its prompt holds the first $t$ only, its
+    table's ``num_tokens`` ($t < $ ``len(token_ids) - 1``); the next chunk goes on from there.
     """
 
     seq_id: int
@@ -39,6 +41,7 @@ class Sequence:
     prompt_len: int
     cumulative_logprob: float = 0.0
     finish_reason: str | None = None
+    num_chunks: int = 0  # prefill chunks computed since it was last admitted (chunked prefill)
 
     @property
     def output_ids(self) -> list[int]:

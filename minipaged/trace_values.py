@@ -14,13 +14,16 @@ import typing
 from collections.abc import Iterable
 from dataclasses import MISSING, Field, fields
 
+from minipaged.chunked_prefill import CHUNK_EVENTS
 from minipaged.events import EVENTS, Event
 from minipaged.speculative.events import SPECULATIVE_EVENTS
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in EVENTS + SPECULATIVE_EVENTS}
-"""Every event kind a trace may hold, by the name it is saved under: the block manager's and
-speculative decoding's, listed here rather than collected as modules happen to be imported.
-``minipaged.trace`` reads it as ``minipaged.trace.EVENT_TYPES``."""
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in EVENTS + CHUNK_EVENTS + SPECULATIVE_EVENTS
+}
+"""Every event kind a trace may hold, by the name it is saved under: the block manager's,
+chunked prefill's and speculative decoding's, listed here rather than collected as modules
+happen to be imported. ``minipaged.trace`` reads it as ``minipaged.trace.EVENT_TYPES``."""
 
 ID_LIMIT = 2**62
 """Sequence ids, block ids and counts in events: any non-negative int64."""

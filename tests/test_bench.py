@@ -30,6 +30,7 @@ TITLES = {
     "tui": "TUI step time with 8 sequences",
     "kv-dtype": "The price of a narrower KV cache",
     "speculative": "Speculative tree decoding",
+    "chunked": "Chunked prefill: time between tokens",
 }
 
 
@@ -209,6 +210,17 @@ def test_speculative_bench_keeps_greedy_tokens_and_needs_fewer_passes_and_blocks
     assert rows["draft model"]["passes_per_token"] < rows["plain"]["passes_per_token"]
     for name in ("n-gram", "draft model"):
         assert rows[name]["peak_blocks"] < rows[name]["peak_copy_blocks"]
+
+
+def test_chunked_bench_bounds_the_stall_and_delays_the_long_prompt_in_the_simulation(as_json):
+    """At Llama-3-8B's scale the roofline is deterministic: a budget of 256 tokens keeps
+    every gap near a decode step's, where one whole prefill stalls the decodes, and the long
+    prompt's own first token comes later for it (the trade-off)."""
+    rows = {r["system"]: r for r in as_json["chunked"]["rows"] if "sim" in r["where"]}
+    off, small = rows["off"], rows["budget 256"]
+    assert small["tbt_max"] < off["tbt_max"] / 3
+    assert small["long_ttft"] > off["long_ttft"]
+    assert {r["where"] for r in as_json["chunked"]["rows"]} == {"tiny", "Llama-3-8B (sim.)"}
 
 
 def test_kernels_bench_rows_hold_paging_fp8_and_the_stream_read(as_json):

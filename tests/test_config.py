@@ -277,11 +277,13 @@ def test_a_new_field_becomes_a_flag_without_touching_a_command_line(monkeypatch)
         "ExtendedConfig",
         [
             (
-                "long_prefill_token_threshold",
+                "max_long_partial_prefills",
                 int,
                 dataclasses.field(
                     default=0,
-                    metadata={"setting": Setting("a cap on one prefill chunk", int, low=0)},
+                    metadata={
+                        "setting": Setting("most long prompts prefilled at once", int, low=0)
+                    },
                 ),
             )
         ],
@@ -292,14 +294,14 @@ def test_a_new_field_becomes_a_flag_without_touching_a_command_line(monkeypatch)
     monkeypatch.setattr(arguments, "settings_of", lambda cls=extended: settings_of(cls))
     parser = Parser(prog="minipaged generate")
     add_config_flags(parser, extended())
-    assert "--long-prefill-token-threshold" in flag_options(parser)
-    args = parser.parse_args(["--long-prefill-token-threshold", "64", "--block-size", "8"])
+    assert "--max-long-partial-prefills" in flag_options(parser)
+    args = parser.parse_args(["--max-long-partial-prefills", "64", "--block-size", "8"])
     built = config_from_flags(args, extended())
-    assert (built.long_prefill_token_threshold, built.block_size) == (64, 8)
-    assert config_flags_given(args) == ["--block-size", "8", "--long-prefill-token-threshold", "64"]
-    assert built.as_json()["long_prefill_token_threshold"] == 64  # a trace header records it
+    assert (built.max_long_partial_prefills, built.block_size) == (64, 8)
+    assert config_flags_given(args) == ["--block-size", "8", "--max-long-partial-prefills", "64"]
+    assert built.as_json()["max_long_partial_prefills"] == 64  # a trace header records it
     with pytest.raises(SystemExit):
-        parser.parse_args(["--long-prefill-token-threshold", "-1"])
+        parser.parse_args(["--max-long-partial-prefills", "-1"])
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

@@ -55,6 +55,7 @@ def test_the_readme_has_the_examples_this_test_checks():
     assert any("--beam-width 4" in f for f in flags)
     assert any("--prefix-caching" in f for f in flags)
     assert any("trace record" in f and "trace replay" in f for f in flags)
+    assert any("--enable-chunked-prefill" in f for f in flags)
 
 
 @pytest.mark.parametrize("chain", COMMANDS, ids=[" ".join(c[0][:2]) for c in COMMANDS])
@@ -76,6 +77,9 @@ def test_every_readme_command_shows_what_it_promises(chain, tmp_path, monkeypatc
     if "--prefix-caching" in argv:
         hits = re.search(r"prefix cache hits\s*│\s*(\d+)", out)
         assert hits and int(hits.group(1)) > 0, out
+    if "--enable-chunked-prefill" in argv:  # the prompt took several steps: more than tokens
+        steps = int(re.search(r"steps\s*│\s*(\d+)", out).group(1))
+        assert steps > int(argv[argv.index("--max-tokens") + 1]), out
     if argv[:2] == ["trace", "record"]:
         assert chain[1][:2] == ["trace", "replay"]
         assert request_texts(outputs[1]) == request_texts(out)

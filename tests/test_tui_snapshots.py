@@ -94,6 +94,19 @@ def test_block_identity_of_parallel_sampling_at_160_by_50(snap_compare):
     )
 
 
+def test_a_long_prompt_filling_in_chunks_beside_two_decodes(snap_compare):
+    # Step 3 of the chunked scenario: the budget line, the long prompt's blocks half filled.
+    assert snap_compare(
+        app_for("chunked"), terminal_size=(120, 40), run_before=recorded_then(step=3)
+    )
+
+
+def test_the_same_arrivals_with_chunking_off_prefill_the_long_prompt_in_one_step(snap_compare):
+    assert snap_compare(
+        app_for("chunked-off"), terminal_size=(120, 40), run_before=recorded_then(step=1)
+    )
+
+
 def test_projection_mode(snap_compare):
     assert snap_compare(
         app_for("tour"), terminal_size=(120, 40), run_before=recorded_then("v", step=2)

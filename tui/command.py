@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tui.add_argument(
         "--scenario",
         default=None,
-        help="tour, several, parallel, beam, swap, recompute, prefix or speculative (default: "
-        "tour, or the exercise's); --prompt makes a custom one",
+        help="tour, several, parallel, beam, swap, recompute, prefix, chunked, chunked-off or "
+        "speculative (default: tour, or the exercise's); --prompt makes a custom one",
     )
     tui.add_argument(
         "--exercise",

@@ -7,7 +7,8 @@ what holds them back: too few free blocks, or (head-of-line) an older request th
 move first: the scheduler takes each queue in arrival order, and admits no waiting request
 while any is swapped. Needs are before prefix-cache hits, which can only lower them. A step
 that preempted says why that victim: the scheduler preempts the latest arrival among the
-running requests, so the oldest keep their progress.
+running requests, so the oldest keep their progress. With chunked prefill a ``budget`` line
+says how the step spent its token budget: a token per decode first, then each prompt chunk.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from rich.console import RenderableType
 from rich.text import Text
 
+from minipaged.chunked_prefill import StepBudget
 from minipaged.events import Preempt
 from tui.colours import seq_label
 from tui.pane import Pane, Selection
@@ -95,12 +97,27 @@ class QueuesView(Pane):
                     left -= wanted
             lines.append(line)
         for event in step.events:
+            if isinstance(event, StepBudget):
+                lines.append(budget_line(event))
             if isinstance(event, Preempt):
                 running = sorted(frame.previous.queues.get("running", ()), key=arrival_key)
                 order = " < ".join(f"r{r}" for r in running)
                 victim = said["victim"].format(event.request_id, order, event.mode)
                 lines.append(Text(victim, style="bright_red"))
         return Text("\n").join(lines)
+
+
+def budget_line(spent: StepBudget) -> Text:
+    """The step's token budget and who used it: decodes first, then prompt chunks."""
+    line = Text(f"{'budget':<8}", style="bold")
+    line.append(f"{spent.used}/{spent.budget} tok:", style="dim")
+    if spent.decodes:
+        line.append(f" {len(spent.decodes)} decode")
+    for seq, tokens in spent.chunks:
+        line.append(f" s{seq}", style=seq_label(seq))
+        line.append(f" +{tokens}")
+    line.append(f", {spent.budget - spent.used} left", style="dim")
+    return line
 
 
 SAID = {

@@ -76,6 +76,23 @@ PRESSURE_PROMPTS = (
 
 SYSTEM_PROMPT = "It is a truth universally acknowledged, that a single man in possession of a"
 
+LONG_PROMPT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good "
+    "fortune, must be in want of a wife. However little known the feelings or views of such a "
+    "man may be on his first entering a neighbourhood, this truth is so well fixed in the "
+    "minds of the surrounding families"
+)
+"""80 tokens: the long prompt that arrives while two short ones decode."""
+
+ARRIVALS = (
+    Request("Mr. Darcy", sampled(24, seed=30)),
+    Request("Emma Woodhouse, handsome, clever, and rich,", sampled(24, seed=31)),
+    Request(LONG_PROMPT, sampled(16, seed=32)),
+)
+"""Two short prompts (4 and 13 tokens), then the long one: the chunked-prefill scenarios."""
+
+CHUNKED = TUI_CONFIG.replace(num_gpu_blocks=48, max_num_seqs=4)
+
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
@@ -163,6 +180,30 @@ SCENARIOS: dict[str, Scenario] = {
                 for i, ending in enumerate(("good fortune", "large house", "fine horse", "wife"))
             ),
             config=TUI_CONFIG.replace(prefix_caching="hash"),
+        ),
+        Scenario(
+            name="chunked",
+            title="chunked prefill, a budget of 20 tokens a step",
+            story="Two short prompts and a long one (80 tokens) share a token budget of 20 a "
+            "step (max_num_batched_tokens, chunked prefill on). Step 1 prefills both short "
+            "prompts and the long one's first 3 tokens; from then on each step gives the two "
+            "running sequences one token each first, and the long prompt a chunk of 18 with "
+            "what is left: its blocks fill over five steps, ceil(t/B) after t tokens (§3), "
+            "while the others keep producing a token every step. The scheduler pane's budget "
+            "line says who used the budget; L marks a chunk.",
+            requests=ARRIVALS,
+            config=CHUNKED.replace(enable_chunked_prefill=True, max_num_batched_tokens=20),
+        ),
+        Scenario(
+            name="chunked-off",
+            title="the same arrivals, chunked prefill off",
+            story="The chunked scenario's three requests with chunked prefill off: step 1 "
+            "computes all 97 prompt tokens in one forward pass, the long prompt whole. On a "
+            "server that step takes as long as its 97 tokens, and every running sequence waits "
+            "for it: with long prompts arriving, the time between its tokens jumps (minipaged "
+            "bench chunked measures it).",
+            requests=ARRIVALS,
+            config=CHUNKED,
         ),
         Scenario(
             name="speculative",

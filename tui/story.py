@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from minipaged.chunked_prefill import PrefillChunk
 from minipaged.events import (
     Alloc,
     CowCopy,
@@ -31,9 +32,13 @@ from minipaged.events import (
 )
 from minipaged.outputs import StepOutput
 
-EXPLAINS = {"prefix-hit": frozenset({"alloc", "incref"})}
+EXPLAINS = {
+    "prefix-hit": frozenset({"alloc", "incref"}),
+    "prefill-chunk": frozenset({"alloc", "prefix-insert"}),
+}
 """A kind -> the kinds of the events just before it (same sequence) that it causes. The engine
-records a hit before its takes and shares; traces recorded before it did are put right here."""
+records a hit before its takes and shares; traces recorded before it did are put right here.
+A prompt's chunk is recorded once its blocks are taken, and told before them."""
 
 
 def in_story_order(events: Sequence[Event]) -> list[Event]:
@@ -130,6 +135,7 @@ def seqs(ids) -> str:
 HEADLINED = frozenset(
     {"alloc", "free", "incref", "decref", "prefix-insert", "prefix-evict", "preempt"}
     | {"swap-out", "swap-in", "cow-copy", "fork", "prefix-hit", "recompute", "finish"}
+    | {"prefill-chunk", "step-budget"}  # the budget: in the scheduler pane
 )
 """Kinds ``headline`` summarises (or deliberately leaves to the lines below it)."""
 
@@ -175,6 +181,12 @@ def headline(step: StepOutput) -> str:
             f"{again.num_tokens - found} of its {again.num_tokens}" if found else again.num_tokens
         )
         parts.append(f"recompute: s{again.seq} prefills {said} tokens again")
+    for chunk in of_type(by_kind, "prefill-chunk", PrefillChunk):
+        last = chunk.first + chunk.num_tokens - 1
+        parts.append(
+            f"chunk {chunk.index}/{chunk.num_chunks}: s{chunk.seq} prefills "
+            f"{chunk.first}–{last} of {chunk.total}"
+        )
     finished = of_type(by_kind, "finish", Finish)
     if finished:
         done = {f.seq for f in finished}  # not the frees of a sequence preempted alongside

@@ -48,6 +48,7 @@ MARKS = (  # most telling first: a column with several kinds shows the first
     Mark("C", "cow-copy", "CoW", "cow", "bright_yellow"),
     Mark("F", "fork", "fork", "fork", "bright_cyan"),
     Mark("H", "prefix-hit", "prefix hit", "hit", "bright_green"),
+    Mark("L", "prefill-chunk", "prompt chunk", "chunk", "yellow"),  # a long prompt, in pieces
     Mark("S", "spec-propose", "speculate", "spec", "bright_blue"),
     Mark("V", "spec-verify", "verify", "ver", "blue"),
     Mark("K", "spec-accept", "accept", "acc", "green"),
@@ -56,6 +57,7 @@ MARKS = (  # most telling first: a column with several kinds shows the first
 MARK_OF = {mark.kind: mark for mark in MARKS}
 ROUTINE = frozenset(
     {"alloc", "free", "incref", "decref", "prefix-insert", "prefix-evict", "finish"}
+    | {"step-budget"}  # the scheduler pane shows it
 )
 """Event kinds in most steps: the event log tells them; the strip leaves them unmarked."""
 

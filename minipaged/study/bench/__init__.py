@@ -11,6 +11,7 @@ engine         minipaged's continuous batching against transformers' generate   
 block-size     waste against kernel time for $B$ = 8, 16, 32                      both
 kv-dtype       logit error, perplexity, greedy agreement, blocks per KV dtype     measured
 speculative    passes per token, acceptance, blocks of speculative tree decoding  both
+chunked        time between tokens while long prompts arrive, chunked prefill     both
 =============  =================================================================  ==========
 
 Each sub-benchmark is a module with ``run(options) -> Report``. Speeds are ratios against a
@@ -41,6 +42,7 @@ SUBBENCHMARKS = {
     "kv-dtype": "minipaged.study.bench.kv_dtype",
     "tui": "minipaged.study.bench.tui",
     "speculative": "minipaged.study.bench.speculative",
+    "chunked": "minipaged.study.bench.chunked",
 }
 
 RESULTS = Path("docs") / "results"
