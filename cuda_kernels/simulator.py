@@ -15,6 +15,13 @@ in the simulator, not in a kernel: the barriers of ``paged_attention.py`` and
 
 ``one_array_per_line`` looks up and stores in one step, and ``install`` puts it in the
 simulator's place; ``cuda_kernels.launch`` calls it when the process simulates.
+
+A GPU's shared memory starts a thread block holding whatever the last block left there, but
+``np.empty`` often hands out zeroed pages, so a kernel that reads before it writes (an
+accumulator never cleared) would pass in the simulator and fail on a GPU. With
+``shared_memory_garbage`` set (the grader's simulating child sets it), every new shared array
+starts as garbage: NaN in a float array, bytes ``GARBAGE_BYTE`` in an integer one (2139062143
+in an int32: an index past any array).
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+
+GARBAGE_BYTE = 0x7F
+shared_memory_garbage = False
+"""Whether new shared arrays start as garbage rather than as ``np.empty`` leaves them (often
+zeros)."""
 
 
 def one_array_per_line(shared, shape, dtype, line: tuple[str, int]) -> np.ndarray:
@@ -35,7 +47,12 @@ def one_array_per_line(shared, shape, dtype, line: tuple[str, int]) -> np.ndarra
     # dict.setdefault looks up and stores in one step under the GIL (the key is a tuple of a
     # str and an int: no Python code runs inside it), so threads that arrive together all get
     # the array stored first; the spare ones they made are dropped.
-    return shared._allocations.setdefault(line, np.empty(shape, dtype))
+    fresh = np.empty(shape, dtype)
+    if shared_memory_garbage and fresh.dtype.kind == "f":
+        fresh.fill(np.nan)  # NaN, not a large number: 0 * NaN is NaN, so no rescale hides it
+    elif shared_memory_garbage:
+        fresh.view(np.uint8).fill(GARBAGE_BYTE)
+    return shared._allocations.setdefault(line, fresh)
 
 
 def install() -> None:

@@ -97,3 +97,31 @@ def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
     parallel_file = paged_attention_v1._cache._cache_file._index_name
     assert twin._cache._cache_file._index_name != parallel_file
     assert twin.py_func.__code__ is paged_attention_v1.py_func.__code__
+
+
+@pytest.mark.parametrize(("start", "end"), [(5, 27), (8, 16), (3, 6), (0, 1), (13, 30)])
+def test_attend_reads_only_tokens_start_to_end_even_inside_blocks(start, end):
+    """The twins' ``attend`` over tokens ``start .. end - 1`` that begin and end inside
+    blocks, in passes of four rows and fewer: every other slot of the sequence is NaN, so a
+    row read outside the range would poison the result."""
+    from cuda_kernels.cpu.paged_attention import attend
+
+    case = make_case(4, seq_lens=[30], num_heads=4, num_kv_heads=2, head_dim=16, block_size=8)
+    table = case.block_tables[0]
+    key_pool, value_pool = case.key_pool.clone(), case.value_pool.clone()
+    for t in [*range(start), *range(end, 30)]:
+        key_pool[table[t // 8], :, t % 8] = math.nan
+        value_pool[table[t // 8], :, t % 8] = math.nan
+    scale = np.float32(0.25)
+    for kv_head in range(2):
+        q = case.query[0, 2 * kv_head : 2 * kv_head + 2]  # the group of query heads
+        acc = np.zeros((2, 16), np.float32)
+        no_lut = np.zeros(1, np.float32)
+        pools = (key_pool.numpy(), value_pool.numpy(), table.numpy(), kv_head)
+        m_prev, l_prev = attend(q.numpy(), acc, *pools, start, end, scale, no_lut)
+        k = case.keys[0][kv_head, start:end]
+        v = case.values[0][kv_head, start:end]
+        scores = scale * q @ k.T  # [group, end - start]
+        torch.testing.assert_close(torch.from_numpy(m_prev), scores.max(dim=1).values, **TOLERANCE)
+        want = torch.softmax(scores, dim=1) @ v
+        torch.testing.assert_close(torch.from_numpy(acc / l_prev[:, None]), want, **TOLERANCE)

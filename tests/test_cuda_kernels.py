@@ -176,4 +176,6 @@ def test_the_simulators_own_two_step_allocation_splits_the_arrays_of_threads_arr
         got = cuda_kernels.paged_attention_decode(*BARRIER_CASE.args)
     except IndexError:
         return  # a block id read from an array no thread wrote, out of the pool
+    except OverflowError:
+        return  # a score read from an array no thread wrote, too large for math.exp
     assert not torch.allclose(got, BARRIER_CASE.oracle(), equal_nan=True)

@@ -463,6 +463,24 @@ def test_a_link_named_for_an_exercise_lands_on_that_exercises_page() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+TEACHING_PAGES = sorted(
+    path.relative_to(DOCS).as_posix()
+    for folder in ("explanation", "tutorials")
+    for path in (DOCS / folder).glob("*.md")
+)
+
+
+@pytest.mark.parametrize("page", TEACHING_PAGES)
+def test_every_explanation_and_tutorial_ends_with_its_exercises(page: str) -> None:
+    """A page that teaches a part of the source text says, under "Your turn", which exercise
+    has the reader build it, and links to that exercise's page."""
+    text = page_text(page)
+    turn = re.search(r"^## Your turn\b.*?(?=^## |\Z)", text, re.M | re.S)
+    assert turn, f"docs/{page} has no '## Your turn' section naming its exercises"
+    exercises = [p for p in linked_pages(page, turn[0]) if p in GENERATED]
+    assert exercises, f"docs/{page}'s 'Your turn' links to no exercise's page"
+
+
 @pytest.mark.parametrize("exercise", sorted(GENERATED))
 def test_an_exercise_and_the_pages_that_teach_it_link_each_other(exercise: str) -> None:
     """Each exercise's page links to the pages it builds on (its README's background and the

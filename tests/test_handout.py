@@ -211,3 +211,32 @@ def test_a_student_with_only_the_wheel_runs_the_readmes_commands_as_written(tmp_
         assert f"graded: {folder}" in done.stdout
         assert "7 pass, 1 fail" in done.stdout
     assert (folder / "report.json").is_file()
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_hint_prints_the_readmes_hints_and_tier_2_only_when_asked(number, capsys):
+    readme = (TUTORIALS / EXERCISES[number].folder / "README.md").read_text()
+    second = (TUTORIALS / EXERCISES[number].folder / "hints.md").read_text()
+    assert cli.main(["exercises", "hint", str(number)]) == 0
+    first = capsys.readouterr().out
+    assert readme.partition("## Hints\n")[2].split("\n")[1].strip()[:40] in first
+    assert second.splitlines()[-1].strip() not in first
+    assert cli.main(["exercises", "hint", str(number), "--tier", "2"]) == 0
+    assert second.splitlines()[-1].strip() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["exercises", "hint", "4", "--tier", "3"], "must be between 1 and 2, got 3"),
+        (["exercises", "hint", "13"], "no exercise 13; the exercises are 1..12"),
+    ],
+)
+def test_a_hint_that_does_not_exist_is_refused_in_one_line(argv, words, capsys):
+    try:
+        status = cli.main(argv)
+    except SystemExit as stopped:  # argparse's usage error
+        status = stopped.code
+    assert status in (1, 2)
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) <= 2 and words in error[-1]

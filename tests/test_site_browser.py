@@ -413,22 +413,31 @@ MIN_IMAGE_TEXT_PX = 6.0
 PHONE = 390
 
 
+def raw_table_rows(found: dict) -> list[str]:
+    """Lines of the page's text that are a Markdown table row nobody rendered."""
+    return [line.strip()[:60] for line in found["prose"].splitlines() if RAW_TABLE_ROW.match(line)]
+
+
+def uncued_formulas(found: dict) -> list[str]:
+    """Display formulas wider than their box that give no sign that more follows."""
+    return [f["text"] for f in found["formulas"] if not f["cue"]]
+
+
+def raw_tex(texts: list[str]) -> list[str]:
+    return sorted({m[0] for text in texts for m in RAW_TEX.finditer(text)})
+
+
 def test_no_page_shows_a_table_as_raw_text(all_visits) -> None:
     """A header cell holding an unescaped ``|`` once turned two results tables into lines of
     ``| … |`` text; a test that no page shows a literal table row would have caught it."""
-    bad = failures(
-        all_visits,
-        lambda v: [
-            line.strip()[:60] for line in v.found["prose"].splitlines() if RAW_TABLE_ROW.match(line)
-        ][:2],
-    )
+    bad = failures(all_visits, lambda v: raw_table_rows(v.found)[:2])
     assert not bad, "raw Markdown table rows on the page:\n" + "\n".join(bad)
 
 
 def test_a_formula_wider_than_its_box_scrolls_and_shows_that_more_follows(all_visits) -> None:
     """On a phone (and a few on a laptop) display equations are wider than the column: they
     scroll inside their box, and a shadow at the edge shows there is more (extra.css)."""
-    bad = failures(all_visits, lambda v: [f["text"] for f in v.found["formulas"] if not f["cue"]])
+    bad = failures(all_visits, lambda v: uncued_formulas(v.found))
     assert not bad, "formulas cut with no sign that more follows:\n" + "\n".join(bad)
 
 
@@ -470,10 +479,16 @@ def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, file_visits, b
     assert images, "no SVG image on any page"
     small = []
     for src, width in sorted(images):
-        size = svg_text_size(local_file(src, base_url, site).read_text(encoding="utf-8"))
-        if size is not None and width and size[0] * width / size[1] < MIN_IMAGE_TEXT_PX:
-            small.append(f"{src}: {size[0] * width / size[1]:.1f} px text at {width} px wide")
+        drawn = image_text_px(local_file(src, base_url, site).read_text(encoding="utf-8"), width)
+        if drawn is not None and drawn < MIN_IMAGE_TEXT_PX:
+            small.append(f"{src}: {drawn:.1f} px text at {width} px wide")
     assert not small, "images whose text a phone draws too small to read:\n" + "\n".join(small)
+
+
+def image_text_px(svg: str, width: float) -> float | None:
+    """How high the smallest text of ``svg`` is drawn when the image is ``width`` px wide."""
+    size = svg_text_size(svg)
+    return None if size is None or not width else size[0] * width / size[1]
 
 
 def test_search_results_show_no_raw_tex(visits, file_visits) -> None:
@@ -481,8 +496,45 @@ def test_search_results_show_no_raw_tex(visits, file_visits) -> None:
     ``\\(\\mathcal{R}[p]\\)`` (docs/hooks/search_text.py writes math as text)."""
     searched = [v for v in [*visits, *file_visits] if v.search_texts]
     assert searched, "no search listed a result"
-    bad = failures(
-        searched,
-        lambda v: sorted({m[0] for text in v.search_texts for m in RAW_TEX.finditer(text)}),
-    )
+    bad = failures(searched, lambda v: raw_tex(v.search_texts))
     assert not bad, "raw TeX in search results:\n" + "\n".join(bad)
+
+
+# -- each check fails where it should: one page with one defect of each class ------------------
+
+PLANTED = """<!doctype html><html><head><meta charset="utf-8"></head><body><article>
+<p>A page with one defect of each class the checks above look for.</p>
+<p>| N | exercise |</p>
+<div class="arithmatex" style="width: 120px; overflow-x: hidden"><span
+  style="display: inline-block; width: 600px">a formula wider than its box</span></div>
+<div class="md-typeset__scrollwrap" style="width: 120px; overflow-x: auto"><table><tr>
+  <th style="white-space: nowrap">a key column wider than the box</th><th>b</th></tr></table></div>
+</article></body></html>"""
+
+
+def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -> None:
+    """A raw table row, a formula cut with no cue and a table whose key column is cut, in a
+    phone's column: the checks that pass on every real page must fail on this one."""
+    page = tmp_path / "planted.html"
+    page.write_text(PLANTED, encoding="utf-8")
+    context = browser.new_context(viewport={"width": PHONE, "height": VIEWPORTS[PHONE]})
+    tab = context.new_page()
+    tab.goto(page.as_uri(), wait_until="load")
+    found = tab.evaluate(INSPECT)
+    context.close()
+    assert raw_table_rows(found) == ["| N | exercise |"]
+    assert uncued_formulas(found) == ["a formula wider than its box"]
+    assert found["cutTables"] == ["a key column wider than the box"]
+
+
+def test_the_image_and_search_checks_flag_what_they_are_for() -> None:
+    """A 1,200-unit-wide screenshot with 14 px text draws it 4.6 px high in a phone's 390 px;
+    matplotlib's glyphs (``scale(0.05 -0.05)``: 5 units) in a 360-unit figure, 5.4 px; and a
+    search snippet with TeX left in it."""
+    screenshot = '<svg viewBox="0 0 1200 600"><style>.r { font-size: 14px }</style></svg>'
+    assert image_text_px(screenshot, PHONE) < MIN_IMAGE_TEXT_PX <= image_text_px(screenshot, 1200)
+    figure = '<svg viewBox="0 0 360 200"><g transform="scale(0.05 -0.05)"/></svg>'
+    assert image_text_px(figure, PHONE) < MIN_IMAGE_TEXT_PX
+    assert image_text_px('<svg viewBox="0 0 10 10"/>', PHONE) is None  # no text, nothing to read
+    assert raw_tex([r"the refcount \(\mathcal{R}[p]\) of block p"]) == [r"\(", r"\)", r"\mathcal"]
+    assert not raw_tex(["the refcount R[p] of block p"])

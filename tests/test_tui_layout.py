@@ -6,7 +6,6 @@ scenario switch that shows nothing of the previous run while the next one loads.
 from __future__ import annotations
 
 import io
-import time
 
 import pytest
 from rich.console import Console
@@ -15,6 +14,7 @@ import minipaged.speculative.events  # noqa: F401  (registers the speculative ev
 from minipaged.checkpoint import model_directory
 from minipaged.events import CowCopy
 from minipaged.trace import EVENT_TYPES
+from tests.tui_runs import whole_run
 from tui.app import PagedApp
 from tui.event_log import EventLog
 from tui.key_bar import KeyBar
@@ -45,18 +45,6 @@ def test_every_event_kind_is_marked_or_named_routine_and_each_mark_is_its_own():
     assert MARK_OF["swap-out"].letter != MARK_OF["preempt"].letter != MARK_OF["swap-in"].letter
 
 
-async def recorded(app: PagedApp, pilot) -> PagedApp:
-    deadline = time.monotonic() + 120
-    while app.navigator is None:
-        assert time.monotonic() < deadline, "the model did not load"
-        await pilot.pause(0.05)
-    app.record_everything()
-    while not app.timeline.finished:
-        assert time.monotonic() < deadline, "the run was not recorded in time"
-        await pilot.pause(0.05)
-    return app
-
-
 async def at(app: PagedApp, pilot, step: int) -> None:
     app.seek_step(step)
     await pilot.pause()
@@ -79,7 +67,7 @@ async def test_each_step_shows_its_most_telling_mark_underlined_when_it_has_seve
     the cursor's step."""
     app = PagedApp(SCENARIOS["tour"])
     async with app.run_test(size=(160, 50)) as pilot:
-        await recorded(app, pilot)
+        await whole_run(pilot)
         swap_outs = 0
         for index in range(1, app.timeline.recorded + 1):
             kinds = {e.kind for e in app.timeline.frame(index).step.events}
@@ -116,7 +104,7 @@ def shown(app: PagedApp) -> dict[str, str]:
 async def test_at_80_by_24_every_pane_says_what_it_must_and_cuts_nothing():
     app = PagedApp(SCENARIOS["tour"])
     async with app.run_test(size=(80, 24)) as pilot:
-        await recorded(app, pilot)
+        await whole_run(pilot)
         cow_steps = [
             i
             for i in range(1, app.timeline.recorded + 1)
@@ -149,7 +137,7 @@ async def test_at_80_by_24_every_pane_says_what_it_must_and_cuts_nothing():
 async def test_a_scenario_switch_shows_nothing_of_the_previous_run_while_the_next_loads():
     app = PagedApp(SCENARIOS["tour"])
     async with app.run_test(size=(120, 40)) as pilot:
-        await recorded(app, pilot)
+        await whole_run(pilot)
         await at(app, pilot, 10)
         log = app.base.query_one(EventLog)
         assert any(line.startswith("step 10") for line in log.plain_lines())
@@ -158,9 +146,29 @@ async def test_a_scenario_switch_shows_nothing_of_the_previous_run_while_the_nex
         assert all(not log.render_line(y).text.strip() for y in range(log.size.height))
         await pilot.pause()
         assert not any(line.startswith("step ") for line in log.plain_lines())
-        await recorded(app, pilot)
+        await whole_run(pilot)
         await at(app, pilot, 1)
         assert app.scenario.name == "several"
         assert [line for line in log.plain_lines() if line.startswith("step ")] == [
             line for line in log.plain_lines() if line.startswith("step 1 ")
         ]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=str)
+async def test_the_strip_keeps_its_two_rows_and_names_every_mark_of_the_cursors_step(size):
+    """A speculative step holds four kinds (F, V, K, D): at 80 columns their names once
+    wrapped onto the marks' row and hid it. The top row names them as the width allows."""
+    app = PagedApp(SCENARIOS["speculative"])
+    async with app.run_test(size=size) as pilot:
+        await whole_run(pilot)
+        strip = app.base.query_one(TimelineStrip)
+        for step in range(1, app.timeline.recorded + 1):
+            await at(app, pilot, step)
+            console = Console(file=io.StringIO(), width=strip.content_size.width, record=True)
+            console.print(strip.render())
+            lines = console.export_text().rstrip("\n").split("\n")
+            assert len(lines) == 2 and lines[1].startswith("events"), (step, lines)
+            marks = marks_of({e.kind for e in app.timeline.frame(step).step.events})
+            if marks:
+                here = lines[0].split("here: ")[1]
+                assert all(m.letter in here for m in marks), (step, lines[0])

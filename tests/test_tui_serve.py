@@ -295,3 +295,16 @@ def test_the_readme_says_what_serve_binds_and_what_host_exposes():
     assert "`--host 0.0.0.0` (or one of this machine's addresses) exposes it" in readme
     assert f"at most `--max-sessions` apps ({DEFAULT_MAX_SESSIONS})" in readme
     assert "local network" not in readme
+
+
+def test_the_readme_and_the_cli_page_say_where_serve_listens_as_the_parser_does():
+    """The README once said --serve served "browsers on the local network"; it listens on
+    127.0.0.1 unless --host names another address, and both documents say so."""
+    host = tui_parser().parse_args(["--serve"]).host
+    assert host == "127.0.0.1"
+    root = Path(__file__).resolve().parent.parent
+    for document in ("README.md", "docs/reference/cli.md"):
+        text = " ".join((root / document).read_text(encoding="utf-8").split())
+        assert f"listens on {host}" in text, document
+        assert "`--host" in text, f"{document} does not say what --host exposes"
+        assert "local network" not in text, document

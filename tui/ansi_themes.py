@@ -1,4 +1,5 @@
-"""The two terminal themes every named colour of the app goes through, one per Textual theme.
+"""The two terminal themes every named colour of the app goes through, one per Textual theme,
+and projection mode's Textual theme itself.
 
 Panes name their colours (``bright_red`` for a preemption, ``bright_blue`` for sequence 0) and
 Textual turns each name into RGB through the app's ANSI theme. Its own themes fail here:
@@ -8,6 +9,11 @@ mode. These two keep every colour distinct and every text colour readable (WCAG 
 the backgrounds of their theme; ``tests/test_tui_projection.py`` measures both. White and black
 stay white and black: blocks are white text on their colour, and a shared block's tag is black
 on white, in both themes.
+
+Textual's own light theme draws a dialog's border title in its accent, an orange that reads at
+1.4:1 on light grey, an input's placeholder at 2.5:1 and its error at 3.5:1:
+``PROJECTION_THEME`` is that theme with every such colour dark enough for AA, so the help
+screen, the scenario picker, the palette and the go-to-step box read as well as the panes.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from rich.style import Style
 from rich.terminal_theme import TerminalTheme
 from textual.color import Color
 from textual.filter import LineFilter
+from textual.theme import BUILTIN_THEMES, Theme
 
 NO_DIM = Style(dim=False)
 
@@ -89,6 +96,24 @@ PROJECTION = theme(
     },
 )
 """For textual-light (projection mode): dark colours that stay readable on light grey."""
+
+_LIGHT = BUILTIN_THEMES["textual-light"]
+PROJECTION_THEME = Theme(  # each role takes PROJECTION's colour of its hue
+    name="minipaged-projection",
+    primary=_LIGHT.primary,  # #004578, 6.4:1 on #d0d0d0
+    secondary="#0d47a1",
+    warning="#7a4a00",
+    error="#9e1a1a",
+    success="#1a5e00",
+    accent="#7a4a00",
+    background=_LIGHT.background,
+    surface=_LIGHT.surface,
+    panel=_LIGHT.panel,
+    dark=False,
+    variables={"footer-key-foreground": "#0d47a1", "text-disabled": "#4d4d4d"},
+)
+"""Projection mode's Textual theme: textual-light with its accent, secondary, warning, error,
+success and disabled text darkened to at least 4.5:1 on its darkest grey (a dialog's input)."""
 
 
 class Undimmed(LineFilter):

@@ -133,6 +133,7 @@ class PagedApp(SelectionKeys, App[None]):
 
     def on_mount(self) -> None:
         self.fit(self.size.width, self.size.height)
+        self.register_theme(ansi_themes.PROJECTION_THEME)
         self.set_projection(self.projection)
         if self.trace is not None:
             self.replay(self.trace)
@@ -388,7 +389,7 @@ class PagedApp(SelectionKeys, App[None]):
         (``tui.ansi_themes``: no colour or dimmed label below WCAG AA on its greys)."""
         self.projection = on
         self.screen_stack[0].set_class(on, "-projection")
-        self.theme = "textual-light" if on else "textual-dark"
+        self.theme = ansi_themes.PROJECTION_THEME.name if on else "textual-dark"
         if self.timeline is not None:
             self.refresh_panes()
 

@@ -73,6 +73,18 @@ def legend(marks: list[Mark], short: bool) -> str:
     return "  " + " ".join(f"{m.letter} {m.short if short else m.name}" for m in marks)
 
 
+def here_text(marks: list[Mark], room: int) -> str:
+    """What the cursor's step holds, in ``room`` cells: each mark's name, else its short name,
+    else its letter alone (a speculative step holds four kinds)."""
+    if not marks:
+        return ""
+    for word in ("name", "short"):
+        text = "  here: " + " + ".join(f"{m.letter} {getattr(m, word)}" for m in marks)
+        if len(text) <= room:
+            return text
+    return "  here: " + "+".join(m.letter for m in marks)
+
+
 class TimelineStrip(Widget):
     """Guarantees: column i shows steps ``i*per .. i*per+per-1`` of the recorded run (``per``
     grows when the run and the legend are wider than the strip); every kind of ``MARKS`` that
@@ -139,14 +151,14 @@ class TimelineStrip(Widget):
             else:
                 row.append("·" if cursor else " ", style=Style(color="bright_black") + at)
         spark.append(f"  peak {peak}/{pool} blocks", style="dim")
-        if here:
-            spark.append(
-                "  here: " + " + ".join(f"{m.letter} {m.name}" for m in here), style="bold"
-            )
         done = "" if timeline.finished else f"  computing… {timeline.recorded} steps"
+        room = self.content_size.width - spark.cell_len - len(done)
+        spark.append(here_text(here, room), style="bold")
         spark.append(done, style="italic yellow")
         row.append(key, style="dim")
-        return Text("\n").join([spark, row])
+        strip = Text("\n").join([spark, row])
+        strip.no_wrap, strip.overflow = True, "ellipsis"  # two rows: a third would not show
+        return strip
 
     def on_click(self, event: events.Click) -> None:
         if self.timeline is None:

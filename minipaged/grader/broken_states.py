@@ -91,6 +91,13 @@ def _read_back_broken(pool: str):
     return manager, kv, last
 
 
+def _token_lost():
+    """Seq 0 wrote 4 tokens, but T_0=[0, 1] counts only 3 of them: reading back gives 3."""
+    manager, kv, last = preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2]))
+    kv.written[0].append(kv.written[0][-1] + 1)
+    return manager, kv, last
+
+
 BROKEN_STATES: tuple[BrokenState, ...] = (
     BrokenState(
         1,
@@ -161,6 +168,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "token_overwritten",
         "seq 0 wrote 3 tokens, but reading slot 1 through T_0=[0, 1] gives another token",
         lambda: _read_back_broken("device"),
+    ),
+    BrokenState(
+        4,
+        "token_lost",
+        "seq 0 wrote 4 tokens, but reading through T_0=[0, 1] gives back only 3: a token is "
+        "lost. Compare the whole list read back with the whole list written (equal lengths "
+        "too), not token by token over the shorter of the two",
+        _token_lost,
     ),
     BrokenState(
         4,

@@ -1,8 +1,11 @@
-"""``minipaged exercises``: list the exercises, copy one out, or grade one, or a class's.
+"""``minipaged exercises``: list the exercises, print one's hints, copy one out, or grade one,
+or a class's.
 
-``minipaged exercises init N DIR`` copies exercise N's README and starter files out of the
-installed package into ``DIR`` (``minipaged.grader.handout``), so a student who installed
-minipaged without a source checkout can begin. ``minipaged exercises check N`` grades the
+``minipaged exercises hint N [--tier 2]`` prints exercise N's hints, the second tier only when
+asked (``minipaged.grader.handout.hints``). ``minipaged exercises init N DIR`` copies exercise
+N's README and starter files out of the installed package into ``DIR``
+(``minipaged.grader.handout``), so a student who installed minipaged without a source checkout
+can begin. ``minipaged exercises check N`` grades the
 student's copy of exercise N: the folder it is run in when that holds the exercise's files (one
 ``init`` made), else the starter files in ``tutorials/`` of a source checkout, which a student
 edits in place; ``--path DIR`` for a copy elsewhere; ``--solution`` for the library's own
@@ -53,6 +56,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
     init.add_argument("directory", metavar="DIR", help="where to put the files")
+    hint = actions.add_parser(
+        "hint",
+        help="print exercise N's hints; --tier 2 for the second tier, when still stuck",
+        description="Print the hints of exercise N: the README's own (tier 1), or the second "
+        "tier, kept out of the README, to read only after trying the first.",
+    )
+    hint.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    hint.add_argument(
+        "--tier", type=integer(1, 2), default=1, help="1 (the README's hints) or 2 (more)"
+    )
     check = actions.add_parser(
         "check",
         help="grade exercise N: pass / fail / blocked per criterion, points, a JSON report",
@@ -135,6 +148,11 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(soft_wrap=True)
     if args.exercises_command == "list":
         console.print(listing(), markup=False, highlight=False)
+        return 0
+    if args.exercises_command == "hint":
+        from minipaged.grader.handout import hints
+
+        console.print(hints(args.number, args.tier), markup=False, highlight=False)
         return 0
     if args.exercises_command == "init":
         from minipaged.grader.handout import init

@@ -14,6 +14,10 @@ EXAMPLE_TABLE = [47, 12, 93]
 """§3's worked example: with $B = 16$, token $t = 38$ lives in $\\mathcal{T}_r[2] = 93$."""
 
 
+BLOCK_SIZES = (1, 3, 4, 6, 16)
+"""Block sizes the arithmetic is checked at: powers of two and not (a bit mask or a shift is
+right only for the first)."""
+
 LARGE_T = 2**60 - 1
 """A position past float64's 53-bit mantissa: ``t / B`` rounds there, ``t // B`` does not
 (``LARGE_T / 16`` rounds up to 2**56, ``(LARGE_T + 2) / 16`` down to it)."""
@@ -34,11 +38,16 @@ def check_logical_block(student):
     """logical_block(t, B) is j = floor(t / B), the logical block holding token t"""
     memory = student.memory
     expect(memory.logical_block(38, 16), 2, "§3's example: logical_block(t=38, B=16)")
-    for block_size in (1, 4, 16):
+    for block_size in BLOCK_SIZES:
         for t in range(3 * block_size + 2):
-            expect(
-                memory.logical_block(t, block_size), t // block_size, f"j for t={t}, B={block_size}"
-            )
+            got = memory.logical_block(t, block_size)
+            if got == t >> (block_size.bit_length() - 1) != t // block_size:
+                raise CheckFailed(
+                    f"j for t={t}, B={block_size}: got {got}, a shift by log2(B); that is "
+                    f"floor(t / B) only when B is a power of two, expected {t // block_size}: "
+                    "use //"
+                )
+            expect(got, t // block_size, f"j for t={t}, B={block_size}")
     got = memory.logical_block(LARGE_T, 16)
     _integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "j for t=2**60 - 1, B=16")
 
@@ -47,11 +56,15 @@ def check_block_offset(student):
     """block_offset(t, B) is o = t mod B, the token's place inside its block"""
     memory = student.memory
     expect(memory.block_offset(38, 16), 6, "§3's example: block_offset(t=38, B=16)")
-    for block_size in (1, 4, 16):
+    for block_size in BLOCK_SIZES:
         for t in range(3 * block_size + 2):
-            expect(
-                memory.block_offset(t, block_size), t % block_size, f"o for t={t}, B={block_size}"
-            )
+            got = memory.block_offset(t, block_size)
+            if got == t & (block_size - 1) != t % block_size:
+                raise CheckFailed(
+                    f"o for t={t}, B={block_size}: got {got}, which is t & (B - 1); that is "
+                    f"t mod B only when B is a power of two, expected {t % block_size}: use %"
+                )
+            expect(got, t % block_size, f"o for t={t}, B={block_size}")
 
 
 def check_num_logical_blocks(student):

@@ -117,13 +117,22 @@ def check_beam_search_step(student):
 
 
 def check_fork_refuses_bad_sequences(student):
-    """fork into an existing sequence raises ValueError; fork from an unknown one raises KeyError"""
-    bm = _manager(student)
+    """fork into an existing sequence or from one swapped out to the host raises ValueError;
+    fork from an unknown one raises KeyError"""
+    bm = student.block_manager.BlockManager(16, 4, block_size=4, watermark=0.0)
     bm.allocate(0, 4)
     bm.allocate(1, 4)
+    bm.allocate(2, 6)
+    bm.swap_out([2])  # T_2 now holds host blocks 0 and 1
     for action, error, what in [
         (lambda: bm.fork(0, 1), ValueError, "fork(0, 1) when seq 1 already has a table"),
         (lambda: bm.fork(7, 8), KeyError, "fork(7, 8) when seq 7 does not exist"),
+        (
+            lambda: bm.fork(2, 9),
+            ValueError,
+            "fork(2, 9) when seq 2 is swapped out to the host (its table holds host block "
+            "ids, which the device refcounts do not count)",
+        ),
     ]:
         hint = "; check the sequences before changing any table or refcount"
         expect_refused(action, error, what, bm.snapshot, hint, student.where)

@@ -7,11 +7,19 @@ The student's ``block_manager.py`` defines ``BlockManager``, the library's class
 
 from __future__ import annotations
 
+from functools import partial
+
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
-from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.report import (
+    CheckFailed,
+    Criterion,
+    expect,
+    expect_refused,
+    expect_unchanged,
+)
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -114,7 +122,7 @@ def check_out_of_blocks_changes_nothing(student):
     _refused_append(
         bm,
         1,
-        "the refused append",
+        "append_slot(1) into shared block 1 with no free block for its copy",
         "append_slot(1) into shared block 1 with no free block returned instead of raising "
         "OutOfBlocks: copy-on-write needs a p_new, and the pool has none",
     )
@@ -124,9 +132,24 @@ def check_out_of_blocks_changes_nothing(student):
     _refused_append(
         bm,
         0,
-        "the refused append of t=4 after a full block",
+        "append_slot(0) of t=4 after the full block 0, with no free block",
         "append_slot(0) of t=4 after the full block 0 returned instead of raising "
         "OutOfBlocks: t mod B = 0 needs a fresh block, and the pool has none",
+    )
+
+
+def check_append_refuses_a_sequence_on_the_host(student):
+    """append_slot of a sequence swapped out to the host raises ValueError and changes nothing"""
+    bm = student.block_manager.BlockManager(8, 4, block_size=4, watermark=0.0)
+    bm.allocate(0, 6)
+    bm.swap_out([0])
+    expect_refused(
+        partial(bm.append_slot, 0),
+        ValueError,
+        "append_slot(0) of seq 0, swapped out to the host (its table holds host block ids: "
+        "no device slot to write)",
+        bm.snapshot,
+        where=student.where,
     )
 
 
@@ -135,7 +158,7 @@ def _refused_append(bm, seq: int, what: str, returned: str) -> None:
     try:
         bm.append_slot(seq)
     except OutOfBlocks:
-        expect(bm.snapshot(), before, f"the block state after {what}")
+        expect_unchanged(bm.snapshot(), before, what, "OutOfBlocks")
         return
     raise CheckFailed(returned)
 
@@ -154,6 +177,7 @@ CRITERIA = tuple(
         check_last_sharer_writes_in_place,
         check_full_shared_blocks_are_not_copied,
         check_out_of_blocks_changes_nothing,
+        check_append_refuses_a_sequence_on_the_host,
         check_random_programs_keep_every_invariant,
     )
 )

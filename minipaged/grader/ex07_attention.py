@@ -56,14 +56,15 @@ def make_case(
     score_scale=1.0,
     far_below=0.0,
     seed=0,
+    scale=None,
 ) -> Case:
     """Sequences of ``seq_lens`` tokens in a pool of scattered blocks; every slot no token uses
     holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
     sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
     query head per KV head), every key points away from the query: each score is about
-    ``-far_below``."""
+    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given."""
     gen = torch.Generator().manual_seed(seed)
-    scale = 1.0 / math.sqrt(head_dim)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen) * score_scale
     batch = len(seq_lens)
     blocks_of = [-(-length // block_size) for length in seq_lens]
@@ -107,8 +108,9 @@ def make_case(
     return Case(what, hint, args, expected)
 
 
-def compare(name: str, function, case: Case) -> None:
-    """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it differs."""
+def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> None:
+    """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it
+    differs by more than ``tolerance``."""
     query, key_pool, value_pool, tables, lens, scale, block_size = case.args
     got = function(
         query.clone(),
@@ -135,7 +137,7 @@ def compare(name: str, function, case: Case) -> None:
                     f"{_nan_cause(function, case)}"
                 )
             error = (row - want).abs().max().item()
-            if error > TOLERANCE:
+            if error > tolerance:
                 raise CheckFailed(
                     f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
                     f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
@@ -189,6 +191,8 @@ SHARED = make_case(
     "two sequences sharing their first 2 blocks (a fork)", [10, 13], shared_blocks=2, seed=4
 )
 
+SCALED = make_case("a scale of 0.7, not the usual 1/sqrt(d_h) (L=6, 3)", [6, 3], scale=0.7, seed=5)
+
 
 def _loop(student):
     return student.attention.paged_attention_decode_loop
@@ -229,10 +233,44 @@ def check_loop_shared_blocks(student):
     compare("paged_attention_decode_loop", _loop(student), SHARED)
 
 
+def check_loop_uses_the_scale_it_is_given(student):
+    """the loop multiplies the scores by the scale it is given, whatever it is"""
+    compare("paged_attention_decode_loop", _loop(student), SCALED)
+
+
 def check_vectorized_matches(student):
     """paged_attention_decode (vectorized) gives the same result on every case"""
-    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED):
+    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED, SCALED):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
+
+
+HALF_TOLERANCE = 1e-2
+"""float16 holds about three decimal digits: the answers agree to this much."""
+
+
+def check_half_precision_in_half_precision_out(student):
+    """both functions return the query's dtype: float16 in, float16 out, still right"""
+    for name in ("paged_attention_decode_loop", "paged_attention_decode"):
+        function = getattr(student.attention, name)
+
+        def in_half(*args, function=function, name=name):
+            got = function(*(a.half() if _is_float(a) else a for a in args))
+            if not isinstance(got, torch.Tensor) or got.dtype != torch.float16:
+                dtype = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+                raise CheckFailed(
+                    f"{name} given float16 returned {dtype}, expected torch.float16. Return "
+                    "the query's dtype: make the output with torch.zeros_like(query) or cast "
+                    "it back"
+                )
+            return got.float()
+
+        for case in (SCATTERED, GQA):
+            half = Case(f"{case.what}, in float16", case.nan_hint, case.args, case.expected)
+            compare(name, in_half, half, tolerance=HALF_TOLERANCE)
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
 
 
 CRITERIA = tuple(
@@ -245,6 +283,8 @@ CRITERIA = tuple(
         check_loop_online_softmax_is_stable,
         check_loop_online_softmax_starts_at_minus_infinity,
         check_loop_shared_blocks,
+        check_loop_uses_the_scale_it_is_given,
         check_vectorized_matches,
+        check_half_precision_in_half_precision_out,
     )
 )

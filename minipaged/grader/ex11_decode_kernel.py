@@ -3,7 +3,11 @@ in Numba's CUDA simulator on the CPU, and on a real GPU where there is one.
 
 The student's ``paged_attention.py`` mirrors ``cuda_kernels.paged_attention``
 (``paged_attention_decode``). The simulator runs one OS thread per CUDA thread, about 0.1 s per
-thread block per launch, so the simulator checks launch few, small blocks. The simulator cannot
+thread block per launch, so the simulator checks launch few, small blocks; they check at least
+what exercise 07 checks of the loop (very large and very negative scores), with block sizes
+that do not divide the thread count, and the grading child fills every shared array with
+garbage before the kernel runs (``cuda_kernels.simulator.shared_memory_garbage``), as a GPU
+leaves it. The simulator cannot
 show a missing ``cuda.syncthreads()`` by a wrong answer, so one check watches every shared-memory
 access for races instead (``minipaged.grader.shared_memory_races``). This module imports no
 numba itself: the grader decides in which process (simulator or GPU) each check runs.
@@ -42,6 +46,50 @@ def check_decode_batch_with_gqa(student):
 
 SIMULATED_THREADS = 32
 """T, the threads of a thread block, in the simulator (``cuda_kernels.launch.NUM_THREADS``)."""
+
+
+SPLIT_BLOCKS = make_case(
+    f"B=12, which does not divide T={SIMULATED_THREADS}: L=50, 13 over 2 heads",
+    [50, 13],
+    block_size=12,
+    seed=9,
+)
+LARGE_SCORES = make_case(
+    "large scores (|q·k| in the thousands) over two rounds of threads (L=45, 9; B=12)",
+    [45, 9],
+    block_size=12,
+    score_scale=12.0,
+    seed=3,
+)
+FAR_BELOW = make_case(
+    "scores all far below zero (s ≈ -120, where exp(s) is 0 in float32; L=40, 3; B=8)",
+    [40, 3],
+    block_size=8,
+    far_below=120.0,
+    seed=7,
+)
+
+
+def _decode(student, case) -> None:
+    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+
+
+def check_decode_block_size_that_does_not_divide_the_threads(student):
+    """the decode kernel finds token tau in block T[floor(tau/B)] when B does not divide T: a
+    round of T tokens starts and ends mid-block"""
+    _decode(student, SPLIT_BLOCKS)
+
+
+def check_decode_large_scores_stay_finite(student):
+    """the kernel's online softmax subtracts the running max, so large scores stay finite
+    (as exercise 07's loop)"""
+    _decode(student, LARGE_SCORES)
+
+
+def check_decode_scores_far_below_zero(student):
+    """the kernel's running max starts at m = -inf, so scores all far below zero stay finite
+    (as exercise 07's loop)"""
+    _decode(student, FAR_BELOW)
 
 
 def check_decode_head_dim_wider_than_the_threads(student):
@@ -150,6 +198,9 @@ CRITERIA = (
     Criterion(check_decode_one_head, runs_in="simulator"),
     Criterion(check_decode_batch_with_gqa, runs_in="simulator"),
     Criterion(check_decode_head_dim_wider_than_the_threads, runs_in="simulator"),
+    Criterion(check_decode_block_size_that_does_not_divide_the_threads, runs_in="simulator"),
+    Criterion(check_decode_large_scores_stay_finite, runs_in="simulator"),
+    Criterion(check_decode_scores_far_below_zero, runs_in="simulator"),
     Criterion(check_decode_has_no_shared_memory_race, runs_in="simulator"),
     Criterion(check_decode_on_a_gpu, runs_in="gpu"),
 )

@@ -126,6 +126,12 @@ def check_forget_cuts_the_subtree(student):
     expect(cache.forget(1), True, "forget(1) of a cached block")
     expect(cache.cached_blocks(), (0,), "cached_blocks() after forget(1): 2 and 5 ran through 1")
     expect(cache.match([1, 2, 3, 4, 5, 6]), [0], "match([1, 2, 3, 4, 5, 6]) after forget(1)")
+    expect(
+        cache.match([1, 2, 5, 6]),
+        [0],
+        "match([1, 2, 5, 6]) after forget(1): block 2 hung below block 1, so it went with it "
+        "(leave no child under a shortened edge: it would be found after [1, 2])",
+    )
     expect(cache.forget(1), False, "forget(1) again")
     expect(cache.forget(0), True, "forget(0)")
     expect(cache.cached_blocks(), (), "cached_blocks() after forgetting the root's child")
@@ -238,7 +244,7 @@ def run_program(student, program: list[tuple]) -> tuple[str, int]:
     """Run ``program`` on a fresh tree of the student's and on the contract's model; return
     what first went wrong (a wrong answer, a broken tree, an exception), or ``""``, and how
     many operations ran up to it."""
-    model = PrefixModel(2)
+    model, tree_before = PrefixModel(2), []
     seen = student.run(_run_ops, program)
     for ran, (op, step) in enumerate(zip(program, seen, strict=False), start=1):
         if "raised" in step:
@@ -246,6 +252,13 @@ def run_program(student, program: list[tuple]) -> tuple[str, int]:
         got, expected = step["got"], getattr(model, op[0])(*op[1:])
         if got != expected:
             return f"{_call(op)} returned {got!r}, expected {expected!r}", ran
+        if op[0] == "match" and step["tree"] != tree_before:
+            return (
+                f"{_call(op)} changed the tree: match is a pure lookup (the block manager "
+                "calls it to ask, before it decides anything), so it splits no edge",
+                ran,
+            )
+        tree_before = step["tree"]
         problems = tree_problems(step["tree"], step["cached"])
         if problems:
             return f"after {_call(op)} the tree is broken: " + "; ".join(problems[:2]), ran

@@ -34,7 +34,16 @@ from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise, folder_of, graded_label
 from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
-from minipaged.grader.report import BLOCKED, FAIL, PASS, CheckFailed, Criterion, Report, Result
+from minipaged.grader.report import (
+    BLOCKED,
+    FAIL,
+    PASS,
+    CheckFailed,
+    Criterion,
+    Report,
+    Result,
+    say_each_cause_once,
+)
 from minipaged.grader.student import Student, StudentImportError
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
@@ -95,7 +104,7 @@ def grade(
         number,
         ex.title,
         label,
-        [replace(results[c], points=given[c.name]) for c in criteria],
+        say_each_cause_once([replace(results[c], points=given[c.name]) for c in criteria]),
         confinement,
         seconds=round(time.monotonic() - started, 3),
     )

@@ -10,6 +10,11 @@ third place, so that every one of them works where the README is copied: a start
 link names the file beside it, and a page of the docs becomes its address on the published
 site (``SITE_URL``). In that folder ``minipaged exercises check N`` grades the folder itself
 (``minipaged.grader.exercises.folder_of``), so the README's commands are right there too.
+
+The hints come in two tiers: the README's own "Hints" section, and a second tier in
+``hints.md`` beside it, which ``minipaged exercises hint N --tier 2`` prints (``hints``). A
+terminal shows every line of a README at once, so the second tier lives where a student has
+to ask for it.
 """
 
 from __future__ import annotations
@@ -95,3 +100,14 @@ def init(number: int, directory: str | Path) -> list[str]:
     for name, data in contents:
         atomic_write.create(directory / name, data)
     return [name for name, _ in contents]
+
+
+def hints(number: int, tier: int = 1) -> str:
+    """Exercise ``number``'s hints of ``tier``: 1, the README's "Hints" section; 2, its
+    ``hints.md``, the tier to read only when stuck."""
+    folder = exercise(number).starter.parent
+    if tier == 2:
+        return (folder / "hints.md").read_text(encoding="utf-8").strip()
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    section = readme.partition("\n## Hints\n")[2].partition("\n## ")[0]
+    return f"{readme.splitlines()[0].removeprefix('# ')} · hints\n\n{section.strip()}"

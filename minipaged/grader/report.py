@@ -10,8 +10,9 @@ from. A criterion that needs hardware this machine lacks is *blocked*: neither p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def expect_refused(
     try:
         action()
     except error:
-        expect(state(), before, f"the block state after the refused {what}")
+        expect_unchanged(state(), before, what, error.__name__)
         return
     except NotImplementedError:
         raise
@@ -63,6 +64,18 @@ def expect_refused(
             f"{what}: expected {error.__name__}, got {other!r}{where(other)}"
         ) from None
     raise CheckFailed(f"{what}: expected {error.__name__}, but it returned without raising{hint}")
+
+
+def expect_unchanged(after: Any, before: Any, what: str, error: str) -> None:
+    """Fail unless a refused operation left the state as it was: name the operation, what it
+    changed, and the rule (check first, change after)."""
+    if after != before:
+        raise CheckFailed(
+            f"{what} raised {error} as it should, but had already changed the block state "
+            f"({difference(after, before)}). A refusal must come before any change: check "
+            "everything (a free block, the sequences) first, then decref, allocate or rewrite "
+            "a table"
+        )
 
 
 class _Absent:
@@ -151,6 +164,39 @@ class Result:
     @property
     def score(self) -> int:
         return self.points if self.outcome == PASS else 0
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+CAUSE_LENGTH = 60
+"""A sentence at least this long, after a message's first, explains a cause: said again under
+a later criterion, it is replaced by a pointer to the first."""
+
+
+def say_each_cause_once(results: list[Result]) -> list[Result]:
+    """One root cause under several criteria is explained once: a failure's message keeps its
+    first sentence (what broke, in which case), and a later sentence that an earlier failure
+    already said becomes "same cause as <that criterion>"."""
+    first_said: dict[str, str] = {}
+    said = []
+    for result in results:
+        if result.outcome != FAIL:
+            said.append(result)
+            continue
+        head, *rest = SENTENCE_END.split(result.message)
+        kept, same = [head], []
+        for sentence in rest:
+            if len(sentence) >= CAUSE_LENGTH and sentence in first_said:
+                same.append(first_said[sentence])
+                continue
+            kept.append(sentence)
+            if len(sentence) >= CAUSE_LENGTH:
+                first_said[sentence] = result.name
+        if not same:  # nothing said before: the message as it was, line breaks and all
+            said.append(result)
+            continue
+        kept.append(f"Same cause as {', '.join(dict.fromkeys(same))}: see there.")
+        said.append(replace(result, message=" ".join(kept)))
+    return said
 
 
 @dataclass(slots=True)

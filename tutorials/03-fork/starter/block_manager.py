@@ -26,7 +26,9 @@ class BlockManager(block_manager.BlockManager):
     def fork(self, parent: SeqId, child: SeqId) -> BlockTable:
         """Give ``child`` a copy of T_parent (§5, step 1) and raise R[p] by one for every p in
         it (step 2). Allocate nothing and copy no key or value (step 3). Return the child's
-        table. A ``child`` that already has a table raises ValueError."""
+        table. A ``child`` that already has a table raises ValueError, as does a ``parent``
+        swapped out to the host (``self.table(parent).pool == "host"``); a ``parent`` with no
+        table raises KeyError. Refuse before changing anything."""
         # --- your code here (about 7 lines) ---
         raise NotImplementedError("exercise 03: copy the table, raise each refcount")
 

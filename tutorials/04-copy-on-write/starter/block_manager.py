@@ -34,8 +34,9 @@ class BlockManager(block_manager.BlockManager):
 
         Return ``AppendResult(slot, cow)`` with slot = T_r[j] * B + o (after any copy), and
         count the token in ``num_tokens``. When a block is needed and none is free, raise
-        ``OutOfBlocks`` before changing anything. (``token_ids`` serves prefix caching,
-        exercise 12: ignore it here.)
+        ``OutOfBlocks`` before changing anything, and ``ValueError`` for a sequence swapped
+        out to the host (its table's ``pool`` is ``"host"``). (``token_ids`` serves prefix
+        caching, exercise 12: ignore it here.)
         """
         # --- your code here (about 15 lines) ---
         raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write")

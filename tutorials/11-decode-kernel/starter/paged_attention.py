@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
 from cuda_kernels.launch import NUM_THREADS, kernel_array, launch_stream

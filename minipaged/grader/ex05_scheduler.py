@@ -1,0 +1,244 @@
+"""Checks for exercise 05's second part: the scheduler's ``_preempt`` (source text §6).
+
+The student's ``Scheduler`` in ``scheduler.py`` subclasses the library's and writes
+``_preempt``; these checks run it on the library's block manager, so the two parts of the
+exercise are graded apart (the first part's checks are in ``ex05_preemption``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minipaged.block_manager import BlockManager
+from minipaged.events import Preempt, Recompute
+from minipaged.grader.report import CheckFailed, expect
+from minipaged.sampling import SamplingParams
+from minipaged.sequence import Sequence, SequenceGroup, Status
+
+
+def _request(request_id: str, arrival: int, seq_id: int, prompt_len: int) -> SequenceGroup:
+    seq = Sequence(seq_id, list(range(1, prompt_len + 1)), prompt_len)
+    return SequenceGroup(
+        request_id, arrival, SamplingParams(max_tokens=32), [seq], torch.Generator()
+    )
+
+
+def _step(student, scheduler):
+    """One engine step: schedule, then give every scheduled sequence its sampled token. Runs
+    next to the student's code (``student.run``), since it changes their objects."""
+    out = scheduler.schedule()
+    for scheduled in out.scheduled:
+        scheduled.seq.token_ids.append(7)
+    return out
+
+
+@dataclass
+class Scene:
+    """Requests a (arrival 0, seq 0) and b (arrival 1, seq 1) under the student's scheduler,
+    and ``out``, the output of the step that had to preempt. Built next to the student's code
+    (``student.run``); a check reads it through the stand-ins the grader gets."""
+
+    bm: BlockManager
+    scheduler: object
+    a: SequenceGroup
+    b: SequenceGroup
+    out: object
+
+
+def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
+    """7-token prompts a and b on 4 device blocks of B = 4: both prefill, both decode once,
+    then a needs a fifth block and b, the latest arrival, must make room."""
+    bm = BlockManager(4, host, block_size=4, watermark=0.0)
+    scheduler = student.scheduler.Scheduler(bm, preemption)
+    a, b = _request("a", 0, 0, 7), _request("b", 1, 1, 7)
+    scheduler.add(a)
+    scheduler.add(b)
+    _step(student, scheduler)
+    _step(student, scheduler)
+    bm.pop_events()
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+
+
+def _ids(groups) -> list[str]:
+    """The request ids of ``groups``, a queue or ``out.preempted``, which hold groups."""
+    for g in groups:
+        if not isinstance(g, SequenceGroup):
+            raise CheckFailed(
+                f"a queue or out.preempted holds {g!r} ({type(g).__name__}); they hold the "
+                "SequenceGroup itself, not its request id or sequences"
+            )
+    return [g.request_id for g in groups]
+
+
+def _preempt_event(bm) -> Preempt:
+    events = [e for e in bm.pop_events() if isinstance(e, Preempt)]
+    if len(events) != 1:
+        raise CheckFailed(
+            f"the step recorded {len(events)} Preempt events; _preempt records one "
+            "(bm.record(Preempt(request_id, seq ids, mode))) so the TUI and traces show it"
+        )
+    return events[0]
+
+
+def check_recompute_frees_the_blocks_and_requeues(student):
+    """recompute: the latest arrival's blocks are freed, it waits again, keeping its token ids"""
+    scene = student.run(_two_requests_then_full, "recompute", 0)
+    b = scene.b
+    expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
+    waiting = (b.status, b in scene.scheduler.waiting)
+    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
+    if 1 in scene.bm.tables:
+        raise CheckFailed(f"seq 1 of b still holds T={scene.bm.table(1).blocks}: free it")
+    expect(len(b.seqs[0].token_ids), 9, "b's token ids: 7 prompt + 2 generated, kept")
+    event = _preempt_event(scene.bm)
+    expect((event.request_id, event.mode), ("b", "recompute"), "(request, mode) of the Preempt")
+    scene = student.run(_two_requests_then_full, "recompute", 8)
+    expect(
+        _preempt_event(scene.bm).mode,
+        "recompute",
+        "the mode under preemption='recompute' for b, one sequence, with host room to spare "
+        "(only a request of several sequences is swapped whatever the policy)",
+    )
+
+
+def check_recomputed_request_prefills_prompt_and_generated(student):
+    """a recomputed request comes back as one prefill of [Prompt, Generated]"""
+    scene = student.run(_two_requests_then_full, "recompute", 0)
+    bm = scene.bm
+    bm.free(0)
+    scene.scheduler.finish(scene.a)
+    out = student.run(_step, scene.scheduler)
+    expect(
+        [(s.seq.seq_id, s.num_query_tokens) for s in out.scheduled],
+        [(1, 9)],
+        "the step after a finishes: (seq, tokens prefilled)",
+    )
+    recomputes = [e for e in bm.pop_events() if isinstance(e, Recompute)]
+    expect([(e.seq, e.num_tokens) for e in recomputes], [(1, 9)], "the Recompute events")
+
+
+def check_swap_preemption_moves_the_blocks_to_host(student):
+    """swap: the latest arrival's blocks move to the host pool and it joins the swapped queue"""
+    scene = student.run(_two_requests_then_full, "swap", 4)
+    b, out = scene.b, scene.out
+    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
+    swapped = (b.status, b in scene.scheduler.swapped)
+    expect(swapped, (Status.SWAPPED, True), "(b.status, b in the swapped queue)")
+    expect(scene.bm.table(1).pool, "host", "seq 1's pool")
+    expect(len(out.blocks_to_swap_out), 2, "the step's (device, host) copies for b's 2 blocks")
+    event = _preempt_event(scene.bm)
+    expect((event.request_id, event.mode), ("b", "swap"), "(request, mode) of the Preempt")
+
+
+def check_swap_falls_back_to_recompute_without_host_room(student):
+    """swap with no room in the host pool falls back to recompute"""
+    scene = student.run(_two_requests_then_full, "swap", 0)
+    waiting = (scene.b.status, scene.b in scene.scheduler.waiting)
+    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
+    expect(_preempt_event(scene.bm).mode, "recompute", "the Preempt's mode with no host pool")
+
+
+def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str]]:
+    """The full-pool scene with arrivals a=0 and b=2, and two more requests in the queue b
+    will join: z (arrival 1, earlier than b) and c (arrival 3, later). Returns the scene and
+    that queue's request ids after b was preempted."""
+    bm = BlockManager(4, host, block_size=4, watermark=0.0)
+    scheduler = student.scheduler.Scheduler(bm, preemption)
+    a, b = _request("a", 0, 0, 7), _request("b", 2, 1, 7)
+    scheduler.add(a)
+    scheduler.add(b)
+    _step(student, scheduler)
+    _step(student, scheduler)
+    queue = scheduler.swapped if preemption == "swap" else scheduler.waiting
+    status = Status.SWAPPED if preemption == "swap" else Status.WAITING
+    for request_id, arrival, seq_id in (("z", 1, 8), ("c", 3, 9)):
+        group = _request(request_id, arrival, seq_id, 3)
+        group.status = status
+        queue.append(group)
+    bm.pop_events()
+    scene = Scene(bm, scheduler, a, b, _step(student, scheduler))
+    return scene, [g.request_id for g in queue]
+
+
+def check_a_victim_keeps_its_arrival_order(student):
+    """a preempted request rejoins the waiting or swapped queue in arrival order"""
+    for preemption, host, name in (("recompute", 0, "waiting"), ("swap", 4, "swapped")):
+        scene, queue = student.run(_requeue_scene, preemption, host)
+        expect(_ids(scene.out.preempted), ["b"], f"{preemption}: the preempted requests, by id")
+        if queue != ["z", "b", "c"]:
+            raise CheckFailed(
+                f"{preemption}: the {name} queue held z (arrival 1) and c (arrival 3) when b "
+                f"(arrival 2) was preempted; it is now {queue}, expected ['z', 'b', 'c']. "
+                "A victim goes back in arrival order: behind every earlier request, ahead of "
+                "every later one (appending it lets c jump ahead; inserting it at the front "
+                "jumps ahead of z)"
+            )
+
+
+def check_the_preempt_event_comes_first(student):
+    """the Preempt event is recorded before the Free or SwapOut events it causes"""
+    for preemption, host, caused in (("recompute", 0, "free"), ("swap", 4, "swap-out")):
+        scene = student.run(_two_requests_then_full, preemption, host)
+        kinds = [e.kind for e in scene.bm.pop_events()]
+        if "preempt" not in kinds or caused not in kinds:
+            raise CheckFailed(
+                f"{preemption}: the step recorded the events {kinds}; expected a preempt "
+                f"event followed by b's {caused} events"
+            )
+        if kinds.index("preempt") > kinds.index(caused):
+            raise CheckFailed(
+                f"{preemption}: the step recorded the events {kinds}: the {caused} events "
+                "come before the preempt that caused them, so the TUI and traces tell the "
+                "story backwards. Record Preempt first, then free or swap out"
+            )
+
+
+def _two_samples_then_full(student, host: int = 4) -> Scene:
+    """b samples n = 2 after its prefill, so its prompt's blocks are shared; then both of b's
+    sequences must copy shared block 1 and only one block is free. ``host``: the host pool's
+    blocks."""
+    bm = BlockManager(5, host, block_size=4, watermark=0.0)
+    scheduler = student.scheduler.Scheduler(bm, "recompute")
+    a, b = _request("a", 0, 0, 7), _request("b", 1, 1, 7)
+    scheduler.add(a)
+    scheduler.add(b)
+    _step(student, scheduler)
+    bm.fork(1, 2)
+    b.seqs.append(Sequence(2, list(b.seqs[0].token_ids), 7))
+    bm.pop_events()
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+
+
+def check_a_request_with_several_sequences_is_swapped(student):
+    """a request whose sequences share blocks is swapped whatever the policy, to keep sharing"""
+    scene = student.run(_two_samples_then_full)
+    bm, out = scene.bm, scene.out
+    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
+    event = _preempt_event(bm)
+    expect(event.mode, "swap", "the mode for a request of 2 sequences")
+    expect(tuple(event.seqs), (1, 2), "the Preempt's seqs: every sequence of b, by id")
+    expect(bm.table(1).blocks, bm.table(2).blocks, "T_1 against T_2 in the host pool")
+
+
+def check_a_request_of_several_sequences_without_host_room_is_recomputed(student):
+    """a request of several sequences that the host cannot hold is recomputed: every one of its
+    sequences is freed"""
+    scene = student.run(_two_samples_then_full, 0)
+    bm, b = scene.bm, scene.b
+    expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
+    event = _preempt_event(bm)
+    expect(
+        (event.mode, tuple(event.seqs)),
+        ("recompute", (1, 2)),
+        "(mode, seqs) of the Preempt for b, 2 sequences, with no host pool",
+    )
+    held = {seq: bm.table(seq).blocks for seq in (1, 2) if seq in bm.tables}
+    if held:
+        raise CheckFailed(
+            f"b was preempted by recomputation, yet its sequences still hold tables {held}: "
+            "free every sequence of the request (for seq in group.seqs), not only the first"
+        )
+    waiting = (b.status, b in scene.scheduler.waiting)
+    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
