@@ -169,8 +169,7 @@ class PagedApp(SelectionKeys, App[None]):
         self.show_status()
 
     def replay(self, trace: Trace) -> None:
-        """Show a recorded trace (every step known at once, no model loaded), and over it what
-        stopped a student's run, until dismissed."""
+        """Show a recorded trace (no model is loaded), and over it what stopped a student's run."""
         if self.stopped is not None:
             self.push_screen(StudentError(self.stopped))
         if not trace.steps:
