@@ -12,8 +12,9 @@
 - ``minipaged.contract``, the checks the reference and the kernels share, imports no other
   project module.
 - Dependencies point one way: ``minipaged`` does not import ``tui`` (the command line, which
-  starts ``minipaged tui``, and the two places that drive the TUI's scenarios are named
-  exceptions).
+  starts ``minipaged tui``, and the benchmark of the TUI's step are named exceptions). The
+  grader owns running a student's code, the TUI only replays it: ``tui`` reaches the grader
+  through one entry point, ``minipaged.grader.student_run``, and nothing else of it.
 - One ``EngineConfig`` (``minipaged.config``) holds the engine's settings: ``LLM``,
   ``LLMEngine``, the TUI's scenarios and both command lines build from it, none of them spells
   a setting out again, and the command lines' engine flags are generated from its fields.
@@ -208,7 +209,6 @@ def test_no_module_is_over_400_lines():
 
 TUI_IMPORTERS = {
     "minipaged.cli": "runs `minipaged tui`, as it runs every subcommand",
-    "minipaged.grader.recorded_run": "runs a scenario on a student's code (26 §4 moves it)",
     "minipaged.study.bench.tui": "the benchmark of the TUI's own step time",
 }
 
@@ -220,6 +220,30 @@ def test_minipaged_imports_no_tui_but_where_named():
         if module.startswith("minipaged") and any(t.split(".")[0] == "tui" for t in targets)
     }
     assert importers <= set(TUI_IMPORTERS), sorted(importers - set(TUI_IMPORTERS))
+
+
+GRADER_ENTRY = "minipaged.grader.student_run"
+
+
+def test_the_tui_reaches_the_grader_only_through_its_entry_point():
+    reached = {
+        (module, target)
+        for module, targets in GRAPH.items()
+        if module.split(".")[0] == "tui"
+        for target in targets
+        if target.startswith("minipaged.grader") and target != GRADER_ENTRY
+    }
+    assert reached == set(), sorted(reached)
+    assert any(GRADER_ENTRY in targets for module, targets in GRAPH.items() if "tui" in module)
+
+
+def test_the_grader_imports_no_tui():
+    reached = {
+        module
+        for module, targets in GRAPH.items()
+        if module.startswith("minipaged.grader") and any(t.split(".")[0] == "tui" for t in targets)
+    }
+    assert reached == set(), sorted(reached)
 
 
 def source_tree(module: str) -> ast.Module:

@@ -175,7 +175,6 @@ DIRECT_WRITE = re.compile(
 PRIVATE_FOLDERS = {
     "minipaged/grader/remote.py": "the child's output, in the grading folder mkdtemp made",
     "minipaged/grader/gradebook.py": "each grading's output, in the batch's TemporaryDirectory",
-    "minipaged/grader/recorded_run.py": "the run's output and scenario, in its TemporaryDirectory",
 }
 """Files that write only inside a temporary folder they made themselves, which no one else can
 have put a link into."""

@@ -266,7 +266,7 @@ def test_block_manager_class_is_a_drop_in_block_manager(number):
 
 
 def test_block_manager_class_refuses_an_exercise_without_one():
-    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 and 12"):
+    with pytest.raises(ValueError, match="exercises 2, 3, 4, 5 or 12 do"):
         block_manager_class(6, solution=True)
 
 
@@ -806,30 +806,6 @@ def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
     failed = {r.name: r.message for r in grade(10, tree).results if r.outcome == FAIL}
     assert "dot_product" not in failed  # one reduction alone is right; the race is the next one
     assert "no cuda.syncthreads() between them" in failed["no_shared_memory_race"]
-
-
-def test_a_students_run_for_the_tui_is_recorded_in_a_child_process(tmp_path):
-    """``tui --exercise N --path DIR`` replays a run recorded in a limited child: the untouched
-    starter's run ends at its NotImplementedError, named with the student's line; a manager
-    that never returns is stopped by the clock instead of freezing the TUI."""
-    from minipaged.grader.recorded_run import record_student_run
-    from tui.scenarios import SCENARIOS
-
-    recorded, error = record_student_run(SCENARIOS["parallel"], 4, None, "tiny")
-    assert recorded.steps  # the prefill ran; the first decode step needed append_slot
-    assert error.startswith("NotImplementedError: exercise 04: reserve the slot")
-    assert "(block_manager.py, line" in error
-
-    source = (TUTORIALS / EXERCISES[4].folder / "starter" / "block_manager.py").read_text()
-    todo = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write"'
-    assert todo in source
-    # Asleep, not spinning: the clock stops it all the same, without burning 10 s of CPU.
-    never = '__import__("time").sleep(3600)  # ('
-    (tmp_path / "block_manager.py").write_text(source.replace(todo, never))
-    with pytest.raises(ValueError, match="took more than 10 s: is there a loop that never ends"):
-        record_student_run(
-            SCENARIOS["parallel"], 4, tmp_path, "tiny", grading.Limits(wall_seconds=10.0)
-        )
 
 
 def test_the_course_climbs_fork_before_copy_on_write_and_invariants_after_preemption():

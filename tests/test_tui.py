@@ -362,25 +362,3 @@ def test_a_huge_pool_draws_at_most_max_rows_of_used_blocks_and_counts_the_rest()
     assert len(grid) == MAX_ROWS + 2
     assert grid[-2] == f"… {blocks // 2 - per_row * MAX_ROWS} more blocks in use not drawn"
     assert grid[-1].startswith(f"free ({blocks // 2}): 0, 2, 4")
-
-
-async def test_a_students_unfinished_block_manager_stops_the_run_with_their_error():
-    from tui.scenarios import with_student_manager
-
-    scenario = with_student_manager(SCENARIOS["parallel"], 3)  # the untouched starter
-    async with PagedApp(scenario).run_test(size=SIZE) as pilot:
-        app = pilot.app
-        await until(pilot, lambda: app.error is not None)
-        assert "NotImplementedError" in app.error and "exercise 03" in app.error
-
-
-async def test_the_exercise_solution_runs_in_the_tui_with_its_invariants_holding():
-    from tui.scenarios import with_student_manager
-
-    scenario = with_student_manager(SCENARIOS["parallel"], 3, solution=True)
-    async with PagedApp(scenario).run_test(size=SIZE) as pilot:
-        app = await started(pilot)
-        await pilot.press("c")
-        await settled(pilot)
-        assert "cow-copy" in {event.kind for event in app.timeline.frame().step.events}
-        assert "[solution]" in app.scenario.title

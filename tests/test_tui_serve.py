@@ -219,10 +219,10 @@ def wait_for_port(port: int, server: subprocess.Popen, timeout: float = 60) -> N
 
 
 @contextlib.contextmanager
-def served(port: int):
-    """``minipaged tui --serve --port PORT`` running, until the block ends; yields it."""
+def served(port: int, *flags: str):
+    """``minipaged tui --serve --port PORT [FLAGS]`` running, until the block ends; yields it."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
+        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port), *flags],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -19,6 +19,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import Worker, get_current_worker
 
+from minipaged.grader.student_run import RecordedRun
 from minipaged.tokenizer import Tokenizer
 from minipaged.trace import Trace
 from tui import ansi_themes, keymap, palette
@@ -37,13 +38,13 @@ from tui.pool_view import PoolView
 from tui.queues_view import QueuesView
 from tui.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
 from tui.selecting import SelectionKeys
-from tui.status import StatusLine
+from tui.status import StatusLine, too_small
 from tui.strip import TimelineStrip
+from tui.student_error import StudentError, headline
 from tui.tables_view import TablesView
 from tui.timeline import Timeline, opening_step_of_trace
 from tui.token_streams import TokenStreams, TokenText
 
-MIN_WIDTH, MIN_HEIGHT = 80, 24
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # steps per second while playing
 COMPACT_BELOW = 32  # rows: fewer than this and the panes lose their side borders
 
@@ -63,9 +64,7 @@ class PagedApp(SelectionKeys, App[None]):
     #too-small { display: none; padding: 1 2; }
     Screen.-too-small #too-small { display: block; }
     Screen.-too-small #main, Screen.-too-small #status, Screen.-too-small KeyBar,
-    Screen.-too-small #strip {
-        display: none;
-    }
+    Screen.-too-small #strip { display: none; }
     Screen.-compact Pane, Screen.-compact EventLog {
         border: none; border-top: round $primary 60%; padding: 0 1 0 0;
     }
@@ -82,9 +81,10 @@ class PagedApp(SelectionKeys, App[None]):
         trace: Trace | None = None,
         tokenizer: Tokenizer | None = None,
         projection: bool = False,
+        stopped: RecordedRun | None = None,
     ) -> None:
-        """Run ``scenario`` (default: ``DEFAULT_SCENARIO``) on ``model``, or replay
-        ``trace``, decoding its tokens with ``tokenizer`` (token ids are shown without one)."""
+        """Run ``scenario`` (default: ``DEFAULT_SCENARIO``) on ``model``, or replay ``trace``
+        (or a student's run, ``stopped``), decoding tokens with ``tokenizer`` if there is one."""
         super().__init__()
         self.scenarios = dict(SCENARIOS)
         if scenario is not None:
@@ -105,6 +105,7 @@ class PagedApp(SelectionKeys, App[None]):
         self.projection = projection
         self.ansi_theme_dark, self.ansi_theme_light = ansi_themes.DARK, ansi_themes.PROJECTION
         self.undimmed = ansi_themes.Undimmed()
+        self.stopped = stopped if stopped is not None and stopped.error else None
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -144,16 +145,10 @@ class PagedApp(SelectionKeys, App[None]):
 
     def fit(self, width: int, height: int) -> None:
         """Below 80×24 say so instead of drawing the panes; below 32 rows drop side borders."""
-        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
-        main = self.screen_stack[0]
-        main.set_class(too_small, "-too-small")
-        main.set_class(height < COMPACT_BELOW, "-compact")
-        if too_small:
-            self.base.query_one("#too-small", Static).update(
-                f"The terminal is {width}×{height}; minipaged tui needs at least "
-                f"{MIN_WIDTH}×{MIN_HEIGHT}.\nEnlarge the window (or make the font smaller) and "
-                "it redraws at once. q quits."
-            )
+        message = too_small(width, height)
+        self.base.set_class(bool(message), "-too-small")
+        self.base.set_class(height < COMPACT_BELOW, "-compact")
+        self.base.query_one("#too-small", Static).update(message)
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -174,9 +169,12 @@ class PagedApp(SelectionKeys, App[None]):
         self.show_status()
 
     def replay(self, trace: Trace) -> None:
-        """Show a recorded trace: every step is known at once and no model is loaded."""
+        """Show a recorded trace (no model is loaded), and over it what stopped a student's run."""
+        if self.stopped is not None:
+            self.push_screen(StudentError(self.stopped))
         if not trace.steps:
-            self.error = self.notice = "the trace holds no steps; record a run that does some"
+            self.error = None if self.stopped else "the trace holds no steps; record some"
+            self.notice = self.error or headline(self.stopped)
             self.show_status()
             return
         timeline = Timeline(opening_step_of_trace(trace.steps[0]))
@@ -281,7 +279,8 @@ class PagedApp(SelectionKeys, App[None]):
 
     def show_status(self) -> None:
         if self.trace is not None:
-            title = f"trace of {self.trace.header.get('model', 'a model')}"
+            header = self.trace.header
+            title = header.get("scenario") or f"trace of {header.get('model', 'a model')}"
         else:
             title = self.scenario.title if self.scenario is not None else ""
         self.base.query_one(StatusLine).show(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from minipaged import atomic_write
 from minipaged.arguments import Parser, add_config_flags, config_from_flags, free_memory, integer
+from minipaged.grader.student_run import TUI_EXERCISES, listed
 from tui import serve
 from tui.engine_config import TUI_CONFIG
 
@@ -35,9 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     tui.add_argument(
         "--exercise",
-        type=integer(1, 9),
+        type=exercise_number,
         metavar="N",
-        help="run on the block manager you built in exercise N (2, 3, 4, 5 or 12)",
+        help=f"run on the code you wrote for exercise N ({listed(TUI_EXERCISES)}), in a "
+        "grading process: this folder's (a folder `minipaged exercises init N DIR` made) or "
+        "--path's",
     )
     tui.add_argument("--path", type=Path, help="with --exercise: your copy of the exercise")
     tui.add_argument(
@@ -80,6 +83,17 @@ def run(args: argparse.Namespace) -> int:
         app.run()
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, size)
+
+
+def exercise_number(text: str) -> int:
+    """An argparse type: the number of an exercise the TUI runs (``Exercise.tui``)."""
+    number = integer(1)(text)
+    if number not in TUI_EXERCISES:
+        raise argparse.ArgumentTypeError(
+            f"the TUI runs the code of exercises {listed(TUI_EXERCISES)}, got {number}: the "
+            "others build no part of a block manager"
+        )
+    return number
 
 
 def tui_parser() -> argparse.ArgumentParser:
@@ -141,47 +155,49 @@ def build_app(args: argparse.Namespace):
             f"Hugging Face Llama directory{fix}"
         )
     check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
-    if args.exercise is not None and not args.solution:
-        return student_replay(scenario, args)
     if args.exercise is not None:
-        from tui.scenarios import with_student_manager
-
-        scenario = with_student_manager(scenario, args.exercise, args.path, args.solution)
+        return exercise_replay(scenario, args, directory)
     return PagedApp(scenario, model=scenario.config.model, projection=args.projection)
 
 
-def student_replay(scenario, args: argparse.Namespace):
-    """A student's code runs in a child process under the grader's time and memory limits,
-    which records the run; the app replays it, and says why it ended early if it did."""
-    from minipaged.grader.exercises import folder_of
-    from minipaged.grader.recorded_run import record_student_run
-    from minipaged.models import model_directory
+def exercise_replay(scenario, args: argparse.Namespace, directory: Path):
+    """The student's code (the library's, with ``--solution``) runs ``scenario`` in a grading
+    process, which records the run (``minipaged.grader.student_run``); the app replays it and
+    shows what stopped it, if anything, until it is dismissed."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from minipaged.grader import student_run
     from minipaged.tokenizer import Tokenizer
     from tui.app import PagedApp
-    from tui.scenarios import EXERCISE_SCENARIOS
 
-    if args.exercise not in EXERCISE_SCENARIOS:
-        raise ValueError(
-            f"exercise {args.exercise} builds no part of a block manager; exercises "
-            f"{', '.join(map(str, EXERCISE_SCENARIOS))} do"
+    whose = "the solution" if args.solution else f"exercise {args.exercise:02d}"
+    title = f"{scenario.title} [{whose}]"
+    requests = [(request.prompt, request.params) for request in scenario.requests]
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"running {title} in a grading process", total=None)
+
+        def stepped(step: int) -> None:
+            progress.update(task, description=f"running {title}: step {step}")
+
+        recorded = student_run.record(
+            args.exercise,
+            args.path,
+            args.solution,
+            title,
+            scenario.config,
+            requests,
+            progress=stepped,
         )
-    folder_of(args.exercise, args.path)
-    model = scenario.config.model
-    directory = model_directory(model)
-    recorded, error = record_student_run(scenario, args.exercise, args.path, str(model))
-    ended_with = error and f"your code stopped the run: {error}"
-
-    class StudentReplay(PagedApp):
-        def replay(self, trace) -> None:
-            if trace.steps:
-                super().replay(trace)
-            if ended_with:
-                self.notice = ended_with
-                self.error = None if trace.steps else ended_with
-                self.show_status()
-
     tokenizer = Tokenizer(directory) if (directory / "tokenizer.json").is_file() else None
-    return StudentReplay(trace=recorded, tokenizer=tokenizer, model=model)
+    return PagedApp(
+        trace=recorded.trace,
+        tokenizer=tokenizer,
+        model=scenario.config.model,
+        projection=args.projection,
+        stopped=recorded,
+    )
 
 
 def parse_size(size: str) -> tuple[int, int]:
@@ -214,6 +230,8 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
     async def shoot(pilot) -> None:
         deadline = time.monotonic() + SCREENSHOT_TIMEOUT_S
         while app.navigator is None and app.error is None and time.monotonic() < deadline:
+            if app.stopped is not None and not app.trace.steps:  # the dialog is all there is
+                break
             await pilot.pause(0.05)
         if app.navigator is not None:
             app.record_everything()  # so the status line reads "step k/N" with the final N
@@ -226,6 +244,9 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
                 await pilot.pause(0.05)
         if app.error is not None:
             failure.append(app.error)
+        elif app.navigator is None and app.stopped is not None:
+            await pilot.pause(0.1)
+            atomic_write.write_text(path, keep_spaces(app.export_screenshot()))
         elif app.navigator is None or app.navigator.waiting is not None:
             failure.append(app.notice or f"step {steps} was not reached in time")
         else:
@@ -242,5 +263,8 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
     if failure:
         print(f"minipaged tui: no screenshot: {failure[0]}", file=sys.stderr)
         return 1
-    print(f"wrote {path} (step {app.timeline.cursor}, {size[0]}x{size[1]})")
+    step = app.timeline.cursor if app.timeline is not None else 0
+    print(f"wrote {path} (step {step}, {size[0]}x{size[1]})")
+    if app.stopped is not None:
+        print(f"minipaged tui: {app.stopped.error}", file=sys.stderr)
     return 0

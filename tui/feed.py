@@ -114,7 +114,7 @@ def produce(
                 continue
             try:
                 step = engine.step()
-            except Exception as error:  # a student's plugged-in block manager may raise anything
+            except Exception as error:  # the engine may raise anything mid-run (a kernel, say)
                 post(RunEnded(feed, f"step {produced + 1} failed: {type(error).__name__}: {error}"))
                 return
             for frame in frames(step, produced + 1):  # two for a speculative step

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from minipaged import invariants
 from tui.pane import Pane
+from tui.student_error import headline
 from tui.timeline import Frame
 
 
@@ -26,6 +27,16 @@ class InvariantsView(Pane):
         super().__init__("invariants", id=id)
 
     def draw(self, frame: Frame, width: int) -> RenderableType:
+        """The rules; above them, in red, what stopped a student's run (``tui.student_error``)
+        when their code raised: the rules may all hold on the steps it made."""
+        rules = self.rules(frame, width)
+        stopped = getattr(self.app, "stopped", None)
+        if stopped is None:
+            return rules
+        warning = Text(headline(stopped), style="bold red", no_wrap=True, overflow="ellipsis")
+        return Group(warning, rules)
+
+    def rules(self, frame: Frame, width: int) -> RenderableType:
         found = invariants.check(frame.step.state)
         holding = [inv for inv in invariants.INVARIANTS if not found[inv.name]]
         lines: list[Text | Padding] = []

@@ -84,8 +84,9 @@ class Pane(Widget):
         return len(Drawn(self, self.frame).strips(width)) != self.content_size.height
 
     def render(self) -> RenderableType | Visual:
-        if self.frame is None:
-            return Text("loading the model…", style="dim")
+        if self.frame is None:  # not yet, or never: a student's run that stopped at once
+            stopped = getattr(self.app, "stopped", None) is not None
+            return Text("no step ran" if stopped else "loading the model…", style="dim")
         return Drawn(self, self.frame)
 
     @abstractmethod

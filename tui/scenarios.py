@@ -9,11 +9,11 @@ by definition, so a run is the same every time it is built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 from minipaged.config import EngineConfig
 from minipaged.engine import LLMEngine
+from minipaged.grader.student_run import TUI_EXERCISES
 from minipaged.llm import LLM
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
@@ -229,24 +229,8 @@ SCENARIOS: dict[str, Scenario] = {
 DEFAULT_SCENARIO = "tour"
 
 
-EXERCISE_SCENARIOS = {2: "several", 3: "beam", 4: "parallel", 5: "swap", 12: "prefix"}
-"""Which run shows a student's work on exercise N best."""
-
-
-def with_student_manager(
-    scenario: Scenario, number: int, path: Path | None = None, solution: bool = False
-) -> Scenario:
-    """``scenario`` run on the block manager a student built in exercise ``number`` (2, 3, 4,
-    5 or 12): the panes and the invariants then show their code at work. Their code records no
-    events of its own, so the event log shows only what the library's parts record."""
-    from minipaged.grader.exercises import block_manager_class
-
-    label = "solution" if solution else f"exercise {number:02d}"
-    config = scenario.config.replace(
-        block_manager_class=block_manager_class(number, path, solution),
-        prefix_caching="radix" if number == 12 else scenario.config.prefix_caching,
-    )
-    return replace(scenario, title=f"{scenario.title} [{label}]", config=config)
+EXERCISE_SCENARIOS = {number: run.scenario for number, run in TUI_EXERCISES.items()}
+"""Which run shows a student's work on exercise N best (each exercise declares its own)."""
 
 
 def custom(

@@ -8,6 +8,19 @@ from textual.widgets import Static
 from tui.pane import Selection
 from tui.timeline import Timeline
 
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+
+
+def too_small(width: int, height: int) -> str:
+    """What to say instead of the panes on a terminal below 80×24; ``""`` when it fits."""
+    if width >= MIN_WIDTH and height >= MIN_HEIGHT:
+        return ""
+    return (
+        f"The terminal is {width}×{height}; minipaged tui needs at least {MIN_WIDTH}×"
+        f"{MIN_HEIGHT}.\nEnlarge the window (or make the font smaller) and it redraws at "
+        "once. q quits."
+    )
+
 
 class StatusLine(Static):
     """One line. Guarantees: ``step k/N`` names the cursor's frame and the steps recorded so

@@ -1,8 +1,8 @@
 """The grader of the classroom exercises in ``tutorials/``.
 
-- ``exercises``: the twelve exercises, in course order (folder, files, solution, checks),
-  loading the work to grade, and ``block_manager_class``, a student's work as a drop-in
-  ``BlockManager``;
+- ``exercises``: the twelve exercises, in course order (folder, files, solution, checks, how
+  the TUI runs them), loading the work to grade, and ``block_manager_class``, a student's
+  work as a drop-in ``BlockManager``;
 - ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where
   it can run (a child process under time and memory limits, the CUDA simulator, or a GPU),
   judged here;
@@ -21,7 +21,9 @@
   exercise 06's properties must catch;
 - ``shared_memory_races``: watching the CUDA simulator's shared memory for races;
 - ``reduction_kernels``: the kernels exercise 10's checks launch on a student's reduction;
-- ``recorded_run``: a student's block manager run on the model in a child, as a trace;
+- ``student_run``: a student's block manager run on the model in a grading child, as a trace
+  the TUI replays (the TUI's one way into the grader), and ``witness``, the events their
+  code leaves out, derived from what it returned;
 - ``time_limit``: stopping a criterion that runs too long;
 - ``command``: ``minipaged exercises list | init | check``.
 

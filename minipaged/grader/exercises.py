@@ -24,6 +24,17 @@ is a link to it), and a copy shipped as package data in an installed package."""
 
 
 @dataclass(frozen=True, slots=True)
+class TuiRun:
+    """How ``minipaged tui --exercise N`` shows exercise N's work: the TUI scenario that makes
+    its mechanism happen (``scenario``, a name of ``tui.scenarios.SCENARIOS``) and the engine
+    settings it needs besides (exercise 12's tree is the ``"radix"`` prefix cache). The block
+    manager the run uses is the exercise's checks' ``block_manager_class``."""
+
+    scenario: str
+    settings: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Exercise:
     number: int
     folder: str
@@ -32,6 +43,7 @@ class Exercise:
     checks: str  # the module whose CRITERIA grade it
     graded: tuple[str, ...]  # the library functions the student writes: "module:Qual.name"
     requires: tuple[str, ...] = ()  # modules of an extra of minipaged's (EXTRAS) it needs
+    tui: TuiRun | None = None  # how the TUI runs it; None: the TUI cannot show it
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -80,12 +92,14 @@ def _exercise(
     checks: str,
     graded: str,
     requires: tuple[str, ...] = (),
+    tui: TuiRun | None = None,
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
     of ``solution``."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
-    return Exercise(number, folder, title, solution, f"minipaged.grader.{checks}", names, requires)
+    checks = f"minipaged.grader.{checks}"
+    return Exercise(number, folder, title, solution, checks, names, requires, tui)
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -109,6 +123,7 @@ EXERCISES: dict[int, Exercise] = {
             "BlockAllocator.__init__ BlockAllocator.num_free BlockAllocator.refcount "
             "BlockAllocator.free_blocks BlockAllocator.allocate BlockAllocator.take "
             "BlockAllocator.incref BlockAllocator.decref",
+            tui=TuiRun("several"),
         ),
         _exercise(
             3,
@@ -117,6 +132,7 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager"},
             "ex03_fork",
             "BlockManager.fork BlockManager.free",
+            tui=TuiRun("beam"),
         ),
         _exercise(
             4,
@@ -125,6 +141,7 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager"},
             "ex04_copy_on_write",
             "BlockManager.append_slot",
+            tui=TuiRun("parallel"),
         ),
         _exercise(
             5,
@@ -133,6 +150,7 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager", "scheduler": "minipaged.scheduler"},
             "ex05_preemption",
             "BlockManager.swap_out BlockManager.swap_in minipaged.scheduler:Scheduler._preempt",
+            tui=TuiRun("swap"),
         ),
         _exercise(
             6,
@@ -196,6 +214,7 @@ EXERCISES: dict[int, Exercise] = {
             {"radix_cache": "minipaged.radix_cache"},
             "ex12_prefix_cache",
             "RadixCache.match RadixCache.insert RadixCache.forget",
+            tui=TuiRun("prefix", (("prefix_caching", "radix"),)),
         ),
     )
 }
@@ -281,16 +300,40 @@ def load(number: int, path: Path | None = None, solution: bool = False) -> Stude
     return load_folder(folder_of(number, path), tuple(ex.solution))
 
 
+TUI_EXERCISES: dict[int, TuiRun] = {n: e.tui for n, e in EXERCISES.items() if e.tui is not None}
+"""The exercises ``minipaged tui --exercise N`` runs, and how: read by its flag, its help, its
+default scenario and the tests."""
+
+
+def tui_exercise(number: int) -> TuiRun:
+    """How the TUI runs exercise ``number``; ``ValueError`` naming those it runs otherwise."""
+    exercise(number)
+    if number not in TUI_EXERCISES:
+        raise ValueError(
+            f"exercise {number} builds no part of a block manager the TUI can run; exercises "
+            f"{listed(TUI_EXERCISES)} do"
+        )
+    return TUI_EXERCISES[number]
+
+
+def listed(items, last_joined_by: str = "or") -> str:
+    """``"2, 3, 4, 5 or 12"``."""
+    *rest, last = map(str, items)
+    return f"{', '.join(rest)} {last_joined_by} {last}" if rest else last
+
+
 def block_manager_class(number: int, path: Path | None = None, solution: bool = False) -> type:
     """A drop-in ``BlockManager`` (same constructor, same methods) built on the student's work
-    for exercise 02 (the library's manager on their allocator), 03, 04 or 05 (their manager),
-    or 12 (the library's manager with their radix tree as its ``"radix"`` prefix cache)."""
-    checks = importlib.import_module(exercise(number).checks)
-    if not hasattr(checks, "block_manager_class"):
-        raise ValueError(
-            f"exercise {number} builds no part of a block manager; exercises 2, 3, 4, 5 and 12 do"
-        )
-    return checks.block_manager_class(load(number, path, solution))
+    for an exercise of ``TUI_EXERCISES``: 02 (the library's manager on their allocator), 03, 04
+    or 05 (their manager), or 12 (the library's manager with their radix tree as its
+    ``"radix"`` prefix cache)."""
+    return manager_of(number, load(number, path, solution))
+
+
+def manager_of(number: int, student: Student) -> type:
+    """``block_manager_class`` of the work ``student`` already loaded (in a grading child)."""
+    tui_exercise(number)
+    return importlib.import_module(exercise(number).checks).block_manager_class(student)
 
 
 def graded_label(number: int, path: Path | None, solution: bool) -> str:
