@@ -37,7 +37,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # two cores, where these few take half the suite's time. A stale list only costs balance.
 LONGEST_FIRST = (
     "test_site_browser.py",
+    "test_grader_mutants.py",
     "test_exercises.py",
+    "test_tui_exercise.py",
     "test_cpu_kernels.py",
     "test_docs.py",
     "test_ptx.py",
