@@ -33,7 +33,8 @@ class Sequence:
     the last, ``len(token_ids) - 1`` of them: the last sampled token is computed by the next
     step, which also yields the token after it. A WAITING sequence has nothing cached. With
     chunked prefill, a request part way through its prompt holds the first $t$ only, its
-    table's ``num_tokens`` ($t < $ ``len(token_ids) - 1``); the next chunk goes on from there.
+    table's ``num_tokens``, fewer than ``len(token_ids) - 1``; the next chunk goes on from
+    there.
     """
 
     seq_id: int

@@ -34,6 +34,8 @@ def anyio_backend():
 
 TODO_04 = 'raise NotImplementedError("exercise 04: reserve the slot for token t, copying on write")'
 APPEND_SLOT = """table = self.table(seq)
+        if table.pool == "host":
+            raise ValueError(f"seq {seq} is swapped out: no device block to write")
         t = table.num_tokens
         j, o = divmod(t, self.block_size)
         cow = None

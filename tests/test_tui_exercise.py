@@ -65,6 +65,8 @@ SWAP = """seqs = [seqs] if isinstance(seqs, int) else list(seqs)
         return self.move(seqs, "device", "host")
 
     def move(self, seqs, source, target):
+        if self.host is None:
+            raise ValueError("this manager has no host pool to swap with (num_cpu_blocks=0)")
         src = self.device if source == "device" else self.host
         dst = self.host if target == "host" else self.device
         if any(self.table(s).pool != source for s in seqs):

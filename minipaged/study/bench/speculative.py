@@ -91,8 +91,8 @@ def generate(llm: LLM, prompts: list[str], max_tokens: int) -> Tally:
     if speculator is not None:
         draft = speculator.draft
 
-        def draft_and_count(manager, plan):
-            drafted = draft(manager, plan)
+        def draft_and_count(manager, plan, budget):
+            drafted = draft(manager, plan, budget)
             held = bm.device.num_blocks - bm.device.num_free
             copied = held + sum(
                 memory.num_logical_blocks(d.branches.prefix_len + node.depth + 1, BLOCK_SIZE) - 1
