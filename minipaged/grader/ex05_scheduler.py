@@ -50,15 +50,22 @@ class Scene:
 def _two_requests_then_full(student, preemption: str, host: int) -> Scene:
     """7-token prompts a and b on 4 device blocks of B = 4: both prefill, both decode once,
     then a needs a fifth block and b, the latest arrival, must make room."""
+    bm, scheduler, a, b = _two_decoding(student, preemption, host, b_arrival=1)
+    bm.pop_events()
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+
+
+def _two_decoding(student, preemption: str, host: int, b_arrival: int):
+    """``(bm, scheduler, a, b)``: 7-token prompts a (arrival 0) and b on 4 device blocks of
+    B = 4, both prefilled and decoded once, so the pool is full: the next step must preempt."""
     bm = BlockManager(4, host, block_size=4, watermark=0.0)
     scheduler = student.scheduler.Scheduler(bm, preemption)
-    a, b = _request("a", 0, 0, 7), _request("b", 1, 1, 7)
+    a, b = _request("a", 0, 0, 7), _request("b", b_arrival, 1, 7)
     scheduler.add(a)
     scheduler.add(b)
     _step(student, scheduler)
     _step(student, scheduler)
-    bm.pop_events()
-    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+    return bm, scheduler, a, b
 
 
 def _ids(groups) -> list[str]:
@@ -144,13 +151,7 @@ def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str
     """The full-pool scene with arrivals a=0 and b=2, and two more requests in the queue b
     will join: z (arrival 1, earlier than b) and c (arrival 3, later). Returns the scene and
     that queue's request ids after b was preempted."""
-    bm = BlockManager(4, host, block_size=4, watermark=0.0)
-    scheduler = student.scheduler.Scheduler(bm, preemption)
-    a, b = _request("a", 0, 0, 7), _request("b", 2, 1, 7)
-    scheduler.add(a)
-    scheduler.add(b)
-    _step(student, scheduler)
-    _step(student, scheduler)
+    bm, scheduler, a, b = _two_decoding(student, preemption, host, b_arrival=2)
     queue = scheduler.swapped if preemption == "swap" else scheduler.waiting
     status = Status.SWAPPED if preemption == "swap" else Status.WAITING
     for request_id, arrival, seq_id in (("z", 1, 8), ("c", 3, 9)):
