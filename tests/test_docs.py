@@ -219,9 +219,9 @@ def numbers_in(text: str) -> set[str]:
 
 def retyped_numbers(text: str, page: str) -> list[str]:
     """Numbers typed into the prose that reads an Output block (the lines after it, up to the
-    next fence) which that output printed and no code on the page contains (a number in the
-    code is the page's own input): numbers the run produced, copied by hand. Headings, tables
-    and display math are not prose."""
+    next fence or heading) which that output printed and no code on the page contains (a number
+    in the code is the page's own input): numbers the run produced, copied by hand. Tables and
+    display math are not prose."""
     lines = text.splitlines()
     spans = fence_spans(lines, page)
     outputs = (OUTPUT_INFO, SHELL_OUTPUT_INFO)
@@ -238,7 +238,9 @@ def retyped_numbers(text: str, page: str) -> list[str]:
             if line.startswith("$$"):
                 display_math = (line == "$$") != display_math
                 continue
-            if display_math or line.startswith(("#", "|")):
+            if line.startswith("#"):
+                break  # a new section's prose reads its own examples, not this one
+            if display_math or line.startswith("|"):
                 continue
             copied = sorted(numbers_in(NOT_PROSE.sub(" ", lines[n])) & produced, key=float)
             found += [f"docs/{page}:{n + 1}: {number}" for number in copied]

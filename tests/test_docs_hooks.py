@@ -150,6 +150,11 @@ def test_a_number_the_example_printed_and_the_prose_retyped_is_found():
     assert retyped_numbers(written, "p.md") == []
 
 
+def test_a_new_heading_ends_the_prose_that_reads_an_output():
+    later_section = RETYPED.replace("It came back", "## Another command\n\nIt came back")
+    assert retyped_numbers(later_section, "p.md") == []
+
+
 # -- the course's pages -----------------------------------------------------------------------
 
 EXERCISE = ROOT / "tutorials" / "01-block-table-arithmetic"
