@@ -1,7 +1,9 @@
 """The grading child: ``python -m minipaged.grader.child``. It loads a student's files and runs
 what the grader asks of them, answering with what they returned; it decides nothing.
 
-Before any student code loads it limits itself (address space, CPU time, file size), stubs
+Before any student code loads it limits itself (address space, CPU time, file size), splits
+into a supervisor that keeps every process the student's code starts within its reach and a
+worker that runs that code (``minipaged.grader.process_tree``), stubs
 the library functions the exercise grades (``minipaged.grader.delegation``) and confines
 itself (``minipaged.grader.confinement``), and sends a first message saying how it is
 confined: student code has not run yet, so that line is the child's own. Then it serves
@@ -199,17 +201,27 @@ def main(argv: list[str] | None = None) -> None:
 
         simulator.shared_memory_garbage = True  # as on a GPU: nothing clears it for the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the grader, which ends us
+    from minipaged.grader.process_tree import supervise
+
+    supervise((requests, answers))  # from here on, the worker: what it starts cannot escape
     harness = Harness(requests, answers, args.number, args.path)
     os.register_at_fork(after_in_child=harness.disown)
+    from minipaged.grader import readable
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
 
+    ex = exercise(args.number)
+    hidden = []
     if args.path is not None:
-        guard(exercise(args.number), args.path)
+        guard(ex, args.path)
+        # Imported now, they need not be read again: from here on no one can read them.
+        mirrored = [importlib.import_module(m).__name__ for m in ex.solution.values()]
+        hidden = readable.hidden_files(mirrored)
+    rules = readable.read_rules(readable.roots(args.path, args.temp), hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
-    harness.answer({"hello": confine(writable, devices)})
+    harness.answer({"hello": confine(writable, devices, rules)})
     harness.serve()
 
 

@@ -1,5 +1,5 @@
-"""Confining a grading child with Linux Landlock: it may write only where it is told, make no
-TCP connection, and signal no process outside itself.
+"""Confining a grading child with Linux Landlock: it may write only where it is told, read only
+what it is allowed, make no TCP connection, and signal no process outside itself.
 
 Landlock (Linux 5.13 and later, when the kernel enables it) lets an unprivileged process give
 up rights for itself and every process it starts, for good. ``confine(writable)`` asks the
@@ -11,7 +11,11 @@ kernel for its Landlock ABI and restricts, as far as that ABI goes:
 - signals and abstract Unix sockets, to this process and its own children (ABI 6), so a
   student's code cannot stop the grader that judges it.
 
-Reading stays open: a student's code can read whatever the user can. Where Landlock is missing
+- file-system reads, when ``readable`` is given, to the paths it lists (ABI 1): the grading
+  child passes ``minipaged.grader.readable``'s rules, which leave out the library modules the
+  exercise mirrors.
+
+Where Landlock is missing
 (another OS, an older or differently built kernel), ``confine`` changes nothing and says why,
 and the report says that the code ran unconfined.
 """
@@ -28,7 +32,8 @@ _VERSION = 1  # landlock_create_ruleset flag: return the ABI version
 _PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
-_WRITE_FILE, _REMOVE_DIR, _REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
+_WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 1, 1 << 2, 1 << 3
+_REMOVE_DIR, _REMOVE_FILE = 1 << 4, 1 << 5
 _MAKE = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _REFER, _TRUNCATE = 1 << 13, 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
@@ -56,10 +61,16 @@ def abi() -> tuple[int, str]:
     return version, ""
 
 
-def confine(writable: list[Path], devices: list[Path] = ()) -> str:
+def confine(
+    writable: list[Path],
+    devices: list[Path] = (),
+    readable: tuple[list[Path], list[Path]] | None = None,
+) -> str:
     """Restrict this process (and all it starts) as far as the kernel allows, leaving writes
-    to the folders ``writable`` and the device files ``devices`` (a GPU's); return what was
-    done, in one line, starting with "confined" or "unconfined"."""
+    to the folders ``writable`` and the device files ``devices`` (a GPU's), and, where
+    ``readable`` is given as ``(whole, listing)``, reads to below the paths ``whole`` (and the
+    folders ``writable``) and listing to the folders ``listing``; return what was done, in one
+    line, starting with "confined" or "unconfined"."""
     version, why = abi()
     if not version:
         return f"unconfined: {why}"
@@ -68,15 +79,20 @@ def confine(writable: list[Path], devices: list[Path] = ()) -> str:
     fs |= (_REFER if version >= 2 else 0) | (_TRUNCATE if version >= 3 else 0)
     net = _BIND_TCP | _CONNECT_TCP if version >= 4 else 0
     scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if version >= 6 else 0
-    ruleset = _Ruleset(fs, net, scoped)
+    reads = _READ_FILE | _READ_DIR if readable is not None else 0
+    ruleset = _Ruleset(fs | reads, net, scoped)
     size = ctypes.sizeof(_Ruleset) if version >= 6 else (16 if version >= 4 else 8)
     fd = libc.syscall(_CREATE_RULESET, ctypes.byref(ruleset), ctypes.c_size_t(size), 0)
     if fd < 0:
         return f"unconfined: Landlock refused a ruleset ({os.strerror(ctypes.get_errno())})"
     try:
-        file_rights = _WRITE_FILE | (_TRUNCATE if version >= 3 else 0)
+        file_rights = _WRITE_FILE | (_TRUNCATE if version >= 3 else 0) | (reads & _READ_FILE)
         files = [Path(os.devnull), *devices]
-        rules = [(Path(p), fs) for p in writable] + [(p, file_rights) for p in files]
+        rules = [(Path(p), fs | reads) for p in writable] + [(p, file_rights) for p in files]
+        if readable is not None:
+            whole, listing = readable
+            rules += [(p, _READ_FILE if p.is_file() else reads) for p in whole]
+            rules += [(p, _READ_DIR) for p in listing]
         for path, allowed in rules:
             target = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
@@ -93,6 +109,15 @@ def confine(writable: list[Path], devices: list[Path] = ()) -> str:
     finally:
         os.close(fd)
     limits = ["writes only to your folder and a private temporary folder"]
-    limits += ["no TCP connections"] if net else []
+    limits += [
+        "reads of Python, its libraries and your folder, not of the library's solution"
+        if readable is not None
+        else "reads unconfined"
+    ]
+    limits += [
+        "no TCP connections"
+        if net
+        else "network unconfined (this kernel's Landlock has no network rules)"
+    ]
     limits += ["no signals to other processes"] if scoped else []
     return f"confined by Landlock (ABI {version}): {', '.join(limits)}"

@@ -37,6 +37,7 @@ from pathlib import Path
 from minipaged import __version__, atomic_write
 from minipaged.grader.exercises import exercise, missing_files
 from minipaged.grader.grading import Limits
+from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now
 
 GRADEBOOK = "gradebook"
@@ -132,6 +133,7 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
     except subprocess.TimeoutExpired:
         why = f"still running after {allowed:g} s, so it was ended"
     finally:
+        end_descendants(process.pid)  # its grading children, wherever they moved
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # it, and any child it left
         process.wait()

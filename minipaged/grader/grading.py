@@ -11,7 +11,8 @@ hangs fails the criterion it was running, after which a new child takes the next
 The child runs under ``Limits``: an address-space limit (``RLIMIT_AS``), a CPU-time limit
 (``RLIMIT_CPU``) and a file-size limit, set by itself before any student code loads; each
 criterion has ``check_seconds`` of wall-clock time, and the whole submission
-``wall_seconds``; at either, the child's whole process group is ended. Before the student's
+``wall_seconds``; at either, the child and every process its code started is ended, whatever
+group or session it moved to (``minipaged.grader.process_tree``). Before the student's
 code loads, the library functions the exercise grades are stubbed out
 (``minipaged.grader.delegation``) and, where Linux offers Landlock, the child is confined to
 writing in the student's folder and a private temporary folder

@@ -10,7 +10,7 @@ arrays passed to a call are written back after it, as the student's code left th
 
 Nothing the child sends is run or trusted: a check compares it, and decides. The child may
 die, hang or babble; each request then raises ``ChildGone`` (or ``TimeLimitExceeded`` at the
-criterion's deadline) after ending the child's whole process group, and the next criterion
+criterion's deadline) after ending the child and all it started, and the next criterion
 starts a new child.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 from minipaged.grader import wire
 from minipaged.grader.child import CHANNEL_LOST
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.time_limit import TimeLimitExceeded
 
 STARTUP_SECONDS = 300.0
@@ -151,10 +152,12 @@ class GradingChild:
         return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
-        """End the child's whole process group (what its code started too), and wait for the
-        child a bounded time. Never waits on what a grandchild still holds."""
+        """End the child and every process its code started, whatever group or session they
+        moved to (``minipaged.grader.process_tree``), and wait for the child a bounded time.
+        Never waits on what a grandchild still holds."""
         if self.process is None:
             return
+        end_descendants(self.process.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

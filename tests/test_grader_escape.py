@@ -1,0 +1,115 @@
+"""Student code cannot outlive its grading: every process it starts ends with the grading,
+whatever process group or session it moved to, and a fork bomb is ended too.
+
+Each escape starts a ``sleep`` whose argument is a number found nowhere else, the marker by
+which the test looks for it in ``/proc`` after grading returns.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from minipaged.grader.grading import Limits, grade
+from minipaged.grader.process_tree import descendants, end_descendants
+from minipaged.grader.report import PASS
+from tests.test_grader_integrity import RIGHT, _alive, messages, submission
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the process tree is read from Linux's /proc"
+)
+
+SETSID = (
+    "import os\n    if os.fork() == 0:\n        os.setsid()\n"
+    "        if os.fork() == 0:\n            os.execvp('sh', ['sh', '-c', 'sleep 61.25; echo late > {late}'])\n"  # noqa: E501
+    "        os._exit(0)\n    os.wait()\n    return t // block_size"
+)
+"""A double fork into a session of its own: the grandchild re-parents away from the child."""
+
+POPEN = (
+    "import subprocess\n    subprocess.Popen(['sleep', '62.25'], start_new_session=True, "
+    "stdout=subprocess.PIPE)\n    return t % block_size"
+)
+
+SETPGID_THEN_EXIT = (
+    "import os\n    if os.fork() == 0:\n        os.setpgid(0, 0)\n"
+    "        os.execvp('sleep', ['sleep', '63.25'])\n    os._exit(3)"
+)
+"""The child dies itself, leaving a process in a group of its own."""
+
+THREAD = (
+    "import subprocess, threading, time\n"
+    "        def later():\n            time.sleep(0.5)\n"
+    "            subprocess.Popen(['sleep', '64.25'], start_new_session=True)\n"
+    "        threading.Thread(target=later, daemon=True).start()\n"
+    "        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+)
+"""A daemon thread that starts a process after the criterion has its answer."""
+
+MARKERS = ("61.25", "62.25", "63.25", "64.25")
+
+
+def test_no_process_student_code_starts_outlives_the_grading(tmp_path):
+    late = tmp_path / "late.txt"
+    folder = submission(
+        tmp_path / "escapes",
+        logical_block=SETSID.format(late=late),
+        block_offset=POPEN,
+        num_logical_blocks=SETPGID_THEN_EXIT,
+        kv_bytes_per_token=THREAD,
+        slot="import time; time.sleep(1); raise ValueError('slow')",  # the thread's time
+    )
+    start = time.monotonic()
+    report = grade(1, folder, limits=Limits(check_seconds=10.0, wall_seconds=60.0))
+    assert time.monotonic() - start < 60
+    outcomes = {r.name: r.outcome for r in report.results}
+    assert outcomes["logical_block"] == outcomes["block_offset"] == PASS
+    assert outcomes["kv_bytes_per_token"] == PASS
+    assert messages(report)["num_logical_blocks"].startswith(
+        "your code ended the grading process (exit status 3)"
+    )
+    assert {m: _alive(m) for m in MARKERS} == {m: [] for m in MARKERS}
+    assert not late.exists()
+
+
+def test_a_fork_bomb_ends_with_the_grading(tmp_path):
+    """128 processes, each in a session of its own, forked as a tree (each fork forks again)."""
+    bomb = (
+        "import os\n    first = os.getpid()\n    for _ in range(7):\n        os.fork()\n"
+        "    if os.getpid() != first:\n        os.setsid()\n"
+        "        os.execvp('sleep', ['sleep', '65.25'])\n    return t // block_size"
+    )
+    folder = submission(tmp_path / "bomb", logical_block=bomb, block_offset=RIGHT["block_offset"])
+    start = time.monotonic()
+    report = grade(1, folder, limits=Limits(check_seconds=10.0))
+    assert time.monotonic() - start < 30
+    assert {r.name: r.outcome for r in report.results}["block_offset"] == PASS
+    assert _alive("65.25") == []
+
+
+def test_the_sweep_finds_a_process_that_left_its_parent_s_session(tmp_path):
+    """``descendants`` follows parenthood, not group or session; ``end_descendants`` ends them."""
+    import subprocess
+
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time; "
+            "subprocess.Popen(['sleep', '%d.25' % 66], start_new_session=True); time.sleep(60)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _alive("66.25") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [sleeper] = _alive("66.25")
+        assert sleeper in descendants(parent.pid)
+        assert end_descendants(parent.pid) >= 1
+        time.sleep(0.1)
+        assert _alive("66.25") == []
+    finally:
+        parent.kill()
+        parent.wait()
