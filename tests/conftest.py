@@ -10,6 +10,7 @@ Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE``:
   caching; at least 10,000 is the goal) and 500 random engine workloads.
 """
 
+import math
 import os
 
 import pytest
@@ -101,3 +102,13 @@ def hf_llama(transformers, llama_config, tmp_path_factory):
     path = tmp_path_factory.mktemp("hf_llama")
     hf.save_pretrained(path)
     return hf, path
+
+
+@pytest.fixture
+def library_code_allowed(monkeypatch):
+    """For a test that hands in the library's own code as a student's
+    (``test_exercises.as_written_by_a_student``) to try the checks on it: the grader's shape
+    comparison, which refuses that code as the library's solution in disguise, is off."""
+    from minipaged.grader import similarity
+
+    monkeypatch.setattr(similarity, "THRESHOLD", math.inf)

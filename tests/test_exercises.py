@@ -667,6 +667,7 @@ def test_a_radix_tree_bug_is_shown_as_a_short_program(cls, words):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("library_code_allowed")
 def test_a_kernel_missing_a_barrier_fails_the_race_check(tmp_path):
     """Without the barrier that ends a round, a fast thread overwrites probs[t] while others
     still read the last round's: the race check names the two lines."""
@@ -774,6 +775,7 @@ def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkey
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("library_code_allowed")
 def test_kernel_mutants_fail_the_criterion_for_their_bug(tmp_path):
     """Two CUDA bugs graded in one simulator process each: a block copy with one element per
     thread (no loop), and a tree reduction that drops its last barrier, which the simulator's

@@ -20,6 +20,9 @@ from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.report import FAIL, say_each_cause_once
 from minipaged.grader.student import load_folder
 
+# The library's code handed in as a student's: the copy check that would refuse it is off.
+pytestmark = pytest.mark.usefixtures("library_code_allowed")
+
 
 def mutated_source(mutant: Mutant) -> str:
     """The library file that solves ``mutant``'s exercise, with its one edit made."""

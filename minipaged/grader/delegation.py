@@ -6,7 +6,9 @@ exercise 04, ``minipaged.block_manager:BlockManager.append_slot``). Three guards
 
 - ``copies(exercise, folder)``, in the grader, before any of the student's code runs: every
   ``.py`` file of the folder is compiled (never run) and each function in it compared with the
-  graded functions; one that is the library's, bytecode and names and all, fails the exercise.
+  graded functions; one that is the library's, bytecode and names and all, or the library's
+  shape in disguise (renamed, reordered, its docstrings and comments changed:
+  ``minipaged.grader.similarity``), fails the exercise.
 - ``guard(exercise, folder)``, in the child, before the student's code is imported: each graded
   function is replaced by a stub that raises ``LibraryDelegation`` when a student's code reaches
   it (a re-export, or ``super()`` from the student's own version), and the graded modules'
@@ -22,6 +24,7 @@ what the grader then judges is still only the data their code returns (``minipag
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import linecache
@@ -31,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType
 
+from minipaged.grader import similarity
 from minipaged.grader.exercises import Exercise
 
 MAX_FILES, MAX_BYTES = 200, 2**20
@@ -116,10 +120,10 @@ class Library:
 
 
 def copies(ex: Exercise, folder: Path) -> str:
-    """Why the student's ``folder`` holds a copy of a graded library function, or ``""``."""
+    """Why the student's ``folder`` holds a copy of a graded library function, or ``""``: the
+    library's compiled code, or its shape in disguise (``minipaged.grader.similarity``)."""
     library = Library(ex)
-    if not library.prints:
-        return ""
+    shapes = similarity.library_shapes(ex.graded)
     files = sorted(folder.rglob("*.py"))[:MAX_FILES]
     for path in files:
         if path.is_symlink() or not path.is_file():  # /dev/zero behind a link never ends
@@ -133,6 +137,13 @@ def copies(ex: Exercise, folder: Path) -> str:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue  # the import reports it
         found = library.copied(code)
+        if not found:
+            alike = similarity.matches(ast.parse(source), shapes)
+            found = "; ".join(
+                f"{mine} matches the library's solution ({theirs.replace(':', '.')}, "
+                f"{ratio:.0%} alike once names, docstrings and order are set aside)"
+                for mine, theirs, ratio in alike
+            )
         if found:
             return (
                 f"{path.relative_to(folder)}: {found}. Exercise {ex.number:02d} grades your "

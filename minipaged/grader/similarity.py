@@ -1,0 +1,135 @@
+"""Whether a student's function is the library's solution in disguise: the same code with its
+identifiers renamed, its docstrings and comments changed or dropped, its functions reordered.
+
+Each function is reduced to its *shape*: the syntax tree walked depth first, one token per node
+(``FunctionDef``, ``For``, ``BinOp``, ``FloorDiv`` ...), every identifier (a variable, an
+argument, an attribute) replaced by the order it first appears in (``n0``, ``n1`` ...), numbers
+kept, strings reduced to ``str``, docstrings left out; the function's own name is not part of
+it, nor is where in the file it stands. Two shapes are compared with ``difflib``'s ratio
+(twice the matching tokens over both lengths: 1.0 for the same shape).
+
+A graded library function whose shape has at least ``MIN_TOKENS`` tokens is *matched* by a
+student's function of ratio ``THRESHOLD`` or more. Shorter functions are left out: there are
+few ways to write ``return -(-num_tokens // block_size)``, and a short function's shape is
+like many others' (the library's ``incref`` and ``decref``, 106 and 136 tokens, are 0.87
+alike). The numbers were measured (``tests/test_grader_similarity.py``): the honest answers
+the project knows (the starters, the test suite's answers written into them) and the library's
+other functions reach at most ``HONEST_MAX`` against a graded function this long; a disguised
+copy scores 1.0, and one with a statement added to every function still above ``THRESHOLD``.
+Exercises 01 and 02, whose graded functions are all shorter, are left to the exact
+comparison of ``minipaged.grader.delegation``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+MIN_TOKENS = 140
+"""The shortest graded function (in tokens of its shape) compared: a dozen lines or so."""
+
+THRESHOLD = 0.9
+"""The ratio from which a student's function is the library's in disguise."""
+
+HONEST_MAX = 0.82
+"""The highest ratio the honest answers the project knows reach (measured by the tests)."""
+
+
+class _Shape(ast.NodeVisitor):
+    """The tokens of one function's shape (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.names: dict[str, str] = {}
+
+    def name(self, identifier: str) -> None:
+        self.tokens.append(self.names.setdefault(identifier, f"n{len(self.names)}"))
+
+    def generic_visit(self, node: ast.AST) -> None:
+        self.tokens.append(type(node).__name__)
+        for field, value in ast.iter_fields(node):
+            if field in ("id", "arg", "attr") or (field == "name" and not _defines(node)):
+                if isinstance(value, str):
+                    self.name(value)
+            elif isinstance(value, list):
+                if field == "body" and value and _is_docstring(value[0]):
+                    value = value[1:]
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+            elif isinstance(node, ast.Constant) and field == "value":
+                self.tokens.append("str" if isinstance(value, str | bytes) else repr(value))
+
+
+def _defines(node: ast.AST) -> bool:
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def shape(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The tokens of ``function``'s shape."""
+    visitor = _Shape()
+    visitor.visit(function)
+    return visitor.tokens
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function defined in ``tree``, at any depth (methods, nested functions)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def ratio(a: list[str], b: list[str]) -> float:
+    """How alike two shapes are: 1.0 for the same."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def library_shapes(graded: tuple[str, ...]) -> dict[str, list[str]]:
+    """The shapes of the graded library functions ``graded`` (``"module:Qual.name"``) long
+    enough to compare, by name."""
+    shapes: dict[str, list[str]] = {}
+    trees: dict[str, ast.AST] = {}
+    for name in graded:
+        module, _, qualname = name.partition(":")
+        if module not in trees:
+            trees[module] = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
+        found = _find(trees[module], qualname.split("."))
+        if found is not None and len(tokens := shape(found)) >= MIN_TOKENS:
+            shapes[name] = tokens
+    return shapes
+
+
+def _find(tree: ast.AST, path: list[str]):
+    for node in getattr(tree, "body", []):
+        if _defines(node) and node.name == path[0]:
+            return node if len(path) == 1 else _find(node, path[1:])
+    return None
+
+
+def matches(tree: ast.AST, library: dict[str, list[str]]) -> list[tuple[str, str, float]]:
+    """``(student function, library function, ratio)`` for each function of ``tree`` that
+    matches a graded library function (``library_shapes``), best first."""
+    found = []
+    for function in functions(tree):
+        mine = shape(function)
+        for name, theirs in library.items():
+            # Cheap bounds first: the ratio is at most 2 * min / (sum of lengths).
+            if 2 * min(len(mine), len(theirs)) / (len(mine) + len(theirs)) < THRESHOLD:
+                continue
+            alike = ratio(mine, theirs)
+            if alike >= THRESHOLD:
+                found.append((function.name, name, alike))
+    return sorted(found, key=lambda match: -match[2])
