@@ -184,6 +184,22 @@ def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails instead of killing
 
 
+def gpu_problem() -> str:
+    """In a child for the GPU criteria, confined and before any student code: ``""`` if torch
+    and Numba can both launch work on the GPU here, else why not. Making both CUDA contexts now
+    also keeps their start (a second or so) out of the first criterion's time."""
+    try:
+        import torch
+
+        torch.zeros(1, device="cuda")
+        from numba import cuda
+
+        cuda.current_context()
+    except Exception as error:  # no driver, no device, a device file out of reach
+        return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    return ""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m minipaged.grader.child")
     parser.add_argument("number", type=int)
@@ -221,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     rules = readable.read_rules(readable.roots(args.path, args.temp), hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
-    harness.answer({"hello": confine(writable, devices, rules)})
+    confined = confine(writable, devices, rules)
+    harness.answer({"hello": confined, "gpu": gpu_problem() if args.gpu else ""})
     harness.serve()
 
 

@@ -34,7 +34,13 @@ from pathlib import Path
 from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise, folder_of, graded_label
 from minipaged.grader.proxies import Proxy, RemoteStudent
-from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
+from minipaged.grader.remote import (
+    ChildGone,
+    DeviceUnusable,
+    GradingChild,
+    StudentBaseException,
+    StudentExit,
+)
 from minipaged.grader.report import (
     BLOCKED,
     FAIL,
@@ -117,6 +123,8 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
     start = time.perf_counter()
     outcome, message = PASS, ""
     try:
+        if child.blocked:
+            raise DeviceUnusable(child.blocked)
         if child.broken:
             raise ChildGone(child.broken)
         if child.alive:
@@ -127,7 +135,8 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         child.deadline = time.monotonic() + limits.check_seconds
         criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
-        outcome, message = FAIL, failure_message(error, RemoteStudent(child))
+        message = failure_message(error, RemoteStudent(child))
+        outcome = BLOCKED if isinstance(error, DeviceUnusable) else FAIL
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 

@@ -44,6 +44,11 @@ class ChildGone(BaseException):
     says why, in words a student can act on. A BaseException, so that no check swallows it."""
 
 
+class DeviceUnusable(ChildGone):
+    """A child for the GPU criteria found, before any student code ran, that it cannot use the
+    GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
+
+
 class WallClockSpent(ChildGone):
     """The grading of the whole submission ran past ``Limits.wall_seconds``."""
 
@@ -78,6 +83,7 @@ class GradingChild:
         self.confinement = ""
         self.loaded: dict | None = None
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
+        self.blocked = ""  # why this child's criteria cannot run on this machine at all
         self.wall_deadline: float | None = None
         self._proxies: dict = {}  # handle -> its Proxy, one per object
         self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
@@ -91,14 +97,7 @@ class GradingChild:
         requests_read, self._requests = os.pipe()
         self._answers, answers_write = os.pipe()
         os.set_blocking(self._requests, False)
-        command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
-        command += ["--channel", f"{requests_read},{answers_write}", "--temp", str(self.temp)]
-        command += ["--path", str(self.folder)] if self.folder is not None else []
-        command += ["--gpu"] if self.runs_in == "gpu" else []
-        memory = None if self.runs_in == "gpu" else self.limits.memory_gib
-        command += ["--memory-gib", str(memory)] if memory is not None else []
-        cpu = self.limits.cpu_seconds
-        command += ["--cpu-seconds", str(cpu)] if cpu is not None else []
+        command = self.command((requests_read, answers_write))
         with open(self.temp / "output.txt", "ab") as output:
             self.process = subprocess.Popen(
                 command,
@@ -117,6 +116,14 @@ class GradingChild:
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
             self._fail("sent a first message that is not its greeting")
         self.confinement = hello["hello"][:300]
+        problem = hello.get("gpu")
+        if self.runs_in == "gpu" and problem:
+            self.stop()
+            self.blocked = (
+                f"needs a CUDA GPU that the grading process can use, and it cannot here "
+                f"({str(problem)[:300]}); run the same command on a machine with one"
+            )
+            raise DeviceUnusable(self.blocked)
         self.deadline = time.monotonic() + self.limits.check_seconds
         try:
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
@@ -130,6 +137,19 @@ class GradingChild:
         except ChildGone as gone:
             self.broken = f"importing your files ended the grading process: {gone}"
             raise ChildGone(self.broken) from None
+
+    def command(self, channel: tuple[int, int] = (-1, -1)) -> list[str]:
+        """The child's command line, its channel the file descriptors ``channel``. A GPU
+        child gets no address-space limit: CUDA maps far more than it uses."""
+        command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
+        command += ["--channel", f"{channel[0]},{channel[1]}", "--temp", str(self.temp)]
+        command += ["--path", str(self.folder)] if self.folder is not None else []
+        command += ["--gpu"] if self.runs_in == "gpu" else []
+        memory = None if self.runs_in == "gpu" else self.limits.memory_gib
+        command += ["--memory-gib", str(memory)] if memory is not None else []
+        cpu = self.limits.cpu_seconds
+        command += ["--cpu-seconds", str(cpu)] if cpu is not None else []
+        return command
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
