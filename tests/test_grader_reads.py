@@ -60,6 +60,8 @@ def test_no_route_reads_the_mirrored_module_and_the_rest_stays_readable(tmp_path
     report = grade(1, folder)
     outcomes = {r.name: (r.outcome, r.message[:200]) for r in report.results}
     assert "not of the library's solution" in report.confinement
+    assert "writes only" in report.confinement  # and what the network may do, either way
+    assert "no TCP connections" in report.confinement or "network unconfined" in report.confinement
     for name in answers:
         assert outcomes[name] == (PASS, ""), name
     folder = submission(tmp_path / "other", logical_block=sequence)
@@ -83,3 +85,59 @@ def test_the_read_rules_leave_out_only_the_hidden_files(tmp_path):
         tmp_path / "pkg" / "sequence.py",
         tmp_path / "pkg" / "__pycache__" / "sequence.cpython-311.pyc",
     }
+
+
+FIND = '''
+import gc as _gc
+import minipaged.memory as _library
+
+
+def _originals(route, name):
+    """What ``route`` reaches of the library's function ``name``, other than its stub."""
+    stub, found = getattr(_library, name), []
+    if route == "closure":
+        found += [c.cell_contents for c in stub.__closure__ or ()]
+    elif route == "traceback":
+        try:
+            stub(7, 2)
+        except BaseException as error:
+            tb = error.__traceback__
+            while tb is not None:
+                found += list(tb.tb_frame.f_locals.values())
+                tb = tb.tb_next
+    else:
+        try:
+            found += _gc.get_objects()
+        except BaseException:
+            pass
+    inner = [v for f in found if isinstance(f, dict) for v in f.values()]
+    inner += [v for f in found + inner if isinstance(f, tuple | list) for v in f]
+    return [
+        f for f in found + inner
+        if callable(f) and getattr(f, "__name__", "") == name and f is not stub
+        and getattr(f, "__module__", "") == "minipaged.memory"
+    ]
+'''
+"""A student's helper that looks for the library's own function behind its stub, by one route."""
+
+
+def test_the_librarys_functions_are_out_of_reach_of_the_students_code(tmp_path):
+    """A closure, a traceback's frames and the garbage collector each reach nothing: every
+    answer is right only if the library's function was not found."""
+    routes = {"logical_block": "closure", "block_offset": "traceback", "num_logical_blocks": "gc"}
+    right = {
+        "logical_block": "t // block_size",
+        "block_offset": "t % block_size",
+        "num_logical_blocks": "-(-num_tokens // block_size)",
+    }
+    bodies = {
+        name: f"found = _originals({route!r}, {name!r})\n    "
+        f"if found:\n        raise RuntimeError(f'reached {{found}}')\n    return {right[name]}"
+        for name, route in routes.items()
+    }
+    folder = submission(tmp_path / "finder", **bodies)
+    with open(folder / "memory.py", "a") as f:
+        f.write(FIND)
+    outcomes = {r.name: (r.outcome, r.message[:300]) for r in grade(1, folder).results}
+    for name in routes:
+        assert outcomes[name] == (PASS, ""), name

@@ -25,6 +25,7 @@ what the grader then judges is still only the data their code returns (``minipag
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
 import linecache
@@ -71,9 +72,14 @@ def _functions(paths) -> dict[str, CodeType]:
     return found
 
 
-def _fingerprint(code: CodeType) -> tuple:
-    """A function's bytecode, names and constants without its docstring or line numbers."""
-    consts = tuple(_fingerprint(c) if isinstance(c, CodeType) else c for c in code.co_consts[1:])
+def _fingerprint(code: CodeType) -> str:
+    """A digest of a function's bytecode, names and constants without its docstring or line
+    numbers: a grading child keeps no copy of the library's bytecode for a student to rebuild."""
+    return hashlib.sha256(repr(_code_parts(code)).encode()).hexdigest()
+
+
+def _code_parts(code: CodeType) -> tuple:
+    consts = tuple(_code_parts(c) if isinstance(c, CodeType) else c for c in code.co_consts[1:])
     return (code.co_code, code.co_names, code.co_varnames, consts)
 
 
@@ -96,7 +102,7 @@ class Library:
         self.exercise = ex
         starter = _functions(ex.starter / f"{stem}.py" for stem in ex.solution)
         library = _functions(Path(importlib.util.find_spec(m).origin) for m in ex.solution.values())
-        self.prints: dict[tuple, tuple[str, object]] = {}
+        self.prints: dict[str, tuple[str, object]] = {}
         for name in ex.graded:
             code = library.get(name.partition(":")[2])
             if code is None:
@@ -152,16 +158,33 @@ def copies(ex: Exercise, folder: Path) -> str:
     return ""
 
 
+_HAND_OVER = "minipaged.grader.delegation.hand-over"
+"""The audit event by which a stub asks for the library function it stands for."""
+
+_SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
+"""Audit events of a search through the interpreter's objects, which would find that function."""
+
+
 def guard(ex: Exercise, folder: Path) -> None:
     """In a grading child, before the student's code loads: stub every graded function, and
-    refuse any later read or run of the graded modules' source."""
+    refuse any later read or run of the graded modules' source, and any search of the
+    interpreter's objects.
+
+    The library's functions are kept by one audit hook (``hand_over``) and nowhere else a
+    student's code can reach: not in a stub's closure, module or class, not in a traceback (that
+    hook never raises), not through ``gc`` (the other hook refuses it). A stub asks for its
+    function with an audit event; the hook checks that the asking frame runs the stubs' code and
+    that its caller may use the library's version (``_allowed``), and hands the function over in
+    a list the stub empties as it calls it."""
     folder = str(folder.resolve())
     library = Library(ex)
     stems = {n: stem for stem, module in ex.solution.items() for n in ex.graded_in(module)}
-    guarded, stubs = set(), {}
+    guarded, stubs, originals = set(), {}, {}
     for name in ex.graded:
         owner, attribute, value = _lookup(name)
-        stub = _stub(ex, name, stems[name], folder)
+        original = value.fget if isinstance(value, property) else value
+        stub = _stub(name, original, ex.number)
+        originals[name] = (original, _allowed(ex, stems[name], folder))
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
         module = sys.modules[name.partition(":")[0]]
@@ -189,42 +212,68 @@ def guard(ex: Exercise, folder: Path) -> None:
             found = library.copied(args[0])
             if found:
                 raise LibraryDelegation(message.format("code") + f" ({found})")
+        elif event in _SEARCHES:
+            raise LibraryDelegation(message.format("functions by searching the interpreter"))
+
+    def hand_over(event: str, args: tuple) -> None:
+        if event != _HAND_OVER or len(args) != 2:
+            return
+        name, box = args
+        asking = sys._getframe(1)
+        if asking.f_code is _STUB_CODE and type(name) is str and type(box) is list:
+            original, allowed = originals.get(name, (None, None))
+            if original is not None and allowed(asking.f_back):
+                box.append(original)
 
     sys.addaudithook(audit)
+    sys.addaudithook(hand_over)
 
 
-def _stub(ex: Exercise, name: str, stem: str, folder: str):
-    """A stand-in for the graded library function ``name``, which the student's file ``stem``
-    mirrors. It runs the library's version only for the library's own infrastructure (the
-    library's ``BlockManager`` making its allocators, in exercise 02) and for another graded
-    file of the exercise (exercise 05's scheduler using the library's ``swap_out``); it refuses
-    a call from the student's file ``stem`` (``super()``, a wrapper), from any other file of
-    theirs, and from the grader itself (a re-export: the student's name is the library's)."""
+def _stub(name: str, original, number: int):
+    """A stand-in for the graded library function ``name`` of exercise ``number``: it runs the
+    library's function where ``guard``'s hook hands it over, and otherwise refuses."""
     short = name.rpartition(".")[2].rpartition(":")[2]
-    mine = os.path.join(folder, f"{stem}.py")
-    others = {os.path.join(folder, f"{s}.py") for s in ex.solution} - {mine}
-    original = _lookup(name)[2]
-    original = original.fget if isinstance(original, property) else original
 
     def stub(*args, **kwargs):
-        caller = sys._getframe(1)
-        files, frame = [], caller
-        while frame is not None:
-            files.append(frame.f_code.co_filename)
-            frame = frame.f_back
-        theirs = [f for f in files if f.startswith(folder + os.sep)]
-        if mine not in theirs and (
-            (theirs and set(theirs) <= others) or (not theirs and _infrastructure(caller))
-        ):
-            return original(*args, **kwargs)
+        box = []
+        sys.audit(_HAND_OVER, name, box)
+        if box:
+            return box.pop()(*args, **kwargs)  # held by no name a frame shows while it runs
         raise LibraryDelegation(
-            f"exercise {ex.number:02d} grades your {short}; it may not call the library's"
+            f"exercise {number:02d} grades your {short}; it may not call the library's"
         )
 
     stub.__name__ = stub.__qualname__ = short
     markers = getattr(original, "__dict__", {})  # hypothesis's @invariant() marks, say
     stub.__dict__.update({k: v for k, v in markers.items() if k != "__wrapped__"})
     return stub
+
+
+_STUB_CODE = _stub("", None, 0).__code__
+"""The code every stub runs: the only code ``guard``'s hook hands a library function to."""
+
+
+def _allowed(ex: Exercise, stem: str, folder: str):
+    """Whether a caller may use the library's version of a graded function that the student's
+    file ``stem`` mirrors: the library's own infrastructure may (the library's ``BlockManager``
+    making its allocators, in exercise 02), and so may another graded file of the exercise
+    (exercise 05's scheduler using the library's ``swap_out``); the student's file ``stem``
+    (``super()``, a wrapper), any other file of theirs, and the grader itself (a re-export: the
+    student's name is the library's) may not."""
+    mine = os.path.join(folder, f"{stem}.py")
+    others = {os.path.join(folder, f"{s}.py") for s in ex.solution} - {mine}
+
+    def allowed(caller) -> bool:
+        files, frame = [], caller
+        while frame is not None:
+            files.append(frame.f_code.co_filename)
+            frame = frame.f_back
+        theirs = [f for f in files if f.startswith(folder + os.sep)]
+        return mine not in theirs and (
+            (bool(theirs) and set(theirs) <= others) or (not theirs and _infrastructure(caller))
+        )
+
+    return allowed
 
 
 _LIBRARY = tuple(
