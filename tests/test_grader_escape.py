@@ -113,3 +113,37 @@ def test_the_sweep_finds_a_process_that_left_its_parent_s_session(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_grader_killed_mid_grading_leaves_nothing_running(tmp_path):
+    """The grader itself dies (SIGKILL: no clean-up of its own runs); the grading child's
+    supervisor is told by the kernel (PR_SET_PDEATHSIG) and ends what the student started."""
+    import signal
+    import subprocess
+
+    folder = submission(tmp_path / "orphan")
+    with open(folder / "memory.py", "a") as f:
+        f.write(
+            "\nimport subprocess, time\n"
+            "subprocess.Popen(['sleep', '67.25'], start_new_session=True)\n"
+            "while True:\n    time.sleep(0.1)\n"
+        )
+    grader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from minipaged.grader.grading import grade; grade(1, {str(folder)!r})",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _alive("67.25") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive("67.25"), "the student's import never started its sleeper"
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    deadline = time.monotonic() + 10
+    while _alive("67.25") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive("67.25") == []
