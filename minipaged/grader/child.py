@@ -3,10 +3,11 @@ what the grader asks of them, answering with what they returned; it decides noth
 
 Before any student code loads it limits itself (address space, CPU time, file size), splits
 into a supervisor that keeps every process the student's code starts within its reach and a
-worker that runs that code (``minipaged.grader.process_tree``), stubs
-the library functions the exercise grades (``minipaged.grader.delegation``) and confines
-itself (``minipaged.grader.confinement``), and sends a first message saying how it is
-confined: student code has not run yet, so that line is the child's own. Then it serves
+worker that runs that code (``minipaged.grader.process_tree``), stubs the library functions
+the exercise grades (``minipaged.grader.delegation``), confines its writes and reads
+(``minipaged.grader.confinement``, ``minipaged.grader.readable``), tries the GPU where it is
+the GPU criteria's child, and sends a first message saying how it is confined and whether it
+can use the GPU: student code has not run yet, so that line is the child's own. Then it serves
 requests, one at a time, on a pair of pipes:
 
 - ``load``: import the student's files (or the library's modules, for ``--solution``);

@@ -7,17 +7,16 @@ kernel for its Landlock ABI and restricts, as far as that ABI goes:
 
 - file-system writes (create, write, truncate, remove, rename, link) to the folders
   ``writable`` and to ``/dev/null`` (ABI 1; truncation from ABI 3, cross-folder links ABI 2);
-- TCP ``bind`` and ``connect``, to nothing (ABI 4);
-- signals and abstract Unix sockets, to this process and its own children (ABI 6), so a
-  student's code cannot stop the grader that judges it.
-
 - file-system reads, when ``readable`` is given, to the paths it lists (ABI 1): the grading
   child passes ``minipaged.grader.readable``'s rules, which leave out the library modules the
-  exercise mirrors.
+  exercise mirrors;
+- TCP ``bind`` and ``connect``, to nothing (ABI 4);
+- signals and abstract Unix sockets, to this process and its own children (ABI 6), so a
+  student's code cannot stop the grader that judges it, nor the supervisor that ends what it
+  starts (``minipaged.grader.process_tree``).
 
-Where Landlock is missing
-(another OS, an older or differently built kernel), ``confine`` changes nothing and says why,
-and the report says that the code ran unconfined.
+Where Landlock is missing (another OS, an older or differently built kernel), ``confine``
+changes nothing and says why, and the report says that the code ran unconfined.
 """
 
 from __future__ import annotations
