@@ -1,6 +1,6 @@
 """The grader of the classroom exercises in ``tutorials/``.
 
-- ``exercises``: the twelve exercises, in course order (folder, files, solution, checks, how
+- ``exercises``: the exercises, in course order (folder, files, solution, checks, how
   the TUI runs them), loading the work to grade, and ``block_manager_class``, a student's
   work as a drop-in ``BlockManager``;
 - ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where

@@ -123,6 +123,7 @@ def _for_generated_runs(check_one, draw_capacity: bool = False) -> None:
         deadline=None,
         database=None,
         phases=(Phase.generate,),
+        report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
     )
     @given(_generated_runs(draw_capacity))
@@ -140,7 +141,7 @@ def check_paged_internal_waste(student):
     waste = student.memory.paged_internal_waste
     expect(waste(500, 16), 12, "§3: paged_internal_waste(L=500, B=16), 32 blocks of 16")
     for block_size in (1, 3, 4, 16):
-        for length in range(0, 3 * block_size + 2):
+        for length in [*range(1, 3 * block_size + 2), 0]:  # L = 0 last: it holds no block
             expected = -(-length // block_size) * block_size - length
             got = waste(length, block_size)
             call = f"paged_internal_waste(L={length}, B={block_size})"
@@ -161,12 +162,16 @@ def check_static_internal_waste(student):
     """static_internal_waste(L, L_max) is L_max - L; a sequence longer than L_max is a ValueError"""
     waste = student.memory.static_internal_waste
     expect(waste(700, 8192), 7492, "§2: static_internal_waste(L=700, L_max=8192)")
-    for length, max_length in [(1, 1), (1, 64), (63, 64), (64, 64), (0, 5)]:
-        expect(
-            waste(length, max_length),
-            max_length - length,
-            f"static_internal_waste(L={length}, L_max={max_length}), the rule L_max - L",
-        )
+    for length, max_length in [(1, 64), (63, 64), (64, 64), (1, 1), (0, 5)]:
+        call = f"static_internal_waste(L={length}, L_max={max_length})"
+        try:
+            got = waste(length, max_length)
+        except ValueError as error:
+            raise CheckFailed(
+                f"{call} raised ValueError ({error}): a sequence of at most L_max tokens fits "
+                "its buffer; refuse only L > L_max"
+            ) from None
+        expect(got, max_length - length, f"{call}, the rule L_max - L")
     try:
         got = waste(65, 64)
     except ValueError:
@@ -310,7 +315,8 @@ def check_orca_waste_of_a_recorded_run(student):
 
 
 def _stalls_one(student, run: RecordedRun, name: str, sizes: dict[int, int]) -> None:
-    call = f"fragmentation_stalls({name}, capacity={run.capacity}, sizes={sizes})"
+    asked = "each L_i" if sizes == run.final_lengths else sizes
+    call = f"fragmentation_stalls({name}, capacity={run.capacity}, sizes={asked})"
     got = student.recorded_waste.fragmentation_stalls(run, sizes)
     if not isinstance(got, list | tuple):
         raise CheckFailed(f"{call}: expected a list of (step, sequence) pairs, got {got!r}")
@@ -320,13 +326,13 @@ def _stalls_one(student, run: RecordedRun, name: str, sizes: dict[int, int]) -> 
         oracle = OrcaReservationAllocator(run.capacity, "oracle")
         library.replay(run, oracle)
         assert oracle.stalls == len(expected), "the library disagrees with the simulator"
-    expect(
-        got,
-        expected,
-        f"{call}: the (step, sequence) of each request that stalls. The rule: free the buffers "
-        "of the sequences gone since the step before, then place each newcomer's buffer "
-        "first fit; a refusal is a stall when max_j c(m_j) < C_req <= sum_j c(m_j) (§2)",
-    )
+    if got != expected:
+        raise CheckFailed(
+            f"{call}: expected the stalls (step, sequence) {expected}, got {got}. The rule: "
+            "at each step free the buffers of the sequences gone since the step before, then "
+            "place each newcomer's buffer first fit (a sequence back from preemption is a "
+            "newcomer); a refusal is a stall when max_j c(m_j) < C_req <= sum_j c(m_j) (§2)"
+        )
 
 
 def check_fragmentation_stalls_of_a_recorded_run(student):
