@@ -52,6 +52,18 @@ stall (sequence 5 at step 24 of ``queued``; sequence 3 at step 28 of ``preempted
 GENERATED = 60
 """Generated runs per criterion: the same ones on every machine (derandomized)."""
 
+EDGES = RecordedRun(
+    block_size=4,
+    capacity=32,
+    max_length=8,
+    lengths=({0: 3, 1: 1, 2: 7}, {0: 4, 2: 8}, {0: 5}, {0: 6, 3: 2}, {3: 3}),
+    blocks=({0: 1, 1: 1, 2: 2}, {0: 1, 2: 2}, {0: 2}, {0: 2, 3: 1}, {3: 1}),
+)
+"""The edges, in one small run checked before the generated ones: sequence 0 fills its last
+block exactly at step 1 ($l = B = 4$), then starts a new one; sequence 1 is one token long;
+sequence 2 ends at $L_{\\max} = 8$, which fills two blocks; sequence 3 arrives after two
+have left."""
+
 
 @functools.cache
 def recorded(name: str) -> RecordedRun:
@@ -114,8 +126,10 @@ def _generated_runs(draw_capacity: bool = False):
 
 
 def _for_generated_runs(check_one, draw_capacity: bool = False) -> None:
-    """Run ``check_one(run)`` on ``GENERATED`` generated runs; the first failure is the one
-    reported (no shrinking: each try is a call into the student's code)."""
+    """Run ``check_one(run, name)`` on ``EDGES``, then on ``GENERATED`` generated runs; the
+    first failure is the one reported (no shrinking: each try is a call into the student's
+    code)."""
+    check_one(EDGES, "the edge run (a full last block, one token, L_max)")
 
     @settings(
         max_examples=GENERATED,
