@@ -883,3 +883,22 @@ def test_the_course_nav_is_the_graders_exercises_in_order() -> None:
     course = [page for page in nav_pages() if page in GENERATED]
     assert course == [f"course/{ex.folder}.md" for ex in EXERCISES.values()]
     assert "course/01-" not in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_every_exercise_has_a_row_in_the_course_tables() -> None:
+    """The course's table (what to read first, how to see it run) and tutorials/README.md's
+    (the files to complete) are written by hand: each of the grader's exercises has its row."""
+    from minipaged.grader.exercises import EXERCISES
+
+    course = (DOCS / "course" / "index.md").read_text(encoding="utf-8")
+    tutorials = (ROOT / "tutorials" / "README.md").read_text(encoding="utf-8")
+    missing = [
+        ex.folder
+        for ex in EXERCISES.values()
+        if f"| {ex.number:02d} | [" not in course
+        or f"]({ex.folder}.md)" not in course
+        or f"]({ex.folder}/README.md)" not in tutorials
+    ]
+    assert not missing, (
+        f"exercises with no row in docs/course/index.md or tutorials/README.md: {missing}"
+    )

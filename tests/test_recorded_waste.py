@@ -25,7 +25,7 @@ def spans_minus(spans, values) -> list[int]:
 def test_paged_waste_is_what_the_recorded_tables_held_and_the_simulator_spans(name):
     run = recorded(name)
     simulated = replay(run, PagedAllocator(run.capacity // run.block_size, run.block_size))
-    assert recorded_waste.paged_waste(run) == recorded_waste.recorded_waste(run)
+    assert recorded_waste.paged_waste(run) == recorded_waste.table_waste(run)
     assert recorded_waste.paged_waste(run) == spans_minus(simulated, run.lengths)
 
 

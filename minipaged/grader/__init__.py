@@ -14,7 +14,8 @@
 - ``confinement``: Landlock, where Linux offers it;
 - ``report``: criteria, results, the printed and the JSON report;
 - ``student``: a student's files, or the library modules that solve an exercise;
-- ``ex01_block_table`` ... ``ex12_prefix_cache``: each exercise's checks (``CRITERIA``);
+- ``ex01_block_table``, ``ex02_allocator``, ...: each exercise's checks (``CRITERIA``), with
+  what they read besides (``recorded_runs/``: the engine runs exercise 13 measures);
 - ``properties`` and ``program_steps``: random programs against a block manager, one request
   a step, and the reference properties;
 - ``bug_zoo`` and ``broken_states``: broken block managers and hand-built broken states that

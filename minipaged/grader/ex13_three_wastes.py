@@ -246,7 +246,7 @@ def _spans_minus(spans: list[dict[int, int]], values: list[dict[int, int]]) -> l
 def _paged_one(student, run: RecordedRun, name: str) -> None:
     call = f"paged_waste({name}, B={run.block_size})"
     got = _series(student.recorded_waste.paged_waste(run), run, call)
-    expected = library.recorded_waste(run)
+    expected = library.table_waste(run)
     per_sequence = -(-run.max_length // run.block_size)  # blocks: enough for every one at once
     roomy = PagedAllocator(len(run.final_lengths) * per_sequence, run.block_size)
     simulated = _spans_minus(library.replay(run, roomy), list(run.lengths))

@@ -7,7 +7,7 @@ every step, its final length $L_i$, and what the engine actually allocated. The 
 below apply the formulas of ``minipaged.memory`` to those lengths:
 
 - ``paged_waste``: the empty slots of each sequence's last block, $\\lceil l_i/B \\rceil B - l_i$
-  (§3), which must equal what the recorded tables hold (``recorded_waste``) and what the
+  (§3), which must equal what the recorded tables hold (``table_waste``) and what the
   simulator's paged allocator spans for the same lengths (``replay``);
 - ``static_waste``: $L_{\\max} - L_i$ for each live sequence (§2's internal fragmentation);
 - ``orca_waste``: $\\lceil l_i/\\Delta L \\rceil \\Delta L - l_i$ (§2's reservation
@@ -110,7 +110,7 @@ def load(path: str | Path, max_length: int) -> RecordedRun:
     return from_steps(trace.load(path).steps, max_length)
 
 
-def recorded_waste(run: RecordedRun) -> list[int]:
+def table_waste(run: RecordedRun) -> list[int]:
     """What the engine's tables held empty at each step: $\\sum_i |\\mathcal{T}_i| B - l_i$."""
     return [
         sum(run.blocks[k][seq] * run.block_size - length for seq, length in lengths.items())
