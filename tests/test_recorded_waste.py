@@ -103,6 +103,10 @@ def test_a_run_that_does_not_hold_together_is_refused_in_one_line_with_the_fix()
         with pytest.raises(ValueError) as caught:
             replace(queued, **change)
         assert words in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"the buffer sequence 5 asks for\) must be a positive"):
+        recorded_waste.fragmentation_stalls(queued, {seq: 8 for seq in range(5)})
+    with pytest.raises(ValueError, match=r"asks for\) must be a positive integer, got 0"):
+        recorded_waste.fragmentation_stalls(queued, dict.fromkeys(range(6), 0))
     with pytest.raises(ValueError, match="the run has no steps: record at least one"):
         recorded_waste.from_steps([], max_length=8)
 

@@ -156,6 +156,8 @@ def fragmentation_stalls(run: RecordedRun, sizes: Mapping[int, int]) -> list[tup
     never retried (its sequence holds no buffer until it leaves and comes back). Returns
     ``(step, sequence)`` for each refusal that §2's condition calls a stall: enough memory
     free in total, but no hole large enough."""
+    for seq in run.final_lengths:  # every sequence asks: each needs a size first
+        memory._check_int(f"sizes[{seq}] (the buffer sequence {seq} asks for)", sizes.get(seq))
     heap = ContiguousHeap(run.capacity)
     buffers: dict[int, tuple[int, int]] = {}  # seq -> (start, size)
     stalls, before = [], set()
