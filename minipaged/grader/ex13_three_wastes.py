@@ -84,10 +84,10 @@ def _first_wrong_step(got: list, expected: list, run: RecordedRun, call: str, ru
     """Fail at the first step where ``got`` differs, naming the step's lengths and the rule."""
     for k, (mine, right) in enumerate(zip(got, expected, strict=True)):
         if mine != right:
-            live = dict(sorted(run.lengths[k].items()))
+            live, final = dict(sorted(run.lengths[k].items())), run.final_lengths
             raise CheckFailed(
                 f"{call}, step {k} (live sequences and their l_i: {live}; their L_i: "
-                f"{ {s: run.final_lengths[s] for s in live} }): expected {right} slots, got "
+                f"{ {s: final[s] for s in live} }): expected {right} slots, got "
                 f"{mine}. The rule: {rule}"
             )
 
@@ -275,8 +275,9 @@ def check_paged_waste_of_a_recorded_run(student):
 def _static_one(student, run: RecordedRun, name: str) -> None:
     call = f"static_waste({name}, L_max={run.max_length})"
     got = _series(student.recorded_waste.static_waste(run), run, call)
-    spans = library.replay(run, StaticAllocator(run.max_length * len(run.final_lengths)))
-    finals = [{s: run.final_lengths[s] for s in ls} for ls in run.lengths]
+    final = run.final_lengths
+    spans = library.replay(run, StaticAllocator(run.max_length * len(final)))
+    finals = [{s: final[s] for s in ls} for ls in run.lengths]
     expected = _spans_minus(spans, finals)
     assert expected == library.static_waste(run), "the library disagrees with the simulator"
     from_now = _spans_minus(spans, list(run.lengths))
