@@ -342,11 +342,13 @@ def _stalls_one(student, run: RecordedRun, name: str, sizes: dict[int, int]) -> 
         library.replay(run, oracle)
         assert oracle.stalls == len(expected), "the library disagrees with the simulator"
     if got != expected:
+        steps = "" if name.startswith("recorded") else f" (its steps: {list(run.lengths)})"
         raise CheckFailed(
-            f"{call}: expected the stalls (step, sequence) {expected}, got {got}. The rule: "
+            f"{call}{steps}: expected the stalls (step, sequence) {expected}, got {got}. The rule: "
             "at each step free the buffers of the sequences gone since the step before, then "
-            "place each newcomer's buffer first fit (a sequence back from preemption is a "
-            "newcomer); a refusal is a stall when max_j c(m_j) < C_req <= sum_j c(m_j) (§2)"
+            "place each newcomer's buffer first fit, in order of sequence id (a sequence back "
+            "from preemption is a newcomer); a refusal is a stall when max_j c(m_j) < C_req "
+            "<= sum_j c(m_j) (§2)"
         )
 
 
