@@ -115,6 +115,8 @@ def supervise(channel: tuple[int, ...]) -> bool:
     for fd in channel:
         os.close(fd)
     # If the grader itself dies (killed, crashed), end the worker's tree rather than leave it.
+    # The kernel sends this when the grader's *thread* that started us ends: every grader
+    # starts and stops its children within one call on one thread (grading, a TUI run).
     signal.signal(signal.SIGUSR1, lambda *_: os._exit(_ended(128 + signal.SIGUSR1)))
     _prctl(_PR_SET_PDEATHSIG, signal.SIGUSR1)
     if os.getppid() != grader:  # it died before the line above
