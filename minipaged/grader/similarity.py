@@ -18,6 +18,13 @@ other functions reach at most ``HONEST_MAX`` against a graded function this long
 copy scores 1.0, and one with a statement added to every function still above ``THRESHOLD``.
 Exercises 01 and 02, whose graded functions are all shorter, are left to the exact
 comparison of ``minipaged.grader.delegation``.
+
+Variables and attributes share one numbering, so a copy that renames a local named like an
+attribute (``table = self.table(seq_id)``), or adds a variable at the top, shifts the numbers
+after it: that function alone can fall below (a disguised ``BlockManager.free``, 0.61). A whole
+disguised module is still refused, by its other functions. Two numberings, one for variables
+and one for attributes, were measured too: every disguised function then scores 0.91 or more,
+but an honest answer reaches 0.899 (exercise 05's ``_preempt`` in the test suite), no margin.
 """
 
 from __future__ import annotations
