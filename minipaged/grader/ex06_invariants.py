@@ -139,7 +139,10 @@ def reference_problems(state: BlockState, kv: SimulatedKV, last_write, end: bool
 
 
 def check_no_false_alarm(student):
-    """your properties hold on every random program against the library's BlockManager"""
+    """your properties hold on every random program against the library's BlockManager
+
+    Rule: a property fails only on a state that breaks one of the five rules, and the
+    library's BlockManager breaks none."""
     try:
         _programs(student, BlockManager, max_examples=60)
     except YourPropertiesFailed as error:
@@ -226,7 +229,11 @@ def catches(member: type[BlockManager]):
         )
 
     check.__name__ = f"check_catches_{member.__name__}"
-    check.__doc__ = f"your properties catch {member.__name__}: {member.__doc__.split(':')[0]}"
+    check.__doc__ = (
+        f"your properties catch {member.__name__}: {member.__doc__.split(':')[0]}\n\n"
+        "Rule: a property fails an assert on the first state that breaks a rule, before the "
+        "broken manager crashes the program"
+    )
     return check
 
 
