@@ -228,10 +228,21 @@ def failure_message(error: BaseException, student: Student) -> str:
 
 MACHINERY = frozenset(
     f"{Path(__file__).parent / name}.py"
-    for name in ("grading", "proxies", "remote", "report", "student", "time_limit", "wire")
+    for name in (
+        "grading",
+        "proxies",
+        "remote",
+        "report",
+        "student",
+        "student_run",
+        "time_limit",
+        "wire",
+        "witness",
+    )
 )
-"""The grader's files that carry a call to the student's code without making it: the call a
-failure names is the last one made from a check (or a helper of the checks) before these."""
+"""The grader's files that are no check: they carry a call to the student's code (or make
+it for the TUI's run), and the call a failure names is the last one a check (or a helper of
+the checks) made."""
 
 
 def _call_of(error: BaseException) -> str:
