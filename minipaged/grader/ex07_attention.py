@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minipaged.grader.report import CheckFailed, Criterion
+from minipaged.grader.report import CheckFailed, Criterion, note_call
 
 TOLERANCE = 1e-4
 
@@ -123,8 +123,8 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
             scale,
             block_size,
         )
-    except Exception as error:  # the student's: failure_message names it, and this call
-        error.add_note(where)
+    except Exception as error:  # the student's: its message names this call too
+        note_call(error, where)
         raise
     if not isinstance(got, torch.Tensor) or got.shape != case.expected.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__

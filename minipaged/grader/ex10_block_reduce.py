@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minipaged.grader.report import CheckFailed, Criterion
+from minipaged.grader.report import CheckFailed, Criterion, note_call
 
 NUM_THREADS = 32  # one warp: thread t holds dimension t of a head_dim = 32 query and key
 
@@ -97,7 +97,7 @@ def _run(student, what: str, launch, *args) -> np.ndarray:
     try:
         return student.run(launch, *args)
     except Exception as error:
-        error.add_note(what)
+        note_call(error, what)
         raise
 
 

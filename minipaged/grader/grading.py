@@ -37,6 +37,7 @@ from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
 from minipaged.grader.report import (
     BLOCKED,
+    CALLED,
     FAIL,
     PASS,
     CheckFailed,
@@ -248,11 +249,11 @@ the checks) made."""
 def _call_of(error: BaseException) -> str:
     """``", in the check's call bm.fork(7, 8)"``: what the check was calling when ``error``
     was raised in the student's code: the call the check named in a note on the error
-    (``error.add_note``), else the expression of the grader's checks that called into the
+    (``report.note_call``), else the expression of the grader's checks that called into the
     student's code, or ``""`` when no check's line made it."""
-    notes = getattr(error, "__notes__", None)
-    if notes:
-        return f", in the check's call {notes[-1]}"
+    named = [n for n in getattr(error, "__notes__", ()) if n.startswith(CALLED)]
+    if named:  # the first, made nearest the student's code
+        return f", in {named[0]}"
     grader = str(Path(__file__).parent)
     found = ""
     tb = error.__traceback__
@@ -261,7 +262,7 @@ def _call_of(error: BaseException) -> str:
         if code.co_filename.startswith(grader) and code.co_filename not in MACHINERY:
             found = _expression(code, tb.tb_lasti) or found
         tb = tb.tb_next
-    return f", in the check's call {found}" if found else ""
+    return f", in {CALLED}{found}" if found else ""
 
 
 def _expression(code, instruction: int) -> str:

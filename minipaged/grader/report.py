@@ -37,6 +37,16 @@ class CheckFailed(AssertionError):
     """The student's work does not meet a criterion; the message says how."""
 
 
+CALLED = "the check's call "
+"""Starts a note (``BaseException.add_note``) that names the call a student's error came from."""
+
+
+def note_call(error: BaseException, call: str) -> None:
+    """Name, on ``error`` (raised by the student's code), the call of theirs the check was
+    making: the failure's message names it (``grading.failure_message``)."""
+    error.add_note(CALLED + call)
+
+
 def expect(got: Any, expected: Any, what: str) -> None:
     """Fail with ``"{what}: expected {expected!r}, got {got!r}"`` unless ``got == expected``.
     Of two dataclasses (a ``BlockState``, say) or dicts, only the parts that differ are shown."""
@@ -61,7 +71,8 @@ def expect_refused(
     except error:
         expect_unchanged(state(), before, what, error.__name__)
         return
-    except NotImplementedError:
+    except NotImplementedError as unwritten:
+        note_call(unwritten, what)
         raise
     except Exception as other:
         raise CheckFailed(
