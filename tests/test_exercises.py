@@ -300,6 +300,20 @@ def test_cli_check_exits_1_on_the_starter_and_prints_the_notation_intact(tmp_pat
     assert json.loads(target.read_text())["counts"] == {"pass": 0, "fail": every, "blocked": 0}
 
 
+def test_cli_check_first_failure_stops_there_and_names_the_rest_not_run(tmp_path, capsys):
+    target = tmp_path / "report.json"
+    assert cli.main(["exercises", "check", "4", "--first-failure", "--json", str(target)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAIL ") == 1 and "not written yet: exercise 04: reserve the slot" in out
+    assert "not run: grading stopped at the first criterion that failed" in out
+    every = len(EXERCISES[4].criteria())
+    counts = json.loads(target.read_text())["counts"]
+    assert counts == {"pass": 0, "fail": 1, "blocked": every - 1}
+    batch = ["exercises", "check", "4", "--batch", str(tmp_path), "--first-failure"]
+    assert cli.main(batch) == 2
+    assert "--first-failure is for checking your own work" in capsys.readouterr().err
+
+
 def test_cli_check_of_a_folder_without_the_files_says_what_to_do(tmp_path, capsys):
     assert cli.main(["exercises", "check", "4", "--path", str(tmp_path)]) == 2
     assert "has no block_manager.py" in capsys.readouterr().err

@@ -182,15 +182,16 @@ def explained(criterion: Criterion, error: BaseException, student: Student) -> s
     the work broke (``Criterion.broken``) where the student's code ran and answered wrongly or
     raised; not where it could not be judged at all (a file that does not import, a grading
     process gone, a loop stopped by the clock, a copy of the library's code)."""
-    message = failure_message(error, student)
+    message = failure_message(error, student, _call_of(error))
     unjudged = StudentImportError | ChildGone | LibraryDelegation | TimeLimitExceeded | MemoryError
     return message if isinstance(error, unjudged) else criterion.broken(message)
 
 
-def failure_message(error: BaseException, student: Student) -> str:
+def failure_message(error: BaseException, student: Student, call: str = "") -> str:
     """What a criterion that raised ``error`` tells the student: the check's own words, or
-    the student's error with the line it came from and, where it is telling, its likely cause."""
-    where = student.where(error) + _call_of(error)
+    the student's error with the line it came from, the check's ``call`` that reached it
+    (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause."""
+    where = student.where(error) + call
     if isinstance(error, TimeLimitExceeded):
         return f"{error}: is there a loop that never ends?"
     if isinstance(error, MemoryError):
@@ -229,21 +230,10 @@ def failure_message(error: BaseException, student: Student) -> str:
 
 MACHINERY = frozenset(
     f"{Path(__file__).parent / name}.py"
-    for name in (
-        "grading",
-        "proxies",
-        "remote",
-        "report",
-        "student",
-        "student_run",
-        "time_limit",
-        "wire",
-        "witness",
-    )
+    for name in ("grading", "proxies", "remote", "report", "student", "time_limit", "wire")
 )
-"""The grader's files that are no check: they carry a call to the student's code (or make
-it for the TUI's run), and the call a failure names is the last one a check (or a helper of
-the checks) made."""
+"""The grader's files that carry a check's call to the student's code without making it: the
+call a failure names is the last one a check (or a helper of the checks) made."""
 
 
 def _call_of(error: BaseException) -> str:
