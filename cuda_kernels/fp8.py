@@ -59,26 +59,31 @@ class DecodeFields(NamedTuple):
 
     An FP8 byte is a sign, an exponent $e$ of $E$ bits with bias $b$ and a mantissa $m$ of $M$
     bits: $(-1)^s 2^{e - b} (1 + m / 2^M)$, or $(-1)^s 2^{1 - b} (m / 2^M)$ when $e = 0$ (a
-    subnormal). Read as a signed byte and shifted left ``shift`` $= 23 - M$ places, its
-    mantissa lands on the top of float32's, its exponent on the low bits of float32's, and its
-    sign on float32's sign bit (with copies of it between, which ``keep`` clears). Those bits,
-    read as a float32, are $(-1)^s 2^{e - 127} (1 + m / 2^M)$, or a float32 subnormal
-    $(-1)^s 2^{-126} (m / 2^M)$ when $e = 0$: both the byte's value times $2^{b - 127}$, so one
-    multiplication by ``multiplier`` $= 2^{127 - b}$ gives the byte's value exactly, subnormals
-    included. Magnitudes from ``special`` up are not numbers (e4m3's 0x7F is NaN; e5m2's
-    all-ones exponent is inf or NaN): setting all of float32's exponent bits keeps them so."""
+    subnormal). Read as a signed byte and shifted left $23 - M$ places (a multiplication by
+    ``step`` $= 2^{23 - M}$), its mantissa lands on the top of float32's, its exponent on the
+    low bits of float32's, and its sign on float32's sign bit (with copies of it between, which
+    ``keep`` clears). Those bits, read as a float32, are $(-1)^s 2^{e - 127} (1 + m / 2^M)$, or
+    a float32 subnormal $(-1)^s 2^{-126} (m / 2^M)$ when $e = 0$: both the byte's value times
+    $2^{b - 127}$, so one multiplication by ``multiplier`` $= 2^{127 - b}$ gives the byte's
+    value exactly, subnormals included. Bytes whose low seven bits are ``special`` or more are
+    not numbers (e4m3's 0x7F is NaN; e5m2's all-ones exponent is inf or NaN): setting all of
+    float32's exponent bits keeps them so.
 
-    shift: np.int32
-    keep: np.int32  # float32's sign bit and the 7 bits under the shifted magnitude
-    special: np.int32  # the smallest shifted magnitude that is inf or NaN
+    Why a multiplication and not ``<<``: Numba computes integer operations in 64 bits, and a
+    shift by an amount known only when the kernel runs stays 64-bit, four lanes to a SIMD
+    register; a multiplication is narrowed back to 32 bits, eight lanes."""
+
+    step: np.int32  # 2^(23 - M)
+    keep: np.int32  # float32's sign bit and the bits under the shifted seven
+    special: np.int32  # the smallest low-seven-bits value that is inf or NaN
     multiplier: np.float32  # 2^(127 - b)
 
 
 EXPONENT_BITS = np.int32(0x7F800000)
 """float32's exponent, all ones: inf with a zero mantissa, NaN otherwise."""
 
-MAGNITUDE_BITS = np.int32(0x7FFFFFFF)
-"""Every bit of a float32 but its sign."""
+LOW_SEVEN = np.int32(0x7F)
+"""An FP8 byte without its sign."""
 
 
 def decoded_row(row, fields, scratch):
@@ -89,8 +94,9 @@ def decoded_row(row, fields, scratch):
     body runs with Numba's compiler off (``NUMBA_DISABLE_JIT=1``, to step through a twin in a
     debugger); compiled twins use the overload below, which does the same a byte at a time."""
     if row.dtype == np.uint8:
-        bits = (row.view(np.int8).astype(np.int32) << fields.shift) & fields.keep
-        bits[(bits & MAGNITUDE_BITS) >= fields.special] |= EXPONENT_BITS
+        byte = row.view(np.int8).astype(np.int32)
+        bits = (byte * fields.step) & fields.keep
+        bits[(byte & LOW_SEVEN) >= fields.special] |= EXPONENT_BITS
         with np.errstate(invalid="ignore"):  # e5m2's signalling NaNs stay NaN, quietly
             scratch[:] = bits.view(np.float32) * fields.multiplier
         return scratch
@@ -103,10 +109,11 @@ def decoded_row_overload(row, fields, scratch):
 
         def decode(row, fields, scratch):
             for d in range(row.shape[0]):  # no branch, no lookup: eight bytes a SIMD step
-                bits = (np.int32(np.int8(row[d])) << fields.shift) & fields.keep
-                if bits & MAGNITUDE_BITS >= fields.special:
-                    bits |= EXPONENT_BITS
-                scratch[d] = np.int32(bits).view(np.float32) * fields.multiplier
+                byte = np.int32(np.int8(row[d]))  # the sign copied into bits 8 to 31
+                special = np.int32(np.int32(byte & LOW_SEVEN) >= fields.special)  # 1 or 0
+                bits = np.int32(np.int32(byte * fields.step) & fields.keep)
+                bits = np.int32(bits | np.int32(special * EXPONENT_BITS))
+                scratch[d] = bits.view(np.float32) * fields.multiplier
             return scratch
 
         return decode
@@ -126,10 +133,10 @@ def decode_fields(dtype: torch.dtype) -> DecodeFields:
     bias = 1 - round(math.log2(info.tiny))
     shift = 23 - mantissa_bits
     values = torch.arange(128, dtype=torch.uint8).view(dtype).float()
-    first_special = int(torch.nonzero(~torch.isfinite(values))[0])
+    special = int(torch.nonzero(~torch.isfinite(values))[0])
     keep = np.uint32(0x80000000 | ((1 << (7 + shift)) - 1)).view(np.int32)
     return DecodeFields(
-        np.int32(shift), keep, np.int32(first_special << shift), np.float32(2.0 ** (127 - bias))
+        np.int32(1 << shift), keep, np.int32(special), np.float32(2.0 ** (127 - bias))
     )
 
 
