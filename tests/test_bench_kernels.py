@@ -187,6 +187,7 @@ def test_a_paired_ratio_divides_out_what_a_round_shared():
     slow_paged = [1.1, 2.2, 2.2]  # the same in-order rounds; the paged path slowed once
     assert np.median(slow_paged) / np.median(in_order) == pytest.approx(2.2)
     assert rounds.paired_ratio(slow_paged, in_order) == pytest.approx(1.1)
+    assert rounds.paired_ratio([2.0, 2.0, 9.0], [1.0, 1.0]) == 2.0  # the rounds both ran
 
 
 def test_the_spread_grows_with_the_noise_between_rounds_and_is_reproducible():
@@ -203,6 +204,8 @@ def test_rounds_stop_at_the_fewest_once_settled_and_at_the_most_if_never():
     assert len(settled["a"]) == 4
     never = rounds.time_rounds(paths, "cpu", 4, 7, settled=lambda times: False)
     assert len(never["a"]) == len(never["b"]) == 7
+    slow_once = rounds.time_rounds(paths, "cpu", 4, 7, lambda times: False, only_first={"b"})
+    assert (len(slow_once["a"]), len(slow_once["b"])) == (7, 4)
     with pytest.raises(ValueError, match=r"min_rounds <= max_rounds, got 5 and 3"):
         rounds.time_rounds(paths, "cpu", 5, 3)
 

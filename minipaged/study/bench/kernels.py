@@ -129,12 +129,13 @@ def measure(
 ) -> dict:
     """One row: every path's median time over interleaved rounds (``rounds``), with torch (and
     so the Numba CPU twin) on ``threads`` threads: ``repeats`` rounds, or, given
-    ``max_repeats``, as many more (up to it) as every kernel's paged ÷ in order needs to
-    settle within ``rounds.PRECISION``. ``kernels`` (default: ``numba_kernels``) maps a
-    kernel's name to a function with ``paged_attention_decode``'s arguments: each runs paged,
-    in order and over FP8 pools. With ``probe`` (``bandwidth.probe_tensor``), the machine's
-    streaming read of it is one more path of the same rounds. Ratios are paired, round by
-    round (``rounds.paired_ratio``); paged ÷ in order comes with its spread."""
+    ``max_repeats``, as many more (up to it, without the slow references) as every kernel's
+    paged ÷ in order needs to settle within ``rounds.PRECISION``. ``kernels`` (default:
+    ``numba_kernels``) maps a kernel's name to a function with ``paged_attention_decode``'s
+    arguments: each runs paged, in order and over FP8 pools. With ``probe``
+    (``bandwidth.probe_tensor``), the machine's streaming read of it is one more path of the
+    same rounds. Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
+    order comes with its spread."""
     device = options.device
     inputs = decode_inputs(batch, context, block_size, device, options.seed)
     q, k, v = inputs.sdpa
@@ -156,8 +157,10 @@ def measure(
     torch.set_num_threads(threads)
     paging = [(name, f"{name}_in_order") for name in kernels]
     try:
+        settled = rounds.ratios_settled(paging)
+        # The references are written to be read, take most of a round, and settle no ratio.
         times = rounds.time_rounds(
-            timed, device, repeats, max_repeats or repeats, rounds.ratios_settled(paging)
+            timed, device, repeats, max_repeats or repeats, settled, REFERENCES
         )
         row["rounds"] = len(times["sdpa"])
         row.update({f"{name}_ms": rounds.median_ms(t) for name, t in times.items()})
@@ -307,7 +310,8 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
         "touches all of them alike, and each ratio is the median of the rounds' own ratios. "
         + (
             f"A row takes rounds until paged ÷ in order is known to ±{rounds.PRECISION:.0%} "
-            "or the most are taken; "
+            f"or the most are taken (the loop and vectorized references, which take most of a "
+            f"round, only the first {fewest}); "
             if fewest < most
             else ""
         )

@@ -17,7 +17,7 @@ and 1.03 to 1.06 (median of the rounds' own ratios, the one used here).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 import torch
@@ -44,10 +44,13 @@ def time_rounds(
     min_rounds: int,
     max_rounds: int,
     settled: Callable[[Times], bool] = lambda times: True,
+    only_first: Collection[str] = (),
 ) -> Times:
     """Each path's wall time in every round, after one warm-up call each (first-call
     allocation and, on a GPU, compilation). Rounds go on past ``min_rounds`` until
-    ``settled(times)`` or ``max_rounds``."""
+    ``settled(times)`` or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
+    settling ratio needs) take part in the first ``min_rounds`` only, so their lists are
+    shorter, and a ratio with them pairs those first rounds."""
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(
             f"rounds must satisfy 1 <= min_rounds <= max_rounds, got {min_rounds} and "
@@ -58,12 +61,14 @@ def time_rounds(
     times: Times = {name: [] for name in paths}
     while True:
         for name, fn in paths.items():
+            if name in only_first and len(times[name]) >= min_rounds:
+                continue
             start = time.perf_counter()
             fn()
             if device == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
-        rounds = len(next(iter(times.values())))
+        rounds = max(len(t) for t in times.values())
         if rounds >= max_rounds or (rounds >= min_rounds and settled(times)):
             return times
 
@@ -74,8 +79,10 @@ def median_ms(times: list[float]) -> float:
 
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """The median over rounds of ``numerator[i] / denominator[i]``: two paths' ratio with
-    what each round shared (the load, the clock, the cache others left) divided out."""
-    return float(np.median(np.divide(numerator, denominator)))
+    what each round shared (the load, the clock, the cache others left) divided out. Over the
+    rounds both took part in: the first, when one list is shorter (``only_first``)."""
+    rounds = min(len(numerator), len(denominator))
+    return float(np.median(np.divide(numerator[:rounds], denominator[:rounds])))
 
 
 def spread(numerator: list[float], denominator: list[float], seed: int = 0) -> float:
