@@ -40,9 +40,11 @@ class Scenario:
 
     def build(self, model: str | None = None) -> LLMEngine:
         """Load ``model`` (the config's when None) and return its engine with every request
-        added (nothing run yet). Raises ``FileNotFoundError`` or ``ValueError`` naming what is
-        wrong."""
+        added (nothing run yet), recording each step's attention for the attention view
+        (``minipaged.attention_probe``). Raises ``FileNotFoundError`` or ``ValueError`` naming
+        what is wrong."""
         llm = LLM(model, config=self.config)
+        llm.engine.runner.record_attention()
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
         return llm.engine
