@@ -120,7 +120,9 @@ def walk(
         ("query", query, num_queries),
     ):
         if not -count <= value < count:
-            raise IndexError(f"{name} {value} is not in this record: it has {count}")
+            raise IndexError(
+                f"{name} {value} is not in this record, which has {count}: pick 0 to {count - 1}"
+            )
     query %= num_queries
     num_kv_heads, block_size = record.keys.shape[2], record.block_size
     group = num_heads // num_kv_heads

@@ -56,10 +56,13 @@ def record_of(frame: Frame, seq: int) -> AttentionRecord | None:
 
 def why_no_record(frame: Frame, seq: int) -> str:
     """Why the view has nothing to show for ``seq`` at this frame, and what to do."""
+    if frame.index == 0:
+        return "nothing has run yet: n runs step 1"
     if frame.step.attention is None:
         return (
-            "no attention was recorded for this run (a replayed trace or a student's run "
-            "keeps none): run a scenario live"
+            "no attention is recorded at this frame: a replayed trace or a student's run keeps "
+            "none (run a scenario live); a speculative step keeps it on its second frame, after "
+            "the verify pass (n)"
         )
     status = next((s.status for s in frame.streams if s.seq_id == seq), "gone")
     return f"s{seq} computed nothing at step {frame.index} ({status}): n/b to a step it runs in"
