@@ -287,3 +287,27 @@ async def test_brackets_choose_the_query_within_a_prompt():
         await pilot.press("left_square_bracket")
         assert app.attention.query == len(record.positions) - 2
         assert f"t={last - 1} " in shown(app)
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+def reading_block_2(pilot_step: int = 12, seq: int = 0):
+    """A ``run_before``: the tour's step 12, s0's attention read up to its block 2."""
+
+    async def run_before(pilot) -> None:
+        await opened(pilot, pilot_step, seq)
+        await pilot.press("full_stop", "full_stop")
+        await pilot.pause()
+
+    return run_before
+
+
+def test_the_view_at_80_by_24(snap_compare):
+    # A short screen: the view takes the tables' rows; the pools still show block 2 selected.
+    assert snap_compare(replaying("tour"), terminal_size=(80, 24), run_before=reading_block_2())
+
+
+def test_the_view_at_160_by_50(snap_compare):
+    # Every block's tokens beside its scores; the tables and pools highlight block 2.
+    assert snap_compare(replaying("tour"), terminal_size=(160, 50), run_before=reading_block_2())

@@ -20,6 +20,7 @@ chunk's last query (the one a finished prompt samples from) and ``[``/``]`` choo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rich.console import RenderableType
@@ -109,11 +110,17 @@ class AttentionView(Pane):
         told = [*heading(found, piece, frame), *reading(found, cursor.j, piece)]
         told += result(found, piece)
         v2 = partitions(found)
-        room = max(self.content_size.height, len(told) + 4)
-        if len(told) + len(rows) + len(v2) > room:  # v2 goes first, then blocks far from j
-            v2 = v2 if len(told) + 4 + len(v2) <= room else []
-            rows = rows[:1] + window(rows[1:], cursor.j, room - len(told) - len(v2) - 1)
+        told_rows, v2_rows = wrapped(told, width), wrapped(v2, width)
+        room = max(self.content_size.height, told_rows + 4)
+        if told_rows + len(rows) + v2_rows > room:  # v2 goes first, then blocks far from j
+            v2, v2_rows = (v2, v2_rows) if told_rows + 4 + v2_rows <= room else ([], 0)
+            rows = rows[:1] + window(rows[1:], cursor.j, room - told_rows - v2_rows - 1)
         return Text("\n").join([*told[:2], *rows, *told[2:], *v2])
+
+
+def wrapped(lines: list[Text], width: int) -> int:
+    """The rows ``lines`` take in ``width`` columns (a word wrap may take one more)."""
+    return sum(max(1, math.ceil(line.cell_len / max(width, 1))) for line in lines)
 
 
 def window(rows: list[Text], at: int, keep: int) -> list[Text]:
@@ -202,7 +209,7 @@ def partitions(w: Walk) -> list[Text]:
     delta = float((w.merged - w.output).abs().max())
     lines.append(
         Text(
-            f"m = max m_k = {m:.2f}; O = Σ ℓ_k e^(m_k−m) O_k / Σ ℓ_k e^(m_k−m): "
+            f"m = max m_k = {m:.2f}; ℓ = Σ ℓ_k e^(m_k−m) = {w.l:.2f}; O = Σ w_k O_k: "
             f"max|Δ| vs acc/ℓ = {delta:.1e}",
             style="dim",
         )
