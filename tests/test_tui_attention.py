@@ -1,6 +1,7 @@
 """The attention view (source text §4): the engine's probe records what a step's attention read
 and computed, the walk built from a record is the reference decode's (an oracle, not a
 snapshot), and the view's keys open it, walk its blocks, change layer and head, and close it.
+Last, a speculative step's tree shown as tokens (issue 29 §3).
 
 One run of ``tour`` is recorded once (``tests.tui_runs.recorded``) and every app here replays it.
 """
@@ -26,6 +27,10 @@ from tests.test_tui import panes, until
 from tests.tui_runs import recorded, replaying
 from tui.attention_view import AttentionView
 from tui.pane import Selection
+from tui.scenarios import SCENARIOS
+from tui.speculative_tree import tree_lines
+from tui.timeline import Timeline, opening_step_of_trace
+from tui.token_streams import TokenText
 
 pytestmark = [
     pytest.mark.anyio,
@@ -165,6 +170,10 @@ def test_a_prompt_chunk_records_each_query_and_each_sees_only_the_positions_befo
             assert w.position == t and w.blocks[-1].positions[-1] == t
             torch.testing.assert_close(w.output, prefill[query, 1], atol=1e-5, rtol=1e-5)
             assert w.max_delta < 1e-5
+
+
+def test_the_tour_says_how_to_open_the_view_at_its_first_step():
+    assert "a opens the attention view" in SCENARIOS["tour"].story
 
 
 def test_generate_records_nothing():
@@ -311,3 +320,38 @@ def test_the_view_at_80_by_24(snap_compare):
 def test_the_view_at_160_by_50(snap_compare):
     # Every block's tokens beside its scores; the tables and pools highlight block 2.
     assert snap_compare(replaying("tour"), terminal_size=(160, 50), run_before=reading_block_2())
+
+
+# -- a speculative step's tree, as tokens (issue 29 §3) -------------------------------------
+
+
+@pytest.mark.skipif(
+    not (model_directory("tiny-draft") / "model.safetensors").is_file(),
+    reason="the speculative scenario drafts with the embedded tiny-draft model",
+)
+def test_the_speculative_tree_shows_its_guesses_then_which_were_accepted():
+    trace, tokenizer = recorded("speculative")
+    timeline = Timeline(opening_step_of_trace(trace.steps[0]))
+    timeline.record(trace.steps)
+    piece = TokenText(tokenizer).piece
+    verified = 0
+    for index in range(1, timeline.recorded):
+        frame, after = timeline.frame(index), timeline.frame(index + 1)
+        for propose in (e for e in frame.step.events if e.kind == "spec-propose" and e.tokens):
+            guessed = next(
+                t.plain for t in tree_lines(frame, piece) if t.plain.startswith(f"s{propose.seq} ")
+            )
+            assert "guessed" in guessed and "✓" not in guessed
+            assert all(piece(token) in guessed for token in propose.tokens)
+            accept = next(
+                e for e in after.step.events if e.kind == "spec-accept" and e.seq == propose.seq
+            )
+            line = next(
+                t.plain for t in tree_lines(after, piece) if t.plain.startswith(f"s{propose.seq} ")
+            )
+            assert line.count("✓") == len(accept.tokens) - 1
+            assert all(piece(token) + "✓" in line for token in accept.tokens[:-1])
+            assert line.count("✗") == len(propose.tokens) - (len(accept.tokens) - 1)
+            assert line.endswith(f"+ {piece(accept.tokens[-1])} (target's own)")
+            verified += 1
+    assert verified, "the scenario must speculate"

@@ -105,7 +105,9 @@ SCENARIOS: dict[str, Scenario] = {
             "16-block pool with prefix caching. Step 1: a prefix hit (§7) and a fork (§5); "
             "step 2: copy-on-write. Soon the pool runs out (§6): the sampled request, the "
             "latest arrival, is swapped out to host memory, a single request is preempted by "
-            "recompute, and both come back. c, w, p and h jump to each.",
+            "recompute, and both come back. c, w, p and h jump to each. At any step, a opens "
+            "the attention view: one sequence's decode, read block by block through its table "
+            "(§4); . reads the next block.",
             requests=(
                 Request(f"{SYSTEM_PROMPT} good fortune", sampled(24, seed=20)),
                 Request(f"{SYSTEM_PROMPT} large house", sampled(24, seed=21)),
