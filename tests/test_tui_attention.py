@@ -26,6 +26,7 @@ from minipaged.checkpoint import model_directory
 from tests.test_tui import panes, until
 from tests.tui_runs import recorded, replaying
 from tui.attention_view import AttentionView
+from tui.event_log import EventLog
 from tui.pane import Selection
 from tui.scenarios import SCENARIOS
 from tui.speculative_tree import tree_lines
@@ -355,3 +356,23 @@ def test_the_speculative_tree_shows_its_guesses_then_which_were_accepted():
             assert line.endswith(f"+ {piece(accept.tokens[-1])} (target's own)")
             verified += 1
     assert verified, "the scenario must speculate"
+
+
+async def test_the_hidden_event_log_does_not_wait_for_a_layout_while_the_view_is_open(
+    monkeypatch,
+):
+    """Hidden, the log has no height: its scroll once waited for a layout that never came,
+    re-queued at every refresh, and each key took a second longer."""
+    calls = []
+    settle = EventLog.settle
+    monkeypatch.setattr(EventLog, "settle", lambda log: calls.append(1) or settle(log))
+    async with replaying("tour").run_test(size=SIZE) as pilot:
+        app = await opened(pilot, 12, 0)  # a log longer than its pane: it scrolls
+        calls.clear()
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        assert len(calls) < 5, f"the log's settle ran {len(calls)} times for one step"
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        log = app.query_one(EventLog)
+        assert log.display and log.scroll_y == log.max_scroll_y > 0
