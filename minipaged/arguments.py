@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from minipaged.config import EngineConfig, settings_of
+from minipaged.config import EngineConfig, check_setting, settings_of
 
 USAGE_ERROR = 2
 """Exit status for bad usage: a flag, value or combination the command does not accept."""
@@ -108,6 +108,23 @@ def text(what: str) -> Callable[[str], str]:
     return parse
 
 
+def setting_text(name: str) -> Callable[[str], str]:
+    """An argparse type for the text ``EngineConfig`` field ``name`` (``device``, say): refused
+    where it is typed, by the field's own rule (``config.check_setting``), so a command that
+    takes the setting outside the config (``bench --device``) checks it the same way."""
+    nonempty = text(name.replace("_", " "))
+
+    def parse(value: str) -> str:
+        try:
+            check_setting(name, nonempty(value))
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    parse.__name__ = "text"
+    return parse
+
+
 def say(command: str, message: str) -> None:
     """Print ``message`` as one line on stderr, prefixed by the command that failed."""
     prefix = f"minipaged {command}" if command else "minipaged"
@@ -146,7 +163,7 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
         elif rule.kind is float:
             kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
         else:
-            kwargs["type"] = text(name.replace("_", " "))
+            kwargs["type"] = setting_text(name)
         said = "" if shown is False else f" (default: {shown})"  # a flag's False: it is off
         group.add_argument(_flag(name), help=rule.help + said, **kwargs)
 

@@ -110,15 +110,11 @@ def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
     from minipaged.device import check_device
     from minipaged.llm import LLM, check_kv_cache_fits
-    from minipaged.models import model_directory
+    from minipaged.models import check_model_directory
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
-    if not model_directory(config.model).is_dir():
-        raise FileNotFoundError(
-            f'--model {config.model}: no such directory; pass "tiny" or a Hugging Face Llama '
-            "directory holding config.json, model.safetensors and tokenizer.json"
-        )
+    check_model_directory(config.model)
     check_device(config.device)
     check_kv_cache_fits(config, free_memory())  # before any pool is allocated
     beam = args.beam_width is not None

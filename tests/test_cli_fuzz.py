@@ -4,6 +4,7 @@ traceback. Each case runs ``cli.main`` in this process; a few real processes che
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -369,6 +370,34 @@ def test_simulate_refuses_bad_and_huge_sizes_before_allocating(capsys, flags, na
 )
 def test_every_subcommand_reports_bad_usage_in_one_line(capsys, argv, names):
     assert_refused(argv, capsys, USAGE, names)
+
+
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (["--device", "abc"], "abc"),
+        (["--device", "-1"], "-1"),
+        (["--device", "cuda:x"], "cuda:x"),
+        (["--model", "no-such-model"], "no-such-model"),
+        (["--model", " "], "--model"),
+        (["--backend", "cuda"], "cuda"),
+        (["--backend", "torch", "--backend", ""], "--backend"),
+        (["--out", "/dev/null/plots"], "/dev/null/plots"),
+    ],
+)
+def test_bench_refuses_a_bad_setting_before_the_first_benchmark_runs(
+    monkeypatch, capsys, flags, names
+):
+    """A full run takes minutes: a setting only the last benchmark reads is still checked
+    before the first starts (it once ran the memory benchmark with --device abc, exit 0)."""
+    from minipaged import study
+
+    importlib.import_module("minipaged.study.bench")
+    started = []
+    monkeypatch.setattr(study.bench, "run", lambda name, options: started.append(name))
+    got, _, err = run(["bench", "memory", *flags], capsys)
+    assert got in (USAGE, FAILURE) and names in err and len(err.strip().splitlines()) == 1, err
+    assert not started, f"{started} ran before the bad setting was refused"
 
 
 def test_an_unexpected_error_is_still_one_line_with_exit_1(monkeypatch, capsys):

@@ -301,7 +301,8 @@ def test_vendored_javascript_stays_small() -> None:
 
 class PastingConsole(code.InteractiveConsole):
     """The REPL a reader pastes an example into, line by line: what it cannot compile is
-    recorded instead of printed. Each complete statement runs, as it would there."""
+    recorded instead of printed. Pasting fails at compile time (where a block ends), so each
+    complete statement is compiled, not run: running every example is the test above's work."""
 
     def __init__(self, namespace: dict[str, object]) -> None:
         super().__init__(namespace, filename="<stdin>")
@@ -310,25 +311,36 @@ class PastingConsole(code.InteractiveConsole):
     def showsyntaxerror(self, filename=None, **kwargs) -> None:
         self.errors.append("".join(traceback.format_exception_only(*sys.exc_info()[:2])))
 
-    def showtraceback(self) -> None:
-        self.errors.append(traceback.format_exc())
+    def runcode(self, code) -> None:
+        pass
+
+
+def pasting_errors(source: str) -> list[str]:
+    console = PastingConsole({"__name__": "__console__"})
+    for line in [*source.splitlines(), ""]:
+        console.push(line)
+    return console.errors
+
+
+def test_pasting_fails_where_a_block_ends_without_a_blank_line_and_nothing_runs() -> None:
+    dedent_after_block = "for i in range(2):\n    x = i\nprint(x)\n"
+    blank_in_body = "def f():\n    a = 1\n\n    return a\n"
+    assert "SyntaxError" in pasting_errors(dedent_after_block)[0]
+    assert "IndentationError" in pasting_errors(blank_in_body)[0]
+    assert pasting_errors("for i in range(2):\n    x = i\n\nraise SystemExit(1)\n") == []
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
-def test_every_python_example_pastes_into_the_interactive_interpreter(
-    page: str, tmp_path, monkeypatch
-) -> None:
+def test_every_python_example_pastes_into_the_interactive_interpreter(page: str) -> None:
     """The 3.10 to 3.12 REPL ends an indented block only at a blank line, so a dedented line
     straight after one is a SyntaxError when pasted, though the file runs; and a blank line
-    inside a function body ends it early. Each fence is pasted and run as a reader would."""
-    monkeypatch.chdir(tmp_path)
+    inside a function body ends it early. Each fence is pasted line by line as a reader would."""
     console = PastingConsole({"__name__": "__console__"})
     for fence in FENCES[page]:
         if fence.language != "python" or fence.skipped:
             continue
-        with contextlib.redirect_stdout(io.StringIO()):
-            for line in [*fence.body, ""]:  # a pasted block ends with an empty line
-                console.push(line)
+        for line in [*fence.body, ""]:  # a pasted block ends with an empty line
+            console.push(line)
         if console.errors:
             where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
             pytest.fail(f"{where} fails pasted into the REPL:\n{console.errors[0]}", pytrace=False)

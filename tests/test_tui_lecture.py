@@ -10,6 +10,7 @@ import pytest
 from textual.widgets import Input
 
 from minipaged.checkpoint import model_directory
+from tests.tui_runs import whole_run
 from tui import keymap
 from tui.app import PagedApp
 from tui.go_to_step import GoToStep
@@ -30,17 +31,6 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-async def whole_run(pilot) -> PagedApp:
-    """The app, once its run is recorded to the end."""
-    app = pilot.app
-    while app.navigator is None:
-        await pilot.pause(0.05)
-    app.record_everything()
-    while not app.timeline.finished:
-        await pilot.pause(0.05)
-    return app
 
 
 def steps_with(app: PagedApp, name: str) -> list[int]:

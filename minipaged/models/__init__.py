@@ -20,3 +20,15 @@ def model_directory(model: str | Path) -> Path:
     if isinstance(model, str) and model in EMBEDDED_MODELS:
         return EMBEDDED_MODELS[model]
     return Path(model)
+
+
+def check_model_directory(model: str | Path) -> Path:
+    """The directory of ``model`` (``model_directory``), refused with a ``FileNotFoundError``
+    that says what to pass when there is no such directory."""
+    directory = model_directory(model)
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f'--model {model}: no such directory; pass "tiny" or a Hugging Face Llama '
+            "directory holding config.json, model.safetensors and tokenizer.json"
+        )
+    return directory

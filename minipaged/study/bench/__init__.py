@@ -81,8 +81,6 @@ def run(name: str, options: Options) -> Report:
     """Run the sub-benchmark ``name`` (a key of ``SUBBENCHMARKS``) and return its report."""
     if name not in SUBBENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(SUBBENCHMARKS)}")
-    if options.out is not None:
-        options.out.mkdir(parents=True, exist_ok=True)
     report = importlib.import_module(SUBBENCHMARKS[name]).run(options)
     report.plots = [path for path in report.plots if path is not None]  # None: not written
     return report
@@ -92,6 +90,8 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
     """Run each named sub-benchmark, printing its table (or, with ``as_json``, one JSON object
     of all reports on stdout). When every sub-benchmark ran, write the results page
     ``index.md`` beside the plots (when ``options.out`` names a folder)."""
+    if options.out is not None:  # made first: a folder that cannot be made stops no late run
+        options.out.mkdir(parents=True, exist_ok=True)
     out = console(stderr=as_json)
     reports = []
     for name in names:

@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from minipaged.arguments import free_memory, integer, real, text
+from minipaged.arguments import free_memory, integer, real, setting_text, text
+from minipaged.config import settings_of
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
@@ -83,13 +84,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "root, no files anywhere else",
     )
     bench.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    bench.add_argument("--device", type=text("a device"), default="cpu", help="cpu or cuda")
-    bench.add_argument("--model", default="tiny", help="the engine and fork benchmarks' model")
+    bench.add_argument("--device", type=setting_text("device"), default="cpu", help="cpu or cuda")
+    bench.add_argument(
+        "--model",
+        type=text("a model"),
+        default="tiny",
+        help="the engine and fork benchmarks' model",
+    )
     bench.add_argument(
         "--backend",
         action="append",
         dest="backends",
-        metavar="NAME",
+        choices=settings_of()["backend"].choices,
         help="attention backend for the engine benchmark, repeatable; unset: torch and the "
         "device's kernel backend (numba on cuda, numba-cpu on cpu)",
     )
@@ -169,10 +175,13 @@ def simulate(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     import torch
 
+    from minipaged.device import check_device
+    from minipaged.models import check_model_directory
     from minipaged.study.bench import Options, default_out, run_many
 
-    if args.threads <= 0:
-        raise ValueError(f"--threads must be positive, got {args.threads}")
+    # Every setting is checked before the first benchmark runs: a run takes minutes.
+    check_device(args.device)
+    check_model_directory(args.model)
     unknown = [name for name in args.names if name not in SUBBENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
