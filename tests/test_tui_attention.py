@@ -23,7 +23,8 @@ from minipaged.attention import (
 )
 from minipaged.attention_walk import walk
 from minipaged.checkpoint import model_directory
-from tests.test_tui import panes, until
+from tests import test_tui
+from tests.test_tui import SIZE, panes, until
 from tests.tui_runs import recorded, replaying
 from tui.attention_view import AttentionView
 from tui.event_log import EventLog
@@ -33,20 +34,9 @@ from tui.speculative_tree import tree_lines
 from tui.timeline import Timeline, opening_step_of_trace
 from tui.token_streams import TokenText
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.skipif(
-        not (model_directory("tiny") / "model.safetensors").is_file(),
-        reason="the embedded tiny model is not built (python -m minipaged.train)",
-    ),
-]
-
-SIZE = (120, 40)
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
+# test_tui's marks (anyio, and a skip without the tiny model) and its anyio backend fixture
+pytestmark = test_tui.pytestmark
+anyio_backend = test_tui.anyio_backend
 
 
 def tour_records():
