@@ -27,6 +27,7 @@ from tests import test_tui
 from tests.test_tui import SIZE, panes, until
 from tests.tui_runs import recorded, replaying
 from tui.attention_view import AttentionView
+from tui.command import screenshot_keys
 from tui.event_log import EventLog
 from tui.pane import Selection
 from tui.scenarios import SCENARIOS
@@ -366,3 +367,9 @@ async def test_the_hidden_event_log_does_not_wait_for_a_layout_while_the_view_is
         await pilot.pause(0.2)
         log = app.query_one(EventLog)
         assert log.display and log.scroll_y == log.max_scroll_y > 0
+
+
+def test_screenshot_keys_are_the_key_maps_and_a_wrong_one_is_named():
+    assert screenshot_keys("a, full_stop,full_stop") == ["a", "full_stop", "full_stop"]
+    with pytest.raises(ValueError, match="--keys: 'dot' is no key of the TUI; use the key map"):
+        screenshot_keys("a,dot")
