@@ -61,7 +61,7 @@ VENDOR = DOCS / "assets" / "javascripts" / "vendor"
 HOOKS = DOCS / "hooks"
 sys.path.insert(0, str(HOOKS))  # the site's build hooks, which read pages as these tests do
 
-from course import exercise_folders, exercise_markdown, page_of  # noqa: E402
+from course import course_nav, exercise_folders, exercise_markdown, page_of  # noqa: E402
 
 sys.path.insert(0, str(DOCS))  # docs/'s scripts: the figures and the TUI's screenshots
 import screenshots  # noqa: E402
@@ -383,12 +383,17 @@ def test_no_page_or_docstring_holds_a_control_character() -> None:
     )
 
 
-def nav_pages() -> list[str]:
-    """mkdocs.yml's nav, flattened in reading order: the order of Material's footer links."""
+def site_nav() -> list:
+    """mkdocs.yml's nav as the build makes it: with each exercise's page in "Course"."""
     from mkdocs.config import load_config
 
     with contextlib.redirect_stderr(io.StringIO()):
-        nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
+        return course_nav(load_config(str(ROOT / "mkdocs.yml"))["nav"], ROOT)
+
+
+def nav_pages() -> list[str]:
+    """The site's nav, flattened in reading order: the order of Material's footer links."""
+    nav = site_nav()
 
     def flatten(items) -> Iterator[str]:
         for item in items:
@@ -445,10 +450,7 @@ def test_next_links_follow_the_nav() -> None:
 def test_the_home_page_maps_every_section_of_the_site() -> None:
     """Every page in the nav is linked from the home page, or from a page the home page
     links that sits in the same nav section (a section's own index page, say)."""
-    from mkdocs.config import load_config
-
-    with contextlib.redirect_stderr(io.StringIO()):
-        nav = load_config(str(ROOT / "mkdocs.yml"))["nav"]
+    nav = site_nav()
     home = set(linked_pages("index.md", page_text("index.md")))
     unmapped = []
     for section in nav:
@@ -870,3 +872,33 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)
         sys.exit(update_output())
+
+
+def test_the_course_nav_is_the_graders_exercises_in_order() -> None:
+    """mkdocs.yml lists no exercise: the build adds each one's page, and the pages are the
+    grader's registry's exercises, in its order, so a new exercise is one declaration and
+    its folder."""
+    from minipaged.grader.exercises import EXERCISES
+
+    course = [page for page in nav_pages() if page in GENERATED]
+    assert course == [f"course/{ex.folder}.md" for ex in EXERCISES.values()]
+    assert "course/01-" not in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_every_exercise_has_a_row_in_the_course_tables() -> None:
+    """The course's table (what to read first, how to see it run) and tutorials/README.md's
+    (the files to complete) are written by hand: each of the grader's exercises has its row."""
+    from minipaged.grader.exercises import EXERCISES
+
+    course = (DOCS / "course" / "index.md").read_text(encoding="utf-8")
+    tutorials = (ROOT / "tutorials" / "README.md").read_text(encoding="utf-8")
+    missing = [
+        ex.folder
+        for ex in EXERCISES.values()
+        if f"| {ex.number:02d} | [" not in course
+        or f"]({ex.folder}.md)" not in course
+        or f"]({ex.folder}/README.md)" not in tutorials
+    ]
+    assert not missing, (
+        f"exercises with no row in docs/course/index.md or tutorials/README.md: {missing}"
+    )

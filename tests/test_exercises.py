@@ -29,7 +29,7 @@ from minipaged.grader.broken_states import BROKEN_STATES
 from minipaged.grader.exercises import EXERCISES, TUTORIALS, block_manager_class
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram, run_programs
-from minipaged.grader.report import BLOCKED, FAIL, PASS
+from minipaged.grader.report import BLOCKED, FAIL, PASS, split_rule
 from minipaged.grader.student import Student
 from minipaged.scheduler import _insert_by_arrival
 from tui.scenarios import EXERCISE_SCENARIOS
@@ -141,7 +141,11 @@ def test_an_off_by_one_block_count_fails_with_expected_and_got():
     student = SimpleNamespace(**vars(memory))
     student.num_logical_blocks = lambda num_tokens, block_size: num_tokens // block_size + 1
     failed = failures(1, memory=student)
-    assert failed == {"num_logical_blocks": "M for L=0 tokens, B=16: expected 0, got 1"}
+    assert failed == {
+        "num_logical_blocks": "num_logical_blocks(0, 16), M for L=0 tokens, B=16: expected 0, "
+        "got 1\nRule: num_logical_blocks(L, B) is M = ceil(L / B): a partly filled last block "
+        "counts"
+    }
 
 
 def test_softmax_without_the_running_max_fails_only_the_stability_criteria():
@@ -296,14 +300,29 @@ def test_cli_check_exits_1_on_the_starter_and_prints_the_notation_intact(tmp_pat
     assert json.loads(target.read_text())["counts"] == {"pass": 0, "fail": every, "blocked": 0}
 
 
+def test_cli_check_first_failure_stops_there_and_names_the_rest_not_run(tmp_path, capsys):
+    target = tmp_path / "report.json"
+    assert cli.main(["exercises", "check", "4", "--first-failure", "--json", str(target)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAIL ") == 1 and "not written yet: exercise 04: reserve the slot" in out
+    assert "not run: grading stopped at the first criterion that failed" in out
+    every = len(EXERCISES[4].criteria())
+    counts = json.loads(target.read_text())["counts"]
+    assert counts == {"pass": 0, "fail": 1, "blocked": every - 1}
+    batch = ["exercises", "check", "4", "--batch", str(tmp_path), "--first-failure"]
+    assert cli.main(batch) == 2
+    assert "--first-failure is for checking your own work" in capsys.readouterr().err
+
+
 def test_cli_check_of_a_folder_without_the_files_says_what_to_do(tmp_path, capsys):
     assert cli.main(["exercises", "check", "4", "--path", str(tmp_path)]) == 2
     assert "has no block_manager.py" in capsys.readouterr().err
 
 
 def test_cli_check_of_an_unknown_exercise_is_refused(capsys):
-    assert cli.main(["exercises", "check", "13"]) == 2
-    assert "no exercise 13" in capsys.readouterr().err
+    unknown = max(EXERCISES) + 1
+    assert cli.main(["exercises", "check", str(unknown)]) == 2
+    assert f"no exercise {unknown}" in capsys.readouterr().err
 
 
 def test_a_plugged_in_block_manager_runs_the_engine_like_the_library():
@@ -606,7 +625,7 @@ def test_kv_bytes_rounded_up_to_whole_blocks_fails():
     student.ModelShape = RoundsUp
     failed = failures(1, memory=student)
     assert list(failed) == ["kv_bytes"]
-    assert "M_KV(1): got 2097152, the bytes of ceil(L/16) whole blocks" in failed["kv_bytes"]
+    assert ".kv_bytes(1) gave 2097152, the bytes of ceil(L/16) whole blocks" in failed["kv_bytes"]
 
 
 class _KeepsEmptyEdges(radix_cache.RadixCache):
@@ -661,7 +680,7 @@ def test_a_radix_tree_bug_is_shown_as_a_short_program(cls, words):
     again = failures_of(12, ["random_operations_match_the_contract"], radix_cache=module)
     assert again["random_operations_match_the_contract"] == message  # shrinking is by count
     assert words in message
-    program = message.split("RadixCache(block_size=2):\n")[1].splitlines()
+    program = split_rule(message)[0].split("RadixCache(block_size=2):\n")[1].splitlines()
     assert 1 <= len(program) <= 6, message
     assert all(line.strip().startswith("cache.") for line in program)
 
@@ -718,8 +737,9 @@ def test_preempted_requests_are_named_by_request_id():
     failed = failures_of(
         5, ["recompute_frees_the_blocks_and_requeues"], scheduler=_scheduler_with(preempt_twice)
     )
-    assert failed["recompute_frees_the_blocks_and_requeues"] == (
-        "the step's preempted requests, by id: expected ['b'], got ['b', 'b']"
+    assert split_rule(failed["recompute_frees_the_blocks_and_requeues"])[0] == (
+        "out.preempted of the schedule() that found the pool full, by request id: expected "
+        "['b'], got ['b', 'b']"
     )
 
 

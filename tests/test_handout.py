@@ -232,7 +232,10 @@ def test_hint_prints_the_readmes_hints_and_tier_2_only_when_asked(number, capsys
     ("argv", "words"),
     [
         (["exercises", "hint", "4", "--tier", "3"], "must be between 1 and 2, got 3"),
-        (["exercises", "hint", "13"], "no exercise 13; the exercises are 1..12"),
+        (
+            ["exercises", "hint", str(len(EXERCISES) + 1)],
+            f"no exercise {len(EXERCISES) + 1}; the exercises are 1..{len(EXERCISES)}",
+        ),
     ],
 )
 def test_a_hint_that_does_not_exist_is_refused_in_one_line(argv, words, capsys):

@@ -20,7 +20,8 @@ build time, from whatever form works in the other two places:
 - a link to a starter file (``starter/memory.py``) becomes the place on the page that shows it.
 
 Under the README the page lists the pages to read first, from the course's table
-(``docs/course/index.md``), so every exercise links back to the pages that teach it.
+(``docs/course/index.md``), so every exercise links back to the pages that teach it. The
+pages join the nav's "Course" section in order (``course_nav``): mkdocs.yml does not list them.
 
 Any other relative link fails the build: it names a file the site does not have. GitHub's
 ``<details><summary>`` hint blocks become the site's collapsible blocks, so that the Markdown
@@ -158,6 +159,24 @@ def exercise_markdown(folder: Path, root: Path, site_url: str | None) -> str:
     lines += ["", "## On this site", ""]
     lines += [f"Read first: {read_first(number, root)}. [All exercises](index.md)."]
     return "\n".join(lines) + "\n"
+
+
+def course_nav(nav: list, root: Path) -> list:
+    """``nav`` with every exercise's page added to the end of its "Course" section, in order:
+    mkdocs.yml lists the course's own pages only, so a new exercise folder needs no edit
+    there."""
+    pages = [page_of(folder) for folder in exercise_folders(root)]
+    for item in nav:
+        if isinstance(item, dict) and "Course" in item:
+            listed = set(item["Course"])
+            item["Course"] = item["Course"] + [p for p in pages if p not in listed]
+            return nav
+    raise PluginError("mkdocs.yml's nav has no 'Course' section for the exercises' pages")
+
+
+def on_config(config, **kwargs):
+    config.nav = course_nav(config.nav, Path(config.config_file_path).resolve().parent)
+    return config
 
 
 def on_files(files, config, **kwargs):

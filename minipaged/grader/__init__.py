@@ -1,6 +1,6 @@
 """The grader of the classroom exercises in ``tutorials/``.
 
-- ``exercises``: the twelve exercises, in course order (folder, files, solution, checks, how
+- ``exercises``: the exercises, in course order (folder, files, solution, checks, how
   the TUI runs them), loading the work to grade, and ``block_manager_class``, a student's
   work as a drop-in ``BlockManager``;
 - ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where
@@ -14,7 +14,8 @@
 - ``confinement``: Landlock, where Linux offers it;
 - ``report``: criteria, results, the printed and the JSON report;
 - ``student``: a student's files, or the library modules that solve an exercise;
-- ``ex01_block_table`` ... ``ex12_prefix_cache``: each exercise's checks (``CRITERIA``);
+- ``ex01_block_table``, ``ex02_allocator``, ...: each exercise's checks (``CRITERIA``), with
+  what they read besides (``recorded_runs/``: the engine runs exercise 13 measures);
 - ``properties`` and ``program_steps``: random programs against a block manager, one request
   a step, and the reference properties;
 - ``bug_zoo`` and ``broken_states``: broken block managers and hand-built broken states that

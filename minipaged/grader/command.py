@@ -113,6 +113,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --batch: students graded at once (default: half this machine's CPUs, at "
         "least 1)",
     )
+    check.add_argument(
+        "--first-failure",
+        action="store_true",
+        help="stop at the first criterion that fails; the rest are reported as not run "
+        "(faster while you work on one part; not with --batch)",
+    )
     defaults = Limits()
     check.add_argument(
         "--memory-limit",
@@ -174,10 +180,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(problem)
     limits = limits_from(args.memory_limit, args.time_limit)
     if args.batch is not None:
+        if args.first_failure:
+            raise ValueError(
+                "--first-failure is for checking your own work: a --batch grade runs every "
+                "criterion of every student; leave --first-failure out"
+            )
         return _batch(args, limits, console)
     if args.jobs is not None:
         raise ValueError("--jobs is for --batch: give --batch DIR, or leave --jobs out")
-    report = grade(args.number, args.path, args.solution, limits)
+    report = grade(args.number, args.path, args.solution, limits, args.first_failure)
     report.render(console)
     target = args.json
     if target is None and not args.solution:

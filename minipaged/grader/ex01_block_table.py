@@ -14,6 +14,9 @@ EXAMPLE_TABLE = [47, 12, 93]
 """§3's worked example: with $B = 16$, token $t = 38$ lives in $\\mathcal{T}_r[2] = 93$."""
 
 
+LLAMA3_8B = "ModelShape(32, 32, 8, 128, 2)"
+"""Llama-3-8B's shape, as the checks build it: N_L = 32, N_Q = 32, N_KV = 8, d_h = 128, b = 2."""
+
 BLOCK_SIZES = (1, 3, 4, 6, 16)
 """Block sizes the arithmetic is checked at: powers of two and not (a bit mask or a shift is
 right only for the first)."""
@@ -43,13 +46,17 @@ def check_logical_block(student):
             got = memory.logical_block(t, block_size)
             if got == t >> (block_size.bit_length() - 1) != t // block_size:
                 raise CheckFailed(
-                    f"j for t={t}, B={block_size}: got {got}, a shift by log2(B); that is "
+                    f"logical_block({t}, {block_size}) gave j = {got}, a shift by log2(B); that is "
                     f"floor(t / B) only when B is a power of two, expected {t // block_size}: "
                     "use //"
                 )
-            expect(got, t // block_size, f"j for t={t}, B={block_size}")
+            expect(
+                got,
+                t // block_size,
+                f"logical_block({t}, {block_size}), j for t={t}, B={block_size}",
+            )
     got = memory.logical_block(LARGE_T, 16)
-    _integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "j for t=2**60 - 1, B=16")
+    _integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "logical_block(2**60 - 1, 16)")
 
 
 def check_block_offset(student):
@@ -61,10 +68,12 @@ def check_block_offset(student):
             got = memory.block_offset(t, block_size)
             if got == t & (block_size - 1) != t % block_size:
                 raise CheckFailed(
-                    f"o for t={t}, B={block_size}: got {got}, which is t & (B - 1); that is "
-                    f"t mod B only when B is a power of two, expected {t % block_size}: use %"
+                    f"block_offset({t}, {block_size}) gave o = {got}, which is t & (B - 1); that "
+                    f"is t mod B only when B is a power of two, expected {t % block_size}: use %"
                 )
-            expect(got, t % block_size, f"o for t={t}, B={block_size}")
+            expect(
+                got, t % block_size, f"block_offset({t}, {block_size}), o for t={t}, B={block_size}"
+            )
 
 
 def check_num_logical_blocks(student):
@@ -82,11 +91,11 @@ def check_num_logical_blocks(student):
         expect(
             memory.num_logical_blocks(length, block_size),
             blocks,
-            f"M for L={length} tokens, B={block_size}",
+            f"num_logical_blocks({length}, {block_size}), M for L={length} tokens, B={block_size}",
         )
     got = memory.num_logical_blocks(LARGE_T + 2, 16)
     exact, rounded = -(-(LARGE_T + 2) // 16), math.ceil((LARGE_T + 2) / 16)
-    _integer_division(got, exact, rounded, "M for L=2**60 + 1 tokens, B=16")
+    _integer_division(got, exact, rounded, "num_logical_blocks(2**60 + 1, 16)")
 
 
 def check_slot(student):
@@ -124,46 +133,49 @@ def check_slot_outside_the_table(student):
 def check_kv_bytes_per_token(student):
     """ModelShape.kv_bytes_per_token is 2 * N_L * N_KV * d_h * b (§1)"""
     shape = student.memory.ModelShape
-    for args, name, expected in [
+    for args, model, expected in [
         ((32, 32, 8, 128, 2), "Llama-3-8B", 131_072),
         ((80, 64, 8, 128, 2), "Llama-3-70B", 327_680),
         ((80, 64, 64, 128, 2), "Llama-2-70B as §1 states it (N_KV = 64)", 2_621_440),
         ((2, 4, 4, 8, 1), "N_L=2, N_KV=4, d_h=8, b=1", 128),
     ]:
+        name = f"ModelShape{args}.kv_bytes_per_token ({model})"
         got = shape(*args).kv_bytes_per_token
         if got == 2 * args[0] * args[1] * args[3] * args[4] and args[1] != args[2]:
             raise CheckFailed(
                 f"{name}: got {got} bytes per token, which counts N_Q={args[1]} query heads; "
                 f"the cache stores keys and values for the N_KV={args[2]} KV heads only"
             )
-        expect(got, expected, f"{name}: kv_bytes_per_token")
+        expect(got, expected, name)
 
 
 def check_kv_bytes(student):
     """ModelShape.kv_bytes(L) is M_KV(L) = 2 * N_L * N_KV * d_h * L * b (§1), for every L"""
     llama3_8b = student.memory.ModelShape(32, 32, 8, 128, 2)
-    expect(llama3_8b.kv_bytes(8192), 1_073_741_824, "Llama-3-8B, M_KV(8192) (about 1.07 GB)")
+    expect(llama3_8b.kv_bytes(8192), 1_073_741_824, f"{LLAMA3_8B}.kv_bytes(8192) (about 1.07 GB)")
     per_token = 2 * 32 * 8 * 128 * 2
     for length in (0, 1, 2, 15, 16, 17, 100, 1000, 4097, 8191):
         got = llama3_8b.kv_bytes(length)
         rounded = per_token * 16 * -(-length // 16)
         if got == rounded != per_token * length:
             raise CheckFailed(
-                f"Llama-3-8B, M_KV({length}): got {got}, the bytes of ceil(L/16) whole blocks "
+                f"{LLAMA3_8B}.kv_bytes({length}) gave {got}, the bytes of ceil(L/16) whole blocks "
                 f"of 16 tokens; M_KV(L) counts the L tokens themselves, expected "
                 f"{per_token * length}"
             )
-        expect(got, per_token * length, f"Llama-3-8B, M_KV({length})")
+        expect(got, per_token * length, f"{LLAMA3_8B}.kv_bytes({length}), M_KV(L={length})")
 
 
 def check_block_bytes(student):
     """block_bytes_per_layer(B) is 2 * N_KV * d_h * B * b; block_bytes(B) is N_L times that (§3)"""
     llama3_70b = student.memory.ModelShape(80, 64, 8, 128, 2)
-    expect(llama3_70b.block_bytes_per_layer(16), 65_536, "§3: one block of B=16, one layer (64 KB)")
+    what = "ModelShape(80, 64, 8, 128, 2).block_bytes_per_layer(16), Llama-3-70B's"
+    expect(llama3_70b.block_bytes_per_layer(16), 65_536, f"{what} one block of B=16 (64 KB, §3)")
     expect(
         llama3_70b.block_bytes(16),
         5_242_880,
-        "§3: one block of B=16 in all 80 layers (80 × 64 KiB, the text's '5.12 MB')",
+        "ModelShape(80, 64, 8, 128, 2).block_bytes(16), one block of B=16 in all 80 layers "
+        "(80 × 64 KiB, §3's '5.12 MB')",
     )
 
 

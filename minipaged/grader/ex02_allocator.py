@@ -52,9 +52,17 @@ def check_allocate_takes_the_first_free_block(student):
     """allocate takes the first block of the free list and sets R[p] = 1"""
     pool = student.allocator.BlockAllocator(4)
     got = [pool.allocate() for _ in range(3)]
-    expect(got, [0, 1, 2], "three allocations from a new pool of 4")
-    expect([pool.refcount(p) for p in got], [1, 1, 1], "R[p] of the allocated blocks")
-    expect((pool.num_free, pool.num_used), (1, 3), "(num_free, num_used) after 3 of 4")
+    expect(got, [0, 1, 2], "allocate() three times on BlockAllocator(4)")
+    expect(
+        [pool.refcount(p) for p in got],
+        [1, 1, 1],
+        "refcount(p) of the blocks three allocate() calls gave",
+    )
+    expect(
+        (pool.num_free, pool.num_used),
+        (1, 3),
+        "(num_free, num_used) after allocate() three times on BlockAllocator(4)",
+    )
 
 
 def check_incref_and_decref_count_tables(student):
@@ -63,9 +71,13 @@ def check_incref_and_decref_count_tables(student):
     p = pool.allocate()
     expect(pool.incref(p), 2, f"incref({p}) after allocate: the new R[{p}]")
     expect(pool.decref(p), 1, f"decref({p}) with R[{p}]=2: the new R[{p}]")
-    expect(pool.free_blocks(), (1,), f"the free list while R[{p}]=1")
+    expect(
+        pool.free_blocks(),
+        (1,),
+        f"free_blocks() after allocate(), incref({p}), decref({p}): R[{p}]=1",
+    )
     expect(pool.decref(p), 0, f"decref({p}) with R[{p}]=1: the new R[{p}]")
-    expect(pool.free_blocks(), (1, p), f"the free list once R[{p}]=0")
+    expect(pool.free_blocks(), (1, p), f"free_blocks() after a second decref({p}): R[{p}]=0")
 
 
 def check_freed_blocks_join_the_back_of_the_free_list(student):
@@ -75,7 +87,11 @@ def check_freed_blocks_join_the_back_of_the_free_list(student):
         pool.allocate()
     pool.decref(2)
     pool.decref(0)
-    expect(pool.free_blocks(), (2, 0), "the free list after freeing block 2, then block 0")
+    expect(
+        pool.free_blocks(),
+        (2, 0),
+        "free_blocks() after decref(2), then decref(0), on a full pool of 4",
+    )
     expect(pool.allocate(), 2, "allocate() with free list (2, 0)")
 
 
@@ -86,7 +102,7 @@ def check_full_pool_raises_out_of_blocks(student):
     pool.allocate()
     pool.allocate()
     _raises(module.OutOfBlocks, pool.allocate, "allocate() on a full pool of 2")
-    expect(pool.refcounts(), (1, 1), "R after the refused allocate")
+    expect(pool.refcounts(), (1, 1), "refcounts() after the refused allocate() on a full pool of 2")
 
 
 def check_misuse_is_refused(student):
@@ -98,13 +114,17 @@ def check_misuse_is_refused(student):
     _raises(ValueError, lambda: pool.incref(1), "incref(1) of a free block (share it unallocated)")
     _raises(IndexError, lambda: pool.refcount(2), "refcount(2) in a pool of blocks 0..1")
     _raises(IndexError, lambda: pool.decref(-1), "decref(-1)")
-    expect(pool.refcounts(), (0, 0), "R after the refused calls")
+    expect(
+        pool.refcounts(),
+        (0, 0),
+        "refcounts() after the refused decref, incref, refcount calls above",
+    )
     pool.take(1)  # a block -1 would wrap around to, in use
     for method in ("refcount", "incref", "decref", "take"):
         for block in (-1, 2):
             what = f"{method}({block}) in a pool of blocks 0..1 (a negative id must not wrap)"
             _raises(IndexError, lambda m=method, b=block: getattr(pool, m)(b), what)
-    expect(pool.refcounts(), (0, 1), "R after the refused calls with ids out of range")
+    expect(pool.refcounts(), (0, 1), "refcounts() after the refused calls with ids -1 and 2")
 
 
 def check_take_allocates_a_given_free_block(student):
@@ -117,7 +137,10 @@ def check_take_allocates_a_given_free_block(student):
 
 
 def check_block_manager_runs_on_your_allocator(student):
-    """the library's block manager keeps every invariant on random programs over your allocator"""
+    """the library's block manager keeps every invariant on random programs over your allocator
+
+    Rule: R[p] equals the number of block tables holding p and a block is free iff R[p] = 0,
+    after every allocate, incref and decref the block manager makes on your allocator."""
     run_programs(BlockManagerMachine, student=student, make=_on_your_allocator, max_examples=40)
 
 

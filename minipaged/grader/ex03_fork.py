@@ -31,11 +31,11 @@ def check_fork_copies_the_table(student):
     bm.allocate(0, 6)
     bm.fork(0, 1)
     expect(bm.table(1).blocks, [0, 1], "T_1 after fork(0, 1) with T_0=[0, 1]")
-    expect(bm.table(1).num_tokens, 6, "the child's num_tokens")
+    expect(bm.table(1).num_tokens, 6, "T_1.num_tokens after fork(0, 1) with a 6-token T_0")
     if bm.table(1).blocks is bm.table(0).blocks:
         raise CheckFailed(
-            "T_1.blocks is the very list T_0.blocks: when one sequence's table changes "
-            "(a new block, a copy-on-write) the other's would change too; copy the list"
+            "after fork(0, 1), T_1.blocks is the very list T_0.blocks: when one sequence's table "
+            "changes (a new block, a copy-on-write) the other's would change too; copy the list"
         )
 
 
@@ -46,21 +46,42 @@ def check_fork_raises_each_refcount_by_one(student):
     free_before = bm.device.num_free
     bm.fork(0, 1)
     expect(_refcounts(bm, [0, 1]), [2, 2], "[R[0], R[1]] after fork(0, 1)")
-    expect(bm.device.num_free, free_before, "free blocks after a fork (steps 1-2 touch only ints)")
+    expect(
+        bm.device.num_free,
+        free_before,
+        "device.num_free before and after fork(0, 1) (steps 1-2 touch only ints)",
+    )
 
 
 def check_parallel_sampling_shares_the_prompt(student):
-    """n = 4 samples of a 32-token prompt (B = 16) share its 2 blocks: R[p] = 4, not 8 blocks"""
+    """n = 4 samples of a 32-token prompt (B = 16) share its 2 blocks: R[p] = 4, not 8 blocks
+
+    Rule: each fork raises R[p] by one for every p in T_parent and allocates no block; a
+    sample's first token past a full block goes to a fresh block of its own."""
     bm = _manager(student, block_size=16)
     bm.allocate(0, 32)
     for child in (1, 2, 3):
         bm.fork(0, child)
-    expect(_refcounts(bm, [0, 1]), [4, 4], "[R[0], R[1]] after k - 1 = 3 forks (R += k - 1)")
-    expect(bm.device.num_used, 2, "device blocks in use for 4 streams of one prompt")
+    expect(
+        _refcounts(bm, [0, 1]),
+        [4, 4],
+        "[R[0], R[1]] after fork(0, 1), fork(0, 2), fork(0, 3): k - 1 = 3 forks (R += k - 1)",
+    )
+    expect(
+        bm.device.num_used,
+        2,
+        "device.num_used after allocate(0, 32) and 3 forks: 4 streams of one prompt",
+    )
     for seq in range(4):  # §5's figure: each branch's token 33 gets a block of its own
         bm.append_slot(seq)
-    expect(bm.device.num_used, 6, "device blocks in use after each stream's first token")
-    expect(_refcounts(bm, [0, 1]), [4, 4], "[R[0], R[1]]: the prompt stays shared")
+    expect(
+        bm.device.num_used, 6, "device.num_used after append_slot(seq) for each of the 4 streams"
+    )
+    expect(
+        _refcounts(bm, [0, 1]),
+        [4, 4],
+        "[R[0], R[1]] after each stream's append_slot: the prompt stays shared",
+    )
 
 
 def check_free_releases_only_unshared_blocks(student):
@@ -73,9 +94,9 @@ def check_free_releases_only_unshared_blocks(student):
     expect(_refcounts(bm, [0, 1, 2]), [1, 1, 0], "[R[0], R[1], R[2]] after free(1)")
     expect(sorted(bm.device.free_blocks()), [2, 3, 4, 5, 6, 7], "free blocks after free(1)")
     if 1 in bm.tables:
-        raise CheckFailed("seq 1 still has a block table after free(1): drop it")
+        raise CheckFailed("seq 1 still has a block table after free(1): drop it from tables")
     bm.free(0)
-    expect(bm.device.num_free, 8, "free blocks once both sequences are freed (no leak)")
+    expect(bm.device.num_free, 8, "device.num_free after free(1), then free(0) (no leak)")
 
 
 def check_free_releases_the_last_block_first(student):
@@ -95,7 +116,10 @@ def check_free_releases_the_last_block_first(student):
 
 
 def check_beam_search_step(student):
-    """a beam-search step forks the chosen beams and frees the dropped ones, leaking nothing"""
+    """a beam-search step forks the chosen beams and frees the dropped ones, leaking nothing
+
+    Rule: after every fork and free, R[p] equals the number of block tables holding p; once
+    every beam is freed, every block is free."""
     bm = _manager(student)
     bm.allocate(0, 5)  # the prompt: T_0 = [0, 1]
     bm.fork(0, 1)
@@ -109,11 +133,21 @@ def check_beam_search_step(student):
     for seq in bm.tables:
         for p in bm.table(seq).blocks:
             held[p] = held.get(p, 0) + 1
-    expect({p: bm.refcount(p) for p in held}, held, "R[p] against the tables holding p")
-    expect(bm.refcount(0), 3, "R[0]: the prompt's first block, held by beams 0, 1 and 3")
+    expect(
+        {p: bm.refcount(p) for p in held},
+        held,
+        "R[p] against the tables holding p after fork(0, 3), free(2)",
+    )
+    expect(
+        bm.refcount(0),
+        3,
+        "R[0] after fork(0, 3), free(2): the prompt's first block, held by beams 0, 1 and 3",
+    )
     for seq in list(bm.tables):
         bm.free(seq)
-    expect(bm.device.num_free, bm.device.num_blocks, "free blocks once every beam is freed")
+    expect(
+        bm.device.num_free, bm.device.num_blocks, "device.num_free after free(seq) of every beam"
+    )
 
 
 def check_fork_refuses_bad_sequences(student):
@@ -139,7 +173,13 @@ def check_fork_refuses_bad_sequences(student):
 
 
 def check_random_programs_keep_every_invariant(student):
-    """random programs of allocate / fork / append / free / swap keep every invariant"""
+    """random programs of allocate / fork / append / free / swap keep every invariant
+
+    (Exercises 04 and 05 grade their block managers with this check too.)
+
+    Rule: after every step, R[p] equals the number of tables holding p, a block is free iff
+    R[p] = 0, a token is written into a block no other table holds, each sequence reads back
+    the tokens it wrote, and once every sequence is freed every block is free."""
     run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 

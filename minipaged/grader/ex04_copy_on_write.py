@@ -11,8 +11,7 @@ from functools import partial
 
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
-from minipaged.grader.program_steps import students_manager
-from minipaged.grader.properties import BlockManagerMachine, run_programs
+from minipaged.grader.ex03_fork import check_random_programs_keep_every_invariant
 from minipaged.grader.report import (
     CheckFailed,
     Criterion,
@@ -47,9 +46,9 @@ def check_append_writes_in_place_when_the_block_has_room(student):
     bm.allocate(0, 5)  # T_0 = [0, 1]; t = 5 goes to j = 1, o = 1
     result = _append(bm, 0)
     expect(result.slot, 1 * 4 + 1, "append_slot(0) at t=5 with T_0=[0, 1], B=4: slot T_0[1]*B + o")
-    expect(result.cow, None, "the copy-on-write pair of an exclusive block")
-    expect(bm.table(0).blocks, [0, 1], "T_0 after the append (no new block)")
-    expect(bm.table(0).num_tokens, 6, "num_tokens after the append")
+    expect(result.cow, None, "append_slot(0).cow into block 1, which only T_0 holds")
+    expect(bm.table(0).blocks, [0, 1], "T_0 after append_slot(0) (no new block)")
+    expect(bm.table(0).num_tokens, 6, "T_0.num_tokens after append_slot(0)")
 
 
 def check_full_last_block_gets_a_fresh_block(student):
@@ -58,9 +57,9 @@ def check_full_last_block_gets_a_fresh_block(student):
     bm.allocate(0, 8)  # T_0 = [0, 1], both full
     result = _append(bm, 0)
     expect(bm.table(0).blocks, [0, 1, 2], "T_0 after appending t=8 to two full blocks of B=4")
-    expect(result.slot, 2 * 4 + 0, "the slot of t=8: T_0[2]*B + 0")
-    expect(bm.refcount(2), 1, "R of the fresh block")
-    expect(result.cow, None, "the copy-on-write pair when starting a fresh block")
+    expect(result.slot, 2 * 4 + 0, "append_slot(0).slot of t=8: T_0[2]*B + 0")
+    expect(bm.refcount(2), 1, "R[2], the fresh block, after append_slot(0)")
+    expect(result.cow, None, "append_slot(0).cow when starting a fresh block")
 
 
 def check_shared_partly_filled_block_is_copied(student):
@@ -71,23 +70,32 @@ def check_shared_partly_filled_block_is_copied(student):
     result = _append(bm, 1)  # seq 1 writes t = 6: j = 1, o = 2, p = 1 is shared
     if result.cow is None and result.slot // 4 == 1:
         raise CheckFailed(
-            f"seq 1 wrote token t=6 (j=1, o=2) into block 1, shared with seq 0 (R[1]=2), "
-            f"at slot {result.slot} with no copy-on-write: seq 0's next token would land on it. "
-            "Expected cow=(1, p_new) and a slot in p_new"
+            "append_slot(1): seq 1 wrote token t=6 (j=1, o=2) into block 1, shared with seq 0 "
+            f"(R[1]=2), at slot {result.slot} with no copy-on-write: seq 0's next token would "
+            "land on it. Expected cow=(1, p_new) and a slot in p_new"
         )
     if result.cow is None:
         raise CheckFailed(
-            f"seq 1 moved to block {result.slot // 4} for token t=6 but returned cow=None: the "
-            "caller copies only the pairs it is given, so the o=2 tokens already written in "
-            f"block 1 would be missing from block {result.slot // 4}. Return cow=(1, p_new)"
+            f"append_slot(1): seq 1 moved to block {result.slot // 4} for token t=6 but "
+            "returned cow=None: the caller copies only the pairs it is given, so the o=2 tokens "
+            f"already written in block 1 would be missing from block {result.slot // 4}. "
+            "Return cow=(1, p_new)"
         )
     src, dst = result.cow
-    expect(src, 1, "the block copied from (the shared p = T_1[1])")
-    expect(bm.table(1).blocks, [0, dst], f"T_1 after copy-on-write to p_new={dst}")
-    expect(result.slot, dst * 4 + 2, f"the slot of t=6: p_new*B + o = {dst}*4 + 2")
-    expect((bm.refcount(1), bm.refcount(dst)), (1, 1), "(R[p], R[p_new]) after the copy")
-    expect(bm.refcount(0), 2, "R[0]: the full block 0 stays shared")
-    expect(bm.table(0).blocks, [0, 1], "T_0: the other sequence's table does not change")
+    expect(src, 1, "the p of append_slot(1).cow = (p, p_new): the shared T_1[1]")
+    expect(bm.table(1).blocks, [0, dst], f"T_1 after append_slot(1) copied on write to p_new={dst}")
+    expect(result.slot, dst * 4 + 2, f"append_slot(1).slot of t=6: p_new*B + o = {dst}*4 + 2")
+    expect(
+        (bm.refcount(1), bm.refcount(dst)),
+        (1, 1),
+        f"(R[1], R[{dst}]), (R[p], R[p_new]), after append_slot(1) copied block 1",
+    )
+    expect(bm.refcount(0), 2, "R[0] after append_slot(1): the full block 0 stays shared")
+    expect(
+        bm.table(0).blocks,
+        [0, 1],
+        "T_0 after append_slot(1): the other sequence's table does not change",
+    )
 
 
 def check_last_sharer_writes_in_place(student):
@@ -98,9 +106,13 @@ def check_last_sharer_writes_in_place(student):
     _append(bm, 1)
     free_before = bm.device.num_free
     result = _append(bm, 0)
-    expect(result.cow, None, "seq 0's append into block 1 once seq 1 has its own copy (R[1]=1)")
-    expect(result.slot, 1 * 4 + 2, "seq 0's slot for t=6")
-    expect(bm.device.num_free, free_before, "free blocks after an in-place write")
+    expect(result.cow, None, "append_slot(0).cow into block 1 once seq 1 has its own copy (R[1]=1)")
+    expect(result.slot, 1 * 4 + 2, "append_slot(0).slot for t=6")
+    expect(
+        bm.device.num_free,
+        free_before,
+        "device.num_free before and after append_slot(0), an in-place write",
+    )
 
 
 def check_full_shared_blocks_are_not_copied(student):
@@ -109,9 +121,11 @@ def check_full_shared_blocks_are_not_copied(student):
     bm.allocate(0, 8)
     bm.fork(0, 1)
     result = _append(bm, 1)
-    expect(result.cow, None, "cow when seq 1 appends t=8 after its two full shared blocks")
-    expect(bm.table(1).blocks[:2], [0, 1], "T_1[:2]: the full blocks stay shared")
-    expect((bm.refcount(0), bm.refcount(1)), (2, 2), "(R[0], R[1]) after the append")
+    expect(result.cow, None, "append_slot(1).cow of t=8, after its two full shared blocks")
+    expect(
+        bm.table(1).blocks[:2], [0, 1], "T_1[:2] after append_slot(1): the full blocks stay shared"
+    )
+    expect((bm.refcount(0), bm.refcount(1)), (2, 2), "(R[0], R[1]) after append_slot(1)")
 
 
 def check_out_of_blocks_changes_nothing(student):
@@ -161,11 +175,6 @@ def _refused_append(bm, seq: int, what: str, returned: str) -> None:
         expect_unchanged(bm.snapshot(), before, what, "OutOfBlocks")
         return
     raise CheckFailed(returned)
-
-
-def check_random_programs_keep_every_invariant(student):
-    """random programs of allocate / fork / append / free / swap keep every invariant"""
-    run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 
 CRITERIA = tuple(

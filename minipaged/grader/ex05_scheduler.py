@@ -17,6 +17,9 @@ from minipaged.grader.report import CheckFailed, expect
 from minipaged.sampling import SamplingParams
 from minipaged.sequence import Sequence, SequenceGroup, Status
 
+FULL = "the schedule() that found the pool full"
+"""The step every scene's checks look at: the pool is full and someone must be preempted."""
+
 
 def _request(request_id: str, arrival: int, seq_id: int, prompt_len: int) -> SequenceGroup:
     seq = Sequence(seq_id, list(range(1, prompt_len + 1)), prompt_len)
@@ -73,8 +76,8 @@ def _ids(groups) -> list[str]:
     for g in groups:
         if not isinstance(g, SequenceGroup):
             raise CheckFailed(
-                f"a queue or out.preempted holds {g!r} ({type(g).__name__}); they hold the "
-                "SequenceGroup itself, not its request id or sequences"
+                f"after {FULL}, a queue or out.preempted holds {g!r} ({type(g).__name__}); "
+                "they hold the SequenceGroup itself, not its request id or sequences"
             )
     return [g.request_id for g in groups]
 
@@ -83,8 +86,9 @@ def _preempt_event(bm) -> Preempt:
     events = [e for e in bm.pop_events() if isinstance(e, Preempt)]
     if len(events) != 1:
         raise CheckFailed(
-            f"the step recorded {len(events)} Preempt events; _preempt records one "
-            "(bm.record(Preempt(request_id, seq ids, mode))) so the TUI and traces show it"
+            f"the schedule() that preempted recorded {len(events)} Preempt events; _preempt "
+            "records one (bm.record(Preempt(request_id, seq ids, mode))) so the TUI and traces "
+            "show it"
         )
     return events[0]
 
@@ -93,20 +97,37 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     """recompute: the latest arrival's blocks are freed, it waits again, keeping its token ids"""
     scene = student.run(_two_requests_then_full, "recompute", 0)
     b = scene.b
-    expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
+    expect(
+        _ids(scene.out.preempted),
+        ["b"],
+        f"out.preempted of {FULL}, by request id",
+    )
     waiting = (b.status, b in scene.scheduler.waiting)
-    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
+    expect(
+        waiting,
+        (Status.WAITING, True),
+        f"(b.status, b in waiting) after {FULL}",
+    )
     if 1 in scene.bm.tables:
         raise CheckFailed(f"seq 1 of b still holds T={scene.bm.table(1).blocks}: free it")
-    expect(len(b.seqs[0].token_ids), 9, "b's token ids: 7 prompt + 2 generated, kept")
+    expect(
+        len(b.seqs[0].token_ids),
+        9,
+        f"len(b's token ids) after {FULL}: 7 prompt + 2 generated, kept",
+    )
     event = _preempt_event(scene.bm)
-    expect((event.request_id, event.mode), ("b", "recompute"), "(request, mode) of the Preempt")
+    expect(
+        (event.request_id, event.mode),
+        ("b", "recompute"),
+        f"(request_id, mode) of the Preempt event {FULL} recorded",
+    )
     scene = student.run(_two_requests_then_full, "recompute", 8)
     expect(
         _preempt_event(scene.bm).mode,
         "recompute",
-        "the mode under preemption='recompute' for b, one sequence, with host room to spare "
-        "(only a request of several sequences is swapped whatever the policy)",
+        "the Preempt's mode of schedule() under preemption='recompute' for b, one sequence, "
+        "with host room to spare (only a request of several sequences is swapped whatever the "
+        "policy)",
     )
 
 
@@ -120,31 +141,59 @@ def check_recomputed_request_prefills_prompt_and_generated(student):
     expect(
         [(s.seq.seq_id, s.num_query_tokens) for s in out.scheduled],
         [(1, 9)],
-        "the step after a finishes: (seq, tokens prefilled)",
+        "(seq, tokens prefilled) of the schedule() after finish(a)",
     )
     recomputes = [e for e in bm.pop_events() if isinstance(e, Recompute)]
-    expect([(e.seq, e.num_tokens) for e in recomputes], [(1, 9)], "the Recompute events")
+    expect(
+        [(e.seq, e.num_tokens) for e in recomputes],
+        [(1, 9)],
+        "(seq, num_tokens) of the Recompute events of the schedule() after finish(a)",
+    )
 
 
 def check_swap_preemption_moves_the_blocks_to_host(student):
     """swap: the latest arrival's blocks move to the host pool and it joins the swapped queue"""
     scene = student.run(_two_requests_then_full, "swap", 4)
     b, out = scene.b, scene.out
-    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
+    expect(
+        _ids(out.preempted),
+        ["b"],
+        f"out.preempted of {FULL}, by request id",
+    )
     swapped = (b.status, b in scene.scheduler.swapped)
-    expect(swapped, (Status.SWAPPED, True), "(b.status, b in the swapped queue)")
-    expect(scene.bm.table(1).pool, "host", "seq 1's pool")
-    expect(len(out.blocks_to_swap_out), 2, "the step's (device, host) copies for b's 2 blocks")
+    expect(
+        swapped,
+        (Status.SWAPPED, True),
+        f"(b.status, b in swapped) after {FULL}",
+    )
+    expect(scene.bm.table(1).pool, "host", f"T_1.pool after {FULL}")
+    expect(
+        len(out.blocks_to_swap_out),
+        2,
+        f"len(out.blocks_to_swap_out) of {FULL}: b's 2 blocks",
+    )
     event = _preempt_event(scene.bm)
-    expect((event.request_id, event.mode), ("b", "swap"), "(request, mode) of the Preempt")
+    expect(
+        (event.request_id, event.mode),
+        ("b", "swap"),
+        f"(request_id, mode) of the Preempt event {FULL} recorded",
+    )
 
 
 def check_swap_falls_back_to_recompute_without_host_room(student):
     """swap with no room in the host pool falls back to recompute"""
     scene = student.run(_two_requests_then_full, "swap", 0)
     waiting = (scene.b.status, scene.b in scene.scheduler.waiting)
-    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
-    expect(_preempt_event(scene.bm).mode, "recompute", "the Preempt's mode with no host pool")
+    expect(
+        waiting,
+        (Status.WAITING, True),
+        f"(b.status, b in waiting) after {FULL}",
+    )
+    expect(
+        _preempt_event(scene.bm).mode,
+        "recompute",
+        f"the mode of the Preempt {FULL} recorded, with no host pool",
+    )
 
 
 def _requeue_scene(student, preemption: str, host: int) -> tuple[Scene, list[str]]:
@@ -167,14 +216,18 @@ def check_a_victim_keeps_its_arrival_order(student):
     """a preempted request rejoins the waiting or swapped queue in arrival order"""
     for preemption, host, name in (("recompute", 0, "waiting"), ("swap", 4, "swapped")):
         scene, queue = student.run(_requeue_scene, preemption, host)
-        expect(_ids(scene.out.preempted), ["b"], f"{preemption}: the preempted requests, by id")
+        expect(
+            _ids(scene.out.preempted),
+            ["b"],
+            f"{preemption}: out.preempted of {FULL}, by request id",
+        )
         if queue != ["z", "b", "c"]:
             raise CheckFailed(
-                f"{preemption}: the {name} queue held z (arrival 1) and c (arrival 3) when b "
-                f"(arrival 2) was preempted; it is now {queue}, expected ['z', 'b', 'c']. "
-                "A victim goes back in arrival order: behind every earlier request, ahead of "
-                "every later one (appending it lets c jump ahead; inserting it at the front "
-                "jumps ahead of z)"
+                f"{preemption}: before {FULL}, the {name} queue held z (arrival 1) and c "
+                f"(arrival 3); when b (arrival 2) was preempted it is now {queue}, expected "
+                "['z', 'b', 'c']. A victim goes back in arrival order: behind every earlier "
+                "request, ahead of every later one (appending it lets c jump ahead; inserting it "
+                "at the front jumps ahead of z)"
             )
 
 
@@ -185,12 +238,12 @@ def check_the_preempt_event_comes_first(student):
         kinds = [e.kind for e in scene.bm.pop_events()]
         if "preempt" not in kinds or caused not in kinds:
             raise CheckFailed(
-                f"{preemption}: the step recorded the events {kinds}; expected a preempt "
+                f"{preemption}: {FULL} recorded the events {kinds}; expected a preempt "
                 f"event followed by b's {caused} events"
             )
         if kinds.index("preempt") > kinds.index(caused):
             raise CheckFailed(
-                f"{preemption}: the step recorded the events {kinds}: the {caused} events "
+                f"{preemption}: {FULL} recorded the events {kinds}: the {caused} events "
                 "come before the preempt that caused them, so the TUI and traces tell the "
                 "story backwards. Record Preempt first, then free or swap out"
             )
@@ -216,11 +269,27 @@ def check_a_request_with_several_sequences_is_swapped(student):
     """a request whose sequences share blocks is swapped whatever the policy, to keep sharing"""
     scene = student.run(_two_samples_then_full)
     bm, out = scene.bm, scene.out
-    expect(_ids(out.preempted), ["b"], "the step's preempted requests, by id")
+    expect(
+        _ids(out.preempted),
+        ["b"],
+        f"out.preempted of {FULL}, by request id",
+    )
     event = _preempt_event(bm)
-    expect(event.mode, "swap", "the mode for a request of 2 sequences")
-    expect(tuple(event.seqs), (1, 2), "the Preempt's seqs: every sequence of b, by id")
-    expect(bm.table(1).blocks, bm.table(2).blocks, "T_1 against T_2 in the host pool")
+    expect(
+        event.mode,
+        "swap",
+        f"the mode of the Preempt {FULL} recorded, for a request of 2 sequences",
+    )
+    expect(
+        tuple(event.seqs),
+        (1, 2),
+        f"the seqs of the Preempt {FULL} recorded: every sequence of b",
+    )
+    expect(
+        bm.table(1).blocks,
+        bm.table(2).blocks,
+        f"T_1 against T_2 in the host pool after {FULL}",
+    )
 
 
 def check_a_request_of_several_sequences_without_host_room_is_recomputed(student):
@@ -228,18 +297,27 @@ def check_a_request_of_several_sequences_without_host_room_is_recomputed(student
     sequences is freed"""
     scene = student.run(_two_samples_then_full, 0)
     bm, b = scene.bm, scene.b
-    expect(_ids(scene.out.preempted), ["b"], "the step's preempted requests, by id")
+    expect(
+        _ids(scene.out.preempted),
+        ["b"],
+        f"out.preempted of {FULL}, by request id",
+    )
     event = _preempt_event(bm)
     expect(
         (event.mode, tuple(event.seqs)),
         ("recompute", (1, 2)),
-        "(mode, seqs) of the Preempt for b, 2 sequences, with no host pool",
+        f"(mode, seqs) of the Preempt {FULL} recorded for b, 2 sequences, with no host pool",
     )
     held = {seq: bm.table(seq).blocks for seq in (1, 2) if seq in bm.tables}
     if held:
         raise CheckFailed(
-            f"b was preempted by recomputation, yet its sequences still hold tables {held}: "
-            "free every sequence of the request (for seq in group.seqs), not only the first"
+            f"after {FULL}, b was preempted by recomputation, yet its sequences still hold "
+            f"tables {held}: free every sequence of the request (for seq in group.seqs), not "
+            "only the first"
         )
     waiting = (b.status, b in scene.scheduler.waiting)
-    expect(waiting, (Status.WAITING, True), "(b.status, b in the waiting queue)")
+    expect(
+        waiting,
+        (Status.WAITING, True),
+        f"(b.status, b in waiting) after {FULL}",
+    )

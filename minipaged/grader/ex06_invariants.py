@@ -82,6 +82,16 @@ def _ask(student, manager, kv: SimulatedKV, last_write, end: bool) -> Verdict:
     return student.run(judge, manager.snapshot(), kv.slots, kv.written, last_write, end)
 
 
+PROGRAMS = "run_programs(YourProperties, ...)"
+"""How a failure names the call that ran the student's properties over random programs."""
+
+INVARIANTS = (
+    "block_state_invariants_hold(), writes_land_in_private_blocks(), "
+    "every_sequence_reads_back_its_own_tokens()"
+)
+"""The ``@invariant`` methods the student writes, as a failure names them."""
+
+
 class YourPropertiesFailed(AssertionError):
     """The student's properties failed an assert on a state a program reached."""
 
@@ -139,12 +149,16 @@ def reference_problems(state: BlockState, kv: SimulatedKV, last_write, end: bool
 
 
 def check_no_false_alarm(student):
-    """your properties hold on every random program against the library's BlockManager"""
+    """your properties hold on every random program against the library's BlockManager
+
+    Rule: a property fails only on a state that breaks one of the five rules, and the
+    library's BlockManager breaks none."""
     try:
         _programs(student, BlockManager, max_examples=60)
     except YourPropertiesFailed as error:
         raise CheckFailed(
-            f"a property failed on the library's BlockManager, which keeps every rule: {error}"
+            f"{PROGRAMS} against the library's BlockManager: a property failed, though it "
+            f"keeps every rule: {error}"
         ) from None
 
 
@@ -177,7 +191,7 @@ def grades_rule(rule: int):
     def check(student):
         problems = [m for s in BROKEN_STATES if s.rule == rule and (m := missed(student, s))]
         if problems:
-            where = "after_all_freed" if rule == 5 else "an @invariant"
+            where = "after_all_freed()" if rule == 5 else f"an @invariant ({INVARIANTS})"
             raise CheckFailed(
                 f"not checked completely: on a state that breaks rule {rule} alone, {where} "
                 "must fail an assert, and yours passed these:\n- " + "\n- ".join(problems)
@@ -216,17 +230,23 @@ def catches(member: type[BlockManager]):
             raise
         except Exception as error:
             raise CheckFailed(
-                f"against {member.__name__}, a program crashed with {type(error).__name__} "
+                f"{PROGRAMS} against {member.__name__}: a program crashed with "
+                f"{type(error).__name__} "
                 f"before any property failed: {str(error).splitlines()[0]}\nYour properties "
                 "must fail an assert as soon as the state is wrong, before it crashes"
             ) from None
         raise CheckFailed(
-            f"100 random programs against {member.__name__} broke none of your properties. "
+            f"{PROGRAMS} against {member.__name__}: 100 random programs broke none of your "
+            "properties. "
             f"Its bug: {' '.join(member.__doc__.split())}"
         )
 
     check.__name__ = f"check_catches_{member.__name__}"
-    check.__doc__ = f"your properties catch {member.__name__}: {member.__doc__.split(':')[0]}"
+    check.__doc__ = (
+        f"your properties catch {member.__name__}: {member.__doc__.split(':')[0]}\n\n"
+        "Rule: a property fails an assert on the first state that breaks a rule, before the "
+        "broken manager crashes the program"
+    )
     return check
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minipaged.grader.report import CheckFailed, Criterion
+from minipaged.grader.report import CheckFailed, Criterion, note_call
 
 TOLERANCE = 1e-4
 
@@ -112,16 +112,20 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
     """Run ``function`` on ``case`` and fail with the first wrong (sequence, head) if it
     differs by more than ``tolerance``."""
     query, key_pool, value_pool, tables, lens, scale, block_size = case.args
-    got = function(
-        query.clone(),
-        key_pool.clone(),
-        value_pool.clone(),
-        tables.clone(),
-        lens.clone(),
-        scale,
-        block_size,
-    )
-    where = f"{name} on {case.what}"
+    where = f"{call_of(name, case)} on {case.what}"
+    try:
+        got = function(
+            query.clone(),
+            key_pool.clone(),
+            value_pool.clone(),
+            tables.clone(),
+            lens.clone(),
+            scale,
+            block_size,
+        )
+    except Exception as error:  # the student's: its message names this call too
+        note_call(error, where)
+        raise
     if not isinstance(got, torch.Tensor) or got.shape != case.expected.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
         raise CheckFailed(
@@ -142,6 +146,18 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
                     f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
                     f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
                 )
+
+
+def call_of(name: str, case: Case) -> str:
+    """The call a failure on ``case`` names: ``paged_attention_decode_loop(query [1, 2, 8],
+    pools [6, 2, 4, 8], block_tables=[[4, 0, 2]], seq_lens=[11], scale=0.354, block_size=4)``
+    (a large table by its shape)."""
+    query, key_pool, _, tables, lens, scale, block_size = case.args
+    table = tables.tolist() if tables.numel() <= 24 else f"[{', '.join(map(str, tables.shape))}]"
+    return (
+        f"{name}(query {list(query.shape)}, pools {list(key_pool.shape)}, block_tables={table}, "
+        f"seq_lens={lens.tolist()}, scale={scale:.3g}, block_size={block_size})"
+    )
 
 
 def _nan_cause(function, case: Case) -> str:
@@ -199,7 +215,10 @@ def _loop(student):
 
 
 def check_loop_one_block(student):
-    """the loop attends one sequence in one partly filled block"""
+    """the loop attends one sequence in one partly filled block
+
+    Rule: the output for head h is the sum over τ < L of softmax(s)_τ v_τ, with
+    s_τ = scale * q_h · k_τ; token τ is read at block T[floor(τ/B)], offset τ mod B."""
     compare("paged_attention_decode_loop", _loop(student), ONE_BLOCK)
 
 
@@ -229,7 +248,10 @@ def check_loop_online_softmax_starts_at_minus_infinity(student):
 
 
 def check_loop_shared_blocks(student):
-    """the loop reads blocks two sequences share (after a fork) for both"""
+    """the loop reads blocks two sequences share (after a fork) for both
+
+    Rule: each sequence b reads its tokens through its own row of block_tables, whichever
+    other rows hold the same physical blocks."""
     compare("paged_attention_decode_loop", _loop(student), SHARED)
 
 
@@ -239,7 +261,10 @@ def check_loop_uses_the_scale_it_is_given(student):
 
 
 def check_vectorized_matches(student):
-    """paged_attention_decode (vectorized) gives the same result on every case"""
+    """paged_attention_decode (vectorized) gives the same result on every case
+
+    Rule: paged_attention_decode computes the same attention as the loop: for every sequence
+    and head, softmax(scale * q · k) over the tokens τ < L, times their values."""
     for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED, SCALED):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
 
@@ -258,7 +283,8 @@ def check_half_precision_in_half_precision_out(student):
             if not isinstance(got, torch.Tensor) or got.dtype != torch.float16:
                 dtype = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
                 raise CheckFailed(
-                    f"{name} given float16 returned {dtype}, expected torch.float16. Return "
+                    f"{name}(query, key_pool, value_pool, ...) given float16 returned {dtype}, "
+                    "expected torch.float16. Return "
                     "the query's dtype: make the output with torch.zeros_like(query) or cast "
                     "it back"
                 )

@@ -41,8 +41,9 @@ def check_cache_write(student):
             writer = [i for i, s in enumerate(slots.tolist()) if s == slot]
             should = f"token {writer[0]}'s vector" if writer else f"{SENTINEL} (no token's slot)"
             raise CheckFailed(
-                f"{name}[{block}, :, {offset}] (slot {slot}) should hold {should} after writing "
-                f"slot_mapping={slots.tolist()} with B={block_size}; it holds "
+                f"after reshape_and_cache(key, value, key_pool, value_pool, "
+                f"slot_mapping={slots.tolist()}) with B={block_size}, {name}[{block}, :, {offset}] "
+                f"(slot {slot}) should hold {should}; it holds "
                 f"{got[block, 0, offset].tolist()} for KV head 0"
             )
 
@@ -63,6 +64,8 @@ def check_a_token_wider_than_the_block_of_threads(student):
                 kv_head, d = missing[0]
                 element = kv_head * head_dim + d
                 raise CheckFailed(
+                    "after reshape_and_cache(key, value, key_pool, value_pool, "
+                    f"slot_mapping=[5, 0]) with {num_kv_heads * head_dim} values a token, "
                     f"{name}[{block}, {kv_head}, {offset}, {d}] (token {token}'s element "
                     f"{element} of {num_kv_heads * head_dim}) was not written. With "
                     "T = cuda.blockDim.x threads, thread t must write elements t, t + T, "

@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from minipaged.grader.report import CheckFailed, Criterion
+from minipaged.grader.report import CheckFailed, Criterion, note_call
 
 NUM_THREADS = 32  # one warp: thread t holds dimension t of a head_dim = 32 query and key
+
+DOT = "reduce = tree_reduce(add); reduce(q[t] * k[t], scratch) in each of 32 threads"
+LARGEST = (
+    "reduce = tree_reduce(maximum); m = reduce(x[t], scratch), then reduce(m - x[t], scratch) "
+    "in each of 32 threads"
+)
+BOTH_KERNELS = "the kernels built on tree_reduce(add) and tree_reduce(maximum)"
+"""The calls of the student's ``tree_reduce`` that the checks make, as their messages name them."""
 
 
 def _kernels(tree_reduce):
@@ -83,38 +91,53 @@ def _watched_launches(student) -> dict:
     return {"crash": "", "races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
 
 
-def judge_races(seen: dict, what: str = "") -> None:
-    """Fail with the first divergent barrier or race a watched launch found."""
+def _run(student, what: str, launch, *args) -> np.ndarray:
+    """``student.run(launch, *args)``; an error of the student's code is noted with ``what``,
+    the call of their reduction it came from, for the failure's message."""
+    try:
+        return student.run(launch, *args)
+    except Exception as error:
+        note_call(error, what)
+        raise
+
+
+def judge_races(seen: dict, launched: str) -> None:
+    """Fail with the first divergent barrier or race a watched launch found; ``launched``
+    names the call that was watched."""
     if seen["crash"]:
         raise CheckFailed(
-            f"the kernel failed before any race could be watched for: {seen['crash']}"
+            f"{launched}: the kernel failed before any race could be watched for: {seen['crash']}"
         )
     if seen["divergent"]:
-        raise CheckFailed(seen["divergent"][0])
+        raise CheckFailed(f"{launched}: {seen['divergent'][0]}")
     if seen["races"]:
         raise CheckFailed(
-            f"{len(seen['races'])} shared-memory race(s){what}; the first: {seen['races'][0]}. "
-            "The simulator may still give the right answer; a GPU, whose threads really run "
-            "at once, will not, every time"
+            f"{launched}: {len(seen['races'])} shared-memory race(s); the first: "
+            f"{seen['races'][0]}. The simulator may still give the right answer; a GPU, whose "
+            "threads really run at once, will not, every time"
         )
 
 
 def check_dot_product(student):
     """32 threads, one dimension each, sum q_t k_t: every thread gets q . k"""
     query, keys = _inputs(0, 3)
-    _compare(student.run(_launch_dot, 0, 3), keys @ query, "q . k over head_dim = 32")
+    _compare(_run(student, DOT, _launch_dot, 0, 3), keys @ query, f"{DOT}, q . k, head_dim 32")
 
 
 def check_max_and_reuse(student):
-    """the same tree finds a maximum, and a second reduction may follow the first at once"""
+    """the same tree finds a maximum, and a second reduction may follow the first at once
+
+    Rule: reduce(value, scratch) gives every thread the combination of all T values, and
+    returns only once every thread has read its result, so scratch may be written again."""
     _, values = _inputs(1, 2)
     expected = values.max(axis=1) - values.min(axis=1)
-    _compare(student.run(_launch_largest, 1, 2), expected, "max(m - x) after m = max(x)")
+    what = f"{LARGEST}, max(m - x) after m = max(x)"
+    _compare(_run(student, LARGEST, _launch_largest, 1, 2), expected, what)
 
 
 def check_no_shared_memory_race(student):
     """threads wait at cuda.syncthreads() between writing scratch and reading another's entry"""
-    judge_races(student.run(_watched_launches))
+    judge_races(student.run(_watched_launches), f"{BOTH_KERNELS}, one token each, watched")
 
 
 CRITERIA = tuple(

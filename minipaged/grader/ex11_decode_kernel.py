@@ -19,19 +19,25 @@ import functools
 
 import torch
 
-from minipaged.grader.ex07_attention import TOLERANCE, compare, make_case
+from minipaged.grader.ex07_attention import TOLERANCE, call_of, compare, make_case
 from minipaged.grader.ex10_block_reduce import judge_races
 from minipaged.grader.report import CheckFailed, Criterion
 
 
 def check_decode_one_head(student):
-    """the decode kernel attends one sequence, one head, ending mid-block (L=5, B=4)"""
+    """the decode kernel attends one sequence, one head, ending mid-block (L=5, B=4)
+
+    Rule: the output for head h is the sum over τ < L of softmax(s)_τ v_τ, with
+    s_τ = scale * q_h · k_τ; token τ is read at block T[floor(τ/B)], offset τ mod B."""
     case = make_case("one sequence, one head (L=5, B=4)", [5], num_heads=1, num_kv_heads=1)
     compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
 
 
 def check_decode_batch_with_gqa(student):
-    """the decode kernel handles a batch, GQA, L longer than one round of threads, NaN slots"""
+    """the decode kernel handles a batch, GQA, L longer than one round of threads, NaN slots
+
+    Rule: thread block (b, h) attends sequence b's L_b tokens only, query head h to KV head
+    floor(h / (N_Q / N_KV)), its T threads taking tokens first, first + T, ... until L_b."""
     case = make_case(
         "a batch of L=37, 6 with 4 query heads over 2 KV heads (B=8)",
         [37, 6],
@@ -110,7 +116,8 @@ def check_decode_head_dim_wider_than_the_threads(student):
         wrong = (~close[0, 0]).nonzero().flatten().tolist()
         if wrong and min(wrong) >= SIMULATED_THREADS:
             raise CheckFailed(
-                f"paged_attention_decode on {case.what}: dimensions {wrong[0]}..{wrong[-1]} "
+                f"{call_of('paged_attention_decode', case)} on {case.what}: dimensions "
+                f"{wrong[0]}..{wrong[-1]} "
                 f"are wrong, the first {SIMULATED_THREADS} right. Thread t owns dimensions "
                 "d = t, t + T, t + 2T, ... (T = cuda.blockDim.x): loop over them wherever the "
                 "kernel loads the query, zeroes or updates the accumulator, and writes out"
@@ -142,7 +149,10 @@ def _watched_decode(student) -> dict:
 def check_decode_has_no_shared_memory_race(student):
     """threads wait at cuda.syncthreads() before touching what another thread wrote to shared
     memory, and before overwriting what another thread still reads"""
-    judge_races(student.run(_watched_decode), f" on {RACE_CASE.what}")
+    judge_races(
+        student.run(_watched_decode),
+        f"{call_of('paged_attention_decode', RACE_CASE)} on {RACE_CASE.what}, watched",
+    )
 
 
 @functools.cache

@@ -85,7 +85,11 @@ def check_insert_caches_full_blocks_only(student):
         "insert(tokens=[1, 2, 3, 4, 5], blocks=[7, 8, 9]) with B=2: the blocks newly cached",
     )
     expect(cache.cached_blocks(), (7, 8), "cached_blocks()")
-    expect(9 in cache, False, "9 in cache (block 9 holds only token 5 of 2)")
+    expect(
+        9 in cache,
+        False,
+        "9 in cache (__contains__(9)) after that insert: block 9 holds only token 5 of 2",
+    )
     expect(cache.match([1, 2, 3, 4, 6, 6]), [7, 8], "match([1, 2, 3, 4, 6, 6])")
     expect(cache.match([1, 2, 9, 9]), [7], "match([1, 2, 9, 9]): the longest cached prefix")
     expect(cache.match([2, 1, 3, 4]), [], "match([2, 1, 3, 4]): no prefix in common")
@@ -100,8 +104,12 @@ def check_diverging_insert_splits_an_edge(student):
         [5],
         "insert([1, 2, 3, 4, 7, 7], [0, 1, 5]) after [1, 2, 3, 4, 5, 6] -> [0, 1, 2]",
     )
-    expect(cache.match([1, 2, 3, 4, 5, 6]), [0, 1, 2], "match of the first sequence")
-    expect(cache.match([1, 2, 3, 4, 7, 7]), [0, 1, 5], "match of the second sequence")
+    expect(
+        cache.match([1, 2, 3, 4, 5, 6]), [0, 1, 2], "match([1, 2, 3, 4, 5, 6]) after both inserts"
+    )
+    expect(
+        cache.match([1, 2, 3, 4, 7, 7]), [0, 1, 5], "match([1, 2, 3, 4, 7, 7]) after both inserts"
+    )
     expect(cache.match([1, 2, 8, 8]), [0], "match([1, 2, 8, 8])")
 
 
@@ -109,7 +117,11 @@ def check_a_block_is_never_cached_twice(student):
     """inserting what is cached adds nothing, and a block cached elsewhere is not added again"""
     cache = _cache(student)
     cache.insert([1, 2, 3, 4], [0, 1])
-    expect(cache.insert([1, 2, 3, 4], [0, 1]), [], "inserting the same tokens and blocks again")
+    expect(
+        cache.insert([1, 2, 3, 4], [0, 1]),
+        [],
+        "insert([1, 2, 3, 4], [0, 1]) again: the same tokens and blocks",
+    )
     expect(
         cache.insert([5, 6, 7, 8], [2, 1]),
         [],
@@ -297,7 +309,11 @@ def shrink(student, program: list[tuple], failure: str) -> tuple[list[tuple], st
 
 def check_random_operations_match_the_contract(student):
     """500 random inserts, matches and forgets give what the contract says, and keep the tree
-    sound: no empty edge below the root, parent pointers that agree with the children"""
+    sound: no empty edge below the root, parent pointers that agree with the children
+
+    Rule: after every operation, match(tokens) gives the blocks of the longest cached prefix
+    of whole blocks, insert the blocks it newly caches, forget(p) whether p was cached, as a
+    dict from each cached prefix to its block would."""
     program = random_program()
     failure, ran = run_program(student, program)
     if failure:
@@ -310,7 +326,11 @@ def check_random_operations_match_the_contract(student):
 
 
 def check_block_manager_hits_and_evicts_least_recent_first(student):
-    """in the block manager: a finished prompt's blocks are hit, then evicted oldest first"""
+    """in the block manager: a finished prompt's blocks are hit, then evicted oldest first
+
+    Rule: a new prompt reuses the cached blocks match finds; a cached block is evicted only
+    when the allocator hands it out again, least recently released first, and forget drops
+    it with every prefix below it."""
     bm = block_manager_class(student)(6, block_size=2, watermark=0.0, prefix_caching="radix")
     prompt = [1, 2, 3, 4, 5]  # full blocks [1, 2] and [3, 4]
     bm.allocate(0, 5, prompt)  # T_0 = [0, 1, 2]
@@ -318,13 +338,21 @@ def check_block_manager_hits_and_evicts_least_recent_first(student):
     bm.pop_events()
     table = bm.allocate(1, 5, prompt)
     hits = [e for e in bm.pop_events() if isinstance(e, PrefixHit)]
-    expect([(e.blocks, e.num_tokens) for e in hits], [((0, 1), 4)], "(blocks, tokens) of the hit")
-    expect(table.blocks[:2], [0, 1], "T_1's first two blocks: the cached ones")
+    expect(
+        [(e.blocks, e.num_tokens) for e in hits],
+        [((0, 1), 4)],
+        "(blocks, tokens) of the PrefixHit of allocate(1, 5, prompt) after free(0)",
+    )
+    expect(table.blocks[:2], [0, 1], "T_1[:2] after allocate(1, 5, prompt): the cached blocks")
     bm.free(1)  # T_1 = [0, 1, 3] released 3, 1, 0: the free list is 4, 5, 2, 3, 1, 0
     bm.allocate(2, 10)  # five fresh blocks: 4, 5, 2, 3, then cached block 1
     evicted = [e.block for e in bm.pop_events() if isinstance(e, PrefixEvict)]
-    expect(evicted, [1], "cached blocks evicted to give seq 2 five blocks")
-    expect(bm.prefix_cache.cached_blocks(), (0,), "blocks still cached: block 0, released last")
+    expect(evicted, [1], "blocks evicted by allocate(2, 10), which takes five blocks")
+    expect(
+        bm.prefix_cache.cached_blocks(),
+        (0,),
+        "cached_blocks() after allocate(2, 10): block 0, released last",
+    )
     expect(bm.prefix_cache.match(prompt), [0], "match(prompt) once block 1 is reused")
 
 

@@ -216,6 +216,18 @@ EXERCISES: dict[int, Exercise] = {
             "RadixCache.match RadixCache.insert RadixCache.forget",
             tui=TuiRun("prefix", (("prefix_caching", "radix"),)),
         ),
+        _exercise(
+            13,
+            "13-three-wastes",
+            "the three wastes of a recorded run, against the simulator",
+            {"memory": "minipaged.memory", "recorded_waste": "minipaged.study.recorded_waste"},
+            "ex13_three_wastes",
+            "paged_internal_waste static_internal_waste reservation_waste "
+            "external_fragmentation_stalls minipaged.study.recorded_waste:paged_waste "
+            "minipaged.study.recorded_waste:static_waste "
+            "minipaged.study.recorded_waste:orca_waste "
+            "minipaged.study.recorded_waste:fragmentation_stalls",
+        ),
     )
 }
 """The course, in order: each exercise builds on what the ones before it taught."""

@@ -25,6 +25,7 @@ library's own modules the same way, in a child, without the stubs.
 
 from __future__ import annotations
 
+import linecache
 import math
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.remote import ChildGone, GradingChild, StudentBaseException, StudentExit
 from minipaged.grader.report import (
     BLOCKED,
+    CALLED,
     FAIL,
     PASS,
     CheckFailed,
@@ -65,11 +67,20 @@ class Limits:
     check_seconds: float = CHECK_SECONDS
 
 
+NOT_RUN = "not run: grading stopped at the first criterion that failed (--first-failure)"
+
+
 def grade(
-    number: int, path: Path | None = None, solution: bool = False, limits: Limits | None = None
+    number: int,
+    path: Path | None = None,
+    solution: bool = False,
+    limits: Limits | None = None,
+    first_failure: bool = False,
 ) -> Report:
     """Grade exercise ``number``: every criterion, each where it can run, the student's code
-    (or, with ``solution``, the library's) in a child process under ``limits``."""
+    (or, with ``solution``, the library's) in a child process under ``limits``. With
+    ``first_failure``, the criteria after the first that fails are not run: they are
+    blocked, worth nothing either way, and no child starts for them."""
     ex = exercise(number)
     limits = limits or Limits()
     criteria = ex.criteria()
@@ -85,6 +96,10 @@ def grade(
     confinement = ""
     for runs_in in ("process", "simulator", "gpu"):
         group = [c for c in criteria if c.runs_in == runs_in]
+        failed = first_failure and any(r.outcome == FAIL for r in results.values())
+        if group and failed:
+            results |= {c: _result(c, BLOCKED, NOT_RUN) for c in group}
+            continue
         reason = _no_gpu_reason() if group and runs_in == "gpu" and not refused else ""
         if not group or refused or reason:
             results |= {
@@ -95,6 +110,9 @@ def grade(
         child.wall_deadline = wall_deadline
         try:
             for criterion in group:
+                if first_failure and any(r.outcome == FAIL for r in results.values()):
+                    results[criterion] = _result(criterion, BLOCKED, NOT_RUN)
+                    continue
                 results[criterion] = _run_in_child(criterion, child, limits)
             confinement = confinement or child.confinement
         finally:
@@ -126,17 +144,25 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         child.deadline = time.monotonic() + limits.check_seconds
         criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
-        outcome, message = FAIL, failure_message(error, RemoteStudent(child))
+        outcome, message = FAIL, explained(criterion, error, RemoteStudent(child))
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 
 
 def run_criteria(
-    criteria: list[Criterion], student: Student, check_seconds: float | None = None
+    criteria: list[Criterion],
+    student: Student,
+    check_seconds: float | None = None,
+    first_failure: bool = False,
 ) -> list[Result]:
     """Run ``criteria`` in this process on ``student``'s modules (trusted code: the tests'
-    stand-ins for a student's work)."""
-    return [_run_one(c, student, check_seconds or CHECK_SECONDS) for c in criteria]
+    stand-ins for a student's work); with ``first_failure``, only up to the first that fails."""
+    results = []
+    for criterion in criteria:
+        results.append(_run_one(criterion, student, check_seconds or CHECK_SECONDS))
+        if first_failure and results[-1].outcome == FAIL:
+            break
+    return results
 
 
 def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Result:
@@ -146,15 +172,26 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
         with time_limit(check_seconds):
             criterion.check(student)
     except (Exception, SystemExit, TimeLimitExceeded) as error:  # not a KeyboardInterrupt
-        outcome, message = FAIL, failure_message(error, student)
+        outcome, message = FAIL, explained(criterion, error, student)
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 
 
-def failure_message(error: BaseException, student: Student) -> str:
+def explained(criterion: Criterion, error: BaseException, student: Student) -> str:
+    """The message of ``criterion`` failing with ``error``: ``failure_message``, then the rule
+    the work broke (``Criterion.broken``) where the student's code ran and answered wrongly or
+    raised; not where it could not be judged at all (a file that does not import, a grading
+    process gone, a loop stopped by the clock, a copy of the library's code)."""
+    message = failure_message(error, student, _call_of(error))
+    unjudged = StudentImportError | ChildGone | LibraryDelegation | TimeLimitExceeded | MemoryError
+    return message if isinstance(error, unjudged) else criterion.broken(message)
+
+
+def failure_message(error: BaseException, student: Student, call: str = "") -> str:
     """What a criterion that raised ``error`` tells the student: the check's own words, or
-    the student's error with the line it came from and, where it is telling, its likely cause."""
-    where = student.where(error)
+    the student's error with the line it came from, the check's ``call`` that reached it
+    (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause."""
+    where = student.where(error) + call
     if isinstance(error, TimeLimitExceeded):
         return f"{error}: is there a loop that never ends?"
     if isinstance(error, MemoryError):
@@ -189,6 +226,45 @@ def failure_message(error: BaseException, student: Student) -> str:
             "sequence's length) before using it"
         )
     return message
+
+
+MACHINERY = frozenset(
+    f"{Path(__file__).parent / name}.py"
+    for name in ("grading", "proxies", "remote", "report", "student", "time_limit", "wire")
+)
+"""The grader's files that carry a check's call to the student's code without making it: the
+call a failure names is the last one a check (or a helper of the checks) made."""
+
+
+def _call_of(error: BaseException) -> str:
+    """``", in the check's call bm.fork(7, 8)"``: what the check was calling when ``error``
+    was raised in the student's code: the call the check named in a note on the error
+    (``report.note_call``), else the expression of the grader's checks that called into the
+    student's code, or ``""`` when no check's line made it."""
+    named = [n for n in getattr(error, "__notes__", ()) if n.startswith(CALLED)]
+    if named:  # the first, made nearest the student's code
+        return f", in {named[0]}"
+    grader = str(Path(__file__).parent)
+    found = ""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename.startswith(grader) and code.co_filename not in MACHINERY:
+            found = _expression(code, tb.tb_lasti) or found
+        tb = tb.tb_next
+    return f", in {CALLED}{found}" if found else ""
+
+
+def _expression(code, instruction: int) -> str:
+    """The source text, on one line, of the expression ``code`` was running at byte offset
+    ``instruction`` (a call that spans lines, whole)."""
+    start, end, column, end_column = list(code.co_positions())[instruction // 2]
+    if start is None or end is None or column is None or end_column is None:
+        return ""
+    lines = [linecache.getline(code.co_filename, n) for n in range(start, end + 1)]
+    lines[-1] = lines[-1][:end_column]
+    lines[0] = lines[0][column:]
+    return " ".join(" ".join(lines).split()).replace("( ", "(").replace(", )", ")")
 
 
 def limit_arguments(memory_gib: float | None, cpu_seconds: int | None) -> list[str]:

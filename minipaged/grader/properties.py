@@ -42,6 +42,7 @@ from minipaged.grader.program_steps import (
     observe,
     swap,
 )
+from minipaged.grader.report import note_call
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 SHRINK_RUNS = 300
@@ -142,8 +143,13 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self._state, self._pools = seen["state"], {"device": seen["device"], "host": seen["host"]}
 
     def _step(self, helper, *args) -> dict | None:
-        """Run one step's ``helper`` on the manager; keep what it observed."""
-        seen = self.student.run(helper, self.manager, *args)
+        """Run one step's ``helper`` on the manager; keep what it observed. An error of the
+        student's code is noted with the step (``self.program[-1]``), the call it names."""
+        try:
+            seen = self.student.run(helper, self.manager, *args)
+        except Exception as error:
+            note_call(error, self.program[-1])
+            raise
         if seen is not None:
             self._state, self._pools = (
                 seen["state"],

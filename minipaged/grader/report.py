@@ -9,6 +9,7 @@ from. A criterion that needs hardware this machine lacks is *blocked*: neither p
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -23,6 +24,9 @@ from minipaged import __version__, atomic_write
 
 PASS, FAIL, BLOCKED = "pass", "fail", "blocked"
 
+RULE = "Rule: "
+"""Starts the last line of a failure's message: the rule the work broke (``Criterion.rule``)."""
+
 
 def now() -> str:
     """The time, in UTC, to the second: ``2025-01-31T14:05:09Z``."""
@@ -31,6 +35,16 @@ def now() -> str:
 
 class CheckFailed(AssertionError):
     """The student's work does not meet a criterion; the message says how."""
+
+
+CALLED = "the check's call "
+"""Starts a note (``BaseException.add_note``) that names the call a student's error came from."""
+
+
+def note_call(error: BaseException, call: str) -> None:
+    """Name, on ``error`` (raised by the student's code), the call of theirs the check was
+    making: the failure's message names it (``grading.failure_message``)."""
+    error.add_note(CALLED + call)
 
 
 def expect(got: Any, expected: Any, what: str) -> None:
@@ -57,7 +71,8 @@ def expect_refused(
     except error:
         expect_unchanged(state(), before, what, error.__name__)
         return
-    except NotImplementedError:
+    except NotImplementedError as unwritten:
+        note_call(unwritten, what)
         raise
     except Exception as other:
         raise CheckFailed(
@@ -88,7 +103,9 @@ ABSENT = _Absent()
 
 def difference(got: Any, expected: Any, where: str = "") -> str:
     """What differs between ``got`` and ``expected``, field by field for dataclasses of one
-    type and key by key for dicts, so a message shows three numbers, not two pages of state."""
+    type, key by key for dicts and, inside them, entry by entry for sequences of one length
+    where one or two entries differ (``device_refcounts[1]: expected 2, got 1``), so a message
+    shows three numbers, not two pages of state."""
     at = f"{where}: " if where else ""
     if is_dataclass(got) and type(got) is type(expected):
         parts = [
@@ -104,6 +121,14 @@ def difference(got: Any, expected: Any, where: str = "") -> str:
             if got.get(k, ABSENT) != expected.get(k, ABSENT)
         ]
         return "; ".join(p.removeprefix(".") for p in parts)
+    same_length = isinstance(got, tuple | list) and type(got) is type(expected)
+    if where and same_length and len(got) == len(expected):  # a field of a state: which entries
+        wrong = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
+        if len(wrong) <= 2:  # more is a reordering, read best whole
+            field_ = where.removeprefix(".")
+            return "; ".join(
+                f"{field_}[{i}]: expected {expected[i]!r}, got {got[i]!r}" for i in wrong
+            )
     return f"{at}expected {expected!r}, got {got!r}".removeprefix(".")
 
 
@@ -125,8 +150,26 @@ class Criterion:
 
     @property
     def statement(self) -> str:
-        """The first line of the check's docstring: the rule, in the source text's terms."""
-        return (self.check.__doc__ or self.name).strip().splitlines()[0]
+        """The first paragraph of the check's docstring: what it checks, in the source text's
+        terms."""
+        doc = inspect.cleandoc(self.check.__doc__ or "") or self.name
+        return " ".join(doc.split("\n\n")[0].split())
+
+    @property
+    def rule(self) -> str:
+        """The contract the check holds the work to, declared once, in the check's docstring:
+        the paragraph that starts ``Rule:``, or else the statement, which then is the rule."""
+        doc = inspect.cleandoc(self.check.__doc__ or "")
+        for paragraph in doc.split("\n\n"):
+            if paragraph.startswith(RULE):
+                return " ".join(paragraph.removeprefix(RULE).split()).removesuffix(".")
+        return self.statement
+
+    def broken(self, finding: str) -> str:
+        """What a failure of this criterion tells the student: ``finding``, the check's words
+        for the operation it ran and what came back, then the rule that broke, on a line of
+        its own (``Rule: ...``). Every failure message of every exercise is made here."""
+        return f"{finding}\n{RULE}{self.rule}"
 
 
 TOTAL_POINTS = 100
@@ -182,7 +225,8 @@ def say_each_cause_once(results: list[Result]) -> list[Result]:
         if result.outcome != FAIL:
             said.append(result)
             continue
-        head, *rest = SENTENCE_END.split(result.message)
+        finding, rule = split_rule(result.message)
+        head, *rest = SENTENCE_END.split(finding)
         kept, same = [head], []
         for sentence in rest:
             if len(sentence) >= CAUSE_LENGTH and sentence in first_said:
@@ -195,8 +239,15 @@ def say_each_cause_once(results: list[Result]) -> list[Result]:
             said.append(result)
             continue
         kept.append(f"Same cause as {', '.join(dict.fromkeys(same))}: see there.")
-        said.append(replace(result, message=" ".join(kept)))
+        said.append(replace(result, message=" ".join(kept) + (f"\n{RULE}{rule}" if rule else "")))
     return said
+
+
+def split_rule(message: str) -> tuple[str, str]:
+    """``(finding, rule)`` of a failure's message made by ``Criterion.broken``; ``rule`` is
+    ``""`` for a message that names none (a file that could not be graded at all)."""
+    finding, separator, rule = message.rpartition(f"\n{RULE}")
+    return (finding, rule) if separator else (message, "")
 
 
 @dataclass(slots=True)
@@ -262,7 +313,9 @@ class Report:
         for r in self.results:
             label = f"[{style[r.outcome]}]{r.outcome.upper():8}[/{style[r.outcome]}]"
             console.print(f"  {label} {escape(r.statement)}", highlight=False)
-            for line in r.message.splitlines():
+            finding, rule = split_rule(r.message)
+            shown = finding if rule == r.statement else r.message  # the line above is the rule
+            for line in shown.splitlines():
                 console.print(f"           {line}", markup=False, highlight=False)
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
         summary += f", {self.score}/{self.max_score} points"

@@ -52,6 +52,7 @@ VALUE_TYPES = frozenset(
         "minipaged.scheduler:SchedulerOutput",
         "minipaged.grader.ex05_preemption:Scene",
         "minipaged.grader.ex06_invariants:Verdict",
+        "minipaged.study.recorded_waste:RecordedRun",
     }
 )
 """Dataclasses that travel by value (a copy); every event of ``minipaged.events`` does too.
