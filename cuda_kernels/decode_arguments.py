@@ -4,7 +4,8 @@ and v2 kernels and their CPU twins share.
 Each of the four wrappers (``paged_attention_decode`` and ``paged_attention_decode_v2``, in
 ``cuda_kernels`` and ``cuda_kernels.cpu``) checks its inputs with ``check_decode_inputs`` and
 passes ``decode_arguments``: the query, the pools, the block tables and lengths, the scale,
-then FP8's per-KV-head scales and decode table (``cuda_kernels.fp8``). Each passes its own
+then FP8's per-KV-head scales and its decoder (``cuda_kernels.fp8``): the CUDA kernels' decode
+table (``by_table``), or the twins' bit fields (``by_fields``). Each passes its own
 launcher's ``check_device`` and ``kernel_array`` (a GPU or simulator array, or a NumPy view
 for the twins); only what a kernel writes differs from one wrapper to the next.
 """
@@ -16,11 +17,24 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from cuda_kernels.fp8 import check_pools, decode_table, head_scales
+from cuda_kernels.fp8 import check_pools, decode_fields, decode_table, head_scales
 from minipaged.contract import check_attention_inputs
 
 KernelArray = Callable[[torch.Tensor, str], object]
 """A launcher's ``kernel_array(tensor, name)``: the tensor as its kernels take it."""
+
+Decoder = Callable[[torch.dtype, torch.device, KernelArray], object]
+"""How a kernel decodes an FP8 pool of a dtype: the argument it takes for that, its last."""
+
+
+def by_table(dtype: torch.dtype, device: torch.device, kernel_array: KernelArray) -> object:
+    """The CUDA kernels' decoder: the 256-entry table (``cuda_kernels.fp8.decode_table``)."""
+    return kernel_array(decode_table(dtype, device), "lut")
+
+
+def by_fields(dtype: torch.dtype, device: torch.device, kernel_array: KernelArray) -> object:
+    """The CPU twins' decoder: the format's bit fields (``cuda_kernels.fp8.DecodeFields``)."""
+    return decode_fields(dtype)
 
 
 def check_decode_inputs(
@@ -50,10 +64,11 @@ def decode_arguments(
     k_scale: torch.Tensor | None,
     v_scale: torch.Tensor | None,
     kernel_array: KernelArray,
+    decoder: Decoder = by_table,
 ) -> tuple[tuple, tuple]:
     """``(inputs, fp8)``: the kernel arguments every decode kernel reads, in their order,
-    ``query, key_pool, value_pool, block_tables, seq_lens, scale``; and ``k_scale, v_scale,
-    lut`` (``fp8_arguments``), which come last."""
+    ``query, key_pool, value_pool, block_tables, seq_lens, scale``; and ``k_scale, v_scale``
+    and what ``decoder`` gives (``fp8_arguments``), which come last."""
     inputs = (
         kernel_array(query.contiguous(), "query"),
         kernel_array(key_pool, "key_pool"),
@@ -62,17 +77,17 @@ def decode_arguments(
         kernel_array(seq_lens.to(torch.int32), "seq_lens"),
         np.float32(scale),
     )
-    return inputs, fp8_arguments(key_pool, k_scale, v_scale, kernel_array)
+    return inputs, fp8_arguments(key_pool, k_scale, v_scale, kernel_array, decoder)
 
 
 def fp8_arguments(
-    key_pool: torch.Tensor, k_scale, v_scale, kernel_array: KernelArray
+    key_pool: torch.Tensor, k_scale, v_scale, kernel_array: KernelArray, decoder: Decoder
 ) -> tuple[object, object, object]:
-    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decode table, as the kernels take
-    them: ones and an unused table for a float32 pool."""
+    """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decoder's argument, as the kernels
+    take them: ones and an unused decoder for a float32 pool."""
     num_kv_heads, device = key_pool.shape[1], key_pool.device
     return (
         kernel_array(head_scales(k_scale, num_kv_heads, device), "k_scale"),
         kernel_array(head_scales(v_scale, num_kv_heads, device), "v_scale"),
-        kernel_array(decode_table(key_pool.dtype, device), "lut"),
+        decoder(key_pool.dtype, device, kernel_array),
     )

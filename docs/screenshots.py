@@ -28,6 +28,9 @@ SCREENSHOT_ARGS = {
     "beam-step-3.svg": ["--scenario", "beam", "--steps", "3"],
     "swap-step-8.svg": ["--scenario", "swap", "--steps", "8"],
     "recompute-step-29.svg": ["--scenario", "recompute", "--steps", "29"],
+    "tour-attention-step-12.svg": [
+        *("--scenario", "tour", "--steps", "12", "--keys", "a,full_stop,full_stop")
+    ],
 }
 # Rich's SVG names a web font on a CDN after the local one; the site must not load it.
 WEB_FONT = re.compile(r',\s*url\("https?://[^"]*"\)\s*format\("[^"]*"\)')
@@ -63,6 +66,15 @@ CROPS = {
     "beam-step-3-tables.svg": Crop("beam-step-3.svg", 1, 53, 6, 67, ("0→0×4", "1→1›5")),
     "swap-step-8-tables.svg": Crop(
         "swap-step-8.svg", 1, 53, 6, 67, ("s3  host L=16  0→0 1→1 2→2 3→3",)
+    ),
+    # The attention view of the 120 x 40 screen: rows 10-36 at columns 53-119.
+    "tour-attention-step-12-view.svg": Crop(
+        "tour-attention-step-12.svg",
+        10,
+        53,
+        27,
+        67,
+        ("▶ 2   2    8–11", "1.32    4.27  0.733", "max|Δ| = 1.5e-08 ✓", "query heads 0, 1 (GQA)"),
     ),
     "recompute-step-29-tables.svg": Crop(
         "recompute-step-29.svg", 1, 53, 5, 67, ("s1  L=37", "s2  L=20", "s3  L=17")

@@ -311,6 +311,7 @@ class LLMEngine:
             num_cached_tokens=plan.num_cached_tokens,
             drafted=tree_moment,
             snapshot=snapshot,
+            attention=self.runner.take_attention(),
         )
 
     def report(
@@ -324,12 +325,13 @@ class LLMEngine:
         num_cached_tokens: int = 0,
         drafted: StepOutput | None = None,
         snapshot: bool = True,
+        attention: tuple | None = None,
     ) -> StepOutput:
         """The one place a ``StepOutput`` is made: what a step did (its ``events``, new tokens,
         finished requests and token counts) beside the engine as it stands now (the block
         state, every live sequence, the queues), numbered ``step_count``. ``step`` reports each
         step, and the moment its speculative branches exist; with no arguments it is the
-        engine before anything runs (a TUI's frame 0)."""
+        engine before anything runs (a TUI's frame 0). ``attention``: the probe's records."""
         scheduler = self.scheduler
         return StepOutput(
             step=self.step_count,
@@ -346,6 +348,7 @@ class LLMEngine:
             num_decode_tokens=num_decode_tokens,
             num_cached_tokens=num_cached_tokens,
             drafted=drafted,
+            attention=attention,
         )
 
     def _release_finished(self, groups: list[SequenceGroup]) -> list[RequestOutput]:
@@ -390,11 +393,7 @@ class LLMEngine:
         for queue in (self.scheduler.waiting, self.scheduler.running, self.scheduler.swapped):
             for group in queue:
                 for seq in group.seqs:
-                    views[seq.seq_id] = SeqView(
-                        group.request_id,
-                        seq.seq_id,
-                        tuple(seq.token_ids),
-                        seq.prompt_len,
-                        group.status.value,
-                    )
+                    tokens = tuple(seq.token_ids)
+                    view = (seq.seq_id, tokens, seq.prompt_len, group.status.value)
+                    views[seq.seq_id] = SeqView(group.request_id, *view)
         return views

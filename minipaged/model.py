@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from minipaged.attention_probe import Observer
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
 
@@ -258,6 +259,7 @@ class Llama(nn.Module):
         kv_cache: KVCache,
         batch: PagedBatch,
         logits_index: Tensor | None = None,
+        observe: Observer | None = None,
     ) -> Tensor:
         """One engine step on the paged KV cache.
 
@@ -269,6 +271,9 @@ class Llama(nn.Module):
         Returns logits ``[N, V]``, or ``[len(logits_index), V]`` for only the rows
         ``logits_index`` when given: a prefill needs the logits of each sequence's last token
         only, and the vocabulary projection of every prompt token would be wasted work.
+
+        ``observe``, when given, sees each layer's queries and attention output
+        (``minipaged.attention_probe``: what the TUI's attention view shows).
         """
         scale = self.config.head_dim**-0.5
 
@@ -279,7 +284,10 @@ class Llama(nn.Module):
             # A cache stored in another dtype than the model computes in (FP8) is read with
             # its scales; one in the model's dtype needs none.
             scales = kv_cache.scales(layer, q.dtype)
-            return paged_attention(q, k, v, key_pool, value_pool, batch, scale, **scales)
+            out = paged_attention(q, k, v, key_pool, value_pool, batch, scale, **scales)
+            if observe is not None:
+                observe(layer, q, out)
+            return out
 
         hidden = self._hidden(tokens, positions, attend)  # [N, hidden]
         if logits_index is not None:

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from minipaged.attention import NO_BLOCK
+from minipaged.attention_probe import AttentionProbe, AttentionRecord, Row
 from minipaged.backend import PagedBatch, split_rows
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
@@ -24,6 +25,16 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.backend = backend
         self.device = kv_cache.device
+        self.probe: AttentionProbe | None = None
+
+    def record_attention(self) -> None:
+        """From the next step on, record what each step's attention read and computed
+        (``minipaged.attention_probe``, and its memory cost); ``take_attention`` hands it out."""
+        self.probe = AttentionProbe()
+
+    def take_attention(self) -> tuple[AttentionRecord, ...] | None:
+        """The last step's records, one per scheduled row; None while nothing is recorded."""
+        return None if self.probe is None else self.probe.take()
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> Tensor | None:
@@ -45,7 +56,13 @@ class ModelRunner:
         last_token = None
         if len(tokens) > len(plan.scheduled):
             last_token = torch.cumsum(batch.query_lens, 0) - 1  # [batch]
-        return self.model.forward(tokens, positions, self.kv_cache, batch, last_token)
+        observe = None
+        if self.probe is not None:
+            rows = [
+                Row(i.seq.seq_id, tuple(i.block_table), i.query_positions) for i in plan.scheduled
+            ]
+            observe = self.probe.observer(rows, self.kv_cache, self.model.config.head_dim**-0.5)
+        return self.model.forward(tokens, positions, self.kv_cache, batch, last_token, observe)
 
     def prepare(self, plan: SchedulerOutput) -> tuple[Tensor, Tensor, PagedBatch]:
         """The step's inputs as tensors: tokens and positions ``[N]`` (each row's

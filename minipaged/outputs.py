@@ -6,9 +6,13 @@ here, without the engine (or torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from minipaged.block_state import BlockState
 from minipaged.events import Event
+
+if TYPE_CHECKING:  # the records hold tensors; this module stays free of torch
+    from minipaged.attention_probe import AttentionRecord
 
 
 @dataclass
@@ -61,7 +65,11 @@ class StepOutput:
     were forked, before the verify pass pruned them (its events are the first
     ``len(drafted.events)`` of ``events``, and it made no token); the step's end state shows
     only the kept branch. None when nothing was drafted. Not recorded in traces, and not
-    compared: a replayed step equals the live one."""
+    compared: a replayed step equals the live one.
+
+    ``attention``: what each scheduled row's attention read and computed, when the engine's
+    probe is on (``minipaged.attention_probe``; the TUI's attention view); None otherwise, and
+    in traces."""
 
     step: int
     new_tokens: dict[int, int]
@@ -74,6 +82,7 @@ class StepOutput:
     num_decode_tokens: int
     num_cached_tokens: int = 0
     drafted: StepOutput | None = field(default=None, compare=False, repr=False)
+    attention: tuple[AttentionRecord, ...] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def empty(cls, state: BlockState) -> StepOutput:

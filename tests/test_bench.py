@@ -228,8 +228,13 @@ def test_kernels_bench_rows_hold_paging_fp8_and_the_stream_read(as_json):
     over FP8 pools, every GB/s with its share of the stream read."""
     for row in as_json["kernels"]["rows"]:
         assert row["stream_gbps"] > 0
-        assert row["numba_cpu_paging"] == row["numba_cpu_ms"] / row["numba_cpu_in_order_ms"]
-        assert row["numba_cpu_fp8_vs_fp32"] == row["numba_cpu_fp8_ms"] / row["numba_cpu_ms"]
+        # ratios are medians of the rounds' own ratios: near, not equal to, the medians' ratio
+        medians = row["numba_cpu_ms"] / row["numba_cpu_in_order_ms"]
+        assert row["numba_cpu_paging"] == pytest.approx(medians, rel=0.5)
+        assert row["numba_cpu_paging_spread"] >= 0
+        assert row["numba_cpu_paging_text"].startswith(f"{row['numba_cpu_paging']:.3f} ±")
+        medians = row["numba_cpu_fp8_ms"] / row["numba_cpu_ms"]
+        assert row["numba_cpu_fp8_vs_fp32"] == pytest.approx(medians, rel=0.5)
         for path in ("sdpa", "vectorized", "numba_cpu", "numba_cpu_in_order", "numba_cpu_fp8"):
             assert row[f"{path}_of_stream"] == row[f"{path}_gbps"] / row["stream_gbps"]
         assert row["max_error"] < 1e-5 and row["fp8_error"] < 0.5

@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 
 from minipaged import attention
-from minipaged.study.bench import Options, bandwidth, kernels
+from minipaged.study.bench import Options, bandwidth, kernels, rounds
 from minipaged.study.report import Report
 
 QUICK = Options(quick=True)
@@ -119,7 +119,7 @@ def test_cache_sizes_are_read_as_linux_writes_them(text, size):
 def widest_rows(names: list[str]) -> list[dict]:
     """Rows with the widest values a run prints: seconds-long references on a busy machine,
     a GPU's thousands of GB/s."""
-    row = {"batch": 4, "context": 8192, "block_size": 16, "threads": 2}
+    row = {"batch": 4, "context": 8192, "block_size": 16, "threads": 2, "rounds": 61}
     row |= {f"{name}_ms": 46029.24 for name in kernels.PATHS}
     row |= {f"{name}_ratio": 123.45 for name in kernels.REFERENCES}
     row |= {"max_error": 4.6e-07, "fp8_error": 3.6e-02, "stream_gbps": 4012.3}
@@ -129,6 +129,7 @@ def widest_rows(names: list[str]) -> list[dict]:
             row[f"{name}{suffix}_ms"] = 46029.24
             row[f"{name}{suffix}_bandwidth"] = kernels.bandwidth_text(4012.3, 1.0)
         row |= {f"{name}_ratio": 12.34, f"{name}_paging": 1.234, f"{name}_fp8_vs_fp32": 12.34}
+        row[f"{name}_paging_text"] = kernels.paging_text(1.234, 0.123)
     return [row, {**row, "batch": 1, "threads": 1}]
 
 
@@ -159,17 +160,59 @@ def test_a_report_split_into_tables_prints_its_own_title_above_them():
 
 def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
     """The CPU twins' row decoder, compiled and as plain Python, on all 256 bytes of both
-    formats: NaN where torch has NaN, the same float32 everywhere else."""
+    formats (zeros of both signs, subnormals, the largest values, NaN and inf): NaN where
+    torch has NaN, the same float32 everywhere else."""
     numba = pytest.importorskip("numba", reason="the twins' decoder needs numba")
-    from cuda_kernels.fp8 import FP8_DTYPES, decode_table, decoded_row
+    from cuda_kernels.fp8 import FP8_DTYPES, decode_fields, decoded_row
 
-    compiled = numba.njit(lambda row, table, scratch: decoded_row(row, table, scratch).copy())
+    compiled = numba.njit(lambda row, fields, scratch: decoded_row(row, fields, scratch).copy())
     every_byte = np.arange(256, dtype=np.uint8)
     for dtype in FP8_DTYPES:
         want = torch.arange(256, dtype=torch.uint8).view(dtype).float().numpy()
-        table = decode_table(dtype, torch.device("cpu")).numpy()
+        fields = decode_fields(dtype)
         for decode in (compiled, decoded_row):
-            got = decode(every_byte, table, np.empty(256, np.float32))
+            got = decode(every_byte, fields, np.empty(256, np.float32))
             np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 too
     float_row = np.ones(8, np.float32)
-    assert compiled(float_row, np.zeros(1, np.float32), np.empty(8, np.float32)).sum() == 8
+    assert compiled(float_row, decode_fields(torch.float32), np.empty(8, np.float32)).sum() == 8
+
+
+def test_a_paired_ratio_divides_out_what_a_round_shared():
+    """Round 2 ran twice as slow for both paths (the machine got busy): the rounds' own
+    ratios are all 1.1, while the ratio of the medians is not."""
+    paged, in_order = [1.1, 2.2, 1.1], [1.0, 2.0, 1.0]
+    assert rounds.paired_ratio(paged, in_order) == pytest.approx(1.1)
+    assert rounds.spread(paged, in_order) == pytest.approx(0.0)
+    slow_paged = [1.1, 2.2, 2.2]  # the same in-order rounds; the paged path slowed once
+    assert np.median(slow_paged) / np.median(in_order) == pytest.approx(2.2)
+    assert rounds.paired_ratio(slow_paged, in_order) == pytest.approx(1.1)
+    assert rounds.paired_ratio([2.0, 2.0, 9.0], [1.0, 1.0]) == 2.0  # the rounds both ran
+
+
+def test_the_spread_grows_with_the_noise_between_rounds_and_is_reproducible():
+    gen = np.random.default_rng(1)
+    in_order = [1.0] * 25
+    quiet, noisy = (list(1.0 + gen.normal(0, sd, 25)) for sd in (0.005, 0.1))
+    assert rounds.spread(quiet, in_order) < 0.01 < rounds.spread(noisy, in_order)
+    assert rounds.spread(noisy, in_order) == rounds.spread(noisy, in_order)
+
+
+def test_rounds_stop_at_the_fewest_once_settled_and_at_the_most_if_never():
+    paths = {"a": lambda: None, "b": lambda: None}
+    settled = rounds.time_rounds(paths, "cpu", 4, 50, settled=lambda times: True)
+    assert len(settled["a"]) == 4
+    never = rounds.time_rounds(paths, "cpu", 4, 7, settled=lambda times: False)
+    assert len(never["a"]) == len(never["b"]) == 7
+    slow_once = rounds.time_rounds(paths, "cpu", 4, 7, lambda times: False, only_first={"b"})
+    assert (len(slow_once["a"]), len(slow_once["b"])) == (7, 4)
+    with pytest.raises(ValueError, match=r"min_rounds <= max_rounds, got 5 and 3"):
+        rounds.time_rounds(paths, "cpu", 5, 3)
+
+
+def test_ratios_settle_when_every_pair_is_known_within_the_precision():
+    steady = {"p": [1.02] * 9, "o": [1.0] * 9, "f": [0.9] * 9}
+    assert rounds.ratios_settled([("p", "o"), ("f", "p")])(steady)
+    shaky = dict(steady, f=[0.9, 1.3, 0.7, 1.2, 0.8, 1.1, 0.6, 1.4, 0.9])
+    assert not rounds.ratios_settled([("p", "o"), ("f", "p")])(shaky)
+    assert rounds.ratios_settled([("p", "o")])(shaky)

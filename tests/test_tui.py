@@ -303,6 +303,13 @@ def test_the_bindings_follow_the_readme_key_table():
         "help",
         "quit",
     )
+    assert (keys["a"], keys["comma"], keys["full_stop"], keys["l"], keys["k"]) == (
+        "attention",
+        "walk(-1)",
+        "walk(1)",
+        "layer",
+        "head",
+    )
     assert PagedApp.COMMAND_PALETTE_BINDING == "ctrl+p"
 
 

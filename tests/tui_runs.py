@@ -1,10 +1,16 @@
-"""A TUI test's run, recorded to its end before the test looks at it."""
+"""A TUI test's run, recorded to its end before the test looks at it; or one recorded once per
+test process and replayed by every app that shows it."""
 
 from __future__ import annotations
 
+import functools
 import time
 
+from minipaged.tokenizer import Tokenizer
+from minipaged.trace import Trace
 from tui.app import PagedApp
+from tui.scenarios import SCENARIOS
+from tui.speculative_frames import frames
 
 DEADLINE_S = 120  # loading the tiny model and recording a scenario, on a loaded machine
 
@@ -20,4 +26,23 @@ async def whole_run(pilot) -> PagedApp:
     while not app.timeline.finished:
         assert time.monotonic() < deadline, "the run was not recorded in time"
         await pilot.pause(0.05)
+    return app
+
+
+@functools.cache
+def recorded(name: str) -> tuple[Trace, Tokenizer | None]:
+    """Scenario ``name`` run once per test process, with its attention recorded (as the app
+    runs it), as an in-memory trace: apps replay it without loading the model again."""
+    engine = SCENARIOS[name].build()
+    steps: list = []
+    while engine.has_unfinished():
+        steps += frames(engine.step(), len(steps) + 1)
+    return Trace({"scenario": SCENARIOS[name].title}, steps), engine.tokenizer
+
+
+def replaying(name: str) -> PagedApp:
+    """An app replaying ``recorded(name)``, animations off (for snapshots too)."""
+    trace, tokenizer = recorded(name)
+    app = PagedApp(trace=trace, tokenizer=tokenizer)
+    app.animation_level = "none"
     return app

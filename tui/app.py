@@ -23,6 +23,8 @@ from minipaged.grader.student_run import RecordedRun
 from minipaged.tokenizer import Tokenizer
 from minipaged.trace import Trace
 from tui import ansi_themes, keymap, palette
+from tui.attention_keys import AttentionKeys
+from tui.attention_view import AttentionView
 from tui.event_log import EventLog
 from tui.feed import EVERYTHING, RunEnded, RunStarted, StepFeed, StepsReady, produce
 from tui.gauges import Gauges, KVMemory
@@ -49,7 +51,7 @@ SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # steps per second while playing
 COMPACT_BELOW = 32  # rows: fewer than this and the panes lose their side borders
 
 
-class PagedApp(SelectionKeys, App[None]):
+class PagedApp(AttentionKeys, SelectionKeys, App[None]):
     """Guarantees: the panes always show one frame, the cursor's; moving the cursor never runs
     the model; widgets change only in the UI thread."""
 
@@ -127,6 +129,7 @@ class PagedApp(SelectionKeys, App[None]):
                 yield Inspector(id="inspector")
                 yield TokenStreams(id="tokens")
                 yield EventLog(id="events")
+                yield AttentionView(id="attention")  # in their place while it is open
         yield TimelineStrip(id="strip")
         yield Static(id="too-small")
         yield KeyBar(id="keys")
@@ -214,8 +217,7 @@ class PagedApp(SelectionKeys, App[None]):
         )
 
     def has_panes(self) -> bool:
-        """False while the app quits: the model thread's last messages may arrive after the
-        panes are gone, and must then be dropped."""
+        """False while the app quits: the model thread's late messages must then be dropped."""
         return bool(self.screen_stack) and bool(self.base.query(TimelineStrip))
 
     def on_run_started(self, message: RunStarted) -> None:
@@ -269,6 +271,7 @@ class PagedApp(SelectionKeys, App[None]):
             self.pause()
 
     def refresh_panes(self) -> None:
+        self.follow_walk()  # the attention view's block is the selection while it is open
         frame = self.timeline.frame()
         self.base.query_one(Inspector).set_class(self.selection != Selection(), "-active")
         for pane in self.base.query(Pane):
@@ -283,14 +286,9 @@ class PagedApp(SelectionKeys, App[None]):
             title = header.get("scenario") or f"trace of {header.get('model', 'a model')}"
         else:
             title = self.scenario.title if self.scenario is not None else ""
-        self.base.query_one(StatusLine).show(
-            title,
-            self.timeline,
-            self.player is not None,
-            SPEEDS[self.speed],
-            self.selection,
-            self.notice,
-        )
+        playing, speed = self.player is not None, SPEEDS[self.speed]
+        status = (title, self.timeline, playing, speed, self.selection, self.notice)
+        self.base.query_one(StatusLine).show(*status)
 
     # -- actions (the key map) -------------------------------------------------------------
 

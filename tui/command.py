@@ -53,6 +53,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
     tui.add_argument(
+        "--keys",
+        default="",
+        metavar="K1,K2",
+        help="with --screenshot: keys to press at that step, by their Textual names "
+        "(a,full_stop opens the attention view and reads its block 1)",
+    )
+    tui.add_argument(
         "--projection",
         action="store_true",
         help="projection mode: larger cells, light high-contrast theme (v toggles it)",
@@ -72,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
-    size = parse_size(args.size)
+    size, keys = parse_size(args.size), screenshot_keys(args.keys)
     if args.serve:
         return serve.serve(args, tui_parser())
     app = build_app(args)
@@ -82,7 +89,22 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         app.run()
         return failed(app)
-    return screenshot(app, args.screenshot, args.steps, size)
+    return screenshot(app, args.screenshot, args.steps, size, keys)
+
+
+def screenshot_keys(keys: str) -> list[str]:
+    """``--keys`` as a list, each a key of the key map; ``ValueError`` names one that is not."""
+    from tui.keymap import KEYMAP
+
+    known = [name for key in KEYMAP for name in key.keys]
+    pressed = [key.strip() for key in keys.split(",") if key.strip()]
+    for key in pressed:
+        if key not in known:
+            raise ValueError(
+                f"--keys: {key!r} is no key of the TUI; use the key map's names, comma-separated: "
+                f"{', '.join(known)}"
+            )
+    return pressed
 
 
 def exercise_number(text: str) -> int:
@@ -215,10 +237,10 @@ def keep_spaces(svg: str) -> str:
     return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
-def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
+def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[str]) -> int:
     """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
-    last one, if the run is shorter), write the screen as SVG to ``path`` and exit. The same
-    flags give the same picture every time."""
+    last one, if the run is shorter), press ``keys``, write the screen as SVG to ``path`` and
+    exit. The same flags give the same picture every time."""
     if not path.parent.is_dir() or path.is_dir():
         raise ValueError(
             f"--screenshot {path}: {path.parent} is not a folder to write into"
@@ -242,6 +264,7 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int]) -> int:
             app.seek_step(steps)
             while app.navigator.waiting is not None and time.monotonic() < deadline:
                 await pilot.pause(0.05)
+            await pilot.press(*keys)
         if app.error is not None:
             failure.append(app.error)
         elif app.navigator is None and app.stopped is not None:

@@ -230,6 +230,8 @@ class EventLog(ScrollView, can_focus=False):
     def settle(self) -> None:
         """Scroll to the wanted place once the new content's size is known (now, or when the
         layout catches up: ``watch_virtual_size``)."""
+        if not self.display:  # hidden (the attention view): no layout comes to wait for
+            return  # showing it again resizes it, and ``on_resize`` redraws
         header, total = self.wanted_y
         target = min(header, max(total - self.scrollable_content_region.height, 0))
         if target <= self.max_scroll_y:

@@ -40,9 +40,11 @@ class Scenario:
 
     def build(self, model: str | None = None) -> LLMEngine:
         """Load ``model`` (the config's when None) and return its engine with every request
-        added (nothing run yet). Raises ``FileNotFoundError`` or ``ValueError`` naming what is
-        wrong."""
+        added (nothing run yet), recording each step's attention for the attention view
+        (``minipaged.attention_probe``). Raises ``FileNotFoundError`` or ``ValueError`` naming
+        what is wrong."""
         llm = LLM(model, config=self.config)
+        llm.engine.runner.record_attention()
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
         return llm.engine
@@ -103,7 +105,9 @@ SCENARIOS: dict[str, Scenario] = {
             "16-block pool with prefix caching. Step 1: a prefix hit (§7) and a fork (§5); "
             "step 2: copy-on-write. Soon the pool runs out (§6): the sampled request, the "
             "latest arrival, is swapped out to host memory, a single request is preempted by "
-            "recompute, and both come back. c, w, p and h jump to each.",
+            "recompute, and both come back. c, w, p and h jump to each. At any step, a opens "
+            "the attention view: one sequence's decode, read block by block through its table "
+            "(§4); . reads the next block.",
             requests=(
                 Request(f"{SYSTEM_PROMPT} good fortune", sampled(24, seed=20)),
                 Request(f"{SYSTEM_PROMPT} large house", sampled(24, seed=21)),

@@ -24,6 +24,7 @@ from minipaged.tokenizer import Tokenizer
 from tui.colours import SELECTED, SHARED, block_meta, block_style, block_tag, seq_label
 from tui.pane import Pane, Selection
 from tui.pool_view import changed_blocks
+from tui.speculative_tree import tree_lines
 from tui.timeline import Frame, Stream
 
 LABEL_WIDTH = 5  # "s12 " plus the status glyph
@@ -135,7 +136,14 @@ class TokenStreams(Pane):
             for s, text in zip(streams, texts, strict=True)
         ]
         wrapped = [text.wrap(self.app.console, body_width) for text in texts]
-        budget = allot([len(lines) for lines in wrapped], max(self.content_size.height, 1))
+        # A speculative step's guesses, as tokens, under the streams.
+        trees = [
+            row
+            for tree in tree_lines(frame, self.words.piece)
+            for row in tree.wrap(self.app.console, width)
+        ]
+        room = max(self.content_size.height - len(trees), 1)
+        budget = allot([len(lines) for lines in wrapped], room)
         wanted = {
             (pool, b)
             for pool in ("device", "host")
@@ -165,7 +173,7 @@ class TokenStreams(Pane):
         hidden = sum(1 for keep in budget if not keep)
         if hidden:
             out[-1] = Text(f"… and {hidden} more sequence(s)", style="dim")
-        text = Text("\n").join(out)
+        text = Text("\n").join(out + trees)
         text.no_wrap = True  # wrapped above already, with the labels
         return text
 

@@ -17,7 +17,10 @@ from minipaged.events import Event, SeqId
 @dataclass(frozen=True, slots=True)
 class Propose(Event):
     """The drafter guessed a tree of ``num_nodes`` tokens below ``seq``'s last token, up to
-    ``depth`` deep; ``branches`` are the forked tables, one per guess."""
+    ``depth`` deep; ``branches`` are the forked tables, one per guess. Guess $i$ is token
+    ``tokens[i]`` below node ``parents[i]`` of the tree (0 is the root, ``seq``'s last token;
+    guess $i$ is node $i + 1$), so the tree can be shown as tokens. Both are empty in traces
+    recorded before they were kept."""
 
     kind: ClassVar[str] = "spec-propose"
 
@@ -26,6 +29,8 @@ class Propose(Event):
     num_nodes: int
     depth: int
     branches: tuple[SeqId, ...]
+    tokens: tuple[int, ...] = ()
+    parents: tuple[int, ...] = ()
 
     def seq_ids(self) -> frozenset[SeqId]:
         return frozenset({self.seq, *self.branches})

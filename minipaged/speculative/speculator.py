@@ -126,7 +126,12 @@ class Speculator:
             )
             ids = [self.decoder.new_seq_id() for _ in tree.nodes[1:]]
             budget -= len(ids)
-            bm.record(Propose(seq.seq_id, self.config.method, len(ids), tree.depth, tuple(ids)))
+            guesses = tree.nodes[1:]
+            tokens, parents = tuple(n.token for n in guesses), tuple(n.parent for n in guesses)
+            method = self.config.method
+            bm.record(
+                Propose(seq.seq_id, method, len(ids), tree.depth, tuple(ids), tokens, parents)
+            )
             if not ids:
                 continue
             token_ids = seq.token_ids if bm.prefix_cache is not None else None

@@ -17,7 +17,6 @@ within one process, so every ratio compares like with like.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from minipaged import attention, backend, fp8, memory
-from minipaged.study.bench import Options, bandwidth, plot
+from minipaged.study.bench import Options, bandwidth, plot, rounds
 from minipaged.study.report import Column, Report, View
 
 SHAPE = memory.PRESETS["llama-3-8b"]
@@ -92,22 +91,6 @@ def decode_inputs(batch: int, context: int, block_size: int, device: str, seed: 
     )
 
 
-def _median_ms(paths: dict[str, Callable[[], object]], repeats: int, device: str) -> dict:
-    """Median wall time of each path in ms. The paths take turns, one call each per round, so
-    a change in the machine's load during the run touches all of them alike."""
-    for fn in paths.values():
-        fn()  # warm-up: first-call allocation and, on a GPU, compilation
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(repeats):
-        for name, fn in paths.items():
-            start = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
-    return {name: sorted(t)[len(t) // 2] * 1e3 for name, t in times.items()}
-
-
 def numba_kernels(device: str) -> tuple[dict[str, Callable], list[str]]:
     """The Numba decode kernels that can run here (``numba_cpu``: the CPU twin, on a CPU run;
     ``numba_cuda``: the CUDA kernel, on a GPU run), and a note for each that cannot."""
@@ -142,12 +125,17 @@ def measure(
     threads: int = 1,
     kernels: dict[str, Callable] | None = None,
     probe: torch.Tensor | None = None,
+    max_repeats: int | None = None,
 ) -> dict:
-    """One row: every path's median time over ``repeats`` interleaved rounds, with torch (and
-    so the Numba CPU twin) on ``threads`` threads. ``kernels`` (default: ``numba_kernels``)
-    maps a kernel's name to a function with ``paged_attention_decode``'s arguments: each runs
-    paged, in order and over FP8 pools. With ``probe`` (``bandwidth.probe_tensor``), the
-    machine's streaming read of it is one more path of the same rounds."""
+    """One row: every path's median time over interleaved rounds (``rounds``), with torch (and
+    so the Numba CPU twin) on ``threads`` threads: ``repeats`` rounds, or, given
+    ``max_repeats``, as many more (up to it, without the slow references) as every kernel's
+    paged ÷ in order needs to settle within ``rounds.PRECISION``. ``kernels`` (default:
+    ``numba_kernels``) maps a kernel's name to a function with ``paged_attention_decode``'s
+    arguments: each runs paged, in order and over FP8 pools. With ``probe``
+    (``bandwidth.probe_tensor``), the machine's streaming read of it is one more path of the
+    same rounds. Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
+    order comes with its spread."""
     device = options.device
     inputs = decode_inputs(batch, context, block_size, device, options.seed)
     q, k, v = inputs.sdpa
@@ -167,8 +155,15 @@ def measure(
     row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    paging = [(name, f"{name}_in_order") for name in kernels]
     try:
-        row.update({f"{name}_ms": ms for name, ms in _median_ms(timed, repeats, device).items()})
+        settled = rounds.ratios_settled(paging)
+        # The references are written to be read, take most of a round, and settle no ratio.
+        times = rounds.time_rounds(
+            timed, device, repeats, max_repeats or repeats, settled, REFERENCES
+        )
+        row["rounds"] = len(times["sdpa"])
+        row.update({f"{name}_ms": rounds.median_ms(t) for name, t in times.items()})
         expected = paths["sdpa"]()
         exact = [fn for name, fn in paths.items() if not name.endswith("_fp8")]
         row["max_error"] = max(float((fn() - expected).abs().max()) for fn in exact)
@@ -189,10 +184,11 @@ def measure(
         if probe is not None:
             row[f"{name}_of_stream"] = row[f"{name}_gbps"] / row["stream_gbps"]
         if name != "sdpa":
-            row[f"{name}_ratio"] = row[f"{name}_ms"] / row["sdpa_ms"]
-    for name in kernels:
-        row[f"{name}_paging"] = row[f"{name}_ms"] / row[f"{name}_in_order_ms"]
-        row[f"{name}_fp8_vs_fp32"] = row[f"{name}_fp8_ms"] / row[f"{name}_ms"]
+            row[f"{name}_ratio"] = rounds.paired_ratio(times[name], times["sdpa"])
+    for name, in_order in paging:
+        row[f"{name}_paging"] = rounds.paired_ratio(times[name], times[in_order])
+        row[f"{name}_paging_spread"] = rounds.spread(times[name], times[in_order])
+        row[f"{name}_fp8_vs_fp32"] = rounds.paired_ratio(times[f"{name}_fp8"], times[name])
     return row
 
 
@@ -209,23 +205,24 @@ def columns(kernels: list[str]) -> tuple[list[Column], list[View]]:
         paths[f"{name}_fp8"] = f"{label} FP8"
         times += [Column(f"{path}_ms", header, milliseconds) for path, header in paths.items()]
         ratios.append(Column(f"{name}_ratio", f"{label} ÷ SDPA", "{:.2f}×"))
-        ratios.append(Column(f"{name}_paging", f"{label} paged ÷ in order", "{:.3f}"))
+        ratios.append(Column(f"{name}_paging_text", f"{label} paged ÷ in order", RIGHT))
         ratios.append(Column(f"{name}_fp8_vs_fp32", f"{label} FP8 ÷ fp32", "{:.2f}×"))
         bandwidths += [Column(f"{path}_bandwidth", header, RIGHT) for path, header in paths.items()]
     errors = [Column("max_error", "max |Δ| vs SDPA", "{:.1e}")]
     if kernels:
         errors.append(Column("fp8_error", "FP8 max |Δ| vs SDPA", "{:.1e}"))
     stream = Column("stream_gbps", "stream read", "{:.1f}")
+    counted = Column("rounds", "rounds", "{}")
     keys = tuple(column.key for column in ROW_KEYS)
     views = [
         View("Median time (ms)", keys + tuple(column.key for column in times)),
-        View("Ratios of times in the same rounds", keys + tuple(c.key for c in ratios)),
+        View("Ratios of times in the same rounds", (*keys, "rounds", *(c.key for c in ratios))),
         View(
             "GB/s of keys and values read (share of the stream read)",
             (*keys, stream.key, *(column.key for column in bandwidths)),
         ),
     ]
-    return [*ROW_KEYS, *times, *ratios, *errors, stream, *bandwidths], views
+    return [*ROW_KEYS, counted, *times, *ratios, *errors, stream, *bandwidths], views
 
 
 PATHS = {"sdpa": "SDPA", "loop": "loop ref", "vectorized": "vectorized ref"}
@@ -245,7 +242,7 @@ def milliseconds(ms: float) -> str:
 
 def run(options: Options) -> Report:
     if options.quick:
-        grid, thread_counts, repeats = [(1, 64, 16)], (1,), 3
+        grid, thread_counts, repeats, max_repeats = [(1, 64, 16)], (1,), 3, 3
     else:
         grid = [
             (4, 1024, 16),
@@ -255,11 +252,12 @@ def run(options: Options) -> Report:
             (4, 1024, 8),
             (4, 1024, 32),
         ]
-        thread_counts, repeats = (1, 2), 9  # 5 left the SDPA baseline drifting 20% row to row
+        max_repeats = rounds.MAX_ROUNDS
+        thread_counts, repeats = (1, 2), rounds.MIN_ROUNDS
     kernels, numba_notes = numba_kernels(options.device)
     probe = bandwidth.probe_tensor(options.device)
     rows = [
-        measure(b, c, bs, options, repeats, threads, kernels, probe)
+        measure(b, c, bs, options, repeats, threads, kernels, probe, max_repeats)
         for threads in thread_counts
         for b, c, bs in grid
     ]
@@ -267,10 +265,14 @@ def run(options: Options) -> Report:
     for row in rows:
         for name in ["sdpa", *(f"{k}{s}" for k in kernels for s in SUFFIXES)]:
             row[f"{name}_bandwidth"] = bandwidth_text(row[f"{name}_gbps"], row[f"{name}_of_stream"])
+        for name in kernels:
+            row[f"{name}_paging_text"] = paging_text(
+                row[f"{name}_paging"], row[f"{name}_paging_spread"]
+            )
     every, views = columns(list(kernels))
     report = Report("kernels", "Paged decode attention vs contiguous (§4)", every, rows)
     report.views = views
-    report.notes = notes(options, thread_counts, repeats, list(kernels), numba_notes)
+    report.notes = notes(options, thread_counts, (repeats, max_repeats), list(kernels), numba_notes)
     worst = max(row["max_error"] for row in rows)
     report.notes.append(
         f"Every path computes the same attention: the largest |Δ| against SDPA over all rows is "
@@ -288,17 +290,33 @@ def bandwidth_text(gbps: float, share: float) -> str:
     return f"{gbps:.0f} ({share:.0%})" if gbps >= 100 else f"{gbps:.1f} ({share:.0%})"
 
 
+def paging_text(ratio: float, spread: float) -> str:
+    """paged ÷ in order with its spread (``rounds.spread``): ``1.021 ±0.012``."""
+    return f"{ratio:.3f} ±{spread:.3f}"
+
+
 SUFFIXES = ("", "_in_order", "_fp8")
 """A kernel's three paths: paged (blocks shuffled), in order, and paged over FP8 pools."""
 
 
-def notes(options: Options, thread_counts, repeats: int, kernels: list[str], numba_notes) -> list:
+def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, numba_notes) -> list:
     labels = [KERNEL_LABELS.get(name, name) for name in kernels]
+    fewest, most = repeats
+    counts = f"{fewest}" if fewest == most else f"{fewest} to {most}"
     return [
         f"Measured on {options.device} with {' and '.join(map(str, thread_counts))} thread(s) "
-        f"(column 'threads'), median of {repeats} interleaved rounds after a warm-up: each "
-        "round calls every path once, so a change in the machine's load touches all of them "
-        f"alike. One layer of {SHAPE.name}'s attention (N_Q = {SHAPE.num_q_heads}, N_KV = "
+        f"(column 'threads'), medians of {counts} interleaved rounds after a warm-up (column "
+        "'rounds'): each round calls every path once, so a change in the machine's load "
+        "touches all of them alike, and each ratio is the median of the rounds' own ratios. "
+        + (
+            f"A row takes rounds until paged ÷ in order is known to ±{rounds.PRECISION:.0%} "
+            f"or the most are taken (the loop and vectorized references, which take most of a "
+            f"round, only the first {fewest}); "
+            if fewest < most
+            else ""
+        )
+        + "its ± is half its 95% bootstrap interval over the rounds. "
+        f"One layer of {SHAPE.name}'s attention (N_Q = {SHAPE.num_q_heads}, N_KV = "
         f"{SHAPE.num_kv_heads}, d_h = {SHAPE.head_dim}), fp32, every sequence at the full "
         "context L.",
         "paged: blocks shuffled through the block table, as after real traffic; in order: the "

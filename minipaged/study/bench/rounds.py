@@ -1,0 +1,108 @@
+"""Interleaved rounds: how ``bench kernels`` times its paths, and how sure each of its ratios is.
+
+A round calls every path once, in turn, so a change in the machine's load during a run touches
+all of them alike; a ratio of two paths is then the median over rounds of their times' ratio
+*in the same round* (``paired_ratio``), which cancels what the round shared. How sure that
+median is comes from the rounds themselves: ``spread`` resamples them (a bootstrap) and gives
+half the width of the interval that holds 95% of the resampled medians. A run takes rounds
+until the ratios it must settle are within ``PRECISION`` of their value (``settled``), at
+least ``MIN_ROUNDS`` and at most ``MAX_ROUNDS``: few on a quiet machine, more on a busy one.
+
+Why not a fixed count: with 9 rounds on this two-core machine under a load of about 5, the
+95% interval of *paged ÷ in order* at L = 1,024 spanned 0.96 to 1.18, wide enough to read a
+noisy 1.10 as a 10% cost of paging; 49 rounds narrowed it to 1.02 to 1.11 (ratio of medians)
+and 1.03 to 1.06 (median of the rounds' own ratios, the one used here).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+
+import numpy as np
+import torch
+
+MIN_ROUNDS = 9
+"""The fewest rounds a full run takes, whatever the spread says after fewer."""
+
+MAX_ROUNDS = 61
+"""The most: on a machine too busy to settle, a run ends here and prints the spread it got."""
+
+PRECISION = 0.02
+"""A settled ratio's 95% interval reaches at most 2% of its value either side."""
+
+RESAMPLES = 2000
+"""Bootstrap resamples per spread: enough that the interval's ends move by well under 1%."""
+
+Times = dict[str, list[float]]
+"""Each path's time in seconds, round by round: ``times[path][i]`` is round ``i``'s."""
+
+
+def time_rounds(
+    paths: dict[str, Callable[[], object]],
+    device: str,
+    min_rounds: int,
+    max_rounds: int,
+    settled: Callable[[Times], bool] = lambda times: True,
+    only_first: Collection[str] = (),
+) -> Times:
+    """Each path's wall time in every round, after one warm-up call each (first-call
+    allocation and, on a GPU, compilation). Rounds go on past ``min_rounds`` until
+    ``settled(times)`` or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
+    settling ratio needs) take part in the first ``min_rounds`` only, so their lists are
+    shorter, and a ratio with them pairs those first rounds."""
+    if not 1 <= min_rounds <= max_rounds:
+        raise ValueError(
+            f"rounds must satisfy 1 <= min_rounds <= max_rounds, got {min_rounds} and "
+            f"{max_rounds}: give at least one round, and a maximum no smaller than the minimum"
+        )
+    for fn in paths.values():
+        fn()
+    times: Times = {name: [] for name in paths}
+    while True:
+        for name, fn in paths.items():
+            if name in only_first and len(times[name]) >= min_rounds:
+                continue
+            start = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+        rounds = max(len(t) for t in times.values())
+        if rounds >= max_rounds or (rounds >= min_rounds and settled(times)):
+            return times
+
+
+def median_ms(times: list[float]) -> float:
+    return float(np.median(times)) * 1e3
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """The median over rounds of ``numerator[i] / denominator[i]``: two paths' ratio with
+    what each round shared (the load, the clock, the cache others left) divided out. Over the
+    rounds both took part in: the first, when one list is shorter (``only_first``)."""
+    rounds = min(len(numerator), len(denominator))
+    return float(np.median(np.divide(numerator[:rounds], denominator[:rounds])))
+
+
+def spread(numerator: list[float], denominator: list[float], seed: int = 0) -> float:
+    """Half the width of the 95% percentile-bootstrap interval of ``paired_ratio``: the
+    rounds drawn again with replacement ``RESAMPLES`` times, the middle 95% of the medians.
+    Deterministic for a given ``seed``."""
+    ratios = np.divide(numerator, denominator)
+    draws = np.random.default_rng(seed).integers(0, len(ratios), (RESAMPLES, len(ratios)))
+    low, high = np.percentile(np.median(ratios[draws], axis=1), [2.5, 97.5])
+    return float(high - low) / 2
+
+
+def ratios_settled(pairs: list[tuple[str, str]], precision: float = PRECISION):
+    """A ``settled`` test for ``time_rounds``: every ``(numerator, denominator)`` pair of paths
+    has a spread within ``precision`` of its paired ratio."""
+
+    def settled(times: Times) -> bool:
+        return all(
+            spread(times[a], times[b]) <= precision * paired_ratio(times[a], times[b])
+            for a, b in pairs
+        )
+
+    return settled
