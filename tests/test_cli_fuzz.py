@@ -431,17 +431,22 @@ AT_FIRST_STEP = (
 
 
 def interrupt(delay: float | None, *argv: str) -> tuple[int, str]:
-    """Start ``minipaged ARGV`` in a real process, send SIGINT ``delay`` seconds after it
-    reaches ``main`` (Python's own start-up is not ours to catch), or with ``delay`` None as
-    its engine takes its first step, and return its status and what it wrote to stderr after
-    that moment."""
+    """Start ``minipaged ARGV`` in a real process, send SIGINT ``delay`` seconds after
+    ``main`` has put in its Ctrl-C handler (Python's own start-up is not ours to catch), or
+    with ``delay`` None as its engine takes its first step, and return its status and what it
+    wrote to stderr after that moment."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # "ready" is printed once main has put in its Ctrl-C handler: a signal sent before that
+    # belongs to Python's start-up (and is ignored outright where the test runner ignores it).
     code = (
-        "import sys\n"
-        + (AT_FIRST_STEP if delay is None else "")
-        + "from minipaged.cli import main\n"
-        "print('ready', file=sys.stderr, flush=True)\n"
-        "sys.exit(main(sys.argv[1:]))\n"
+        "import sys\n" + (AT_FIRST_STEP if delay is None else "") + "from minipaged import cli\n"
+        "handle_ctrl_c = cli._on_ctrl_c\n"
+        "def announced(command):\n"
+        "    previous = handle_ctrl_c(command)\n"
+        "    print('ready', file=sys.stderr, flush=True)\n"
+        "    return previous\n"
+        "cli._on_ctrl_c = announced\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", code, *argv],

@@ -63,7 +63,7 @@ def forwarded_actions() -> list[argparse.Action]:
 def a_value_other_than_the_default(action: argparse.Action) -> str:
     if action.choices:
         return str(next(c for c in action.choices if c != action.default))
-    for text in ("3", "2", "0.5", "It is a truth"):
+    for text in ("3", "2", "0.5", "It is a truth", "cuda:1"):  # the last: a device's rule
         try:
             value = action.type(text) if action.type else text
         except (argparse.ArgumentTypeError, ValueError):
