@@ -316,6 +316,8 @@ class PastingConsole(code.InteractiveConsole):
 
 
 def pasting_errors(source: str) -> list[str]:
+    """What the REPL says when ``source`` is pasted into it line by line, ended, as a pasted
+    block is, by an empty line."""
     console = PastingConsole({"__name__": "__console__"})
     for line in [*source.splitlines(), ""]:
         console.push(line)
@@ -335,15 +337,12 @@ def test_every_python_example_pastes_into_the_interactive_interpreter(page: str)
     """The 3.10 to 3.12 REPL ends an indented block only at a blank line, so a dedented line
     straight after one is a SyntaxError when pasted, though the file runs; and a blank line
     inside a function body ends it early. Each fence is pasted line by line as a reader would."""
-    console = PastingConsole({"__name__": "__console__"})
     for fence in FENCES[page]:
         if fence.language != "python" or fence.skipped:
             continue
-        for line in [*fence.body, ""]:  # a pasted block ends with an empty line
-            console.push(line)
-        if console.errors:
+        if errors := pasting_errors("\n".join(fence.body)):
             where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
-            pytest.fail(f"{where} fails pasted into the REPL:\n{console.errors[0]}", pytrace=False)
+            pytest.fail(f"{where} fails pasted into the REPL:\n{errors[0]}", pytrace=False)
 
 
 # -- what the pages say about the project ------------------------------------------------------
