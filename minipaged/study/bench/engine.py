@@ -32,7 +32,7 @@ from minipaged.checkpoint import load_config
 from minipaged.llm import LLM
 from minipaged.models import model_directory
 from minipaged.sampling import SamplingParams
-from minipaged.study.bench import Options, plot
+from minipaged.study.bench import Options, plot, rounds
 from minipaged.study.report import Column, Report
 
 COLUMNS = [
@@ -263,7 +263,7 @@ def _measure(workload: Workload, hf, pad_id: int, engines: dict, threads: int) -
         if sum(map(len, tokens)) != num_tokens:
             raise AssertionError(f"minipaged ({backend}) generated the wrong number of tokens")
         same = sum(a == b for a, b in zip(tokens, reference, strict=True))
-        ratio = statistics.median(t / s for t, s in zip(theirs, seconds, strict=True))
+        ratio = rounds.paired_ratio(theirs, seconds)
         system = f"minipaged ({backend})"
         rows.append(row(system, seconds, f"{same} of {len(tokens)}", ratio, passes))
     rows.append(row("transformers (static batches)", theirs, "(reference)", 1.0, their_passes))

@@ -27,7 +27,7 @@ from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_config
 from minipaged.events import CowCopy, Incref
 from minipaged.kv_cache import KVCache
-from minipaged.study.bench import Options, plot
+from minipaged.study.bench import Options, plot, rounds
 from minipaged.study.report import Column, Report
 
 BLOCK_SIZE = 16
@@ -93,7 +93,6 @@ def measure(prompt_tokens: int, cache: KVCache, repeats: int) -> dict:
         },
         repeats,
     )
-    ratios = [c / f for c, f in zip(times["copy"], times["fork"], strict=True)]
     token_bytes = cache.bytes_per_block // BLOCK_SIZE
     return {
         "prompt_tokens": prompt_tokens,
@@ -103,7 +102,7 @@ def measure(prompt_tokens: int, cache: KVCache, repeats: int) -> dict:
         "fork_bytes": copied * token_bytes,
         "copy_us": statistics.median(times["copy"]),
         "copy_bytes": len(parent.blocks) * cache.bytes_per_block,
-        "ratio": statistics.median(ratios),
+        "ratio": rounds.paired_ratio(times["copy"], times["fork"]),
         "how": "measured",
         "threads": torch.get_num_threads(),
     }
