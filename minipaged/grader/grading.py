@@ -277,13 +277,6 @@ def _expression(code, instruction: int) -> str:
     return " ".join(" ".join(lines).split()).replace("( ", "(").replace(", )", ")")
 
 
-def limit_arguments(memory_gib: float | None, cpu_seconds: int | None) -> list[str]:
-    """The command-line options that make a child call ``child.limit_resources``."""
-    return (["--memory-gib", str(memory_gib)] if memory_gib is not None else []) + (
-        ["--cpu-seconds", str(cpu_seconds)] if cpu_seconds is not None else []
-    )
-
-
 def _result(criterion: Criterion, outcome: str, message: str) -> Result:
     return Result(criterion.name, criterion.statement, outcome, message)
 
