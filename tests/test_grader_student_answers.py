@@ -137,9 +137,14 @@ def simulated(tmp_path_factory) -> dict[Answer, dict[str, str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("answer", SIMULATED, ids=str)
 def test_a_kernel_answer_is_graded_right_in_the_simulator(answer, simulated):
+    """Up to its first failure: the criterion its docstring names, or one before it."""
     failed = simulated[answer]
     if answer.fails is None:
         assert not failed, f"{answer}: a right answer fails {failed}"
         return
-    assert list(failed) == [answer.fails], f"{answer}: fails {list(failed)} first"
-    assert_says_why(answer.exercise, answer.fails, failed[answer.fails])
+    # A race the simulator's thread order happens to show may fail an earlier criterion first.
+    order = [c.name for c in EXERCISES[answer.exercise].criteria()]
+    (first,) = failed or [None]
+    assert first is not None, f"{answer}: passes every criterion"
+    assert order.index(first) <= order.index(answer.fails), f"{answer}: fails {first} first"
+    assert_says_why(answer.exercise, first, failed[first])

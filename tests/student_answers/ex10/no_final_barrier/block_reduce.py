@@ -1,6 +1,6 @@
 """No barrier after reading scratch[0]: the next reduction overwrites it first.
 
-Fails: max_and_reuse
+Fails: no_shared_memory_race
 """
 
 from __future__ import annotations
