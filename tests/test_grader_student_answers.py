@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from test_grader_mutants import assert_says_why
 
+from minipaged.grader import wire
 from minipaged.grader.exercises import EXERCISES
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.report import FAIL, PASS
@@ -116,6 +117,16 @@ def test_a_right_answer_passes_through_a_grading_child(number, tmp_path):
     report = grade(number, answer.folder(tmp_path))
     failed = {r.name: r.message for r in report.results if r.outcome != PASS}
     assert not failed, f"{answer}: a right answer fails through the child {failed}"
+
+
+def test_an_exception_class_of_the_childs_crosses_the_channel_as_a_value():
+    """What exercise 02's check reads as ``allocator.OutOfBlocks``: three keys, where every
+    other value has one or two (a check once refused it, failing every right answer)."""
+    document = {"X": 7, "q": "OutOfBlocks", "b": [{"N": "builtins:RuntimeError"}]}
+    got = wire.decode(document, lambda handle, classes: None, lambda d: (d["q"], d["X"]))
+    assert got == ("OutOfBlocks", 7)
+    with pytest.raises(wire.ProtocolError):
+        wire.decode({"T": [], "q": 1, "b": 2}, lambda handle, classes: None, lambda d: None)
 
 
 @pytest.fixture(scope="module")
