@@ -26,11 +26,11 @@ def _manager(student, device: int = 8, host: int = 8):
     return student.block_manager.BlockManager(device, host, block_size=4, watermark=0.0)
 
 
-def _expect_moves(pairs, before: list[int], after: list[int], call: str) -> None:
+def _expect_moves(pairs, before: list[int], after: list[int], call: str, pools: str) -> None:
     """Fail unless ``pairs`` copy each distinct block of T_r (``before``) once, onto the block
     that replaces it at the same place of T_r (``after``). Which free blocks of the other pool
     they are, and the pairs' order, are the student's choice: a table moved last block first
-    is as right as one moved first block first."""
+    is as right as one moved first block first. ``pools`` names the pair's order."""
     if len(after) != len(before):
         raise CheckFailed(
             f"{call} left T_r={after}, from T_r={before}: every block moves, the partly filled "
@@ -42,7 +42,7 @@ def _expect_moves(pairs, before: list[int], after: list[int], call: str) -> None
     if got != expected or not one_each:
         raise CheckFailed(
             f"{call} returned the copies {pairs}, with T_r={before} before and {after} after: "
-            f"expected one (old, new) pair per distinct block, each copying a block onto the "
+            f"expected one {pools} pair per distinct block, each copying a block onto the "
             f"block that replaces it in T_r, in any order: {expected}"
         )
 
@@ -55,7 +55,7 @@ def check_swap_out_moves_the_table_to_host(student):
     pairs = bm.swap_out([1])
     table = bm.table(1)
     expect(table.pool, "host", "T_1.pool after swap_out([1])")
-    _expect_moves(pairs, [2, 3], table.blocks, "swap_out([1])")
+    _expect_moves(pairs, [2, 3], table.blocks, "swap_out([1])", "(device, host)")
     expect(bm.device.num_free, 6, "device.num_free after swap_out([1])")
     expect(
         [bm.host.refcount(p) for p in table.blocks],
@@ -72,7 +72,7 @@ def check_a_block_shared_inside_the_group_is_copied_once(student):
     pairs = bm.swap_out([0, 1])
     t0, t1 = bm.table(0), bm.table(1)
     expect(t1.blocks, t0.blocks, "T_1 against T_0 after swap_out([0, 1]): still shared")
-    _expect_moves(pairs, [0, 1], t0.blocks, "swap_out([0, 1]) of both sharers")
+    _expect_moves(pairs, [0, 1], t0.blocks, "swap_out([0, 1]) of both sharers", "(device, host)")
     expect(
         [bm.host.refcount(p) for p in t0.blocks],
         [2, 2],
