@@ -17,9 +17,9 @@ Conventions for ``docs/**/*.md``:
   bash fences are not run.
 - Python lines fit in 80 columns, the width of a code block on the site.
 - A number in prose that the examples produce is written ``{{ expression }}``: the build
-  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and the test that runs
-  the page checks the built page shows the same value. Prose right after an Output block may not
-  retype a number that block printed.
+  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and a test checks the
+  built page shows the same value; the build and the tests share one run of each page. Prose
+  right after an Output block may not retype a number that block printed.
 
 The fences are read by ``docs/hooks/markdown_fences.py``, which the build's hooks share; each
 exercise's page is made at build time from ``tutorials/`` by ``docs/hooks/course.py``.
@@ -646,8 +646,8 @@ SUB_PATH = urlparse(
 """The path the site is served under (``site_url``'s), which the browser test serves it at."""
 SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
 BUILD_TIMEOUT_S = 1200
-"""A first build runs every page's examples (``docs/hooks/prose_values.py``; later builds read
-its cache): minutes on two loaded cores."""
+"""The build runs the examples of the pages with ``{{ ... }}`` values that this test run has not
+run yet (``docs/hooks/prose_values.py``): a minute or more on two loaded cores."""
 
 
 def build_site(site_dir: Path, page_runs: Path) -> None:
