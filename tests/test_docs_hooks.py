@@ -130,6 +130,14 @@ def test_a_page_whose_example_raised_runs_again(tmp_path, monkeypatch):
     assert len(failed.printed) == 1 and len(runs) == 2
 
 
+@pytest.mark.parametrize("stored", ["not json", "[]", "{}", '{"key": 1}', '{"values": []}'])
+def test_a_cache_entry_that_cannot_be_read_runs_the_page_again(stored, tmp_path):
+    page = PAGE.replace("{{ pool.num_free }} free blocks before anything runs", "blocks")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "page-md.json").write_text(stored)
+    assert cached_record(page, "page.md", tmp_path, "project", tmp_path / "cache").values[0] == "5"
+
+
 def test_the_fingerprint_changes_when_a_file_of_the_project_changes(tmp_path):
     (tmp_path / "minipaged").mkdir()
     (tmp_path / "minipaged" / "memory.py").write_text("B = 16\n")

@@ -220,7 +220,7 @@ def cached_record(markdown: str, page: str, root: Path, project: str, folder: Pa
     key = cache_key(markdown, page, project)
     entry = folder / (re.sub(r"[^A-Za-z0-9]+", "-", page) + ".json")
     with locked(folder / (entry.name + ".lock")):
-        with contextlib.suppress(OSError, ValueError, TypeError):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # unreadable: run
             stored = json.loads(entry.read_text(encoding="utf-8"))
             if stored.pop("key") == key:
                 return PageRecord(**stored)
