@@ -178,8 +178,9 @@ def output_file(what: str) -> Callable[[str], Path]:
         if file.is_dir():
             raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
         if not file.parent.is_dir():
+            missing = "is a file" if file.parent.exists() else "does not exist; create it first"
             raise argparse.ArgumentTypeError(
-                f"cannot write {value}: its folder {file.parent} does not exist; create it first"
+                f"cannot write {value}: its folder {file.parent} {missing}"
             )
         return file
 

@@ -31,7 +31,7 @@ DEFAULT_MAX_SESSIONS = 8
 SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 """Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
 
-HEADLESS_ONLY = ("screenshot", "steps", "size")
+HEADLESS_ONLY = ("screenshot", "steps", "size", "keys")
 """Flags that make a screenshot and exit: a tab wants the live app."""
 
 
