@@ -31,8 +31,9 @@ class LLM:
     config's docstring lists every setting; the ones a student meets first:
 
     - ``model``: ``"tiny"`` (the embedded model trained by ``minipaged.train``) or the path of
-      a Hugging Face Llama directory (``config.json``, ``model.safetensors``,
-      ``tokenizer.json``). Nothing is downloaded.
+      a Hugging Face Llama directory (``config.json``, ``model.safetensors``, and
+      ``tokenizer.json`` for text prompts: without one it runs as ``skip_tokenizer_init``
+      does). Nothing is downloaded.
     - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
       blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
       swap pool; by default as large as the device pool. These are vLLM's names, and every
@@ -55,7 +56,8 @@ class LLM:
     - ``block_manager_class``: another manager with ``BlockManager``'s interface (a student's).
     - ``skip_tokenizer_init``: load no tokenizer (the directory needs no ``tokenizer.json``);
       as in vLLM, prompts must then be ``{"prompt_token_ids": [...]}``, outputs carry token
-      ids and empty text, and generation stops at ``max_tokens`` (no tokenizer names EOS).
+      ids and empty text, and a sequence ends at the ``eos_token_id`` of ``config.json`` (as
+      transformers' ``generate`` does) or at ``max_tokens``.
     - ``speculative``: a ``SpeculativeConfig`` (or a dict of its fields, as vLLM's
       ``speculative_config``) turns on speculative tree decoding: an n-gram or draft-model
       drafter guesses a token tree, the model verifies it in one pass (``minipaged.speculative``).
@@ -78,7 +80,12 @@ class LLM:
         path = model_directory(config.model)
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
-        self.tokenizer = None if config.skip_tokenizer_init else Tokenizer(path)
+        # A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs on token
+        # ids, as with skip_tokenizer_init, and a text prompt is refused naming the file.
+        has_tokenizer = (path / "tokenizer.json").is_file()
+        self.tokenizer = (
+            Tokenizer(path) if has_tokenizer and not config.skip_tokenizer_init else None
+        )
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype

@@ -25,8 +25,10 @@ class SamplingParams:
       smallest set whose probability reaches p.
     - ``n``: parallel samples from one prompt, forked so they share the prompt's blocks.
     - ``use_beam_search`` with ``beam_width`` ($K$ in §5): keep the $K$ best sequences by
-      cumulative log-probability; ``length_penalty`` ranks finished beams by
-      $\\log p / \\text{len}^{\\alpha}$ as transformers does.
+      cumulative log-probability and return all $K$, best first; ``length_penalty`` ranks
+      finished beams by $\\log p / \\text{len}^{\\alpha}$ as transformers does. Beam search
+      samples nothing: ``temperature`` stays at 1.0 or 0, ``top_p`` at 1.0, ``top_k`` at 0,
+      ``n`` at 1; ``beam_width`` above 1 needs ``use_beam_search=True``.
     - ``seed``: makes this request's sampling reproducible whatever else runs beside it.
     """
 
@@ -88,11 +90,22 @@ class SamplingParams:
         if self.use_beam_search:
             need(
                 self.n == 1,
-                f"beam search returns beam_width sequences; leave n at 1 (got n={self.n})",
+                f"beam search returns beam_width sequences: set beam_width={self.n} rather "
+                f"than n={self.n}",
             )
+            # Beams are ranked by the model's own log-probabilities; nothing is sampled, so
+            # temperature may be left at its default (1: the model's distribution) or 0.
             need(
-                self.temperature == 0 and self.top_p == 1 and self.top_k == 0,
-                "beam search is deterministic: leave temperature=0, top_p=1.0 and top_k=0",
+                self.temperature in (0, 1) and self.top_p == 1 and self.top_k == 0,
+                "beam search ranks by the model's log-probabilities and samples nothing: "
+                f"leave temperature at 1.0 or 0 (got {self.temperature}), top_p at 1.0 "
+                f"(got {self.top_p}) and top_k at 0 (got {self.top_k})",
+            )
+        else:
+            need(
+                self.beam_width == 1,
+                f"beam_width={self.beam_width} needs use_beam_search=True (beam search keeps "
+                "beam_width beams; n is the number of independent samples)",
             )
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 

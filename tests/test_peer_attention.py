@@ -19,9 +19,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from peer_cases import TOLERANCE, contiguous_oracle, make_case
 
 from minipaged.attention import paged_attention_decode
-from peer_cases import TOLERANCE, contiguous_oracle, make_case
 
 CASES = st.fixed_dictionaries(
     dict(
@@ -64,11 +64,17 @@ def test_paged_decode_equals_contiguous_sdpa_with_gqa_and_poisoned_slots(case):
 
 def test_paged_decode_takes_its_arguments_by_the_designs_names():
     args = make_case(
-        0, batch=2, num_heads=4, num_kv_heads=2, head_dim=16, block_size=8, lens=[9, 16],
+        0,
+        batch=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        block_size=8,
+        lens=[9, 16],
         alias=False,
     )
     names = ["query", "key_pool", "value_pool", "block_tables", "seq_lens"]
-    out = paged_attention_decode(**dict(zip(names, args)), scale=0.25, block_size=8)
+    out = paged_attention_decode(**dict(zip(names, args, strict=True)), scale=0.25, block_size=8)
     torch.testing.assert_close(out, contiguous_oracle(*args, 0.25, 8), **TOLERANCE)
 
 
@@ -110,8 +116,14 @@ def test_the_cpu_twins_return_the_references_result(
     if partition_size is not None and partition_size % block_size:
         pytest.skip("a partition is whole blocks")
     args = make_case(
-        5, batch=len(lens), num_heads=heads[0], num_kv_heads=heads[1], head_dim=16,
-        block_size=block_size, lens=lens, alias=alias,
+        5,
+        batch=len(lens),
+        num_heads=heads[0],
+        num_kv_heads=heads[1],
+        head_dim=16,
+        block_size=block_size,
+        lens=lens,
+        alias=alias,
     )
     scale = 0.25
     expected = paged_attention_decode(*args, scale, block_size)

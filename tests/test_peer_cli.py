@@ -33,8 +33,19 @@ def test_the_top_level_help_lists_the_six_commands(capsys):
 
 def test_generate_prints_the_text_and_the_memory_summary(capsys):
     status = cli.main(
-        ["generate", "--prompt", "Emma", "--max-tokens", "4", "--n", "2", "--backend", "torch",
-         "--block-size", "4"]
+        [
+            "generate",
+            "--prompt",
+            "Emma",
+            "--max-tokens",
+            "4",
+            "--n",
+            "2",
+            "--backend",
+            "torch",
+            "--block-size",
+            "4",
+        ]
     )
     assert status == 0
     out = capsys.readouterr().out
@@ -44,8 +55,19 @@ def test_generate_prints_the_text_and_the_memory_summary(capsys):
 
 def test_trace_records_a_run_and_replays_it(tmp_path, capsys):
     path = tmp_path / "run.jsonl"
-    record = ["trace", "record", str(path), "--prompt", "Emma", "--n", "2", "--max-tokens", "3",
-              "--backend", "torch"]
+    record = [
+        "trace",
+        "record",
+        str(path),
+        "--prompt",
+        "Emma",
+        "--n",
+        "2",
+        "--max-tokens",
+        "3",
+        "--backend",
+        "torch",
+    ]
     assert cli.main(record) == 0
     lines = path.read_text().splitlines()
     assert lines and all(isinstance(json.loads(line), dict) for line in lines)

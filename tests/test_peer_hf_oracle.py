@@ -10,6 +10,7 @@ attention: 4 query heads over 2 KV heads) is saved once per module with ``save_p
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -97,7 +98,7 @@ PAGING = {
 @pytest.mark.parametrize("paging", PAGING.values(), ids=PAGING.keys())
 def test_greedy_tokens_equal_transformers(checkpoint, hf_greedy, paging):
     _, path = checkpoint
-    llm = LLM(model=str(path), backend="torch", skip_tokenizer_init=True, **paging)
+    llm = LLM(model=str(path), backend="torch", **paging)
     outputs = llm.generate(requests(), GREEDY)
     assert [r.outputs[0].token_ids for r in outputs] == hf_greedy
 
@@ -106,7 +107,7 @@ def test_a_tiny_pool_really_preempts(checkpoint):
     _, path = checkpoint
     kinds = set()
     for mode in ("swap", "recompute"):
-        llm = LLM(model=path, backend="torch", skip_tokenizer_init=True, **PAGING[mode])
+        llm = LLM(model=path, backend="torch", **PAGING[mode])
         llm.generate(requests(), GREEDY, on_step=lambda s: kinds.update(e.kind for e in s.events))
     assert {"preempt", "swap-out", "swap-in", "recompute"} <= kinds
 
@@ -122,10 +123,12 @@ BEAM_PAGING = {
 @pytest.mark.parametrize("paging", BEAM_PAGING.values(), ids=BEAM_PAGING.keys())
 def test_beam_search_tokens_equal_transformers(checkpoint, hf_beams, paging):
     _, path = checkpoint
-    llm = LLM(model=str(path), backend="torch", skip_tokenizer_init=True, **paging)
+    llm = LLM(model=str(path), backend="torch", **paging)
     kinds = set()
     outputs = llm.generate(
-        [requests()[0], requests()[1]], BEAMS, on_step=lambda s: kinds.update(e.kind for e in s.events)
+        [requests()[0], requests()[1]],
+        BEAMS,
+        on_step=lambda s: kinds.update(e.kind for e in s.events),
     )
     assert [c.token_ids for c in outputs[0].outputs] == hf_beams
     if "preemption" in paging:
@@ -135,6 +138,43 @@ def test_beam_search_tokens_equal_transformers(checkpoint, hf_beams, paging):
 def test_the_kernels_cpu_twins_give_the_same_greedy_tokens(checkpoint, hf_greedy):
     pytest.importorskip("numba")
     _, path = checkpoint
-    llm = LLM(model=str(path), backend="numba-cpu", skip_tokenizer_init=True, block_size=8)
+    llm = LLM(model=str(path), backend="numba-cpu", block_size=8)
     outputs = llm.generate(requests(), GREEDY)
     assert [r.outputs[0].token_ids for r in outputs] == hf_greedy
+
+
+def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(checkpoint):
+    _, path = checkpoint
+    llm = LLM(model=path, backend="torch")
+    with pytest.raises(ValueError) as error:
+        llm.generate("It is a truth", GREEDY)
+    assert "prompt_token_ids" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf_greedy, tmp_path):
+    """With ``ignore_eos`` off, a sequence ends at ``config.json``'s ``eos_token_id``: make the
+    fourth greedy token of the first prompt the EOS of a copy of the checkpoint."""
+    model, path = checkpoint
+    eos = hf_greedy[0][3]
+    for name in ("model.safetensors", "config.json"):
+        (tmp_path / name).write_bytes((path / name).read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["eos_token_id"] = eos
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        hf = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=MAX_TOKENS,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        )
+    expected = hf[0, len(PROMPTS[0]) :].tolist()
+    assert expected[-1] == eos and len(expected) <= 4
+    llm = LLM(model=tmp_path, backend="torch")
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0)
+    (completion,) = llm.generate(requests()[0], params)[0].outputs
+    assert completion.token_ids == expected
+    assert completion.finish_reason == "stop"

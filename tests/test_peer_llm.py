@@ -81,7 +81,9 @@ def test_n_gives_n_outputs_that_differ_when_sampling(llm):
 
 
 def test_n_greedy_samples_are_all_the_greedy_answer(llm, greedy_reference):
-    (r,) = llm.generate(PROMPTS[0], SamplingParams(n=3, max_tokens=12, temperature=0, ignore_eos=True))
+    (r,) = llm.generate(
+        PROMPTS[0], SamplingParams(n=3, max_tokens=12, temperature=0, ignore_eos=True)
+    )
     assert [c.token_ids for c in r.outputs] == [greedy_reference[0]] * 3
 
 
@@ -140,8 +142,14 @@ def test_memory_settings_never_change_greedy_tokens(settings, greedy_reference):
 
 
 def test_a_tiny_pool_preempts_and_the_events_say_so():
-    llm = LLM(model="tiny", backend="torch", block_size=4, num_gpu_blocks=8, num_cpu_blocks=8,
-              preemption="swap")
+    llm = LLM(
+        model="tiny",
+        backend="torch",
+        block_size=4,
+        num_gpu_blocks=8,
+        num_cpu_blocks=8,
+        preemption="swap",
+    )
     kinds = Counter()
     llm.generate(PROMPTS, GREEDY, on_step=lambda step: kinds.update(e.kind for e in step.events))
     assert kinds["preempt"] and kinds["swap-out"] and kinds["swap-in"]
@@ -160,7 +168,7 @@ def test_a_tiny_pool_preempts_and_the_events_say_so():
     ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),
 )
 def test_a_bad_setting_is_one_line_that_names_it(settings):
-    ((name, value),) = settings.items()
+    ((value),) = settings.values()
     with pytest.raises((ValueError, TypeError, FileNotFoundError)) as error:
         LLM(**{"model": "tiny", **settings})
     message = str(error.value)
@@ -168,7 +176,9 @@ def test_a_bad_setting_is_one_line_that_names_it(settings):
     assert str(value) in message
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
 def test_device_cuda_without_a_gpu_is_refused_in_one_line():
     with pytest.raises((ValueError, RuntimeError)) as error:
         LLM(model="tiny", device="cuda")
@@ -177,8 +187,15 @@ def test_device_cuda_without_a_gpu_is_refused_in_one_line():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("max_tokens", 0), ("temperature", -1.0), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -1),
-     ("n", 0), ("beam_width", 0)],
+    [
+        ("max_tokens", 0),
+        ("temperature", -1.0),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -1),
+        ("n", 0),
+        ("beam_width", 0),
+    ],
 )
 def test_a_bad_sampling_field_is_refused_naming_it(field, value):
     with pytest.raises(ValueError, match=field):
@@ -215,7 +232,7 @@ def test_engine_forks_for_n_and_copies_on_write_once_the_samples_diverge(llm):
     while engine.has_unfinished():
         step = engine.step()
         kinds.update(e.kind for e in step.events)
-        for seq, table in step.state.tables.items():
+        for table in step.state.tables.values():
             assert len(table.blocks) == -(-table.num_tokens // step.state.block_size)
     assert kinds["fork"] == 2
     assert kinds["cow-copy"] >= 1

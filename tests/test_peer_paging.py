@@ -188,9 +188,8 @@ def test_invariants_hold_after_every_operation_and_nothing_leaks(program):
             ):
                 if manager.can_swap_out([seq]):
                     manager.swap_out([seq])
-            elif manager.table(seq).pool == "host":
-                if manager.can_swap_in([seq]).name == "OK":
-                    manager.swap_in([seq])
+            elif manager.table(seq).pool == "host" and manager.can_swap_in([seq]).name == "OK":
+                manager.swap_in([seq])
         assert_sound(manager.snapshot())
     for seq in live:
         manager.free(seq)

@@ -68,7 +68,12 @@ async def test_stepping_keys_move_through_recorded_states():
 
 @pytest.mark.parametrize(
     "key, wanted",
-    [("c", {"cow-copy"}), ("w", {"swap-out", "swap-in"}), ("p", {"preempt"}), ("h", {"prefix-hit"})],
+    [
+        ("c", {"cow-copy"}),
+        ("w", {"swap-out", "swap-in"}),
+        ("p", {"preempt"}),
+        ("h", {"prefix-hit"}),
+    ],
 )
 async def test_jump_keys_land_on_the_next_step_with_their_event(key, wanted):
     async with PagedApp(SCENARIOS["tour"]).run_test(size=SIZE) as pilot:
@@ -78,8 +83,7 @@ async def test_jump_keys_land_on_the_next_step_with_their_event(key, wanted):
         assert kinds(app) & wanted
         landed = app.timeline.cursor
         assert all(
-            not {e.kind for e in app.timeline.frame(i).step.events} & wanted
-            for i in range(landed)
+            not {e.kind for e in app.timeline.frame(i).step.events} & wanted for i in range(landed)
         )
 
 
