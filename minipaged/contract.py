@@ -30,6 +30,8 @@ def check_attention_inputs(
 ) -> int:
     """Check query, pools, tables and lengths against each other (``query_lens`` None: one
     query per sequence); return the GQA group size $N_Q / N_{KV}$."""
+    check_kinds(query=query, key_pool=key_pool, value_pool=value_pool)
+    check_kinds(integers=True, block_tables=block_tables, seq_lens=seq_lens)
     lens = seq_lens.tolist()
     queries = [1] * len(lens) if query_lens is None else query_lens.tolist()
     if query.dim() != 3 or query.shape[0] != sum(check_query_lens(lens, queries)):
@@ -71,6 +73,22 @@ def check_attention_inputs(
                 f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
             )
     return num_heads // num_kv_heads
+
+
+def check_kinds(integers: bool = False, **tensors: object) -> None:
+    """Each of ``tensors`` (by argument name) is a torch tensor, of an integer dtype when
+    ``integers``: a list or a float table is refused naming it, not failed on deep inside."""
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor, got {type(tensor).__name__}: wrap it with "
+                f"torch.tensor(...){'.int()' if integers else ''}"
+            )
+        if integers and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+            raise TypeError(
+                f"{name} must hold integers (int32), got dtype {tensor.dtype}: "
+                "convert it with .int()"
+            )
 
 
 def check_query_lens(seq_lens: list[int], query_lens: list[int]) -> list[int]:

@@ -21,8 +21,8 @@ class SamplingParams:
     - ``max_tokens``: tokens to generate per sequence (at most; EOS or a stop token ends it
       sooner unless ``ignore_eos``).
     - ``temperature``: 0 is greedy; otherwise logits are divided by it before softmax.
-    - ``top_k`` (0 = off) and ``top_p`` (1.0 = off): keep only the k most likely tokens, or the
-      smallest set whose probability reaches p.
+    - ``top_k`` (0 = off; vLLM's -1 is taken as 0) and ``top_p`` (1.0 = off): keep only the
+      k most likely tokens, or the smallest set whose probability reaches p.
     - ``n``: parallel samples from one prompt, forked so they share the prompt's blocks.
     - ``use_beam_search`` with ``beam_width`` ($K$ in §5): keep the $K$ best sequences by
       cumulative log-probability and return all $K$, best first; ``length_penalty`` ranks
@@ -62,9 +62,12 @@ class SamplingParams:
             f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}",
         )
         need(
-            _is_int(self.top_k) and self.top_k >= 0,
-            f"top_k must be an integer >= 0 (0 keeps every token), got {self.top_k!r}",
+            _is_int(self.top_k) and self.top_k >= -1,
+            f"top_k must be an integer >= 0 (0 or, as in vLLM, -1 keeps every token), got "
+            f"{self.top_k!r}",
         )
+        if self.top_k == -1:  # vLLM's spelling of "off": one value downstream
+            object.__setattr__(self, "top_k", 0)
         need(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
         need(
             _is_int(self.beam_width) and self.beam_width >= 1,

@@ -137,3 +137,59 @@ def test_the_cpu_twins_return_the_references_result(
     torch.testing.assert_close(
         torch.as_tensor(out), contiguous_oracle(*args, scale, block_size), **TOLERANCE
     )
+
+
+def small_case():
+    return make_case(
+        6,
+        batch=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        block_size=8,
+        lens=[9, 16],
+        alias=False,
+    )
+
+
+def attention_paths():
+    """The reference, and the CPU twins where numba is installed: the same arguments each."""
+    paths = {"reference": paged_attention_decode}
+    try:
+        import cuda_kernels.cpu as twins
+    except ImportError:
+        return paths
+    paths["cpu twin v1"] = twins.paged_attention_decode
+    paths["cpu twin v2"] = lambda *a, **k: twins.paged_attention_decode_v2(
+        *a, partition_size=16, **k
+    )
+    return paths
+
+
+@pytest.mark.parametrize("path", attention_paths().values(), ids=attention_paths().keys())
+def test_every_path_takes_int64_tables_and_lengths_and_any_query_strides(path):
+    query, *rest = small_case()
+    expected = contiguous_oracle(query, *rest, 0.25, 8)
+    block_tables, seq_lens = rest[2].long(), rest[3].long()
+    strided = query.transpose(0, 1).contiguous().transpose(0, 1)  # same values, other strides
+    assert not strided.is_contiguous()
+    out = path(strided, rest[0], rest[1], block_tables, seq_lens, 0.25, 8)
+    assert isinstance(out, torch.Tensor) and out.shape == query.shape
+    torch.testing.assert_close(out, expected, **TOLERANCE)
+
+
+@pytest.mark.parametrize("path", attention_paths().values(), ids=attention_paths().keys())
+@pytest.mark.parametrize("argument", ["query", "block_tables", "seq_lens"])
+def test_an_argument_that_is_not_a_tensor_is_refused_naming_it(path, argument):
+    names = ["query", "key_pool", "value_pool", "block_tables", "seq_lens"]
+    args = dict(zip(names, small_case(), strict=True))
+    args[argument] = args[argument].tolist()
+    with pytest.raises((TypeError, ValueError), match=argument):
+        path(*args.values(), 0.25, 8)
+
+
+@pytest.mark.parametrize("path", attention_paths().values(), ids=attention_paths().keys())
+def test_a_float_block_table_is_refused_naming_it(path):
+    query, key_pool, value_pool, block_tables, seq_lens = small_case()
+    with pytest.raises((TypeError, ValueError), match="block_tables"):
+        path(query, key_pool, value_pool, block_tables.float(), seq_lens, 0.25, 8)

@@ -192,7 +192,7 @@ def test_device_cuda_without_a_gpu_is_refused_in_one_line():
         ("temperature", -1.0),
         ("top_p", 0.0),
         ("top_p", 1.5),
-        ("top_k", -1),
+        ("top_k", -2),
         ("n", 0),
         ("beam_width", 0),
     ],
@@ -236,3 +236,10 @@ def test_engine_forks_for_n_and_copies_on_write_once_the_samples_diverge(llm):
             assert len(table.blocks) == -(-table.num_tokens // step.state.block_size)
     assert kinds["fork"] == 2
     assert kinds["cow-copy"] >= 1
+
+
+def test_top_k_minus_one_means_off_as_in_vllm(llm):
+    params = dict(max_tokens=6, temperature=1.0, seed=4, ignore_eos=True)
+    off = llm.generate(PROMPTS[0], SamplingParams(top_k=0, **params))
+    minus_one = llm.generate(PROMPTS[0], SamplingParams(top_k=-1, **params))
+    assert token_ids(off) == token_ids(minus_one)

@@ -13,7 +13,7 @@ from minipaged.sampling import SamplingParams, argmax_rows, distributions, sampl
         ({"temperature": -0.1}, "temperature"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
-        ({"top_k": -1}, "top_k"),
+        ({"top_k": -2}, "top_k"),
         ({"n": 0}, "n must be"),
         ({"beam_width": 0}, "beam_width"),
         ({"seed": 1.5}, "seed"),
@@ -44,6 +44,10 @@ def test_beam_search_runs_beam_width_sequences():
     # nothing is sampled, so the default temperature (the model's distribution) is accepted
     assert SamplingParams(use_beam_search=True, beam_width=4).num_sequences == 4
     assert SamplingParams(n=3).num_sequences == 3
+
+
+def test_top_k_minus_one_is_vllms_off_and_reads_back_as_zero():
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
 
 
 def test_greedy_returns_the_argmax_for_every_sample():
