@@ -99,6 +99,8 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         show_progress: bool | None = None,
         on_step: Callable[[StepOutput], None] | None = None,
+        *,
+        use_tqdm: bool | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or ``{"prompt_token_ids": [...]}``) and return
         one ``RequestOutput`` each, in the order given. ``sampling_params`` is one
@@ -110,9 +112,9 @@ class LLM:
         after preemption; the others still run. If anything interrupts the run (Ctrl-C, an
         exception, in ``on_step`` too), this call's unfinished requests are aborted and their
         blocks released before the exception goes on: the engine is left as it was found.
-        ``show_progress`` (default: when the output is a terminal) draws a progress bar over
-        finished requests. ``on_step`` sees every ``StepOutput``, events and block state
-        included.
+        ``show_progress`` (default: when the output is a terminal; ``use_tqdm`` is vLLM's name
+        for it) draws a progress bar over finished requests. ``on_step`` sees every
+        ``StepOutput``, events and block state included.
         """
         prompts = prompt_list(prompts)
         params_of = params_list(sampling_params, len(prompts))
@@ -132,7 +134,7 @@ class LLM:
                     results[ids[-1]] = RequestOutput(
                         ids[-1], text, token_ids, [], error=str(rejected)
                     )
-            self._run(ids, results, show_progress, on_step)
+            self._run(ids, results, show_progress if use_tqdm is None else use_tqdm, on_step)
         except BaseException:
             for request_id in ids:
                 if request_id in engine.requests:

@@ -39,10 +39,11 @@ class SamplingParams:
     n: int = 1
     use_beam_search: bool = False
     beam_width: int = 1
-    length_penalty: float = 1.0
     ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     seed: int | None = None
+    # Extras after the nine fields of the public surface, so that positional use keeps its order
+    length_penalty: float = 1.0
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:

@@ -243,3 +243,28 @@ def test_top_k_minus_one_means_off_as_in_vllm(llm):
     off = llm.generate(PROMPTS[0], SamplingParams(top_k=0, **params))
     minus_one = llm.generate(PROMPTS[0], SamplingParams(top_k=-1, **params))
     assert token_ids(off) == token_ids(minus_one)
+
+
+def test_sampling_params_fields_come_in_the_designs_order():
+    """DESIGN.md: ``SamplingParams(max_tokens, temperature, top_p, top_k, n, use_beam_search,
+    beam_width, ignore_eos, seed)``, positionally too."""
+    params = SamplingParams(8, 0.0, 0.9, 5, 2, False, 1, True, 42)
+    assert (params.max_tokens, params.temperature, params.top_p, params.top_k, params.n) == (
+        8,
+        0.0,
+        0.9,
+        5,
+        2,
+    )
+    assert (params.use_beam_search, params.beam_width, params.ignore_eos, params.seed) == (
+        False,
+        1,
+        True,
+        42,
+    )
+
+
+def test_generate_takes_vllms_use_tqdm(llm, greedy_reference, capsys):
+    outputs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert [r.outputs[0].token_ids for r in outputs] == greedy_reference
+    assert not capsys.readouterr().err
