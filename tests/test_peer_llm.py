@@ -10,6 +10,7 @@ snapshot checked against the invariants after every step.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -268,3 +269,14 @@ def test_generate_takes_vllms_use_tqdm(llm, greedy_reference, capsys):
     outputs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     assert [r.outputs[0].token_ids for r in outputs] == greedy_reference
     assert not capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
+    reason="checks the refusal where neither a GPU nor the simulator can run the kernels",
+)
+def test_backend_numba_without_a_gpu_or_the_simulator_is_refused_naming_the_way_out():
+    with pytest.raises(ValueError) as error:
+        LLM(model="tiny", backend="numba")
+    message = str(error.value)
+    assert "\n" not in message and "NUMBA_ENABLE_CUDASIM" in message and "numba-cpu" in message

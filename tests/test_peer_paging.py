@@ -208,3 +208,44 @@ def test_the_shared_invariant_module_agrees_on_a_sound_state():
     manager.append_slot(1)
     assert all(not v for v in invariants.check(manager.snapshot()).values())
     invariants.assert_holds(manager)
+
+
+def test_the_manager_records_an_event_for_every_change():
+    manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
+    manager.allocate(0, 6)
+    assert [e.kind for e in manager.pop_events()] == ["alloc", "alloc"]
+    manager.fork(0, 1)
+    kinds = [e.kind for e in manager.pop_events()]
+    assert kinds.count("fork") == 1 and kinds.count("incref") == 2
+    manager.append_slot(1)
+    assert "cow-copy" in [e.kind for e in manager.pop_events()]
+    manager.swap_out([0])
+    assert "swap-out" in [e.kind for e in manager.pop_events()]
+    manager.free(1)
+    assert {"decref", "free"} & {e.kind for e in manager.pop_events()}
+    assert manager.pop_events() == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(OPERATIONS)
+def test_questions_never_change_state(program):
+    """DESIGN.md: "Questions (``can_*``, cache lookups) never change state"."""
+    manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4, prefix_caching="hash")
+    tokens = list(range(40))
+    for seq, (op, arg) in enumerate(program[:6]):
+        if op in ("allocate", "fork") and manager.can_allocate(tokens[: arg + 1]).name == "OK":
+            manager.allocate(seq, arg + 1, tokens[: arg + 1])
+    manager.pop_events()
+    before = manager.snapshot()
+    live = list(before.tables)
+    manager.can_allocate(5, tokens[:9])
+    manager.can_append(*live)
+    manager.can_swap_out(live)
+    manager.can_swap_in([])
+    manager.next_token_blocks(*live)
+    manager.prefix_hits(tokens[:12])
+    manager.blocks_needed(17)
+    for seq in live:
+        manager.table(seq)
+    assert manager.snapshot() == before
+    assert manager.pop_events() == []

@@ -66,25 +66,21 @@ async def test_stepping_keys_move_through_recorded_states():
         assert app.timeline.cursor == 0
 
 
-@pytest.mark.parametrize(
-    "key, wanted",
-    [
-        ("c", {"cow-copy"}),
-        ("w", {"swap-out", "swap-in"}),
-        ("p", {"preempt"}),
-        ("h", {"prefix-hit"}),
-    ],
-)
-async def test_jump_keys_land_on_the_next_step_with_their_event(key, wanted):
+JUMPS = {"c": {"cow-copy"}, "w": {"swap-out", "swap-in"}, "p": {"preempt"}, "h": {"prefix-hit"}}
+
+
+async def test_jump_keys_land_on_the_first_step_with_their_event():
+    """From the start (``r``), each jump key lands on the first step holding its event."""
     async with PagedApp(SCENARIOS["tour"]).run_test(size=SIZE) as pilot:
         app = pilot.app
         await until(pilot, lambda: app.navigator is not None)
-        await press(pilot, key)
-        assert kinds(app) & wanted
-        landed = app.timeline.cursor
-        assert all(
-            not {e.kind for e in app.timeline.frame(i).step.events} & wanted for i in range(landed)
-        )
+        for key, wanted in JUMPS.items():
+            await press(pilot, "r")
+            await press(pilot, key)
+            assert kinds(app) & wanted, key
+            landed = app.timeline.cursor
+            earlier = ({e.kind for e in app.timeline.frame(i).step.events} for i in range(landed))
+            assert not any(step & wanted for step in earlier), key
 
 
 async def test_play_pause_and_speed_keys():
