@@ -178,3 +178,35 @@ def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf
     (completion,) = llm.generate(requests()[0], params)[0].outputs
     assert completion.token_ids == expected
     assert completion.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.5])
+def test_beams_that_end_at_eos_equal_transformers(checkpoint, hf_beams, tmp_path, length_penalty):
+    """EOS is the best beam's third token, so hypotheses finish early and the stopping rule
+    (transformers' default, early_stopping=False) decides when the search ends."""
+    model, path = checkpoint
+    eos = hf_beams[0][2]
+    for name in ("model.safetensors", "config.json"):
+        (tmp_path / name).write_bytes((path / name).read_bytes())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["eos_token_id"] = eos
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        rows = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=MAX_TOKENS,
+            num_beams=3,
+            num_return_sequences=3,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            length_penalty=length_penalty,
+        )[:, len(PROMPTS[0]) :].tolist()
+    expected = [row[: row.index(eos) + 1] if eos in row else row for row in rows]
+    params = SamplingParams(
+        max_tokens=MAX_TOKENS, use_beam_search=True, beam_width=3, length_penalty=length_penalty
+    )
+    llm = LLM(model=tmp_path, backend="torch")
+    assert [c.token_ids for c in llm.generate(requests()[0], params)[0].outputs] == expected
