@@ -143,6 +143,15 @@ def test_the_kernels_cpu_twins_give_the_same_greedy_tokens(checkpoint, hf_greedy
     assert [r.outputs[0].token_ids for r in outputs] == hf_greedy
 
 
+def copy_with_eos(path, folder, eos):
+    """Copy the checkpoint at ``path`` into ``folder`` with ``eos`` as config.json's EOS."""
+    for name in ("model.safetensors", "config.json"):
+        (folder / name).write_bytes((path / name).read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = eos
+    (folder / "config.json").write_text(json.dumps(config))
+
+
 def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(checkpoint):
     _, path = checkpoint
     llm = LLM(model=path, backend="torch")
@@ -156,11 +165,7 @@ def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf
     fourth greedy token of the first prompt the EOS of a copy of the checkpoint."""
     model, path = checkpoint
     eos = hf_greedy[0][3]
-    for name in ("model.safetensors", "config.json"):
-        (tmp_path / name).write_bytes((path / name).read_bytes())
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["eos_token_id"] = eos
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    copy_with_eos(path, tmp_path, eos)
     ids = torch.tensor([PROMPTS[0]])
     with torch.no_grad():
         hf = model.generate(
@@ -186,11 +191,7 @@ def test_beams_that_end_at_eos_equal_transformers(checkpoint, hf_beams, tmp_path
     (transformers' default, early_stopping=False) decides when the search ends."""
     model, path = checkpoint
     eos = hf_beams[0][2]
-    for name in ("model.safetensors", "config.json"):
-        (tmp_path / name).write_bytes((path / name).read_bytes())
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["eos_token_id"] = eos
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    copy_with_eos(path, tmp_path, eos)
     ids = torch.tensor([PROMPTS[0]])
     with torch.no_grad():
         rows = model.generate(
