@@ -24,7 +24,7 @@ test: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(XDIST) --dist loadfile --no-loadscope-reorder
 	# The CUDA kernels in Numba's simulator: a process of their own, since the simulator must be
 	# chosen before numba is first imported. Its tests are independent: spread them one by one.
-	NUMBA_ENABLE_CUDASIM=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(XDIST) tests/test_cuda_kernels.py
+	NUMBA_ENABLE_CUDASIM=1 HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest $(XDIST) tests/test_cuda_kernels.py tests/test_peer_cuda_simulator.py
 
 lint: $(STAMP)
 	.venv/bin/ruff check .

@@ -186,7 +186,8 @@ def paged_attention_decode(
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
     check_decode_inputs(*paged, scale, block_size, check_device)
     batch_size, num_heads, head_dim = query.shape
-    output = torch.empty(query.shape, device=query.device)  # [batch, num_heads, head_dim]
+    # [batch, num_heads, head_dim], contiguous whatever the strides of query
+    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if batch_size == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)

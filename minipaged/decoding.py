@@ -142,6 +142,11 @@ class Decoder:
         candidates, ended = beam_search.select(
             logits, [seq.cumulative_logprob for seq in beams], params.beam_width, eos
         )
+        length = len(beams[0].token_ids) + 1  # every beam's, with this step's token
+        if length - beams[0].prompt_len >= params.max_tokens or length >= self.max_model_len:
+            # The last step: as in transformers, only the first beam_width candidates by
+            # score (EOS ones included) end as hypotheses, not the backups ranked below them.
+            candidates = candidates[: params.beam_width - len(ended)]
         for candidate in ended:
             parent = beams[candidate.parent]
             hypothesis = Sequence(
@@ -195,9 +200,11 @@ def ranked(group: SequenceGroup) -> list[Sequence]:
 def _beams_done(group: SequenceGroup) -> bool:
     """transformers' stopping rule (early_stopping=False): K finished hypotheses, and no live
     beam can still beat the worst of them."""
-    if len(group.finished) < group.params.beam_width or not group.seqs:
+    width = group.params.beam_width
+    if len(group.finished) < width or not group.seqs:
         return False
-    worst = min(_normalized(group, s) for s in group.finished)
+    # the worst of the beam_width best hypotheses: only those can still be returned
+    worst = sorted((_normalized(group, s) for s in group.finished), reverse=True)[width - 1]
     return _normalized(group, group.seqs[0]) <= worst
 
 

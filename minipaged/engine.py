@@ -118,7 +118,8 @@ class LLMEngine:
             config.long_prefill_token_threshold,
         )
         self.runner = ModelRunner(model, self.kv_cache, self.backend)
-        eos_id = tokenizer.eos_id if tokenizer is not None else None
+        # EOS: the tokenizer's, else config.json's (where transformers' generate stops too)
+        eos_id = tokenizer.eos_id if tokenizer is not None else shape.eos_token_id
         self.decoder = Decoder(eos_id, self.max_model_len)
         self.speculator = None
         if config.speculative is not None:

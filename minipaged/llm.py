@@ -31,8 +31,9 @@ class LLM:
     config's docstring lists every setting; the ones a student meets first:
 
     - ``model``: ``"tiny"`` (the embedded model trained by ``minipaged.train``) or the path of
-      a Hugging Face Llama directory (``config.json``, ``model.safetensors``,
-      ``tokenizer.json``). Nothing is downloaded.
+      a Hugging Face Llama directory (``config.json``, ``model.safetensors``, and
+      ``tokenizer.json`` for text prompts: without one it runs as ``skip_tokenizer_init``
+      does). Nothing is downloaded.
     - ``block_size``: $B$. ``num_gpu_blocks``: $\\mathcal{P}_{\\max}$; by default as many
       blocks as fit in 256 MiB (and at least one full context). ``num_cpu_blocks``: the host
       swap pool; by default as large as the device pool. These are vLLM's names, and every
@@ -55,7 +56,8 @@ class LLM:
     - ``block_manager_class``: another manager with ``BlockManager``'s interface (a student's).
     - ``skip_tokenizer_init``: load no tokenizer (the directory needs no ``tokenizer.json``);
       as in vLLM, prompts must then be ``{"prompt_token_ids": [...]}``, outputs carry token
-      ids and empty text, and generation stops at ``max_tokens`` (no tokenizer names EOS).
+      ids and empty text, and a sequence ends at the ``eos_token_id`` of ``config.json`` (as
+      transformers' ``generate`` does) or at ``max_tokens``.
     - ``speculative``: a ``SpeculativeConfig`` (or a dict of its fields, as vLLM's
       ``speculative_config``) turns on speculative tree decoding: an n-gram or draft-model
       drafter guesses a token tree, the model verifies it in one pass (``minipaged.speculative``).
@@ -78,7 +80,12 @@ class LLM:
         path = model_directory(config.model)
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
-        self.tokenizer = None if config.skip_tokenizer_init else Tokenizer(path)
+        # A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs on token
+        # ids, as with skip_tokenizer_init, and a text prompt is refused naming the file.
+        has_tokenizer = (path / "tokenizer.json").is_file()
+        self.tokenizer = (
+            Tokenizer(path) if has_tokenizer and not config.skip_tokenizer_init else None
+        )
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype
@@ -92,6 +99,8 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         show_progress: bool | None = None,
         on_step: Callable[[StepOutput], None] | None = None,
+        *,
+        use_tqdm: bool | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (a string or ``{"prompt_token_ids": [...]}``) and return
         one ``RequestOutput`` each, in the order given. ``sampling_params`` is one
@@ -105,9 +114,9 @@ class LLM:
         after preemption; the others still run. If anything interrupts the run (Ctrl-C, an
         exception, in ``on_step`` too), this call's unfinished requests are aborted and their
         blocks released before the exception goes on: the engine is left as it was found.
-        ``show_progress`` (default: when the output is a terminal) draws a progress bar over
-        finished requests. ``on_step`` sees every ``StepOutput``, events and block state
-        included.
+        ``show_progress`` (default: when the output is a terminal; ``use_tqdm`` is vLLM's name
+        for it) draws a progress bar over finished requests. ``on_step`` sees every
+        ``StepOutput``, events and block state included.
         """
         prompts = prompt_list(prompts)
         params_of = params_list(sampling_params, len(prompts))
@@ -133,7 +142,7 @@ class LLM:
                     results[ids[-1]] = RequestOutput(
                         ids[-1], text, token_ids, [], error=str(rejected)
                     )
-            self._run(ids, results, show_progress, on_step)
+            self._run(ids, results, show_progress if use_tqdm is None else use_tqdm, on_step)
         except BaseException:
             for request_id in ids:
                 if request_id in engine.requests:

@@ -215,7 +215,10 @@ class Llama(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)  # [V, hidden]
+        # [V, hidden]; _init_weights fills it (nn.Embedding's own normal_ init, on the meta
+        # device load_model builds on, would import torch's compiler: seconds, for nothing)
+        embedding = torch.empty(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embedding)
         self.layers = nn.ModuleList(
             DecoderLayer(config, i) for i in range(config.num_hidden_layers)
         )
@@ -231,6 +234,8 @@ class Llama(nn.Module):
         GPT-2, so the residual's variance does not grow with depth at the start of training."""
         residual_std = 0.02 / (2 * self.config.num_hidden_layers) ** 0.5
         for name, param in self.named_parameters():
+            if param.is_meta:  # shapes only (load_model): the values come from a checkpoint
+                continue
             if name.endswith(("o_proj.weight", "down_proj.weight")):
                 nn.init.normal_(param, std=residual_std)
             elif param.dim() == 2:

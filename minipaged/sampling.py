@@ -22,12 +22,14 @@ class SamplingParams:
     - ``max_tokens``: tokens to generate per sequence (at most; EOS or a stop token ends it
       sooner unless ``ignore_eos``).
     - ``temperature``: 0 is greedy; otherwise logits are divided by it before softmax.
-    - ``top_k`` (0 = off) and ``top_p`` (1.0 = off): keep only the k most likely tokens, or the
-      smallest set whose probability reaches p.
+    - ``top_k`` (0 = off; vLLM's -1 is taken as 0) and ``top_p`` (1.0 = off): keep only the
+      k most likely tokens, or the smallest set whose probability reaches p.
     - ``n``: parallel samples from one prompt, forked so they share the prompt's blocks.
     - ``use_beam_search`` with ``beam_width`` ($K$ in §5): keep the $K$ best sequences by
-      cumulative log-probability; ``length_penalty`` ranks finished beams by
-      $\\log p / \\text{len}^{\\alpha}$ as transformers does.
+      cumulative log-probability and return all $K$, best first; ``length_penalty`` ranks
+      finished beams by $\\log p / \\text{len}^{\\alpha}$ as transformers does. Beam search
+      samples nothing: ``temperature`` stays at 1.0 or 0, ``top_p`` at 1.0, ``top_k`` at 0,
+      ``n`` at 1; ``beam_width`` above 1 needs ``use_beam_search=True``.
     - ``seed``: makes this request's sampling reproducible whatever else runs beside it.
     """
 
@@ -38,10 +40,11 @@ class SamplingParams:
     n: int = 1
     use_beam_search: bool = False
     beam_width: int = 1
-    length_penalty: float = 1.0
     ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
     seed: int | None = None
+    # Extras after the nine fields of the public surface, so that positional use keeps its order
+    length_penalty: float = 1.0
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         for each in ("max_tokens", "temperature", "top_p", "top_k", "n", "beam_width", "seed"):
@@ -68,9 +71,12 @@ class SamplingParams:
             f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}",
         )
         need(
-            _is_int(self.top_k) and self.top_k >= 0,
-            f"top_k must be an integer >= 0 (0 keeps every token), got {self.top_k!r}",
+            _is_int(self.top_k) and self.top_k >= -1,
+            f"top_k must be an integer >= 0 (0 or, as in vLLM, -1 keeps every token), got "
+            f"{self.top_k!r}",
         )
+        if self.top_k == -1:  # vLLM's spelling of "off": one value downstream
+            object.__setattr__(self, "top_k", 0)
         need(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
         need(
             _is_int(self.beam_width) and self.beam_width >= 1,
@@ -93,19 +99,26 @@ class SamplingParams:
             and all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
             f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}",
         )
-        need(
-            self.use_beam_search or self.beam_width == 1,
-            f"beam_width={self.beam_width} is a beam search's width, but use_beam_search is "
-            "False; pass use_beam_search=True (and temperature=0), or leave beam_width at 1",
-        )
         if self.use_beam_search:
             need(
                 self.n == 1,
-                f"beam search returns beam_width sequences; leave n at 1 (got n={self.n})",
+                f"beam search returns beam_width sequences: set beam_width={self.n} rather "
+                f"than n={self.n}",
             )
+            # Beams are ranked by the model's own log-probabilities; nothing is sampled, so
+            # temperature may be left at its default (1: the model's distribution) or 0.
             need(
-                self.temperature == 0 and self.top_p == 1 and self.top_k == 0,
-                "beam search is deterministic: leave temperature=0, top_p=1.0 and top_k=0",
+                self.temperature in (0, 1) and self.top_p == 1 and self.top_k == 0,
+                "beam search ranks by the model's log-probabilities and samples nothing: "
+                f"leave temperature at 1.0 or 0 (got {self.temperature}), top_p at 1.0 "
+                f"(got {self.top_p}) and top_k at 0 (got {self.top_k})",
+            )
+        else:
+            need(
+                self.beam_width == 1,
+                f"beam_width={self.beam_width} needs use_beam_search=True (beam search keeps "
+                "beam_width beams; n is the number of independent samples), or leave "
+                "beam_width at 1",
             )
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 

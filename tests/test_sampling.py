@@ -13,7 +13,7 @@ from minipaged.sampling import SamplingParams, argmax_rows, distributions, sampl
         ({"temperature": -0.1}, "temperature"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
-        ({"top_k": -1}, "top_k"),
+        ({"top_k": -2}, "top_k"),
         ({"n": 0}, "n must be"),
         ({"beam_width": 0}, "beam_width"),
         ({"seed": 1.5}, "seed"),
@@ -27,8 +27,10 @@ from minipaged.sampling import SamplingParams, argmax_rows, distributions, sampl
         ({"stop_token_ids": 5}, "stop_token_ids"),
         ({"stop_token_ids": [1, "2"]}, "stop_token_ids"),
         ({"stop_token_ids": [-1]}, "stop_token_ids"),
-        ({"use_beam_search": True, "beam_width": 2, "n": 2, "temperature": 0}, "leave n at 1"),
-        ({"use_beam_search": True, "beam_width": 2}, "deterministic"),
+        ({"use_beam_search": True, "beam_width": 2, "n": 2}, "beam_width=2 rather than n=2"),
+        ({"use_beam_search": True, "beam_width": 2, "temperature": 0.7}, "samples nothing"),
+        ({"use_beam_search": True, "top_k": 5}, "top_k at 0"),
+        ({"beam_width": 3}, "beam_width=3 needs use_beam_search=True"),
     ],
 )
 def test_bad_sampling_params_are_refused_naming_the_rule(kwargs, message):
@@ -39,7 +41,13 @@ def test_bad_sampling_params_are_refused_naming_the_rule(kwargs, message):
 def test_beam_search_runs_beam_width_sequences():
     params = SamplingParams(use_beam_search=True, beam_width=4, temperature=0)
     assert params.num_sequences == 4
+    # nothing is sampled, so the default temperature (the model's distribution) is accepted
+    assert SamplingParams(use_beam_search=True, beam_width=4).num_sequences == 4
     assert SamplingParams(n=3).num_sequences == 3
+
+
+def test_top_k_minus_one_is_vllms_off_and_reads_back_as_zero():
+    assert SamplingParams(top_k=-1) == SamplingParams(top_k=0)
 
 
 def test_greedy_returns_the_argmax_for_every_sample():

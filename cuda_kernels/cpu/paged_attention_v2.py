@@ -124,7 +124,8 @@ def paged_attention_decode_v2(
     check_decode_inputs(*paged, scale, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
-    output = torch.empty(query.shape, device=query.device)  # [batch, num_heads, head_dim]
+    # [batch, num_heads, head_dim], contiguous whatever the strides of query
+    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if batch_size == 0:
         return output
     num_partitions = -(-int(seq_lens.max()) // partition_size)  # P
