@@ -72,10 +72,8 @@ LEAVE_AS_ONE_ARRIVES = RecordedRun(
     lengths=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
     blocks=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
 )
-"""Buffers of 2 slots at 0, 2, 4 and 6 of 10; sequence 1 leaves, then sequence 2 leaves in the
-step sequence 4 asks for 4 slots. Released first, sequence 2's buffer joins sequence 1's hole
-and holds the request; placed first, the request finds holes of 2 and 2: a stall that is not
-there. (Generated runs seldom make the order matter.)"""
+"""Sequence 2 leaves in the step sequence 4 asks for 4 slots: released first, its buffer joins
+sequence 1's hole and holds the request; placed first, the request finds two holes of 2."""
 
 
 @functools.cache
