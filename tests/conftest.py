@@ -13,6 +13,11 @@ Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE``:
 import math
 import os
 
+# One torch thread in every process the tests start too (the site's build, grading children,
+# the command line): their models are tiny, and on two cores shared by two workers a second
+# thread mostly waits for a core; the site's build ran its pages' examples three times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -36,17 +41,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # in collection order to whichever worker is free. The longest files go first, so that no
 # worker is left alone with a long one at the end (longest-processing-time-first); measured on
 # two cores, where these few take half the suite's time. A stale list only costs balance.
+# test_docs.py comes second, out of that order: it runs the pages' examples while the first
+# worker's build of the site runs them too, each page once (docs/hooks/prose_values.py).
 LONGEST_FIRST = (
     "test_site_browser.py",
-    "test_grader_mutants.py",
-    "test_exercises.py",
-    "test_tui_exercise.py",
-    "test_cpu_kernels.py",
     "test_docs.py",
+    "test_tui_exercise.py",
+    "test_exercises.py",
+    "test_trace_corpus.py",
+    "test_student_run.py",
+    "test_grader_mutants.py",
+    "test_cpu_kernels.py",
+    "test_tui_serve_scale.py",
+    "test_grader_gpu_path.py",
+    "test_gradebook.py",
+    "test_bench.py",
     "test_ptx.py",
     "test_tui_story.py",
     "test_tui.py",
-    "test_bench.py",
 )
 
 

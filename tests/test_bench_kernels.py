@@ -1,6 +1,7 @@
 """``bench kernels`` measures what its columns say: the streaming-read probe reads memory, not a
 cache; paged ÷ in order is the cost of the shuffled block table (a paged path slowed on purpose
-shows in it, and nowhere else); FP8 rows count the bytes they read; the three tables fit in a
+shows in it, and nowhere else; every timed call starts from the same caches, so no path pays
+for the one before it); FP8 rows count the bytes they read; the three tables fit in a
 100-column terminal; and the FP8 row decoder the CPU twins use decodes exactly as torch does.
 
 Timings are measurements, so the only timed assertions here compare a path with a planted
@@ -216,3 +217,37 @@ def test_ratios_settle_when_every_pair_is_known_within_the_precision():
     shaky = dict(steady, f=[0.9, 1.3, 0.7, 1.2, 0.8, 1.1, 0.6, 1.4, 0.9])
     assert not rounds.ratios_settled([("p", "o"), ("f", "p")])(shaky)
     assert rounds.ratios_settled([("p", "o")])(shaky)
+
+
+def test_each_timed_call_starts_from_the_same_state_whatever_ran_before_it():
+    """A planted neighbour effect: a path takes 20 ms when its state was just cleared (by the
+    ``stream`` path, as the streaming read clears the caches) and 10 ms once it is warm, so
+    in rounds ``a, b, stream`` the path ``a`` always pays and ``b`` never does. Two paths that
+    do the same work must come out equal once every call starts from the same state."""
+    state = {"warm": False}
+
+    def work():
+        time.sleep(0.010 if state["warm"] else 0.020)
+        state["warm"] = True
+
+    def clear():
+        state["warm"] = False
+
+    paths = {"a": work, "b": lambda: work(), "stream": clear}
+    biased = rounds.time_rounds(paths, "cpu", 9, 9)
+    assert rounds.paired_ratio(biased["a"], biased["b"]) > 1.5
+    fair = rounds.time_rounds(paths, "cpu", 9, 9, before_each=clear)
+    assert rounds.paired_ratio(fair["a"], fair["b"]) == pytest.approx(1.0, abs=0.2)
+
+
+def test_bench_kernels_clears_the_caches_before_every_timed_call(monkeypatch):
+    cleared = []
+    monkeypatch.setattr(bandwidth, "cache_evictor", lambda device: lambda: cleared.append(1))
+    row = kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})
+    assert len(cleared) == 3 * len(kernels.PATHS) == 3 * row["rounds"]
+
+
+def test_the_cache_evictor_reads_twice_the_last_level_cache(monkeypatch):
+    monkeypatch.setattr(bandwidth, "streaming_read", lambda tensor: tensor)  # what it reads
+    tensor = bandwidth.cache_evictor()
+    assert tensor.numel() * tensor.element_size() >= 2 * bandwidth.cache_bytes()

@@ -17,9 +17,9 @@ Conventions for ``docs/**/*.md``:
   bash fences are not run.
 - Python lines fit in 80 columns, the width of a code block on the site.
 - A number in prose that the examples produce is written ``{{ expression }}``: the build
-  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and the test that runs
-  the page checks the built page shows the same value. Prose right after an Output block may not
-  retype a number that block printed.
+  evaluates it after the page's examples (``docs/hooks/prose_values.py``), and a test checks the
+  built page shows the same value; the build and the tests share one run of each page. Prose
+  right after an Output block may not retype a number that block printed.
 
 The fences are read by ``docs/hooks/markdown_fences.py``, which the build's hooks share; each
 exercise's page is made at build time from ``tutorials/`` by ``docs/hooks/course.py``.
@@ -74,7 +74,12 @@ from markdown_fences import (  # noqa: E402
     fence_spans,
     read_fences,
 )
-from prose_values import ProseValues  # noqa: E402
+from prose_values import (  # noqa: E402
+    CACHE_VARIABLE,
+    PageRecord,
+    cached_record,
+    fingerprint,
+)
 
 # Every fence must name one of these languages, so that a ```py or ```python3 example cannot slip
 # past the runner unnoticed.
@@ -123,34 +128,39 @@ def _normalise(lines: str | tuple[str, ...]) -> list[str]:
     return kept
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
-def test_every_python_example_on_the_page_runs(page: str, tmp_path, monkeypatch, site) -> None:
-    """Each example runs and prints its Output block; every ``{{ expression }}`` in the page's
-    prose is evaluated where it stands, and the built page must show that value."""
-    # Examples run from an empty folder, so one that writes a file cannot touch the repository.
-    monkeypatch.chdir(tmp_path)
-    run = PageRun(FENCES[page], str(DOCS / page))
-    prose = ProseValues((DOCS / page).read_text(encoding="utf-8"), page)
-    for fence, printed, error in run.steps():
-        where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
-        if error is not None:
-            pytest.fail(f"{where} raised:\n{error}", pytrace=False)
+@pytest.fixture(scope="module")
+def page_run(tmp_path_factory):
+    """``page_run(page)``: the run of a page's examples (``prose_values.PageRecord``). The build
+    runs the pages with ``{{ ... }}`` values into the same folder (``page_runs_folder``), so each
+    page runs once in a test run, here or in the build, whichever asks first."""
+    folder = page_runs_folder(tmp_path_factory)
+    project = fingerprint(ROOT)
+
+    def run(page: str) -> PageRecord:
+        markdown = (DOCS / page).read_text(encoding="utf-8")
+        return cached_record(markdown, page, ROOT, project, folder)
+
+    return run
+
+
+# Longest last in mkdocs's order (alphabetical), so that while another worker builds the site,
+# this one runs pages from the other end and the two meet halfway instead of taking turns.
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON[::-1])
+def test_every_python_example_on_the_page_runs(page: str, page_run) -> None:
+    """Each example runs and prints its Output block, and every ``{{ expression }}`` in the
+    page's prose can be evaluated where it stands."""
+    result = page_run(page)
+    ran = [fence for fence in FENCES[page] if fence.runs]
+    # The run stops at an example that raised: zip pairs the examples that ran through.
+    for fence, printed in zip(ran, result.printed, strict=False):
         if fence.output is not None:
             expected, actual = _normalise(fence.output.body), _normalise(printed)
             if actual != expected:
+                where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
                 diff = difflib.unified_diff(expected, actual, "Output", "printed", lineterm="")
                 pytest.fail(f"{where} printed something else:\n" + "\n".join(diff), pytrace=False)
-        prose.after(fence, run.namespace)
-    try:
-        values = prose.finish(run.namespace)
-    except ValueError as error:
-        pytest.fail(str(error), pytrace=False)
-    shown = built_text(site, page)
-    missing = [value for value in values if value not in shown]
-    assert not missing, (
-        f"docs/{page}: the examples compute {missing}, but the built page does not show them "
-        "(a stale cache in .cache/prose-values?)"
-    )
+    if result.failure is not None:
+        pytest.fail(result.failure, pytrace=False)
 
 
 def built_text(site: Path, page: str) -> str:
@@ -636,23 +646,39 @@ SUB_PATH = urlparse(
 """The path the site is served under (``site_url``'s), which the browser test serves it at."""
 SUB_FOLDERS = [part for part in SUB_PATH.split("/") if part]
 BUILD_TIMEOUT_S = 1200
-"""A first build runs every page's examples (``docs/hooks/prose_values.py``; later builds read
-its cache): minutes on two loaded cores."""
+"""The build runs the examples of the pages with ``{{ ... }}`` values that this test run has not
+run yet (``docs/hooks/prose_values.py``): a minute or more on two loaded cores."""
 
 
-def build_site(site_dir: Path) -> None:
-    """``mkdocs build --strict`` into ``site_dir``; fails the test on any warning."""
+def build_site(site_dir: Path, page_runs: Path) -> None:
+    """``mkdocs build --strict`` into ``site_dir``, its pages' runs cached in ``page_runs``;
+    fails the test on any warning."""
     command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
     command += ["--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site_dir)]
+    # It runs on one torch thread, as conftest.py sets for every process the tests start.
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", CACHE_VARIABLE: str(page_runs)}
     result = subprocess.run(
         command,
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        env=env,
         timeout=BUILD_TIMEOUT_S,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """The temporary folder of this test run, shared by pytest-xdist's workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def page_runs_folder(tmp_path_factory) -> Path:
+    """Where this test run caches the runs of the pages' examples (``prose_values``), for the
+    build and the tests alike: each page runs once per test run, never from an older run's
+    cache."""
+    return run_folder(tmp_path_factory) / "page-runs"
 
 
 def shared_site(tmp_path_factory) -> Path:
@@ -661,8 +687,7 @@ def shared_site(tmp_path_factory) -> Path:
     and the others wait and read the same files (a second build would cost minutes)."""
     import fcntl
 
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = run_folder(tmp_path_factory)
     site_dir = root.joinpath("built-site", *SUB_FOLDERS)
     failed = root / "built-site.failed"
     with open(root / "built-site.lock", "w") as lock:
@@ -671,7 +696,7 @@ def shared_site(tmp_path_factory) -> Path:
             pytest.fail(failed.read_text())
         if not (site_dir / "index.html").is_file():
             try:
-                build_site(site_dir)
+                build_site(site_dir, page_runs_folder(tmp_path_factory))
             except (AssertionError, subprocess.TimeoutExpired) as error:
                 failed.write_text(f"{error}")
                 raise
@@ -835,6 +860,22 @@ def test_a_screenshot_regenerated_from_the_tui_is_an_svg_showing_the_same_screen
     assert fresh == screen_text(SCREENSHOTS / name), (
         f"docs/assets/screenshots/{name} is stale: run "
         "`.venv/bin/python docs/screenshots.py` and review the pictures"
+    )
+
+
+# -- what the built pages show (last: the site's build, on another worker, runs the pages too) --
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_PYTHON)
+def test_the_built_page_shows_the_values_its_examples_compute(page: str, page_run, site) -> None:
+    """Every ``{{ expression }}`` value the page's examples compute is on the built page."""
+    result = page_run(page)
+    if result.values is None:
+        pytest.fail(result.failure, pytrace=False)
+    shown = built_text(site, page)
+    missing = [value for value in result.values if value not in shown]
+    assert not missing, (
+        f"docs/{page}: the examples compute {missing}, but the built page does not show them"
     )
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(HOOKS))  # the build's hooks import each other by name, a
 
 import course
 import prose_values
-from prose_values import ProseValues, cache_key, cached_values, fill, placeholders
+from prose_values import ProseValues, cache_key, cached_record, fill, placeholders
 from search_text import plain, tex_to_text
 
 SITE_URL = "https://example.org/minipaged/"
@@ -51,7 +51,11 @@ flowchart TB
 
 
 def values_of(page: str) -> list[str]:
-    return prose_values.evaluate(page, "page.md", "page.md")
+    """The page's values, as the build computes them; ``ValueError`` when it would fail."""
+    result = prose_values.record(page, "page.md", "page.md")
+    if result.failure is not None:
+        raise ValueError(result.failure)
+    return result.values
 
 
 def test_a_placeholder_shows_the_state_the_example_above_it_left():
@@ -97,16 +101,41 @@ def test_the_cache_key_changes_with_the_code_the_placeholders_and_their_place():
     assert cache_key(page + "\nMore prose.\n", "page.md", "project") == key
 
 
-def test_cached_values_run_a_page_once_and_again_when_it_changes(tmp_path, monkeypatch):
+def test_a_page_runs_once_and_again_when_it_changes(tmp_path, monkeypatch):
     page = PAGE.replace("{{ pool.num_free }} free blocks before anything runs", "blocks")
     runs = []
-    real = prose_values.evaluate
-    monkeypatch.setattr(prose_values, "evaluate", lambda *args: runs.append(args[1]) or real(*args))
-    first = cached_values(page, "page.md", tmp_path, "project")
-    assert cached_values(page, "page.md", tmp_path, "project") == first and len(runs) == 1
+    real = prose_values.record
+    monkeypatch.setattr(prose_values, "record", lambda *args: runs.append(args[1]) or real(*args))
+    first = cached_record(page, "page.md", tmp_path, "project", tmp_path / "cache")
+    again = cached_record(page, "page.md", tmp_path, "project", tmp_path / "cache")
+    assert again == first and first.values[0] == "5" and len(runs) == 1
     changed = page.replace("allocate(0, 9)", "allocate(0, 5)")
-    assert cached_values(changed, "page.md", tmp_path, "project")[0] == "6"
+    assert (
+        cached_record(changed, "page.md", tmp_path, "project", tmp_path / "cache").values[0] == "6"
+    )
     assert len(runs) == 2
+
+
+def test_a_page_whose_example_raised_runs_again(tmp_path, monkeypatch):
+    """A failure is not cached: the next build runs the page again (it may have been the
+    machine, not the page)."""
+    page = PAGE.replace("{{ pool.num_free }} free blocks before anything runs", "blocks")
+    broken = page.replace("pool.free(0)", "pool.free(99)")
+    runs = []
+    real = prose_values.record
+    monkeypatch.setattr(prose_values, "record", lambda *args: runs.append(args[1]) or real(*args))
+    for _ in range(2):
+        failed = cached_record(broken, "page.md", tmp_path, "project", tmp_path / "cache")
+        assert "Python example 2 (line" in failed.failure and failed.values is None
+    assert len(failed.printed) == 1 and len(runs) == 2
+
+
+@pytest.mark.parametrize("stored", ["not json", "[]", "{}", '{"key": 1}', '{"values": []}'])
+def test_a_cache_entry_that_cannot_be_read_runs_the_page_again(stored, tmp_path):
+    page = PAGE.replace("{{ pool.num_free }} free blocks before anything runs", "blocks")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "page-md.json").write_text(stored)
+    assert cached_record(page, "page.md", tmp_path, "project", tmp_path / "cache").values[0] == "5"
 
 
 def test_the_fingerprint_changes_when_a_file_of_the_project_changes(tmp_path):

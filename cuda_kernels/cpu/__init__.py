@@ -12,8 +12,13 @@ Lay ``cuda_kernels/paged_attention.py`` beside ``cuda_kernels/cpu/paged_attentio
 one computation written for both machines. They take CPU float32 tensors and return what the
 reference (``minipaged.attention``) returns; ``minipaged.backend`` selects them with
 ``backend="numba-cpu"``.
+
+Numba's on-disk cache of the twins is stamped with every source file of the package
+(``compile_cache``, imported first so that it is in place before any twin is compiled): an edit
+to a helper such as ``cuda_kernels/fp8.py`` is compiled in, never served stale.
 """
 
+from cuda_kernels.cpu import compile_cache  # noqa: F401  (first: see above)
 from cuda_kernels.cpu.cache_ops import copy_blocks, reshape_and_cache, swap_blocks
 from cuda_kernels.cpu.paged_attention import paged_attention_decode
 from cuda_kernels.cpu.paged_attention_v2 import paged_attention_decode_v2

@@ -10,13 +10,14 @@ ones below, so prose describes the state the example above it left; one that nam
 only a later example defines is evaluated after that example. Code, fenced or inline, is left
 alone; a mermaid diagram's labels are filled like prose.
 
-Running a page's examples can take seconds (some run the embedded model), so the values are
-cached in ``.cache/prose-values/`` under the project root, keyed by the page's examples, its
-placeholders, this hook's own code, the contents of every file of the project's packages and
-the versions of Python, torch and numpy: any change to what could change a value runs the page
-again. Two
-builds at once (the test suite's workers) wait for each other instead of running a page twice.
-``tests/test_docs.py`` runs every page and checks that the built site shows what it computes.
+Running a page's examples can take seconds (some run the embedded model), so each page's run
+(what its examples printed and the values) is cached in ``.cache/prose-values/`` under the
+project root, or in ``$PROSE_VALUES_CACHE``, keyed by the page's examples, its placeholders,
+this hook's own code, the contents of every file of the project's packages and the versions of
+Python, torch and numpy: any change to what could change a value runs the page again. Two
+processes at once (the build and the test suite's workers) wait for each other instead of
+running a page twice. ``tests/test_docs.py`` reads the same runs, from a cache of its own test
+run: it checks each example's Output block and that the built site shows what it computes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import platform
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -48,6 +50,7 @@ PLACEHOLDER = re.compile(r"\{\{\s*(?P<expr>.+?)\s*\}\}")
 CODE_OR_PLACEHOLDER = re.compile(r"(?P<code>`+)[^`]*?(?P=code)|" + PLACEHOLDER.pattern)
 PACKAGES = ("minipaged", "cuda_kernels", "tui")
 CACHE = Path(".cache") / "prose-values"
+CACHE_VARIABLE = "PROSE_VALUES_CACHE"
 # The hooks' own code: a change to how pages are run or values rendered runs every page again.
 HOOK_SOURCES = [Path(__file__).resolve(), Path(__file__).resolve().with_name("markdown_fences.py")]
 FILLED_FENCES = {"mermaid"}  # fences whose text is a picture's labels, not code
@@ -132,20 +135,36 @@ class ProseValues:
         )
 
 
-def evaluate(markdown: str, page: str, path: str) -> list[str]:
-    """Run the page's examples and render each placeholder where it stands; the values in
-    order. Raises ``ValueError`` naming the example or placeholder that failed."""
+@dataclass
+class PageRecord:
+    """What running a page's examples gave: what each example that ran through printed, in
+    order; the placeholders' values, in the order they stand (None where they could not be
+    computed); and ``failure``, the message naming the example that raised (the run stops
+    there) or the placeholder that could not be evaluated, or None."""
+
+    printed: list[str]
+    values: list[str] | None = None
+    failure: str | None = None
+
+
+def record(markdown: str, page: str, path: str) -> PageRecord:
+    """Run the page's examples and render each placeholder where it stands. Shared by the build
+    (which shows the values) and ``tests/test_docs.py`` (which compares what each example printed
+    with its Output block), so that one run of a page serves both."""
     run = PageRun(read_fences(markdown, page), path)
     prose = ProseValues(markdown, page)
+    printed: list[str] = []
     with in_empty_folder():
-        for fence, _, error in run.steps():
-            if error is not None:
-                raise ValueError(
-                    f"docs/{page}, Python example {fence.number} (line {fence.line}) raised, so "
-                    f"the numbers its prose shows cannot be computed:\n{error}"
-                )
-            prose.after(fence, run.namespace)
-    return prose.finish(run.namespace)
+        try:
+            for fence, output, error in run.steps():
+                if error is not None:
+                    where = f"docs/{page}, Python example {fence.number} (line {fence.line})"
+                    return PageRecord(printed, failure=f"{where} raised:\n{error}")
+                printed.append(output)
+                prose.after(fence, run.namespace)
+            return PageRecord(printed, prose.finish(run.namespace))
+        except ValueError as error:  # a placeholder that cannot be evaluated
+            return PageRecord(printed, failure=str(error))
 
 
 def fingerprint(root: Path) -> str:
@@ -189,23 +208,30 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def cached_values(markdown: str, page: str, root: Path, project: str) -> list[str]:
-    """The page's placeholder values, from the cache or by running the page."""
+def cache_folder(root: Path) -> Path:
+    """Where page runs are cached: ``$PROSE_VALUES_CACHE`` where it is set (the test suite
+    names a folder of its own run, shared by the build and the tests), else ``.cache/``."""
+    return Path(os.environ.get(CACHE_VARIABLE) or root / CACHE)
+
+
+def cached_record(markdown: str, page: str, root: Path, project: str, folder: Path) -> PageRecord:
+    """The page's run, from the cache in ``folder`` or by running the page. A failed run is not
+    stored: the next build runs the page again."""
     key = cache_key(markdown, page, project)
-    folder = root / CACHE
     entry = folder / (re.sub(r"[^A-Za-z0-9]+", "-", page) + ".json")
     with locked(folder / (entry.name + ".lock")):
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):  # unreadable: run
             stored = json.loads(entry.read_text(encoding="utf-8"))
-            if stored.get("key") == key:
-                return stored["values"]
+            if stored.pop("key") == key:
+                return PageRecord(**stored)
         started = time.perf_counter()
-        values = evaluate(markdown, page, str(root / "docs" / page))
+        result = record(markdown, page, str(root / "docs" / page))
         log.info(f"prose values: ran docs/{page} in {time.perf_counter() - started:.1f} s")
-        partial = entry.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"key": key, "values": values}), encoding="utf-8")
-        partial.replace(entry)  # atomic: a reader sees the old entry or the new one
-        return values
+        if result.failure is None:
+            partial = entry.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps({"key": key, **asdict(result)}), encoding="utf-8")
+            partial.replace(entry)  # atomic: a reader sees the old entry or the new one
+        return result
 
 
 def fill(markdown: str, page: str, values: list[str]) -> str:
@@ -238,8 +264,7 @@ def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
     root = Path(config.config_file_path).resolve().parent
     if "key" not in _project:
         _project["key"] = fingerprint(root)
-    try:
-        values = cached_values(markdown, src, root, _project["key"])
-    except ValueError as error:
-        raise PluginError(str(error)) from None
-    return fill(markdown, src, values)
+    result = cached_record(markdown, src, root, _project["key"], cache_folder(root))
+    if result.failure is not None:
+        raise PluginError(result.failure)
+    return fill(markdown, src, result.values)

@@ -112,22 +112,29 @@ def check_slot(student):
         expect(memory.slot(table, t, 4), expected, f"slot(T_r={table}, t={t}, B=4)")
 
 
+OUTSIDE_THE_TABLE = {
+    48: "j = 3 is past the table's 3 blocks (positions 0..47)",
+    -1: "j = floor(-1/16) = -1 names no block, though Python's T_r[-1] is the table's last: "
+    "check 0 <= j < len(T_r)",
+}
+"""Positions §3's example table does not reach, on either side, with why."""
+
+
 def check_slot_outside_the_table(student):
     """slot refuses a token the table does not reach, with a ValueError"""
     memory = student.memory
-    try:
-        got = memory.slot(EXAMPLE_TABLE, 48, 16)
-    except ValueError:
-        return
-    except IndexError:
-        raise CheckFailed(
-            "slot(T_r=[47, 12, 93], t=48, B=16) raised IndexError: j = 3 is past the table's "
-            "3 blocks; raise a ValueError that says which positions the table holds"
-        ) from None
-    raise CheckFailed(
-        f"slot(T_r=[47, 12, 93], t=48, B=16) returned {got!r}: j = 3 is past the table's "
-        "3 blocks (positions 0..47), so it must raise a ValueError"
-    )
+    for t, why in OUTSIDE_THE_TABLE.items():
+        what = f"slot(T_r=[47, 12, 93], t={t}, B=16)"
+        try:
+            got = memory.slot(EXAMPLE_TABLE, t, 16)
+        except ValueError:
+            continue
+        except IndexError:
+            raise CheckFailed(
+                f"{what} raised IndexError: {why}; raise a ValueError that says which "
+                "positions the table holds"
+            ) from None
+        raise CheckFailed(f"{what} returned {got!r}: {why}, so it must raise a ValueError")
 
 
 def check_kv_bytes_per_token(student):

@@ -65,6 +65,19 @@ sequence 2 ends at $L_{\\max} = 8$, which fills two blocks; sequence 3 arrives a
 have left."""
 
 
+LEAVE_AS_ONE_ARRIVES = RecordedRun(
+    block_size=1,
+    capacity=10,
+    max_length=10,
+    lengths=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
+    blocks=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
+)
+"""Buffers of 2 slots at 0, 2, 4 and 6 of 10; sequence 1 leaves, then sequence 2 leaves in the
+step sequence 4 asks for 4 slots. Released first, sequence 2's buffer joins sequence 1's hole
+and holds the request; placed first, the request finds holes of 2 and 2: a stall that is not
+there. (Generated runs seldom make the order matter.)"""
+
+
 @functools.cache
 def recorded(name: str) -> RecordedRun:
     return library.load(RUNS / f"{name}.jsonl", MAX_LENGTH)
@@ -367,6 +380,8 @@ def check_fragmentation_stalls_of_a_recorded_run(student):
         ({0: 3, 1: 2, 2: 2, 3: 3, 4: 3, 5: 6}, "a request of 3 fits the hole of 3 exactly"),
     ]:
         _stalls_one(student, holes, where, sizes)
+    where = "sequence 2 leaves the step sequence 4 arrives, beside a hole of 2"
+    _stalls_one(student, LEAVE_AS_ONE_ARRIVES, where, {0: 2, 1: 2, 2: 2, 3: 2, 4: 4})
     _for_generated_runs(
         lambda run, name: _stalls_one(student, run, name, run.final_lengths), draw_capacity=True
     )

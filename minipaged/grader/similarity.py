@@ -44,6 +44,12 @@ THRESHOLD = 0.9
 HONEST_MAX = 0.82
 """The highest ratio the honest answers the project knows reach (measured by the tests)."""
 
+DICTATED = frozenset({"cuda_kernels.cache_ops:reshape_and_cache_kernel"})
+"""Graded functions long enough to compare whose statement dictates every line: an answer
+written honestly from exercise 09's hints (read the slot, return when it is negative, block
+and offset, a loop of stride blockDim.x over the token's values) reaches 0.956 against it, no
+matter who writes it. Left, like exercises 01 and 02, to the exact comparison."""
+
 
 class _Shape(ast.NodeVisitor):
     """The tokens of one function's shape (see the module's docstring)."""
@@ -114,7 +120,9 @@ def library_shapes(graded: tuple[str, ...]) -> dict[str, list[str]]:
         if module not in trees:
             trees[module] = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
         found = _find(trees[module], qualname.split("."))
-        if found is not None and len(tokens := shape(found)) >= MIN_TOKENS:
+        if name in DICTATED or found is None:
+            continue
+        if len(tokens := shape(found)) >= MIN_TOKENS:
             shapes[name] = tokens
     return shapes
 

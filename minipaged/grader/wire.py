@@ -288,7 +288,8 @@ def decode(
             return d
         if type(d) is list:
             return d if _plain(d, 0) else [value(v) for v in d]
-        if type(d) is not dict or len(d) not in (1, 2):
+        # An exception class is the one value of three keys ({"X", "q", "b"}).
+        if type(d) is not dict or len(d) not in ((1, 2, 3) if "X" in d else (1, 2)):
             raise ProtocolError(f"not a value: {str(d)[:80]}")
         tag = next(iter(d))
         body = d[tag]

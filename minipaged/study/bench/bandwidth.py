@@ -74,6 +74,20 @@ def probe_tensor(device: str = "cpu", nbytes: int | None = None) -> torch.Tensor
     return torch.ones(nbytes // 4, dtype=torch.float32, device=device)
 
 
+EVICT_MULTIPLE = 2
+"""``cache_evictor`` reads this many last-level caches: enough that what a path left there is
+gone before the next path starts."""
+
+
+def cache_evictor(device: str = "cpu"):
+    """A call that reads ``EVICT_MULTIPLE`` last-level caches of a tensor of its own, for
+    ``rounds.time_rounds``'s ``before_each``: every timed call then starts from caches that hold
+    none of the keys and values of any path, as a layer's attention does after the layer's
+    projections, whichever path ran before it."""
+    tensor = torch.ones(EVICT_MULTIPLE * cache_bytes(device) // 4, device=device)
+    return streaming_read(tensor)
+
+
 def streaming_read(tensor: torch.Tensor):
     """The probe as a timed path: one call reads every byte of ``tensor`` once."""
     return lambda: tensor.sum()

@@ -134,7 +134,8 @@ def measure(
     ``numba_kernels``) maps a kernel's name to a function with ``paged_attention_decode``'s
     arguments: each runs paged, in order and over FP8 pools. With ``probe``
     (``bandwidth.probe_tensor``), the machine's streaming read of it is one more path of the
-    same rounds. Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
+    same rounds. Every timed call starts from the same caches (``bandwidth.cache_evictor``).
+    Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
     order comes with its spread."""
     device = options.device
     inputs = decode_inputs(batch, context, block_size, device, options.seed)
@@ -150,6 +151,7 @@ def measure(
         paths[f"{name}_in_order"] = functools.partial(kernel, *inputs.in_order)
         paths[f"{name}_fp8"] = functools.partial(kernel, *inputs.fp8, **inputs.fp8_scales)
     timed = dict(paths)
+    evict = bandwidth.cache_evictor(device)  # each timed call starts from the same caches
     if probe is not None:
         timed["stream"] = bandwidth.streaming_read(probe)
     row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
@@ -160,7 +162,7 @@ def measure(
         settled = rounds.ratios_settled(paging)
         # The references are written to be read, take most of a round, and settle no ratio.
         times = rounds.time_rounds(
-            timed, device, repeats, max_repeats or repeats, settled, REFERENCES
+            timed, device, repeats, max_repeats or repeats, settled, REFERENCES, evict
         )
         row["rounds"] = len(times["sdpa"])
         row.update({f"{name}_ms": rounds.median_ms(t) for name, t in times.items()})
@@ -308,6 +310,8 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
         f"(column 'threads'), medians of {counts} interleaved rounds after a warm-up (column "
         "'rounds'): each round calls every path once, so a change in the machine's load "
         "touches all of them alike, and each ratio is the median of the rounds' own ratios. "
+        f"Before each call, untimed, a read of {bandwidth.EVICT_MULTIPLE} × the last-level "
+        "cache: every path starts from the same caches, whichever path ran before it. "
         + (
             f"A row takes rounds until paged ÷ in order is known to ±{rounds.PRECISION:.0%} "
             f"or the most are taken (the loop and vectorized references, which take most of a "

@@ -8,6 +8,16 @@ half the width of the interval that holds 95% of the resampled medians. A run ta
 until the ratios it must settle are within ``PRECISION`` of their value (``settled``), at
 least ``MIN_ROUNDS`` and at most ``MAX_ROUNDS``: few on a quiet machine, more on a busy one.
 
+Why a call's neighbour matters, and what removes it: on this two-core machine, whichever of
+two twin calls over different keys and values came second in a round ran 5 to 13% faster (at
+L = 1,024, paged then in order gave paged ÷ in order 1.12; in order then paged, 0.91: the same
+kernel, the same data, only the order swapped). A call inherits the state the calls before it
+left: a twin call over 16 tokens took 0.1 ms right after the same call and 0.6 ms right after
+a read of 64 MiB, which had evicted the dispatcher's, the wrapper's and the kernel's own code
+and data. So every timed call is preceded by the same untimed read of a buffer larger than the
+last-level cache (``before_each``): each call starts from the same state, whatever ran before
+it.
+
 Why not a fixed count: with 9 rounds on this two-core machine under a load of about 5, the
 95% interval of *paged ÷ in order* at L = 1,024 spanned 0.96 to 1.18, wide enough to read a
 noisy 1.10 as a 10% cost of paging; 49 rounds narrowed it to 1.02 to 1.11 (ratio of medians)
@@ -45,12 +55,15 @@ def time_rounds(
     max_rounds: int,
     settled: Callable[[Times], bool] = lambda times: True,
     only_first: Collection[str] = (),
+    before_each: Callable[[], object] = lambda: None,
 ) -> Times:
     """Each path's wall time in every round, after one warm-up call each (first-call
     allocation and, on a GPU, compilation). Rounds go on past ``min_rounds`` until
     ``settled(times)`` or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
     settling ratio needs) take part in the first ``min_rounds`` only, so their lists are
-    shorter, and a ratio with them pairs those first rounds."""
+    shorter, and a ratio with them pairs those first rounds. ``before_each`` runs, untimed,
+    before every timed call, so that each call starts from the state it leaves rather than
+    from what the path before it in the round left (``bandwidth.cache_evictor``)."""
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(
             f"rounds must satisfy 1 <= min_rounds <= max_rounds, got {min_rounds} and "
@@ -63,6 +76,9 @@ def time_rounds(
         for name, fn in paths.items():
             if name in only_first and len(times[name]) >= min_rounds:
                 continue
+            before_each()
+            if device == "cuda":
+                torch.cuda.synchronize()
             start = time.perf_counter()
             fn()
             if device == "cuda":

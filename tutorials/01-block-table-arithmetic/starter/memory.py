@@ -34,7 +34,8 @@ def num_logical_blocks(num_tokens: int, block_size: int) -> int:
 def slot(block_table: Sequence[int], t: int, block_size: int) -> int:
     """T_r[j] * B + o: token t's row in the pool flattened to [num_blocks * B, ...].
 
-    Raise ValueError when the table has no logical block j for token t."""
+    Raise ValueError when the table has no logical block j for token t (past its end, or
+    j < 0)."""
     # --- your code here (about 6 lines) ---
     raise NotImplementedError("exercise 01: look up T_r[j], then return T_r[j] * B + o")
 

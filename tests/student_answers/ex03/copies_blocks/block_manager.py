@@ -1,0 +1,31 @@
+"""fork allocates fresh blocks for the child, as if the KV had to be copied.
+
+Fails: fork_raises_each_refcount_by_one
+"""
+
+from __future__ import annotations
+
+from minipaged import block_manager
+from minipaged.block_table import BlockTable
+from minipaged.events import SeqId
+
+
+class BlockManager(block_manager.BlockManager):
+    def fork(self, parent: SeqId, child: SeqId) -> BlockTable:
+        source = self.table(parent)
+        if child in self.tables:
+            raise ValueError(f"sequence {child} already has a block table")
+        if source.pool == "host":
+            raise ValueError(f"sequence {parent} is swapped out; swap it in before forking")
+        copy = BlockTable(
+            source.block_size, [self.device.allocate() for _ in source.blocks], source.num_tokens
+        )
+        self.tables[child] = copy
+        return copy
+
+    def free(self, seq: SeqId) -> None:
+        table = self.table(seq)
+        pool = self.host if table.pool == "host" else self.device
+        for p in reversed(table.blocks):
+            pool.decref(p)
+        del self.tables[seq]
