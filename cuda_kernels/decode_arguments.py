@@ -43,14 +43,19 @@ def check_decode_inputs(
     value_pool: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
+    scale: float,
     block_size: int,
     check_device: Callable[[torch.Tensor, str], None],
 ) -> None:
-    """The reference's shape checks (``minipaged.contract``), then what the kernels need
-    besides: the tensors on the launcher's device, float32 compute over float32 or FP8 pools."""
-    check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    """The tensors on the launcher's device first (its refusal names the launcher's way
+    out), then the reference's checks (``minipaged.contract``, which also refuses what is no
+    tensor), then what the kernels need besides: float32 compute over float32 or FP8 pools."""
     for name, tensor in (("query", query), ("key_pool", key_pool), ("value_pool", value_pool)):
-        check_device(tensor, name)
+        if isinstance(tensor, torch.Tensor):
+            check_device(tensor, name)
+    check_attention_inputs(
+        query, key_pool, value_pool, block_tables, seq_lens, block_size, scale=scale
+    )
     check_pools(query, key_pool, value_pool)
 
 

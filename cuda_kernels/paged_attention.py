@@ -184,9 +184,9 @@ def paged_attention_decode(
     per-KV-head ``k_scale`` and ``v_scale``; on the GPU, or on the CPU under the simulator).
     Returns ``[batch, num_heads, head_dim]``."""
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
-    check_decode_inputs(*paged, block_size, check_device)
+    check_decode_inputs(*paged, scale, block_size, check_device)
     batch_size, num_heads, head_dim = query.shape
-    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    output = torch.empty(query.shape, device=query.device)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)

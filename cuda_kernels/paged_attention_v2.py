@@ -139,10 +139,10 @@ def paged_attention_decode_v2(
     multiple of ``block_size``. FP8 pools take their ``k_scale`` and ``v_scale``. Returns
     ``[batch, num_heads, head_dim]``."""
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
-    check_decode_inputs(*paged, block_size, check_device)
+    check_decode_inputs(*paged, scale, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
-    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    output = torch.empty(query.shape, device=query.device)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     num_partitions = -(-int(seq_lens.max()) // partition_size)  # P

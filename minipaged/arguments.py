@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from minipaged.config import EngineConfig, check_setting, settings_of
@@ -49,8 +50,52 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        self._check_pairs(parsed)
+        return parsed, rest
+
+    def _check_pairs(self, parsed: argparse.Namespace) -> None:
+        """Refuse an option given without the one it ``requires``, or beside one it
+        ``excludes``: silently ignoring either would run something other than what was
+        asked. "Given" means set to other than its default (the default does nothing)."""
+
+        def given(action: argparse.Action) -> bool:
+            value = getattr(parsed, action.dest, action.default)
+            return value is not argparse.SUPPRESS and value != action.default
+
+        for action in self._actions:
+            if not action.option_strings or not given(action):
+                continue
+            flag = action.option_strings[-1]
+            needed = getattr(action, "required_option", None)
+            if needed is not None and not given(needed):
+                what = needed.metavar or needed.dest.upper() if needed.nargs != 0 else ""
+                self.error(
+                    f"{flag} is for {needed.option_strings[-1]}: give "
+                    f"{' '.join((needed.option_strings[-1], what)).strip()}, or leave {flag} out"
+                )
+            for other, why in getattr(action, "excluded_options", ()):
+                if given(other):
+                    self.error(
+                        f"{flag} and {other.option_strings[-1]} cannot go together ({why}): "
+                        "leave one out"
+                    )
+
     def error(self, message: str) -> NoReturn:
-        self.exit(USAGE_ERROR, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+        self.exit(USAGE_ERROR, f"{self.prog}: {one_line(message)}; see `{self.prog} --help`\n")
+
+
+def requires(action: argparse.Action, needed: argparse.Action) -> None:
+    """Mark ``action`` (a flag ``add_argument`` returned) as meaningful only beside ``needed``:
+    the parser refuses it alone (``Parser._check_pairs``)."""
+    action.required_option = needed
+
+
+def excludes(action: argparse.Action, other: argparse.Action, why: str) -> None:
+    """Mark ``action`` and ``other`` as contradicting each other, for the reason ``why``: the
+    parser refuses them together (``Parser._check_pairs``)."""
+    action.excluded_options = (*getattr(action, "excluded_options", ()), (other, why))
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -97,14 +142,49 @@ def real(
 
 
 def text(what: str) -> Callable[[str], str]:
-    """An argparse type for a non-empty string (a path, a model name)."""
+    """An argparse type for a non-empty string without a NUL byte (a path, a model name)."""
 
     def parse(value: str) -> str:
         if not value.strip():
             raise argparse.ArgumentTypeError(f"must name {what}, got an empty string")
+        if "\x00" in value:
+            raise argparse.ArgumentTypeError(
+                f"must name {what}, got {value[:60]!r}, which holds a NUL byte"
+            )
         return value
 
     parse.__name__ = "text"
+    return parse
+
+
+def named_path(what: str) -> Callable[[str], Path]:
+    """An argparse type for a path (``text``'s rules, as a ``Path``)."""
+    nonempty = text(what)
+
+    def parse(value: str) -> Path:
+        return Path(nonempty(value))
+
+    parse.__name__ = "path"
+    return parse
+
+
+def output_file(what: str) -> Callable[[str], Path]:
+    """An argparse type for a file the command will write (``named_path``'s rules): refused where
+    it is typed, before any work, when its folder is missing or it names a folder."""
+    named = named_path(what)
+
+    def parse(value: str) -> Path:
+        file = named(value)
+        if file.is_dir():
+            raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
+        if not file.parent.is_dir():
+            missing = "is a file" if file.parent.exists() else "does not exist; create it first"
+            raise argparse.ArgumentTypeError(
+                f"cannot write {value}: its folder {file.parent} {missing}"
+            )
+        return file
+
+    parse.__name__ = "output_file"
     return parse
 
 
@@ -125,10 +205,25 @@ def setting_text(name: str) -> Callable[[str], str]:
     return parse
 
 
+LONGEST_MESSAGE = 1000
+"""Characters of an error line kept; a longer one (it echoes a 100 KB value) loses its middle."""
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, and only its start and end when very long: what failed, and
+    the way out."""
+    line = " ".join(message.splitlines())
+    if len(line) > LONGEST_MESSAGE:
+        half = LONGEST_MESSAGE // 2
+        line = f"{line[:half]} [... {len(line) - 2 * half:,} characters ...] {line[-half:]}"
+    return line
+
+
 def say(command: str, message: str) -> None:
-    """Print ``message`` as one line on stderr, prefixed by the command that failed."""
+    """Print ``message`` as one line on stderr (``one_line``), prefixed by the command that
+    failed."""
     prefix = f"minipaged {command}" if command else "minipaged"
-    print(f"{prefix}: {' '.join(message.splitlines())}", file=sys.stderr)
+    print(f"{prefix}: {one_line(message)}", file=sys.stderr)
 
 
 def free_memory() -> int | None:

@@ -64,7 +64,9 @@ def paged_attention_decode_loop(
     Invariant after block $j$: ``acc / l_prev`` is softmax attention over tokens
     $0 \\ldots \\min((j+1)B, L) - 1$. Returns ``[batch, num_heads, head_dim]``.
     """
-    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    group = check_attention_inputs(
+        query, key_pool, value_pool, block_tables, seq_lens, block_size, scale=scale
+    )
     batch_size, num_heads, head_dim = query.shape
     output = torch.zeros_like(query)
 
@@ -132,7 +134,9 @@ def paged_attention_decode(
 
     Each KV head is read once for its whole group of query heads: the query is viewed as
     ``[num_kv_heads, batch, group, head_dim]`` rather than the keys copied ``group`` times."""
-    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    group = check_attention_inputs(
+        query, key_pool, value_pool, block_tables, seq_lens, block_size, scale=scale
+    )
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     paged = (key_pool, value_pool, block_tables, seq_lens, block_size)
     keys, values, valid = gather_kv(*paged, **scales, workspace=thread_workspace())
@@ -186,7 +190,9 @@ def paged_attention_decode_partitions(
     ``[batch, num_heads, P, head_dim]`` (vLLM's ``max_logits``, ``exp_sums``, ``tmp_out``).
     A partition past a sequence's end holds no token and gets exactly $m_k = -\\infty$,
     $l_k = 0$, $O_k = 0$: never NaN."""
-    group = check_attention_inputs(query, key_pool, value_pool, block_tables, seq_lens, block_size)
+    group = check_attention_inputs(
+        query, key_pool, value_pool, block_tables, seq_lens, block_size, scale=scale
+    )
     check_partition_size(partition_size, block_size)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     paged = (key_pool, value_pool, block_tables, seq_lens, block_size)
@@ -259,7 +265,7 @@ def paged_attention_prefill(
     attends to cache positions $0 \\ldots t$ (causal). Returns ``[N, num_heads, head_dim]``.
     """
     paged = (key_pool, value_pool, block_tables, seq_lens)
-    group = check_attention_inputs(query, *paged, block_size, query_lens)
+    group = check_attention_inputs(query, *paged, block_size, query_lens, scale=scale)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     # [N_KV, batch, max_len, d_h], in this thread's workspace: used up before this returns
     keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())
@@ -330,7 +336,7 @@ def paged_attention_tree(
         )
     firsts = torch.cumsum(query_lens, 0) - query_lens  # each tree's root row
     paged = (key_pool, value_pool, block_tables, prefix_lens)
-    group = check_attention_inputs(query[firsts.long()], *paged, block_size)
+    group = check_attention_inputs(query[firsts.long()], *paged, block_size, scale=scale)
     scales = {"k_scale": k_scale, "v_scale": v_scale}
     # [N_KV, batch, max_len, d_h], in this thread's workspace: used up before this returns
     keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())

@@ -28,6 +28,7 @@ from minipaged.arguments import (
     config_from_flags,
     free_memory,
     integer,
+    output_file,
     real,
     say,
     text,
@@ -84,7 +85,9 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
     record = actions.add_parser(
         "record", help="generate like `minipaged generate` and save every step to FILE"
     )
-    record.add_argument("file", type=text("the trace to write"), help="the trace (JSON Lines)")
+    record.add_argument(
+        "file", type=output_file("the trace to write"), help="the trace (JSON Lines)"
+    )
     _add_workload_args(record)
     replay = actions.add_parser(
         "replay", help="print a recorded run step by step, without the model"
@@ -322,7 +325,7 @@ def _status(error: Exception) -> int:
     )
     if isinstance(error, broken_file):
         return FAILURE
-    if isinstance(error, ValueError | FileNotFoundError | NotADirectoryError):
+    if isinstance(error, ValueError | FileNotFoundError | NotADirectoryError | IsADirectoryError):
         return USAGE_ERROR
     return FAILURE
 

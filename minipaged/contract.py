@@ -14,9 +14,18 @@ on it, and it on neither.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+"""What block tables, ``seq_lens`` and ``query_lens`` hold: block ids and token counts."""
+
+FP8_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+"""One-byte pools ($b = 1$, §1), dequantized to float32 as they are read."""
 
 
 def check_attention_inputs(
@@ -27,9 +36,16 @@ def check_attention_inputs(
     seq_lens: Tensor,
     block_size: int,
     query_lens: Tensor | None = None,
+    *,
+    scale: float,
 ) -> int:
     """Check query, pools, tables and lengths against each other (``query_lens`` None: one
-    query per sequence); return the GQA group size $N_Q / N_{KV}$."""
+    query per sequence) and ``scale``; return the GQA group size $N_Q / N_{KV}$. A value of
+    the wrong kind (a list for a tensor, a float table) is a ``TypeError``, a wrong size a
+    ``ValueError``: both before any tensor is read, and both name the argument and the value."""
+    check_tensor_kinds(query, key_pool, value_pool, block_tables, seq_lens, query_lens)
+    check_block_size(block_size)
+    check_scale(scale)
     lens = seq_lens.tolist()
     queries = [1] * len(lens) if query_lens is None else query_lens.tolist()
     if query.dim() != 3 or query.shape[0] != sum(check_query_lens(lens, queries)):
@@ -71,6 +87,80 @@ def check_attention_inputs(
                 f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
             )
     return num_heads // num_kv_heads
+
+
+def check_tensor_kinds(
+    query: Tensor,
+    key_pool: Tensor,
+    value_pool: Tensor,
+    block_tables: Tensor,
+    seq_lens: Tensor,
+    query_lens: Tensor | None = None,
+) -> None:
+    """Every argument a tensor of the kind attention reads: floating-point query and pools on
+    one device, the pools of one dtype (the query's, or FP8 under a float32 query), and
+    integer tables ``[batch, max_blocks]`` and lengths ``[batch]``."""
+    named = {"query": query, "key_pool": key_pool, "value_pool": value_pool}
+    named |= {"block_tables": block_tables, "seq_lens": seq_lens}
+    if query_lens is not None:
+        named["query_lens"] = query_lens
+    for name, tensor in named.items():
+        if not isinstance(tensor, Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor, got {type(tensor).__name__}: build it with "
+                f"torch.as_tensor({name})"
+            )
+    for name in ("block_tables", "seq_lens", "query_lens"):
+        if name in named and named[name].dtype not in INDEX_DTYPES:
+            raise TypeError(
+                f"{name} must hold integers (torch.int32 or torch.int64), got "
+                f"{named[name].dtype}: pass {name}.to(torch.int32)"
+            )
+    for name, dims in (("seq_lens", 1), ("query_lens", 1)):
+        if name in named and named[name].dim() != dims:
+            raise ValueError(
+                f"{name} must be [batch], one length per sequence, got shape "
+                f"{tuple(named[name].shape)}"
+            )
+    if not query.is_floating_point():
+        raise TypeError(f"query must be floating point, got {query.dtype}: cast it with .float()")
+    for name in ("key_pool", "value_pool"):
+        if named[name].device != query.device:
+            raise ValueError(
+                f"{name} is on {named[name].device} but query is on {query.device}: move them "
+                "to one device with .to(query.device)"
+            )
+        pool_dtype = named[name].dtype
+        if pool_dtype != query.dtype and not (
+            pool_dtype in FP8_POOL_DTYPES and query.dtype == torch.float32
+        ):
+            want = torch.float32 if pool_dtype in FP8_POOL_DTYPES else pool_dtype
+            raise ValueError(
+                f"query has dtype {query.dtype} but {name} holds {pool_dtype}: attention reads "
+                f"the pools in the query's dtype (FP8 pools in float32); cast the query with "
+                f".to({want})"
+            )
+
+
+def check_block_size(block_size: int) -> None:
+    """$B$ is a positive integer (``True`` is no block size)."""
+    if not isinstance(block_size, int) or isinstance(block_size, bool):
+        raise TypeError(f"block_size must be an integer, got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size}")
+
+
+def check_scale(scale: float) -> None:
+    """The softmax scale (usually $1/\\sqrt{d_h}$) is a positive finite number."""
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
+        raise TypeError(
+            f"scale must be a number (usually 1 / sqrt(head_dim)), got {type(scale).__name__} "
+            f"{scale!r:.40}"
+        )
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"scale must be a positive finite number (usually 1 / sqrt(head_dim)), got {scale!r}"
+        )
 
 
 def check_query_lens(seq_lens: list[int], query_lens: list[int]) -> list[int]:

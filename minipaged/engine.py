@@ -27,13 +27,13 @@ from minipaged.memory import ModelShape
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
+from minipaged.prompts import Prompt, check_stop_tokens, prompt_token_ids
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
 from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
 
-Prompt = str | list[int] | dict
 """A prompt: text, its token ids, or ``{"prompt_token_ids": [...]}`` (vLLM's form)."""
 
 
@@ -188,43 +188,14 @@ class LLMEngine:
                 f"{params!r:.60}: build one with SamplingParams(max_tokens=..., ...)"
             )
         token_ids, text = self.prompt_tokens(prompt)
+        check_stop_tokens(params.stop_token_ids, self.model.config.vocab_size)
         self._check_fits(token_ids, params)
         return token_ids, text
 
     def prompt_tokens(self, prompt: Prompt) -> tuple[list[int], str | None]:
         """The prompt's token ids (and its text, when it was one), checked against the
-        vocabulary; raises ``ValueError`` naming the problem."""
-        if isinstance(prompt, dict):
-            if "prompt_token_ids" not in prompt:
-                raise ValueError(
-                    "a dict prompt needs the key 'prompt_token_ids' (a list of token ids), "
-                    f"got keys {sorted(prompt)}"
-                )
-            token_ids, text = prompt["prompt_token_ids"], None
-        elif isinstance(prompt, str):
-            if not prompt:  # as an empty prompt_token_ids is: there is nothing to continue
-                raise ValueError("the prompt is empty: give at least one token")
-            if self.tokenizer is None:
-                raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
-            token_ids, text = self.tokenizer.encode(prompt), prompt
-        else:
-            token_ids, text = prompt, None
-        if not isinstance(token_ids, list | tuple):
-            raise TypeError(
-                "a prompt is a string, a list of token ids or {'prompt_token_ids': [...]}, "
-                f"got {type(token_ids).__name__} {token_ids!r:.60}"
-            )
-        token_ids = list(token_ids)
-        vocab = self.model.config.vocab_size
-        if not token_ids:
-            raise ValueError("the prompt is empty: give at least one token")
-        # bool is an int to Python, but True is no token id
-        bad = [
-            t for t in token_ids if type(t) is bool or not (isinstance(t, int) and 0 <= t < vocab)
-        ]
-        if bad:
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab}), got {bad[:5]}")
-        return token_ids, text
+        vocabulary (``minipaged.prompts.prompt_token_ids``)."""
+        return prompt_token_ids(prompt, self.tokenizer, self.model.config.vocab_size)
 
     def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
         """``ValueError`` for a prompt the model or the batch cannot take; ``RequestRejected``

@@ -45,7 +45,8 @@ def gather_index(
 ) -> GatherIndex:
     """The ``GatherIndex`` of ``block_tables`` ``[batch, max_blocks]`` and ``seq_lens``
     ``[batch]`` over a pool of ``num_blocks`` blocks of ``block_size`` tokens."""
-    max_blocks = -(-int(seq_lens.max()) // block_size)
+    longest = int(seq_lens.max()) if seq_lens.numel() else 0  # an empty batch reads nothing
+    max_blocks = -(-longest // block_size)
     # Entries past a sequence's last block may hold NO_BLOCK or garbage: clamp them to some
     # real block so indexing works; the positions they supply are zeroed by the gather.
     blocks = block_tables[:, :max_blocks].clamp(0, num_blocks - 1).flatten()  # int32 or int64

@@ -3,7 +3,6 @@ carries over: ``LLM(model=...).generate(prompts, SamplingParams(...))``."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,11 +14,12 @@ from minipaged import fp8
 from minipaged.checkpoint import load_config, load_model
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
-from minipaged.engine import LLMEngine, Prompt, RequestRejected
+from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
+from minipaged.prompts import Prompt
 from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer
 
@@ -97,8 +97,10 @@ class LLM:
         one ``RequestOutput`` each, in the order given. ``sampling_params`` is one
         ``SamplingParams`` for every prompt, or a list of one per prompt.
 
-        Every prompt is checked before any runs: a bad one raises ``ValueError`` and nothing
-        starts. A request that can never fit the device pool gets an output with ``error`` set
+        Every prompt is checked before any runs: a bad one raises ``ValueError`` (``TypeError``
+        for one of the wrong kind) that says which prompt of the list it is, and nothing starts:
+        one bad prompt in a batch stops the batch, since its outputs would not line up. A
+        request that can never fit the device pool gets an output with ``error`` set
         and no sequences, and so does one aborted because it grew too large to ever come back
         after preemption; the others still run. If anything interrupts the run (Ctrl-C, an
         exception, in ``on_step`` too), this call's unfinished requests are aborted and their
@@ -110,9 +112,15 @@ class LLM:
         prompts = prompt_list(prompts)
         params_of = params_list(sampling_params, len(prompts))
         engine = self.engine
-        for prompt, params in zip(prompts, params_of, strict=True):  # a bad one raises here,
-            with contextlib.suppress(RequestRejected):  # before anything queues; a rejected
-                engine.check_request(prompt, params)  # one is refused below, the rest run
+        for index, (prompt, params) in enumerate(zip(prompts, params_of, strict=True)):
+            try:  # a bad one raises here, before anything queues, naming its place in the
+                engine.check_request(prompt, params)  # list; a rejected one is refused
+            except RequestRejected:  # below, and the rest run
+                pass
+            except (ValueError, TypeError) as error:
+                if len(prompts) > 1:
+                    error.args = (f"prompt {index} of {len(prompts)}: {error}",)
+                raise
         results: dict[str, RequestOutput] = {}
         ids: list[str] = []
         try:

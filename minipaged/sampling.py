@@ -7,6 +7,7 @@ the engine forks sequences through the block manager; this module only picks tok
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -43,6 +44,13 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for each in ("max_tokens", "temperature", "top_p", "top_k", "n", "beam_width", "seed"):
+            object.__setattr__(self, each, python_number(getattr(self, each)))
+        object.__setattr__(self, "length_penalty", python_number(self.length_penalty))
+        if isinstance(self.stop_token_ids, list | tuple):
+            stops = tuple(python_number(token) for token in self.stop_token_ids)
+            object.__setattr__(self, "stop_token_ids", stops)
+
         def need(ok: bool, message: str) -> None:
             if not ok:
                 raise ValueError(message)
@@ -85,6 +93,11 @@ class SamplingParams:
             and all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
             f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}",
         )
+        need(
+            self.use_beam_search or self.beam_width == 1,
+            f"beam_width={self.beam_width} is a beam search's width, but use_beam_search is "
+            "False; pass use_beam_search=True (and temperature=0), or leave beam_width at 1",
+        )
         if self.use_beam_search:
             need(
                 self.n == 1,
@@ -100,6 +113,17 @@ class SamplingParams:
     def num_sequences(self) -> int:
         """How many sequences the request runs at once: n, or the beam width."""
         return self.beam_width if self.use_beam_search else self.n
+
+
+def python_number(value: object) -> object:
+    """A NumPy integer or float as the Python ``int`` or ``float`` it equals (what a student
+    reads out of an array); anything else as it is, for the caller's check to judge. ``bool``
+    stays a ``bool``: True is no count."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return value if isinstance(value, int | float) else float(value)
 
 
 def _is_int(value: object) -> bool:

@@ -73,7 +73,17 @@ class Tokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        """Token ids of ``text``, preceded by BOS when ``add_bos`` and the tokenizer has one."""
+        """Token ids of ``text``, preceded by BOS when ``add_bos`` and the tokenizer has one.
+        ``ValueError`` for text that is not Unicode throughout (a lone surrogate: what Python
+        makes of a command-line byte that is not UTF-8)."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"the text holds {text[error.start]!r} at position {error.start}, which is no "
+                "Unicode character (a lone surrogate, or a byte that is not UTF-8); give UTF-8 "
+                "text"
+            ) from None
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if add_bos and self.bos_id is not None:
             return [self.bos_id, *ids]

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from minipaged import atomic_write
 from minipaged.block_state import BlockState, TableState
 from minipaged.events import Event
+from minipaged.input_file import check_input_file
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.trace_schema import (
     BYTES_PER_JSON_BYTE,
@@ -260,10 +261,7 @@ def read_header(path: str | Path, vocab_size: int | None = None) -> dict:
 
 
 def _existing(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: record one with `minipaged trace record`")
-    return path
+    return check_input_file(path, "record one with `minipaged trace record`")
 
 
 def _read_header(

@@ -159,8 +159,12 @@ def test_v2_rejects_a_partition_size_that_is_not_whole_blocks(kernels):
 def test_kernels_reject_a_dtype_other_than_float32(kernels):
     case = make_case(0, seq_lens=[9], num_heads=1, num_kv_heads=1, head_dim=8, block_size=8)
     query, *rest = case.args
-    with pytest.raises(ValueError, match=r"query has dtype torch.float64.*\.float\(\)"):
+    with pytest.raises(ValueError, match=r"query has dtype torch.float64.*torch.float32"):
         kernels.paged_attention_decode(query.double(), *rest)
+    with pytest.raises(ValueError, match=r"query has dtype torch.float64.*\.float\(\)"):
+        kernels.paged_attention_decode(
+            query.double(), *(pool.double() for pool in rest[:2]), *rest[2:]
+        )
 
 
 @settings(max_examples=8, deadline=None)

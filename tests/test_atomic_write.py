@@ -64,10 +64,11 @@ def test_a_report_json_that_is_a_link_is_replaced_not_followed(tmp_path, capsys)
     assert "was a symbolic link: replaced by the file" in capsys.readouterr().out
 
 
-def test_a_report_in_a_folder_that_does_not_exist_is_not_written(tmp_path, capsys):
+def test_a_report_in_a_folder_that_does_not_exist_is_refused_before_grading(tmp_path, capsys):
     target = tmp_path / "no" / "such" / "report.json"
-    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 0
-    assert "no report written" in capsys.readouterr().out
+    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert "PASS" not in out and f"its folder {target.parent} does not exist" in err
     assert not (tmp_path / "no").exists()
 
 
@@ -132,7 +133,7 @@ def test_a_tui_screenshot_replaces_a_link_and_refuses_a_missing_folder(tmp_path,
     assert "<svg" in link.read_text()
     missing = tmp_path / "nowhere" / "shot.svg"
     assert cli.main(["tui", "--screenshot", str(missing)]) == 2
-    assert "is not a folder to write into" in capsys.readouterr().err
+    assert "its folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,16 @@ def test_the_twins_reject_a_gpu_tensor_with_the_way_out():
         cpu.paged_attention_decode(case.query.to("meta"), *case.args[1:])
 
 
+def test_a_strided_query_gives_what_a_contiguous_one_gives():
+    """The output is made contiguous whatever the query's strides (it was once made like the
+    query, and a transposed query's output was refused as not contiguous)."""
+    case = make_case(0, seq_lens=[9, 4], num_heads=4, num_kv_heads=2, head_dim=8, block_size=8)
+    query, *rest = case.args
+    strided = query.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
+    for decode in (cpu.paged_attention_decode, cpu.paged_attention_decode_v2):
+        torch.testing.assert_close(decode(strided, *rest), decode(query, *rest))
+
+
 def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
     """A new process loads the one-thread compilation instead of compiling it again (about
     10 s for the v1 twin): it must be cached, and in files that are not the parallel

@@ -868,8 +868,9 @@ def test_the_packaged_starters_are_every_exercises_files():
             assert any(fnmatch(packaged, p) for p in patterns), packaged
 
 
-def test_a_report_that_cannot_be_written_is_said_not_raised(tmp_path, capsys):
+def test_a_report_that_cannot_be_written_is_refused_before_grading(tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
     target = tmp_path / "a-file" / "report.json"  # its folder is a file: cannot be written
-    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 0
-    assert "no report written" in capsys.readouterr().out
+    assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 2
+    out, err = capsys.readouterr()
+    assert "PASS" not in out and f"its folder {target.parent} is a file" in err

@@ -1,9 +1,11 @@
-"""Lecture controls: jump back to the previous event of a kind (C, W, P, H), go to step N (g),
-and the README's key table, which lists every key the app binds."""
+"""Lecture controls: jump back to the previous event of a kind (C, W, P, H), go to step N (g)
+and the bad numbers typed into it while a live run is shown, and the README's key table, which
+lists every key the app binds."""
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,31 @@ async def test_g_goes_to_the_step_typed_and_refuses_one_past_the_run():
         await pilot.press("escape")
         assert not isinstance(app.screen, GoToStep)
         assert app.timeline.cursor == 12
+
+
+async def test_bad_step_numbers_are_asked_again_and_the_live_run_goes_on():
+    async with PagedApp(SCENARIOS["several"]).run_test(size=SIZE) as pilot:
+        app = pilot.app
+        deadline = time.monotonic() + 120
+        while app.navigator is None:
+            assert time.monotonic() < deadline, "the model did not load"
+            await pilot.pause(0.05)
+        await pilot.press("n", "n")
+        cursor = app.timeline.cursor
+        await pilot.press("g")
+        for typed in ("-", "-3", "", "+", "-12"):  # what an integer box lets one type
+            await pilot.press(*typed, "enter")
+            assert isinstance(app.screen, GoToStep), f"{typed!r} was taken"
+            box = app.screen.query_one(Input)
+            assert box.border_title.startswith("no step "), box.border_title
+            assert box.value == ""
+        await pilot.press("escape")
+        assert app.timeline.cursor == cursor and app.error is None
+        await pilot.press("n")
+        while app.navigator.waiting is not None:
+            assert time.monotonic() < deadline, "the run stopped"
+            await pilot.pause(0.05)
+        assert app.timeline.cursor == cursor + 1
 
 
 def test_the_readme_key_table_lists_every_key_the_app_binds():

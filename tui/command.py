@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from minipaged import atomic_write
-from minipaged.arguments import Parser, add_config_flags, config_from_flags, free_memory, integer
+from minipaged.arguments import (
+    Parser,
+    add_config_flags,
+    config_from_flags,
+    excludes,
+    free_memory,
+    integer,
+    named_path,
+    output_file,
+    requires,
+    say,
+)
 from minipaged.grader.student_run import TUI_EXERCISES, listed
 from tui import serve
 from tui.engine_config import TUI_CONFIG
@@ -28,13 +38,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "streams, events, memory gauges and invariants. Keys: n/→ step, b/← back, space play, "
         "c/w/p/h jump (C/W/P/H back), g go to step, s scenarios, ? help, q quit.",
     )
-    tui.add_argument(
+    scenario = tui.add_argument(
         "--scenario",
         default=None,
         help="tour, several, parallel, beam, swap, recompute, prefix, chunked, chunked-off or "
         "speculative (default: tour, or the exercise's); --prompt makes a custom one",
     )
-    tui.add_argument(
+    exercise = tui.add_argument(
         "--exercise",
         type=exercise_number,
         metavar="N",
@@ -42,17 +52,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "grading process: this folder's (a folder `minipaged exercises init N DIR` made) or "
         "--path's",
     )
-    tui.add_argument("--path", type=Path, help="with --exercise: your copy of the exercise")
-    tui.add_argument(
+    path = tui.add_argument(
+        "--path", type=named_path("a folder"), help="with --exercise: your copy of the exercise"
+    )
+    solution = tui.add_argument(
         "--solution", action="store_true", help="with --exercise: the library's own solution"
     )
-    tui.add_argument("--trace", type=Path, help="replay a recorded trace (no model is run)")
-    tui.add_argument("--screenshot", type=Path, metavar="OUT.svg", help="write an SVG and exit")
-    tui.add_argument(
+    trace = tui.add_argument(
+        "--trace", type=named_path("a trace"), help="replay a recorded trace (no model is run)"
+    )
+    screenshot_flag = tui.add_argument(
+        "--screenshot",
+        type=output_file("an .svg file"),
+        metavar="OUT.svg",
+        help="write an SVG and exit",
+    )
+    steps = tui.add_argument(
         "--steps", type=integer(0), default=0, help="with --screenshot: the step to show"
     )
-    tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
-    tui.add_argument(
+    size = tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
+    keys = tui.add_argument(
         "--keys",
         default="",
         metavar="K1,K2",
@@ -65,15 +84,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="projection mode: larger cells, light high-contrast theme (v toggles it)",
     )
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
-    custom.add_argument("--prompt", action="append", help="repeat for several requests")
-    custom.add_argument("--n", type=integer(1, 64), default=1, help="parallel samples per prompt")
-    custom.add_argument(
-        "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+    prompt = custom.add_argument("--prompt", action="append", help="repeat for several requests")
+    samples = (
+        custom.add_argument(
+            "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
+        ),
+        custom.add_argument(
+            "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+        ),
+        custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample"),
     )
-    custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample")
     # Given engine flags change the scenario's config, a named scenario's or the custom one's.
     add_config_flags(tui, TUI_CONFIG)
-    serve.add_arguments(tui)
+    serve_flag = serve.add_arguments(tui)
+    # Flags that would otherwise be ignored without a word: each only means something beside
+    # another, or not beside a third.
+    for needs_screenshot in (steps, size, keys):
+        requires(needs_screenshot, screenshot_flag)
+    for needs_exercise in (path, solution):
+        requires(needs_exercise, exercise)
+    for needs_prompt in samples:
+        requires(needs_prompt, prompt)
+    excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
+    for replaced in (prompt, scenario, exercise):
+        excludes(trace, replaced, "--trace replays a recorded run; nothing new is run")
+    excludes(serve_flag, screenshot_flag, "--serve runs a server; --screenshot writes one picture")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +164,7 @@ def failed(app) -> int:
     """1 with the app's error on stderr if its run could not start (a corrupt model or
     tokenizer), else 0."""
     if app.return_code:
-        print(f"minipaged tui: {app.error}", file=sys.stderr)
+        say("tui", str(app.error))
         return 1
     return 0
 
@@ -241,12 +276,6 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[st
     """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
     last one, if the run is shorter), press ``keys``, write the screen as SVG to ``path`` and
     exit. The same flags give the same picture every time."""
-    if not path.parent.is_dir() or path.is_dir():
-        raise ValueError(
-            f"--screenshot {path}: {path.parent} is not a folder to write into"
-            if not path.parent.is_dir()
-            else f"--screenshot {path} is a folder: name an .svg file"
-        )
     failure: list[str] = []
 
     async def shoot(pilot) -> None:
@@ -284,10 +313,10 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[st
     if app.return_code:
         return failed(app)
     if failure:
-        print(f"minipaged tui: no screenshot: {failure[0]}", file=sys.stderr)
+        say("tui", f"no screenshot: {failure[0]}")
         return 1
     step = app.timeline.cursor if app.timeline is not None else 0
     print(f"wrote {path} (step {step}, {size[0]}x{size[1]})")
     if app.stopped is not None:
-        print(f"minipaged tui: {app.stopped.error}", file=sys.stderr)
+        say("tui", str(app.stopped.error))
     return 0

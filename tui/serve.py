@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from minipaged.arguments import integer
+from minipaged.arguments import integer, requires
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_PORT = 8765
@@ -31,39 +31,43 @@ DEFAULT_MAX_SESSIONS = 8
 SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 """Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
 
-HEADLESS_ONLY = ("screenshot", "steps", "size")
+HEADLESS_ONLY = ("screenshot", "steps", "size", "keys")
 """Flags that make a screenshot and exit: a tab wants the live app."""
 
 
-def add_arguments(tui: argparse.ArgumentParser) -> None:
-    """The server's flags on ``minipaged tui``'s parser."""
+def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
+    """The server's flags on ``minipaged tui``'s parser; returns ``--serve``, which each of
+    the others ``requires``."""
     server = tui.add_argument_group("serving the app to browsers (--serve)")
-    server.add_argument("--serve", action="store_true", help="serve the app to browsers")
-    server.add_argument(
+    serve = server.add_argument("--serve", action="store_true", help="serve the app to browsers")
+    host = server.add_argument(
         "--host",
         default="127.0.0.1",
         help="the address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one "
         "of its addresses) lets every machine that reaches it open the app",
     )
-    server.add_argument(
+    port = server.add_argument(
         "--port",
         type=integer(1, 65535),
         default=DEFAULT_PORT,
         help="the port (make docs takes 8000)",
     )
-    server.add_argument(
+    origin = server.add_argument(
         "--allow-origin",
         action="append",
         metavar="ORIGIN",
         help="also accept websockets from pages of ORIGIN (https://course.example.org, or a "
         "host name this machine is reached by); repeat for several",
     )
-    server.add_argument(
+    sessions = server.add_argument(
         "--max-sessions",
         type=integer(1, 1024),
         default=DEFAULT_MAX_SESSIONS,
         help="apps served at once; each is a process of about 360 MB",
     )
+    for flag in (host, port, origin, sessions):
+        requires(flag, serve)
+    return serve
 
 
 def command_for(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:

@@ -149,8 +149,8 @@ def paged_attention_decode(
     ``minipaged.attention.paged_attention_decode`` (float32 CPU tensors, or FP8 pools with
     their per-KV-head ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
-    check_decode_inputs(*paged, block_size, check_device)
-    output = torch.empty_like(query)  # [batch, num_heads, head_dim]
+    check_decode_inputs(*paged, scale, block_size, check_device)
+    output = torch.empty(query.shape, device=query.device)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)

@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 
 from minipaged import atomic_write
-from minipaged.arguments import integer
+from minipaged.arguments import integer, named_path, output_file
 from minipaged.grader.exercises import EXERCISES, exercise, folder_of
 from minipaged.grader.grading import Limits, grade, platform_problem
 from minipaged.grader.report import printable
@@ -97,7 +97,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     where = check.add_mutually_exclusive_group()
     where.add_argument(
         "--path",
-        type=Path,
+        type=named_path("a folder"),
         help="the folder holding your files (default: the folder you are in, when it holds "
         "them, as one made by init does; else, in a source checkout, the starter folder)",
     )
@@ -106,21 +106,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     where.add_argument(
         "--batch",
-        type=Path,
+        type=named_path("a folder"),
         metavar="DIR",
         help="grade every sub-folder of DIR, one per student, and write gradebook.csv and "
         "gradebook.json beside DIR",
     )
     check.add_argument(
         "--json",
-        type=Path,
+        type=output_file("a report file"),
         metavar="FILE",
         help=f"where to write the report (default: {REPORT_NAME} in the graded folder; "
         "none for --solution)",
     )
     check.add_argument(
         "--gradescope",
-        type=Path,
+        type=output_file("a results file"),
         metavar="FILE",
         help="also write the report as Gradescope's results.json to FILE "
         "(/autograder/results/results.json in a Gradescope autograder)",

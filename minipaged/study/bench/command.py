@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from minipaged.arguments import free_memory, integer, real, setting_text, text
+from minipaged.arguments import free_memory, integer, named_path, real, setting_text, text
 from minipaged.config import settings_of
 from minipaged.study.bench import SUBBENCHMARKS
 
@@ -78,7 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for tests")
     bench.add_argument(
         "--out",
-        type=Path,
+        type=named_path("a folder"),
         default=None,
         help="folder for plots and index.md; unset: docs/results when run from the repository "
         "root, no files anywhere else",

@@ -1,0 +1,70 @@
+"""What a request's prompt may be, and the token ids it stands for: a string (encoded by the
+tokenizer), a list of token ids, or vLLM's ``{"prompt_token_ids": [...]}``.
+
+Every id a request names, its prompt's and its stop tokens', lies in the model's vocabulary
+$[0, V)$; a refusal says which ids are wrong and whose they are (the caller's, or a tokenizer's
+that does not belong to the checkpoint).
+"""
+
+from __future__ import annotations
+
+from minipaged.sampling import python_number
+from minipaged.tokenizer import Tokenizer
+
+Prompt = str | list[int] | dict
+
+
+def prompt_token_ids(
+    prompt: Prompt, tokenizer: Tokenizer | None, vocab: int
+) -> tuple[list[int], str | None]:
+    """The prompt's token ids (NumPy integers become ints) and its text, when it was one.
+    ``TypeError`` for a prompt of the wrong kind, ``ValueError`` naming the problem for an
+    empty one or ids outside $[0, V)$ with $V$ = ``vocab``."""
+    if isinstance(prompt, dict):
+        if "prompt_token_ids" not in prompt:
+            raise ValueError(
+                "a dict prompt needs the key 'prompt_token_ids' (a list of token ids), "
+                f"got keys {sorted(prompt)}"
+            )
+        token_ids, text = prompt["prompt_token_ids"], None
+    elif isinstance(prompt, str):
+        if not prompt:  # as an empty prompt_token_ids is: there is nothing to continue
+            raise ValueError("the prompt is empty: give at least one token")
+        if tokenizer is None:
+            raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
+        token_ids, text = tokenizer.encode(prompt), prompt
+    else:
+        token_ids, text = prompt, None
+    if not isinstance(token_ids, list | tuple):
+        raise TypeError(
+            "a prompt is a string, a list of token ids or {'prompt_token_ids': [...]}, "
+            f"got {type(token_ids).__name__} {token_ids!r:.60}"
+        )
+    token_ids = [python_number(token) for token in token_ids]  # NumPy ints as ints
+    if not token_ids:
+        raise ValueError("the prompt is empty: give at least one token")
+    # bool is an int to Python, but True is no token id
+    bad = [t for t in token_ids if type(t) is bool or not (isinstance(t, int) and 0 <= t < vocab)]
+    if bad and text is not None:  # the ids came from the tokenizer, not from the caller
+        raise ValueError(
+            f"the tokenizer gave token ids {bad[:5]}, outside the model's vocabulary of "
+            f"{vocab}: its tokenizer.json does not belong to this checkpoint; use the "
+            "tokenizer the model was trained with"
+        )
+    if bad:
+        raise ValueError(
+            f"prompt token ids must be integers in [0, {vocab}), got {bad[:5]}; pass Python "
+            "ints (tensor.tolist() for a tensor's)"
+        )
+    return token_ids, text
+
+
+def check_stop_tokens(stop_token_ids: tuple[int, ...], vocab: int) -> None:
+    """Refuse stop tokens outside $[0, V)$: the model never writes them, so they could never
+    stop a sequence (``SamplingParams`` checks that they are ids at all)."""
+    past = [token for token in stop_token_ids if token >= vocab]
+    if past:
+        raise ValueError(
+            f"stop_token_ids {past[:5]} lie outside the model's vocabulary of {vocab} tokens, "
+            f"so they could never stop a sequence; use ids below {vocab}"
+        )

@@ -1,0 +1,240 @@
+"""Bad input to the Python surface: §4's attention (the reference and the kernels' CPU
+twins), ``SamplingParams`` (generated from its fields) and the requests ``LLM.generate`` and
+``LLMEngine.add_request`` take. Each is refused with a ``ValueError`` or ``TypeError`` whose one
+line names the argument, never an ``AttributeError`` or a ``RuntimeError`` from inside torch;
+and a refused request loses nothing already running."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from minipaged import LLM, SamplingParams, attention
+from minipaged.checkpoint import EMBEDDED_MODELS
+from minipaged.prompts import prompt_token_ids
+from minipaged.tokenizer import Tokenizer
+
+B, NUM_BLOCKS, NUM_KV_HEADS, NUM_HEADS, HEAD_DIM = 4, 8, 2, 4, 8
+
+
+def good() -> dict:
+    """A valid decode call: two sequences of 9 and 5 tokens."""
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "query": torch.randn(2, NUM_HEADS, HEAD_DIM, generator=gen),
+        "key_pool": torch.randn(NUM_BLOCKS, NUM_KV_HEADS, B, HEAD_DIM, generator=gen),
+        "value_pool": torch.randn(NUM_BLOCKS, NUM_KV_HEADS, B, HEAD_DIM, generator=gen),
+        "block_tables": torch.tensor([[0, 1, 2], [3, 4, -1]], dtype=torch.int32),
+        "seq_lens": torch.tensor([9, 5], dtype=torch.int32),
+        "scale": HEAD_DIM**-0.5,
+        "block_size": B,
+    }
+
+
+def changed(**changes):
+    """``good()`` with ``changes``, each a value or a function of the good argument."""
+    arguments = good()
+    for name, change in changes.items():
+        arguments[name] = change(arguments[name]) if callable(change) else change
+    return arguments
+
+
+BAD_ATTENTION = {
+    # (the arguments, the exception, words of its message)
+    "query a list": (changed(query=torch.Tensor.tolist), TypeError, "query must be a torch.Tensor"),
+    "query None": (changed(query=None), TypeError, "query must be a torch.Tensor"),
+    "pool a numpy array": (changed(key_pool=torch.Tensor.numpy), TypeError, "key_pool"),
+    "tables a list": (changed(block_tables=torch.Tensor.tolist), TypeError, "block_tables"),
+    "lengths a list": (changed(seq_lens=[9, 5]), TypeError, "seq_lens must be a torch.Tensor"),
+    "query float64": (changed(query=torch.Tensor.double), ValueError, "query has dtype"),
+    "query float16": (changed(query=torch.Tensor.half), ValueError, "query has dtype"),
+    "query integers": (changed(query=torch.Tensor.int), TypeError, "floating point"),
+    "one pool float16": (changed(key_pool=torch.Tensor.half), ValueError, "key_pool holds"),
+    "pool on meta": (
+        changed(key_pool=lambda t: t.to("meta"), value_pool=lambda t: t.to("meta")),
+        ValueError,
+        "meta",
+    ),
+    "float tables": (changed(block_tables=torch.Tensor.float), TypeError, "block_tables"),
+    "bool tables": (changed(block_tables=lambda t: t > 0), TypeError, "block_tables"),
+    "float lengths": (changed(seq_lens=torch.Tensor.float), TypeError, "seq_lens"),
+    "bool lengths": (changed(seq_lens=lambda t: t > 0), TypeError, "seq_lens"),
+    "2-D lengths": (changed(seq_lens=lambda t: t[None]), ValueError, "seq_lens must be [batch]"),
+    "0-D lengths": (changed(seq_lens=torch.tensor(9)), ValueError, "seq_lens must be [batch]"),
+    "table past the pool": (
+        changed(block_tables=torch.tensor([[0, 1, NUM_BLOCKS], [3, 4, -1]])),
+        ValueError,
+        "outside the pool",
+    ),
+    "int64 table past int32": (
+        changed(block_tables=torch.tensor([[0, 1, 2**40], [3, 4, -1]])),
+        ValueError,
+        "outside the pool",
+    ),
+    "negative length": (changed(seq_lens=torch.tensor([-1, 5])), ValueError, "seq_len -1"),
+    "length past the table": (changed(seq_lens=torch.tensor([13, 5])), ValueError, "13"),
+    "scale nan": (changed(scale=math.nan), ValueError, "scale"),
+    "scale inf": (changed(scale=math.inf), ValueError, "scale"),
+    "scale 0": (changed(scale=0.0), ValueError, "scale"),
+    "scale negative": (changed(scale=-0.3), ValueError, "scale"),
+    "scale text": (changed(scale="0.3"), TypeError, "scale must be a number"),
+    "scale None": (changed(scale=None), TypeError, "scale must be a number"),
+    "block_size 0": (changed(block_size=0), ValueError, "block_size must be a positive"),
+    "block_size float": (changed(block_size=4.0), TypeError, "block_size must be an integer"),
+    "block_size True": (changed(block_size=True), TypeError, "block_size must be an integer"),
+    "block_size text": (changed(block_size="4"), TypeError, "block_size must be an integer"),
+}
+
+
+def decoders():
+    """Every decode path, reference and twins, by name; the twins only where numba is."""
+    paths = {
+        "reference": attention.paged_attention_decode,
+        "loop": attention.paged_attention_decode_loop,
+        "partitions": lambda **a: attention.paged_attention_decode_partitions(
+            **a, partition_size=8
+        ),
+    }
+    try:
+        import cuda_kernels.cpu as twins
+    except ImportError:
+        return paths
+    paths["twin v1"] = twins.paged_attention_decode
+    paths["twin v2"] = lambda **a: twins.paged_attention_decode_v2(**a, partition_size=8)
+    return paths
+
+
+DECODERS = decoders()
+
+
+@pytest.mark.parametrize("path", DECODERS)
+@pytest.mark.parametrize("case", BAD_ATTENTION)
+def test_every_decode_path_refuses_bad_arguments_naming_them(path, case):
+    arguments, error, words = BAD_ATTENTION[case]
+    with pytest.raises(error) as refused:
+        DECODERS[path](**arguments)
+    message = str(refused.value)
+    assert words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("path", ["reference", "loop", "twin v1"])
+def test_an_empty_batch_gives_an_empty_result_on_every_path(path):
+    if path not in DECODERS:
+        pytest.skip("numba is not installed")
+    empty = changed(
+        query=torch.empty(0, NUM_HEADS, HEAD_DIM),
+        block_tables=torch.empty(0, 3, dtype=torch.int32),
+        seq_lens=torch.empty(0, dtype=torch.int32),
+    )
+    assert DECODERS[path](**empty).shape == (0, NUM_HEADS, HEAD_DIM)
+
+
+# -- SamplingParams, generated from its fields ----------------------------------------------
+
+WRONG_FOR_EVERY_FIELD = ["3", object(), math.nan, {"n": 1}, -math.inf]
+
+
+@pytest.mark.parametrize("value", WRONG_FOR_EVERY_FIELD, ids=repr)
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(SamplingParams)])
+def test_every_sampling_field_refuses_a_value_of_the_wrong_kind_naming_itself(field, value):
+    with pytest.raises((ValueError, TypeError)) as refused:
+        SamplingParams(**{field: value})
+    assert field in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal():
+    params = SamplingParams(
+        max_tokens=np.int64(3), temperature=np.float32(0.5), n=np.int32(2), seed=np.uint8(7)
+    )
+    assert (params.max_tokens, params.n, params.seed) == (3, 2, 7)
+    assert type(params.max_tokens) is int and type(params.temperature) is float
+    assert SamplingParams(stop_token_ids=[np.int64(5)]).stop_token_ids == (5,)
+
+
+def test_a_beam_width_without_beam_search_is_refused_not_ignored():
+    with pytest.raises(ValueError, match=r"beam_width=4 .* use_beam_search=True"):
+        SamplingParams(beam_width=4)
+
+
+# -- requests: a bad one is refused, and nothing running is lost ----------------------------
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM("tiny", backend="torch", block_size=4, num_gpu_blocks=64)
+
+
+GREEDY = SamplingParams(max_tokens=3, temperature=0.0)
+
+BAD_PROMPTS = {
+    "an int": 5,
+    "None": None,
+    "bytes": b"Emma",
+    "a set": {1, 2},
+    "a dict without ids": {"prompt": "Emma"},
+    "ids as text": {"prompt_token_ids": "Emma"},
+    "a tensor of ids": {"prompt_token_ids": torch.tensor([1, 2])},
+    "a negative id": [-1],
+    "an id past the vocabulary": [10**9],
+    "a bool id": [True],
+    "a float id": [1.0],
+    "no ids": [],
+    "an empty string": "",
+    "a lone surrogate": "Emma \udcff",
+    "past the context": [1] * 100_000,
+}
+
+
+@pytest.mark.parametrize("prompt", BAD_PROMPTS)
+def test_a_bad_prompt_among_many_names_its_place_and_runs_nothing(llm, prompt):
+    prompts = ["Emma", BAD_PROMPTS[prompt], "Anne was"]
+    with pytest.raises((ValueError, TypeError), match=r"^prompt 1 of 3: ") as refused:
+        llm.generate(prompts, GREEDY, show_progress=False)
+    assert "\n" not in str(refused.value)
+    assert not llm.engine.has_unfinished()
+
+
+def test_requests_refused_while_others_run_leave_their_tokens_unchanged(llm):
+    alone = llm.generate(["Emma", "Anne was"], GREEDY, show_progress=False)
+    engine = llm.engine
+    first, second = engine.add_request("Emma", GREEDY), engine.add_request("Anne was", GREEDY)
+    engine.step()
+    bad_requests = [(prompt, GREEDY) for prompt in BAD_PROMPTS.values()]
+    bad_requests += [("Emma", SamplingParams(max_tokens=2, stop_token_ids=[10**6]))]
+    bad_requests += [("Emma", "greedy"), ("Emma", {"max_tokens": 2})]
+    for prompt, params in bad_requests:
+        with pytest.raises((ValueError, TypeError)):
+            engine.add_request(prompt, params)
+    finished = {}
+    while engine.has_unfinished():
+        finished |= {out.request_id: out for out in engine.step().finished}
+    assert [finished[first].outputs[0].token_ids, finished[second].outputs[0].token_ids] == [
+        out.outputs[0].token_ids for out in alone
+    ]
+
+
+def test_stop_tokens_past_the_vocabulary_are_refused(llm):
+    with pytest.raises(ValueError, match=r"stop_token_ids \[5000\] lie outside"):
+        llm.generate("Emma", SamplingParams(stop_token_ids=[5000]), show_progress=False)
+
+
+class Misfit:
+    """A tokenizer of another model: its ids run past this model's vocabulary."""
+
+    def encode(self, text: str) -> list[int]:
+        return [1, 4096]
+
+
+def test_ids_past_the_vocabulary_from_a_tokenizer_blame_the_tokenizer():
+    with pytest.raises(ValueError, match=r"tokenizer gave token ids \[4096\].*tokenizer.json"):
+        prompt_token_ids("Emma", Misfit(), vocab=2048)
+
+
+def test_text_that_is_not_unicode_is_refused_naming_where():
+    tokenizer = Tokenizer(EMBEDDED_MODELS["tiny"])
+    with pytest.raises(ValueError, match=r"'\\udcff' at position 5"):
+        tokenizer.encode("Emma \udcff")

@@ -1,0 +1,249 @@
+"""Bad values for every option of every subcommand, generated from the parser itself: a new
+option is covered the day it is added. Each case is refused where it is typed (exit status 2,
+one line that names the option), before anything loads, so the whole corpus runs in seconds.
+Beside it: options that mean nothing without another or contradict a third, files named for
+reading that are not readable files, and error lines kept short however long the value."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+
+from minipaged import cli
+from minipaged.arguments import LONGEST_MESSAGE
+
+USAGE = 2
+
+HUGE = "x" * 100_000
+BAD_VALUES = {
+    "integer": ["", "   ", "2.5", "nan", "1e400", "ten", "a\x00b", "1" * 5000 + "x", HUGE],
+    "number": ["", "   ", "nan", "inf", "1e400", "ten", "a\x00b", HUGE],
+    "text": ["", "   ", "a\x00b"],
+    "path": ["", "   ", "a\x00b"],
+    "output_file": ["", "   ", "a\x00b"],
+    "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
+}
+"""Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
+or ``choices`` for an option with a list of them."""
+
+FREE_TEXT = {
+    ("generate", "--prompt"): "any text is a prompt (an empty one is refused by the engine)",
+    ("trace record", "--prompt"): "as generate's",
+    ("tui", "--prompt"): "as generate's",
+    ("tui", "--scenario"): "a scenario's name, checked against the scenarios when the app starts",
+    ("tui", "--size"): "WIDTHxHEIGHT, parsed by tui.command.parse_size",
+    ("tui", "--keys"): "key names, checked against the key map by tui.command.screenshot_keys",
+    ("tui", "--host"): "an address, checked when the server binds it",
+    ("tui", "--allow-origin"): "an origin, checked by tui.origins",
+    ("bench", "names"): "benchmark names, checked against the benchmarks before any runs",
+    ("exercises init", "directory"): "a folder to create, checked by the grader's init",
+    ("exercises init", "number"): "an exercise number, checked against the exercises",
+    ("exercises hint", "number"): "as init's",
+    ("exercises check", "number"): "as init's",
+    ("exercises check", "--memory-limit"): "GiB or inf, checked by grader.time_limit.limits_from",
+    ("exercises check", "--time-limit"): "seconds or inf, as --memory-limit",
+}
+"""Options whose values are judged after parsing, each with where; every other option that
+takes a value has a type or choices that refuse bad ones as they are typed."""
+
+
+def leaves(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    """Every runnable subcommand: its words (``("trace", "record")``) and its parser."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield words, parser
+    for action in subparsers:
+        for name, child in action.choices.items():
+            yield from leaves(child, (*words, name))
+
+
+def valued_options():
+    """``(words, action)`` for every option or positional that takes a value."""
+    for words, parser in leaves(PARSER):
+        for action in parser._actions:
+            if action.nargs != 0 and not isinstance(action, argparse._HelpAction):
+                yield words, action
+
+
+def name_of(action: argparse.Action) -> str:
+    return action.option_strings[-1] if action.option_strings else action.dest
+
+
+def kind_of(action: argparse.Action) -> str | None:
+    if action.choices is not None:
+        return "choices"
+    name = getattr(action.type, "__name__", None)
+    name = {"exercise_number": "integer"}.get(name, name)  # an integer the TUI can run
+    return name if name in BAD_VALUES else None
+
+
+PARSER = cli.build_parser()
+"""The parser ``cli.main`` builds, built once: the corpus's hundreds of values are refused
+while parsing, and building the parser costs more than parsing."""
+
+
+def run(argv: list[str], capsys, main=cli.main) -> tuple[int, str, str]:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse exits on bad usage
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_usage_error(argv: list[str], capsys, *names: str, main=cli.main) -> str:
+    status, out, err = run(argv, capsys, main)
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {err[:500]!r}"
+    assert status == USAGE, f"exit {status}: {lines[0][:300]!r}"
+    assert lines[0].startswith("minipaged")
+    assert len(lines[0]) < LONGEST_MESSAGE + 200, f"a line of {len(lines[0]):,} characters"
+    for name in names:
+        assert name in lines[0], f"the message should name {name!r}: {lines[0][:300]!r}"
+    return lines[0]
+
+
+def test_every_option_that_takes_a_value_refuses_bad_ones_where_it_is_typed():
+    """An option without a type or choices accepts anything at parse time; one added that
+    way must say, in ``FREE_TEXT``, where its value is judged."""
+    untyped = [
+        (" ".join(words), name_of(action))
+        for words, action in valued_options()
+        if kind_of(action) is None and (" ".join(words), name_of(action)) not in FREE_TEXT
+    ]
+    assert not untyped, f"options with no type that checks their value: {untyped}"
+
+
+CASES = [
+    pytest.param(words, action, value, id=f"{' '.join(words)} {name_of(action)} {value[:8]!r}")
+    for words, action in valued_options()
+    if kind_of(action) is not None
+    for value in BAD_VALUES[kind_of(action)]
+]
+
+
+@pytest.mark.parametrize(("words", "action", "value"), CASES)
+def test_a_bad_value_is_a_one_line_usage_error_naming_the_option(capsys, words, action, value):
+    argv = [*words, *([name_of(action), value] if action.option_strings else [value])]
+    assert_usage_error(argv, capsys, name_of(action), main=PARSER.parse_args)
+
+
+def test_the_corpus_runs_through_the_command_line_as_well(capsys):
+    assert_usage_error(["generate", "--prompt", "x", "--n", "2.5"], capsys, "--n")
+
+
+# -- options that mean something only beside another, or not beside a third ----------------
+
+EXAMPLES = {
+    "--steps": ["3"],
+    "--size": ["80x24"],
+    "--keys": ["n"],
+    "--host": ["0.0.0.0"],
+    "--port": ["9000"],
+    "--allow-origin": ["https://course.example.org"],
+    "--max-sessions": ["2"],
+    "--path": ["."],
+    "--solution": [],
+    "--n": ["2"],
+    "--beam-width": ["2"],
+    "--max-tokens": ["5"],
+    "--prompt": ["Emma"],
+    "--scenario": ["beam"],
+    "--exercise": ["2"],
+    "--trace": ["run.jsonl"],
+    "--serve": [],
+    "--screenshot": ["shot.svg"],
+}
+"""A value, other than the default, for each option in a pair (``arguments.requires`` and
+``excludes``)."""
+
+
+def pairs():
+    for words, parser in leaves(PARSER):
+        for action in parser._actions:
+            needed = getattr(action, "required_option", None)
+            if needed is not None:
+                yield pytest.param(words, action, needed, "alone", id=f"{name_of(action)} alone")
+            for other, _ in getattr(action, "excluded_options", ()):
+                ids = f"{name_of(action)} with {name_of(other)}"
+                yield pytest.param(words, action, other, "together", id=ids)
+
+
+@pytest.mark.parametrize(("words", "action", "other", "how"), list(pairs()))
+def test_an_option_without_the_one_it_needs_or_beside_its_contrary_is_refused(
+    capsys, words, action, other, how
+):
+    argv = [*words, name_of(action), *EXAMPLES[name_of(action)]]
+    if how == "together":
+        argv += [name_of(other), *EXAMPLES[name_of(other)]]
+    line = assert_usage_error(argv, capsys, name_of(action), name_of(other))
+    assert ("leave" in line) and ("is for" in line if how == "alone" else "together" in line)
+
+
+def test_the_pairs_cover_the_flags_the_tui_would_otherwise_ignore():
+    found = {(name_of(p.values[1]), p.values[3]) for p in pairs()}
+    for flag in ("--steps", "--size", "--keys", "--host", "--port", "--path", "--solution"):
+        assert (flag, "alone") in found
+    assert ("--trace", "together") in found and ("--serve", "together") in found
+
+
+# -- files named for reading, and files to write ---------------------------------------------
+
+
+@pytest.fixture
+def odd_paths(tmp_path) -> dict[str, tuple[Path, str]]:
+    """Paths that are not readable files, each with words its refusal must hold."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    os.mkfifo(tmp_path / "fifo")
+    return {
+        "missing": (tmp_path / "missing.jsonl", "does not exist"),
+        "folder": (tmp_path / "folder", "is a folder"),
+        "dangling link": (tmp_path / "dangling", "symbolic link"),
+        "fifo": (tmp_path / "fifo", "not a regular file"),
+        "under a file": (tmp_path / "file" / "run.jsonl", "is a file, not a folder"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "dangling link", "fifo", "under a file"])
+@pytest.mark.parametrize("command", [["trace", "replay"], ["tui", "--trace"]])
+def test_a_trace_that_is_not_a_readable_file_is_refused_saying_what_it_is(
+    capsys, odd_paths, command, kind
+):
+    path, words = odd_paths[kind]
+    line = assert_usage_error([*command, str(path)], capsys, str(path))
+    assert words in line
+
+
+OUTPUT_FILES = [
+    pytest.param(words, action, id=f"{' '.join(words)} {name_of(action)}")
+    for words, action in valued_options()
+    if kind_of(action) == "output_file"
+]
+
+
+@pytest.mark.parametrize(("words", "action"), OUTPUT_FILES)
+@pytest.mark.parametrize("where", ["folder", "missing folder"])
+def test_a_file_to_write_is_refused_before_any_work_when_it_cannot_be(
+    capsys, tmp_path, words, action, where
+):
+    target = tmp_path if where == "folder" else tmp_path / "nowhere" / "out"
+    flag = [name_of(action)] if action.option_strings else []
+    line = assert_usage_error([*words, *flag, str(target)], capsys, str(target))
+    assert ("is a folder" if where == "folder" else "does not exist") in line
+
+
+def test_the_commands_that_write_a_file_check_it_where_it_is_typed():
+    writers = {(" ".join(p.values[0]), name_of(p.values[1])) for p in OUTPUT_FILES}
+    assert {("trace record", "file"), ("tui", "--screenshot")} <= writers
+    assert {("exercises check", "--json"), ("exercises check", "--gradescope")} <= writers
+
+
+def test_a_huge_value_is_echoed_only_in_part(capsys):
+    line = assert_usage_error(["generate", "--prompt", "x", "--preemption", HUGE], capsys)
+    assert "characters ...]" in line and "--preemption" in line
