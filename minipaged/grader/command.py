@@ -47,6 +47,9 @@ def _site_url(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error).strip()) from None
 
 
+_site_url.__name__ = "text"  # a string checked as it is typed (tests/test_cli_corpus.py)
+
+
 _SITE_URL_OPTION = {
     "type": _site_url,
     "metavar": "URL",
