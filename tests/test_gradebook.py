@@ -13,7 +13,7 @@ from exercise01_answers import ROUNDED_DOWN, answered
 
 from minipaged import __version__, cli
 from minipaged.grader import gradebook
-from minipaged.grader.exercises import EXERCISES
+from minipaged.grader.exercises import EXERCISES, missing_files
 from minipaged.grader.report import BLOCKED, FAIL, PASS, Criterion, Report, Result, points
 
 
@@ -164,3 +164,10 @@ def test_the_gradebook_columns_are_the_criteria_in_order(tmp_path):
     names = [c.name for c in EXERCISES[1].criteria()]
     assert header == ["student", *names, "total", "max", "status", "cause", "seconds"]
     assert Path(json.loads(json_path.read_text())["submissions"]) == root
+
+
+def test_a_submission_unpacked_into_a_folder_of_its_own_says_where_its_files_are(tmp_path):
+    answered(tmp_path / "bob" / "ex01-main")
+    assert missing_files(1, tmp_path / "bob") == (
+        "has no memory.py (found ex01-main/memory.py: move it up, into bob/ itself)"
+    )

@@ -246,3 +246,62 @@ def test_a_hint_that_does_not_exist_is_refused_in_one_line(argv, words, capsys):
     assert status in (1, 2)
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) <= 2 and words in error[-1]
+
+
+# -- an instructor's own site ----------------------------------------------------------------
+
+ELSEWHERE = "https://courses.example.edu/paged"
+
+
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_the_handout_links_to_the_site_the_instructor_publishes(given, tmp_path, monkeypatch):
+    monkeypatch.delenv(handout.SITE_URL_VARIABLE, raising=False)
+    argv = ["exercises", "init", "4", str(tmp_path / "ex04")]
+    if given == "flag":
+        monkeypatch.setenv(handout.SITE_URL_VARIABLE, "https://ignored.example/")
+        argv += ["--site-url", ELSEWHERE]
+    else:
+        monkeypatch.setenv(handout.SITE_URL_VARIABLE, ELSEWHERE)
+    assert cli.main(argv) == 0
+    targets = LINK.findall((tmp_path / "ex04" / "README.md").read_text())
+    remote = [t for t in targets if "://" in t]
+    assert remote and all(t.startswith(ELSEWHERE + "/") for t in remote), remote
+    for target in remote:  # the same pages as on the project's site
+        assert site_page_exists(handout.SITE_URL + target.removeprefix(ELSEWHERE + "/"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "example.org/minipaged/",
+        "ftp://example.org/minipaged/",
+        "https://",
+        "https://example.org/a b/",
+        "https://example.org/(x)/",
+        "https://example.org/?page=1",
+        "https://example.org/#top",
+        "https://example.org:99999/",
+        "javascript:alert(1)",
+    ],
+)
+def test_a_site_url_that_is_not_a_web_address_is_refused_in_one_line(url, tmp_path, capsys):
+    target = tmp_path / "ex01"
+    try:
+        status = cli.main(["exercises", "init", "1", str(target), "--site-url", url])
+    except SystemExit as stopped:  # argparse's usage error
+        status = stopped.code
+    assert status == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and repr(url) in error[0] and "https://" in error[0]
+    assert not target.exists()
+
+
+def test_a_bad_site_url_in_the_environment_is_named_and_nothing_is_copied(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(handout.SITE_URL_VARIABLE, "example.org")
+    assert cli.main(["exercises", "init", "1", str(tmp_path / "ex01")]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "$MINIPAGED_SITE_URL 'example.org'" in error[0]
+    assert not (tmp_path / "ex01").exists()

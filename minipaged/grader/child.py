@@ -1,6 +1,9 @@
 """The grading child: ``python -m minipaged.grader.child``. It loads a student's files and runs
 what the grader asks of them, answering with what they returned; it decides nothing.
 
+It starts in its own temporary folder, not the student's, whose ``minipaged/`` (or any module
+named like one it imports) would otherwise shadow the library before any guard is up; it moves
+into the student's folder, and puts it first on ``sys.path``, only once guarded and confined.
 Before any student code loads it limits itself (address space, CPU time, file size), splits
 into a supervisor that keeps every process the student's code starts within its reach and a
 worker that runs that code (``minipaged.grader.process_tree``), stubs the library functions
@@ -31,9 +34,11 @@ import contextlib
 import importlib
 import os
 import signal
+import sys
 from pathlib import Path
 
 from minipaged.grader import wire
+from minipaged.grader.delegation import LibraryDelegation
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -53,6 +58,7 @@ class Harness:
         self.encoder = wire.Encoder()
         self.student = None
         self.modules: set[int] = set()
+        self.untouched = None  # the grader's names before the student's code loaded
 
     def disown(self) -> None:
         """In a process forked by student code: let go of the channel."""
@@ -95,6 +101,12 @@ class Harness:
             module, _, name = request["helper"].partition(":")
             if not module.startswith("minipaged.grader."):
                 raise ValueError(f"no helper {request['helper']}")
+            changed = self.untouched.changed() if self.untouched is not None else ""
+            if changed:
+                raise LibraryDelegation(
+                    f"your code changed the grader's {changed}: the checks run their own code "
+                    "next to yours, and grade only what your own functions return"
+                )
             helper = getattr(importlib.import_module(module), name)
             args, kwargs, arrays = self.arguments(request)
             return self.with_arrays(helper(self.student, *args, **kwargs), arrays)
@@ -133,11 +145,13 @@ class Harness:
     def load(self, solution: bool) -> dict:
         from minipaged.grader.exercises import exercise
         from minipaged.grader.student import load_folder, load_solution
+        from minipaged.grader.tampering import Snapshot
 
         ex = exercise(self.number)
         if solution:
             self.student = load_solution(ex.solution)
         else:
+            self.untouched = Snapshot()
             self.student = load_folder(self.folder, tuple(ex.solution))
         self.modules = {self.encoder.handle(m) for m in self.student.modules.values()}
         return self.encoder.encode({"modules": self.student.modules, "errors": self.student.errors})
@@ -233,12 +247,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.path is not None:
         guard(ex, args.path)
         # Imported now, they need not be read again: from here on no one can read them.
-        mirrored = [importlib.import_module(m).__name__ for m in ex.solution.values()]
+        mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)
     rules = readable.read_rules(readable.roots(args.path, args.temp), hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
     confined = confine(writable, devices, rules)
+    if args.path is not None:  # only now, with the library imported and guarded
+        os.chdir(args.path)
+        sys.path[0] = str(args.path)  # -m's folder, where their own modules import from
     harness.answer({"hello": confined, "gpu": gpu_problem() if args.gpu else ""})
     harness.serve()
 

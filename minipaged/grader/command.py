@@ -30,11 +30,32 @@ from minipaged import atomic_write
 from minipaged.arguments import integer, named_path, output_file
 from minipaged.grader.exercises import EXERCISES, exercise, folder_of
 from minipaged.grader.grading import Limits, grade, platform_problem
+from minipaged.grader.report import printable
 
 REPORT_NAME = "report.json"
 MIN_MEMORY_GIB = 1.0
 """Less address space than this and the grading child cannot start Python and torch."""
 MAX_SECONDS = 86_400.0
+
+
+def _site_url(text: str) -> str:
+    from minipaged.grader.handout import site_url
+
+    try:
+        return site_url(text, "")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).strip()) from None
+
+
+_site_url.__name__ = "text"  # a string checked as it is typed (tests/test_cli_corpus.py)
+
+
+_SITE_URL_OPTION = {
+    "type": _site_url,
+    "metavar": "URL",
+    "help": "where the site is published, for the links to its pages (default: "
+    "$MINIPAGED_SITE_URL if set, else the project's site)",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
     init.add_argument("directory", metavar="DIR", help="where to put the files")
+    init.add_argument("--site-url", **_SITE_URL_OPTION)
     hint = actions.add_parser(
         "hint",
         help="print exercise N's hints; --tier 2 for the second tier, when still stuck",
@@ -161,9 +183,9 @@ def _run(args: argparse.Namespace) -> int:
         console.print(hints(args.number, args.tier), markup=False, highlight=False)
         return 0
     if args.exercises_command == "init":
-        from minipaged.grader.handout import init
+        from minipaged.grader.handout import default_site, init
 
-        copied = init(args.number, args.directory)
+        copied = init(args.number, args.directory, args.site_url or default_site())
         unmet = exercise(args.number).unmet()
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
@@ -237,12 +259,9 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
         task = progress.add_task(f"grading exercise {args.number:02d}", total=len(folders))
 
         def done(row) -> None:
-            progress.console.print(
-                f"{row.student}: {row.status}, {row.total} points, {row.seconds:g} s"
-                + (f" ({row.cause})" if row.cause else ""),
-                markup=False,
-                highlight=False,
-            )
+            line = f"{row.student}: {row.status}, {row.total} points, {row.seconds:g} s"
+            line += f" ({row.cause})" if row.cause else ""
+            progress.console.print(printable(line), markup=False, highlight=False)
             progress.advance(task)
 
         rows = grade_batch(args.number, args.batch, limits, jobs, done)

@@ -25,21 +25,33 @@ what the grader then judges is still only the data their code returns (``minipag
 from __future__ import annotations
 
 import ast
-import hashlib
+import dataclasses
 import importlib
 import importlib.util
 import linecache
 import os
 import sys
 from collections.abc import Iterator
+from hashlib import sha256
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FunctionType
 
 from minipaged.grader import similarity
 from minipaged.grader.exercises import Exercise
+from minipaged.grader.provenance import (
+    PRIVATE,
+    audit,
+    basename,
+    getframe,
+    plain_constants,
+    private,
+    provenance,
+    realpath,
+    walk,
+)
 
 MAX_FILES, MAX_BYTES = 200, 2**20
-"""The most ``.py`` files, and bytes per file, of a student's folder that ``copies`` reads."""
+"""The most files, and bytes per file, of a student's folder that ``copies`` reads."""
 
 LONG_BYTECODE = 400
 """A function the library's, bytecode and names and all, is a copy if it also carries the
@@ -67,31 +79,25 @@ def _functions(paths) -> dict[str, CodeType]:
     """Every function compiled (not run) from the files ``paths``, by qualified name."""
     found = {}
     for path in paths:
-        for code in _walk(compile(path.read_text(), str(path), "exec")):
+        for code in walk(compile(path.read_text(), str(path), "exec")):
             found.setdefault(code.co_qualname, code)
     return found
 
 
 def _fingerprint(code: CodeType) -> str:
     """A digest of a function's bytecode, names and constants without its docstring or line
-    numbers: a grading child keeps no copy of the library's bytecode for a student to rebuild."""
-    return hashlib.sha256(repr(_code_parts(code)).encode()).hexdigest()
+    numbers: a grading child keeps no copy of the library's bytecode for a student to rebuild.
+    Only of code whose constants ``compile`` made (``provenance.plain_constants``)."""
+    return sha256(repr(_code_parts(code)).encode()).hexdigest()
 
 
 def _code_parts(code: CodeType) -> tuple:
-    consts = tuple(_code_parts(c) if isinstance(c, CodeType) else c for c in code.co_consts[1:])
+    consts = tuple(_code_parts(c) if type(c) is CodeType else c for c in code.co_consts[1:])
     return (code.co_code, code.co_names, code.co_varnames, consts)
 
 
-def _walk(code: CodeType) -> Iterator[CodeType]:
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            yield from _walk(const)
-
-
 def _docstring(code: CodeType):
-    return code.co_consts[0] if code.co_consts and isinstance(code.co_consts[0], str) else None
+    return code.co_consts[0] if code.co_consts and type(code.co_consts[0]) is str else None
 
 
 class Library:
@@ -116,13 +122,25 @@ class Library:
 
     def copied(self, code: CodeType) -> str | None:
         """The library function ``code`` (or a function inside it) copies, if any."""
-        for inner in _walk(code):
-            found = self.prints.get(_fingerprint(inner))
+        return _copy_finder(dict(self.prints))(code)
+
+
+def _copy_finder(prints: dict):
+    """``copied(code)`` of ``Library``, over its own copy of the fingerprints ``prints``: the
+    form a grading child's audit hook keeps, out of the reach of a student's code."""
+
+    def copied(code: CodeType) -> str | None:
+        if not plain_constants(code):  # built by hand, not compiled: no copy of anything
+            return None
+        for inner in walk(code):
+            found = prints.get(_fingerprint(inner))
             if found and (found[1] is None or _docstring(inner) == found[1]):
                 return (
                     f"{inner.co_qualname} is a copy of the library's {found[0].replace(':', '.')}"
                 )
         return None
+
+    return private(copied)
 
 
 def copies(ex: Exercise, folder: Path) -> str:
@@ -130,12 +148,14 @@ def copies(ex: Exercise, folder: Path) -> str:
     library's compiled code, or its shape in disguise (``minipaged.grader.similarity``)."""
     library = Library(ex)
     shapes = similarity.library_shapes(ex.graded)
-    files = sorted(folder.rglob("*.py"))[:MAX_FILES]
-    for path in files:
-        if path.is_symlink() or not path.is_file():  # /dev/zero behind a link never ends
+    # Every file, not only .py: a copy kept as notes.txt is read and run by a line of code.
+    files = sorted(p for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
+    for path in files[:MAX_FILES]:  # a link (/dev/zero behind it never ends) is not followed
+        try:
+            with open(path, "rb") as f:
+                source = f.read(MAX_BYTES + 1)
+        except OSError:  # unreadable here: unreadable to their code too
             continue
-        with open(path, "rb") as f:
-            source = f.read(MAX_BYTES + 1)
         if len(source) > MAX_BYTES:
             continue
         try:
@@ -166,83 +186,137 @@ _SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
 
 
 def guard(ex: Exercise, folder: Path) -> None:
-    """In a grading child, before the student's code loads: stub every graded function, and
-    refuse any later read or run of the graded modules' source, and any search of the
-    interpreter's objects.
+    """In a grading child, before the student's code loads: stub every graded function (and
+    every answer of the exercise, ``Exercise.answers``), and refuse any later read or run of
+    their modules' source, any search of the interpreter's objects, and any function rebuilt
+    from their code.
 
     The library's functions are kept by one audit hook (``hand_over``) and nowhere else a
     student's code can reach: not in a stub's closure, module or class, not in a traceback (that
-    hook never raises), not through ``gc`` (the other hook refuses it). A stub asks for its
-    function with an audit event; the hook checks that the asking frame runs the stubs' code and
-    that its caller may use the library's version (``_allowed``), and hands the function over in
-    a list the stub empties as it calls it."""
+    hook never raises), not through ``gc`` (the other hook refuses it), not from a frame of the
+    hooks (they call nothing a student's code can rebind: ``provenance.private``). A stub asks
+    for its function with an audit event; the hook checks that the asking frame runs the stubs'
+    code and that its caller may use the library's version (``_allowed``), and hands the
+    function over in a list the stub empties as it calls it."""
     folder = str(folder.resolve())
     library = Library(ex)
     stems = {n: stem for stem, module in ex.solution.items() for n in ex.graded_in(module)}
     guarded, stubs, originals = set(), {}, {}
-    for name in ex.graded:
+    names = ex.graded + ex.answers
+    for name in names:
         owner, attribute, value = _lookup(name)
-        original = value.fget if isinstance(value, property) else value
-        stub = _stub(name, original, ex.number)
-        originals[name] = (original, _allowed(ex, stems[name], folder))
-        setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
-        stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
         module = sys.modules[name.partition(":")[0]]
         guarded |= {module.__file__, importlib.util.cache_from_source(module.__file__)}
-    for module in list(sys.modules.values()):  # the same functions under other names
-        if getattr(module, "__name__", "").startswith(("minipaged.", "cuda_kernels.")):
-            for attribute, value in list(vars(module).items()):
-                if id(value) in stubs and not isinstance(value, type):
-                    setattr(module, attribute, stubs[id(value)])
-    guarded = {os.path.realpath(f) for f in guarded}
-    basenames = {os.path.basename(f) for f in guarded}
+    guarded = frozenset(os.path.realpath(f) for f in guarded)
+    genuine = provenance([f for f in guarded if f.endswith(".py")])
+    for name in names:
+        owner, attribute, value = _lookup(name)
+        original = value.fget if isinstance(value, property) else value
+        stub = _stub(name, original, ex.number, name in ex.answers)
+        originals[name] = (original, _allowed(ex, stems.get(name), folder, genuine))
+        setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
+        stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
+    _replace_aliases(stubs)
+    basenames = frozenset(os.path.basename(f) for f in guarded)
     for path in guarded:  # tracebacks read no source line, and neither can a student's code
         linecache.cache[path] = (0, None, [], path)
+    codes = frozenset(c for o, _ in originals.values() for c in _codes(o))
     message = (
         f"exercise {ex.number:02d} grades your own code; it may not read or run the library's "
         "{}: write it yourself, from the starter"
     )
+    copied, refusal, stub_code = _copy_finder(library.prints), LibraryDelegation, _STUB_CODE
+    searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
 
     def audit(event: str, args: tuple) -> None:
-        if event == "open" and isinstance(args[0], str | bytes | os.PathLike):
-            path = os.fsdecode(args[0])
-            if os.path.basename(path) in basenames and os.path.realpath(path) in guarded:
-                raise LibraryDelegation(message.format(os.path.basename(path)))
-        elif event == "exec" and isinstance(args[0], CodeType):
-            found = library.copied(args[0])
+        if event == "open" and type(args[0]) in (str, bytes):
+            path = args[0] if type(args[0]) is str else args[0].decode(errors="replace")
+            if basename(path) in basenames and realpath(path) in guarded:
+                raise refusal(message.format(basename(path)))
+        elif event == "exec" and type(args[0]) is CodeType:
+            found = copied(args[0])
             if found:
-                raise LibraryDelegation(message.format("code") + f" ({found})")
-        elif event in _SEARCHES:
-            raise LibraryDelegation(message.format("functions by searching the interpreter"))
+                raise refusal(message.format("code") + f" ({found})")
+        elif event in searches:
+            raise refusal(message.format("functions by searching the interpreter"))
+        elif (
+            event == "function.__new__"
+            and type(args[0]) is CodeType
+            and plain_constants(args[0])
+            and args[0] in codes  # taken from a frame of the library's function
+        ):
+            raise refusal(message.format("functions, rebuilt from their code"))
+        elif (
+            event == "object.__setattr__"
+            and type(args[0]) is FunctionType
+            and args[1] == "__code__"
+            and args[0].__code__.co_filename.startswith(library_folders)
+        ):
+            raise refusal(f"your code may not rewrite the library's {args[0].__qualname__}")
 
     def hand_over(event: str, args: tuple) -> None:
-        if event != _HAND_OVER or len(args) != 2:
+        if event != hand_over_event or len(args) != 2:
             return
         name, box = args
-        asking = sys._getframe(1)
-        if asking.f_code is _STUB_CODE and type(name) is str and type(box) is list:
+        asking = getframe(1)
+        if asking.f_code is stub_code and type(name) is str and type(box) is list:
             original, allowed = originals.get(name, (None, None))
             if original is not None and allowed(asking.f_back):
                 box.append(original)
 
-    sys.addaudithook(audit)
-    sys.addaudithook(hand_over)
+    sys.addaudithook(private(audit))
+    sys.addaudithook(private(hand_over))
 
 
-def _stub(name: str, original, number: int):
-    """A stand-in for the graded library function ``name`` of exercise ``number``: it runs the
-    library's function where ``guard``'s hook hands it over, and otherwise refuses."""
+def _codes(function) -> Iterator[CodeType]:
+    """The code of a graded function (a Numba kernel's Python function), and every function
+    compiled inside it."""
+    code = getattr(getattr(function, "py_func", function), "__code__", None)
+    if type(code) is CodeType:
+        yield from walk(code)
+
+
+def _replace_aliases(stubs: dict) -> None:
+    """Put each stub wherever the library holds the function it replaces under another name: a
+    module's attribute (``from minipaged.memory import slot``) or a field of a frozen record in
+    a module's table (``minipaged.invariants.INVARIANTS``)."""
+    for module in list(sys.modules.values()):
+        if not getattr(module, "__name__", "").startswith(("minipaged.", "cuda_kernels.")):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if id(value) in stubs and not isinstance(value, type):
+                setattr(module, attribute, stubs[id(value)])
+            elif type(value) in (tuple, list):
+                for record in value:
+                    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+                        continue
+                    for field in dataclasses.fields(record):
+                        held = getattr(record, field.name)
+                        if id(held) in stubs:
+                            object.__setattr__(record, field.name, stubs[id(held)])
+
+
+def _stub(name: str, original, number: int, answer: bool = False):
+    """A stand-in for the graded library function ``name`` of exercise ``number`` (or, with
+    ``answer``, one of its answers): it runs the library's function where ``guard``'s hook
+    hands it over, and otherwise refuses."""
     short = name.rpartition(".")[2].rpartition(":")[2]
+    refusal, event = LibraryDelegation, _HAND_OVER
+    said = (
+        f"exercise {number:02d} grades your own work; it may not call the library's "
+        f"{name.replace(':', '.')}, which computes what the checks expect"
+        if answer
+        else f"exercise {number:02d} grades your {short}; it may not call the library's"
+    )
 
     def stub(*args, **kwargs):
         box = []
-        sys.audit(_HAND_OVER, name, box)
+        audit(event, name, box)
         if box:
             return box.pop()(*args, **kwargs)  # held by no name a frame shows while it runs
-        raise LibraryDelegation(
-            f"exercise {number:02d} grades your {short}; it may not call the library's"
-        )
+        raise refusal(said)
 
+    stub = private(stub)
     stub.__name__ = stub.__qualname__ = short
     markers = getattr(original, "__dict__", {})  # hypothesis's @invariant() marks, say
     stub.__dict__.update({k: v for k, v in markers.items() if k != "__wrapped__"})
@@ -253,27 +327,35 @@ _STUB_CODE = _stub("", None, 0).__code__
 """The code every stub runs: the only code ``guard``'s hook hands a library function to."""
 
 
-def _allowed(ex: Exercise, stem: str, folder: str):
+def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):
     """Whether a caller may use the library's version of a graded function that the student's
-    file ``stem`` mirrors: the library's own infrastructure may (the library's ``BlockManager``
-    making its allocators, in exercise 02), and so may another graded file of the exercise
-    (exercise 05's scheduler using the library's ``swap_out``); the student's file ``stem``
-    (``super()``, a wrapper), any other file of theirs, and the grader itself (a re-export: the
-    student's name is the library's) may not."""
-    mine = os.path.join(folder, f"{stem}.py")
-    others = {os.path.join(folder, f"{s}.py") for s in ex.solution} - {mine}
+    file ``stem`` mirrors (``None``: an answer of the exercise, no file's): the library's own
+    infrastructure may (the library's ``BlockManager`` making its allocators, in exercise 02),
+    and so may another graded file of the exercise (exercise 05's scheduler using the library's
+    ``swap_out``); the student's file ``stem`` (``super()``, a wrapper), any other file of
+    theirs, the grader itself (a re-export: the student's name is the library's), and code that
+    is not what its file holds (``genuine``: compiled under the library's file name, or as
+    ``"<string>"``) may not."""
+    mine = os.path.join(folder, f"{stem}.py") if stem is not None else None
+    others = frozenset(os.path.join(folder, f"{s}.py") for s in ex.solution) - {mine}
+    theirs_prefix, library, grader = folder + os.sep, _LIBRARY, _GRADER
 
     def allowed(caller) -> bool:
-        files, frame = [], caller
+        theirs, frame = [], caller
         while frame is not None:
-            files.append(frame.f_code.co_filename)
+            code = frame.f_code
+            where = code.co_filename
+            if type(where) is str and where.startswith(theirs_prefix):
+                theirs.append(where)
+            elif not genuine(code):
+                return False
             frame = frame.f_back
-        theirs = [f for f in files if f.startswith(folder + os.sep)]
-        return mine not in theirs and (
-            (bool(theirs) and set(theirs) <= others) or (not theirs and _infrastructure(caller))
-        )
+        if theirs:
+            return mine is not None and mine not in theirs and set(theirs) <= others
+        where = caller.f_code.co_filename
+        return where.startswith(library) and not where.startswith(grader)
 
-    return allowed
+    return private(allowed)
 
 
 _LIBRARY = tuple(
@@ -282,8 +364,5 @@ _LIBRARY = tuple(
 )
 _GRADER = os.path.dirname(__file__) + os.sep
 
-
-def _infrastructure(frame) -> bool:
-    """Whether ``frame`` is the library's own code, not the grader's."""
-    where = frame.f_code.co_filename
-    return where.startswith(_LIBRARY) and not where.startswith(_GRADER)
+PRIVATE |= {f.__name__: private(f) for f in (_fingerprint, _code_parts, _docstring)}
+"""The fingerprints a grading child's audit hook takes, over names a student cannot rebind."""

@@ -44,6 +44,10 @@ class Exercise:
     graded: tuple[str, ...]  # the library functions the student writes: "module:Qual.name"
     requires: tuple[str, ...] = ()  # modules of an extra of minipaged's (EXTRAS) it needs
     tui: TuiRun | None = None  # how the TUI runs it; None: the TUI cannot show it
+    answers: tuple[str, ...] = ()
+    """Library functions that answer what the exercise asks though the student writes none of
+    them (exercise 06's rules are ``minipaged.invariants``'): out of a student's reach like the
+    graded ones, and out of every file of theirs."""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -74,6 +78,13 @@ class Exercise:
             f"here: pip install {install}"
         )
 
+    @property
+    def hidden(self) -> tuple[str, ...]:
+        """The library modules a grading child may not read once the student's code runs: the
+        modules their files mirror, and those holding the exercise's answers."""
+        answering = (name.partition(":")[0] for name in self.answers)
+        return tuple(dict.fromkeys([*self.solution.values(), *answering]))
+
     def graded_in(self, module: str) -> tuple[str, ...]:
         """The graded functions of library ``module``, as ``"module:Qual.name"``."""
         return tuple(name for name in self.graded if name.partition(":")[0] == module)
@@ -93,13 +104,16 @@ def _exercise(
     graded: str,
     requires: tuple[str, ...] = (),
     tui: TuiRun | None = None,
+    answers: str = "",
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
-    of ``solution``."""
+    of ``solution``; ``answers`` likewise, each with its module."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
     checks = f"minipaged.grader.{checks}"
-    return Exercise(number, folder, title, solution, checks, names, requires, tui)
+    return Exercise(
+        number, folder, title, solution, checks, names, requires, tui, tuple(answers.split())
+    )
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -162,6 +176,12 @@ EXERCISES: dict[int, Exercise] = {
             "BlockManagerMachine.writes_land_in_private_blocks "
             "BlockManagerMachine.every_sequence_reads_back_its_own_tokens "
             "BlockManagerMachine.after_all_freed",
+            answers="minipaged.invariants:check minipaged.invariants:assert_holds "
+            "minipaged.invariants:write_is_exclusive "
+            "minipaged.invariants:refcounts_match_tables "
+            "minipaged.invariants:free_iff_unreferenced "
+            "minipaged.invariants:tables_stay_in_their_pool "
+            "minipaged.invariants:tables_have_ceil_blocks",
         ),
         _exercise(
             7,
@@ -227,6 +247,9 @@ EXERCISES: dict[int, Exercise] = {
             "minipaged.study.recorded_waste:static_waste "
             "minipaged.study.recorded_waste:orca_waste "
             "minipaged.study.recorded_waste:fragmentation_stalls",
+            # the engine's tables' waste, and the simulator's spans: the checks' expectations
+            answers="minipaged.study.recorded_waste:table_waste "
+            "minipaged.study.recorded_waste:replay",
         ),
     )
 }
@@ -297,7 +320,20 @@ def missing_files(number: int, folder: Path) -> str:
         if near:
             original = next(n for n in present if n.lower() == near[0])
             found.append(f"found {original}: rename it to {name}")
+        elif below := _below(folder, name):
+            found.append(
+                f"found {below.relative_to(folder)}: move it up, into {folder.name}/ itself"
+            )
     return f"has no {', '.join(missing)}" + (f" ({'; '.join(found)})" if found else "")
+
+
+def _below(folder: Path, name: str) -> Path | None:
+    """The file ``name`` in a sub-folder of ``folder``, one or two levels down, or None."""
+    for pattern in (f"*/{name}", f"*/*/{name}"):
+        found = sorted(p for p in folder.glob(pattern) if p.is_file())
+        if found:
+            return found[0]
+    return None
 
 
 def _missing(ex: Exercise, folder: Path) -> list[str]:

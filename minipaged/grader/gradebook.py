@@ -38,7 +38,7 @@ from minipaged import __version__, atomic_write
 from minipaged.grader.exercises import exercise, missing_files
 from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
-from minipaged.grader.report import BLOCKED, FAIL, PASS, now
+from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
 
 GRADEBOOK = "gradebook"
 """The gradebook's files, beside the folder of submissions: gradebook.csv and gradebook.json."""
@@ -99,12 +99,23 @@ def grade_batch(
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool,
     ):
         futures = {
-            pool.submit(grade_one, number, folder, limits, Path(reports)): folder
+            pool.submit(_row_of, number, folder, limits, Path(reports)): folder
             for folder in folders
         }
         for future in concurrent.futures.as_completed(futures):
             done(future.result())
         return [future.result() for future in futures]  # in the folders' order
+
+
+def _row_of(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
+    """``grade_one``, whose failure (a folder that cannot be read, say) is that student's row
+    with the cause, never the end of the class's grading."""
+    try:
+        return grade_one(number, folder, limits, reports)
+    except Exception as error:
+        return Row(
+            folder.name, ERROR, f"the grading did not finish: {type(error).__name__}: {error}"
+        )
 
 
 def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
@@ -145,9 +156,13 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
         cause = f"the grading did not finish: {why or tail[0][:300]}"
         return Row(folder.name, ERROR, cause, seconds)
     report["student"] = folder.name
-    atomic_write.write_text(folder / "report.json", json.dumps(report, indent=2) + "\n")
     failed = [c for c in report["criteria"] if c["outcome"] == FAIL]
     cause = f"{failed[0]['name']}: {failed[0]['message']}".splitlines()[0][:200] if failed else ""
+    try:
+        atomic_write.write_text(folder / "report.json", json.dumps(report, indent=2) + "\n")
+    except OSError as error:  # a folder named report.json, a read-only folder: the grade stands
+        cause = f"{cause}; " if cause else ""
+        cause += f"report.json not written into the folder ({error.strerror or error})"
     return Row(folder.name, FAILED if failed else PASSED, cause, seconds, report)
 
 
@@ -165,7 +180,7 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
             [row.student]
             + [earned.get(name, 0) for name in points]
             + [row.total, row.report.get("max_score", sum(points.values()))]
-            + [row.status, row.cause, row.seconds]
+            + [row.status, printable(row.cause), row.seconds]  # cat-able: no escape codes
         )
     book = {
         "exercise": number,

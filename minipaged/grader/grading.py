@@ -52,6 +52,7 @@ from minipaged.grader.report import (
     Report,
     Result,
     say_each_cause_once,
+    shortened,
 )
 from minipaged.grader.student import Student, StudentImportError
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
@@ -65,13 +66,16 @@ class Limits:
     """What a child process grading a student's code may use: ``memory_gib`` GiB of address
     space (``RLIMIT_AS``; None for no limit; never set for the GPU, whose driver maps far more
     than it uses), ``cpu_seconds`` of CPU time (``RLIMIT_CPU``; None for no limit),
-    ``wall_seconds`` of real time for the whole submission (``math.inf`` for no limit), and
-    ``check_seconds`` for each criterion."""
+    ``wall_seconds`` of real time for the whole submission (``math.inf`` for no limit),
+    ``check_seconds`` for each criterion, and ``disk_gib`` GiB of files written, in all, in
+    the student's folder and the child's temporary folder (each file is also capped, by
+    ``RLIMIT_FSIZE``; a student's code may not fill the disk with many)."""
 
     memory_gib: float | None = 8.0
     cpu_seconds: int | None = 900
     wall_seconds: float = 600.0
     check_seconds: float = CHECK_SECONDS
+    disk_gib: float = 1.0
 
 
 NOT_RUN = "not run: grading stopped at the first criterion that failed (--first-failure)"
@@ -146,8 +150,8 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         if child.broken:
             raise ChildGone(child.broken)
         if child.alive:
-            child.reset()
-        else:
+            _reset_or_stop(child, limits)
+        if not child.alive:
             child.start()  # starting is not the criterion's time; importing has its own
         start = time.perf_counter()
         child.deadline = time.monotonic() + limits.check_seconds
@@ -157,6 +161,17 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         outcome = BLOCKED if isinstance(error, DeviceUnusable) else FAIL
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
+
+
+def _reset_or_stop(child: GradingChild, limits: Limits) -> None:
+    """Let ``child`` forget the last criterion's objects, or end it when it cannot within a
+    criterion's time (a finalizer of the student's that sleeps, or never returns): the next
+    criterion then starts a new child, and is not blamed for the last one's objects."""
+    child.deadline = time.monotonic() + limits.check_seconds
+    try:
+        child.reset()
+    except (Exception, ChildGone, TimeLimitExceeded):
+        child.stop()
 
 
 def run_criteria(
@@ -192,7 +207,7 @@ def explained(criterion: Criterion, error: BaseException, student: Student) -> s
     the work broke (``Criterion.broken``) where the student's code ran and answered wrongly or
     raised; not where it could not be judged at all (a file that does not import, a grading
     process gone, a loop stopped by the clock, a copy of the library's code)."""
-    message = failure_message(error, student, _call_of(error))
+    message = shortened(failure_message(error, student, _call_of(error)))
     unjudged = StudentImportError | ChildGone | LibraryDelegation | TimeLimitExceeded | MemoryError
     return message if isinstance(error, unjudged) else criterion.broken(message)
 

@@ -8,7 +8,9 @@ to the site's pages (``docs/hooks/course.py``); and in the folder ``init`` makes
 the starter files but no ``starter/`` and no ``docs/``. ``handout`` rewrites the links for that
 third place, so that every one of them works where the README is copied: a starter file's
 link names the file beside it, and a page of the docs becomes its address on the published
-site (``SITE_URL``). In that folder ``minipaged exercises check N`` grades the folder itself
+site: ``SITE_URL``, or where an instructor publishes their copy (``init``'s ``site``, the
+command line's ``--site-url`` or ``MINIPAGED_SITE_URL``, checked by ``site_url``). In that
+folder ``minipaged exercises check N`` grades the folder itself
 (``minipaged.grader.exercises.folder_of``), so the README's commands are right there too.
 
 The hints come in two tiers: the README's own "Hints" section, and a second tier in
@@ -22,45 +24,86 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import urllib.parse
 from pathlib import Path
 
 from minipaged import atomic_write
 from minipaged.grader.exercises import exercise
 
 SITE_URL = "https://example.org/minipaged/"
-"""Where the site is published: ``site_url`` in ``mkdocs.yml`` (a test holds the two equal;
-change both when the site moves). Its pages are folders (``explanation/kv-memory/``), as
-MkDocs writes them by default."""
+"""Where the project's site is published: the default of ``site_url`` in ``mkdocs.yml`` (a
+test holds the two equal). Its pages are folders (``explanation/kv-memory/``), as MkDocs
+writes them by default."""
+
+SITE_URL_VARIABLE = "MINIPAGED_SITE_URL"
+"""The environment variable naming where an instructor publishes their build of the site
+(``site_url`` in their ``mkdocs.yml``): the handouts' links follow it unless ``--site-url``
+says otherwise."""
+
+_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~:/@!$&*+,;=%-]+")
+"""What an address may hold so that a Markdown link ``[text](address)`` stays one link: no
+space, parenthesis, quote or angle bracket (and no ``?query`` or ``#anchor``, which the page
+paths would follow)."""
+
+
+def site_url(text: str, given_by: str = "--site-url") -> str:
+    """``text``, the address of a published copy of the site (``https://host/path/``), ending
+    in ``/``. Raises ``ValueError`` in one line naming ``given_by``, the value and the fix."""
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # a port that is not a number, or out of range
+        port_ok = False
+    if not (
+        _URL_CHARACTERS.fullmatch(text)
+        and parts.scheme in ("http", "https")
+        and parts.hostname
+        and port_ok
+    ):
+        raise ValueError(
+            f"{given_by} {text!r} is not the address of a web site: give the http:// or "
+            f"https:// address the site is published at, such as {SITE_URL}"
+        )
+    return text if text.endswith("/") else text + "/"
+
+
+def default_site() -> str:
+    """Where the handouts' links point when no ``--site-url`` is given: ``MINIPAGED_SITE_URL``
+    if it is set, else ``SITE_URL``."""
+    given = os.environ.get(SITE_URL_VARIABLE)
+    return site_url(given, f"${SITE_URL_VARIABLE}") if given else SITE_URL
+
 
 LINK = re.compile(r"(?<!!)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
 """A Markdown link ``[text](target)`` (not an image)."""
 
 
-def site_address(page: str) -> str:
+def site_address(page: str, site: str = SITE_URL) -> str:
     """The published address of the docs page ``page`` (relative to ``docs/``, with its
-    ``#anchor`` if any): ``explanation/kv-memory.md#b`` -> ``SITE_URL`` +
+    ``#anchor`` if any) on the site at ``site``: ``explanation/kv-memory.md#b`` -> ``site`` +
     ``explanation/kv-memory/#b``."""
     path, _, anchor = page.partition("#")
     path = path.removesuffix(".md")
     path = "" if path == "index" else path.removesuffix("/index") + "/"
-    return SITE_URL + path + (f"#{anchor}" if anchor else "")
+    return site + path + (f"#{anchor}" if anchor else "")
 
 
-def rewrite_link(target: str, folder: str) -> str:
-    """One link of ``tutorials/{folder}/README.md`` as it must read in the copied folder.
-    Raises ``ValueError`` naming a relative link that leads nowhere there."""
+def rewrite_link(target: str, folder: str, site: str = SITE_URL) -> str:
+    """One link of ``tutorials/{folder}/README.md`` as it must read in the copied folder, the
+    docs' pages on the site at ``site``. Raises ``ValueError`` naming a relative link that
+    leads nowhere there."""
     address, _, anchor = target.partition("#")
     if not address or re.match(r"^[a-z][a-z0-9+.-]*:", address, re.I):
         return target  # another site, mailto:, or an anchor on this page
     where = posixpath.normpath(posixpath.join("tutorials", folder, address))
     suffix = f"#{anchor}" if anchor else ""
     if where.startswith("docs/"):
-        return site_address(where.removeprefix("docs/") + suffix)
+        return site_address(where.removeprefix("docs/") + suffix, site)
     if where == "tutorials/README.md":
-        return site_address("course/index.md" + suffix)
+        return site_address("course/index.md" + suffix, site)
     parts = where.split("/")
     if len(parts) == 3 and parts[0] == "tutorials" and parts[2] == "README.md":
-        return site_address(f"course/{parts[1]}.md{suffix}")
+        return site_address(f"course/{parts[1]}.md{suffix}", site)
     if len(parts) == 4 and parts[:3] == ["tutorials", folder, "starter"]:
         return parts[3] + suffix  # the starter file, beside the README in the copy
     raise ValueError(
@@ -69,16 +112,17 @@ def rewrite_link(target: str, folder: str) -> str:
     )
 
 
-def handout(readme: str, folder: str) -> str:
-    """The README of ``tutorials/{folder}/`` with its links rewritten for a copied folder."""
-    return LINK.sub(lambda m: f"[{m['text']}]({rewrite_link(m['target'], folder)})", readme)
+def handout(readme: str, folder: str, site: str = SITE_URL) -> str:
+    """The README of ``tutorials/{folder}/`` (or a part of it) with its links rewritten for a
+    copied folder, the docs' pages on the site at ``site``."""
+    return LINK.sub(lambda m: f"[{m['text']}]({rewrite_link(m['target'], folder, site)})", readme)
 
 
-def init(number: int, directory: str | Path) -> list[str]:
-    """Copy exercise ``number``'s README (as its ``handout``) and starter files into
-    ``directory``; return their names. Refuses, changing nothing, when ``directory`` is not a
-    folder that can hold them or any of them is there already (a symbolic link too, dangling
-    or not: none is followed)."""
+def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
+    """Copy exercise ``number``'s README (as its ``handout``, linking to the site at
+    ``site``) and starter files into ``directory``; return their names. Refuses, changing
+    nothing, when ``directory`` is not a folder that can hold them or any of them is there
+    already (a symbolic link too, dangling or not: none is followed)."""
     ex = exercise(number)
     if not str(directory).strip():
         raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
@@ -93,7 +137,7 @@ def init(number: int, directory: str | Path) -> list[str]:
             f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
             f"check the work there with `minipaged exercises check {number} --path {directory}`"
         )
-    text = handout(readme.read_text(encoding="utf-8"), ex.folder)
+    text = handout(readme.read_text(encoding="utf-8"), ex.folder, site)
     contents = [(readme.name, text.encode("utf-8"))]
     contents += [(source.name, source.read_bytes()) for source in sources[1:]]
     directory.mkdir(parents=True, exist_ok=True)

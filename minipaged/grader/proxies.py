@@ -54,9 +54,10 @@ class Proxy:
 
     def __repr__(self) -> str:
         try:
-            return self._child.ask({"op": "repr", "h": self._handle})
+            text = self._child.ask({"op": "repr", "h": self._handle})
         except (Exception, ChildGone, TimeLimitExceeded):  # only for messages
-            return "<an object of your code>"
+            text = None
+        return text if type(text) is str else "<an object of your code>"  # not a str subclass
 
     def __contains__(self, item) -> bool:
         return bool(self._dunder("__contains__", item))

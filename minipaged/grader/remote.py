@@ -32,6 +32,7 @@ from typing import Any
 from minipaged.grader import wire
 from minipaged.grader.child import CHANNEL_LOST
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.time_limit import TimeLimitExceeded
 
@@ -89,11 +90,15 @@ class GradingChild:
         self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
+        self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
 
     # -- the process ---------------------------------------------------------------------
 
     def start(self) -> None:
         """Start a child and load the student's code in it, within the current deadline."""
+        shutil.rmtree(self.temp, ignore_errors=True)  # what the last child left is not ours
+        self.temp.mkdir(mode=0o700, exist_ok=True)
+        self.quota.begin()
         requests_read, self._requests = os.pipe()
         self._answers, answers_write = os.pipe()
         os.set_blocking(self._requests, False)
@@ -102,7 +107,7 @@ class GradingChild:
             self.process = subprocess.Popen(
                 command,
                 env=self._environment(),
-                cwd=self.folder or self.temp,
+                cwd=self.temp,  # not the student's: their minipaged/ would shadow the library
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
@@ -177,17 +182,21 @@ class GradingChild:
         Never waits on what a grandchild still holds."""
         if self.process is None:
             return
-        end_descendants(self.process.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        for fd in (self._requests, self._answers, self._pidfd):
-            if fd is not None:
-                os.close(fd)
-        self.process = self._pidfd = None
-        self.loaded = None
-        self._proxies, self._classes = {}, {}
+        # A time limit or a Ctrl-C that lands in here would leave the child running: they wait.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
+        try:
+            end_descendants(self.process.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+            for fd in (self._requests, self._answers, self._pidfd):
+                if fd is not None:
+                    os.close(fd)
+            self.process = self._pidfd = self.loaded = None
+            self._proxies, self._classes = {}, {}
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def close(self) -> None:
         self.stop()
@@ -252,13 +261,18 @@ class GradingChild:
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
-            return wire.read_frame(self._answers, deadline, self._pidfd)
+            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch_disk)
         except TimeoutError:
             self._timed_out()
         except EOFError:
             self._ended()
         except wire.ProtocolError as error:
             self._fail(f"sent something the grader cannot read while {doing} ({error})")
+
+    def _watch_disk(self) -> None:
+        if over := self.quota.exceeded():
+            self.stop()
+            raise ChildGone(f"{over}, and the grading process was ended: write less, or not at all")
 
     def _timed_out(self):
         self.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
@@ -48,10 +49,36 @@ def note_call(error: BaseException, call: str) -> None:
 
 
 def expect(got: Any, expected: Any, what: str) -> None:
-    """Fail with ``"{what}: expected {expected!r}, got {got!r}"`` unless ``got == expected``.
-    Of two dataclasses (a ``BlockState``, say) or dicts, only the parts that differ are shown."""
+    """Fail with ``"{what}: expected {expected!r}, got {got!r}"`` unless ``got == expected``
+    and every integer (or boolean) expected, at any depth of lists, tuples and dicts, is one
+    in ``got`` too: ``2.0 == 2`` and ``True == 1``, but a count that comes back a float is
+    float division, and a boolean is not a count. Of two dataclasses (a ``BlockState``, say)
+    or dicts, only the parts that differ are shown."""
     if got != expected:
         raise CheckFailed(f"{what}: {difference(got, expected)}")
+    wrong = other_kind(got, expected)
+    if wrong:
+        raise CheckFailed(f"{what}: {wrong}")
+
+
+def other_kind(got: Any, expected: Any, where: str = "") -> str:
+    """Where ``got`` (equal to ``expected``) holds a float or a boolean for an integer, or an
+    integer for a boolean: ``"[2]: expected the int 3, got the float 3.0"``; else ``""``."""
+    at = f"{where}: " if where else ""
+    if type(expected) in (int, bool) and type(got) is not type(expected):
+        fix = " (// divides integers; / gives a float)" if type(got) is float else ""
+        return (
+            f"{at}expected the {type(expected).__name__} {expected!r}, got the "
+            f"{type(got).__name__} {safe_repr(got)}{fix}"
+        )
+    if type(expected) in (list, tuple) and type(got) is type(expected):
+        pairs = enumerate(zip(got, expected, strict=False))
+        found = (other_kind(g, e, f"{where}[{i}]") for i, (g, e) in pairs)
+        return next((f for f in found if f), "")
+    if type(expected) is dict and type(got) is dict:
+        found = (other_kind(got[k], e, f"{where}[{k!r}]") for k, e in expected.items() if k in got)
+        return next((f for f in found if f), "")
+    return ""
 
 
 def expect_refused(
@@ -93,6 +120,38 @@ def expect_unchanged(after: Any, before: Any, what: str, error: str) -> None:
         )
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxdict = 24
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 4, 200, 200, 60
+
+MAX_MESSAGE = 4000
+"""The longest failure message a report keeps (``shortened``): a student's value can be huge."""
+
+
+def safe_repr(value: Any) -> str:
+    """``repr(value)``, short (a few dozen entries, 200 characters of a string), and never an
+    error: a student's value is shown, whatever it is."""
+    try:
+        return _SHORT.repr(value)
+    except Exception as error:  # a __repr__ of theirs that raises
+        return f"<a {type(value).__name__} that cannot be shown: {type(error).__name__}>"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the newline shown as its escape (``\\x1b``):
+    a student's text (what their code printed or raised, their value's ``repr``, their folder's
+    name) must not move the terminal's cursor, clear a line or colour one, to forge a row of
+    the report."""
+    return "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in text)
+
+
+def shortened(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE`` characters, saying how much was left out."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    return f"{message[:MAX_MESSAGE]}... ({len(message) - MAX_MESSAGE} more characters left out)"
+
+
 class _Absent:
     def __repr__(self) -> str:
         return "nothing"
@@ -127,9 +186,10 @@ def difference(got: Any, expected: Any, where: str = "") -> str:
         if len(wrong) <= 2:  # more is a reordering, read best whole
             field_ = where.removeprefix(".")
             return "; ".join(
-                f"{field_}[{i}]: expected {expected[i]!r}, got {got[i]!r}" for i in wrong
+                f"{field_}[{i}]: expected {safe_repr(expected[i])}, got {safe_repr(got[i])}"
+                for i in wrong
             )
-    return f"{at}expected {expected!r}, got {got!r}".removeprefix(".")
+    return f"{at}expected {safe_repr(expected)}, got {safe_repr(got)}".removeprefix(".")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +229,7 @@ class Criterion:
         """What a failure of this criterion tells the student: ``finding``, the check's words
         for the operation it ran and what came back, then the rule that broke, on a line of
         its own (``Rule: ...``). Every failure message of every exercise is made here."""
-        return f"{finding}\n{RULE}{self.rule}"
+        return f"{shortened(finding)}\n{RULE}{self.rule}"
 
 
 TOTAL_POINTS = 100
@@ -307,7 +367,7 @@ class Report:
         """Print one line per criterion, and the message under each one that did not pass."""
         style = {PASS: "green", FAIL: "bold red", BLOCKED: "yellow"}
         console.print(f"[bold]exercise {self.exercise:02d}: {self.title}[/bold]")
-        console.print(f"[dim]graded: {escape(self.graded)}[/dim]", highlight=False)
+        console.print(f"[dim]graded: {escape(printable(self.graded))}[/dim]", highlight=False)
         if self.confinement:
             console.print(f"[dim]your code ran {escape(self.confinement)}[/dim]", highlight=False)
         for r in self.results:
@@ -315,7 +375,7 @@ class Report:
             console.print(f"  {label} {escape(r.statement)}", highlight=False)
             finding, rule = split_rule(r.message)
             shown = finding if rule == r.statement else r.message  # the line above is the rule
-            for line in shown.splitlines():
+            for line in printable(shown).split("\n"):
                 console.print(f"           {line}", markup=False, highlight=False)
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
         summary += f", {self.score}/{self.max_score} points"

@@ -95,25 +95,32 @@ def write_frame(fd: int, document: Any) -> None:
         view = view[os.write(fd, view) :]
 
 
-def read_frame(fd: int, deadline: float | None = None, alive: int | None = None) -> Any:
+def read_frame(fd: int, deadline=None, alive=None, watch: Callable | None = None) -> Any:
     """One message from ``fd``. Raises ``TimeoutError`` past ``deadline`` (a ``time.monotonic``
     value), ``EOFError`` when the writer is gone or the file descriptor ``alive`` (a process's
-    pidfd) turns readable with nothing to read, and ``ProtocolError`` for a bad frame."""
-    header = _read_exactly(fd, _HEADER.size, deadline, alive)
+    pidfd) turns readable with nothing to read, and ``ProtocolError`` for a bad frame.
+    ``watch()``, if given, is called every ``WATCH_SECONDS`` while nothing comes, and may
+    raise to stop waiting."""
+    header = _read_exactly(fd, _HEADER.size, deadline, alive, watch)
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME:
         raise ProtocolError(f"a message of {size} bytes, more than the {MAX_FRAME} allowed")
     try:
-        return json.loads(_read_exactly(fd, size, deadline, alive))
+        return json.loads(_read_exactly(fd, size, deadline, alive, watch))
     except (ValueError, RecursionError) as error:
         raise ProtocolError(f"a message that is not JSON ({error})") from None
 
 
-def _read_exactly(fd: int, size: int, deadline: float | None, alive: int | None) -> bytes:
+WATCH_SECONDS = 0.5  # how often read_frame calls its watch while it waits
+
+
+def _read_exactly(fd: int, size: int, deadline, alive, watch) -> bytes:
     chunks, left = [], size
     while left:
         watched = [fd] if alive is None else [fd, alive]
         wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if watch is not None:
+            wait = WATCH_SECONDS if wait is None else min(wait, WATCH_SECONDS)
         ready, _, _ = select.select(watched, [], [], wait)
         if fd in ready:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -125,6 +132,8 @@ def _read_exactly(fd: int, size: int, deadline: float | None, alive: int | None)
             raise EOFError("the process ended")
         elif deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError
+        elif watch is not None:
+            watch()
     return b"".join(chunks)
 
 

@@ -1,0 +1,122 @@
+"""Whether running code is what it says it is, for the guards of a grading child
+(``minipaged.grader.delegation``), which run while a student's code shares the process.
+
+A frame's ``co_filename`` is whatever ``compile`` was told: a student's function compiled
+with the library's file name, or as ``"<string>"``, claims to be code it is not.
+``Provenance.genuine(code)`` compiles the file ``code`` names (once) and looks for ``code``
+among the functions it holds; code equality compares bytecode, constants, names and line
+numbers, so only the file's own functions match.
+
+What the guards run must stay out of the student's reach while it runs: a student's code may
+rebind ``sys._getframe``, ``os.path.realpath`` or ``builtins.isinstance``, and whatever the
+guard calls then runs their code with the guard's frame, and the library functions it keeps,
+one ``f_back`` away. ``private(function)`` rebuilds a function over ``PRIVATE``: the names it
+needs, and a copy of the builtins, all taken when this module is imported, before any
+student code runs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import os
+import sys
+import types
+from types import CodeType
+
+try:
+    from _imp import get_frozen_object as frozen
+except ImportError:  # not CPython: frozen modules are then not told apart
+    frozen = None
+
+getframe, audit = sys._getframe, sys.audit
+realpath, basename = os.path.realpath, os.path.basename
+
+PLAIN_CONSTANTS = (type(None), bool, int, float, complex, str, bytes, type(...), CodeType)
+"""The constants ``compile`` makes; a code object holding anything else was built by hand
+(``code.replace``), and hashing or showing its constants would run their methods."""
+
+
+def plain_constants(code: CodeType, depth: int = 0) -> bool:
+    """Whether ``code``'s constants, nested, are only what ``compile`` makes."""
+    if depth > 32:
+        return False
+    return _plain(code.co_consts, depth)
+
+
+def _plain(values, depth: int) -> bool:
+    for value in values:
+        kind = type(value)
+        if kind is tuple or kind is frozenset:
+            if depth > 32 or not _plain(value, depth + 1):
+                return False
+        elif kind is CodeType:
+            if not plain_constants(value, depth + 1):
+                return False
+        elif kind not in PLAIN_CONSTANTS:
+            return False
+    return True
+
+
+def walk(code: CodeType):
+    """``code`` and every function compiled inside it."""
+    yield code
+    for const in code.co_consts:
+        if type(const) is CodeType:
+            yield from walk(const)
+
+
+def provenance(files=()):
+    """``genuine(code)``: whether ``code`` is a function of the file its ``co_filename`` names.
+    ``files``: compile these now (the library modules a grading child can no longer read once
+    it is confined); any other file is compiled the first time a code object names it."""
+    known = {path: codes_of(path) for path in files}
+
+    def genuine(code: CodeType) -> bool:
+        where = code.co_filename
+        if type(where) is not str or not plain_constants(code):
+            return False
+        if where not in known:
+            known[where] = codes_of(where)
+        return code in known[where]
+
+    return private(genuine)
+
+
+def codes_of(path: str) -> frozenset:
+    """Every code object compiled from the file ``path`` (or the frozen module
+    ``<frozen name>``); none where it cannot be read."""
+    try:
+        if path.startswith("<frozen ") and path.endswith(">") and frozen:
+            top = frozen(path[len("<frozen ") : -1])
+        else:
+            with open(path, "rb") as f:
+                top = compile(f.read(), path, "exec", dont_inherit=True)
+    except Exception:  # no such file, unreadable, not Python: nothing there is genuine
+        return frozenset()
+    return frozenset(walk(top))
+
+
+PRIVATE: dict = {
+    "__builtins__": dict(vars(builtins)),
+    "getframe": getframe,
+    "realpath": realpath,
+    "basename": basename,
+    "sha256": hashlib.sha256,
+    "audit": audit,
+    "frozen": frozen,
+    "CodeType": CodeType,
+    "FunctionType": types.FunctionType,
+    "PLAIN_CONSTANTS": PLAIN_CONSTANTS,
+}
+"""What the guards' functions see as globals: taken at import, before any student code."""
+
+
+def private(function):
+    """``function`` rebuilt over ``PRIVATE`` (see the module's docstring)."""
+    return types.FunctionType(
+        function.__code__, PRIVATE, function.__name__, function.__defaults__, function.__closure__
+    )
+
+
+PRIVATE |= {f.__name__: private(f) for f in (plain_constants, _plain, walk, codes_of)}

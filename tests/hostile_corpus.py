@@ -1,0 +1,734 @@
+"""A hostile student's hand-ins: each attack is the body of one graded function in an
+exercise's starter, as ``minipaged exercises init`` copies it out, and what grading must say
+of it. The attacks of one exercise share a folder (``HandIn``), one attack per function, so
+that one grading shows each failing its own criteria while the others are still graded, and
+the honest answers among them still pass.
+
+Classes of attack: values that lie (objects equal to everything, subclasses of int and list,
+NaN, shapes that broadcast), talking to the grader (forged report lines and frames, the
+channel's file descriptors, exits and ``BaseException``s, signals, handlers), reaching the
+solution (the library's functions through stolen frames, forged file names, the library's
+answers under other names, the grader's own helpers rewritten), and resources (memory, output,
+recursion, finalizers, representations that never end).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
+
+
+@dataclass(frozen=True)
+class Attack:
+    """``body`` replaces the starter's ``raise NotImplementedError("...{todo}...")`` line (its
+    indentation kept, ``\\n`` starting each further line at the same indentation); ``fails``:
+    the criteria it must fail, one message at least containing ``said`` (none: an attack on
+    the grading itself, which must go on to grade the next criterion)."""
+
+    name: str
+    todo: str
+    body: str
+    fails: tuple[str, ...]
+    said: str = ""
+
+
+@dataclass(frozen=True)
+class HandIn:
+    """One folder of exercise ``number``: its starter with every attack written in, the
+    module-level code ``appended`` to ``file``, and the criteria that must still ``pass``."""
+
+    name: str
+    number: int
+    file: str
+    attacks: tuple[Attack, ...]
+    passes: tuple[str, ...] = ()
+    honest: dict[str, str] = field(default_factory=dict)  # todo -> a right body
+    appended: str = ""
+    notes: str = ""  # a library module whose source the hand-in keeps as notes.txt
+    files: tuple[tuple[str, str], ...] = ()  # more files of the folder: (path, text)
+
+    def write(self, folder: Path) -> Path:
+        """The hand-in as a folder below ``folder``."""
+        target = folder / self.name
+        target.mkdir(parents=True)
+        ex = EXERCISES[self.number]
+        for name in ex.files:
+            (target / name).write_text((TUTORIALS / ex.folder / "starter" / name).read_text())
+        path = target / self.file
+        source = path.read_text()
+        bodies = {a.todo: a.body for a in self.attacks} | self.honest
+        for todo, body in bodies.items():
+            line = next(line for line in source.splitlines() if f": {todo}" in line)
+            indent = line[: len(line) - len(line.lstrip())]
+            source = source.replace(line, indent + body.replace("\n", "\n" + indent))
+        path.write_text(source + self.appended)
+        for name, text in self.files:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).write_text(text)
+        if self.notes:
+            spec = importlib.util.find_spec(self.notes)
+            (target / "notes.txt").write_text(Path(spec.origin).read_text())
+        return target
+
+
+# -- exercise 01: values that lie, and talking to the grader ---------------------------------
+
+LIES = """
+class _Liar(int):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = int.__hash__
+
+class _Anything:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __hash__(self): return 0
+    def __index__(self): return 2
+    def __int__(self): return 2
+    def __len__(self): return 0
+    def __bool__(self): return True
+
+class _EndlessRepr:
+    def __eq__(self, other): return True
+    def __repr__(self):
+        while True:
+            pass
+
+class _HugeRepr:
+    def __eq__(self, other): return True
+    def __repr__(self): return "x" * (50 * 2**20)
+
+class _BadStr(ValueError):
+    def __str__(self): raise RuntimeError("no text for you")
+
+class _Text(str):
+    def __getitem__(self, key): return self
+    def __str__(self): return self
+
+class _SneakyRepr:
+    def __repr__(self):
+        return _Text("2\\n\\x1b[1A\\x1b[2K\\r  \\x1b[32mPASS\\x1b[0m     num_logical_blocks")
+"""
+
+RIGHT_SLOT = {
+    "look up T_r[j], then return T_r[j] * B + o": (
+        "j = t // block_size\nif not 0 <= j < len(block_table):\n"
+        "    raise ValueError(f'no logical block {j}')\n"
+        "return block_table[j] * block_size + t % block_size"
+    ),
+}
+"""Exercise 01's slot, answered honestly beside the attacks: it must still pass."""
+
+VALUES = HandIn(
+    "values-that-lie",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "int-subclass-equal-to-all",
+            "return j = floor(t / B)",
+            "return _Liar(0)",
+            ("logical_block",),
+            "expected 2",
+        ),
+        Attack(
+            "object-equal-to-all",
+            "return o = t mod B",
+            "return _Anything()",
+            ("block_offset",),
+            "expected 6",
+        ),
+        Attack(
+            "float-for-a-count",
+            "return M = ceil(L / B)",
+            "return float(-(-num_tokens // block_size))",
+            ("num_logical_blocks",),
+            "got the float 0.0",
+        ),
+        Attack(
+            "endless-repr",
+            "keys and values, for every layer and KV head",
+            "return _EndlessRepr()",
+            ("kv_bytes_per_token",),
+            "",
+        ),
+        Attack("huge-repr", "M_KV(L)", "return _HugeRepr()", ("kv_bytes",), ""),
+        Attack(
+            "float-of-the-right-value",
+            "one block, one layer",
+            "return float(2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes)",
+            ("block_bytes",),
+            "expected the int 65536, got the float 65536.0",
+        ),
+        Attack("bool-for-an-int", "one block, all layers", "return True", ("block_bytes",), ""),
+    ),
+    passes=("slot", "slot_outside_the_table"),
+    honest=RIGHT_SLOT,
+    appended=LIES,
+)
+
+FORGED_LINE = (
+    'print("\\x1b[1A\\x1b[2K\\r  PASS     logical_block\\n"'
+    ' "8 pass, 0 fail, 0 blocked, 100/100 points: all criteria met")'
+)
+
+CHANNEL = HandIn(
+    "talking-to-the-grader",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "forged-report-and-frames",
+            "return j = floor(t / B)",
+            FORGED_LINE + "\nimport os, sys, json\n"
+            "frame = json.dumps({'id': 2, 'v': 2}).encode()\n"
+            "sys.stdout.buffer.write(len(frame).to_bytes(8, 'big') + frame)\n"
+            "sys.stdout.flush()\nos._exit(0)",
+            ("logical_block",),
+            "PASS     logical_block",  # shown as what it printed, under the failure
+        ),
+        Attack(
+            "dup2-over-the-channel",
+            "return o = t mod B",
+            "import os\nnull = os.open(os.devnull, os.O_RDWR)\n"
+            "for fd in range(3, 32):\n    if fd != null:\n"
+            "        try: os.dup2(null, fd)\n        except OSError: pass\nreturn 6",
+            ("block_offset",),
+            "the grading process",
+        ),
+        Attack(
+            "generator-exit",
+            "return M = ceil(L / B)",
+            "raise GeneratorExit('done')",
+            ("num_logical_blocks",),
+            "your code raised GeneratorExit",
+        ),
+        Attack(
+            "keyboard-interrupt-subclass",
+            "keys and values, for every layer and KV head",
+            "class Stop(KeyboardInterrupt): pass\nraise Stop('stop the grader')",
+            ("kv_bytes_per_token",),
+            "your code raised Stop",
+        ),
+        Attack(
+            "recursion",
+            "M_KV(L)",
+            "def down(n): return down(n + 1) + 1\nreturn down(0)",
+            ("kv_bytes",),
+            "RecursionError",
+        ),
+        Attack(
+            "handlers-and-hooks",
+            "one block, one layer",
+            "import atexit, signal, sys, time, faulthandler\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "atexit.register(time.sleep, 3600)\n"
+            "faulthandler.dump_traceback_later(0.01, repeat=True, file=sys.stdout)\n"
+            "sys.settrace(lambda *a: None)\n"
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
+            (),
+            "",
+        ),
+        Attack(
+            "patched-clocks-and-checks",
+            "one block, all layers",
+            "import time, math, builtins, sys\n"
+            "time.monotonic = time.perf_counter = time.time = lambda: 0.0\n"
+            "math.isclose = lambda *a, **k: True\n"
+            "for name in list(sys.modules):\n"
+            "    if name.startswith('minipaged.grader.'):\n"
+            "        vars(sys.modules[name]).update(expect=lambda *a, **k: None)\n"
+            "while True:\n    pass",
+            ("block_bytes",),
+            "still running",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+)
+
+RESOURCES = HandIn(
+    "resources",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "gigabytes-of-output",
+            "return j = floor(t / B)",
+            "import sys\nchunk = 'x' * 2**20\nfor _ in range(400):\n"
+            "    sys.stdout.write(chunk)\nreturn 2",
+            ("logical_block",),
+            "",
+        ),
+        Attack(
+            "a-message-too-large",
+            "return o = t mod B",
+            "return 'x' * (70 * 2**20)",
+            ("block_offset",),
+            "",  # refused as too large, or out of time where the machine is loaded
+        ),
+        Attack(
+            "nested-without-end",
+            "keys and values, for every layer and KV head",
+            "value = []\nfor _ in range(10000):\n    value = [value]\nreturn value",
+            ("kv_bytes_per_token",),
+            "nested",
+        ),
+        Attack(
+            "finalizer-that-sleeps",
+            "return M = ceil(L / B)",
+            "import time\nclass Slow:\n    def __del__(self): time.sleep(3600)\nreturn Slow()",
+            ("num_logical_blocks",),
+            "",
+        ),
+        Attack(
+            "threads-that-babble",
+            "M_KV(L)",
+            "import os, threading, time\ndef babble():\n    while True:\n"
+            "        for fd in range(3, 32):\n            try: os.write(fd, b'junk')\n"
+            "            except OSError: pass\n        time.sleep(0.01)\n"
+            "threading.Thread(target=babble, daemon=True).start()\nreturn 0",
+            ("kv_bytes",),
+            "",
+        ),
+        Attack(
+            "str-that-raises",
+            "one block, one layer",
+            "raise _BadStr()",
+            ("block_bytes",),
+            "could not be shown",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=LIES,
+)
+
+DISK = HandIn(
+    "filling-the-disk",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "files-until-the-disk-is-full",
+            "return j = floor(t / B)",
+            "import os, tempfile\nchunk = b'x' * 2**23\nfor i in range(10**6):\n"
+            "    with open(os.path.join(tempfile.gettempdir(), f'fill{i}'), 'wb') as f:\n"
+            "        f.write(chunk)\nreturn 2",
+            ("logical_block",),
+            "GiB of files",
+        ),
+        Attack(
+            "a-million-small-files",
+            "return o = t mod B",
+            "import os\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+            "for i in range(10**6):\n    open(os.path.join(here, f'empty{i}'), 'w').close()\n"
+            "return 6",
+            ("block_offset",),
+            "files and folders",
+        ),
+        Attack(
+            "a-repr-that-is-not-a-str",
+            "return M = ceil(L / B)",
+            "return _SneakyRepr()",
+            ("num_logical_blocks",),
+            "got 2\n",
+        ),
+    ),
+    passes=("slot",),
+    appended=LIES,
+    honest=RIGHT_SLOT,
+)
+
+# -- reaching the solution -------------------------------------------------------------------
+
+STEAL_FRAMES = """
+import sys as _sys
+_real_getframe, _stolen = _sys._getframe, {}
+
+def _spy(depth=0):
+    frame = _real_getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, dict):
+                for key, held in list(value.items()):
+                    if isinstance(held, tuple) and held and callable(held[0]):
+                        _stolen[key] = held[0]
+        frame = frame.f_back
+    return _real_getframe(depth + 1)
+
+_sys._getframe = _spy
+import os.path as _path
+_real_realpath = _path.realpath
+_path.realpath = lambda p, *a, **k: (_spy(), _real_realpath(p, *a, **k))[1]
+import minipaged.memory as _lib
+for _name in ("logical_block", "block_offset"):
+    try:
+        getattr(_lib, _name)(1, 1)
+    except BaseException:
+        pass
+_sys._getframe = _real_getframe
+_path.realpath = _real_realpath
+"""
+
+FORGED_NAME = """
+import minipaged.memory as _lib, os as _os
+_library_file = _os.path.join(_os.path.dirname(_lib.__file__), "engine.py")
+exec(compile(
+    "def num_logical_blocks(num_tokens, block_size):\\n"
+    "    return _lib.num_logical_blocks(num_tokens, block_size)\\n",
+    _library_file, "exec"), globals())
+exec(compile(
+    "class _Shape(ModelShape):\\n"
+    "    @property\\n"
+    "    def kv_bytes_per_token(self):\\n"
+    "        return _lib.ModelShape.kv_bytes_per_token.fget(self)\\n",
+    "<string>", "exec"), globals())
+ModelShape.kv_bytes_per_token = _Shape.kv_bytes_per_token
+"""
+
+SOLUTION = HandIn(
+    "reaching-the-solution",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "frames-of-the-guard",
+            "return j = floor(t / B)",
+            "return _stolen['minipaged.memory:logical_block'](t, block_size)",
+            ("logical_block",),
+            "",
+        ),
+        Attack(
+            "guard-through-realpath",
+            "return o = t mod B",
+            "return _stolen['minipaged.memory:block_offset'](t, block_size)",
+            ("block_offset",),
+            "",
+        ),
+        Attack(
+            "forged-library-file-name",
+            "return M = ceil(L / B)",
+            "raise NotImplementedError('replaced below')",
+            ("num_logical_blocks",),
+            "may not call the library's",
+        ),
+        Attack(
+            "forged-string-file-name",
+            "keys and values, for every layer and KV head",
+            "raise NotImplementedError('replaced below')",
+            ("kv_bytes_per_token",),
+            "may not call the library's",
+        ),
+        Attack(
+            "the-library-under-another-name",
+            "M_KV(L)",
+            "import importlib\nlibrary = importlib.import_module('minipaged.memory')\n"
+            "return getattr(library, 'Model' + 'Shape').kv_bytes(self, num_tokens)",
+            ("kv_bytes",),
+            "may not call the library's",
+        ),
+        Attack(
+            "rewritten-library-code",
+            "one block, one layer",
+            "import minipaged.grader.ex01_block_table as checks\n"
+            "checks.expect.__code__ = (lambda *a, **k: None).__code__\nreturn 0",
+            ("block_bytes",),
+            "",
+        ),
+        Attack(
+            "library-source-from-disk",
+            "one block, all layers",
+            "import inspect, linecache, importlib.util\n"
+            "source = inspect.getsource(_lib.ModelShape)\n"
+            "namespace = {}\nexec(source, namespace)\n"
+            "return namespace['ModelShape'].block_bytes(self, block_size)",
+            ("block_bytes",),
+            "",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=STEAL_FRAMES + FORGED_NAME,
+)
+
+INVARIANTS = HandIn(
+    "the-librarys-invariants",
+    6,
+    "properties.py",
+    (
+        Attack(
+            "minipaged-invariants",
+            "refcount conservation",
+            "from minipaged import invariants\ninvariants.assert_holds(self.manager.snapshot())",
+            ("rule_1_on_its_own", "rule_2_on_its_own"),
+            "may not call the library's",
+        ),
+        Attack(
+            "rule-through-the-tuple",
+            "free iff R = 0",
+            "from minipaged.invariants import INVARIANTS\n"
+            "for rule in INVARIANTS:\n"
+            "    assert not rule.violations(self.manager.snapshot())",
+            ("rule_2_on_its_own",),
+            "may not call the library's",
+        ),
+        Attack(
+            "the-checks-reference",
+            "exclusive writes",
+            "from minipaged.grader.ex06_invariants import reference_problems\n"
+            "assert not reference_problems(self.manager.snapshot(), self.kv, "
+            "self.last_write, False)",
+            ("rule_3_on_its_own",),
+            "may not call the library's",
+        ),
+    ),
+    honest={
+        "read-back": "for seq in self.manager.snapshot().tables:\n"
+        "    assert self.kv.read(self.manager.table(seq)) == self.kv.written[seq]",
+        "no leak": "state = self.manager.snapshot()\n"
+        "assert len(state.device_free) == len(state.device_refcounts)\n"
+        "assert len(state.host_free) == len(state.host_refcounts)",
+    },
+    passes=("rule_4_on_its_own", "rule_5_on_its_own"),
+)
+
+JUDGE = """
+import minipaged.grader.ex06_invariants as _checks
+from minipaged.grader.properties import SimulatedKV as _KV
+
+def _judge(student, state, kv_slots, written, last_write, end):
+    return _checks.Verdict(True, "every state is broken")
+
+_checks.judge = _judge
+"""
+
+REWRITTEN_JUDGE = HandIn(
+    "a-rewritten-judge",
+    6,
+    "properties.py",
+    (
+        Attack(
+            "judge-replaced",
+            "read-back",
+            "pass",
+            ("rule_1_on_its_own", "rule_4_on_its_own", "catches_LeakOnFree"),
+            "your code changed the grader's minipaged.grader.ex06_invariants.judge",
+        ),
+    ),
+    appended=JUDGE,
+)
+
+WASTES = HandIn(
+    "the-expected-series",
+    13,
+    "recorded_waste.py",
+    (
+        Attack(
+            "table-waste",
+            "sum ceil(l_i/B)*B - l_i over each step's sequences",
+            "from minipaged.study.recorded_waste import table_waste\nreturn table_waste(run)",
+            ("paged_waste_of_a_recorded_run",),
+            "may not call the library's",
+        ),
+        Attack(
+            "replayed-spans",
+            "sum L_max - L_i over each step's sequences",
+            "from minipaged.study import recorded_waste as lib, baselines\n"
+            "spans = lib.replay(run, baselines.StaticAllocator(run.max_length * 64))\n"
+            "return [sum(s.values()) for s in spans]",
+            ("static_waste_of_a_recorded_run",),
+            "may not call the library's",
+        ),
+    ),
+)
+
+FORGED_FREE = """
+import os as _os
+exec(compile(
+    "def _free(self, seq):\\n"
+    "    return block_manager.BlockManager.free(self, seq)\\n",
+    _os.path.join(_os.path.dirname(block_manager.__file__), "scheduler.py"), "exec"), globals())
+"""
+
+PAGING = HandIn(
+    "paging",
+    3,
+    "block_manager.py",
+    (
+        Attack(
+            "searching-the-interpreter",
+            "copy the table, raise each refcount",
+            "import gc\nfound = [o for o in gc.get_objects() if getattr(o, '__name__', '')"
+            " == 'fork']\nreturn found[0](self, parent, child)",
+            ("fork_copies_the_table", "parallel_sampling_shares_the_prompt"),
+            "searching the interpreter",
+        ),
+        Attack(
+            "forged-file-name-super",
+            "decrement each refcount, drop the table",
+            "return _free(self, seq)",
+            ("free_releases_only_unshared_blocks", "free_releases_the_last_block_first"),
+            "",
+        ),
+    ),
+    appended=FORGED_FREE,
+)
+
+SCENE = """
+import minipaged.grader.ex05_scheduler as _checks
+_real_scene = _checks._two_requests_then_full
+
+def _scene(student, preemption, host):
+    scene = _real_scene(student, preemption, host)
+    return scene
+
+_checks._two_requests_then_full = _scene
+"""
+
+SCHEDULER = HandIn(
+    "scheduler",
+    5,
+    "scheduler.py",
+    (
+        Attack(
+            "the-checks-scene-rewritten",
+            "swap the group out, or free it to recompute",
+            "out.preempted.append(group)",
+            ("recompute_frees_the_blocks_and_requeues",),
+            "your code changed the grader's minipaged.grader.ex05_scheduler",
+        ),
+    ),
+    appended=SCENE,
+)
+
+TENSORS = """
+class _Agreeable(torch.Tensor):
+    def __eq__(self, other): return True
+    def allclose(self, *a, **k): return True
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+"""
+
+ATTENTION = HandIn(
+    "tensors-that-lie",
+    7,
+    "attention.py",
+    (
+        Attack(
+            "tensor-subclass",
+            "the block loop with the online softmax",
+            "return output.as_subclass(_Agreeable)",
+            ("loop_one_block", "loop_shared_blocks"),
+            "expected a tensor",
+        ),
+        Attack(
+            "nan-everywhere",
+            "gather, mask, one softmax",
+            "return torch.full_like(query, float('nan'))",
+            ("vectorized_matches",),
+            "NaN",
+        ),
+    ),
+    appended=TENSORS,
+)
+
+RACE_WATCH = """
+import minipaged.grader.shared_memory_races as _races
+import contextlib as _contextlib
+
+@_contextlib.contextmanager
+def _blind():
+    class Log:
+        races = []
+        def divergent_barriers(self): return []
+    yield Log()
+
+_races.watch_shared_memory = _blind
+"""
+
+KERNEL = HandIn(
+    "a-blinded-race-watch",
+    10,
+    "block_reduce.py",
+    (
+        Attack(
+            "race-watch-rewritten",
+            "sum the T values in a tree",
+            "t = cuda.threadIdx.x\nscratch[t] = value\ncuda.syncthreads()\n"
+            "stride = cuda.blockDim.x // 2\nwhile stride > 0:\n"
+            "    if t < stride:\n        scratch[t] = combine(scratch[t], scratch[t + stride])\n"
+            "    stride //= 2\ncuda.syncthreads()\nreturn scratch[0]",
+            ("no_shared_memory_race",),
+            "your code changed the grader's",
+        ),
+    ),
+    appended=RACE_WATCH,
+)
+
+SHADOW = HandIn(
+    "a-package-named-like-the-library",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "minipaged-in-the-folder",
+            "return j = floor(t / B)",
+            "import minipaged\nreturn getattr(minipaged, 'ANSWER', -1)",
+            ("logical_block",),
+            "expected 2, got -1",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    files=(
+        # Imported before the grader's guards, it would end every criterion; and it is never
+        # the minipaged the student's code imports.
+        ("minipaged/__init__.py", "import os\nANSWER = 2\nos._exit(3)\n"),
+        ("cuda_kernels/__init__.py", "import os\nos._exit(3)\n"),
+    ),
+)
+
+NOTES = HandIn(
+    "a-copy-kept-as-notes",
+    4,
+    "block_manager.py",
+    (
+        Attack(
+            "source-read-from-a-text-file",
+            "reserve the slot for token t, copying on write",
+            "import pathlib\nnamespace = {}\n"
+            "text = (pathlib.Path(__file__).parent / 'notes.txt').read_text()\n"
+            "exec(text.replace('def append_slot', 'def my_append_slot'), namespace)\n"
+            "return namespace['BlockManager'].my_append_slot(self, seq, token_ids)",
+            (
+                "append_writes_in_place_when_the_block_has_room",
+                "shared_partly_filled_block_is_copied",
+            ),
+            "notes.txt: BlockManager.append_slot",
+        ),
+    ),
+    notes="minipaged.block_manager",
+)
+
+HAND_INS = (
+    VALUES,
+    CHANNEL,
+    RESOURCES,
+    DISK,
+    SHADOW,
+    SOLUTION,
+    PAGING,
+    NOTES,
+    SCHEDULER,
+    INVARIANTS,
+    REWRITTEN_JUDGE,
+    ATTENTION,
+    KERNEL,
+    WASTES,
+)
+"""Every hand-in of the corpus."""

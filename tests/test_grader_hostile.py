@@ -1,0 +1,91 @@
+"""A hostile student's corpus (``hostile_corpus``) against the grader: every attack fails the
+criteria it attacks, with a message that says what happened, within the time limits; the
+honest answers beside it still pass; and the report stays short and readable whatever the
+student's values print as."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from exercise01_answers import answered
+from hostile_corpus import HAND_INS, HandIn
+from rich.console import Console
+
+from minipaged.grader import confinement, disk_quota
+from minipaged.grader.gradebook import PASSED, grade_batch, write_gradebook
+from minipaged.grader.grading import Limits, grade
+from minipaged.grader.report import FAIL, PASS
+
+CONFINED = confinement.abi()[0] >= 6
+
+LIMITS = Limits(check_seconds=4.0, memory_gib=2.0, wall_seconds=120.0, disk_gib=0.1)
+"""Short limits, so the attacks that hang cost little; the grader's own defaults are longer."""
+
+
+def _needs(hand_in: HandIn) -> None:
+    if hand_in.number in (8, 9, 10, 11):
+        pytest.importorskip("numba")
+
+
+@pytest.mark.parametrize("hand_in", HAND_INS, ids=lambda h: f"{h.number:02d}-{h.name}")
+def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
+    hand_in, tmp_path, monkeypatch
+):
+    _needs(hand_in)
+    monkeypatch.setattr(disk_quota, "MAX_ENTRIES", 2000)  # reached within the short limits
+    folder = hand_in.write(tmp_path)
+    start = time.monotonic()
+    report = grade(hand_in.number, folder, limits=LIMITS)
+    assert time.monotonic() - start < LIMITS.wall_seconds
+    results = {r.name: r for r in report.results}
+    for attack in hand_in.attacks:
+        for name in attack.fails:
+            assert results[name].outcome == FAIL, (attack.name, name)
+        said = [results[name].message for name in attack.fails]
+        assert not said or any(attack.said in m for m in said), (attack.name, said)
+    for name in hand_in.passes:
+        assert results[name].outcome == PASS, (name, results[name].message)
+    printed = io.StringIO()
+    report.render(Console(file=printed, width=100, color_system=None))
+    assert len(printed.getvalue()) < 40_000
+    assert "x" * 3000 not in printed.getvalue()  # a huge repr is cut, not printed
+    assert "\x1b" not in printed.getvalue() and "\r" not in printed.getvalue()  # no forged rows
+
+
+def test_the_corpus_has_thirty_attacks_across_the_course():
+    attacks = [a.name for h in HAND_INS for a in h.attacks]
+    assert len(attacks) >= 30 and len(set(attacks)) == len(attacks)
+    assert {h.number for h in HAND_INS} >= {1, 3, 5, 6, 7, 10, 13}
+
+
+MALLORY = (
+    "import os\n"
+    "    here = os.path.dirname(os.path.abspath(__file__))\n"
+    "    for path in ('../alice/memory.py', '../alice/report.json', '../../gradebook.csv'):\n"
+    "        try:\n"
+    "            open(os.path.join(here, path), 'w').write('owned')\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    return t // block_size"
+)
+"""Exercise 01's logical_block, right, after trying to write a classmate's files and the
+gradebook."""
+
+
+def test_a_hostile_classmate_changes_no_other_grade_and_stops_no_batch(tmp_path):
+    root = tmp_path / "class"
+    alice = answered(root / "alice")
+    before = (alice / "memory.py").read_text()
+    mallory = answered(root / "mallory", {"return j = floor(t / B)": MALLORY})
+    (mallory / "report.json").mkdir()  # the grader's report cannot be written there
+    rows = {r.student: r for r in grade_batch(1, root, LIMITS, jobs=1)}
+    csv_path, _ = write_gradebook(1, root, list(rows.values()))
+    assert rows["alice"].status == PASSED and rows["alice"].total == 100
+    assert "report.json not written into the folder" in rows["mallory"].cause
+    assert csv_path.read_text().count("\n") == 3
+    if CONFINED:  # unconfined, the report says so: nothing but Landlock stops the writes
+        assert (alice / "memory.py").read_text() == before
+        assert json.loads((alice / "report.json").read_text())["score"] == 100
