@@ -47,6 +47,38 @@ MAX_FILE_BYTES = 256 * 2**20
 """RLIMIT_FSIZE: the largest file a student's code may write (its printed output included)."""
 
 
+def why_it_ended(status: int | None, limits) -> str:
+    """Why a child ended while it ran a student's code, in words a student can act on."""
+    if status is None or status == CHANNEL_LOST:
+        return (
+            "the grading process closed its channel to the grader: does your code close file "
+            "descriptors it did not open?"
+        )
+    if status >= 0:
+        return (
+            f"your code ended the grading process (exit status {status}), as os._exit() does: "
+            "return a value or raise an exception instead"
+        )
+    number = -status
+    name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else number
+    if number == signal.SIGXCPU:
+        return (
+            f"the grading process used its {limits.cpu_seconds} s of CPU time and was stopped: "
+            "a loop that never ends?"
+        )
+    if number == signal.SIGKILL:
+        return (
+            "the grading process was killed (SIGKILL): by your code, or for running out of "
+            "memory? Does your code allocate without bound?"
+        )
+    if number in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE):
+        return (
+            f"the grading process crashed ({name}) in native code: an index past an array's "
+            "end in a kernel, or a tensor of the wrong shape or type?"
+        )
+    return f"the grading process was stopped by the signal {name}: does your code send signals?"
+
+
 class Harness:
     """Serves the grader's requests on the channel ``requests`` / ``answers``, keeping every
     object it hands out in ``encoder.objects``; only the process that started it answers."""

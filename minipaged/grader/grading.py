@@ -10,7 +10,8 @@ hangs fails the criterion it was running, after which a new child takes the next
 
 The child runs under ``Limits``: an address-space limit (``RLIMIT_AS``), a CPU-time limit
 (``RLIMIT_CPU``) and a file-size limit, set by itself before any student code loads; each
-criterion has ``check_seconds`` of wall-clock time, and the whole submission
+criterion has ``check_seconds`` of wall-clock time (stretched while its code still computes on a
+busy machine: ``minipaged.grader.criterion_clock``), and the whole submission
 ``wall_seconds``; at either, the child and every process its code started is ended, whatever
 group or session it moved to (``minipaged.grader.process_tree``). Before the student's
 code loads, the library functions the exercise grades are stubbed out
@@ -154,7 +155,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         if not child.alive:
             child.start()  # starting is not the criterion's time; importing has its own
         start = time.perf_counter()
-        child.deadline = time.monotonic() + limits.check_seconds
+        child.start_clock()
         criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
         message = explained(criterion, error, RemoteStudent(child))
@@ -167,7 +168,7 @@ def _reset_or_stop(child: GradingChild, limits: Limits) -> None:
     """Let ``child`` forget the last criterion's objects, or end it when it cannot within a
     criterion's time (a finalizer of the student's that sleeps, or never returns): the next
     criterion then starts a new child, and is not blamed for the last one's objects."""
-    child.deadline = time.monotonic() + limits.check_seconds
+    child.start_clock()
     try:
         child.reset()
     except (Exception, ChildGone, TimeLimitExceeded):

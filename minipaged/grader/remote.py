@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from minipaged.grader import wire
-from minipaged.grader.child import CHANNEL_LOST
+from minipaged.grader.child import why_it_ended
+from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.process_tree import end_descendants
@@ -80,7 +81,7 @@ class GradingChild:
         self.stand_in = stand_in
         self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
         self.process: subprocess.Popen | None = None
-        self.deadline: float | None = None
+        self.clock: CriterionClock | None = None  # the running criterion's time
         self.confinement = ""
         self.loaded: dict | None = None
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
@@ -117,6 +118,7 @@ class GradingChild:
         os.close(requests_read)
         os.close(answers_write)
         self._pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
+        self.clock = None  # starting has its own time
         hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
             self._fail("sent a first message that is not its greeting")
@@ -129,7 +131,7 @@ class GradingChild:
                 f"({str(problem)[:300]}); run the same command on a machine with one"
             )
             raise DeviceUnusable(self.blocked)
-        self.deadline = time.monotonic() + self.limits.check_seconds
+        self.start_clock()
         try:
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
         except (TimeLimitExceeded, WallClockSpent) as error:
@@ -221,8 +223,10 @@ class GradingChild:
             raise ChildGone("the grading process is gone")
         self._next += 1
         ident = self._next
-        deadlines = [d for d in (self.deadline, self.wall_deadline) if d is not None]
-        deadline = min(deadlines, default=None)
+        if self.clock is not None and self.clock.expired(computing_here=True):
+            self._timed_out()
+        ends = (self.wall_deadline, self.clock and self.clock.last_moment)
+        deadline = min((end for end in ends if end is not None), default=None)
         try:
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
@@ -261,7 +265,7 @@ class GradingChild:
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
-            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch_disk)
+            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch)
         except TimeoutError:
             self._timed_out()
         except EOFError:
@@ -269,10 +273,19 @@ class GradingChild:
         except wire.ProtocolError as error:
             self._fail(f"sent something the grader cannot read while {doing} ({error})")
 
-    def _watch_disk(self) -> None:
+    def start_clock(self, seconds: float | None = None) -> None:
+        """A criterion (or a step of a TUI run) starts: it has ``seconds`` (by default
+        ``check_seconds``), stretched while it computes on a busy machine (``CriterionClock``)."""
+        seconds = self.limits.check_seconds if seconds is None else seconds
+        self.clock = CriterionClock(seconds, self.process.pid if self.process else None)
+
+    def _watch(self) -> None:
+        """While waiting for an answer: the disk quota, and the criterion's time."""
         if over := self.quota.exceeded():
             self.stop()
             raise ChildGone(f"{over}, and the grading process was ended: write less, or not at all")
+        if self.clock is not None and self.clock.expired():
+            self._timed_out()
 
     def _timed_out(self):
         self.stop()
@@ -281,7 +294,7 @@ class GradingChild:
                 f"the grading of this submission reached its {self.limits.wall_seconds:g} s "
                 "limit in all"
             )
-        raise TimeLimitExceeded(self.limits.check_seconds)
+        raise TimeLimitExceeded(self.clock.seconds if self.clock else self.limits.check_seconds)
 
     def _stand_in(self, cls: type) -> type:
         """A ``StudentBaseException`` named like ``cls``, a BaseException of Python's."""
@@ -365,35 +378,3 @@ class GradingChild:
 
 def _their_text(error) -> str:
     return getattr(error, "student_text", "")
-
-
-def why_it_ended(status: int | None, limits) -> str:
-    """Why a child ended while it ran a student's code, in words a student can act on."""
-    if status is None or status == CHANNEL_LOST:
-        return (
-            "the grading process closed its channel to the grader: does your code close file "
-            "descriptors it did not open?"
-        )
-    if status >= 0:
-        return (
-            f"your code ended the grading process (exit status {status}), as os._exit() does: "
-            "return a value or raise an exception instead"
-        )
-    number = -status
-    name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else number
-    if number == signal.SIGXCPU:
-        return (
-            f"the grading process used its {limits.cpu_seconds} s of CPU time and was stopped: "
-            "a loop that never ends?"
-        )
-    if number == signal.SIGKILL:
-        return (
-            "the grading process was killed (SIGKILL): by your code, or for running out of "
-            "memory? Does your code allocate without bound?"
-        )
-    if number in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE):
-        return (
-            f"the grading process crashed ({name}) in native code: an index past an array's "
-            "end in a kernel, or a tensor of the wrong shape or type?"
-        )
-    return f"the grading process was stopped by the signal {name}: does your code send signals?"

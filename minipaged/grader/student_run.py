@@ -95,17 +95,15 @@ def record(
     trace_file = child.temp / "run.jsonl"
     try:
         child.start()  # loads the student's files; a broken import fails the first request
-        child.deadline = (
-            time.monotonic() + STARTUP_SECONDS
-        )  # the library warming up, not their code
+        child.start_clock(STARTUP_SECONDS)  # the library warming up, not their code
         student.run(prepare, config.as_json(), requests[0][0])
         if not math.isinf(limits.wall_seconds):  # the whole run, as for a whole submission
             child.wall_deadline = time.monotonic() + limits.wall_seconds
-        child.deadline = time.monotonic() + limits.check_seconds
+        child.start_clock()
         plain = [[prompt, asdict(params)] for prompt, params in requests]
         run = student.run(start, number, title, config.as_json(), plain, str(trace_file))
         while steps < MAX_STEPS:
-            child.deadline = time.monotonic() + limits.check_seconds
+            child.start_clock()
             if not run.step():
                 break
             steps += 1
