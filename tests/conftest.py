@@ -12,6 +12,7 @@ Hypothesis profiles, chosen with ``HYPOTHESIS_PROFILE``:
 
 import math
 import os
+import re
 
 # One torch thread in every process the tests start too (the site's build, grading children,
 # the command line): their models are tiny, and on two cores shared by two workers a second
@@ -63,6 +64,14 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # xdist's workers must collect the same ids: a parameter shown by an address (the repr of
+    # an object()) differs between them, and the whole run then stops before any test runs.
+    moving = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
+    if moving:
+        raise pytest.UsageError(
+            f"{len(moving)} test ids hold a memory address, e.g. {moving[0]}: give the "
+            "parameter a stable repr or an id (parametrize's ids=)"
+        )
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
 
