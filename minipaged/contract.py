@@ -27,6 +27,9 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 FP8_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 """One-byte pools ($b = 1$, §1), dequantized to float32 as they are read."""
 
+NARROWER_POOL_DTYPES = (*FP8_POOL_DTYPES, torch.float16, torch.bfloat16)
+"""Pools a float32 query may read, each element widened to float32 as it is read."""
+
 
 def check_attention_inputs(
     query: Tensor,
@@ -131,14 +134,21 @@ def check_tensor_kinds(
                 "to one device with .to(query.device)"
             )
         pool_dtype = named[name].dtype
+        if value_pool.dtype != key_pool.dtype:
+            raise ValueError(
+                f"key_pool holds {key_pool.dtype} but value_pool holds {value_pool.dtype}: the "
+                "two pools of one cache hold one dtype; cast one with .to()"
+            )
+        # A float32 query may read narrower pools, widened as they are read: FP8 (with its
+        # scales), and the 16-bit caches `bench kv-dtype` prices under the float32 tiny model.
         if pool_dtype != query.dtype and not (
-            pool_dtype in FP8_POOL_DTYPES and query.dtype == torch.float32
+            pool_dtype in NARROWER_POOL_DTYPES and query.dtype == torch.float32
         ):
-            want = torch.float32 if pool_dtype in FP8_POOL_DTYPES else pool_dtype
+            want = torch.float32 if pool_dtype in NARROWER_POOL_DTYPES else pool_dtype
             raise ValueError(
                 f"query has dtype {query.dtype} but {name} holds {pool_dtype}: attention reads "
-                f"the pools in the query's dtype (FP8 pools in float32); cast the query with "
-                f".to({want})"
+                f"the pools in the query's dtype (narrower pools in float32); cast the query "
+                f"with .to({want})"
             )
 
 

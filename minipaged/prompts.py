@@ -31,7 +31,10 @@ def prompt_token_ids(
         if not prompt:  # as an empty prompt_token_ids is: there is nothing to continue
             raise ValueError("the prompt is empty: give at least one token")
         if tokenizer is None:
-            raise ValueError("this engine has no tokenizer: pass prompt_token_ids instead")
+            raise ValueError(
+                "this model has no tokenizer (its directory holds no tokenizer.json): pass "
+                "prompt_token_ids instead of text, or put the tokenizer.json beside the weights"
+            )
         token_ids, text = tokenizer.encode(prompt), prompt
     else:
         token_ids, text = prompt, None

@@ -375,7 +375,7 @@ class Report:
             console.print(f"  {label} {escape(r.statement)}", highlight=False)
             finding, rule = split_rule(r.message)
             shown = finding if rule == r.statement else r.message  # the line above is the rule
-            for line in printable(shown).split("\n"):
+            for line in printable(shown).split("\n") if shown else ():  # a pass says nothing
                 console.print(f"           {line}", markup=False, highlight=False)
         summary = ", ".join(f"{self.count(o)} {o}" for o in (PASS, FAIL, BLOCKED))
         summary += f", {self.score}/{self.max_score} points"

@@ -64,7 +64,11 @@ class _Shape(ast.NodeVisitor):
     def generic_visit(self, node: ast.AST) -> None:
         self.tokens.append(type(node).__name__)
         for field, value in ast.iter_fields(node):
-            if field in ("id", "arg", "attr") or (field == "name" and not _defines(node)):
+            if isinstance(node, ast.keyword) and field == "arg":
+                # f(scale=scale): the keyword is the callee's name, not one the writer chose,
+                # so renaming the variable must not change how the keyword reads
+                self.tokens.append("keyword")
+            elif field in ("id", "arg", "attr") or (field == "name" and not _defines(node)):
                 if isinstance(value, str):
                     self.name(value)
             elif isinstance(value, list):
