@@ -101,7 +101,7 @@ def check_tensor_kinds(
     query_lens: Tensor | None = None,
 ) -> None:
     """Every argument a tensor of the kind attention reads: floating-point query and pools on
-    one device, the pools of one dtype (the query's, or FP8 under a float32 query), and
+    one device, the pools of one dtype (the query's, or a narrower one under a float32 query), and
     integer tables ``[batch, max_blocks]`` and lengths ``[batch]``."""
     named = {"query": query, "key_pool": key_pool, "value_pool": value_pool}
     named |= {"block_tables": block_tables, "seq_lens": seq_lens}
@@ -127,6 +127,11 @@ def check_tensor_kinds(
             )
     if not query.is_floating_point():
         raise TypeError(f"query must be floating point, got {query.dtype}: cast it with .float()")
+    if value_pool.dtype != key_pool.dtype:
+        raise ValueError(
+            f"key_pool holds {key_pool.dtype} but value_pool holds {value_pool.dtype}: the "
+            "two pools of one cache hold one dtype; cast one with .to()"
+        )
     for name in ("key_pool", "value_pool"):
         if named[name].device != query.device:
             raise ValueError(
@@ -134,11 +139,6 @@ def check_tensor_kinds(
                 "to one device with .to(query.device)"
             )
         pool_dtype = named[name].dtype
-        if value_pool.dtype != key_pool.dtype:
-            raise ValueError(
-                f"key_pool holds {key_pool.dtype} but value_pool holds {value_pool.dtype}: the "
-                "two pools of one cache hold one dtype; cast one with .to()"
-            )
         # A float32 query may read narrower pools, widened as they are read: FP8 (with its
         # scales), and the 16-bit caches `bench kv-dtype` prices under the float32 tiny model.
         if pool_dtype != query.dtype and not (

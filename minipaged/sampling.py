@@ -47,9 +47,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        for each in ("max_tokens", "temperature", "top_p", "top_k", "n", "beam_width", "seed"):
+        numeric = ("max_tokens", "temperature", "top_p", "top_k", "n", "beam_width", "seed")
+        for each in (*numeric, "length_penalty"):
             object.__setattr__(self, each, python_number(getattr(self, each)))
-        object.__setattr__(self, "length_penalty", python_number(self.length_penalty))
         if isinstance(self.stop_token_ids, list | tuple):
             stops = tuple(python_number(token) for token in self.stop_token_ids)
             object.__setattr__(self, "stop_token_ids", stops)
@@ -120,7 +120,6 @@ class SamplingParams:
                 "beam_width beams; n is the number of independent samples), or leave "
                 "beam_width at 1",
             )
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     @property
     def num_sequences(self) -> int:
