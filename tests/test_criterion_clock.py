@@ -1,11 +1,13 @@
 """A criterion's time: a busy machine slows a right answer without failing it, while code that
 waits or computes forever is still stopped (``minipaged.grader.criterion_clock``).
 
-A busy machine is made the same way everywhere: competitors that spin on one CPU, and the code
-under test pinned to that CPU at the lowest priority (``nice 19``), so it gets a few per cent of
-a core while it stays runnable. The grading child runs in a session of its own, and Linux may
-share a CPU between sessions before it looks at niceness (autogroup scheduling), so against the
-grader the competitors each take a session of their own too.
+A busy machine is made with competitors that spin on one CPU, the code under test pinned to that
+CPU. Linux counts a thread's wait when the thread next gets the CPU, so in the unit tests the
+code under test shares the CPU evenly (a quarter of it, against three competitors) rather than
+at the lowest priority, where its count could lag by a whole fraction of a second. Against the
+grader, the grading child runs in a session of its own, and Linux may share a CPU between
+sessions before it looks at niceness (autogroup scheduling), so the competitors each take a
+session of their own too.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from minipaged.grader import criterion_clock
-from minipaged.grader.criterion_clock import CriterionClock
+from minipaged.grader.criterion_clock import CriterionClock, waited
 from minipaged.grader.grading import Limits, grade
-from minipaged.grader.process_tree import tree_usage
 from minipaged.grader.report import FAIL, PASS
 from tests.test_grader_integrity import submission
 
@@ -51,16 +52,19 @@ def ended(*processes: subprocess.Popen) -> None:
         process.wait()
 
 
-def test_tree_usage_tells_a_sleeper_from_a_spinner():
+def test_waited_counts_a_starved_thread_s_wait_and_not_a_sleeper_s():
+    """Linux updates a thread's count when the thread next gets a CPU, so the starved one gets
+    a quarter of a CPU (not a few per cent): it is counted within a few milliseconds."""
     sleeper = subprocess.Popen(["sleep", "60"])
-    spinning = spinner(0)
+    *competitors, starved = (spinner(0) for _ in range(4))
     try:
-        time.sleep(0.3)
-        assert tree_usage(sleeper.pid) == (0.0, False)
-        cpu, runnable = tree_usage(spinning.pid)
-        assert runnable and cpu > 0.1
+        before = waited(f"/proc/{starved.pid}/schedstat"), waited(f"/proc/{sleeper.pid}/schedstat")
+        time.sleep(0.5)
+        assert waited(f"/proc/{starved.pid}/schedstat") - before[0] > 0.25
+        assert waited(f"/proc/{sleeper.pid}/schedstat") - before[1] < 0.05
+        assert waited("/proc/no-such-process/schedstat") == 0.0
     finally:
-        ended(sleeper, spinning)
+        ended(sleeper, *competitors, starved)
 
 
 def test_code_that_waits_is_stopped_at_its_seconds():
@@ -74,22 +78,72 @@ def test_code_that_waits_is_stopped_at_its_seconds():
         ended(sleeper)
 
 
-def test_starved_code_runs_on_until_it_has_used_its_seconds_of_cpu():
-    competitor, starved = spinner(0), spinner(19)
+def test_starved_code_runs_on_until_it_has_had_its_seconds_on_a_cpu():
+    *competitors, starved = (spinner(0) for _ in range(4))  # a quarter of one CPU each
     try:
         clock = CriterionClock(0.3, starved.pid)
-        time.sleep(0.6)  # twice its seconds of wall-clock time, a few per cent of one CPU
+        time.sleep(0.45)  # 1.5 times its seconds of wall-clock time, about 0.11 s on the CPU
         assert not clock.expired(), "a runnable process that got little CPU was stopped"
-        ended(competitor)  # the machine is quiet again: the CPU it is owed runs out
+        ended(*competitors)  # the machine is quiet again: the CPU it is owed runs out
         time.sleep(0.5)
         assert clock.expired()
     finally:
-        ended(competitor, starved)
+        ended(*competitors, starved)
+
+
+STARVED_BY_ITS_OWN = """
+import hashlib, os, subprocess, sys, threading
+competition, cpu = sys.argv[1], int(sys.argv[2])
+os.sched_setaffinity(0, {cpu})
+data = bytes(1 << 24)
+def spin():
+    while True:
+        hashlib.sha256(data).digest()  # computes without the GIL: a CPU, not a lock, is shared
+for _ in range(3):
+    if competition == "threads":
+        threading.Thread(target=spin, daemon=True).start()
+    else:
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])  # inherits the CPU
+sys.stdout.write("on\\n"); sys.stdout.flush()
+whole = bytes(1 << 28)
+while True:  # one long call without the GIL: this thread waits for a CPU, never for the lock
+    hashlib.sha256(whole).digest()
+"""
+
+
+@pytest.mark.parametrize("competition", ["threads", "processes"])
+def test_waiting_for_its_own_threads_or_processes_earns_no_time(competition):
+    """The main thread of ``worker`` waits for a CPU its own spinners hold: that wait is not
+    credited (threads: their CPU time is taken off; processes: none is credited while they
+    run), so the clock ends at its seconds, where a competitor outside would have stretched it
+    (``test_starved_code_runs_on_until_it_has_had_its_seconds_on_a_cpu``)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", STARVED_BY_ITS_OWN, competition, str(CPU)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout.readline() == "on\n"
+        clock = CriterionClock(0.3, worker.pid)
+        before = waited(f"/proc/{worker.pid}/schedstat")
+        time.sleep(0.6)
+        assert waited(f"/proc/{worker.pid}/schedstat") - before > 0.3, "it was not starved"
+        assert clock.expired()
+    finally:
+        for pid in (
+            p for t in os.listdir(f"/proc/{worker.pid}/task") for p in _children(worker.pid, t)
+        ):
+            os.kill(pid, 9)
+        ended(worker)
+
+
+def _children(pid: int, thread: str) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{thread}/children").read_text().split()]
 
 
 def test_nothing_runs_past_the_stretch(monkeypatch):
     monkeypatch.setattr(criterion_clock, "STRETCH", 2.0)
-    competitor, starved = spinner(0), spinner(19)
+    *competitors, starved = (spinner(0) for _ in range(4))
     try:
         clock = CriterionClock(0.2, starved.pid)
         time.sleep(0.25)
@@ -97,7 +151,7 @@ def test_nothing_runs_past_the_stretch(monkeypatch):
         time.sleep(0.2)
         assert clock.expired()
     finally:
-        ended(competitor, starved)
+        ended(*competitors, starved)
 
 
 SLOW_ONCE = (

@@ -1,57 +1,141 @@
-"""A criterion's time: wall-clock seconds, stretched for code that is still computing on a busy
-machine.
+"""A criterion's time: wall-clock seconds, not counting the time its code waited for a CPU that
+others held.
 
 A criterion has ``seconds`` (``Limits.check_seconds``). On a quiet machine that is wall-clock
-time. On a busy one (a class graded in parallel, a shared CI runner) a right answer gets a
-fraction of a core and takes several times as long, and failing it for the machine's load
-would be a false alarm. So past ``seconds`` the criterion runs on while it is still computing:
-some process of the grading child is runnable, and the checks here and the student's code
-there have used less than ``seconds`` of CPU time together. Code that waits instead (a sleep, a
-stopped process, a read that never returns) is stopped at ``seconds`` as on a quiet machine,
-code that computes forever at ``seconds`` of CPU time, and nothing runs past ``STRETCH`` times
-``seconds``.
+time. On a busy one (a class graded in parallel, a shared CI runner) a right answer is
+runnable but waits its turn for a core, and takes several times as long; failing it for the
+machine's load would be a false alarm. Linux counts that wait for every thread: the second
+number of ``/proc/<pid>/schedstat`` is the nanoseconds the thread spent runnable on a run
+queue without running. So a criterion ends at
+
+    start + seconds + credit
+
+where the credit is what the worker's main thread (which runs the student's code) and the
+grader's own thread (which runs the checks) waited since the criterion started. Code that
+sleeps, is stopped or blocks on a read waits for no CPU, so it is stopped at ``seconds`` as on
+a quiet machine; code that computes forever is stopped once it has had ``seconds`` on a core.
+
+The wait may be for the student's own work, not for others':
+
+- the CPU time the worker's other threads and its ended children used meanwhile is taken off
+  the credit (spinning threads buy nothing);
+- while any other process runs under the grading child (a fork bomb, a spinner in a session
+  of its own), nothing is credited at all;
+- nothing runs past ``STRETCH`` times ``seconds``.
+
+Where Linux keeps no such counts (another system, a kernel without ``CONFIG_SCHED_INFO`` or
+``CONFIG_PROC_CHILDREN``) nothing is credited: the clock is the wall clock. A look reads a few
+small files, however many processes the student's code started.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
-
-from minipaged.grader.process_tree import tree_usage
+from typing import NamedTuple
 
 STRETCH = 10.0
 """How many times its ``seconds`` of wall-clock time a criterion may take on a busy machine."""
 
-LOOK_SECONDS = 0.5
-"""How often, past ``seconds``, the clock looks at the child's processes: a look reads every
-``/proc/*/stat``, and a check that asks the child many small questions must not spend its CPU
-time looking."""
+LOOK_SECONDS = 0.1
+"""How often, past its deadline, the clock reads the counts again."""
+
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""Clock ticks per second, the unit of ``/proc/<pid>/stat``'s CPU times."""
+
+
+def _fields(path: str) -> list[bytes]:
+    """The whitespace-separated fields of a ``/proc`` file, after the command name where it has
+    one (``stat``: the name may hold spaces); ``[]`` where the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return text[text.rfind(b")") + 1 :].split()
+
+
+def _pids(path: str) -> list[int]:
+    """The pids in a ``/proc/<pid>/task/<tid>/children`` file (``OSError`` where it is missing)."""
+    with open(path, "rb") as f:
+        return [int(pid) for pid in f.read().split()]
+
+
+def _cpu(fields: list[bytes], first: int) -> float:
+    """Seconds from the clock-tick fields of ``stat`` from ``first`` on: state is field 0 here,
+    utime stime cutime cstime (fields 14-17 of proc(5)) are 11-14."""
+    return sum(int(tick) for tick in fields[first:15]) / TICK
+
+
+def waited(path: str) -> float:
+    """Seconds the thread whose ``schedstat`` is at ``path`` has spent waiting for a CPU (0 where
+    it cannot be read)."""
+    fields = _fields(path)
+    return int(fields[1]) / 1e9 if len(fields) > 1 else 0.0
+
+
+class Counts(NamedTuple):
+    waited: float  # the worker's main thread and the checks' thread, waiting for a CPU
+    others: float  # CPU seconds of the worker's other threads and ended children
 
 
 class CriterionClock:
-    """The time of one criterion (or one step of a student's TUI run) against the grading
-    child whose pid is ``root``."""
+    """The time of one criterion (or one step of a student's TUI run). ``worker``: the process
+    running the student's code; ``supervisor``: the grading child's first process, under which
+    every process the code starts stays (``process_tree.supervise``). Without them only the
+    checks' thread counts."""
 
-    def __init__(self, seconds: float, root: int | None) -> None:
-        self.seconds, self.root = seconds, root
-        start = time.monotonic()
-        self.deadline = start + seconds  # the wall clock's share
-        self.last_moment = start + STRETCH * seconds
-        self.cpu_at_start = self._usage()[0]
-        self.next_look = self.deadline
+    def __init__(self, seconds: float, worker: int | None = None, supervisor: int | None = None):
+        self.seconds, self.worker, self.supervisor = seconds, worker, supervisor
+        self.checks = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        self.start = time.monotonic()
+        self.deadline = self.start + seconds
+        self.last_moment = self.start + STRETCH * seconds
+        self.credit = 0.0
+        self.last = self._counts()
 
-    def _usage(self) -> tuple[float, bool]:
-        """CPU seconds used here and in the child's tree, and whether the tree is runnable."""
-        cpu, runnable = tree_usage(self.root) if self.root is not None else (0.0, False)
-        return time.process_time() + cpu, runnable
+    def _counts(self) -> Counts:
+        wait = waited(self.checks)
+        if self.worker is None:
+            return Counts(wait, 0.0)
+        main = _fields(f"/proc/{self.worker}/schedstat")  # run, wait (ns), timeslices
+        process = _fields(f"/proc/{self.worker}/stat")
+        if len(main) < 2 or len(process) < 15:
+            return Counts(wait, 0.0)
+        whole = _cpu(process, 11)  # every thread's, and the children's it reaped
+        if self.supervisor not in (None, self.worker):  # and the orphans the supervisor reaped
+            whole += _cpu(_fields(f"/proc/{self.supervisor}/stat"), 13)
+        return Counts(wait + int(main[1]) / 1e9, max(whole - int(main[0]) / 1e9, 0.0))
 
-    def expired(self, computing_here: bool = False) -> bool:
-        """Whether the criterion's time is spent. ``computing_here``: the checks in this
-        process are running (between two questions to the child), so they count as runnable."""
+    def _alone(self) -> bool:
+        """Whether the worker is the only process under the supervisor (unknown: no)."""
+        try:
+            below = []
+            if self.supervisor not in (None, self.worker):
+                s = self.supervisor
+                below += [p for p in _pids(f"/proc/{s}/task/{s}/children") if p != self.worker]
+            for thread in os.listdir(f"/proc/{self.worker}/task"):
+                below += _pids(f"/proc/{self.worker}/task/{thread}/children")
+        except OSError:
+            return False
+        return not below
+
+    def expired(self) -> bool:
+        """Whether the criterion's time is spent. The counts are read only once the deadline
+        as last computed has passed, at most every ``LOOK_SECONDS``."""
         now = time.monotonic()
+        if now < self.deadline:
+            return False
         if now >= self.last_moment:
             return True
-        if now < self.next_look:
-            return False
-        self.next_look = now + LOOK_SECONDS
-        cpu, runnable = self._usage()
-        return cpu - self.cpu_at_start >= self.seconds or not (runnable or computing_here)
+        counts = self._counts()
+        if self.worker is None or self._alone():
+            gained = (counts.waited - self.last.waited) - (counts.others - self.last.others)
+            self.credit += max(gained, 0.0)
+        self.last = counts
+        self.deadline = self.start + self.seconds + self.credit
+        if now >= self.deadline:
+            return True
+        self.deadline = min(self.deadline, now + LOOK_SECONDS)
+        return False

@@ -40,10 +40,9 @@ FORK_HEADROOM = 512
 limit counts every process of the user, and root is not held to it)."""
 
 
-def _processes() -> dict[int, tuple[int, str, int]]:
-    """Every live process's parent, state (``R``, ``S``, ``Z`` ...) and CPU time in clock
-    ticks (its own and its reaped children's), by pid, from ``/proc/*/stat``. A process that
-    ends while it is read is left out."""
+def _parents() -> dict[int, tuple[int, str]]:
+    """Every live process's parent and state (``R``, ``S``, ``Z`` ...), by pid, from
+    ``/proc/*/stat``. A process that ends while it is read is left out."""
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -54,35 +53,36 @@ def _processes() -> dict[int, tuple[int, str, int]]:
         except OSError:
             continue
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after
-        # the last ")". Fields 14-17 of proc(5), utime stime cutime cstime, are 11-14 here.
+        # the last ")".
         fields = stat[stat.rfind(b")") + 2 :].split()
-        ticks = sum(int(tick) for tick in fields[11:15])
-        found[int(entry.name)] = (int(fields[1]), fields[0].decode(), ticks)
+        found[int(entry.name)] = (int(fields[1]), fields[0].decode())
     return found
 
 
-def descendants(root: int, processes: dict | None = None) -> list[int]:
+def descendants(root: int) -> list[int]:
     """The pids of ``root``'s live descendants (zombies left out: they hold no resources and
     a signal cannot end them), parents before their children."""
-    processes = _processes() if processes is None else processes
+    parents = _parents()
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in processes.items():
+    for pid, (ppid, _) in parents.items():
         children.setdefault(ppid, []).append(pid)
     found, frontier = [], [root]
     while frontier:
         below = [c for p in frontier for c in children.get(p, ())]
-        found += [pid for pid in below if processes[pid][1] not in "ZX"]
+        found += [pid for pid in below if parents[pid][1] not in "ZX"]
         frontier = below
     return found
 
 
-def tree_usage(root: int) -> tuple[float, bool]:
-    """The CPU seconds ``root`` and its descendants have used, and whether any of them is
-    runnable (state ``R``: computing, or waiting only for a CPU)."""
-    processes = _processes()
-    tree = [pid for pid in (root, *descendants(root, processes)) if pid in processes]
-    ticks = sum(processes[pid][2] for pid in tree)
-    return ticks / os.sysconf("SC_CLK_TCK"), any(processes[pid][1] == "R" for pid in tree)
+def worker_of(supervisor: int) -> int:
+    """The worker ``supervise`` forked under ``supervisor``: its one child, read when the worker
+    greets the grader, before any student code runs. ``supervisor`` itself where there was no
+    split (off Linux, no subreaper) or Linux does not list a process's children."""
+    try:
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except OSError:
+        return supervisor
+    return int(children[0]) if len(children) == 1 else supervisor
 
 
 def end_descendants(root: int, seconds: float = SWEEP_SECONDS) -> int:

@@ -34,7 +34,7 @@ from minipaged.grader.child import why_it_ended
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
-from minipaged.grader.process_tree import end_descendants
+from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.time_limit import TimeLimitExceeded
 
 STARTUP_SECONDS = 300.0
@@ -82,6 +82,7 @@ class GradingChild:
         self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
         self.process: subprocess.Popen | None = None
         self.clock: CriterionClock | None = None  # the running criterion's time
+        self.worker: int | None = None  # the process that runs the student's code
         self.confinement = ""
         self.loaded: dict | None = None
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
@@ -123,6 +124,7 @@ class GradingChild:
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
             self._fail("sent a first message that is not its greeting")
         self.confinement = hello["hello"][:300]
+        self.worker = worker_of(self.process.pid)  # read before any student code runs
         problem = hello.get("gpu")
         if self.runs_in == "gpu" and problem:
             self.stop()
@@ -223,7 +225,7 @@ class GradingChild:
             raise ChildGone("the grading process is gone")
         self._next += 1
         ident = self._next
-        if self.clock is not None and self.clock.expired(computing_here=True):
+        if self.clock is not None and self.clock.expired():
             self._timed_out()
         ends = (self.wall_deadline, self.clock and self.clock.last_moment)
         deadline = min((end for end in ends if end is not None), default=None)
@@ -277,7 +279,10 @@ class GradingChild:
         """A criterion (or a step of a TUI run) starts: it has ``seconds`` (by default
         ``check_seconds``), stretched while it computes on a busy machine (``CriterionClock``)."""
         seconds = self.limits.check_seconds if seconds is None else seconds
-        self.clock = CriterionClock(seconds, self.process.pid if self.process else None)
+        if self.process is None:
+            self.clock = CriterionClock(seconds)
+        else:
+            self.clock = CriterionClock(seconds, self.worker, self.process.pid)
 
     def _watch(self) -> None:
         """While waiting for an answer: the disk quota, and the criterion's time."""
