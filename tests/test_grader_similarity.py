@@ -26,7 +26,9 @@ from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.grading import grade
 from minipaged.grader.report import FAIL
 
-COMPARED = [n for n, ex in EXERCISES.items() if similarity.library_shapes(ex.graded)]
+ANSWERS = Path(__file__).parent / "student_answers"
+
+COMPARED = [n for n, ex in EXERCISES.items() if similarity.library_shapes(ex)]
 """The exercises with a graded function long enough to compare (not 01, 02 and 06)."""
 
 
@@ -98,8 +100,12 @@ def test_a_disguised_copy_fails_every_criterion_without_running(tmp_path):
 
 
 def honest_answers() -> list[tuple[str, ast.AST]]:
-    """Every function of the honest answers the project knows, with where it is from."""
+    """Every function of the honest answers the project knows, with where it is from: the
+    whole answers of ``student_answers`` (right or wrong, each written apart from the
+    library) among them."""
     found = []
+    for path in sorted(ANSWERS.rglob("*.py")):
+        found.append((str(path.relative_to(ANSWERS)), ast.parse(path.read_text())))
     for path in sorted(TUTORIALS.rglob("*.py")):
         found.append((str(path.relative_to(TUTORIALS)), ast.parse(path.read_text())))
     five = EXERCISES[5]
@@ -132,10 +138,27 @@ def test_honest_answers_are_not_flagged_and_the_margin_holds(tmp_path):
         honest += [(f"{module}:{f.name}", f) for f in functions]
     worst = (0.0, "", "")
     for number in COMPARED:
-        for name, theirs in similarity.library_shapes(EXERCISES[number].graded).items():
+        for name, graded in similarity.library_shapes(EXERCISES[number]).items():
             for where, function in honest:
                 mine = similarity.shape(function)
-                bound = 2 * min(len(mine), len(theirs)) / (len(mine) + len(theirs))
-                if bound > worst[0]:
-                    worst = max(worst, (similarity.ratio(mine, theirs), name, where))
+                most = similarity._discounted(min(len(mine), len(graded.tokens)), len(mine), graded)
+                if most > worst[0]:
+                    worst = max(worst, (similarity.alike(mine, graded), name, where))
     assert worst[0] <= similarity.HONEST_MAX, worst
+
+
+@pytest.mark.parametrize("number", COMPARED)
+def test_the_closest_copy_scores_well_above_the_most_alike_honest_answer(number):
+    """A disguised (and edited) copy of each exercise's solution scores ``MARGIN`` or more
+    above ``HONEST_MAX`` in its best function: the module as a whole is refused by it."""
+    shapes = similarity.library_shapes(EXERCISES[number])
+    for extra in (False, True):
+        best = 0.0
+        for module in EXERCISES[number].solution.values():
+            found = similarity.matches(ast.parse(disguised(module, extra)), shapes)
+            best = max([best, *(ratio for _, _, ratio in found)])
+        assert best >= similarity.HONEST_MAX + MARGIN, (number, extra, best)
+
+
+MARGIN = 0.09
+"""How far the lowest copy's score stays above the highest honest one's."""

@@ -146,8 +146,7 @@ def _copy_finder(prints: dict):
 def copies(ex: Exercise, folder: Path) -> str:
     """Why the student's ``folder`` holds a copy of a graded library function, or ``""``: the
     library's compiled code, or its shape in disguise (``minipaged.grader.similarity``)."""
-    library = Library(ex)
-    shapes = similarity.library_shapes(ex.graded)
+    copied = copy_finder(ex)
     # Every file, not only .py: a copy kept as notes.txt is read and run by a line of code.
     files = sorted(p for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
     for path in files[:MAX_FILES]:  # a link (/dev/zero behind it never ends) is not followed
@@ -158,24 +157,40 @@ def copies(ex: Exercise, folder: Path) -> str:
             continue
         if len(source) > MAX_BYTES:
             continue
-        try:
-            code = compile(source, str(path), "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue  # the import reports it
-        found = library.copied(code)
-        if not found:
-            alike = similarity.matches(ast.parse(source), shapes)
-            found = "; ".join(
-                f"{mine} matches the library's solution ({theirs.replace(':', '.')}, "
-                f"{ratio:.0%} alike once names, docstrings and order are set aside)"
-                for mine, theirs, ratio in alike
-            )
+        found = copied(source, str(path))
         if found:
-            return (
-                f"{path.relative_to(folder)}: {found}. Exercise {ex.number:02d} grades your "
-                "own code: write it yourself, from the starter"
-            )
+            return f"{path.relative_to(folder)}: {found}. {write_your_own(ex)}"
     return ""
+
+
+def write_your_own(ex: Exercise) -> str:
+    return f"Exercise {ex.number:02d} grades your own code: write it yourself, from the starter"
+
+
+def copy_finder(ex: Exercise):
+    """``copied(source, filename)``: which graded library function of ``ex`` the Python
+    ``source`` copies (its compiled code, or its shape in disguise), or ``""``; ``""`` too for
+    what is not Python. Judges a file of the student's folder (``copies``) as well as code
+    their code compiled at run time (``minipaged.grader.runtime_code``)."""
+    library = Library(ex)
+    shapes = similarity.library_shapes(ex)
+
+    def copied(source: bytes | str, filename: str) -> str:
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True)
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return ""  # the import reports it
+        found = library.copied(code)
+        if found:
+            return found
+        return "; ".join(
+            f"{mine} matches the library's solution ({theirs.replace(':', '.')}, "
+            f"{ratio:.0%} alike once names, docstrings and order are set aside)"
+            for mine, theirs, ratio in similarity.matches(tree, shapes)
+        )
+
+    return copied
 
 
 _HAND_OVER = "minipaged.grader.delegation.hand-over"

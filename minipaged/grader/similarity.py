@@ -6,7 +6,13 @@ Each function is reduced to its *shape*: the syntax tree walked depth first, one
 argument, an attribute) replaced by the order it first appears in (``n0``, ``n1`` ...), numbers
 kept, strings reduced to ``str``, docstrings left out; the function's own name is not part of
 it, nor is where in the file it stands. Two shapes are compared with ``difflib``'s ratio
-(twice the matching tokens over both lengths: 1.0 for the same shape).
+(twice the matching tokens over both lengths: 1.0 for the same shape), less what every student
+is given: the tokens of the graded function that match its version in the exercise's starter
+(the signature, a nested function and its ``return``) are taken out of the matches and of both
+lengths (``alike``). A copy still scores 1.0; an honest answer no longer scores for the lines
+it was handed. Exercise 05's right answer in ``tests/student_answers`` reached 0.858 against
+``Scheduler._preempt`` without this, and 0.844 with it: the rest is its statement, which names
+every step in order.
 
 A graded library function whose shape has at least ``MIN_TOKENS`` tokens is *matched* by a
 student's function of ratio ``THRESHOLD`` or more. Shorter functions are left out: there are
@@ -33,6 +39,7 @@ import ast
 import difflib
 import importlib.util
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 MIN_TOKENS = 140
@@ -41,8 +48,10 @@ MIN_TOKENS = 140
 THRESHOLD = 0.9
 """The ratio from which a student's function is the library's in disguise."""
 
-HONEST_MAX = 0.82
-"""The highest ratio the honest answers the project knows reach (measured by the tests)."""
+HONEST_MAX = 0.85
+"""The highest ``alike`` the honest answers the project knows reach (measured by the tests:
+0.844, exercise 05's ``_preempt``, whose docstring dictates every step; 0.818, exercise 10's
+``tree_reduce``). The closest disguised copy of each exercise scores 0.94 or more."""
 
 DICTATED = frozenset({"cuda_kernels.cache_ops:reshape_and_cache_kernel"})
 """Graded functions long enough to compare whose statement dictates every line: an answer
@@ -114,21 +123,57 @@ def ratio(a: list[str], b: list[str]) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def library_shapes(graded: tuple[str, ...]) -> dict[str, list[str]]:
-    """The shapes of the graded library functions ``graded`` (``"module:Qual.name"``) long
-    enough to compare, by name."""
-    shapes: dict[str, list[str]] = {}
+@dataclass(frozen=True)
+class Graded:
+    """A graded library function's shape, and how many of its tokens match its version in the
+    starter (``given``): the signature, a nested function and its ``return``, what every
+    student is given before writing a line."""
+
+    tokens: list[str]
+    given: int
+
+
+def _matching(a: list[str], b: list[str]) -> int:
+    """How many tokens of ``a`` and ``b`` match, in difflib's matching blocks."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return sum(size for _, _, size in matcher.get_matching_blocks())
+
+
+def library_shapes(ex) -> dict[str, Graded]:
+    """The shapes of exercise ``ex``'s graded library functions (``ex.graded``:
+    ``"module:Qual.name"``) long enough to compare, by name, each with what its starter
+    (``ex.starter``) gives."""
+    shapes: dict[str, Graded] = {}
     trees: dict[str, ast.AST] = {}
-    for name in graded:
+    stems = {module: stem for stem, module in ex.solution.items()}
+    for name in ex.graded:
         module, _, qualname = name.partition(":")
         if module not in trees:
             trees[module] = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
+            starter = ex.starter / f"{stems[module]}.py"
+            trees[stems[module]] = ast.parse(starter.read_text()) if starter.exists() else None
         found = _find(trees[module], qualname.split("."))
         if name in DICTATED or found is None:
             continue
         if len(tokens := shape(found)) >= MIN_TOKENS:
-            shapes[name] = tokens
+            starter = _find(trees[stems[module]], qualname.split("."))
+            given = _matching(tokens, shape(starter)) if starter is not None else 0
+            shapes[name] = Graded(tokens, given)
     return shapes
+
+
+def alike(mine: list[str], library: Graded) -> float:
+    """How alike a student's shape ``mine`` and a graded function are in what the student
+    wrote: ``ratio``'s twice the matching tokens over both lengths, with the tokens the
+    starter gives (``Graded.given``) taken out of the matches and of both lengths. 1.0 for the
+    same shape, whatever the starter gives; an honest answer scores no higher for keeping the
+    starter's signature."""
+    return _discounted(_matching(mine, library.tokens), len(mine), library)
+
+
+def _discounted(matching: int, length: int, library: Graded) -> float:
+    rest = length + len(library.tokens) - 2 * library.given  # both, without what is given
+    return max(0.0, 2 * (matching - library.given) / rest) if matching > library.given else 0.0
 
 
 def _find(tree: ast.AST, path: list[str]):
@@ -138,19 +183,21 @@ def _find(tree: ast.AST, path: list[str]):
     return None
 
 
-def matches(tree: ast.AST, library: dict[str, list[str]]) -> list[tuple[str, str, float]]:
-    """``(student function, library function, ratio)`` for each function of ``tree`` that
+def matches(tree: ast.AST, library: dict[str, Graded]) -> list[tuple[str, str, float]]:
+    """``(student function, library function, alike)`` for each function of ``tree`` that
     matches a graded library function (``library_shapes``), best first."""
     found = []
     for function in functions(tree):
         mine = shape(function)
-        for name, theirs in library.items():
-            # Cheap upper bounds first (lengths, then token counts): the full ratio is slow,
-            # a tenth of a second for the longest pair (profiled).
-            matcher = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
-            if matcher.real_quick_ratio() < THRESHOLD or matcher.quick_ratio() < THRESHOLD:
+        for name, graded in library.items():
+            # Cheap upper bounds on the matching tokens first (lengths, then token counts):
+            # the full match is slow, a tenth of a second for the longest pair (profiled).
+            matcher = difflib.SequenceMatcher(None, mine, graded.tokens, autojunk=False)
+            half = (len(mine) + len(graded.tokens)) / 2
+            bound = min(matcher.real_quick_ratio(), matcher.quick_ratio()) * half
+            if _discounted(bound, len(mine), graded) < THRESHOLD:
                 continue
-            alike = matcher.ratio()
+            alike = _discounted(_matching(mine, graded.tokens), len(mine), graded)
             if alike >= THRESHOLD:
                 found.append((function.name, name, alike))
     return sorted(found, key=lambda match: -match[2])
