@@ -14,11 +14,20 @@ recursion, finalizers, representations that never end).
 
 from __future__ import annotations
 
+import ast
+import base64
+import codecs
+import importlib
 import importlib.util
+import inspect
+import marshal
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
+
+ANSWERS = Path(__file__).parent / "student_answers"
 
 
 @dataclass(frozen=True)
@@ -715,6 +724,160 @@ NOTES = HandIn(
     notes="minipaged.block_manager",
 )
 
+# -- code that runs but was never on disk ----------------------------------------------------
+
+
+def _library_class(qualname: str, module: str = "minipaged.block_manager") -> str:
+    """The library's method ``Class.name`` of ``module``, as the source of a subclass
+    ``_Copied`` of the student's class: what an encoded copy decodes to."""
+    owner, name = qualname.split(".")
+    method = getattr(getattr(importlib.import_module(module), owner), name)
+    return f"class _Copied({owner}):\n" + inspect.getsource(method)
+
+
+def _right_body(number: int, file: str, qualname: str) -> str:
+    """The body of ``qualname`` in exercise ``number``'s right answer (``student_answers``),
+    without its indentation: an honest answer to write beside an attack."""
+    source = (ANSWERS / f"ex{number:02d}" / "right" / file).read_text()
+    node = ast.parse(source)
+    for part in qualname.split("."):
+        node = next(n for n in node.body if getattr(n, "name", None) == part)
+    lines = source.splitlines()[node.body[0].lineno - 1 : node.body[-1].end_lineno]
+    return textwrap.dedent("\n".join(lines))
+
+
+_ENCODED = (
+    f"_FREE = {base64.b64encode(_library_class('BlockManager.free').encode())!r}\n"
+    f"_FORK = {codecs.encode(_library_class('BlockManager.fork'), 'rot13')!r}\n"
+    f"_FORK_CODE = {marshal.dumps(compile(_library_class('BlockManager.fork'), 'x', 'exec'))!r}\n"
+)
+
+FORK_HONEST = {
+    "copy the table, raise each refcount": _right_body(3, "block_manager.py", "BlockManager.fork")
+}
+FREE_HONEST = {
+    "decrement each refcount, drop the table": _right_body(
+        3, "block_manager.py", "BlockManager.free"
+    )
+}
+FREE_FAILS = ("free_releases_only_unshared_blocks", "free_releases_the_last_block_first")
+FORK_FAILS = ("fork_copies_the_table", "fork_raises_each_refcount_by_one")
+FORK_ONLY = FORK_FAILS + ("parallel_sampling_shares_the_prompt", "fork_refuses_bad_sequences")
+"""The criteria that call no ``free``: they pass beside an attack on it."""
+SAID = "compiled at run time"
+
+NEVER_ON_DISK = (
+    HandIn(
+        "base64-decoded-and-run",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "exec-of-base64",
+                "decrement each refcount, drop the table",
+                "import base64\nnamespace = dict(globals())\n"
+                "exec(base64.b64decode(_FREE), namespace)\n"
+                "return namespace['_Copied'].free(self, seq)",
+                FREE_FAILS,
+                SAID,
+            ),
+        ),
+        passes=FORK_ONLY,
+        honest=FORK_HONEST,
+        appended=_ENCODED,
+    ),
+    HandIn(
+        "rot13-compiled-into-a-function",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "compile-then-function-type",
+                "copy the table, raise each refcount",
+                "import codecs, types\n"
+                "module = compile(codecs.decode(_FORK, 'rot13'), 'lecture-notes', 'exec')\n"
+                "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+                "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+                "return types.FunctionType(method, globals())(self, parent, child)",
+                FORK_FAILS,
+                SAID,
+            ),
+        ),
+        passes=("free_releases_the_last_block_first",),
+        honest=FREE_HONEST,
+        appended=_ENCODED,
+    ),
+    HandIn(
+        "a-code-object-from-bytes",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "marshal-loads",
+                "copy the table, raise each refcount",
+                "import marshal\nnamespace = dict(globals())\n"
+                "exec(marshal.loads(_FORK_CODE), namespace)\n"
+                "return namespace['_Copied'].fork(self, parent, child)",
+                FORK_FAILS,
+                "cannot read",
+            ),
+        ),
+        passes=("free_releases_the_last_block_first",),
+        honest=FREE_HONEST,
+        appended=_ENCODED,
+    ),
+    HandIn(
+        "a-module-generated-and-imported",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "module-written-to-the-temp-folder",
+                "decrement each refcount, drop the table",
+                "import base64, importlib, sys, tempfile, pathlib\n"
+                "folder = pathlib.Path(tempfile.mkdtemp())\n"
+                "(folder / 'lecture.py').write_text('from block_manager import *\\n'"
+                " + base64.b64decode(_FREE).decode())\n"
+                "sys.path.insert(0, str(folder))\n"
+                "return importlib.import_module('lecture')._Copied.free(self, seq)",
+                FREE_FAILS,
+                SAID,
+            ),
+        ),
+        passes=FORK_ONLY,
+        honest=FORK_HONEST,
+        appended=_ENCODED,
+    ),
+    HandIn(
+        "a-loader-given-a-source-string",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "spec-from-loader",
+                "copy the table, raise each refcount",
+                "import codecs, importlib.abc, importlib.util\n"
+                "class Loader(importlib.abc.SourceLoader):\n"
+                "    def get_filename(self, name): return name + '.py'\n"
+                "    def get_data(self, path):\n"
+                "        return ('from block_manager import *\\n'"
+                " + codecs.decode(_FORK, 'rot13')).encode()\n"
+                "spec = importlib.util.spec_from_loader('notes', Loader())\n"
+                "module = importlib.util.module_from_spec(spec)\n"
+                "spec.loader.exec_module(module)\n"
+                "return module._Copied.fork(self, parent, child)",
+                FORK_FAILS,
+                SAID,
+            ),
+        ),
+        passes=("free_releases_the_last_block_first",),
+        honest=FREE_HONEST,
+        appended=_ENCODED,
+    ),
+)
+"""A copy of the library's ``fork`` or ``free`` that is on no file of the folder: encoded,
+and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -730,5 +893,6 @@ HAND_INS = (
     ATTENTION,
     KERNEL,
     WASTES,
+    *NEVER_ON_DISK,
 )
 """Every hand-in of the corpus."""
