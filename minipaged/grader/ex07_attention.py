@@ -113,16 +113,9 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
     differs by more than ``tolerance``."""
     query, key_pool, value_pool, tables, lens, scale, block_size = case.args
     where = f"{call_of(name, case)} on {case.what}"
+    given = [a.clone() for a in (query, key_pool, value_pool, tables, lens)]
     try:
-        got = function(
-            query.clone(),
-            key_pool.clone(),
-            value_pool.clone(),
-            tables.clone(),
-            lens.clone(),
-            scale,
-            block_size,
-        )
+        got = function(*given, scale, block_size)
     except Exception as error:  # the student's: its message names this call too
         note_call(error, where)
         raise
@@ -131,6 +124,19 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
         raise CheckFailed(
             f"{where}: expected a tensor {tuple(case.expected.shape)} "
             f"[batch, num_heads, head_dim], got {shape}"
+        )
+    for argument, before, after in zip(ARGUMENTS, case.args, given, strict=False):
+        if not _same(before, after):
+            raise CheckFailed(
+                f"{where}: your function changed its argument {argument}, which belongs to "
+                f"the caller (the engine reads it again after the call): compute on a copy "
+                f"({argument}.clamp(...), not clamp_(...); x = x * scale, not x *= scale)"
+            )
+    if got.dtype != query.dtype:
+        raise CheckFailed(
+            f"{where}: returned {got.dtype}, expected {query.dtype}, the query's dtype, "
+            "whatever precision you compute in: make the output with torch.zeros_like(query) "
+            "or cast it back with .to(query.dtype)"
         )
     for b in range(got.shape[0]):
         for h in range(got.shape[1]):
@@ -146,6 +152,20 @@ def compare(name: str, function, case: Case, tolerance: float = TOLERANCE) -> No
                     f"{where}: sequence {b} (L={int(lens[b])}), head {h}: expected "
                     f"{_short(want)}, got {_short(row)} (max error {error:.2g})"
                 )
+
+
+ARGUMENTS = ("query", "key_pool", "value_pool", "block_tables", "seq_lens")
+"""The tensor arguments of both functions, in order: the caller's, read again after the call."""
+
+
+def _same(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Whether a tensor argument is as it was given, NaN where it held NaN (unused slots)."""
+    return (
+        before.dtype == after.dtype
+        and before.shape == after.shape
+        and bool(torch.equal(before.isnan(), after.isnan()))
+        and bool(torch.equal(before.nan_to_num(0.0), after.nan_to_num(0.0)))
+    )
 
 
 def call_of(name: str, case: Case) -> str:
