@@ -874,6 +874,36 @@ NEVER_ON_DISK = (
         honest=FREE_HONEST,
         appended=_ENCODED,
     ),
+    HandIn(
+        "code-run-in-another-process",
+        1,
+        "memory.py",
+        (
+            Attack(
+                "another-python",
+                "return j = floor(t / B)",
+                "import subprocess, sys\n"
+                "line = f'print({t} // {block_size})'\n"
+                "return int(subprocess.check_output([sys.executable, '-c', line]))",
+                ("logical_block",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "compiled-in-a-fork",
+                "return o = t mod B",
+                "import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
+                "    namespace = {}\n"
+                "    exec('def offset(t, b):\\n    return t % b', namespace)\n"
+                "    os.write(w, str(namespace['offset'](t, block_size)).encode())\n"
+                "    os._exit(0)\n"
+                "os.close(w)\nreturn int(os.read(r, 64) or -1)",
+                ("block_offset",),
+                "",
+            ),
+        ),
+        passes=("slot",),
+        honest=RIGHT_SLOT,
+    ),
 )
 """A copy of the library's ``fork`` or ``free`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""

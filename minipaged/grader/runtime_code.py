@@ -55,10 +55,21 @@ UNREADABLE = (
     ".pyc file, or built by hand, is refused)"
 )
 
+ELSEWHERE = (
+    "your code {}: the grader reads the code your functions run, and cannot follow it there; "
+    "compute in your own functions, in the grading process"
+)
+
+STARTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system")
+"""Audit events of a program started: another Python there would run code no hook sees."""
+
 _COLLECT = "minipaged.grader.runtime_code.collect"
 """The audit event by which the child's answer asks for the sources recorded since the last."""
 
 _MODES = ("exec", "eval", "single")
+
+RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load")
+"""Audit events of code compiled, loaded or run."""
 
 
 def trusted_roots(folder: Path) -> tuple[str, ...]:
@@ -88,6 +99,19 @@ def watch(folder: Path, answering: CodeType) -> None:
     pending: list[list[str]] = []  # [where, filename, source] not yet sent
     state = {"bytes": 0, "busy": False}
     unparse, collect_code = ast.unparse, collect.__code__
+    owner, getpid = os.getpid(), os.getpid
+    pythons = {os.path.basename(sys.executable), os.path.basename(os.path.realpath(sys.executable))}
+
+    def python_in(value) -> bool:
+        """Whether a program's name or arguments (``STARTS``' events) name a Python."""
+        if type(value) in (list, tuple):
+            return any(python_in(item) for item in value)
+        if type(value) is bytes:
+            value = value.decode(errors="replace")
+        if type(value) is not str:
+            value = str(getattr(value, "__fspath__", lambda: "")())
+        words = value.replace("/", " ").replace("\t", " ").split()
+        return any(word.startswith("python") or word in pythons for word in words)
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
@@ -145,7 +169,7 @@ def watch(folder: Path, answering: CodeType) -> None:
                 args[0].append(pending[:])
                 pending.clear()
             return
-        if event not in ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load"):
+        if event not in RECORDED and event not in STARTS:
             return
         if state["busy"]:  # the hook's own compiling
             return
@@ -155,7 +179,12 @@ def watch(folder: Path, answering: CodeType) -> None:
             return
         state["busy"] = True
         try:
-            if event == "compile":
+            if event in STARTS:
+                if python_in(list(args[:2])):
+                    raise LibraryDelegation(ELSEWHERE.format("starts a Python interpreter"))
+            elif event == "compile":
+                if getpid() != owner:  # its record would never reach the grader
+                    raise LibraryDelegation(ELSEWHERE.format("compiles code in a forked process"))
                 source = args[0]
                 if type(source) is str:
                     source = source.encode()
@@ -177,7 +206,7 @@ def watch(folder: Path, answering: CodeType) -> None:
 
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
     installed, student_frame, record = private(installed), private(student_frame), private(record)
-    readable = private(readable)
+    readable, python_in = private(readable), private(python_in)
     sys.addaudithook(private(hook))
 
 
@@ -220,5 +249,8 @@ PRIVATE |= {
     "UNREADABLE": UNREADABLE,
     "_COLLECT": _COLLECT,
     "_MODES": _MODES,
+    "ELSEWHERE": ELSEWHERE,
+    "STARTS": STARTS,
+    "RECORDED": RECORDED,
 }
 """What the hook's functions see as globals, beside ``provenance``'s and ``delegation``'s."""
