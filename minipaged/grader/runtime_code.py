@@ -68,6 +68,15 @@ _COLLECT = "minipaged.grader.runtime_code.collect"
 
 _MODES = ("exec", "eval", "single")
 
+IMPORT_SYSTEM = (
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+    "<frozen zipimport>",
+)
+"""Where the import system runs a module's code. What it runs while the student's code is on the
+stack must still be what the file it names holds (``provenance``): a ``.pyc`` of theirs can
+name a library file."""
+
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load")
 """Audit events of code compiled, loaded or run."""
 
@@ -196,9 +205,9 @@ def watch(folder: Path, answering: CodeType) -> None:
                     raise LibraryDelegation(UNREADABLE.format("marshal.loads"))
             elif type(args[0]) is CodeType:
                 code = args[0]
-                imported = event == "exec" and installed(caller.f_code.co_filename)
-                if imported and installed(code.co_filename):
-                    return  # the import system running installed code
+                imported = event == "exec" and caller.f_code.co_filename in IMPORT_SYSTEM
+                if imported and installed(code.co_filename) and genuine(code):
+                    return  # the import system running installed code (a late import)
                 if not readable(code, theirs):
                     raise LibraryDelegation(UNREADABLE.format(f"{code.co_qualname}, {event}"))
         finally:
@@ -252,5 +261,6 @@ PRIVATE |= {
     "ELSEWHERE": ELSEWHERE,
     "STARTS": STARTS,
     "RECORDED": RECORDED,
+    "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
 """What the hook's functions see as globals, beside ``provenance``'s and ``delegation``'s."""
