@@ -25,6 +25,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from test_grader_similarity import _Rename
+
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 
 ANSWERS = Path(__file__).parent / "student_answers"
@@ -728,11 +730,14 @@ NOTES = HandIn(
 
 
 def _library_class(qualname: str, module: str = "minipaged.block_manager") -> str:
-    """The library's method ``Class.name`` of ``module``, as the source of a subclass
-    ``_Copied`` of the student's class: what an encoded copy decodes to."""
+    """The library's method ``Class.name`` of ``module`` in disguise (its variables renamed,
+    its docstring dropped: ``test_grader_similarity``), as the source of a subclass
+    ``_Copied`` of the student's class: what an encoded copy decodes to. Not the library's
+    code exactly, which the grading child's guard refuses by its bytecode wherever it runs."""
     owner, name = qualname.split(".")
     method = getattr(getattr(importlib.import_module(module), owner), name)
-    return f"class _Copied({owner}):\n" + inspect.getsource(method)
+    source = f"class _Copied({owner}):\n" + inspect.getsource(method)
+    return ast.unparse(_Rename(extra=False).visit(ast.parse(source)))
 
 
 def _right_body(number: int, file: str, qualname: str) -> str:
@@ -747,132 +752,103 @@ def _right_body(number: int, file: str, qualname: str) -> str:
 
 
 _ENCODED = (
-    f"_FREE = {base64.b64encode(_library_class('BlockManager.free').encode())!r}\n"
+    "from minipaged import events  # what the copies use\n"
+    f"_FORK64 = {base64.b64encode(_library_class('BlockManager.fork').encode())!r}\n"
     f"_FORK = {codecs.encode(_library_class('BlockManager.fork'), 'rot13')!r}\n"
     f"_FORK_CODE = {marshal.dumps(compile(_library_class('BlockManager.fork'), 'x', 'exec'))!r}\n"
 )
 
-FORK_HONEST = {
-    "copy the table, raise each refcount": _right_body(3, "block_manager.py", "BlockManager.fork")
-}
-FREE_HONEST = {
-    "decrement each refcount, drop the table": _right_body(
-        3, "block_manager.py", "BlockManager.free"
+
+def _beside_an_honest_answer(name: str, body: str, said: str) -> HandIn:
+    """Exercise 03 with ``body`` as ``fork`` (a disguised copy of the library's, run from
+    where no file holds it) and ``free`` answered honestly (``student_answers``' right
+    answer): ``free``'s own criterion still passes."""
+    return HandIn(
+        name,
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                name,
+                "copy the table, raise each refcount",
+                body,
+                ("fork_copies_the_table", "fork_raises_each_refcount_by_one"),
+                said,
+            ),
+        ),
+        passes=("free_releases_the_last_block_first",),
+        honest={
+            "decrement each refcount, drop the table": _right_body(
+                3, "block_manager.py", "BlockManager.free"
+            )
+        },
+        appended=_ENCODED,
     )
-}
-FREE_FAILS = ("free_releases_only_unshared_blocks", "free_releases_the_last_block_first")
-FORK_FAILS = ("fork_copies_the_table", "fork_raises_each_refcount_by_one")
-FORK_ONLY = FORK_FAILS + ("parallel_sampling_shares_the_prompt", "fork_refuses_bad_sequences")
-"""The criteria that call no ``free``: they pass beside an attack on it."""
-SAID = "compiled at run time"
+
+
+COMPILED, UNREADABLE = "compiled at run time", "cannot read"
 
 NEVER_ON_DISK = (
-    HandIn(
+    _beside_an_honest_answer(
         "base64-decoded-and-run",
-        3,
-        "block_manager.py",
-        (
-            Attack(
-                "exec-of-base64",
-                "decrement each refcount, drop the table",
-                "import base64\nnamespace = dict(globals())\n"
-                "exec(base64.b64decode(_FREE), namespace)\n"
-                "return namespace['_Copied'].free(self, seq)",
-                FREE_FAILS,
-                SAID,
-            ),
-        ),
-        passes=FORK_ONLY,
-        honest=FORK_HONEST,
-        appended=_ENCODED,
+        "import base64\nnamespace = dict(globals())\n"
+        "exec(base64.b64decode(_FORK64), namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        COMPILED,
     ),
-    HandIn(
+    _beside_an_honest_answer(
         "rot13-compiled-into-a-function",
-        3,
-        "block_manager.py",
-        (
-            Attack(
-                "compile-then-function-type",
-                "copy the table, raise each refcount",
-                "import codecs, types\n"
-                "module = compile(codecs.decode(_FORK, 'rot13'), 'lecture-notes', 'exec')\n"
-                "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
-                "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
-                "return types.FunctionType(method, globals())(self, parent, child)",
-                FORK_FAILS,
-                SAID,
-            ),
-        ),
-        passes=("free_releases_the_last_block_first",),
-        honest=FREE_HONEST,
-        appended=_ENCODED,
+        "import codecs, types\n"
+        "module = compile(codecs.decode(_FORK, 'rot13'), 'lecture-notes', 'exec')\n"
+        "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+        "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+        "return types.FunctionType(method, globals())(self, parent, child)",
+        COMPILED,
     ),
-    HandIn(
+    _beside_an_honest_answer(
         "a-code-object-from-bytes",
-        3,
-        "block_manager.py",
-        (
-            Attack(
-                "marshal-loads",
-                "copy the table, raise each refcount",
-                "import marshal\nnamespace = dict(globals())\n"
-                "exec(marshal.loads(_FORK_CODE), namespace)\n"
-                "return namespace['_Copied'].fork(self, parent, child)",
-                FORK_FAILS,
-                "cannot read",
-            ),
-        ),
-        passes=("free_releases_the_last_block_first",),
-        honest=FREE_HONEST,
-        appended=_ENCODED,
+        "import marshal\nnamespace = dict(globals())\n"
+        "exec(marshal.loads(_FORK_CODE), namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        UNREADABLE,
     ),
-    HandIn(
+    _beside_an_honest_answer(
+        "a-pyc-of-their-own",
+        "import importlib.machinery, importlib.util, pathlib, tempfile\n"
+        "path = pathlib.Path(tempfile.mkdtemp()) / 'lecture.pyc'\n"
+        "path.write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + _FORK_CODE)\n"
+        "loader = importlib.machinery.SourcelessFileLoader('lecture', str(path))\n"
+        "module = importlib.util.module_from_spec("
+        "importlib.util.spec_from_loader('lecture', loader))\n"
+        "module.__dict__.update(\n"
+        "    {k: v for k, v in globals().items() if not k.startswith('__')})\n"
+        "loader.exec_module(module)\n"
+        "return module._Copied.fork(self, parent, child)",
+        UNREADABLE,
+    ),
+    _beside_an_honest_answer(
         "a-module-generated-and-imported",
-        3,
-        "block_manager.py",
-        (
-            Attack(
-                "module-written-to-the-temp-folder",
-                "decrement each refcount, drop the table",
-                "import base64, importlib, sys, tempfile, pathlib\n"
-                "folder = pathlib.Path(tempfile.mkdtemp())\n"
-                "(folder / 'lecture.py').write_text('from block_manager import *\\n'"
-                " + base64.b64decode(_FREE).decode())\n"
-                "sys.path.insert(0, str(folder))\n"
-                "return importlib.import_module('lecture')._Copied.free(self, seq)",
-                FREE_FAILS,
-                SAID,
-            ),
-        ),
-        passes=FORK_ONLY,
-        honest=FORK_HONEST,
-        appended=_ENCODED,
+        "import base64, importlib, sys, tempfile, pathlib\n"
+        "folder = pathlib.Path(tempfile.mkdtemp())\n"
+        "(folder / 'lecture.py').write_text('from block_manager import *\\n'"
+        " + base64.b64decode(_FORK64).decode())\n"
+        "sys.path.insert(0, str(folder))\n"
+        "return importlib.import_module('lecture')._Copied.fork(self, parent, child)",
+        COMPILED,
     ),
-    HandIn(
+    _beside_an_honest_answer(
         "a-loader-given-a-source-string",
-        3,
-        "block_manager.py",
-        (
-            Attack(
-                "spec-from-loader",
-                "copy the table, raise each refcount",
-                "import codecs, importlib.abc, importlib.util\n"
-                "class Loader(importlib.abc.SourceLoader):\n"
-                "    def get_filename(self, name): return name + '.py'\n"
-                "    def get_data(self, path):\n"
-                "        return ('from block_manager import *\\n'"
-                " + codecs.decode(_FORK, 'rot13')).encode()\n"
-                "spec = importlib.util.spec_from_loader('notes', Loader())\n"
-                "module = importlib.util.module_from_spec(spec)\n"
-                "spec.loader.exec_module(module)\n"
-                "return module._Copied.fork(self, parent, child)",
-                FORK_FAILS,
-                SAID,
-            ),
-        ),
-        passes=("free_releases_the_last_block_first",),
-        honest=FREE_HONEST,
-        appended=_ENCODED,
+        "import codecs, importlib.abc, importlib.util\n"
+        "class Loader(importlib.abc.SourceLoader):\n"
+        "    def get_filename(self, name): return name + '.py'\n"
+        "    def get_data(self, path):\n"
+        "        return ('from block_manager import *\\n'"
+        " + codecs.decode(_FORK, 'rot13')).encode()\n"
+        "spec = importlib.util.spec_from_loader('notes', Loader())\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "return module._Copied.fork(self, parent, child)",
+        COMPILED,
     ),
     HandIn(
         "code-run-in-another-process",
@@ -905,7 +881,7 @@ NEVER_ON_DISK = (
         honest=RIGHT_SLOT,
     ),
 )
-"""A copy of the library's ``fork`` or ``free`` that is on no file of the folder: encoded,
+"""A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
 HAND_INS = (
