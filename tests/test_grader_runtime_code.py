@@ -9,7 +9,6 @@ from __future__ import annotations
 from exercise01_answers import answered
 from test_grader_similarity import disguised
 
-from minipaged.grader.exercises import EXERCISES
 from minipaged.grader.grading import grade
 from minipaged.grader.report import PASS
 from minipaged.grader.runtime_code import Judge
@@ -53,7 +52,7 @@ def test_honest_code_that_compiles_at_run_time_passes_every_criterion(tmp_path):
 
 
 def test_the_judge_names_the_line_and_reads_only_well_formed_records():
-    judge = Judge(EXERCISES[3])
+    judge = Judge(3)
     source = disguised("minipaged.block_manager")
     found = judge([["block_manager.py:12", "<string>", source]])
     assert found.startswith("code your block_manager.py:12 compiled at run time")

@@ -34,7 +34,6 @@ from minipaged.grader.child import why_it_ended
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
-from minipaged.grader.exercises import exercise
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
 from minipaged.grader.time_limit import TimeLimitExceeded
@@ -94,7 +93,7 @@ class GradingChild:
         self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
-        self.judge: Judge | None = None  # of what the student's code compiles at run time
+        self.judge = Judge(number)  # of what the student's code compiles at run time
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
         self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
 
@@ -230,11 +229,8 @@ class GradingChild:
         """Send ``request``; return the decoded answer, or raise what the student's code raised
         (or ``ChildGone``, ``TimeLimitExceeded``)."""
         if self.process is None:
-            raise (
-                LibraryDelegation(self.copied)
-                if self.copied
-                else ChildGone("the grading process is gone")
-            )
+            gone = ChildGone("the grading process is gone")
+            raise LibraryDelegation(self.copied) if self.copied else gone
         self._next += 1
         ident = self._next
         if self.clock is not None and self.clock.expired():
@@ -251,8 +247,10 @@ class GradingChild:
             raise
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
-        if "c" in answer:
-            self._judge_compiled(answer.pop("c"))
+        self.copied = self.judge(answer.pop("c", []))  # a copy compiled at run time: this
+        if self.copied:  # child keeps it, so the next criterion starts from their files again
+            self.stop()
+            raise LibraryDelegation(self.copied)
         try:
             if "raised" in answer and len(answer) == 2:
                 raise self._exception(answer["raised"])
@@ -263,17 +261,6 @@ class GradingChild:
             return wire.decode(answer["v"], self.proxy, self._exception_class)
         except wire.ProtocolError as error:
             self._fail(f"sent something the grader cannot read ({error})")
-
-    def _judge_compiled(self, compiled) -> None:
-        """Refuse what the student's code compiled at run time where it copies the library's
-        solution (``minipaged.grader.runtime_code``): this child, which keeps what it compiled,
-        is stopped, so the next criterion starts from the student's files again."""
-        if self.judge is None:
-            self.judge = Judge(exercise(self.number))
-        self.copied = self.judge(compiled)
-        if self.copied:  # every later question of the criterion gets the same answer
-            self.stop()
-            raise LibraryDelegation(self.copied)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(wire.frame(document))

@@ -43,7 +43,7 @@ from minipaged.grader.delegation import (
     copy_finder,
     write_your_own,
 )
-from minipaged.grader.exercises import Exercise
+from minipaged.grader.exercises import exercise
 from minipaged.grader.provenance import PRIVATE, audit, getframe, private, provenance, walk
 
 MAX_RECORDED = 16 * 2**20
@@ -228,26 +228,27 @@ def collect() -> list[list[str]]:
 
 
 class Judge:
-    """In the grader: judges what a child's answers say its student's code compiled."""
+    """In the grader: judges what a child's answers say the student's code of exercise
+    ``number`` compiled."""
 
-    def __init__(self, ex: Exercise) -> None:
-        self.exercise = ex
-        self.copied = None
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.copied = None  # ``copy_finder``, made at the first record
 
     def __call__(self, compiled) -> str:
         """Why one of ``compiled`` (``[where, filename, source]``, from the child) copies the
         library's solution, or ``""``."""
-        if self.copied is None:
-            self.copied = copy_finder(self.exercise)
         for entry in compiled if type(compiled) is list else []:
             if type(entry) is not list or len(entry) != 3 or {type(e) for e in entry} != {str}:
                 continue
+            if self.copied is None:
+                self.copied = copy_finder(exercise(self.number))
             where, filename, source = entry
             found = self.copied(source, filename)
             if found:
                 return (
                     f"code your {where} compiled at run time (as {filename!r}): {found}. "
-                    f"{write_your_own(self.exercise)}"
+                    f"{write_your_own(exercise(self.number))}"
                 )
         return ""
 
