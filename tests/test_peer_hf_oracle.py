@@ -211,3 +211,65 @@ def test_beams_that_end_at_eos_equal_transformers(checkpoint, hf_beams, tmp_path
     )
     llm = LLM(model=tmp_path, backend="torch")
     assert [c.token_ids for c in llm.generate(requests()[0], params)[0].outputs] == expected
+
+
+def hf_from_folder(folder):
+    """transformers' own model for ``folder``, so ``generate`` reads config.json's EOS as it
+    would for a user (several, as a list)."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+
+
+def unused_token(*outputs):
+    """A token id none of ``outputs`` holds: an EOS that never comes."""
+    return next(t for t in range(3, 128) if all(t not in row for row in outputs))
+
+
+def test_greedy_stops_at_any_eos_of_a_list_as_transformers_does(checkpoint, hf_greedy, tmp_path):
+    """Llama 3's config.json lists several EOS tokens; a sequence ends at any of them. The one
+    that comes is second in the list, so stopping at the first alone would run on."""
+    _, path = checkpoint
+    eos = hf_greedy[0][3]
+    copy_with_eos(path, tmp_path, [unused_token(hf_greedy[0]), eos])
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        hf = hf_from_folder(tmp_path).generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
+        )
+    expected = hf[0, len(PROMPTS[0]) :].tolist()
+    assert expected[-1] == eos and len(expected) <= 4
+    llm = LLM(model=tmp_path, backend="torch")
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0)
+    (completion,) = llm.generate(requests()[0], params)[0].outputs
+    assert completion.token_ids == expected
+    assert completion.finish_reason == "stop"
+
+
+def test_beams_end_at_any_eos_of_a_list_as_transformers_does(checkpoint, hf_beams, tmp_path):
+    _, path = checkpoint
+    eos = hf_beams[0][2]
+    ends = [unused_token(*hf_beams), eos]
+    copy_with_eos(path, tmp_path, ends)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        rows = (
+            hf_from_folder(tmp_path)
+            .generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=MAX_TOKENS,
+                num_beams=3,
+                num_return_sequences=3,
+                do_sample=False,
+                pad_token_id=eos,
+            )[:, len(PROMPTS[0]) :]
+            .tolist()
+        )
+    expected = [
+        row[: min(row.index(t) for t in ends if t in row) + 1] if set(ends) & set(row) else row
+        for row in rows
+    ]
+    assert any(row[-1] == eos for row in expected)
+    params = SamplingParams(max_tokens=MAX_TOKENS, use_beam_search=True, beam_width=3)
+    llm = LLM(model=tmp_path, backend="torch")
+    assert [c.token_ids for c in llm.generate(requests()[0], params)[0].outputs] == expected
