@@ -34,7 +34,7 @@ def select(
     """From ``logits`` ``[beams, vocab]`` and each beam's cumulative log-probability, return
     ``(new_beams, finished)``: up to ``beam_width`` surviving candidates best first, and the
     EOS candidates (a token of ``eos_ids``) that rank among the first ``beam_width`` (pass an
-    empty set to never finish). As in transformers, $(1 + |\text{eos}|)K$ candidates are
+    empty set to never finish). As in transformers, $(1 + |\\text{eos}|)K$ candidates are
     ranked, at least $2K$: each beam may end in every EOS token, and $K$ must go on."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)  # [beams, vocab]
     totals = logprobs + torch.tensor(scores, device=logits.device)[:, None]

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from minipaged.attention_probe import Observer
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
+from minipaged.python_numbers import python_number, take_python_numbers
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
@@ -66,6 +67,7 @@ class LlamaConfig:
     eos_token_id: int | tuple[int, ...] | None = None  # HF allows several (Llama 3 has three)
 
     def __post_init__(self) -> None:
+        take_python_numbers(self)  # np.int64(64) is 64
         for name in (
             "vocab_size",
             "hidden_size",
@@ -94,7 +96,8 @@ class LlamaConfig:
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}")
         if isinstance(self.eos_token_id, list | tuple):  # as config.json writes several
-            object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id) or None)
+            several = tuple(python_number(token) for token in self.eos_token_id)
+            object.__setattr__(self, "eos_token_id", several or None)
         special = [("bos_token_id", self.bos_token_id)]
         special += [("eos_token_id", token) for token in self.eos_token_ids]
         for name, value in special:
