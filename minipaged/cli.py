@@ -26,6 +26,7 @@ from minipaged.arguments import (
     Parser,
     add_config_flags,
     config_from_flags,
+    excludes,
     free_memory,
     integer,
     output_file,
@@ -100,13 +101,22 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
 def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--max-tokens", type=integer(1), default=48, help="tokens per sample")
-    gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
-    gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
-    gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut")
-    gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
-    gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
+    temperature = gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
+    sampled = (
+        gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass"),
+        gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut"),
+    )
+    n = gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
+    beam = gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     add_config_flags(gen, EngineConfig())
+    # Flags that would otherwise be ignored without a word (arguments.excludes)
+    for sampling in (temperature, *sampled):
+        excludes(beam, sampling, "beam search ranks by log-probability and samples nothing")
+        if sampling is not temperature:
+            why = "greedy decoding takes the most likely token; nothing is cut"
+            excludes(sampling, temperature, why, when=lambda value: value == 0)
+    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
 
 
 def _workload(args: argparse.Namespace):

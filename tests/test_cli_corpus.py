@@ -149,6 +149,9 @@ EXAMPLES = {
     "--path": ["."],
     "--solution": [],
     "--n": ["2"],
+    "--temperature": ["0"],  # greedy: what --top-p and --top-k cannot go beside
+    "--top-p": ["0.5"],
+    "--top-k": ["5"],
     "--beam-width": ["2"],
     "--max-tokens": ["5"],
     "--prompt": ["Emma"],
@@ -157,6 +160,7 @@ EXAMPLES = {
     "--trace": ["run.jsonl"],
     "--serve": [],
     "--screenshot": ["shot.svg"],
+    "file": ["run.jsonl"],
 }
 """A value, other than the default, for each option in a pair (``arguments.requires`` and
 ``excludes``)."""
@@ -168,16 +172,30 @@ def pairs():
             needed = getattr(action, "required_option", None)
             if needed is not None:
                 yield pytest.param(words, action, needed, "alone", id=f"{name_of(action)} alone")
-            for other, _ in getattr(action, "excluded_options", ()):
+            for other, *_ in getattr(action, "excluded_options", ()):
                 ids = f"{name_of(action)} with {name_of(other)}"
                 yield pytest.param(words, action, other, "together", id=ids)
+
+
+def essentials(parser, action, other, how) -> list[str]:
+    """What the command needs besides the pair, so that the pair is what it refuses: its
+    positionals and required options, and what each of the pair ``requires``."""
+    needed = [a for a in parser._actions if a.required and a not in (action, other)]
+    if how == "together":
+        needed += [a.required_option for a in (action, other) if hasattr(a, "required_option")]
+    words = []
+    for each in dict.fromkeys(needed):
+        flag = [name_of(each)] if each.option_strings else []
+        words += [*flag, *EXAMPLES[name_of(each)]]
+    return words
 
 
 @pytest.mark.parametrize(("words", "action", "other", "how"), list(pairs()))
 def test_an_option_without_the_one_it_needs_or_beside_its_contrary_is_refused(
     capsys, words, action, other, how
 ):
-    argv = [*words, name_of(action), *EXAMPLES[name_of(action)]]
+    argv = [*words, *essentials(dict(leaves(PARSER))[words], action, other, how)]
+    argv += [name_of(action), *EXAMPLES[name_of(action)]]
     if how == "together":
         argv += [name_of(other), *EXAMPLES[name_of(other)]]
     line = assert_usage_error(argv, capsys, name_of(action), name_of(other))
@@ -189,6 +207,37 @@ def test_the_pairs_cover_the_flags_the_tui_would_otherwise_ignore():
     for flag in ("--steps", "--size", "--keys", "--host", "--port", "--path", "--solution"):
         assert (flag, "alone") in found
     assert ("--trace", "together") in found and ("--serve", "together") in found
+
+
+def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would_ignore():
+    found = {(" ".join(p.values[0]), name_of(p.values[1]), name_of(p.values[2])) for p in pairs()}
+    for command in ("generate", "trace record"):
+        for sampling in ("--temperature", "--top-p", "--top-k", "--n"):
+            assert (command, "--beam-width", sampling) in found
+        for cut in ("--top-p", "--top-k"):
+            assert (command, cut, "--temperature") in found
+    assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--temperature", "0.8"],
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--top-k", "40"],
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
+        ["tui", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
+    ],
+    ids=" ".join,
+)
+def test_a_typed_flag_counts_as_given_even_at_its_default_value(capsys, argv):
+    """``--temperature 0.8`` is generate's default, and beam search would still ignore it."""
+    assert_usage_error(argv, capsys, "--beam-width", "together")
+
+
+def test_greedy_decoding_with_a_cut_is_refused_but_sampling_with_one_is_not(capsys):
+    argv = ["generate", "--prompt", "Emma", "--top-k", "5"]
+    assert_usage_error([*argv, "--temperature", "0"], capsys, "--top-k", "--temperature 0")
+    assert PARSER.parse_args([*argv, "--temperature", "0.5"]).top_k == 5
 
 
 # -- files named for reading, and files to write ---------------------------------------------

@@ -85,14 +85,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     prompt = custom.add_argument("--prompt", action="append", help="repeat for several requests")
-    samples = (
-        custom.add_argument(
-            "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
-        ),
-        custom.add_argument(
-            "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
-        ),
-        custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample"),
+    n = custom.add_argument(
+        "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
+    )
+    beam = custom.add_argument(
+        "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+    )
+    max_tokens = custom.add_argument(
+        "--max-tokens", type=integer(1), default=24, help="tokens per sample"
     )
     # Given engine flags change the scenario's config, a named scenario's or the custom one's.
     add_config_flags(tui, TUI_CONFIG)
@@ -103,9 +103,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         requires(needs_screenshot, screenshot_flag)
     for needs_exercise in (path, solution):
         requires(needs_exercise, exercise)
-    for needs_prompt in samples:
+    for needs_prompt in (n, beam, max_tokens):
         requires(needs_prompt, prompt)
     excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
+    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
     for replaced in (prompt, scenario, exercise):
         excludes(trace, replaced, "--trace replays a recorded run; nothing new is run")
     excludes(serve_flag, screenshot_flag, "--serve runs a server; --screenshot writes one picture")

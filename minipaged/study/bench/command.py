@@ -7,7 +7,15 @@ import argparse
 import json
 import sys
 
-from minipaged.arguments import free_memory, integer, named_path, real, setting_text, text
+from minipaged.arguments import (
+    excludes,
+    free_memory,
+    integer,
+    named_path,
+    real,
+    setting_text,
+    text,
+)
 from minipaged.config import settings_of
 from minipaged.study.bench import SUBBENCHMARKS
 
@@ -36,8 +44,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="lengths: the source text's §2 mix, ShareGPT-like or Alpaca-like",
     )
     sim.add_argument("--requests", type=integer(1), default=1000, help="requests in the workload")
-    sim.add_argument("--n", type=integer(1, 1024), default=1, help="parallel samples per request")
-    sim.add_argument(
+    n = sim.add_argument(
+        "--n", type=integer(1, 1024), default=1, help="parallel samples per request"
+    )
+    beam = sim.add_argument(
         "--beam-width",
         type=integer(0, 1024),
         default=0,
@@ -59,6 +69,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="workload seed")
     add_kv_cache_dtype(sim)
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    why = "beam search keeps its K beams; --n counts independent samples"
+    excludes(n, beam, why, when=lambda width: width > 0)
 
     bench = sub.add_parser(
         "bench",
