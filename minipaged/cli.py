@@ -290,11 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as done:  # --help, or a usage error argparse has printed
             return done.code if isinstance(done.code, int) else USAGE_ERROR
-        command = " ".join(
-            name
-            for name in (args.command, getattr(args, "trace_command", None))
-            if name is not None
-        )
+        action = getattr(args, "trace_command", None) or getattr(args, "exercises_command", None)
+        command = " ".join(name for name in (args.command, action) if name is not None)
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         say(command, "interrupted (Ctrl-C)")

@@ -296,3 +296,45 @@ def test_the_commands_that_write_a_file_check_it_where_it_is_typed():
 def test_a_huge_value_is_echoed_only_in_part(capsys):
     line = assert_usage_error(["generate", "--prompt", "x", "--preemption", HUGE], capsys)
     assert "characters ...]" in line and "--preemption" in line
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("dangling link", "symbolic link"),
+        ("under a dangling link", "symbolic link"),
+        ("under a file", "is a file, not a folder"),
+    ],
+)
+def test_exercises_init_refuses_a_folder_it_cannot_make_saying_why(capsys, tmp_path, kind, words):
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "file").write_text("x")
+    target = {
+        "dangling link": tmp_path / "dangling",
+        "under a dangling link": tmp_path / "dangling" / "ex01",
+        "under a file": tmp_path / "file" / "ex01",
+    }[kind]
+    line = assert_usage_error(["exercises", "init", "1", str(target)], capsys, "exercises init")
+    assert words in line
+    assert not (tmp_path / "gone").exists() and (tmp_path / "file").read_text() == "x"
+
+
+# -- refusals that must come before the work (or the screen) is taken -----------------------
+
+TOO_LATE = {
+    "a prompt past the context": ["--prompt", "Emma " * 2000],
+    "a request no empty pool holds": ["--prompt", "Emma", "--num-gpu-blocks", "2"],
+    "a named scenario on too small a pool": ["--scenario", "parallel", "--num-gpu-blocks", "1"],
+}
+
+
+@pytest.mark.parametrize("case", TOO_LATE)
+def test_the_tui_refuses_a_request_it_could_never_run_before_the_app_starts(
+    capsys, tmp_path, case
+):
+    """With ``--screenshot`` the app would run headless and fail inside (status 1, minutes for
+    a big model); the refusal comes before it, as a usage error, and nothing is written."""
+    shot = tmp_path / "shot.svg"
+    line = assert_usage_error(["tui", *TOO_LATE[case], "--screenshot", str(shot)], capsys)
+    assert "prompt" in line or "pool" in line
+    assert not shot.exists()

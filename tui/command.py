@@ -213,6 +213,7 @@ def build_app(args: argparse.Namespace):
             f"Hugging Face Llama directory{fix}"
         )
     check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
+    scenario.check()  # a request the run would refuse is refused before the screen is taken
     if args.exercise is not None:
         return exercise_replay(scenario, args, directory)
     return PagedApp(scenario, model=scenario.config.model, projection=args.projection)
