@@ -54,6 +54,9 @@ class Parser(argparse.ArgumentParser):
         self._typed: set[argparse.Action] = set()
         parsed, rest = super().parse_known_args(args, namespace)
         self._check_pairs(parsed)
+        # What was typed, for a check that needs the values too (a subcommand's, kept)
+        typed = {action.dest for action in self._typed}
+        parsed.typed = frozenset(typed | getattr(parsed, "typed", frozenset()))
         return parsed, rest
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]):

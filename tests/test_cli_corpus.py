@@ -161,9 +161,23 @@ EXAMPLES = {
     "--serve": [],
     "--screenshot": ["shot.svg"],
     "file": ["run.jsonl"],
+    "--device": ["cpu"],
+    "--model": ["tiny"],
+    "--speculative-config": ['{"method": "ngram"}'],
 }
-"""A value, other than the default, for each option in a pair (``arguments.requires`` and
-``excludes``)."""
+"""A value for each option in a pair (``arguments.requires`` and ``excludes``) that its type
+takes; ``example`` makes one for the rest."""
+
+
+def example(action: argparse.Action) -> list[str]:
+    """The words that give ``action`` a value its type accepts."""
+    if name_of(action) in EXAMPLES:
+        return EXAMPLES[name_of(action)]
+    if action.nargs == 0:
+        return []
+    if action.choices:
+        return [str(list(action.choices)[-1])]
+    return {"integer": ["2"], "number": ["0.5"]}[kind_of(action)]
 
 
 def pairs():
@@ -186,7 +200,7 @@ def essentials(parser, action, other, how) -> list[str]:
     words = []
     for each in dict.fromkeys(needed):
         flag = [name_of(each)] if each.option_strings else []
-        words += [*flag, *EXAMPLES[name_of(each)]]
+        words += [*flag, *example(each)]
     return words
 
 
@@ -195,9 +209,9 @@ def test_an_option_without_the_one_it_needs_or_beside_its_contrary_is_refused(
     capsys, words, action, other, how
 ):
     argv = [*words, *essentials(dict(leaves(PARSER))[words], action, other, how)]
-    argv += [name_of(action), *EXAMPLES[name_of(action)]]
+    argv += [name_of(action), *example(action)]
     if how == "together":
-        argv += [name_of(other), *EXAMPLES[name_of(other)]]
+        argv += [name_of(other), *example(other)]
     line = assert_usage_error(argv, capsys, name_of(action), name_of(other))
     assert ("leave" in line) and ("is for" in line if how == "alone" else "together" in line)
 
@@ -217,6 +231,8 @@ def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would
         for cut in ("--top-p", "--top-k"):
             assert (command, cut, "--temperature") in found
     assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
+    for engine_flag in ("--block-size", "--num-gpu-blocks", "--enable-chunked-prefill"):
+        assert ("tui", "--trace", engine_flag) in found  # a replay runs nothing new
 
 
 @pytest.mark.parametrize(
@@ -329,12 +345,42 @@ TOO_LATE = {
 
 
 @pytest.mark.parametrize("case", TOO_LATE)
-def test_the_tui_refuses_a_request_it_could_never_run_before_the_app_starts(
-    capsys, tmp_path, case
-):
+def test_the_tui_refuses_a_request_it_could_never_run_before_the_app_starts(capsys, tmp_path, case):
     """With ``--screenshot`` the app would run headless and fail inside (status 1, minutes for
     a big model); the refusal comes before it, as a usage error, and nothing is written."""
     shot = tmp_path / "shot.svg"
     line = assert_usage_error(["tui", *TOO_LATE[case], "--screenshot", str(shot)], capsys)
     assert "prompt" in line or "pool" in line
     assert not shot.exists()
+
+
+def test_bench_knows_which_benchmarks_read_each_option():
+    """``READERS`` against the source: a benchmark reads an option where it says
+    ``options.<dest>``, so an option added to one is refused nowhere it is read."""
+    import importlib
+    import inspect
+    import re
+
+    from minipaged.study.bench import SUBBENCHMARKS
+    from minipaged.study.bench.command import READERS
+
+    for name, module in SUBBENCHMARKS.items():
+        source = inspect.getsource(importlib.import_module(module))
+        read = set(re.findall(r"options\.(\w+)", source))
+        for dest, (_, readers) in READERS.items():
+            assert (dest in read) == (name in readers), f"{name} and options.{dest}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "memory", "--backend", "torch"],
+        ["bench", "sharing", "--model", "tiny"],
+        ["bench", "memory", "sharing", "--device", "cpu"],
+        ["bench", "engine", "--kv-cache-dtype", "fp8_e4m3"],
+        ["bench", "tui", "--seed", "3"],
+    ],
+    ids=" ".join,
+)
+def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, argv):
+    assert_usage_error(argv, capsys, argv[-2], "leave")

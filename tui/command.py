@@ -23,6 +23,7 @@ from minipaged.arguments import (
     requires,
     say,
 )
+from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
 from tui import serve
 from tui.engine_config import TUI_CONFIG
@@ -107,7 +108,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         requires(needs_prompt, prompt)
     excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
     excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
-    for replaced in (prompt, scenario, exercise):
+    engine_flags = [a for a in tui._actions if a.dest in settings_of() and a.dest != "model"]
+    for replaced in (prompt, scenario, exercise, *engine_flags):
         excludes(trace, replaced, "--trace replays a recorded run; nothing new is run")
     excludes(serve_flag, screenshot_flag, "--serve runs a server; --screenshot writes one picture")
 

@@ -120,6 +120,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
 
 
+READERS = {
+    "backends": ("--backend", ("engine",)),
+    "model": ("--model", ("fork", "engine", "kv-dtype", "tui", "speculative", "chunked")),
+    "device": ("--device", ("fork", "kernels", "engine", "block-size", "speculative", "chunked")),
+    "kv_cache_dtype": ("--kv-cache-dtype", ("memory",)),
+    "seed": ("--seed", ("memory", "sharing", "kernels", "engine", "block-size", "kv-dtype")),
+}
+"""The benchmarks that read each option (its ``dest``: its flag, its readers); the others
+ignore it, so an option typed beside none of its readers is refused (``check_read``)."""
+
+
+def check_read(names: list[str], typed: frozenset[str]) -> None:
+    """Refuse an option none of the benchmarks ``names`` reads: it would change nothing."""
+    for dest, (flag, readers) in READERS.items():
+        if dest in typed and not set(names) & set(readers):
+            raise ValueError(
+                f"{flag} changes only the {', '.join(readers)} benchmark(s), and "
+                f"{', '.join(names)} read(s) none of it: add one of them, or leave {flag} out"
+            )
+
+
 def add_kv_cache_dtype(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kv-cache-dtype",
@@ -196,6 +217,7 @@ def bench(args: argparse.Namespace) -> int:
     unknown = [name for name in args.names if name not in SUBBENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
+    check_read(args.names or list(SUBBENCHMARKS), getattr(args, "typed", frozenset()))
     torch.set_num_threads(args.threads)
     options = Options(
         out=default_out() if args.out is None else args.out,
