@@ -119,6 +119,11 @@ class SamplingParams:
                 "beam_width beams; n is the number of independent samples), or leave "
                 "beam_width at 1",
             )
+            need(  # as vLLM refuses it: it ranks finished beams, and there are none
+                self.length_penalty == 1,
+                f"length_penalty={self.length_penalty} ranks finished beams, so it needs "
+                "use_beam_search=True; or leave length_penalty at 1.0",
+            )
 
     @property
     def num_sequences(self) -> int:

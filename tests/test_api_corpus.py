@@ -244,6 +244,12 @@ def test_a_beam_width_without_beam_search_is_refused_not_ignored():
         SamplingParams(beam_width=4)
 
 
+def test_a_length_penalty_without_beam_search_is_refused_not_ignored():
+    with pytest.raises(ValueError, match=r"length_penalty=0.5 .* use_beam_search=True"):
+        SamplingParams(length_penalty=0.5)
+    assert SamplingParams(use_beam_search=True, beam_width=2, length_penalty=0.5)
+
+
 # -- requests: a bad one is refused, and nothing running is lost ----------------------------
 
 
