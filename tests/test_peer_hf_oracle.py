@@ -160,21 +160,21 @@ def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(chec
     assert "prompt_token_ids" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf_greedy, tmp_path):
+@pytest.mark.parametrize("several", [False, True], ids=["one eos", "a list of eos"])
+def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(
+    checkpoint, hf_greedy, tmp_path, several
+):
     """With ``ignore_eos`` off, a sequence ends at ``config.json``'s ``eos_token_id``: make the
-    fourth greedy token of the first prompt the EOS of a copy of the checkpoint."""
-    model, path = checkpoint
+    fourth greedy token of the first prompt the EOS of a copy of the checkpoint. Llama 3's
+    config.json lists several, and a sequence ends at any of them: in the list, the one that
+    comes is second, so stopping at the first alone would run on."""
+    _, path = checkpoint
     eos = hf_greedy[0][3]
-    copy_with_eos(path, tmp_path, eos)
+    copy_with_eos(path, tmp_path, [unused_token(hf_greedy[0]), eos] if several else eos)
     ids = torch.tensor([PROMPTS[0]])
-    with torch.no_grad():
-        hf = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=MAX_TOKENS,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
+    with torch.no_grad():  # transformers reads config.json's EOS, one or a list, as for a user
+        hf = hf_from_folder(tmp_path).generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
         )
     expected = hf[0, len(PROMPTS[0]) :].tolist()
     assert expected[-1] == eos and len(expected) <= 4
@@ -223,26 +223,6 @@ def hf_from_folder(folder):
 def unused_token(*outputs):
     """A token id none of ``outputs`` holds: an EOS that never comes."""
     return next(t for t in range(3, 128) if all(t not in row for row in outputs))
-
-
-def test_greedy_stops_at_any_eos_of_a_list_as_transformers_does(checkpoint, hf_greedy, tmp_path):
-    """Llama 3's config.json lists several EOS tokens; a sequence ends at any of them. The one
-    that comes is second in the list, so stopping at the first alone would run on."""
-    _, path = checkpoint
-    eos = hf_greedy[0][3]
-    copy_with_eos(path, tmp_path, [unused_token(hf_greedy[0]), eos])
-    ids = torch.tensor([PROMPTS[0]])
-    with torch.no_grad():
-        hf = hf_from_folder(tmp_path).generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
-        )
-    expected = hf[0, len(PROMPTS[0]) :].tolist()
-    assert expected[-1] == eos and len(expected) <= 4
-    llm = LLM(model=tmp_path, backend="torch")
-    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0)
-    (completion,) = llm.generate(requests()[0], params)[0].outputs
-    assert completion.token_ids == expected
-    assert completion.finish_reason == "stop"
 
 
 def test_beams_end_at_any_eos_of_a_list_as_transformers_does(checkpoint, hf_beams, tmp_path):
