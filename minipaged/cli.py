@@ -27,7 +27,6 @@ from minipaged.arguments import (
     add_config_flags,
     config_from_flags,
     excludes,
-    free_memory,
     integer,
     output_file,
     real,
@@ -122,14 +121,13 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
     from minipaged.device import check_device
-    from minipaged.llm import LLM, check_kv_cache_fits
+    from minipaged.llm import LLM
     from minipaged.models import check_model_directory
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
     check_model_directory(config.model)
-    check_device(config.device)
-    check_kv_cache_fits(config, free_memory())  # before any pool is allocated
+    check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None
     params = SamplingParams(
         max_tokens=args.max_tokens,

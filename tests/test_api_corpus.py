@@ -328,3 +328,16 @@ def test_text_that_is_not_unicode_is_refused_naming_where():
     tokenizer = Tokenizer(EMBEDDED_MODELS["tiny"])
     with pytest.raises(ValueError, match=r"'\\udcff' at position 5"):
         tokenizer.encode("Emma \udcff")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(num_gpu_blocks=10**12), dict(num_cpu_blocks=10**12)],
+    ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),
+)
+def test_pools_that_fit_no_memory_are_refused_before_the_model_loads(settings):
+    """Each value is an integer in its range, but the pools it makes would not fit: refused
+    by name, in one line, before anything is allocated (as the command lines do)."""
+    with pytest.raises(ValueError, match="the KV cache would take") as refused:
+        LLM("tiny", backend="torch", **settings)
+    assert "num_gpu_blocks" in str(refused.value) and "\n" not in str(refused.value)
