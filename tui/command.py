@@ -189,6 +189,10 @@ def build_app(args: argparse.Namespace):
         return PagedApp(
             trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
         )
+    if args.exercise is not None and not args.solution:
+        from minipaged.grader.exercises import folder_of
+
+        folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
         scenario = custom(
