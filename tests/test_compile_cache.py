@@ -22,7 +22,7 @@ pytest.importorskip("numba", reason="the CPU kernels need numba")
 
 from cuda_kernels.cpu.compile_cache import PACKAGE, package_stamp
 
-FP8_DECODE = "scratch[d] = bits.view(np.float32) * fields.multiplier"
+FP8_DECODE = "scratch[d] = table[row[d]]"
 """The line of ``cuda_kernels/fp8.py`` where a twin turns an FP8 byte into its float32 value."""
 
 RUN_TWIN = """
@@ -106,3 +106,13 @@ def test_a_new_source_file_changes_the_stamp(tmp_path):
     before = package_stamp(copy)
     (copy / "cpu" / "new_helper.py").write_text("SCALE = 2\n")
     assert package_stamp(copy) != before
+
+
+def test_a_twins_cache_files_are_named_for_the_stamp():
+    """An index written under another stamp is never opened: Numba unpickles an index before
+    it compares stamps, and an old one can name a class the package no longer has (the twins'
+    FP8 decoder once took a ``DecodeFields`` named tuple, and after its removal every twin
+    failed to load its cache with ``AttributeError`` instead of compiling afresh)."""
+    from cuda_kernels.cpu.paged_attention import attend
+
+    assert package_stamp()[:16] in attend._cache._cache_file._index_name
