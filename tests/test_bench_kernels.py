@@ -162,22 +162,21 @@ def test_a_report_split_into_tables_prints_its_own_title_above_them():
 def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
     """The CPU twins' row decoder, compiled and as plain Python, on all 256 bytes of both
     formats (zeros of both signs, subnormals, the largest values, NaN and inf): NaN where
-    torch has NaN, the same float32 everywhere else; a float32 row comes back as it is."""
+    torch has NaN, the same float32 everywhere else."""
     numba = pytest.importorskip("numba", reason="the twins' decoder needs numba")
-    from cuda_kernels.fp8 import FP8_DTYPES, decode_table, decoded_row
+    from cuda_kernels.fp8 import FP8_DTYPES, decode_fields, decoded_row
 
-    compiled = numba.njit(lambda row, lut, scratch: decoded_row(row, lut, scratch).copy())
+    compiled = numba.njit(lambda row, fields, scratch: decoded_row(row, fields, scratch).copy())
     every_byte = np.arange(256, dtype=np.uint8)
     for dtype in FP8_DTYPES:
         want = torch.arange(256, dtype=torch.uint8).view(dtype).float().numpy()
-        lut = decode_table(dtype, torch.device("cpu")).numpy()
+        fields = decode_fields(dtype)
         for decode in (compiled, decoded_row):
-            got = decode(every_byte, lut, np.empty(256, np.float32))
+            got = decode(every_byte, fields, np.empty(256, np.float32))
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 too
     float_row = np.ones(8, np.float32)
-    unused = decode_table(torch.float32, torch.device("cpu")).numpy()
-    assert compiled(float_row, unused, np.empty(8, np.float32)).sum() == 8
+    assert compiled(float_row, decode_fields(torch.float32), np.empty(8, np.float32)).sum() == 8
 
 
 def test_a_paired_ratio_divides_out_what_a_round_shared():

@@ -44,7 +44,8 @@ from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collecte
 from cuda_kernels import cpu
 from cuda_kernels.cpu.launch import kernel_array
 from cuda_kernels.cpu.paged_attention_v2 import paged_attention_v2_partitions
-from cuda_kernels.decode_arguments import fp8_arguments
+from cuda_kernels.decode_arguments import by_fields, fp8_arguments
+from cuda_kernels.fp8 import decode_fields
 from minipaged.attention import paged_attention_decode_partitions
 
 
@@ -69,7 +70,7 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     m_k, l_k, o_k = torch.empty_like(m_ref), torch.empty_like(l_ref), torch.empty_like(o_ref)
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
-    no_fp8 = fp8_arguments(key_pool, None, None, kernel_array)  # float32 pools: scales 1
+    no_fp8 = fp8_arguments(key_pool, None, None, kernel_array, by_fields)  # float32 pools: scales 1
     paged_attention_v2_partitions(*(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8)
     for got, want in ((m_k, m_ref), (l_k, l_ref), (o_k, o_ref)):
         torch.testing.assert_close(got, want, **TOLERANCE)
@@ -126,7 +127,7 @@ def test_attend_reads_only_tokens_start_to_end_even_inside_blocks(start, end):
     for kv_head in range(2):
         q = case.query[0, 2 * kv_head : 2 * kv_head + 2]  # the group of query heads
         acc = np.zeros((2, 16), np.float32)
-        no_fp8 = np.zeros(1, np.float32)  # a float32 pool's unused decode table
+        no_fp8 = decode_fields(torch.float32)
         pools = (key_pool.numpy(), value_pool.numpy(), table.numpy(), kv_head)
         m_prev, l_prev = attend(q.numpy(), acc, *pools, start, end, scale, no_fp8)
         k = case.keys[0][kv_head, start:end]

@@ -59,7 +59,7 @@ from numba.cuda.simulator import kernelapi
 
 import cuda_kernels
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
-from cuda_kernels.decode_arguments import fp8_arguments
+from cuda_kernels.decode_arguments import by_table, fp8_arguments
 from cuda_kernels.launch import NUM_THREADS, kernel_array
 from cuda_kernels.paged_attention_v2 import partitions_kernel
 from minipaged.attention import paged_attention_decode_partitions
@@ -106,7 +106,7 @@ def test_v2_stage_one_writes_each_partitions_m_l_o_and_exact_zeros_past_the_end(
     query, key_pool, value_pool, block_tables, seq_lens, scale, _ = case.args
     tensors = (m_k, l_k, o_k, query, key_pool, value_pool, block_tables, seq_lens)
     grid = (2, 2, 3)  # (num_heads, batch, P): P = ceil(40 / 16) partitions
-    no_fp8 = fp8_arguments(key_pool, None, None, kernel_array)  # float32 pools: scales 1
+    no_fp8 = fp8_arguments(key_pool, None, None, kernel_array, by_table)  # float32 pools: scales 1
     partitions_kernel(8)[grid, NUM_THREADS](
         *(t.numpy() for t in tensors), np.float32(scale), 16, *no_fp8
     )

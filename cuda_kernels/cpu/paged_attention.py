@@ -17,11 +17,10 @@ accumulator) lives in small per-iteration arrays that stay in the core's cache. 
 differ. While it scores a round, the twin asks for the next round's key and value rows
 (``cuda_kernels.cpu.prefetch``): a GPU hides the wait for a block the table sends it to with
 its other warps, but a core running one iteration would wait at every jump to a new block.
-And from an FP8 pool a CUDA thread decodes each byte as it reads it, through the table
-``lut`` (``element``); the twin looks up a whole key or value row in the same table once
-(``decoded_row``: CUDA's ``element(key_pool[block, kv_head, offset, d], lut)`` for every $d$ at
-once) before the query heads of its group read it, so the loops over $d_h$ run over float32 in
-SIMD lanes. Nothing is
+And from an FP8 pool a CUDA thread decodes each byte as it reads it, through a table
+(``element``), but the twin decodes a key or value row once into float32 (``decoded_row``),
+by moving bits rather than through the table, before the query heads of its group read it,
+so that the decoding and the loops over $d_h$ run in SIMD lanes. Nothing is
 read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
 reach the result.
 """
@@ -42,7 +41,12 @@ from cuda_kernels.cpu.launch import (
     on_torch_threads,
 )
 from cuda_kernels.cpu.prefetch import LINE_BYTES, prefetch
-from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import (
+    by_fields,
+    check_decode_inputs,
+    decode_arguments,
+    output_like,
+)
 from cuda_kernels.fp8 import decoded_row
 
 NEG_INF = np.float32(-np.inf)
@@ -50,14 +54,14 @@ ZERO = np.float32(0.0)
 
 
 @njit(cache=True, fastmath=FASTMATH)
-def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut):
+def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fields):
     """The CUDA kernels' ``attend`` for a group of query heads: attends ``q``
     (``[group, head_dim]``, the query heads reading ``kv_head``) to tokens ``start .. end - 1``
     of the sequence whose block table row is ``table``. On return ``m_prev[g]`` is head g's
     largest score, ``l_prev[g]`` $= \\sum_\\tau e^{s_\\tau - m}$ and ``acc[g]`` (zero on entry)
     $= \\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the output is ``acc / l_prev``. Needs
     ``start < end``; never reads a slot at or past ``end``. FP8 pools are bytes, decoded a row
-    at a time through the decode table ``lut`` (``cuda_kernels.fp8.decoded_row``); ``scale``
+    at a time by the format's bit ``fields`` (``cuda_kernels.fp8.decoded_row``); ``scale``
     includes the KV head's ``k_scale``, and the caller multiplies the output by its
     ``v_scale``."""
     group, head_dim = q.shape
@@ -79,7 +83,9 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
                     prefetch(value_pool[later], d)
             block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
             blocks[thread] = block
-            key = decoded_row(key_pool[block, kv_head, tau % block_size], lut, row)  # o = tau mod B
+            key = decoded_row(
+                key_pool[block, kv_head, tau % block_size], fields, row
+            )  # o = tau mod B
             for g in range(group):
                 score = ZERO
                 for d in range(head_dim):
@@ -102,7 +108,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
 
         for thread in range(tokens):  # acc += p_curr v, one value row per token
             offset = (first + thread) % block_size
-            value = decoded_row(value_pool[blocks[thread], kv_head, offset], lut, row)
+            value = decoded_row(value_pool[blocks[thread], kv_head, offset], fields, row)
             for g in range(group):
                 p_curr = probs[g, thread]
                 for d in range(head_dim):
@@ -112,7 +118,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, lut)
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def paged_attention_v1(
-    out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, lut
+    out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, fields
 ):
     """Iteration (r, k) writes ``out[r, h]`` for the query heads h of KV head k: attention
     over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
@@ -127,7 +133,7 @@ def paged_attention_v1(
         table = block_tables[seq]  # T_r
         pools = (key_pool, value_pool, table, kv_head)
         head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
-        _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, lut)
+        _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, fields)
         for g in range(group):
             out[seq, kv_head * group + g] = acc[g] * (v_scale[kv_head] / l_prev[g])
 
@@ -149,10 +155,9 @@ def paged_attention_decode(
     their per-KV-head ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
     check_decode_inputs(*paged, scale, block_size, check_device)
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
-    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)
     on_torch_threads(paged_attention_v1)(kernel_array(output, "output"), *inputs, *fp8)
     return output

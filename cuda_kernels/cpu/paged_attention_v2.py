@@ -27,7 +27,12 @@ from cuda_kernels.cpu.launch import (
     on_torch_threads,
 )
 from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
-from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import (
+    by_fields,
+    check_decode_inputs,
+    decode_arguments,
+    output_like,
+)
 from minipaged.contract import check_partition_size
 
 
@@ -45,7 +50,7 @@ def paged_attention_v2_partitions(
     partition_size,
     k_scale,
     v_scale,
-    lut,
+    fields,
 ):
     """Iteration (r, k_v, p) attends the query heads of KV head k_v in sequence r to the
     tokens of partition p, [p * partition_size, (p + 1) * partition_size) cut at seq_lens[r]."""
@@ -70,7 +75,7 @@ def paged_attention_v2_partitions(
             table = block_tables[seq]  # T_r
             pools = (key_pool, value_pool, table, kv_head)
             head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
-            m_k, l_k = attend(q, acc, *pools, start, end, head_scale, lut)
+            m_k, l_k = attend(q, acc, *pools, start, end, head_scale, fields)
             for g in range(group):
                 head = kv_head * group + g
                 max_logits[seq, head, part] = m_k[g]
@@ -124,15 +129,14 @@ def paged_attention_decode_v2(
     check_decode_inputs(*paged, scale, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     num_partitions = -(-int(seq_lens.max()) // partition_size)  # P
     max_logits = query.new_empty(batch_size, num_heads, num_partitions)  # [batch, num_heads, P]
     exp_sums = torch.empty_like(max_logits)  # [batch, num_heads, P]
     tmp_out = query.new_empty(batch_size, num_heads, num_partitions, head_dim)
-    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)
+    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)
     stage_one = (
         kernel_array(max_logits, "max_logits"),
         kernel_array(exp_sums, "exp_sums"),
