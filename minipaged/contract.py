@@ -78,9 +78,19 @@ def check_attention_inputs(
             f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
             f"{len(lens)}, got {tuple(block_tables.shape)}"
         )
+    check_block_tables(lens, block_tables, block_size, num_blocks)
+    return num_heads // num_kv_heads
+
+
+def check_block_tables(
+    seq_lens: list[int], block_tables: Tensor, block_size: int, num_blocks: int
+) -> None:
+    """The checks of ``check_attention_inputs`` that read the block tables' values: each row
+    $\\mathcal{T}_b$ has at least $\\lceil L_b / B \\rceil$ entries, and those entries name
+    blocks of the pool (ids ``0 .. num_blocks - 1``)."""
     # Plain Python over the table's ids: a step's tables hold a few hundred ids, and one
     # tolist() costs less than the handful of tensor operations a vectorized check would.
-    for b, (seq_len, table) in enumerate(zip(lens, block_tables.tolist(), strict=True)):
+    for b, (seq_len, table) in enumerate(zip(seq_lens, block_tables.tolist(), strict=True)):
         if len(table) * block_size < seq_len:
             raise ValueError(table_too_short(b, seq_len, block_size, len(table)))
         used = table[: -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
@@ -89,7 +99,6 @@ def check_attention_inputs(
                 f"sequence {b}'s block table {used} names a block outside the pool "
                 f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
             )
-    return num_heads // num_kv_heads
 
 
 def check_tensor_kinds(
