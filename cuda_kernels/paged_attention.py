@@ -39,7 +39,7 @@ from numba import cuda, float32, int32
 from numba.extending import overload
 
 from cuda_kernels.block_reduce import REDUCTION, block_reductions
-from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments, output_like
 from cuda_kernels.fp8 import element, element_overload
 from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
 
@@ -186,8 +186,7 @@ def paged_attention_decode(
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
     check_decode_inputs(*paged, scale, block_size, check_device)
     batch_size, num_heads, head_dim = query.shape
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array)

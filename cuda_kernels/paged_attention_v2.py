@@ -26,7 +26,7 @@ import torch
 from numba import cuda, float32
 
 from cuda_kernels.block_reduce import REDUCTION
-from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments, output_like
 from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
 from cuda_kernels.paged_attention import NEG_INF, ZERO, check_num_threads, online_softmax
 from minipaged.contract import check_partition_size
@@ -142,8 +142,7 @@ def paged_attention_decode_v2(
     check_decode_inputs(*paged, scale, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     num_partitions = -(-int(seq_lens.max()) // partition_size)  # P

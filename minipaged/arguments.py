@@ -51,36 +51,41 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
+        self._typed: set[argparse.Action] = set()
         parsed, rest = super().parse_known_args(args, namespace)
         self._check_pairs(parsed)
+        # What was typed, for a check that needs the values too (a subcommand's, kept)
+        typed = {action.dest for action in self._typed}
+        parsed.typed = frozenset(typed | getattr(parsed, "typed", frozenset()))
         return parsed, rest
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]):
+        # argparse converts the words of every option typed on the command line here, and
+        # only those: a default is never converted here (so its value cannot be confused with
+        # one typed, `--temperature 0.8` beside `--beam-width` included)
+        self._typed.add(action)
+        return super()._get_values(action, arg_strings)
+
     def _check_pairs(self, parsed: argparse.Namespace) -> None:
-        """Refuse an option given without the one it ``requires``, or beside one it
+        """Refuse an option typed without the one it ``requires``, or beside one it
         ``excludes``: silently ignoring either would run something other than what was
-        asked. "Given" means set to other than its default (the default does nothing)."""
-
-        def given(action: argparse.Action) -> bool:
-            value = getattr(parsed, action.dest, action.default)
-            return value is not argparse.SUPPRESS and value != action.default
-
+        asked. An option counts as given when it is typed, even with its default value."""
         for action in self._actions:
-            if not action.option_strings or not given(action):
+            if not action.option_strings or action not in self._typed:
                 continue
             flag = action.option_strings[-1]
             needed = getattr(action, "required_option", None)
-            if needed is not None and not given(needed):
+            if needed is not None and needed not in self._typed:
                 what = needed.metavar or needed.dest.upper() if needed.nargs != 0 else ""
                 self.error(
                     f"{flag} is for {needed.option_strings[-1]}: give "
                     f"{' '.join((needed.option_strings[-1], what)).strip()}, or leave {flag} out"
                 )
-            for other, why in getattr(action, "excluded_options", ()):
-                if given(other):
-                    self.error(
-                        f"{flag} and {other.option_strings[-1]} cannot go together ({why}): "
-                        "leave one out"
-                    )
+            for other, why, when in getattr(action, "excluded_options", ()):
+                value = getattr(parsed, other.dest, None)
+                if other in self._typed and (when is None or when(value)):
+                    words = other.option_strings[-1] + ("" if when is None else f" {value}")
+                    self.error(f"{flag} and {words} cannot go together ({why}): leave one out")
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: {one_line(message)}; see `{self.prog} --help`\n")
@@ -92,10 +97,17 @@ def requires(action: argparse.Action, needed: argparse.Action) -> None:
     action.required_option = needed
 
 
-def excludes(action: argparse.Action, other: argparse.Action, why: str) -> None:
+def excludes(
+    action: argparse.Action,
+    other: argparse.Action,
+    why: str,
+    when: Callable[[object], bool] | None = None,
+) -> None:
     """Mark ``action`` and ``other`` as contradicting each other, for the reason ``why``: the
-    parser refuses them together (``Parser._check_pairs``)."""
-    action.excluded_options = (*getattr(action, "excluded_options", ()), (other, why))
+    parser refuses them together (``Parser._check_pairs``); with ``when``, only where
+    ``when(value of other)`` holds (``--top-k`` beside ``--temperature 0``, not 0.8)."""
+    excluded = (*getattr(action, "excluded_options", ()), (other, why, when))
+    action.excluded_options = excluded
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:

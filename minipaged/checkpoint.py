@@ -113,7 +113,7 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             bos_token_id=_first_id(raw.get("bos_token_id")),
-            eos_token_id=_first_id(raw.get("eos_token_id")),
+            eos_token_id=raw.get("eos_token_id"),  # one id, or a list: generation stops at any
         )
     except ValueError as error:
         raise CheckpointError(f"{file}: {error}") from error
@@ -212,7 +212,7 @@ def save_model(
         key: tokenizer.tokenizer.id_to_token(token_id)
         for key, token_id in (
             ("bos_token", config.bos_token_id),
-            ("eos_token", config.eos_token_id),
+            ("eos_token", next(iter(config.eos_token_ids), None)),
         )
         if token_id is not None
     }
@@ -373,7 +373,7 @@ def _hf_name(name: str) -> str:
 
 
 def _first_id(token_id: int | list[int] | None) -> int | None:
-    """HF allows a list of end tokens (Llama 3); the first one is the model's EOS."""
+    """A list where one token is meant (a config that lists its BOS): the first."""
     if isinstance(token_id, list):
         return token_id[0] if token_id else None
     return token_id

@@ -26,7 +26,7 @@ from minipaged.arguments import (
     Parser,
     add_config_flags,
     config_from_flags,
-    free_memory,
+    excludes,
     integer,
     output_file,
     real,
@@ -100,26 +100,34 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
 def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--max-tokens", type=integer(1), default=48, help="tokens per sample")
-    gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
-    gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass")
-    gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut")
-    gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
-    gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
+    temperature = gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
+    sampled = (
+        gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass"),
+        gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut"),
+    )
+    n = gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
+    beam = gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     add_config_flags(gen, EngineConfig())
+    # Flags that would otherwise be ignored without a word (arguments.excludes)
+    for sampling in (temperature, *sampled):
+        excludes(beam, sampling, "beam search ranks by log-probability and samples nothing")
+        if sampling is not temperature:
+            why = "greedy decoding takes the most likely token; nothing is cut"
+            excludes(sampling, temperature, why, when=lambda value: value == 0)
+    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
 
 
 def _workload(args: argparse.Namespace):
     """The LLM and sampling parameters the workload flags describe."""
     from minipaged.device import check_device
-    from minipaged.llm import LLM, check_kv_cache_fits
+    from minipaged.llm import LLM
     from minipaged.models import check_model_directory
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
     check_model_directory(config.model)
-    check_device(config.device)
-    check_kv_cache_fits(config, free_memory())  # before any pool is allocated
+    check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None
     params = SamplingParams(
         max_tokens=args.max_tokens,
@@ -280,11 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as done:  # --help, or a usage error argparse has printed
             return done.code if isinstance(done.code, int) else USAGE_ERROR
-        command = " ".join(
-            name
-            for name in (args.command, getattr(args, "trace_command", None))
-            if name is not None
-        )
+        action = getattr(args, "trace_command", None) or getattr(args, "exercises_command", None)
+        command = " ".join(name for name in (args.command, action) if name is not None)
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         say(command, "interrupted (Ctrl-C)")

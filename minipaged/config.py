@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from minipaged.memory import KV_DTYPE_BYTES
+from minipaged.python_numbers import take_python_numbers
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -185,6 +186,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         # Normalized here, once, before anyone reads them; a config never changes after this.
+        take_python_numbers(self)  # np.int64(16) is 16
         normal = {
             "dtype": _dtype_name(self.dtype),
             "kv_cache_dtype": FP8_NAMES.get(str(self.kv_cache_dtype), self.kv_cache_dtype),

@@ -48,7 +48,7 @@ def check_attention_inputs(
     ``ValueError``: both before any tensor is read, and both name the argument and the value."""
     check_tensor_kinds(query, key_pool, value_pool, block_tables, seq_lens, query_lens)
     check_block_size(block_size)
-    check_scale(scale)
+    check_scale(scale, query.dtype)
     lens = seq_lens.tolist()
     queries = [1] * len(lens) if query_lens is None else query_lens.tolist()
     if query.dim() != 3 or query.shape[0] != sum(check_query_lens(lens, queries)):
@@ -78,9 +78,19 @@ def check_attention_inputs(
             f"block_tables must be [batch, max_blocks] with batch = len(seq_lens) = "
             f"{len(lens)}, got {tuple(block_tables.shape)}"
         )
+    check_block_tables(lens, block_tables, block_size, num_blocks)
+    return num_heads // num_kv_heads
+
+
+def check_block_tables(
+    seq_lens: list[int], block_tables: Tensor, block_size: int, num_blocks: int
+) -> None:
+    """The checks of ``check_attention_inputs`` that read the block tables' values: each row
+    $\\mathcal{T}_b$ has at least $\\lceil L_b / B \\rceil$ entries, and those entries name
+    blocks of the pool (ids ``0 .. num_blocks - 1``)."""
     # Plain Python over the table's ids: a step's tables hold a few hundred ids, and one
     # tolist() costs less than the handful of tensor operations a vectorized check would.
-    for b, (seq_len, table) in enumerate(zip(lens, block_tables.tolist(), strict=True)):
+    for b, (seq_len, table) in enumerate(zip(seq_lens, block_tables.tolist(), strict=True)):
         if len(table) * block_size < seq_len:
             raise ValueError(table_too_short(b, seq_len, block_size, len(table)))
         used = table[: -(-seq_len // block_size)]  # T_b[0 .. ceil(L_b / B) - 1]
@@ -89,7 +99,6 @@ def check_attention_inputs(
                 f"sequence {b}'s block table {used} names a block outside the pool "
                 f"of {num_blocks} blocks (ids 0..{num_blocks - 1})"
             )
-    return num_heads // num_kv_heads
 
 
 def check_tensor_kinds(
@@ -127,17 +136,13 @@ def check_tensor_kinds(
             )
     if not query.is_floating_point():
         raise TypeError(f"query must be floating point, got {query.dtype}: cast it with .float()")
+    check_devices(named, "query")
     if value_pool.dtype != key_pool.dtype:
         raise ValueError(
             f"key_pool holds {key_pool.dtype} but value_pool holds {value_pool.dtype}: the "
             "two pools of one cache hold one dtype; cast one with .to()"
         )
     for name in ("key_pool", "value_pool"):
-        if named[name].device != query.device:
-            raise ValueError(
-                f"{name} is on {named[name].device} but query is on {query.device}: move them "
-                "to one device with .to(query.device)"
-            )
         pool_dtype = named[name].dtype
         # A float32 query may read narrower pools, widened as they are read: FP8 (with its
         # scales), and the 16-bit caches `bench kv-dtype` prices under the float32 tiny model.
@@ -152,24 +157,45 @@ def check_tensor_kinds(
             )
 
 
+def check_devices(named: dict[str, Tensor], anchor: str) -> None:
+    """Every tensor of ``named`` holds values (none on ``meta``, which keeps shapes only) on
+    the device of ``named[anchor]``: one call reads them all there, tables and lengths too."""
+    for name, tensor in named.items():
+        if tensor.is_meta:
+            raise ValueError(
+                f"{name} is on the meta device, which holds a shape but no values: build it "
+                "on 'cpu' or 'cuda' with its values"
+            )
+    device = named[anchor].device
+    for name, tensor in named.items():
+        if tensor.device != device:
+            raise ValueError(
+                f"{name} is on {tensor.device} but {anchor} is on {device}: move it there "
+                f"with .to({anchor}.device)"
+            )
+
+
 def check_block_size(block_size: int) -> None:
-    """$B$ is a positive integer (``True`` is no block size)."""
-    if not isinstance(block_size, int) or isinstance(block_size, bool):
+    """$B$ is a positive integer (``True`` is no block size; a NumPy integer is one)."""
+    if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool):
         raise TypeError(f"block_size must be an integer, got {block_size!r}")
     if block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size}")
 
 
-def check_scale(scale: float) -> None:
-    """The softmax scale (usually $1/\\sqrt{d_h}$) is a positive finite number."""
+def check_scale(scale: float, dtype: torch.dtype = torch.float32) -> None:
+    """The softmax scale (usually $1/\\sqrt{d_h}$) is a positive number that ``dtype``, the
+    query's, holds: a larger one (``1e300``) is infinite there, and so would every logit be."""
     if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
         raise TypeError(
             f"scale must be a number (usually 1 / sqrt(head_dim)), got {type(scale).__name__} "
             f"{scale!r:.40}"
         )
-    if not (math.isfinite(scale) and scale > 0):
+    largest = torch.finfo(dtype).max
+    if not (math.isfinite(scale) and 0 < scale <= largest):
         raise ValueError(
-            f"scale must be a positive finite number (usually 1 / sqrt(head_dim)), got {scale!r}"
+            f"scale must be a positive number up to {largest:.4g}, the largest {dtype} (usually "
+            f"1 / sqrt(head_dim)), got {scale!r}"
         )
 
 
@@ -206,7 +232,8 @@ def table_too_short(b: int, seq_len: int, block_size: int, width: int) -> str:
 def check_partition_size(partition_size: int, block_size: int) -> None:
     """§4's partitions (the v2 kernel) hold whole blocks: ``partition_size`` is a positive
     multiple of $B$."""
-    if not isinstance(partition_size, int) or partition_size <= 0 or partition_size % block_size:
+    whole = isinstance(partition_size, numbers.Integral) and not isinstance(partition_size, bool)
+    if not whole or partition_size <= 0 or partition_size % block_size:
         raise ValueError(
             f"partition_size must be a positive multiple of block_size={block_size} so each "
             f"partition holds whole blocks, got {partition_size!r}"
@@ -219,6 +246,8 @@ def check_write(
     """The checks every cache write makes (``kv_cache.write_kv``, ``reshape_and_cache`` in
     ``cuda_kernels``) before touching the pools: matching shapes and dtypes, slots inside the
     pool, no slot written twice. Returns the slots to write (the non-negative ones), int64."""
+    named = {"key_pool": key_pool, "value_pool": value_pool, "key": key, "value": value}
+    check_devices(named | {"slot_mapping": slot_mapping}, "key_pool")
     num_blocks, num_kv_heads, block_size, head_dim = key_pool.shape
     if value_pool.shape != key_pool.shape:
         raise ValueError(

@@ -29,9 +29,9 @@ class Decoder:
     """Picks tokens, makes the fork and free decisions of §5, and says when a sequence is
     done. Sequence ids come from here, so forks and beams never reuse one."""
 
-    def __init__(self, eos_id: int | None, max_model_len: int):
+    def __init__(self, eos_ids: frozenset[int], max_model_len: int):
         self.block_manager: BlockManager | None = None  # the step's, set by decode
-        self.eos_id = eos_id
+        self.eos_ids = eos_ids  # a sequence ends at any of them (Llama 3 lists several)
         self.max_model_len = max_model_len
         self._seq_ids = itertools.count()
 
@@ -93,7 +93,7 @@ class Decoder:
         None while ``seq`` goes on. Beam search handles EOS itself: a beam ending in EOS
         becomes a finished hypothesis."""
         params, last = group.params, seq.token_ids[-1]
-        if not params.ignore_eos and last == self.eos_id and not params.use_beam_search:
+        if not params.ignore_eos and last in self.eos_ids and not params.use_beam_search:
             return "stop"
         if last in params.stop_token_ids:
             return "stop"
@@ -138,7 +138,7 @@ class Decoder:
     ) -> None:
         params = group.params
         beams = [item.seq for item in items]
-        eos = None if params.ignore_eos else self.eos_id
+        eos = frozenset() if params.ignore_eos else self.eos_ids
         candidates, ended = beam_search.select(
             logits, [seq.cumulative_logprob for seq in beams], params.beam_width, eos
         )

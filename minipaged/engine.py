@@ -118,9 +118,10 @@ class LLMEngine:
             config.long_prefill_token_threshold,
         )
         self.runner = ModelRunner(model, self.kv_cache, self.backend)
-        # EOS: the tokenizer's, else config.json's (where transformers' generate stops too)
-        eos_id = tokenizer.eos_id if tokenizer is not None else shape.eos_token_id
-        self.decoder = Decoder(eos_id, self.max_model_len)
+        # EOS: every one config.json lists (transformers' generate stops at any), and the
+        # tokenizer's
+        eos_ids = {*shape.eos_token_ids, tokenizer.eos_id if tokenizer is not None else None}
+        self.decoder = Decoder(frozenset(eos_ids - {None}), self.max_model_len)
         self.speculator = None
         if config.speculative is not None:
             drafter = make_drafter(config.speculative, model)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from minipaged import fp8
+from minipaged.arguments import free_memory
 from minipaged.checkpoint import load_config, load_model
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
@@ -78,6 +79,7 @@ class LLM:
         config = (config or EngineConfig()).replace(**settings)
         check_device(config.device)
         path = model_directory(config.model)
+        check_kv_cache_fits(config, free_memory())  # pools that fit no memory: before any is made
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
         # A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs on token
@@ -234,5 +236,5 @@ def check_kv_cache_fits(config: EngineConfig, free: int | None) -> None:
         raise ValueError(
             f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
             f"blocks of B = {config.block_size}) but {free / 1e9:,.1f} GB are free; lower "
-            "--num-gpu-blocks, --num-cpu-blocks or --block-size"
+            "num_gpu_blocks, num_cpu_blocks or block_size (--num-gpu-blocks, ...)"
         )

@@ -18,6 +18,8 @@ from fractions import Fraction
 from numbers import Real
 from typing import NamedTuple
 
+from minipaged.python_numbers import take_python_numbers
+
 
 def _check_int(name: str, value: object, minimum: int = 1) -> None:
     """Raise unless ``value`` is an int >= ``minimum`` (1: positive, 0: non-negative)."""
@@ -57,6 +59,7 @@ class ModelShape:
     name: str = ""
 
     def __post_init__(self) -> None:
+        take_python_numbers(self)  # np.int64(32) is 32
         for field in ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype_bytes"):
             _check_int(field, getattr(self, field))
         if self.num_q_heads % self.num_kv_heads != 0:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from minipaged.attention_probe import Observer
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
+from minipaged.python_numbers import python_number, take_python_numbers
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
@@ -63,9 +64,10 @@ class LlamaConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
-    eos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None  # HF allows several (Llama 3 has three)
 
     def __post_init__(self) -> None:
+        take_python_numbers(self)  # np.int64(64) is 64
         for name in (
             "vocab_size",
             "hidden_size",
@@ -93,12 +95,27 @@ class LlamaConfig:
             raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}")
-        for name in ("bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < self.vocab_size:
+        if isinstance(self.eos_token_id, list | tuple):  # as config.json writes several
+            several = tuple(python_number(token) for token in self.eos_token_id)
+            object.__setattr__(self, "eos_token_id", several or None)
+        special = [("bos_token_id", self.bos_token_id)]
+        special += [("eos_token_id", token) for token in self.eos_token_ids]
+        for name, value in special:
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if value is not None and not (is_int and 0 <= value < self.vocab_size):
                 raise ValueError(
-                    f"{name} ({value}) must be a token id in 0..{self.vocab_size - 1} or None"
+                    f"{name} ({value!r}) must be a token id in 0..{self.vocab_size - 1} or None"
                 )
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every end-of-sequence token: generation stops at any of them, as transformers'
+        ``generate`` does with a list (the first is the model's own, a pad token's stand-in)."""
+        if self.eos_token_id is None:
+            return ()
+        if isinstance(self.eos_token_id, tuple):
+            return self.eos_token_id
+        return (self.eos_token_id,)
 
     @property
     def num_queries_per_kv(self) -> int:

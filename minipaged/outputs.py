@@ -84,6 +84,18 @@ class StepOutput:
     drafted: StepOutput | None = field(default=None, compare=False, repr=False)
     attention: tuple[AttentionRecord, ...] | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def tokens(self) -> dict[int, int]:
+        """DESIGN.md's name for ``new_tokens``: the tokens this step made, seq id -> token."""
+        return self.new_tokens
+
+    @property
+    def snapshot(self) -> BlockState | None:
+        """DESIGN.md's "block-state snapshot": ``state``, the block state after the step."""
+        return self.state
+
+    block_state = snapshot
+
     @classmethod
     def empty(cls, state: BlockState) -> StepOutput:
         """Step 0 over ``state``: nothing made, nothing queued (a replayed trace's first frame,

@@ -8,7 +8,7 @@ that does not belong to the checkpoint).
 
 from __future__ import annotations
 
-from minipaged.sampling import python_number
+from minipaged.python_numbers import python_number
 from minipaged.tokenizer import Tokenizer
 
 Prompt = str | list[int] | dict

@@ -7,12 +7,13 @@ the engine forks sequences through the block manager; this module only picks tok
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from minipaged.python_numbers import python_number, take_python_numbers
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        numeric = ("max_tokens", "temperature", "top_p", "top_k", "n", "beam_width", "seed")
-        for each in (*numeric, "length_penalty"):
-            object.__setattr__(self, each, python_number(getattr(self, each)))
+        take_python_numbers(self)
         if isinstance(self.stop_token_ids, list | tuple):
             stops = tuple(python_number(token) for token in self.stop_token_ids)
             object.__setattr__(self, "stop_token_ids", stops)
@@ -120,22 +119,16 @@ class SamplingParams:
                 "beam_width beams; n is the number of independent samples), or leave "
                 "beam_width at 1",
             )
+            need(  # as vLLM refuses it: it ranks finished beams, and there are none
+                self.length_penalty == 1,
+                f"length_penalty={self.length_penalty} ranks finished beams, so it needs "
+                "use_beam_search=True; or leave length_penalty at 1.0",
+            )
 
     @property
     def num_sequences(self) -> int:
         """How many sequences the request runs at once: n, or the beam width."""
         return self.beam_width if self.use_beam_search else self.n
-
-
-def python_number(value: object) -> object:
-    """A NumPy integer or float as the Python ``int`` or ``float`` it equals (what a student
-    reads out of an array); anything else as it is, for the caller's check to judge. ``bool``
-    stays a ``bool``: True is no count."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    return value if isinstance(value, int | float) else float(value)
 
 
 def _is_int(value: object) -> bool:

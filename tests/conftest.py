@@ -42,20 +42,28 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # in collection order to whichever worker is free. The longest files go first, so that no
 # worker is left alone with a long one at the end (longest-processing-time-first); measured on
 # two cores, where these few take half the suite's time. A stale list only costs balance.
-# test_docs.py comes second, out of that order: it runs the pages' examples while the first
-# worker's build of the site runs them too, each page once (docs/hooks/prose_values.py).
+# The browser's visits of the built site are the longest work, in two files (served, from
+# disk) that two workers run at once. test_docs.py comes between them: it runs the pages'
+# examples while the first worker's build of the site runs them too, each page once
+# (docs/hooks/prose_values.py), and a worker takes a second file only when its first is
+# nearly done, so test_site_from_disk.py goes to test_docs.py's worker, not to the first
+# worker after its own visits.
 LONGEST_FIRST = (
     "test_site_browser.py",
     "test_docs.py",
+    "test_site_from_disk.py",
     "test_tui_exercise.py",
     "test_exercises.py",
+    "test_grader_student_answers.py",
     "test_trace_corpus.py",
     "test_student_run.py",
     "test_grader_mutants.py",
+    "test_grader_hostile.py",
     "test_cpu_kernels.py",
     "test_tui_serve_scale.py",
     "test_grader_gpu_path.py",
     "test_gradebook.py",
+    "test_compile_cache.py",
     "test_bench.py",
     "test_ptx.py",
     "test_tui_story.py",

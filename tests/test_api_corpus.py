@@ -59,6 +59,17 @@ BAD_ATTENTION = {
         ValueError,
         "meta",
     ),
+    "lengths on meta": (changed(seq_lens=lambda t: t.to("meta")), ValueError, "seq_lens is on"),
+    "tables on meta": (
+        changed(block_tables=lambda t: t.to("meta")),
+        ValueError,
+        "block_tables is on the meta device",
+    ),
+    "everything on meta": (
+        {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in good().items()},
+        ValueError,
+        "meta",
+    ),
     "float tables": (changed(block_tables=torch.Tensor.float), TypeError, "block_tables"),
     "bool tables": (changed(block_tables=lambda t: t > 0), TypeError, "block_tables"),
     "float lengths": (changed(seq_lens=torch.Tensor.float), TypeError, "seq_lens"),
@@ -81,6 +92,9 @@ BAD_ATTENTION = {
     "scale inf": (changed(scale=math.inf), ValueError, "scale"),
     "scale 0": (changed(scale=0.0), ValueError, "scale"),
     "scale negative": (changed(scale=-0.3), ValueError, "scale"),
+    # finite, but infinite in float32: every logit q.k * scale would be too
+    "scale 1e300": (changed(scale=1e300), ValueError, "scale must be a positive number up to"),
+    "scale past float32": (changed(scale=1e39), ValueError, "the largest torch.float32"),
     "scale text": (changed(scale="0.3"), TypeError, "scale must be a number"),
     "scale None": (changed(scale=None), TypeError, "scale must be a number"),
     "block_size 0": (changed(block_size=0), ValueError, "block_size must be a positive"),
@@ -119,6 +133,24 @@ def test_every_decode_path_refuses_bad_arguments_naming_them(path, case):
         DECODERS[path](**arguments)
     message = str(refused.value)
     assert words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("path", [name for name in DECODERS if name != "partitions"])
+def test_every_decode_path_takes_numpy_numbers_as_the_python_numbers_they_equal(path):
+    expected = DECODERS["reference"](**good())
+    arguments = changed(scale=np.float32(HEAD_DIM**-0.5), block_size=np.int64(B))
+    torch.testing.assert_close(DECODERS[path](**arguments), expected)
+
+
+def test_a_numpy_partition_size_is_taken_as_the_integer_it_equals():
+    expected = DECODERS["reference"](**good())
+    partitioned = [attention.paged_attention_decode_partitioned]
+    if "twin v2" in DECODERS:
+        import cuda_kernels.cpu as twins
+
+        partitioned.append(twins.paged_attention_decode_v2)
+    for decode in partitioned:
+        torch.testing.assert_close(decode(**good(), partition_size=np.int64(8)), expected)
 
 
 @pytest.mark.parametrize("path", ["reference", "loop", "twin v1"])
@@ -164,9 +196,58 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal():
     assert SamplingParams(stop_token_ids=[np.int64(5)]).stop_token_ids == (5,)
 
 
+def valid_configs() -> dict[str, object]:
+    """One valid instance of every object that checks its settings, with a number in every
+    numeric field that can hold one (so each field is tried)."""
+    from minipaged.config import EngineConfig
+    from minipaged.memory import ModelShape
+    from minipaged.model import LlamaConfig
+    from minipaged.speculative.config import SpeculativeConfig
+
+    return {
+        "EngineConfig": EngineConfig(
+            num_gpu_blocks=64,
+            num_cpu_blocks=8,
+            max_num_batched_tokens=512,
+            enable_chunked_prefill=True,
+            long_prefill_token_threshold=64,
+        ),
+        "SamplingParams": SamplingParams(seed=3, top_k=5, top_p=0.5, temperature=0.7),
+        "SpeculativeConfig": SpeculativeConfig(),
+        "LlamaConfig": LlamaConfig(64, 64, 128, 2, 4, 2, 16, bos_token_id=1, eos_token_id=(2, 3)),
+        "ModelShape": ModelShape(2, 4, 2, 16, 2),
+    }
+
+
+NUMERIC_FIELDS = [
+    pytest.param(owner, field.name, id=f"{owner}.{field.name}")
+    for owner, instance in valid_configs().items()
+    for field in dataclasses.fields(instance)
+    if type(getattr(instance, field.name)) in (int, float)
+]
+
+
+@pytest.mark.parametrize("owner, field", NUMERIC_FIELDS)
+def test_every_numeric_setting_takes_a_numpy_number_as_the_python_number_it_equals(owner, field):
+    """Consistently with ``SamplingParams``: a NumPy integer or float (what a student reads
+    out of an array) is taken as the Python number it equals, in every config object."""
+    instance = valid_configs()[owner]
+    value = getattr(instance, field)
+    numpy_value = np.int64(value) if type(value) is int else np.float32(value)
+    again = dataclasses.replace(instance, **{field: numpy_value})
+    assert type(getattr(again, field)) is type(value)
+    assert getattr(again, field) == numpy_value.item()
+
+
 def test_a_beam_width_without_beam_search_is_refused_not_ignored():
     with pytest.raises(ValueError, match=r"beam_width=4 .* use_beam_search=True"):
         SamplingParams(beam_width=4)
+
+
+def test_a_length_penalty_without_beam_search_is_refused_not_ignored():
+    with pytest.raises(ValueError, match=r"length_penalty=0.5 .* use_beam_search=True"):
+        SamplingParams(length_penalty=0.5)
+    assert SamplingParams(use_beam_search=True, beam_width=2, length_penalty=0.5)
 
 
 # -- requests: a bad one is refused, and nothing running is lost ----------------------------
@@ -247,3 +328,16 @@ def test_text_that_is_not_unicode_is_refused_naming_where():
     tokenizer = Tokenizer(EMBEDDED_MODELS["tiny"])
     with pytest.raises(ValueError, match=r"'\\udcff' at position 5"):
         tokenizer.encode("Emma \udcff")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(num_gpu_blocks=10**12), dict(num_cpu_blocks=10**12)],
+    ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),
+)
+def test_pools_that_fit_no_memory_are_refused_before_the_model_loads(settings):
+    """Each value is an integer in its range, but the pools it makes would not fit: refused
+    by name, in one line, before anything is allocated (as the command lines do)."""
+    with pytest.raises(ValueError, match="the KV cache would take") as refused:
+        LLM("tiny", backend="torch", **settings)
+    assert "num_gpu_blocks" in str(refused.value) and "\n" not in str(refused.value)

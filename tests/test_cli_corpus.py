@@ -149,6 +149,9 @@ EXAMPLES = {
     "--path": ["."],
     "--solution": [],
     "--n": ["2"],
+    "--temperature": ["0"],  # greedy: what --top-p and --top-k cannot go beside
+    "--top-p": ["0.5"],
+    "--top-k": ["5"],
     "--beam-width": ["2"],
     "--max-tokens": ["5"],
     "--prompt": ["Emma"],
@@ -157,9 +160,24 @@ EXAMPLES = {
     "--trace": ["run.jsonl"],
     "--serve": [],
     "--screenshot": ["shot.svg"],
+    "file": ["run.jsonl"],
+    "--device": ["cpu"],
+    "--model": ["tiny"],
+    "--speculative-config": ['{"method": "ngram"}'],
 }
-"""A value, other than the default, for each option in a pair (``arguments.requires`` and
-``excludes``)."""
+"""A value for each option in a pair (``arguments.requires`` and ``excludes``) that its type
+takes; ``example`` makes one for the rest."""
+
+
+def example(action: argparse.Action) -> list[str]:
+    """The words that give ``action`` a value its type accepts."""
+    if name_of(action) in EXAMPLES:
+        return EXAMPLES[name_of(action)]
+    if action.nargs == 0:
+        return []
+    if action.choices:
+        return [str(list(action.choices)[-1])]
+    return {"integer": ["2"], "number": ["0.5"]}[kind_of(action)]
 
 
 def pairs():
@@ -168,18 +186,32 @@ def pairs():
             needed = getattr(action, "required_option", None)
             if needed is not None:
                 yield pytest.param(words, action, needed, "alone", id=f"{name_of(action)} alone")
-            for other, _ in getattr(action, "excluded_options", ()):
+            for other, *_ in getattr(action, "excluded_options", ()):
                 ids = f"{name_of(action)} with {name_of(other)}"
                 yield pytest.param(words, action, other, "together", id=ids)
+
+
+def essentials(parser, action, other, how) -> list[str]:
+    """What the command needs besides the pair, so that the pair is what it refuses: its
+    positionals and required options, and what each of the pair ``requires``."""
+    needed = [a for a in parser._actions if a.required and a not in (action, other)]
+    if how == "together":
+        needed += [a.required_option for a in (action, other) if hasattr(a, "required_option")]
+    words = []
+    for each in dict.fromkeys(needed):
+        flag = [name_of(each)] if each.option_strings else []
+        words += [*flag, *example(each)]
+    return words
 
 
 @pytest.mark.parametrize(("words", "action", "other", "how"), list(pairs()))
 def test_an_option_without_the_one_it_needs_or_beside_its_contrary_is_refused(
     capsys, words, action, other, how
 ):
-    argv = [*words, name_of(action), *EXAMPLES[name_of(action)]]
+    argv = [*words, *essentials(dict(leaves(PARSER))[words], action, other, how)]
+    argv += [name_of(action), *example(action)]
     if how == "together":
-        argv += [name_of(other), *EXAMPLES[name_of(other)]]
+        argv += [name_of(other), *example(other)]
     line = assert_usage_error(argv, capsys, name_of(action), name_of(other))
     assert ("leave" in line) and ("is for" in line if how == "alone" else "together" in line)
 
@@ -189,6 +221,39 @@ def test_the_pairs_cover_the_flags_the_tui_would_otherwise_ignore():
     for flag in ("--steps", "--size", "--keys", "--host", "--port", "--path", "--solution"):
         assert (flag, "alone") in found
     assert ("--trace", "together") in found and ("--serve", "together") in found
+
+
+def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would_ignore():
+    found = {(" ".join(p.values[0]), name_of(p.values[1]), name_of(p.values[2])) for p in pairs()}
+    for command in ("generate", "trace record"):
+        for sampling in ("--temperature", "--top-p", "--top-k", "--n"):
+            assert (command, "--beam-width", sampling) in found
+        for cut in ("--top-p", "--top-k"):
+            assert (command, cut, "--temperature") in found
+    assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
+    for engine_flag in ("--block-size", "--num-gpu-blocks", "--enable-chunked-prefill"):
+        assert ("tui", "--trace", engine_flag) in found  # a replay runs nothing new
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--temperature", "0.8"],
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--top-k", "40"],
+        ["generate", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
+        ["tui", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
+    ],
+    ids=" ".join,
+)
+def test_a_typed_flag_counts_as_given_even_at_its_default_value(capsys, argv):
+    """``--temperature 0.8`` is generate's default, and beam search would still ignore it."""
+    assert_usage_error(argv, capsys, "--beam-width", "together")
+
+
+def test_greedy_decoding_with_a_cut_is_refused_but_sampling_with_one_is_not(capsys):
+    argv = ["generate", "--prompt", "Emma", "--top-k", "5"]
+    assert_usage_error([*argv, "--temperature", "0"], capsys, "--top-k", "--temperature 0")
+    assert PARSER.parse_args([*argv, "--temperature", "0.5"]).top_k == 5
 
 
 # -- files named for reading, and files to write ---------------------------------------------
@@ -247,3 +312,75 @@ def test_the_commands_that_write_a_file_check_it_where_it_is_typed():
 def test_a_huge_value_is_echoed_only_in_part(capsys):
     line = assert_usage_error(["generate", "--prompt", "x", "--preemption", HUGE], capsys)
     assert "characters ...]" in line and "--preemption" in line
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("dangling link", "symbolic link"),
+        ("under a dangling link", "symbolic link"),
+        ("under a file", "is a file, not a folder"),
+    ],
+)
+def test_exercises_init_refuses_a_folder_it_cannot_make_saying_why(capsys, tmp_path, kind, words):
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "file").write_text("x")
+    target = {
+        "dangling link": tmp_path / "dangling",
+        "under a dangling link": tmp_path / "dangling" / "ex01",
+        "under a file": tmp_path / "file" / "ex01",
+    }[kind]
+    line = assert_usage_error(["exercises", "init", "1", str(target)], capsys, "exercises init")
+    assert words in line
+    assert not (tmp_path / "gone").exists() and (tmp_path / "file").read_text() == "x"
+
+
+# -- refusals that must come before the work (or the screen) is taken -----------------------
+
+TOO_LATE = {
+    "a prompt past the context": ["--prompt", "Emma " * 2000],
+    "a request no empty pool holds": ["--prompt", "Emma", "--num-gpu-blocks", "2"],
+    "a named scenario on too small a pool": ["--scenario", "parallel", "--num-gpu-blocks", "1"],
+}
+
+
+@pytest.mark.parametrize("case", TOO_LATE)
+def test_the_tui_refuses_a_request_it_could_never_run_before_the_app_starts(capsys, tmp_path, case):
+    """With ``--screenshot`` the app would run headless and fail inside (status 1, minutes for
+    a big model); the refusal comes before it, as a usage error, and nothing is written."""
+    shot = tmp_path / "shot.svg"
+    line = assert_usage_error(["tui", *TOO_LATE[case], "--screenshot", str(shot)], capsys)
+    assert "prompt" in line or "pool" in line
+    assert not shot.exists()
+
+
+def test_bench_knows_which_benchmarks_read_each_option():
+    """``READERS`` against the source: a benchmark reads an option where it says
+    ``options.<dest>``, so an option added to one is refused nowhere it is read."""
+    import importlib
+    import inspect
+    import re
+
+    from minipaged.study.bench import SUBBENCHMARKS
+    from minipaged.study.bench.command import READERS
+
+    for name, module in SUBBENCHMARKS.items():
+        source = inspect.getsource(importlib.import_module(module))
+        read = set(re.findall(r"options\.(\w+)", source))
+        for dest, (_, readers) in READERS.items():
+            assert (dest in read) == (name in readers), f"{name} and options.{dest}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "memory", "--backend", "torch"],
+        ["bench", "sharing", "--model", "tiny"],
+        ["bench", "memory", "sharing", "--device", "cpu"],
+        ["bench", "engine", "--kv-cache-dtype", "fp8_e4m3"],
+        ["bench", "tui", "--seed", "3"],
+    ],
+    ids=" ".join,
+)
+def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, argv):
+    assert_usage_error(argv, capsys, argv[-2], "leave")

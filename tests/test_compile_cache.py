@@ -106,3 +106,13 @@ def test_a_new_source_file_changes_the_stamp(tmp_path):
     before = package_stamp(copy)
     (copy / "cpu" / "new_helper.py").write_text("SCALE = 2\n")
     assert package_stamp(copy) != before
+
+
+def test_a_twins_cache_files_are_named_for_the_stamp():
+    """An index written under another stamp is never opened: Numba unpickles an index before
+    it compares stamps, and an old one can name a class the package no longer has (when an
+    experiment replaced the twins' ``DecodeFields`` named tuple, every twin failed to load
+    its cache with ``AttributeError`` instead of compiling afresh)."""
+    from cuda_kernels.cpu.paged_attention import attend
+
+    assert package_stamp()[:16] in attend._cache._cache_file._index_name

@@ -160,21 +160,21 @@ def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(chec
     assert "prompt_token_ids" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf_greedy, tmp_path):
+@pytest.mark.parametrize("several", [False, True], ids=["one eos", "a list of eos"])
+def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(
+    checkpoint, hf_greedy, tmp_path, several
+):
     """With ``ignore_eos`` off, a sequence ends at ``config.json``'s ``eos_token_id``: make the
-    fourth greedy token of the first prompt the EOS of a copy of the checkpoint."""
-    model, path = checkpoint
+    fourth greedy token of the first prompt the EOS of a copy of the checkpoint. Llama 3's
+    config.json lists several, and a sequence ends at any of them: in the list, the one that
+    comes is second, so stopping at the first alone would run on."""
+    _, path = checkpoint
     eos = hf_greedy[0][3]
-    copy_with_eos(path, tmp_path, eos)
+    copy_with_eos(path, tmp_path, [unused_token(hf_greedy[0]), eos] if several else eos)
     ids = torch.tensor([PROMPTS[0]])
-    with torch.no_grad():
-        hf = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=MAX_TOKENS,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
+    with torch.no_grad():  # transformers reads config.json's EOS, one or a list, as for a user
+        hf = hf_from_folder(tmp_path).generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS, do_sample=False
         )
     expected = hf[0, len(PROMPTS[0]) :].tolist()
     assert expected[-1] == eos and len(expected) <= 4
@@ -185,29 +185,53 @@ def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(checkpoint, hf
     assert completion.finish_reason == "stop"
 
 
-@pytest.mark.parametrize("length_penalty", [1.0, 0.5])
-def test_beams_that_end_at_eos_equal_transformers(checkpoint, hf_beams, tmp_path, length_penalty):
+@pytest.mark.parametrize(
+    "length_penalty, several",
+    [(1.0, False), (0.5, False), (1.0, True)],
+    ids=["one eos", "one eos, length penalty 0.5", "a list of eos"],
+)
+def test_beams_that_end_at_eos_equal_transformers(
+    checkpoint, hf_beams, tmp_path, length_penalty, several
+):
     """EOS is the best beam's third token, so hypotheses finish early and the stopping rule
-    (transformers' default, early_stopping=False) decides when the search ends."""
-    model, path = checkpoint
+    (transformers' default, early_stopping=False) decides when the search ends; in a list of
+    EOS tokens (Llama 3's), any ends a beam."""
+    _, path = checkpoint
     eos = hf_beams[0][2]
-    copy_with_eos(path, tmp_path, eos)
+    ends = [unused_token(*hf_beams), eos] if several else [eos]
+    copy_with_eos(path, tmp_path, ends if several else eos)
     ids = torch.tensor([PROMPTS[0]])
-    with torch.no_grad():
-        rows = model.generate(
+    with torch.no_grad():  # transformers reads config.json's EOS, one or a list, as for a user
+        rows = hf_from_folder(tmp_path).generate(
             ids,
             attention_mask=torch.ones_like(ids),
             max_new_tokens=MAX_TOKENS,
             num_beams=3,
             num_return_sequences=3,
             do_sample=False,
-            eos_token_id=eos,
             pad_token_id=eos,
             length_penalty=length_penalty,
-        )[:, len(PROMPTS[0]) :].tolist()
-    expected = [row[: row.index(eos) + 1] if eos in row else row for row in rows]
+        )
+    rows = rows[:, len(PROMPTS[0]) :].tolist()
+    # each row up to its first end token, padding (the EOS) after it dropped
+    expected = [
+        row[: min((row.index(t) + 1 for t in ends if t in row), default=None)] for row in rows
+    ]
+    assert any(row[-1] == eos for row in expected)
     params = SamplingParams(
         max_tokens=MAX_TOKENS, use_beam_search=True, beam_width=3, length_penalty=length_penalty
     )
     llm = LLM(model=tmp_path, backend="torch")
     assert [c.token_ids for c in llm.generate(requests()[0], params)[0].outputs] == expected
+
+
+def hf_from_folder(folder):
+    """transformers' own model for ``folder``, so ``generate`` reads config.json's EOS as it
+    would for a user (several, as a list)."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+
+
+def unused_token(*outputs):
+    """A token id none of ``outputs`` holds: an EOS that never comes."""
+    return next(t for t in range(3, 128) if all(t not in row for row in outputs))

@@ -280,3 +280,20 @@ def test_backend_numba_without_a_gpu_or_the_simulator_is_refused_naming_the_way_
         LLM(model="tiny", backend="numba")
     message = str(error.value)
     assert "\n" not in message and "NUMBA_ENABLE_CUDASIM" in message and "numba-cpu" in message
+
+
+def test_a_step_output_carries_tokens_events_and_a_block_state_snapshot(llm, greedy_reference):
+    """DESIGN.md: ``step()`` -> ``StepOutput`` "with tokens, events and block-state snapshot",
+    read by those names."""
+    from minipaged import invariants
+
+    engine = llm.engine
+    engine.add_request(PROMPTS[0], GREEDY)
+    tokens = []
+    while engine.has_unfinished():
+        step = engine.step()
+        tokens += list(step.tokens.values())
+        assert isinstance(step.events, tuple)
+        invariants.assert_holds(step.snapshot)
+        assert step.block_state is step.snapshot
+    assert tokens == greedy_reference[0]

@@ -7,6 +7,10 @@ fetches from another host. Each page is visited once per width in one tab (each 
 MathJax and mermaid again, so that is most of the run time); the checks below read what the
 visits recorded. Search, the same index on every page, is tried on a few pages.
 
+This file visits the site served over HTTP; ``test_site_from_disk.py`` runs the same checks on
+the site opened from disk. Two files, so that pytest-xdist's workers visit both at once: the
+visits are the longest work of the test suite.
+
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); Playwright only drives it
 (``executable_path``), so nothing is downloaded. Without either, the tests skip with the reason.
 ``SITE_SCREENSHOTS=folder`` saves a full-page PNG of every visit there, to look at.
@@ -55,8 +59,6 @@ SAMPLE = ["index.html", "reference/glossary.html", "explanation/copy-on-write.ht
 # \text / \tau after Python or Markdown turned "\t" into a tab.
 RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]|(?<!\\t)ext\{")
 CONTROL = re.compile(r"[\t\r\x07\x08\x0b\x0c]")
-HREF = re.compile(r'<a\s[^>]*?href="([^"]*)"')
-EXTERNAL = re.compile(r"^[a-z]+:", re.IGNORECASE)
 # Mermaid draws text at 16 px and scales the drawing down to the column; at 390 px a wide
 # left-to-right flowchart shrank its labels to 7 px. Draw diagrams top to bottom instead.
 MIN_DIAGRAM_FONT_PX = 9.0
@@ -181,12 +183,19 @@ def base_url(site: Path):
         server.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def launched_chromium():
+    """Debian's Chromium, headless, driven by Playwright."""
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
@@ -260,65 +269,49 @@ def search(tab) -> tuple[int, list[str]]:
 
 @pytest.fixture(scope="module")
 def visits(browser, base_url) -> list[Visit]:
+    """Every page served over HTTP, at both widths (``test_site_from_disk.py`` has its own)."""
     return [v for width in WIDTHS for v in visit_all(browser, base_url, width, PAGES)]
-
-
-@pytest.fixture(scope="module")
-def file_visits(browser, site) -> list[Visit]:
-    """Every page opened from disk at both widths, as a reader who downloaded the built site
-    would."""
-    return [v for width in WIDTHS for v in visit_all(browser, site.as_uri() + "/", width, PAGES)]
-
-
-@pytest.fixture(scope="module")
-def all_visits(visits, file_visits) -> list[Visit]:
-    return visits + file_visits
 
 
 def failures(visits: list[Visit], check) -> list[str]:
     return [f"{v}: {problem}" for v in visits if (problem := check(v))]
 
 
-def test_every_page_was_visited_at_both_widths_served_and_from_disk(visits, file_visits):
-    for chosen in (visits, file_visits):
-        assert {v.width for v in chosen} == set(WIDTHS)
-        assert len(chosen) == len(WIDTHS) * len(PAGES) > 20
+def test_every_page_was_visited_at_both_widths(visits):
+    assert {v.width for v in visits} == set(WIDTHS)
+    assert len(visits) == len(WIDTHS) * len(PAGES) > 20
 
 
-@pytest.mark.parametrize("where", ["http", "file"])
-def test_no_page_logs_an_error_or_fails_to_load_something(where, visits, file_visits) -> None:
-    chosen = visits if where == "http" else file_visits
-    bad = failures(chosen, lambda v: v.console + v.failed)
+def test_no_page_logs_an_error_or_fails_to_load_something(visits) -> None:
+    bad = failures(visits, lambda v: v.console + v.failed)
     assert not bad, "console errors or failed requests:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("where", ["http", "file"])
-def test_no_page_fetches_from_another_host(where, visits, file_visits) -> None:
-    chosen = visits if where == "http" else file_visits
-    bad = failures(chosen, lambda v: v.foreign)
+def test_no_page_fetches_from_another_host(visits) -> None:
+    bad = failures(visits, lambda v: v.foreign)
     assert not bad, "the site must work offline:\n" + "\n".join(bad)
 
 
-def test_every_equation_is_drawn_with_a_real_size(all_visits) -> None:
+def test_every_equation_is_drawn_with_a_real_size(visits) -> None:
     """Below 720 px Material and MathJax's default styles once drew every display equation
     as a 1x1 px SVG; docs/assets/stylesheets/extra.css fixes it."""
-    assert any(v.found["equations"] for v in all_visits), "no display equation on any page"
+    assert any(v.found["equations"] for v in visits), "no display equation on any page"
 
     def tiny(v: Visit):
         kinds = [("display", v.found["equations"]), ("inline", v.found["inline"])]
         return [f"{kind} {w:.0f}x{h:.0f} px" for kind, boxes in kinds for w, h in boxes if w < 4]
 
-    bad = failures(all_visits, tiny)
+    bad = failures(visits, tiny)
     assert not bad, "equations drawn too small to read:\n" + "\n".join(bad)
 
 
-def test_no_page_is_wider_than_the_screen(all_visits) -> None:
+def test_no_page_is_wider_than_the_screen(visits) -> None:
     """A wide equation, table or diagram scrolls inside its own box, not the whole page."""
-    bad = failures(all_visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
+    bad = failures(visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
     assert not bad, "pages that scroll sideways:\n" + "\n".join(bad)
 
 
-def test_no_raw_tex_is_left_on_a_page(all_visits) -> None:
+def test_no_raw_tex_is_left_on_a_page(visits) -> None:
     def raw(v: Visit):
         prose = sorted({m[0] for m in RAW_TEX.finditer(v.found["prose"])})
         tex = [t for t in v.found["tex"] if CONTROL.search(t) or re.search(r"(?<!\\t)ext\{", t)]
@@ -329,12 +322,12 @@ def test_no_raw_tex_is_left_on_a_page(all_visits) -> None:
             or (errors and f"{errors} MathJax errors")
         )
 
-    bad = failures(all_visits, raw)
+    bad = failures(visits, raw)
     assert not bad, "\n".join(bad)
 
 
-def test_every_mermaid_diagram_is_drawn_and_legible(all_visits) -> None:
-    assert any(v.found["diagrams"] for v in all_visits), "no mermaid diagram on any page"
+def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
+    assert any(v.found["diagrams"] for v in visits), "no mermaid diagram on any page"
 
     def undrawn(v: Visit):
         for diagram in v.found["diagrams"]:
@@ -344,39 +337,15 @@ def test_every_mermaid_diagram_is_drawn_and_legible(all_visits) -> None:
                 return f"a diagram {diagram['box']} px with {diagram['font']:.1f} px text"
         return None
 
-    bad = failures(all_visits, undrawn)
+    bad = failures(visits, undrawn)
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("where", ["http", "file"])
-def test_search_finds_results(where, visits, file_visits) -> None:
-    chosen = [v for v in (visits if where == "http" else file_visits) if v.search_hits is not None]
+def test_search_finds_results(visits) -> None:
+    chosen = [v for v in visits if v.search_hits is not None]
     assert len(chosen) >= len(SAMPLE), "search was not tried"
     bad = failures(chosen, lambda v: v.search_hits == 0 and f"no result for {SEARCH_TERM!r}")
     assert not bad, "\n".join(bad)
-
-
-def test_opened_from_disk_every_link_names_a_file(file_visits, site) -> None:
-    """file:// shows a folder as a directory listing, so no link may end at a folder. The
-    browser's links on the SAMPLE pages, and every relative href in every built page."""
-    assert file_visits and all(v.found["links"] for v in file_visits)
-    bad = failures(
-        file_visits,
-        lambda v: sorted(
-            path
-            for link in v.found["links"]
-            if link.startswith("file:") and not Path(path := unquote(urlparse(link).path)).is_file()
-        ),
-    )
-    for page in sorted(site.rglob("*.html")):
-        if page.name == "404.html":
-            continue  # absolute links under site_url, checked below
-        for href in HREF.findall(page.read_text(encoding="utf-8")):
-            if not EXTERNAL.match(href) and not href.startswith(("#", "mailto:")):
-                target = page.parent / unquote(href.split("#")[0])
-                if not target.is_file():
-                    bad.append(f"{page.relative_to(site)}: {href}")
-    assert not bad, "links to folders or missing files:\n" + "\n".join(bad)
 
 
 def test_the_404_page_works_at_any_depth_under_the_sub_path(browser, base_url, site) -> None:
@@ -427,23 +396,23 @@ def raw_tex(texts: list[str]) -> list[str]:
     return sorted({m[0] for text in texts for m in RAW_TEX.finditer(text)})
 
 
-def test_no_page_shows_a_table_as_raw_text(all_visits) -> None:
+def test_no_page_shows_a_table_as_raw_text(visits) -> None:
     """A header cell holding an unescaped ``|`` once turned two results tables into lines of
     ``| … |`` text; a test that no page shows a literal table row would have caught it."""
-    bad = failures(all_visits, lambda v: raw_table_rows(v.found)[:2])
+    bad = failures(visits, lambda v: raw_table_rows(v.found)[:2])
     assert not bad, "raw Markdown table rows on the page:\n" + "\n".join(bad)
 
 
-def test_a_formula_wider_than_its_box_scrolls_and_shows_that_more_follows(all_visits) -> None:
+def test_a_formula_wider_than_its_box_scrolls_and_shows_that_more_follows(visits) -> None:
     """On a phone (and a few on a laptop) display equations are wider than the column: they
     scroll inside their box, and a shadow at the edge shows there is more (extra.css)."""
-    bad = failures(all_visits, lambda v: uncued_formulas(v.found))
+    bad = failures(visits, lambda v: uncued_formulas(v.found))
     assert not bad, "formulas cut with no sign that more follows:\n" + "\n".join(bad)
 
 
-def test_no_table_cuts_its_first_column(all_visits) -> None:
+def test_no_table_cuts_its_first_column(visits) -> None:
     """A table's first column names its rows: it stays in view while the rest scrolls."""
-    bad = failures(all_visits, lambda v: v.found["cutTables"])
+    bad = failures(visits, lambda v: v.found["cutTables"])
     assert not bad, "tables whose first column is cut:\n" + "\n".join(bad)
 
 
@@ -460,18 +429,18 @@ def svg_text_size(svg: str) -> tuple[float, float] | None:
     return min(sizes), float(box[1])
 
 
-def local_file(url: str, base_url: str, site: Path) -> Path:
-    if url.startswith("file:"):
-        return Path(unquote(urlparse(url).path))
-    return site / unquote(url.removeprefix(base_url))
+def local_file(url: str, site: Path) -> Path:
+    """The built site's file that a page loaded from ``url``, served or opened from disk."""
+    path = unquote(urlparse(url).path)
+    return Path(path) if url.startswith("file:") else site / path.removeprefix(SUB_PATH)
 
 
-def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, file_visits, base_url, site):
+def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, site):
     """A whole 120-column screenshot drew its text 3 px high at 390 px: a page shows the pane
     it discusses instead (docs/screenshots.py), and figures are drawn for the column."""
     images = {
         (image["src"], round(image["width"]))
-        for v in [*visits, *file_visits]
+        for v in visits
         if v.width == PHONE
         for image in v.found["images"]
         if image["src"].endswith(".svg")
@@ -479,7 +448,7 @@ def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, file_visits, b
     assert images, "no SVG image on any page"
     small = []
     for src, width in sorted(images):
-        drawn = image_text_px(local_file(src, base_url, site).read_text(encoding="utf-8"), width)
+        drawn = image_text_px(local_file(src, site).read_text(encoding="utf-8"), width)
         if drawn is not None and drawn < MIN_IMAGE_TEXT_PX:
             small.append(f"{src}: {drawn:.1f} px text at {width} px wide")
     assert not small, "images whose text a phone draws too small to read:\n" + "\n".join(small)
@@ -491,10 +460,10 @@ def image_text_px(svg: str, width: float) -> float | None:
     return None if size is None or not width else size[0] * width / size[1]
 
 
-def test_search_results_show_no_raw_tex(visits, file_visits) -> None:
+def test_search_results_show_no_raw_tex(visits) -> None:
     """The search index holds the pages' text, math included: its snippets once read
     ``\\(\\mathcal{R}[p]\\)`` (docs/hooks/search_text.py writes math as text)."""
-    searched = [v for v in [*visits, *file_visits] if v.search_texts]
+    searched = [v for v in visits if v.search_texts]
     assert searched, "no search listed a result"
     bad = failures(searched, lambda v: raw_tex(v.search_texts))
     assert not bad, "raw TeX in search results:\n" + "\n".join(bad)

@@ -133,7 +133,10 @@ def test_the_memory_gauge_shows_the_bytes_of_the_kv_dtype_live_and_in_a_replay(t
     [
         (["--scenario", "nope"], "unknown scenario 'nope'; choose one of tour, several, parallel"),
         (["--size", "big", "--screenshot", "x.svg"], "--size must look like 120x40"),
-        (["--prompt", "Emma", "--n", "2", "--beam-width", "2"], "not both"),
+        (
+            ["--prompt", "Emma", "--n", "2", "--beam-width", "2"],
+            "--beam-width and --n cannot go together",
+        ),
         (["--trace", "missing.jsonl"], "missing.jsonl does not exist"),
         (["--model", "no/such/dir"], "no model at no/such/dir"),
     ],

@@ -23,6 +23,7 @@ from minipaged.arguments import (
     requires,
     say,
 )
+from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
 from tui import serve
 from tui.engine_config import TUI_CONFIG
@@ -85,14 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     prompt = custom.add_argument("--prompt", action="append", help="repeat for several requests")
-    samples = (
-        custom.add_argument(
-            "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
-        ),
-        custom.add_argument(
-            "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
-        ),
-        custom.add_argument("--max-tokens", type=integer(1), default=24, help="tokens per sample"),
+    n = custom.add_argument(
+        "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
+    )
+    beam = custom.add_argument(
+        "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+    )
+    max_tokens = custom.add_argument(
+        "--max-tokens", type=integer(1), default=24, help="tokens per sample"
     )
     # Given engine flags change the scenario's config, a named scenario's or the custom one's.
     add_config_flags(tui, TUI_CONFIG)
@@ -103,10 +104,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         requires(needs_screenshot, screenshot_flag)
     for needs_exercise in (path, solution):
         requires(needs_exercise, exercise)
-    for needs_prompt in samples:
+    for needs_prompt in (n, beam, max_tokens):
         requires(needs_prompt, prompt)
     excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
-    for replaced in (prompt, scenario, exercise):
+    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
+    engine_flags = [a for a in tui._actions if a.dest in settings_of() and a.dest != "model"]
+    for replaced in (prompt, scenario, exercise, *engine_flags):
         excludes(trace, replaced, "--trace replays a recorded run; nothing new is run")
     excludes(serve_flag, screenshot_flag, "--serve runs a server; --screenshot writes one picture")
 
@@ -186,6 +189,10 @@ def build_app(args: argparse.Namespace):
         return PagedApp(
             trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
         )
+    if args.exercise is not None and not args.solution:
+        from minipaged.grader.exercises import folder_of
+
+        folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
         scenario = custom(
@@ -212,6 +219,7 @@ def build_app(args: argparse.Namespace):
             f"Hugging Face Llama directory{fix}"
         )
     check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
+    scenario.check()  # a request the run would refuse is refused before the screen is taken
     if args.exercise is not None:
         return exercise_replay(scenario, args, directory)
     return PagedApp(scenario, model=scenario.config.model, projection=args.projection)

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from minipaged.checkpoint import load_config
 from minipaged.config import EngineConfig
 from minipaged.engine import LLMEngine
 from minipaged.grader.student_run import TUI_EXERCISES
 from minipaged.llm import LLM
+from minipaged.model import Llama
+from minipaged.models import model_directory
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
+from minipaged.tokenizer import Tokenizer
 from tui.engine_config import TUI_CONFIG
 
 
@@ -48,6 +54,24 @@ class Scenario:
         for request in self.requests:
             llm.engine.add_request(request.prompt, request.params)
         return llm.engine
+
+    def check(self, model: str | None = None) -> None:
+        """Refuse now what ``build`` would refuse of the requests once the app runs (a prompt
+        past the model's context, a request no empty pool can hold), without loading any
+        weights: the model is made on PyTorch's ``meta`` device, which holds shapes only,
+        and an engine over it checks each request as ``add_request`` will. The command line
+        calls this before the app takes the screen."""
+        # The library's manager, the reference path, no drafter: none decides what fits
+        config = self.config.replace(block_manager_class=None, backend="torch", speculative=None)
+        directory = model_directory(model or config.model)
+        with torch.device("meta"):
+            shapes = Llama(load_config(directory)).to(getattr(torch, config.dtype))
+        tokenizer = None
+        if (directory / "tokenizer.json").is_file() and not config.skip_tokenizer_init:
+            tokenizer = Tokenizer(directory)
+        engine = LLMEngine(shapes, tokenizer, config)
+        for request in self.requests:
+            engine.check_request(request.prompt, request.params)
 
 
 def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:

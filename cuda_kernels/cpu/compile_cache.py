@@ -56,7 +56,13 @@ class PackageSourceLocator(_CacheLocator):
         return self.numba_locator.get_cache_path()
 
     def get_disambiguator(self):
-        return self.numba_locator.get_disambiguator()
+        """Numba's (the function's first line) and the stamp's first 16 hex digits, so that
+        the cache's file names change with the stamp and an index written under another one is
+        never opened: Numba unpickles an index before it compares its stamp, and an old index
+        can name a class the package no longer has (when an experiment replaced the twins'
+        ``DecodeFields`` named tuple, every cached index of a twin raised ``AttributeError``
+        on loading instead of being compiled afresh). The old files stay behind, unread."""
+        return f"{self.numba_locator.get_disambiguator()}-{package_stamp()[:16]}"
 
     def get_source_stamp(self):
         return package_stamp()

@@ -41,7 +41,12 @@ from cuda_kernels.cpu.launch import (
     on_torch_threads,
 )
 from cuda_kernels.cpu.prefetch import LINE_BYTES, prefetch
-from cuda_kernels.decode_arguments import by_fields, check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import (
+    by_fields,
+    check_decode_inputs,
+    decode_arguments,
+    output_like,
+)
 from cuda_kernels.fp8 import decoded_row
 
 NEG_INF = np.float32(-np.inf)
@@ -150,8 +155,7 @@ def paged_attention_decode(
     their per-KV-head ``k_scale`` and ``v_scale``). Returns ``[batch, num_heads, head_dim]``."""
     paged = (query, key_pool, value_pool, block_tables, seq_lens)
     check_decode_inputs(*paged, scale, block_size, check_device)
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)

@@ -27,7 +27,12 @@ from cuda_kernels.cpu.launch import (
     on_torch_threads,
 )
 from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
-from cuda_kernels.decode_arguments import by_fields, check_decode_inputs, decode_arguments
+from cuda_kernels.decode_arguments import (
+    by_fields,
+    check_decode_inputs,
+    decode_arguments,
+    output_like,
+)
 from minipaged.contract import check_partition_size
 
 
@@ -124,8 +129,7 @@ def paged_attention_decode_v2(
     check_decode_inputs(*paged, scale, block_size, check_device)
     check_partition_size(partition_size, block_size)
     batch_size, num_heads, head_dim = query.shape
-    # [batch, num_heads, head_dim], contiguous whatever the strides of query
-    output = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    output = output_like(query)  # [batch, num_heads, head_dim]
     if batch_size == 0:
         return output
     num_partitions = -(-int(seq_lens.max()) // partition_size)  # P

@@ -127,8 +127,14 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
     if not str(directory).strip():
         raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{directory} is a file, not a folder: choose a new or empty folder")
+    for folder in (directory, *directory.parents):  # refused here, before anything is written
+        if folder.is_symlink() and not folder.exists():
+            raise ValueError(
+                f"{folder} is a symbolic link to {os.readlink(folder)}, which does not exist: "
+                "create that folder first, or choose another"
+            )
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder: choose a new or empty folder")
     readme = ex.starter.parent / "README.md"
     sources = [readme] + [ex.starter / name for name in ex.files]
     clashes = [s.name for s in sources if os.path.lexists(directory / s.name)]

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from minipaged.python_numbers import take_python_numbers
+
 if TYPE_CHECKING:  # a loaded draft model is also accepted; the config itself needs no torch
     from minipaged.model import Llama
 
@@ -51,6 +53,7 @@ class SpeculativeConfig:
     ngram_min: int = 1
 
     def __post_init__(self) -> None:
+        take_python_numbers(self)  # np.int64(4) is 4
         if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(
                 f"speculative method must be one of {list(METHODS)}, got {self.method!r}"

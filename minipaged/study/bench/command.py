@@ -7,7 +7,15 @@ import argparse
 import json
 import sys
 
-from minipaged.arguments import free_memory, integer, named_path, real, setting_text, text
+from minipaged.arguments import (
+    excludes,
+    free_memory,
+    integer,
+    named_path,
+    real,
+    setting_text,
+    text,
+)
 from minipaged.config import settings_of
 from minipaged.study.bench import SUBBENCHMARKS
 
@@ -36,8 +44,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="lengths: the source text's §2 mix, ShareGPT-like or Alpaca-like",
     )
     sim.add_argument("--requests", type=integer(1), default=1000, help="requests in the workload")
-    sim.add_argument("--n", type=integer(1, 1024), default=1, help="parallel samples per request")
-    sim.add_argument(
+    n = sim.add_argument(
+        "--n", type=integer(1, 1024), default=1, help="parallel samples per request"
+    )
+    beam = sim.add_argument(
         "--beam-width",
         type=integer(0, 1024),
         default=0,
@@ -59,6 +69,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="workload seed")
     add_kv_cache_dtype(sim)
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    why = "beam search keeps its K beams; --n counts independent samples"
+    excludes(n, beam, why, when=lambda width: width > 0)
 
     bench = sub.add_parser(
         "bench",
@@ -106,6 +118,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="torch threads (1: stable timings on busy cores)",
     )
+
+
+READERS = {
+    "backends": ("--backend", ("engine",)),
+    "model": ("--model", ("fork", "engine", "kv-dtype", "tui", "speculative", "chunked")),
+    "device": ("--device", ("fork", "kernels", "engine", "block-size", "speculative", "chunked")),
+    "kv_cache_dtype": ("--kv-cache-dtype", ("memory",)),
+    "seed": ("--seed", ("memory", "sharing", "kernels", "engine", "block-size", "kv-dtype")),
+}
+"""The benchmarks that read each option (its ``dest``: its flag, its readers); the others
+ignore it, so an option typed beside none of its readers is refused (``check_read``)."""
+
+
+def check_read(names: list[str], typed: frozenset[str]) -> None:
+    """Refuse an option none of the benchmarks ``names`` reads: it would change nothing."""
+    for dest, (flag, readers) in READERS.items():
+        if dest in typed and not set(names) & set(readers):
+            raise ValueError(
+                f"{flag} changes only the {', '.join(readers)} benchmark(s), and "
+                f"{', '.join(names)} read(s) none of it: add one of them, or leave {flag} out"
+            )
 
 
 def add_kv_cache_dtype(parser: argparse.ArgumentParser) -> None:
@@ -184,6 +217,7 @@ def bench(args: argparse.Namespace) -> int:
     unknown = [name for name in args.names if name not in SUBBENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
+    check_read(args.names or list(SUBBENCHMARKS), getattr(args, "typed", frozenset()))
     torch.set_num_threads(args.threads)
     options = Options(
         out=default_out() if args.out is None else args.out,

@@ -181,7 +181,7 @@ def run(options: Options) -> Report:
     # minipaged's ignore_eos: EOS may be generated and does not stop the sequence. (HF's
     # min_new_tokens would differ: it forbids EOS, so the greedy tokens would diverge.)
     hf.generation_config.eos_token_id = None
-    pad_id = config.eos_token_id if config.eos_token_id is not None else 0
+    pad_id = next(iter(config.eos_token_ids), 0)
     _generate(hf, workloads[0].prompts[:1], 2, pad_id)  # warm-up
 
     rows = []
