@@ -190,7 +190,7 @@ def build_app(args: argparse.Namespace):
             trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
         )
     if args.exercise is not None and not args.solution:
-        from minipaged.grader.exercises import folder_of
+        from minipaged.grader.student_run import folder_of
 
         folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
