@@ -30,6 +30,7 @@ from minipaged.models import EMBEDDED_MODELS, model_directory
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
+GENERATION_FILE = "generation_config.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -48,7 +49,8 @@ class CheckpointError(ValueError):
 
 def load_config(path: str | Path) -> LlamaConfig:
     """Read ``config.json`` of a Hugging Face Llama directory (or embedded model name, see
-    ``model_directory``).
+    ``model_directory``), with ``generation_config.json``'s ``eos_token_id`` where that file
+    states one: transformers' ``generate`` stops there, whatever ``config.json`` says.
 
     Absent optional keys take HF's defaults: ``rms_norm_eps`` 1e-6, ``tie_word_embeddings``
     False, ``head_dim`` = hidden_size / num_attention_heads, ``num_key_value_heads`` =
@@ -59,6 +61,16 @@ def load_config(path: str | Path) -> LlamaConfig:
     directory = _existing_directory(path)
     file = directory / CONFIG_FILE
     raw = _read_json(file, "the model's hyperparameters")
+    generation = directory / GENERATION_FILE
+    if generation.exists():  # transformers' generate takes its EOS from here first, as we do
+        defaults = _read_json(generation, "the generation defaults")
+        if "eos_token_id" in defaults:
+            ends = defaults["eos_token_id"]
+            if not all(type(t) is int and t >= 0 for t in (ends if type(ends) is list else [ends])):
+                raise CheckpointError(
+                    f"{generation}: eos_token_id must be a token id or a list of them, got {ends!r}"
+                )
+            raw = {**raw, "eos_token_id": ends}
     try:
         return _config_from(raw, file)
     except (TypeError, AttributeError, ZeroDivisionError) as error:
@@ -207,7 +219,7 @@ def save_model(
 
     _write_json(directory / CONFIG_FILE, _hf_config(config))
     special = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id}
-    _write_json(directory / "generation_config.json", special)
+    _write_json(directory / GENERATION_FILE, special)
     token_names = {
         key: tokenizer.tokenizer.id_to_token(token_id)
         for key, token_id in (

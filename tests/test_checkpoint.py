@@ -202,6 +202,29 @@ def test_corrupt_config_json_names_the_file_and_position(broken):
         load_model(broken)
 
 
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"eos_token_id": }', r"generation_config\.json is not valid JSON"),
+        ("[2]", r"generation_config\.json must hold a JSON object"),
+        ('{"eos_token_id": "two"}', r"generation_config\.json: eos_token_id must be a token id"),
+        ('{"eos_token_id": [2, -1]}', r"generation_config\.json: eos_token_id must be a token"),
+    ],
+)
+def test_a_bad_generation_config_json_is_named(broken, text, says):
+    (broken / "generation_config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=says):
+        load_model(broken)
+
+
+def test_generation_config_json_s_eos_is_the_one_generation_stops_at(broken):
+    (broken / "generation_config.json").write_text('{"eos_token_id": [2, 7]}')
+    assert load_config(broken).eos_token_ids == (2, 7)
+    (broken / "generation_config.json").write_text('{"bos_token_id": 1}')  # no EOS: config.json's
+    edit_config(broken, eos_token_id=5)
+    assert load_config(broken).eos_token_ids == (5,)
+
+
 def test_missing_weights_file_names_what_was_expected(broken):
     (broken / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"neither model\.safetensors nor .*index\.json"):

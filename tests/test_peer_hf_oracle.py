@@ -143,13 +143,20 @@ def test_the_kernels_cpu_twins_give_the_same_greedy_tokens(checkpoint, hf_greedy
     assert [r.outputs[0].token_ids for r in outputs] == hf_greedy
 
 
-def copy_with_eos(path, folder, eos):
-    """Copy the checkpoint at ``path`` into ``folder`` with ``eos`` as config.json's EOS."""
-    for name in ("model.safetensors", "config.json"):
+def copy_with_eos(path, folder, eos, generation_eos=None):
+    """Copy the checkpoint at ``path`` into ``folder``, with the generation_config.json that
+    save_pretrained wrote beside config.json, and ``eos`` as both files' EOS (or
+    ``generation_eos`` as generation_config.json's, where given)."""
+    for name in ("model.safetensors", "config.json", "generation_config.json"):
         (folder / name).write_bytes((path / name).read_bytes())
-    config = json.loads((folder / "config.json").read_text())
-    config["eos_token_id"] = eos
-    (folder / "config.json").write_text(json.dumps(config))
+    ends = {
+        "config.json": eos,
+        "generation_config.json": eos if generation_eos is None else generation_eos,
+    }
+    for name, value in ends.items():
+        config = json.loads((folder / name).read_text())
+        config["eos_token_id"] = value
+        (folder / name).write_text(json.dumps(config))
 
 
 def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(checkpoint):
@@ -160,17 +167,26 @@ def test_a_checkpoint_without_a_tokenizer_refuses_a_text_prompt_in_one_line(chec
     assert "prompt_token_ids" in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("several", [False, True], ids=["one eos", "a list of eos"])
+@pytest.mark.parametrize(
+    "several, generation_only",
+    [(False, False), (True, False), (False, True)],
+    ids=["one eos", "a list of eos", "generation_config.json's eos"],
+)
 def test_greedy_stops_at_the_checkpoints_eos_as_transformers_does(
-    checkpoint, hf_greedy, tmp_path, several
+    checkpoint, hf_greedy, tmp_path, several, generation_only
 ):
-    """With ``ignore_eos`` off, a sequence ends at ``config.json``'s ``eos_token_id``: make the
+    """With ``ignore_eos`` off, a sequence ends at the checkpoint's ``eos_token_id``: make the
     fourth greedy token of the first prompt the EOS of a copy of the checkpoint. Llama 3's
     config.json lists several, and a sequence ends at any of them: in the list, the one that
-    comes is second, so stopping at the first alone would run on."""
+    comes is second, so stopping at the first alone would run on. Where
+    generation_config.json names another EOS than config.json, transformers' generate stops
+    at generation_config.json's."""
     _, path = checkpoint
-    eos = hf_greedy[0][3]
-    copy_with_eos(path, tmp_path, [unused_token(hf_greedy[0]), eos] if several else eos)
+    eos, never = hf_greedy[0][3], unused_token(hf_greedy[0])
+    if generation_only:
+        copy_with_eos(path, tmp_path, never, generation_eos=eos)
+    else:
+        copy_with_eos(path, tmp_path, [never, eos] if several else eos)
     ids = torch.tensor([PROMPTS[0]])
     with torch.no_grad():  # transformers reads config.json's EOS, one or a list, as for a user
         hf = hf_from_folder(tmp_path).generate(
