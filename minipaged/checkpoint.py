@@ -13,6 +13,7 @@ Everything here reads and writes local files only; nothing touches the network.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,23 +62,23 @@ def load_config(path: str | Path) -> LlamaConfig:
     directory = _existing_directory(path)
     file = directory / CONFIG_FILE
     raw = _read_json(file, "the model's hyperparameters")
-    generation = directory / GENERATION_FILE
-    if generation.exists():  # transformers' generate takes its EOS from here first, as we do
-        defaults = _read_json(generation, "the generation defaults")
-        if "eos_token_id" in defaults:
-            ends = defaults["eos_token_id"]
-            if not all(type(t) is int and t >= 0 for t in (ends if type(ends) is list else [ends])):
-                raise CheckpointError(
-                    f"{generation}: eos_token_id must be a token id or a list of them, got {ends!r}"
-                )
-            raw = {**raw, "eos_token_id": ends}
     try:
-        return _config_from(raw, file)
+        config = _config_from(raw, file)
     except (TypeError, AttributeError, ZeroDivisionError) as error:
         raise CheckpointError(
             f"{file}: a value has the wrong type ({error}); sizes are positive integers, "
             "as in a config.json written by transformers' save_pretrained"
         ) from error
+    generation = directory / GENERATION_FILE
+    if not generation.exists():
+        return config
+    defaults = _read_json(generation, "the generation defaults")
+    if "eos_token_id" not in defaults:
+        return config
+    try:  # transformers' generate takes its EOS from here first, as we do
+        return dataclasses.replace(config, eos_token_id=defaults["eos_token_id"])
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"{generation}: {error}") from error
 
 
 def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
