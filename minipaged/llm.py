@@ -57,8 +57,9 @@ class LLM:
     - ``block_manager_class``: another manager with ``BlockManager``'s interface (a student's).
     - ``skip_tokenizer_init``: load no tokenizer (the directory needs no ``tokenizer.json``);
       as in vLLM, prompts must then be ``{"prompt_token_ids": [...]}``, outputs carry token
-      ids and empty text, and a sequence ends at the ``eos_token_id`` of ``config.json`` (as
-      transformers' ``generate`` does) or at ``max_tokens``.
+      ids and empty text, and a sequence ends at any ``eos_token_id`` the checkpoint names
+      (``generation_config.json``'s, else ``config.json``'s, as transformers' ``generate``
+      reads them) or at ``max_tokens``.
     - ``speculative``: a ``SpeculativeConfig`` (or a dict of its fields, as vLLM's
       ``speculative_config``) turns on speculative tree decoding: an n-gram or draft-model
       drafter guesses a token tree, the model verifies it in one pass (``minipaged.speculative``).

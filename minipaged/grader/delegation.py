@@ -120,14 +120,11 @@ class Library:
             elif len(code.co_code) >= LONG_BYTECODE:  # too long to match by chance
                 self.prints[_fingerprint(code)] = (name, None)
 
-    def copied(self, code: CodeType) -> str | None:
-        """The library function ``code`` (or a function inside it) copies, if any."""
-        return _copy_finder(dict(self.prints))(code)
-
 
 def _copy_finder(prints: dict):
-    """``copied(code)`` of ``Library``, over its own copy of the fingerprints ``prints``: the
-    form a grading child's audit hook keeps, out of the reach of a student's code."""
+    """``copied(code)``: the library function ``code`` (or a function inside it) copies, if
+    any, by the fingerprints ``prints`` (``Library.prints``); the form a grading child's audit
+    hook keeps, out of the reach of a student's code."""
 
     def copied(code: CodeType) -> str | None:
         if not plain_constants(code):  # built by hand, not compiled: no copy of anything
@@ -172,16 +169,16 @@ def copy_finder(ex: Exercise):
     ``source`` copies (its compiled code, or its shape in disguise), or ``""``; ``""`` too for
     what is not Python. Judges a file of the student's folder (``copies``) as well as code
     their code compiled at run time (``minipaged.grader.runtime_code``)."""
-    library = Library(ex)
+    library_copied = _copy_finder(dict(Library(ex).prints))  # made once, for every source
     shapes = similarity.library_shapes(ex)
 
     def copied(source: bytes | str, filename: str) -> str:
         try:
-            code = compile(source, filename, "exec", dont_inherit=True)
-            tree = ast.parse(source)
+            tree = ast.parse(source, filename)  # parsed once: compiled, and compared by shape
+            code = compile(tree, filename, "exec", dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return ""  # the import reports it
-        found = library.copied(code)
+        found = library_copied(code)
         if found:
             return found
         return "; ".join(
