@@ -8,7 +8,8 @@ Before any student code loads it limits itself (address space, CPU time, file si
 into a supervisor that keeps every process the student's code starts within its reach and a
 worker that runs that code (``minipaged.grader.process_tree``), stubs the library functions
 the exercise grades (``minipaged.grader.delegation``), records what their code compiles at
-run time (``minipaged.grader.runtime_code``), confines its writes and reads
+run time (``minipaged.grader.runtime_code``), telling the grader of it and of every refusal on
+a pipe of their own (``minipaged.grader.notices``), confines its writes and reads
 (``minipaged.grader.confinement``, ``minipaged.grader.readable``), tries the GPU where it is
 the GPU criteria's child, and sends a first message saying how it is confined and whether it
 can use the GPU: student code has not run yet, so that line is the child's own. Then it serves
@@ -40,7 +41,6 @@ from pathlib import Path
 
 from minipaged.grader import wire
 from minipaged.grader.delegation import LibraryDelegation
-from minipaged.grader.runtime_code import collect
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -103,9 +103,6 @@ class Harness:
     def answer(self, document: dict) -> None:
         if os.getpid() != self.owner:
             os._exit(0)
-        compiled = collect()  # what the student's code compiled since the last answer
-        if compiled:
-            document = {**document, "c": compiled}
         try:
             wire.write_frame(self.answers, document)
         except OSError:  # the student's code closed or broke the channel
@@ -256,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m minipaged.grader.child")
     parser.add_argument("number", type=int)
     parser.add_argument("--channel", required=True, help="REQUESTS_FD,ANSWERS_FD")
+    parser.add_argument("--notices", type=int, required=True, help="the guards' pipe's FD")
     parser.add_argument("--path", type=Path)
     parser.add_argument("--temp", type=Path, required=True)
     parser.add_argument("--gpu", action="store_true")
@@ -278,13 +276,15 @@ def main(argv: list[str] | None = None) -> None:
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
+    from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
 
     ex = exercise(args.number)
     hidden = []
     if args.path is not None:
-        guard(ex, args.path)
-        watch(args.path, Harness.answer.__code__)
+        tell = teller(args.notices)
+        guard(ex, args.path, refusal(tell))
+        watch(args.path, tell)
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)

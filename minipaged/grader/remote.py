@@ -34,6 +34,7 @@ from minipaged.grader.child import why_it_ended
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
+from minipaged.grader.notices import COMPILED, CUT, REFUSED, Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
 from minipaged.grader.time_limit import TimeLimitExceeded
@@ -94,6 +95,7 @@ class GradingChild:
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self.judge = Judge(number)  # of what the student's code compiles at run time
+        self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
         self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
 
@@ -107,8 +109,16 @@ class GradingChild:
         self.quota.begin()
         requests_read, self._requests = os.pipe()
         self._answers, answers_write = os.pipe()
+        notices_read, notices_write = os.pipe()
+        self._notices_there = notices_write  # its number in the child too (pass_fds)
         os.set_blocking(self._requests, False)
-        command = self.command((requests_read, answers_write))
+        os.set_blocking(notices_read, False)
+        with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer waits
+            import fcntl  # Unix's, like grading itself
+
+            fcntl.fcntl(notices_write, fcntl.F_SETPIPE_SZ, 2**20)
+        self.notices = Notices(notices_read)
+        command = self.command((requests_read, answers_write), notices_write)
         with open(self.temp / "output.txt", "ab") as output:
             self.process = subprocess.Popen(
                 command,
@@ -117,11 +127,12 @@ class GradingChild:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
-                pass_fds=(requests_read, answers_write),
+                pass_fds=(requests_read, answers_write, notices_write),
                 start_new_session=True,  # one process group to end, apart from the grader's
             )
         os.close(requests_read)
         os.close(answers_write)
+        os.close(notices_write)
         self._pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
         self.clock = None  # starting has its own time
         hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
@@ -154,11 +165,13 @@ class GradingChild:
             self.broken = str(copied)
             raise
 
-    def command(self, channel: tuple[int, int] = (-1, -1)) -> list[str]:
-        """The child's command line, its channel the file descriptors ``channel``. A GPU
-        child gets no address-space limit: CUDA maps far more than it uses."""
+    def command(self, channel: tuple[int, int] = (-1, -1), notices: int = -1) -> list[str]:
+        """The child's command line, its channel the file descriptors ``channel``, its pipe of
+        notices ``notices``. A GPU child gets no address-space limit: CUDA maps far more than
+        it uses."""
         command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
-        command += ["--channel", f"{channel[0]},{channel[1]}", "--temp", str(self.temp)]
+        command += ["--channel", f"{channel[0]},{channel[1]}", "--notices", str(notices)]
+        command += ["--temp", str(self.temp)]
         command += ["--path", str(self.folder)] if self.folder is not None else []
         command += ["--gpu"] if self.runs_in == "gpu" else []
         memory = None if self.runs_in == "gpu" else self.limits.memory_gib
@@ -201,10 +214,10 @@ class GradingChild:
                 os.killpg(self.process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=10)
-            for fd in (self._requests, self._answers, self._pidfd):
+            for fd in (self._requests, self._answers, self._pidfd, self.notices.fd):
                 if fd is not None:
                     os.close(fd)
-            self.process = self._pidfd = self.loaded = None
+            self.process = self._pidfd = self.loaded = self.notices = None
             self._proxies, self._classes = {}, {}
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -245,12 +258,9 @@ class GradingChild:
             # Ctrl-C): the channel is out of step, so this child answers no more.
             self.stop()  # if it is not stopped already
             raise
+        self._hear(loading=request.get("op") == "load")
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
-        self.copied = self.judge(answer.pop("c", []))  # a copy compiled at run time: this
-        if self.copied:  # child keeps it, so the next criterion starts from their files again
-            self.stop()
-            raise LibraryDelegation(self.copied)
         try:
             if "raised" in answer and len(answer) == 2:
                 raise self._exception(answer["raised"])
@@ -261,6 +271,39 @@ class GradingChild:
             return wire.decode(answer["v"], self.proxy, self._exception_class)
         except wire.ProtocolError as error:
             self._fail(f"sent something the grader cannot read ({error})")
+
+    def _hear(self, loading: bool) -> None:
+        """After an answer: judge what the child's guards told while the student's code ran
+        (``minipaged.grader.notices``), whatever the answer says. A copy compiled at run time
+        fails the call and ends the child, which keeps it, so that the next criterion starts
+        from their files again; a refusal fails the call (not the loading, whose refusals
+        the student's code caught and lived without)."""
+        try:
+            self.notices.drain()
+        except wire.ProtocolError as error:
+            self._fail(f"sent notices the grader cannot read ({error})")
+        if self._notices_cut():  # its guards can tell nothing more: a new child, next time
+            self.stop()
+            raise LibraryDelegation(CUT.format(self._notices_there))
+        heard = self.notices.take()
+        compiled = [notice[1:] for notice in heard if notice[0] == COMPILED]
+        self.copied = self.judge(compiled)
+        if self.copied:
+            self.stop()
+            raise LibraryDelegation(self.copied)
+        refused = [notice[1] for notice in heard if notice[0] == REFUSED and len(notice) == 2]
+        if refused and not loading:
+            raise LibraryDelegation(refused[0])
+
+    def _notices_cut(self) -> bool:
+        """Whether the worker's end of the pipe of notices is closed, or another file now
+        (read in ``/proc``, where the student's code cannot write; off Linux, never)."""
+        try:
+            there = os.stat(f"/proc/{self.worker}/fd/{self._notices_there}")
+        except OSError:  # closed, where /proc shows the worker
+            return self.worker is not None and os.path.isdir(f"/proc/{self.worker}/fd")
+        here = os.fstat(self.notices.fd)
+        return (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(wire.frame(document))
@@ -279,7 +322,7 @@ class GradingChild:
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
-            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch)
+            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch, self.notices)
         except TimeoutError:
             self._timed_out()
         except EOFError:
