@@ -966,6 +966,15 @@ NEVER_ON_DISK = (
                 ("kv_bytes_per_token",),
                 "a notice's piece out of turn",
             ),
+            Attack(
+                "the-supervisor-stopped",
+                "M_KV(L)",
+                "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+                "except OSError:  # Landlock's signal scope\n    pass\n"
+                "return 2 * self.num_layers * self.num_kv_heads * self.head_dim"
+                " * self.dtype_bytes * num_tokens",
+                (),
+            ),
         ),
         passes=("slot",),
         honest=RIGHT_SLOT,
