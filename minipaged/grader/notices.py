@@ -24,6 +24,7 @@ the grader joins each process's pieces in order.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import select
 
@@ -97,15 +98,54 @@ def refusal(tell):
 
 
 class Notices:
-    """The grader's end of a child's pipe of notices."""
+    """The grader's end of a child's pipe of notices; ``there``: the number of the child's
+    end, in the child."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, fd: int, there: int = -1) -> None:
+        self.fd, self.there = fd, there
         self.open = True  # until every writer is gone
         self._stream = bytearray()
         self._joining: dict[int, bytearray] = {}  # pid -> the notice its pieces make so far
         self._joined = 0  # bytes in ``_joining``
         self._heard: list[list[str]] = []
+
+    @classmethod
+    def pipe(cls) -> tuple[Notices, int]:
+        """A new pipe: the grader's end, read without waiting, and the child's end (to pass
+        to it under the same number), a megabyte deep where the system allows."""
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        with contextlib.suppress(OSError, AttributeError):  # fewer waits for a long source
+            import fcntl  # Unix's, as grading is
+
+            fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 2**20)
+        return cls(read, write), write
+
+    def verdict(self, judge, worker: int | None, loading: bool) -> tuple[str, str]:
+        """After an answer of the child (``worker``, its process that runs the student's
+        code): ``(ended, refused)``, why the call fails and the child must end (a copy
+        compiled, as ``judge``, ``runtime_code.Judge``, finds it; the child's end of the pipe
+        closed or replaced), and why it fails else (a refusal told, but not while ``loading``
+        the student's files, whose refusals their code caught and lived without)."""
+        self.drain()
+        if self.cut(worker):
+            return CUT.format(self.there), ""
+        heard = self.take()
+        copied = judge([notice[1:] for notice in heard if notice[0] == COMPILED])
+        refused = [notice[1] for notice in heard if notice[0] == REFUSED and len(notice) == 2]
+        return copied, refused[0] if refused and not loading else ""
+
+    def cut(self, worker: int | None) -> bool:
+        """Whether ``worker``'s end of the pipe is closed, or another file now (read in
+        ``/proc``, where the student's code cannot write; off Linux, never)."""
+        if worker is None:
+            return False
+        try:
+            there = os.stat(f"/proc/{worker}/fd/{self.there}")
+        except OSError:  # closed, where /proc shows the worker
+            return os.path.isdir(f"/proc/{worker}/fd")
+        here = os.fstat(self.fd)
+        return (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino)
 
     def drain(self) -> None:
         """Read what the pipe holds now, without waiting for more. Raises ``ProtocolError``

@@ -34,7 +34,7 @@ from minipaged.grader.child import why_it_ended
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
-from minipaged.grader.notices import COMPILED, CUT, REFUSED, Notices
+from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
 from minipaged.grader.time_limit import TimeLimitExceeded
@@ -109,15 +109,8 @@ class GradingChild:
         self.quota.begin()
         requests_read, self._requests = os.pipe()
         self._answers, answers_write = os.pipe()
-        notices_read, notices_write = os.pipe()
-        self._notices_there = notices_write  # its number in the child too (pass_fds)
         os.set_blocking(self._requests, False)
-        os.set_blocking(notices_read, False)
-        with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer waits
-            import fcntl  # Unix's, like grading itself
-
-            fcntl.fcntl(notices_write, fcntl.F_SETPIPE_SZ, 2**20)
-        self.notices = Notices(notices_read)
+        self.notices, notices_write = Notices.pipe()
         command = self.command((requests_read, answers_write), notices_write)
         with open(self.temp / "output.txt", "ab") as output:
             self.process = subprocess.Popen(
@@ -273,37 +266,18 @@ class GradingChild:
             self._fail(f"sent something the grader cannot read ({error})")
 
     def _hear(self, loading: bool) -> None:
-        """After an answer: judge what the child's guards told while the student's code ran
-        (``minipaged.grader.notices``), whatever the answer says. A copy compiled at run time
-        fails the call and ends the child, which keeps it, so that the next criterion starts
-        from their files again; a refusal fails the call (not the loading, whose refusals
-        the student's code caught and lived without)."""
+        """After an answer: what the child's guards told while the student's code ran
+        (``Notices.verdict``), whatever the answer says. A copy compiled, or the pipe cut,
+        ends the child, which keeps the copy or cannot tell: the next criterion starts anew."""
         try:
-            self.notices.drain()
+            ended, refused = self.notices.verdict(self.judge, self.worker, loading)
         except wire.ProtocolError as error:
             self._fail(f"sent notices the grader cannot read ({error})")
-        if self._notices_cut():  # its guards can tell nothing more: a new child, next time
+        self.copied = ended
+        if ended:
             self.stop()
-            raise LibraryDelegation(CUT.format(self._notices_there))
-        heard = self.notices.take()
-        compiled = [notice[1:] for notice in heard if notice[0] == COMPILED]
-        self.copied = self.judge(compiled)
-        if self.copied:
-            self.stop()
-            raise LibraryDelegation(self.copied)
-        refused = [notice[1] for notice in heard if notice[0] == REFUSED and len(notice) == 2]
-        if refused and not loading:
-            raise LibraryDelegation(refused[0])
-
-    def _notices_cut(self) -> bool:
-        """Whether the worker's end of the pipe of notices is closed, or another file now
-        (read in ``/proc``, where the student's code cannot write; off Linux, never)."""
-        try:
-            there = os.stat(f"/proc/{self.worker}/fd/{self._notices_there}")
-        except OSError:  # closed, where /proc shows the worker
-            return self.worker is not None and os.path.isdir(f"/proc/{self.worker}/fd")
-        here = os.fstat(self.notices.fd)
-        return (there.st_dev, there.st_ino) != (here.st_dev, here.st_ino)
+        if ended or refused:
+            raise LibraryDelegation(ended or refused)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(wire.frame(document))
