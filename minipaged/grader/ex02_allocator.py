@@ -70,6 +70,12 @@ def check_incref_and_decref_count_tables(student):
     pool = student.allocator.BlockAllocator(2)
     p = pool.allocate()
     expect(pool.incref(p), 2, f"incref({p}) after allocate: the new R[{p}]")
+    expect(
+        (pool.num_free, pool.num_used),
+        (1, 1),
+        f"(num_free, num_used) of BlockAllocator(2) after allocate(), incref({p}): one block "
+        "in use, held by two tables (count blocks, not references)",
+    )
     expect(pool.decref(p), 1, f"decref({p}) with R[{p}]=2: the new R[{p}]")
     expect(
         pool.free_blocks(),
