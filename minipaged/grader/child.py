@@ -288,10 +288,15 @@ def main(argv: list[str] | None = None) -> None:
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)
-    rules = readable.read_rules(readable.roots(args.path, args.temp), hidden)
+    places = readable.roots(args.path, args.temp)
+    rules = readable.read_rules(places, hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
+    # Programs run from where they were installed: not from what the student's code writes,
+    # nor this interpreter under any name (another Python would run code no hook sees).
+    interpreter = Path(os.path.realpath(sys.executable))
+    runnable, _ = readable.read_rules(places, [p.resolve() for p in writable] + [interpreter])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
-    confined = confine(writable, devices, rules)
+    confined = confine(writable, devices, rules, runnable)
     if args.path is not None:  # only now, with the library imported and guarded
         os.chdir(args.path)
         sys.path[0] = str(args.path)  # -m's folder, where their own modules import from
