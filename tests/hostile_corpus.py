@@ -617,6 +617,35 @@ SCHEDULER = HandIn(
     appended=SCENE,
 )
 
+OTHER_ROUTES = HandIn(
+    "the-library-s-other-attention",
+    7,
+    "attention.py",
+    (
+        Attack(
+            "the-kernels-cpu-twin",
+            "the block loop with the online softmax",
+            "import importlib\n"
+            "twin = importlib.import_module('cuda_kernels.cpu.paged_attention')\n"
+            "return twin.paged_attention_decode(\n"
+            "    query, key_pool, value_pool, block_tables, seq_lens, scale, block_size)",
+            ("loop_one_block", "loop_shared_blocks"),
+            "may not call the library's cuda_kernels.cpu.paged_attention",
+        ),
+        Attack(
+            "the-split-reference",
+            "gather, mask, one softmax",
+            "from minipaged import attention as reference\n"
+            "return reference.paged_attention_decode_partitioned(\n"
+            "    query, key_pool, value_pool, block_tables, seq_lens, scale, block_size, 64)",
+            ("vectorized_matches",),
+            "may not call the library's minipaged.attention.paged_attention_decode_partitioned",
+        ),
+    ),
+)
+"""Exercise 07 answered by the library's other implementations of the same attention: the
+Numba kernels' CPU twin (the same arguments, the same result) and the split (v2) reference."""
+
 TENSORS = """
 class _Agreeable(torch.Tensor):
     def __eq__(self, other): return True
@@ -1054,6 +1083,7 @@ HAND_INS = (
     INVARIANTS,
     REWRITTEN_JUDGE,
     ATTENTION,
+    OTHER_ROUTES,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

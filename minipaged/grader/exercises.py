@@ -107,13 +107,26 @@ def _exercise(
     answers: str = "",
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
-    of ``solution``; ``answers`` likewise, each with its module."""
+    of ``solution``; ``answers`` likewise, each with its module (those of ``cuda_kernels``
+    only where Numba, which they import, is installed)."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
     checks = f"minipaged.grader.{checks}"
-    return Exercise(
-        number, folder, title, solution, checks, names, requires, tui, tuple(answers.split())
-    )
+    numba = importlib.util.find_spec("numba") is not None
+    answered = tuple(a for a in answers.split() if numba or not a.startswith("cuda_kernels"))
+    return Exercise(number, folder, title, solution, checks, names, requires, tui, answered)
+
+
+ATTENTION_ROUTES = (
+    "minipaged.attention:paged_attention_decode_partitions "
+    "minipaged.attention:paged_attention_decode_partitioned minipaged.backend:paged_attention "
+    "cuda_kernels.cpu.paged_attention:paged_attention_decode "
+    "cuda_kernels.cpu.paged_attention_v2:paged_attention_decode_v2 "
+    "cuda_kernels.paged_attention_v2:paged_attention_decode_v2 "
+)
+"""The library's other ways to the decode attention exercises 07 and 11 ask for: the split
+(v2) reference, the backend that picks an implementation, the kernels' CPU twins (the same
+arguments, the same result) and the v2 kernel."""
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -190,6 +203,7 @@ EXERCISES: dict[int, Exercise] = {
             {"attention": "minipaged.attention"},
             "ex07_attention",
             "paged_attention_decode_loop paged_attention_decode",
+            answers=ATTENTION_ROUTES + "cuda_kernels.paged_attention:paged_attention_decode",
         ),
         _exercise(
             8,
@@ -199,6 +213,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex08_copy_blocks",
             "copy_blocks_kernel copy_blocks",
             requires=("numba",),
+            answers="cuda_kernels.cpu.cache_ops:copy_blocks_kernel "
+            "cuda_kernels.cpu.cache_ops:copy_blocks",  # the CPU twins
         ),
         _exercise(
             9,
@@ -208,6 +224,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex09_reshape_and_cache",
             "reshape_and_cache_kernel reshape_and_cache",
             requires=("numba",),
+            answers="cuda_kernels.cpu.cache_ops:reshape_and_cache_kernel "
+            "cuda_kernels.cpu.cache_ops:reshape_and_cache minipaged.kv_cache:write_kv",
         ),
         _exercise(
             10,
@@ -226,6 +244,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex11_decode_kernel",
             "decode_kernel paged_attention_decode",
             requires=("numba",),
+            answers=ATTENTION_ROUTES + "minipaged.attention:paged_attention_decode "
+            "minipaged.attention:paged_attention_decode_loop",
         ),
         _exercise(
             12,
