@@ -34,9 +34,8 @@ def test_a_notice_longer_than_a_piece_arrives_whole_and_in_order(pipe):
         heard.drain()
     tell(REFUSED, "no")
     heard.drain()
-    assert heard.take() == [[COMPILED, "memory.py:3", "<string>", source[: PIECE * 2]]] * 2 + [
-        [REFUSED, "no"]
-    ]
+    told = [COMPILED, "memory.py:3", "<string>", source[: PIECE * 2]]
+    assert heard.take() == [(os.getpid(), told)] * 2 + [(os.getpid(), [REFUSED, "no"])]
     assert heard.take() == []
 
 
@@ -45,7 +44,8 @@ def test_a_refusal_is_told_before_it_is_raised(pipe):
     heard = Notices(read)
     error = refusal(teller(write))("your code may not")
     heard.drain()
-    assert isinstance(error, LibraryDelegation) and heard.take() == [[REFUSED, "your code may not"]]
+    assert isinstance(error, LibraryDelegation)
+    assert heard.take() == [(os.getpid(), [REFUSED, "your code may not"])]
 
 
 @pytest.mark.parametrize(

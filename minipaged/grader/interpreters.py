@@ -34,15 +34,17 @@ SEPARATORS = " \t\n;|&()<>`'\"$="
 """What splits a shell's command into the words looked at."""
 
 
-def python_finder():
+def python_finder(unread: tuple[str, ...] = ()):
     """``runs_python(arguments)``: whether the arguments of a program-start audit event
     (``subprocess.Popen``, ``os.exec``, ``os.posix_spawn``, ``os.system``) name a Python
-    interpreter anywhere. Made before any student code runs; calls only what it took then."""
+    interpreter anywhere. Made before any student code runs; calls only what it took then.
+    Files below the folders ``unread`` (the library's, whose guard refuses their reading) are
+    judged by their inode only."""
     executable = os.path.realpath(sys.executable)
     found = os.stat(executable)
     interpreter = (found.st_dev, found.st_ino)
     environ, defpath, pathsep, join = os.environ, os.defpath, os.pathsep, os.path.join
-    stat_of, fspath, is_file = os.stat, os.fspath, stat.S_ISREG
+    stat_of, fspath, is_file, realpath = os.stat, os.fspath, stat.S_ISREG, os.path.realpath
     mapped, readonly, markers, largest = mmap.mmap, mmap.ACCESS_READ, MARKERS, LARGEST
     separators = SEPARATORS
 
@@ -84,6 +86,8 @@ def python_finder():
         if (found.st_dev, found.st_ino) == interpreter:
             return True
         if not is_file(found.st_mode) or not 0 < found.st_size <= largest:
+            return False
+        if unread and realpath(path).startswith(unread):
             return False
         try:
             with open(path, "rb") as f, mapped(f.fileno(), 0, access=readonly) as data:

@@ -107,7 +107,7 @@ class Notices:
         self._stream = bytearray()
         self._joining: dict[int, bytearray] = {}  # pid -> the notice its pieces make so far
         self._joined = 0  # bytes in ``_joining``
-        self._heard: list[list[str]] = []
+        self._heard: list[tuple[int, list[str]]] = []  # (the telling process, the fields)
 
     @classmethod
     def pipe(cls) -> tuple[Notices, int]:
@@ -124,15 +124,21 @@ class Notices:
     def verdict(self, judge, worker: int | None, loading: bool) -> tuple[str, str]:
         """After an answer of the child (``worker``, its process that runs the student's
         code): ``(ended, refused)``, why the call fails and the child must end (a copy
-        compiled, as ``judge``, ``runtime_code.Judge``, finds it; the child's end of the pipe
-        closed or replaced), and why it fails else (a refusal told, but not while ``loading``
-        the student's files, whose refusals their code caught and lived without)."""
+        compiled, in any process, as ``judge``, ``runtime_code.Judge``, finds it; the
+        worker's end of the pipe closed or replaced), and why it fails else: a refusal told by
+        another process (a fork's, whose end the answer does not show; not while ``loading``
+        the student's files). The worker's own refusals are raised where they happen: caught,
+        they left the student's code nothing, and its answer stands on its own."""
         self.drain()
         if self.cut(worker):
             return CUT.format(self.there), ""
         heard = self.take()
-        copied = judge([notice[1:] for notice in heard if notice[0] == COMPILED])
-        refused = [notice[1] for notice in heard if notice[0] == REFUSED and len(notice) == 2]
+        copied = judge([fields[1:] for _, fields in heard if fields[0] == COMPILED])
+        refused = [
+            fields[1]
+            for pid, fields in heard
+            if fields[0] == REFUSED and len(fields) == 2 and pid != worker
+        ]
         return copied, refused[0] if refused and not loading else ""
 
     def cut(self, worker: int | None) -> bool:
@@ -161,8 +167,9 @@ class Notices:
             self._stream += chunk
             self._pieces()
 
-    def take(self) -> list[list[str]]:
-        """The notices heard since the last call, each as its fields."""
+    def take(self) -> list[tuple[int, list[str]]]:
+        """The notices heard since the last call, each as the process that told it and its
+        fields."""
         heard, self._heard = self._heard, []
         return heard
 
@@ -186,7 +193,7 @@ class Notices:
                 raise ProtocolError(f"notices of more than {MAX_NOTICE} bytes")
             if flags & _LAST:
                 self._joined -= len(joined)
-                self._heard.append(_fields(bytes(self._joining.pop(pid))))
+                self._heard.append((pid, _fields(bytes(self._joining.pop(pid)))))
 
 
 def _fields(payload: bytes) -> list[str]:

@@ -117,7 +117,7 @@ def watch(folder: Path, tell) -> None:
     state = {"bytes": 0, "busy": False}
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
-    runs_python = python_finder()
+    runs_python = python_finder(_LIBRARY)
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
