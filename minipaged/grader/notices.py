@@ -8,7 +8,8 @@ the code that answers. A notice is written by the guard before the operation it 
 returns, so before a copy compiled can run, or a refused call's caller can catch the refusal;
 what is written in a pipe cannot be taken back. A process the student's code forks tells the
 grader too, where its answers never reach: a compile refused in a fork is then a failure with
-its reason, not a wrong value.
+its reason, not a wrong value. (The worker's own refusals are raised where they happen, and
+fail the call as raised; one the student's code caught left it nothing.)
 
 The grader reads a child's notices while it waits for an answer, and judges them after it
 (``minipaged.grader.remote``); the student's code can add notices of its own, which only fail
