@@ -548,7 +548,7 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     checks that pass on every real page must fail on this one."""
     (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
     loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["planted.html"])
-    assert (loaded.width, widened.width, widened.resized_from) == (PHONE, 1280, PHONE)
+    assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
     found = loaded.found
     assert raw_table_rows(found) == ["| N | exercise |"]
     assert uncued_formulas(found) == ["a formula wider than its box"]
