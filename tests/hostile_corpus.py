@@ -943,16 +943,16 @@ NEVER_ON_DISK = (
     ),
     _beside_an_honest_answer(
         "a-forged-answer-frame",
-        "import base64, os, sys\nfrom minipaged.grader import wire\n"
+        "import base64, os, sys\nfrom minipaged.grader import frames\n"
         "namespace = dict(globals())\nexec(base64.b64decode(_FORK64), namespace)\n"
         "result = namespace['_Copied'].fork(self, parent, child)\n"
         "frame = sys._getframe()\nwhile 'ident' not in frame.f_locals:\n"
         "    frame = frame.f_back\n"
         "answers = int(sys.argv[sys.argv.index('--channel') + 1].split(',')[1])\n"
-        "os.write(answers, wire.frame({'id': frame.f_locals['ident'], 'v': None}))\n"
-        "real = wire.write_frame\n"
-        "def drop_the_real_answer(fd, document):\n    wire.write_frame = real\n"
-        "wire.write_frame = drop_the_real_answer\nreturn result",
+        "os.write(answers, frames.frame({'id': frame.f_locals['ident'], 'v': None}))\n"
+        "real = frames.write_frame\n"
+        "def drop_the_real_answer(fd, document):\n    frames.write_frame = real\n"
+        "frames.write_frame = drop_the_real_answer\nreturn result",
         COMPILED,
     ),
     HandIn(
@@ -963,7 +963,7 @@ NEVER_ON_DISK = (
             Attack(
                 "raised-as-blocked",
                 "return j = floor(t / B)",
-                "from minipaged.grader.remote import DeviceUnusable\n"
+                "from minipaged.grader.child_errors import DeviceUnusable\n"
                 "raise DeviceUnusable('needs a CUDA GPU')",
                 ("logical_block",),
                 "your code raised DeviceUnusable",

@@ -20,10 +20,11 @@ from minipaged import cli
 from minipaged.grader import confinement, grading
 from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
+from minipaged.grader.frames import ProtocolError
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
-from minipaged.grader.wire import ProtocolError, decode
+from minipaged.grader.wire import decode
 
 TODO = {
     "logical_block": "return j = floor(t / B)",

@@ -11,8 +11,8 @@ import os
 import pytest
 
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.frames import ProtocolError
 from minipaged.grader.notices import COMPILED, PIECE, REFUSED, Notices, refusal, teller
-from minipaged.grader.wire import ProtocolError
 
 
 @pytest.fixture

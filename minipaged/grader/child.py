@@ -39,7 +39,7 @@ import signal
 import sys
 from pathlib import Path
 
-from minipaged.grader import wire
+from minipaged.grader import frames, wire
 from minipaged.grader.delegation import LibraryDelegation
 
 CHANNEL_LOST = 87
@@ -104,14 +104,14 @@ class Harness:
         if os.getpid() != self.owner:
             os._exit(0)
         try:
-            wire.write_frame(self.answers, document)
+            frames.write_frame(self.answers, document)
         except OSError:  # the student's code closed or broke the channel
             os._exit(CHANNEL_LOST)
 
     def serve(self) -> None:
         while True:
             try:
-                request = wire.read_frame(self.requests)
+                request = frames.read_frame(self.requests)
             except EOFError:
                 return
             ident = request.get("id") if isinstance(request, dict) else None

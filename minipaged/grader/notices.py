@@ -30,8 +30,8 @@ import os
 import select
 
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.frames import ProtocolError
 from minipaged.grader.provenance import private
-from minipaged.grader.wire import ProtocolError
 
 COMPILED, REFUSED = "compiled", "refused"
 """The kinds of notice: ``[COMPILED, where, filename, source]``, ``[REFUSED, message]``."""

@@ -29,8 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minipaged.grader import wire
+from minipaged.grader import frames, wire
 from minipaged.grader.child import why_it_ended
+from minipaged.grader.child_errors import (
+    ChildGone,
+    DeviceUnusable,
+    StudentBaseException,
+    StudentExit,
+    WallClockSpent,
+)
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
@@ -41,33 +48,6 @@ from minipaged.grader.time_limit import TimeLimitExceeded
 
 STARTUP_SECONDS = 300.0
 """How long a child may take to start (import the library, before any student code runs)."""
-
-
-class ChildGone(BaseException):
-    """The grading child ended, or sent what is not an answer, during a criterion: the message
-    says why, in words a student can act on. A BaseException, so that no check swallows it."""
-
-
-class DeviceUnusable(ChildGone):
-    """A child for the GPU criteria found, before any student code ran, that it cannot use the
-    GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
-
-
-class WallClockSpent(ChildGone):
-    """The grading of the whole submission ran past ``Limits.wall_seconds``."""
-
-
-class StudentExit(Exception):
-    """The student's code called ``sys.exit(code)`` (``SystemExit`` in the child)."""
-
-    def __init__(self, code) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-class StudentBaseException(Exception):
-    """The student's code raised a ``BaseException`` that is not an ``Exception``
-    (``KeyboardInterrupt``, or one of its own): here, only a failure of the criterion."""
 
 
 class GradingChild:
@@ -258,11 +238,11 @@ class GradingChild:
             if "raised" in answer and len(answer) == 2:
                 raise self._exception(answer["raised"])
             if "v" not in answer or not set(answer) <= {"id", "v", "a"}:
-                raise wire.ProtocolError("an answer without a value")
+                raise frames.ProtocolError("an answer without a value")
             arrays = answer.get("a", [])
             self.arrays = wire.decode(arrays, self.proxy, self._exception_class)
             return wire.decode(answer["v"], self.proxy, self._exception_class)
-        except wire.ProtocolError as error:
+        except frames.ProtocolError as error:
             self._fail(f"sent something the grader cannot read ({error})")
 
     def _hear(self, loading: bool) -> None:
@@ -271,7 +251,7 @@ class GradingChild:
         ends the child, which keeps the copy or cannot tell: the next criterion starts anew."""
         try:
             ended, refused = self.notices.verdict(self.judge, self.worker, loading)
-        except wire.ProtocolError as error:
+        except frames.ProtocolError as error:
             self._fail(f"sent notices the grader cannot read ({error})")
         self.copied = ended
         if ended:
@@ -280,7 +260,7 @@ class GradingChild:
             raise LibraryDelegation(ended or refused)
 
     def _send(self, document: dict, deadline: float | None) -> None:
-        view = memoryview(wire.frame(document))
+        view = memoryview(frames.frame(document))
         while view:
             try:
                 view = view[os.write(self._requests, view) :]
@@ -296,12 +276,14 @@ class GradingChild:
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
-            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch, self.notices)
+            return frames.read_frame(
+                self._answers, deadline, self._pidfd, self._watch, self.notices
+            )
         except TimeoutError:
             self._timed_out()
         except EOFError:
             self._ended()
-        except wire.ProtocolError as error:
+        except frames.ProtocolError as error:
             self._fail(f"sent something the grader cannot read while {doing} ({error})")
 
     def start_clock(self, seconds: float | None = None) -> None:
@@ -375,7 +357,7 @@ class GradingChild:
             return wire.resolve(document["N"], BaseException) or Exception
         qualname, handle = document.get("q"), document.get("X")
         if not isinstance(qualname, str) or type(handle) is not int:
-            raise wire.ProtocolError("an exception class without a name")
+            raise frames.ProtocolError("an exception class without a name")
         if handle not in self._classes:
             name = qualname[:200].rpartition(".")[2] or "Error"
             bases = document.get("b", [])
@@ -390,7 +372,7 @@ class GradingChild:
 
     def _exception(self, raised: Any) -> BaseException:
         if not isinstance(raised, dict):
-            raise wire.ProtocolError("a malformed exception")
+            raise frames.ProtocolError("a malformed exception")
         cls = self._exception_class(raised.get("cls") or {})
         args = raised.get("args", [])
         args = (
