@@ -308,8 +308,10 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
     return [
         f"Measured on {options.device} with {' and '.join(map(str, thread_counts))} thread(s) "
         f"(column 'threads'), medians of {counts} interleaved rounds after a warm-up (column "
-        "'rounds'): each round calls every path once, so a change in the machine's load "
-        "touches all of them alike, and each ratio is the median of the rounds' own ratios. "
+        "'rounds'): each round calls every path once, in the reverse of the last round's "
+        "order, so a change in the machine's load touches all of them alike and each of two "
+        "paths runs second as often as first, and each ratio is the median of the rounds' own "
+        "ratios. "
         f"Before each call, untimed, a read of {bandwidth.EVICT_MULTIPLE} × the last-level "
         "cache: every path starts from the same caches, whichever path ran before it. "
         + (

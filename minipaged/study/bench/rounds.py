@@ -16,7 +16,15 @@ left: a twin call over 16 tokens took 0.1 ms right after the same call and 0.6 m
 a read of 64 MiB, which had evicted the dispatcher's, the wrapper's and the kernel's own code
 and data. So every timed call is preceded by the same untimed read of a buffer larger than the
 last-level cache (``before_each``): each call starts from the same state, whatever ran before
-it.
+it. That still left a few percent: with the read before every call, in rounds timing paged
+then in order, one thread, four sequences of 1,024 tokens, paged ÷ in order came out 1.033
+and 1.046 (±0.02, two runs); with in order timed first, 1.004 and 1.007 (CPU time of the
+calling thread, 151 rounds each, load 5 to 8 on two cores). Even an untimed call of the path
+itself before the read, so that every call starts with its own code warm, left it so (1.033
+against 1.007). Whatever a call still inherits, the order of the paths reverses from one
+round to the next, so each of a pair runs second as often as first, and ``paired_ratio``
+takes its median over the ratios' logarithms: a factor that favours the second path is
+divided out of the ratio instead of leaning it one way.
 
 Why not a fixed count: with 9 rounds on this two-core machine under a load of about 5, the
 95% interval of *paged ÷ in order* at L = 1,024 spanned 0.96 to 1.18, wide enough to read a
@@ -32,10 +40,11 @@ from collections.abc import Callable, Collection
 import numpy as np
 import torch
 
-MIN_ROUNDS = 9
-"""The fewest rounds a full run takes, whatever the spread says after fewer."""
+MIN_ROUNDS = 10
+"""The fewest rounds a full run takes, whatever the spread says after fewer: even, as a run
+that settles stops only after an even count, each order of the paths as often as the other."""
 
-MAX_ROUNDS = 61
+MAX_ROUNDS = 62
 """The most: on a machine too busy to settle, a run ends here and prints the spread it got."""
 
 PRECISION = 0.02
@@ -58,8 +67,9 @@ def time_rounds(
     before_each: Callable[[], object] = lambda: None,
 ) -> Times:
     """Each path's wall time in every round, after one warm-up call each (first-call
-    allocation and, on a GPU, compilation). Rounds go on past ``min_rounds`` until
-    ``settled(times)`` or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
+    allocation and, on a GPU, compilation). Each round takes the paths in the reverse of the
+    last one's order. Rounds go on past ``min_rounds`` until ``settled(times)`` after an even
+    count, or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
     settling ratio needs) take part in the first ``min_rounds`` only, so their lists are
     shorter, and a ratio with them pairs those first rounds. ``before_each`` runs, untimed,
     before every timed call, so that each call starts from the state it leaves rather than
@@ -72,8 +82,9 @@ def time_rounds(
     for fn in paths.values():
         fn()
     times: Times = {name: [] for name in paths}
+    order = list(paths.items())
     while True:
-        for name, fn in paths.items():
+        for name, fn in order:
             if name in only_first and len(times[name]) >= min_rounds:
                 continue
             before_each()
@@ -84,8 +95,9 @@ def time_rounds(
             if device == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
+        order.reverse()  # every pair of paths is timed in both orders, round by round
         rounds = max(len(t) for t in times.values())
-        if rounds >= max_rounds or (rounds >= min_rounds and settled(times)):
+        if rounds >= max_rounds or (rounds >= min_rounds and rounds % 2 == 0 and settled(times)):
             return times
 
 
@@ -96,18 +108,25 @@ def median_ms(times: list[float]) -> float:
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """The median over rounds of ``numerator[i] / denominator[i]``: two paths' ratio with
     what each round shared (the load, the clock, the cache others left) divided out. Over the
-    rounds both took part in: the first, when one list is shorter (``only_first``)."""
+    rounds both took part in: the first, when one list is shorter (``only_first``). Taken
+    over the ratios' logarithms, so that of an even count the middle two meet at their
+    geometric mean: rounds that time a pair in opposite orders (``time_rounds``) and so
+    favour each path in turn by the same factor give back their shared ratio."""
     rounds = min(len(numerator), len(denominator))
-    return float(np.median(np.divide(numerator[:rounds], denominator[:rounds])))
+    return float(np.exp(np.median(log_ratios(numerator[:rounds], denominator[:rounds]))))
+
+
+def log_ratios(numerator: list[float], denominator: list[float]) -> np.ndarray:
+    return np.log(np.divide(numerator, denominator))
 
 
 def spread(numerator: list[float], denominator: list[float], seed: int = 0) -> float:
     """Half the width of the 95% percentile-bootstrap interval of ``paired_ratio``: the
     rounds drawn again with replacement ``RESAMPLES`` times, the middle 95% of the medians.
     Deterministic for a given ``seed``."""
-    ratios = np.divide(numerator, denominator)
-    draws = np.random.default_rng(seed).integers(0, len(ratios), (RESAMPLES, len(ratios)))
-    low, high = np.percentile(np.median(ratios[draws], axis=1), [2.5, 97.5])
+    logs = log_ratios(numerator, denominator)
+    draws = np.random.default_rng(seed).integers(0, len(logs), (RESAMPLES, len(logs)))
+    low, high = np.exp(np.percentile(np.median(logs[draws], axis=1), [2.5, 97.5]))
     return float(high - low) / 2
 
 
