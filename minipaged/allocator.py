@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from minipaged.python_numbers import python_number
+
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left. The scheduler avoids this by asking ``can_allocate``
@@ -33,7 +35,8 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, pool: str = "device") -> None:
-        if not isinstance(num_blocks, int) or num_blocks <= 0:
+        num_blocks = python_number(num_blocks)  # np.int64(64) is 64
+        if type(num_blocks) is not int or num_blocks <= 0:
             raise ValueError(
                 f"num_blocks must be a positive integer, got {num_blocks!r}: "
                 "a pool needs at least one block"

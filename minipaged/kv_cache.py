@@ -23,6 +23,7 @@ from torch import Tensor
 from minipaged import fp8
 from minipaged.contract import check_block_pairs, check_write
 from minipaged.memory import binary_size
+from minipaged.python_numbers import python_numbers
 
 
 def write_kv(
@@ -132,21 +133,26 @@ class KVCache:
         device: torch.device | str = "cpu",
         kernels: CacheKernels | None = None,
     ) -> None:
-        sizes = {
-            "num_layers": num_layers,
-            "num_blocks": num_blocks,
-            "num_kv_heads": num_kv_heads,
-            "block_size": block_size,
-            "head_dim": head_dim,
-        }
+        sizes = python_numbers(  # np.int64(16) is 16
+            num_layers=num_layers,
+            num_blocks=num_blocks,
+            num_kv_heads=num_kv_heads,
+            block_size=block_size,
+            head_dim=head_dim,
+            num_cpu_blocks=num_cpu_blocks,
+        )
         for name, size in sizes.items():
-            if not isinstance(size, int) or size <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {size!r}")
-        if not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
-            raise ValueError(
-                f"num_cpu_blocks must be a non-negative integer, got {num_cpu_blocks!r} "
-                "(0 means no host pool: no swapping)"
+            host = name == "num_cpu_blocks"  # 0 host blocks: no swapping
+            if type(size) is not int or size < (0 if host else 1):
+                what = "a non-negative integer" if host else "a positive integer"
+                why = " (0 means no host pool: no swapping)" if host else ""
+                raise ValueError(f"{name} must be {what}, got {size!r}{why}")
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(
+                f"dtype must be a torch.dtype (torch.float32, torch.float8_e4m3fn, ...), got "
+                f"{dtype!r}"
             )
+        num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.num_kv_heads = num_kv_heads

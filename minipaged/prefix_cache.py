@@ -38,6 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from minipaged.config import check_setting
+from minipaged.python_numbers import python_number
+
 
 class PrefixCache(Protocol):
     """What the block manager asks of a prefix cache."""
@@ -53,7 +56,9 @@ class PrefixCache(Protocol):
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
     """The token ids of every full block of a sequence, in order (the partial tail dropped)."""
     count = len(token_ids) // block_size
-    return [tuple(token_ids[j * block_size : (j + 1) * block_size]) for j in range(count)]
+    # np.int64(5) and torch.tensor(5) are token 5, which a tensor's hash (its id) is not
+    blocks = (token_ids[j * block_size : (j + 1) * block_size] for j in range(count))
+    return [tuple(map(python_number, block)) for block in blocks]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,7 @@ class HashPrefixCache:
     """
 
     def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+        self.block_size = check_setting("block_size", block_size)  # np.int64(16) is 16
         self._by_hash: dict[int, int] = {}
         self._entries: dict[int, CachedBlock] = {}
 

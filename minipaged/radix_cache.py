@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from minipaged.config import check_setting
 from minipaged.prefix_cache import full_blocks
 
 Chunk = tuple[int, ...]  # the B token ids of one block
@@ -48,7 +49,7 @@ class RadixCache:
     its first chunk; no edge is empty except the root's."""
 
     def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+        self.block_size = check_setting("block_size", block_size)  # np.int64(16) is 16
         self.root = RadixNode([], [])
         self._node_of: dict[int, RadixNode] = {}
 

@@ -121,14 +121,9 @@ class Scheduler:
             "enable_chunked_prefill": enable_chunked_prefill,
             "long_prefill_token_threshold": long_prefill_token_threshold,
         }
-        for name, value in settings.items():
-            check_setting(name, value, resolved=True)  # the rules of EngineConfig's fields
+        for name, value in settings.items():  # the rules of EngineConfig's fields
+            setattr(self, name, check_setting(name, value, resolved=True))  # np.int64(4) is 4
         self.block_manager = block_manager
-        self.preemption = preemption
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.enable_chunked_prefill = enable_chunked_prefill
-        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: list[SequenceGroup] = []
         self.running: list[SequenceGroup] = []
         self.swapped: list[SequenceGroup] = []
