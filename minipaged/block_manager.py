@@ -65,15 +65,11 @@ class BlockManager:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
     ) -> None:
-        settings = {
-            "block_size": block_size,
-            "watermark": watermark,
-            "prefix_caching": prefix_caching,
-        }
-        # the rules of EngineConfig's fields; np.int64(16) is 16
-        block_size, watermark, prefix_caching = (
-            check_setting(name, value) for name, value in settings.items()
-        )
+        pools = dict(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+        settings = dict(block_size=block_size, watermark=watermark, prefix_caching=prefix_caching)
+        # the rules of EngineConfig's fields, the pools' sizes resolved; np.int64(16) is 16
+        num_gpu_blocks, num_cpu_blocks = (check_setting(*p, resolved=True) for p in pools.items())
+        block_size, watermark, prefix_caching = map(check_setting, settings, settings.values())
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
@@ -159,10 +155,7 @@ class BlockManager:
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} already has a block table; free it first")
         if type(num_tokens) is not int or num_tokens <= 0:
-            raise ValueError(
-                f"a sequence needs at least one token: num_tokens must be a positive integer, "
-                f"got num_tokens={num_tokens!r}"
-            )
+            raise ValueError(f"a sequence needs at least one token, got num_tokens={num_tokens!r}")
         if token_ids is not None and len(token_ids) != num_tokens:
             raise ValueError(f"token_ids has {len(token_ids)} ids for num_tokens={num_tokens}")
         needed = self.blocks_needed(num_tokens)

@@ -35,7 +35,11 @@ class BlockTable:
         # B by EngineConfig's rule, so B = 0 fails here, not at the first t // B;
         # np.int64(16) is 16, as everywhere (minipaged.python_numbers).
         self.block_size = check_setting("block_size", self.block_size)
-        self.num_tokens = python_number(self.num_tokens)
+        for name in ("num_tokens", "cached_tokens"):
+            count = python_number(getattr(self, name))
+            if type(count) is not int or count < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {count!r}")
+            setattr(self, name, count)
 
     def logical_block(self, t: int) -> int:
         """$j = \\lfloor t/B \\rfloor$."""

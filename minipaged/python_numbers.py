@@ -13,8 +13,11 @@ modules that import no torch can use it."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 import operator
+from collections.abc import Callable
 
 
 def python_number(value: object) -> object:
@@ -36,6 +39,31 @@ def python_numbers(**values: object) -> dict[str, object]:
     """Each of ``values`` by ``python_number``, by name: for a constructor that takes its
     numbers as arguments, before it checks them."""
     return {name: python_number(value) for name, value in values.items()}
+
+
+def python_number_arguments(*names: str) -> Callable[[Callable], Callable]:
+    """Decorate a function whose arguments ``names`` are numbers, so its body sees each as
+    ``python_number`` of what the caller passed, by position or by name: the attention entry
+    points take ``scale=np.float32(0.125)`` or ``block_size=torch.tensor(16)`` this way, and
+    their checks then judge Python numbers only."""
+
+    def decorate(function: Callable) -> Callable:
+        parameters = list(inspect.signature(function).parameters)
+        positions = {name: parameters.index(name) for name in names}
+
+        @functools.wraps(function)
+        def taking_python_numbers(*args: object, **kwargs: object) -> object:
+            args = list(args)
+            for name, position in positions.items():
+                if position < len(args):
+                    args[position] = python_number(args[position])
+                elif name in kwargs:
+                    kwargs[name] = python_number(kwargs[name])
+            return function(*args, **kwargs)
+
+        return taking_python_numbers
+
+    return decorate
 
 
 def take_python_numbers(instance: object, names: tuple[str, ...] = ()) -> None:

@@ -43,6 +43,10 @@ def changed(**changes):
     return arguments
 
 
+NUMBER_KINDS = {"numpy": (np.int64, np.float32), "0-d tensor": (torch.tensor, torch.tensor)}
+"""Numbers as they come out of arrays: ``(integer, real)`` makers of each kind, which the one
+rule of ``minipaged.python_numbers`` takes as the Python numbers they equal."""
+
 BAD_ATTENTION = {
     # (the arguments, the exception, words of its message)
     "query a list": (changed(query=torch.Tensor.tolist), TypeError, "query must be a torch.Tensor"),
@@ -138,8 +142,10 @@ def test_every_decode_path_refuses_bad_arguments_naming_them(path, case):
 @pytest.mark.parametrize("path", [name for name in DECODERS if name != "partitions"])
 def test_every_decode_path_takes_numpy_numbers_as_the_python_numbers_they_equal(path):
     expected = DECODERS["reference"](**good())
-    arguments = changed(scale=np.float32(HEAD_DIM**-0.5), block_size=np.int64(B))
-    torch.testing.assert_close(DECODERS[path](**arguments), expected)
+    for kind in NUMBER_KINDS.values():
+        as_int, as_float = kind
+        arguments = changed(scale=as_float(HEAD_DIM**-0.5), block_size=as_int(B))
+        torch.testing.assert_close(DECODERS[path](**arguments), expected)
 
 
 def test_a_numpy_partition_size_is_taken_as_the_integer_it_equals():
@@ -150,7 +156,8 @@ def test_a_numpy_partition_size_is_taken_as_the_integer_it_equals():
 
         partitioned.append(twins.paged_attention_decode_v2)
     for decode in partitioned:
-        torch.testing.assert_close(decode(**good(), partition_size=np.int64(8)), expected)
+        for as_int, _ in NUMBER_KINDS.values():
+            torch.testing.assert_close(decode(**good(), partition_size=as_int(8)), expected)
 
 
 @pytest.mark.parametrize("path", ["reference", "loop", "twin v1"])
@@ -163,6 +170,120 @@ def test_an_empty_batch_gives_an_empty_result_on_every_path(path):
         seq_lens=torch.empty(0, dtype=torch.int32),
     )
     assert DECODERS[path](**empty).shape == (0, NUM_HEADS, HEAD_DIM)
+
+
+ALL_PATHS = {
+    **DECODERS,
+    "prefill": lambda **a: attention.paged_attention_prefill(
+        **a, query_lens=torch.ones(2, dtype=torch.int32)
+    ),
+}
+"""Every entry point of §4's attention that takes the decode arguments, prefill included."""
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("scale", [3e38, 1e38])
+def test_a_scale_that_overflows_the_logits_is_refused_with_the_largest_that_does_not(path, scale):
+    """``scale`` is a finite float32, but q.k*scale is infinite and the softmax NaN: every
+    entry point refuses it alike, naming the largest scale these inputs take."""
+    with pytest.raises(ValueError, match=r"makes the logits q\.k\*scale overflow") as refused:
+        ALL_PATHS[path](**changed(scale=scale))
+    bound = float(str(refused.value).split("a scale up to ")[1].split(" ")[0])
+    assert "\n" not in str(refused.value) and bound < scale
+    ALL_PATHS[path](**changed(scale=bound * 0.99))  # finite: taken
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_queries_whose_dot_products_overflow_before_the_scale_are_refused(path):
+    arguments = changed(query=lambda q: q * 1e20, key_pool=lambda k: k * 1e20, scale=1e-30)
+    with pytest.raises(ValueError, match=r"products overflow torch\.float32"):
+        ALL_PATHS[path](**arguments)
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_nan_in_an_attended_key_is_the_callers_data_not_a_refused_overflow(path):
+    """The refusal is for an overflow of finite inputs only: NaN in an attended key is passed
+    through as ``scaled_dot_product_attention`` passes it (the fastmath twins may drop it)."""
+    arguments = good()
+    arguments["key_pool"][0, 0, 0, 0] = math.nan  # sequence 0's token 0, KV head 0
+    ALL_PATHS[path](**arguments)
+
+
+FLOAT_POOL_SCALES = {
+    "k_scale on float32 pools": ({"k_scale": torch.ones(NUM_KV_HEADS)}, ValueError, "k_scale"),
+    "v_scale on float32 pools": ({"v_scale": torch.ones(NUM_KV_HEADS)}, ValueError, "v_scale"),
+}
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", FLOAT_POOL_SCALES)
+def test_fp8_scales_for_pools_that_store_the_keys_themselves_are_refused(path, case):
+    """A float32 pool stores k, not k / k_scale: a scale given for it would be ignored (as
+    vLLM ignores it) by the reference and applied by the kernels; every path refuses it."""
+    scales, error, words = FLOAT_POOL_SCALES[case]
+    with pytest.raises(error, match=f"{words} is given.*{words}=None"):
+        ALL_PATHS[path](**good(), **scales)
+
+
+def fp8_good() -> dict:
+    """``good()`` with FP8 pools and their per-KV-head scales."""
+    from minipaged import fp8
+
+    arguments = good()
+    scale = torch.full((NUM_KV_HEADS,), 0.01)
+    for name in ("key_pool", "value_pool"):
+        arguments[name] = fp8.quantize(arguments[name], scale[:, None, None], torch.float8_e4m3fn)
+    return arguments | {"k_scale": scale, "v_scale": scale.clone()}
+
+
+BAD_FP8_SCALES = {
+    "a list": ([0.01, 0.01], TypeError, "k_scale must be a floating-point torch.Tensor"),
+    "integers": (torch.ones(NUM_KV_HEADS, dtype=torch.int64), TypeError, "floating-point"),
+    "one per layer": (torch.ones(3, NUM_KV_HEADS), ValueError, "k_scale must be \\[num_kv"),
+    "a zero": (torch.tensor([0.01, 0.0]), ValueError, "positive finite"),
+    "a NaN": (torch.tensor([0.01, math.nan]), ValueError, "positive finite"),
+    "negative": (torch.tensor([-0.01, 0.01]), ValueError, "positive finite"),
+}
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", BAD_FP8_SCALES)
+def test_fp8_scales_of_the_wrong_kind_or_value_are_refused_naming_them(path, case):
+    scale, error, words = BAD_FP8_SCALES[case]
+    with pytest.raises(error, match=words):
+        ALL_PATHS[path](**fp8_good() | {"k_scale": scale})
+
+
+def test_a_write_with_scales_into_pools_of_its_own_dtype_is_refused_before_writing():
+    from minipaged.kv_cache import write_kv
+
+    pools = torch.zeros(2, NUM_BLOCKS, NUM_KV_HEADS, B, HEAD_DIM)
+    key = torch.ones(1, NUM_KV_HEADS, HEAD_DIM)
+    with pytest.raises(ValueError, match="k_scale is given"):
+        write_kv(*pools, key, key, torch.tensor([0]), k_scale=torch.ones(NUM_KV_HEADS))
+    assert not pools.any()
+
+
+def test_a_16_bit_pool_stores_k_over_its_scale_and_reads_back_k():
+    """Under a float32 model a float16 pool is narrower, as FP8 is: it stores k / k_scale and
+    attention reads k_scale * k-hat, so a scale acts the same on the way in and out."""
+    from minipaged.kv_cache import write_kv
+
+    arguments = good()
+    half = {
+        n: torch.zeros_like(arguments[n], dtype=torch.float16) for n in ("key_pool", "value_pool")
+    }
+    scales = {"k_scale": torch.tensor([2.0, 4.0]), "v_scale": torch.tensor([0.5, 8.0])}
+    tokens = torch.arange(NUM_BLOCKS * B)
+    for name in ("key_pool", "value_pool"):
+        rows = arguments[name].transpose(1, 2).flatten(0, 1)  # [slots, N_KV, d_h]
+        written = half["key_pool"] if name == "key_pool" else half["value_pool"]
+        other = torch.zeros_like(written)
+        pair = (written, other) if name == "key_pool" else (other, written)
+        write_kv(*pair, rows, rows, tokens, **scales)
+    expected = attention.paged_attention_decode(**arguments)
+    got = attention.paged_attention_decode(**arguments | half, **scales)
+    torch.testing.assert_close(got, expected, atol=5e-3, rtol=5e-3)
 
 
 # -- SamplingParams, generated from its fields ----------------------------------------------
@@ -227,16 +348,109 @@ NUMERIC_FIELDS = [
 ]
 
 
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
 @pytest.mark.parametrize("owner, field", NUMERIC_FIELDS)
-def test_every_numeric_setting_takes_a_numpy_number_as_the_python_number_it_equals(owner, field):
-    """Consistently with ``SamplingParams``: a NumPy integer or float (what a student reads
-    out of an array) is taken as the Python number it equals, in every config object."""
+def test_every_numeric_setting_takes_a_numpy_number_as_the_python_number_it_equals(
+    owner, field, kind
+):
+    """Consistently with ``SamplingParams``: a NumPy or 0-d torch integer or float (what a
+    student reads out of an array) is taken as the Python number it equals, in every config
+    object."""
     instance = valid_configs()[owner]
     value = getattr(instance, field)
-    numpy_value = np.int64(value) if type(value) is int else np.float32(value)
-    again = dataclasses.replace(instance, **{field: numpy_value})
+    as_int, as_float = NUMBER_KINDS[kind]
+    foreign = as_int(value) if type(value) is int else as_float(value)
+    again = dataclasses.replace(instance, **{field: foreign})
     assert type(getattr(again, field)) is type(value)
-    assert getattr(again, field) == numpy_value.item()
+    assert getattr(again, field) == foreign.item()
+
+
+def paging_objects() -> dict[str, tuple[type, dict[str, object]]]:
+    """Every paging and cache object that takes numbers, with valid arguments: each class and
+    the keyword arguments of one valid instance."""
+    from minipaged.allocator import BlockAllocator
+    from minipaged.block_manager import BlockManager
+    from minipaged.block_table import BlockTable
+    from minipaged.kv_cache import KVCache
+    from minipaged.prefix_cache import HashPrefixCache
+    from minipaged.radix_cache import RadixCache
+    from minipaged.scheduler import Scheduler
+
+    scheduler = dict(max_num_seqs=4, max_num_batched_tokens=64, long_prefill_token_threshold=0)
+    kv_sizes = dict(num_layers=1, num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8)
+    return {
+        "BlockManager": (BlockManager, dict(num_gpu_blocks=8, num_cpu_blocks=2, block_size=4)),
+        "BlockAllocator": (BlockAllocator, dict(num_blocks=8)),
+        "BlockTable": (BlockTable, dict(block_size=4, num_tokens=3)),
+        "Scheduler": (Scheduler, dict(block_manager=BlockManager(8), **scheduler)),
+        "HashPrefixCache": (HashPrefixCache, dict(block_size=4)),
+        "RadixCache": (RadixCache, dict(block_size=4)),
+        "KVCache": (KVCache, dict(kv_sizes, num_cpu_blocks=2)),
+    }
+
+
+def number_parameters() -> list:
+    """``(object, parameter)`` for every parameter annotated ``int`` or ``float`` of the
+    paging objects' constructors (generated from their signatures)."""
+    import inspect
+
+    cases = []
+    for owner, (cls, arguments) in paging_objects().items():
+        for name, parameter in inspect.signature(cls).parameters.items():
+            if str(parameter.annotation).split(" |")[0] in ("int", "float"):
+                arguments.setdefault(name, parameter.default)
+                cases.append(pytest.param(owner, name, id=f"{owner}.{name}"))
+    return cases
+
+
+def stored(instance: object, name: str) -> object:
+    """What ``instance`` keeps of its constructor's argument ``name``."""
+    kept_elsewhere = {"num_gpu_blocks": ("device", "num_blocks"), "num_cpu_blocks": ("host",)}
+    if type(instance).__name__ == "BlockManager" and name in kept_elsewhere:
+        pool = getattr(instance, kept_elsewhere[name][0])
+        return pool.num_blocks
+    if name == "watermark":
+        return instance.watermark_blocks / instance.device.num_blocks
+    return getattr(instance, name)
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+@pytest.mark.parametrize("owner, name", number_parameters())
+def test_every_paging_object_takes_numpy_and_torch_numbers_as_python_numbers(owner, name, kind):
+    """The one rule (``minipaged.python_numbers``): what ``operator.index`` takes is an int,
+    a real 0-d value a float, in every constructor as in ``SamplingParams``."""
+    cls, arguments = paging_objects()[owner]
+    value = arguments.get(name)
+    if value is None:
+        value = {"watermark": 0.25}.get(name, 2)
+    as_int, as_float = NUMBER_KINDS[kind]
+    foreign = as_int(value) if type(value) is int else as_float(value)
+    instance = cls(**arguments | {name: foreign})
+    kept = stored(instance, name)
+    assert type(kept) is type(value) and kept == pytest.approx(value)
+
+
+@pytest.mark.parametrize("flag", [True, torch.tensor(True), np.bool_(True)], ids=repr)
+@pytest.mark.parametrize("owner, name", number_parameters())
+def test_every_paging_object_refuses_a_bool_for_a_number(owner, name, flag):
+    cls, arguments = paging_objects()[owner]
+    with pytest.raises((TypeError, ValueError), match=name):
+        cls(**arguments | {name: flag})
+
+
+def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
+    """Sequence ids and token ids read out of arrays find their tables and their cached
+    prefix (a tensor hashes by identity, so ``torch.tensor(0)`` is converted, not kept)."""
+    from minipaged.block_manager import BlockManager
+
+    manager = BlockManager(8, block_size=4, prefix_caching="hash")
+    prompt = [torch.tensor(t) for t in (5, 6, 7, 8, 9)]
+    manager.allocate(np.int64(0), torch.tensor(5), prompt)
+    manager.append_slot(torch.tensor(0), [*prompt, np.int64(3)])
+    manager.fork(np.int32(0), torch.tensor(1))
+    assert sorted(manager.tables) == [0, 1] and all(type(s) is int for s in manager.tables)
+    manager.free(torch.tensor(1))
+    assert manager.prefix_hits([5, 6, 7, 8, 9]) == manager.table(np.int64(0)).blocks[:1]
 
 
 def test_a_beam_width_without_beam_search_is_refused_not_ignored():
