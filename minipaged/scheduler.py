@@ -60,7 +60,7 @@ class ScheduledSeq:
       sequence's last ``num_query_tokens``, as for every row but a chunk that stops short of
       the prompt's end). ``ModelRunner.prepare`` computes those positions.
     - ``samples``: whether the row's last query is the sequence's last token, so that its
-      logits choose the next token (``Decoder.decode`` samples only such rows). A chunk
+      logits choose the next token (``Sampler.sample`` samples only such rows). A chunk
       before the prompt's last has no next token to choose.
     """
 
