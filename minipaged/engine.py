@@ -143,6 +143,11 @@ class LLMEngine:
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
         if request_id is not None and not isinstance(request_id, str):  # before any event names it
             raise TypeError(f"request_id must be a string, got {request_id!r}")
+        if request_id is not None and not request_id.strip():  # events and traces name it
+            raise ValueError(
+                f"request_id must name the request, got {request_id!r}; pass None for an "
+                "automatic one"
+            )
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)

@@ -453,6 +453,19 @@ def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
     assert manager.prefix_hits([5, 6, 7, 8, 9]) == manager.table(np.int64(0)).blocks[:1]
 
 
+@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-38])
+def test_a_top_p_float32_cannot_hold_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
+    """A top_p below float32's smallest normal is in (0, 1], so taken: it keeps exactly the
+    most likely token, as top_p = 1e-6 does, and never drops that one too (float32 would
+    round the cut to 0, and an empty distribution draws token 0)."""
+    from minipaged.sampling import sample
+
+    logits = torch.randn(64, generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(0)
+    drawn = sample(logits, SamplingParams(top_p=top_p), generator, num_samples=3)
+    assert drawn == [int(logits.argmax())] * 3
+
+
 def test_a_beam_width_without_beam_search_is_refused_not_ignored():
     with pytest.raises(ValueError, match=r"beam_width=4 .* use_beam_search=True"):
         SamplingParams(beam_width=4)
@@ -513,6 +526,9 @@ def test_requests_refused_while_others_run_leave_their_tokens_unchanged(llm):
     for prompt, params in bad_requests:
         with pytest.raises((ValueError, TypeError)):
             engine.add_request(prompt, params)
+    for request_id in ("", "   ", first, 5, b"x"):  # empty, in use, of the wrong kind
+        with pytest.raises((ValueError, TypeError), match="request"):
+            engine.add_request("Emma", GREEDY, request_id=request_id)
     finished = {}
     while engine.has_unfinished():
         finished |= {out.request_id: out for out in engine.step().finished}
