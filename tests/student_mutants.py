@@ -177,6 +177,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         2,
         "allocator",
+        "num_free counts references, not blocks: P_max - sum of R[p]",
+        "return len(self._free)",
+        "return self.num_blocks - sum(self._refcounts)",
+        within="def num_free",
+    ),
+    _m(
+        2,
+        "allocator",
+        "num_used as the sum of R[p]: a shared block counted once per table",
+        "return self.num_blocks - len(self._free)",
+        "return sum(self._refcounts)",
+        within="def num_used",
+    ),
+    _m(
+        2,
+        "allocator",
         "take of a block in use not refused",
         "if block not in self._free:",
         "if self._refcounts[block] > 1:",

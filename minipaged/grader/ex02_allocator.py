@@ -39,6 +39,28 @@ def _raises(error_type, action, what: str) -> None:
     raise CheckFailed(f"{what}: expected {error_type.__name__}, but it returned {got!r}")
 
 
+def _questions_agree(pool, after: str) -> None:
+    """The pool's questions describe one state: ``num_free`` counts the free list, ``num_used``
+    the rest, ``refcount(p)`` is ``refcounts()[p]``, and a block is on the free list (once)
+    iff $\\mathcal{R}[p] = 0$. A count kept beside the list, and forgotten on one path, fails
+    here on the call that forgot it."""
+    refcounts, free = pool.refcounts(), pool.free_blocks()
+    n = len(refcounts)
+    expect(pool.num_free, len(free), f"num_free after {after}, with free_blocks() = {free}")
+    expect(pool.num_used, n - len(free), f"num_used after {after}, {len(free)} of {n} blocks free")
+    expect(
+        [pool.refcount(p) for p in range(n)],
+        list(refcounts),
+        f"refcount(p) for p = 0..{n - 1} after {after}, against refcounts() = {refcounts}",
+    )
+    expect(
+        sorted(free),
+        [p for p in range(n) if refcounts[p] == 0],
+        f"the free list after {after}, sorted, against the blocks with R[p] = 0 "
+        f"(refcounts() = {refcounts})",
+    )
+
+
 def check_new_pool_is_all_free(student):
     """a new pool of P_max blocks has every block free, with R[p] = 0"""
     pool = student.allocator.BlockAllocator(4)
@@ -52,6 +74,7 @@ def check_allocate_takes_the_first_free_block(student):
     """allocate takes the first block of the free list and sets R[p] = 1"""
     pool = student.allocator.BlockAllocator(4)
     got = [pool.allocate() for _ in range(3)]
+    _questions_agree(pool, "allocate() three times on BlockAllocator(4)")
     expect(got, [0, 1, 2], "allocate() three times on BlockAllocator(4)")
     expect(
         [pool.refcount(p) for p in got],
@@ -70,13 +93,22 @@ def check_incref_and_decref_count_tables(student):
     pool = student.allocator.BlockAllocator(2)
     p = pool.allocate()
     expect(pool.incref(p), 2, f"incref({p}) after allocate: the new R[{p}]")
+    expect(
+        (pool.num_free, pool.num_used),
+        (1, 1),
+        f"(num_free, num_used) of BlockAllocator(2) after allocate(), incref({p}): one block "
+        "in use, held by two tables (count blocks, not references)",
+    )
+    _questions_agree(pool, f"allocate(), incref({p}) on BlockAllocator(2)")
     expect(pool.decref(p), 1, f"decref({p}) with R[{p}]=2: the new R[{p}]")
     expect(
         pool.free_blocks(),
         (1,),
         f"free_blocks() after allocate(), incref({p}), decref({p}): R[{p}]=1",
     )
+    _questions_agree(pool, f"allocate(), incref({p}), decref({p}) on BlockAllocator(2)")
     expect(pool.decref(p), 0, f"decref({p}) with R[{p}]=1: the new R[{p}]")
+    _questions_agree(pool, f"allocate(), incref({p}), decref({p}) twice on BlockAllocator(2)")
     expect(pool.free_blocks(), (1, p), f"free_blocks() after a second decref({p}): R[{p}]=0")
 
 
@@ -87,6 +119,7 @@ def check_freed_blocks_join_the_back_of_the_free_list(student):
         pool.allocate()
     pool.decref(2)
     pool.decref(0)
+    _questions_agree(pool, "decref(2), then decref(0), on a full pool of 4")
     expect(
         pool.free_blocks(),
         (2, 0),
@@ -103,6 +136,7 @@ def check_full_pool_raises_out_of_blocks(student):
     pool.allocate()
     _raises(module.OutOfBlocks, pool.allocate, "allocate() on a full pool of 2")
     expect(pool.refcounts(), (1, 1), "refcounts() after the refused allocate() on a full pool of 2")
+    _questions_agree(pool, "the refused allocate() on a full pool of 2")
 
 
 def check_misuse_is_refused(student):
@@ -125,6 +159,7 @@ def check_misuse_is_refused(student):
             what = f"{method}({block}) in a pool of blocks 0..1 (a negative id must not wrap)"
             _raises(IndexError, lambda m=method, b=block: getattr(pool, m)(b), what)
     expect(pool.refcounts(), (0, 1), "refcounts() after the refused calls with ids -1 and 2")
+    _questions_agree(pool, "take(1) and the refused calls with ids -1 and 2")
 
 
 def check_take_allocates_a_given_free_block(student):
@@ -133,7 +168,9 @@ def check_take_allocates_a_given_free_block(student):
     expect(pool.take(2), 2, "take(2) on a new pool")
     expect(pool.refcount(2), 1, "R[2] after take(2)")
     expect(pool.free_blocks(), (0, 1, 3), "the free list after take(2)")
+    _questions_agree(pool, "take(2) on BlockAllocator(4)")
     _raises(ValueError, lambda: pool.take(2), "take(2) while R[2]=1")
+    _questions_agree(pool, "take(2), then a refused take(2)")
 
 
 def check_block_manager_runs_on_your_allocator(student):
