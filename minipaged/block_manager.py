@@ -25,6 +25,7 @@ from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableSt
 from minipaged.block_table import BlockTable
 from minipaged.config import check_setting
 from minipaged.events import Event, SeqId
+from minipaged.paging_arguments import check_token_ids, prompt_length, sequence_id
 from minipaged.prefix_cache import HashPrefixCache, PrefixCache
 from minipaged.python_numbers import python_number
 from minipaged.radix_cache import RadixCache
@@ -96,9 +97,8 @@ class BlockManager:
         gives while keeping the watermark, $\\mathcal{P}_{\\max} - W$; ``OK`` when they are
         free now; ``LATER`` otherwise."""
         needed = alone = 0
-        for prompt in map(python_number, prompts):  # np.int64(5) is 5
-            length = prompt if isinstance(prompt, int) else len(prompt)
-            hits = [] if isinstance(prompt, int) else self.prefix_hits(prompt)
+        for length, token_ids in map(prompt_length, prompts):  # np.int64(5) is 5
+            hits = [] if token_ids is None else self.prefix_hits(token_ids)
             alone += self.blocks_needed(length)
             needed += self.blocks_needed(length)
             needed -= sum(1 for block in hits if self.device.refcount(block) > 0)
@@ -151,13 +151,14 @@ class BlockManager:
         block holding the last token: at least one token must be computed to get logits, and
         its block must be private to be written. The new full blocks are then registered.
         """
-        seq, num_tokens = python_number(seq), python_number(num_tokens)  # np.int64(5) is 5
+        seq, num_tokens = sequence_id(seq), python_number(num_tokens)  # np.int64(5) is 5
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} already has a block table; free it first")
         if type(num_tokens) is not int or num_tokens <= 0:
             raise ValueError(f"a sequence needs at least one token, got num_tokens={num_tokens!r}")
         if token_ids is not None and len(token_ids) != num_tokens:
             raise ValueError(f"token_ids has {len(token_ids)} ids for num_tokens={num_tokens}")
+        check_token_ids(token_ids or ())
         needed = self.blocks_needed(num_tokens)
         if needed > self.device.num_blocks:
             raise ValueError(
@@ -227,7 +228,7 @@ class BlockManager:
         refcount by one (step 2). No key or value is copied: afterwards $\\mathcal{R}[p]$ counts
         both tables for every $p$ in $\\mathcal{T}_{parent}$. Forking $k - 1$ children gives the
         source text's $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] + (k - 1)$."""
-        parent, child = python_number(parent), python_number(child)
+        parent, child = python_number(parent), sequence_id(child)
         source = self._device_table(parent)
         if child in self.tables:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
@@ -321,6 +322,7 @@ class BlockManager:
                 f"token_ids has {len(token_ids)} ids; sequence {seq!r} will hold "
                 f"{table.num_tokens + 1} tokens"
             )
+        check_token_ids(token_ids or (), table.num_tokens)  # the new one: the rest were checked
 
     def _record_cow(self, seq: SeqId, t: int, src: int, dst: int) -> None:
         """The events of the copy-on-write that just moved ``seq``'s token ``t`` from ``src``

@@ -61,6 +61,17 @@ def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ..
     return [tuple(map(python_number, block)) for block in blocks]
 
 
+def check_holders(chunks: list[tuple[int, ...]], blocks: Sequence[int]) -> None:
+    """Refuse an ``insert`` unless ``blocks`` names a distinct block for each full block of
+    its tokens (``chunks``): one block holding two would be cached under both."""
+    held = list(blocks[: len(chunks)])
+    if len(held) < len(chunks) or len(set(held)) < len(held):
+        raise ValueError(
+            f"insert needs a distinct block for each of the {len(chunks)} full blocks of "
+            f"token_ids, got blocks {list(blocks)[:40]}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class CachedBlock:
     """What the cache knows of a block: its chained hash $h_j$, the hash $h_{j-1}$ of the
@@ -118,7 +129,9 @@ class HashPrefixCache:
         collision, or at a block already registered for other contents."""
         added: list[int] = []
         parent_hash = None
-        for tokens, block in zip(full_blocks(token_ids, self.block_size), blocks, strict=False):
+        chunks = full_blocks(token_ids, self.block_size)
+        check_holders(chunks, blocks)
+        for tokens, block in zip(chunks, blocks, strict=False):
             block_hash = hash((parent_hash, tokens))
             holder = self._by_hash.get(block_hash)
             if holder is None and block not in self._entries:

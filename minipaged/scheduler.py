@@ -123,6 +123,11 @@ class Scheduler:
         }
         for name, value in settings.items():  # the rules of EngineConfig's fields
             setattr(self, name, check_setting(name, value, resolved=True))  # np.int64(4) is 4
+        if not all(hasattr(block_manager, verb) for verb in ("can_allocate", "allocate", "free")):
+            raise TypeError(
+                "block_manager must be a BlockManager (or a class with its methods), got "
+                f"{block_manager!r:.60}"
+            )
         self.block_manager = block_manager
         self.waiting: list[SequenceGroup] = []
         self.running: list[SequenceGroup] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -464,6 +465,67 @@ def test_a_top_p_float32_cannot_hold_keeps_the_most_likely_token_as_any_tiny_one
     generator = torch.Generator().manual_seed(0)
     drawn = sample(logits, SamplingParams(top_p=top_p), generator, num_samples=3)
     assert drawn == [int(logits.argmax())] * 3
+
+
+def manager_with_one_sequence():
+    """A block manager with prefix caching, sequence 0 of 5 tokens, and its pools' state."""
+    from minipaged.block_manager import BlockManager
+
+    manager = BlockManager(8, 2, block_size=4, prefix_caching="radix")
+    manager.allocate(0, 5, [1, 2, 3, 4, 5])
+    return manager
+
+
+BAD_PAGING_CALLS = {
+    # (the call on a manager holding sequence 0, the exception, words of its message)
+    "sequence id True": (lambda m: m.allocate(True, 3), TypeError, "sequence id"),
+    "sequence id None": (lambda m: m.allocate(None, 3), TypeError, "sequence id"),
+    "sequence id 1.5": (lambda m: m.allocate(1.5, 3), TypeError, "sequence id"),
+    "fork into True": (lambda m: m.fork(0, True), TypeError, "sequence id"),
+    "tokens 2.5": (lambda m: m.allocate(1, 2.5), ValueError, "num_tokens=2.5"),
+    "a text token id": (lambda m: m.allocate(1, 2, ["a", 1]), ValueError, "token_ids[0]"),
+    "a negative token id": (lambda m: m.allocate(1, 2, [1, -1]), ValueError, "token_ids[1]"),
+    "a bool token id": (lambda m: m.allocate(1, 2, [True, 1]), ValueError, "token_ids[0]"),
+    "appending a text token": (
+        lambda m: m.append_slot(0, [1, 2, 3, 4, 5, "6"]),
+        ValueError,
+        "token_ids[5]",
+    ),
+    "a prompt of text": (lambda m: m.can_allocate("Emma"), TypeError, "a prompt is its length"),
+    "a prompt 1.5 long": (lambda m: m.can_allocate(1.5), TypeError, "a prompt is its length"),
+    "a prompt None": (lambda m: m.can_allocate(None), TypeError, "a prompt is its length"),
+    "block id 1.5": (lambda m: m.refcount(1.5), TypeError, "block id must be an integer"),
+    "block id True": (lambda m: m.device.incref(True), TypeError, "block id must be an integer"),
+    "block id past the pool": (lambda m: m.device.decref(99), IndexError, "out of range"),
+    "one block for two": (lambda m: m.prefix_cache.insert([1] * 8, [5]), ValueError, "distinct"),
+    "one block twice": (lambda m: m.prefix_cache.insert([1] * 8, [5, 5]), ValueError, "distinct"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PAGING_CALLS)
+def test_a_bad_paging_call_is_refused_naming_the_value_and_changes_nothing(case):
+    call, error, words = BAD_PAGING_CALLS[case]
+    manager = manager_with_one_sequence()
+    before = (manager.snapshot(), manager.prefix_cache.contents())
+    with pytest.raises(error, match=re.escape(words)) as refused:
+        call(manager)
+    assert "\n" not in str(refused.value)
+    assert (manager.snapshot(), manager.prefix_cache.contents()) == before
+
+
+def test_the_paging_calls_take_numpy_and_torch_numbers_as_the_ids_they_equal():
+    manager = manager_with_one_sequence()
+    assert manager.refcount(np.int64(0)) == manager.refcount(torch.tensor(0)) == 1
+    assert manager.can_allocate(np.int64(3), [np.int64(1), torch.tensor(2)]).name == "OK"
+    manager.device.incref(np.int32(0))
+    assert manager.device.decref(torch.tensor(0)) == 1
+
+
+def test_a_scheduler_without_a_block_manager_is_refused_before_it_queues_anything():
+    from minipaged.scheduler import Scheduler
+
+    with pytest.raises(TypeError, match="block_manager must be a BlockManager"):
+        Scheduler(None)
 
 
 def test_a_beam_width_without_beam_search_is_refused_not_ignored():
