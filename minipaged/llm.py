@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from minipaged import fp8
 from minipaged.arguments import free_memory
-from minipaged.checkpoint import load_config, load_model
+from minipaged.checkpoint import load_config, load_model, no_file
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
 from minipaged.engine import LLMEngine, RequestRejected
@@ -81,14 +81,16 @@ class LLM:
         check_device(config.device)
         path = model_directory(config.model)
         check_kv_cache_fits(config, free_memory())  # pools that fit no memory: before any is made
+        # Read before the weights, which can take a minute: a bad tokenizer.json is refused
+        # first. A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs
+        # on token ids, as with skip_tokenizer_init, and a text prompt is refused naming it.
+        tokenizer_file = path / "tokenizer.json"
+        if tokenizer_file.exists() and not tokenizer_file.is_file():
+            raise no_file(tokenizer_file, "the tokenizer")
+        has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
+        self.tokenizer = Tokenizer(path) if has_tokenizer else None
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
-        # A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs on token
-        # ids, as with skip_tokenizer_init, and a text prompt is refused naming the file.
-        has_tokenizer = (path / "tokenizer.json").is_file()
-        self.tokenizer = (
-            Tokenizer(path) if has_tokenizer and not config.skip_tokenizer_init else None
-        )
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype

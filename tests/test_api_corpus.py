@@ -633,3 +633,39 @@ def test_pools_that_fit_no_memory_are_refused_before_the_model_loads(settings):
     with pytest.raises(ValueError, match="the KV cache would take") as refused:
         LLM("tiny", backend="torch", **settings)
     assert "num_gpu_blocks" in str(refused.value) and "\n" not in str(refused.value)
+
+
+# -- checkpoints: each file of a model directory, damaged each way --------------------------
+
+MODEL_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+DAMAGE = {
+    # how a file is damaged, and words the refusal holds beside the file's path
+    "a folder in its place": (lambda path: path.mkdir(), "is a folder"),
+    "not UTF-8": (lambda path: path.write_bytes(b"\xff\xfe\xfa{"), ""),
+    "empty": (lambda path: path.write_bytes(b""), ""),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("name", MODEL_FILES)
+def test_a_damaged_model_file_is_refused_naming_it_before_the_weights_load(
+    tmp_path, monkeypatch, name, damage
+):
+    """Each file of a checkpoint, damaged each way, is refused in one line that names it (a
+    folder in a file's place was called missing, or no tokenizer at all); a bad tokenizer is
+    refused before the weights are read, which can take a minute."""
+    import shutil
+
+    from minipaged import checkpoint, llm
+
+    directory = tmp_path / "model"
+    shutil.copytree(checkpoint.model_directory("tiny"), directory)
+    (directory / name).unlink()
+    damage_file, words = DAMAGE[damage]
+    damage_file(directory / name)
+    if name == "tokenizer.json":
+        monkeypatch.setattr(llm, "load_model", lambda *a, **k: pytest.fail("weights read first"))
+    with pytest.raises((ValueError, FileNotFoundError)) as refused:
+        LLM(str(directory), backend="torch", num_gpu_blocks=16)
+    message = str(refused.value)
+    assert name in message and words in message and "\n" not in message
