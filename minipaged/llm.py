@@ -77,6 +77,11 @@ class LLM:
     ) -> None:
         if model is not None:
             settings["model"] = model
+        if config is not None and not isinstance(config, EngineConfig):
+            raise TypeError(
+                f"config must be an EngineConfig, got {type(config).__name__} {config!r:.60}: "
+                "build one with EngineConfig(...), or pass the settings by name"
+            )
         config = (config or EngineConfig()).replace(**settings)
         check_device(config.device)
         path = model_directory(config.model)
@@ -123,6 +128,14 @@ class LLM:
         for it) draws a progress bar over finished requests. ``on_step`` sees every
         ``StepOutput``, events and block state included.
         """
+        show_progress = show_progress if use_tqdm is None else use_tqdm
+        flag = show_progress is None or isinstance(show_progress, bool)
+        if not flag or not (on_step is None or callable(on_step)):  # before anything queues
+            raise TypeError(
+                f"show_progress (use_tqdm) must be True, False or None, and on_step a function "
+                f"of a StepOutput or None; got show_progress={show_progress!r:.40}, "
+                f"on_step={on_step!r:.40}"
+            )
         prompts = prompt_list(prompts)
         params_of = params_list(sampling_params, len(prompts))
         engine = self.engine
@@ -147,7 +160,7 @@ class LLM:
                     results[ids[-1]] = RequestOutput(
                         ids[-1], text, token_ids, [], error=str(rejected)
                     )
-            self._run(ids, results, show_progress if use_tqdm is None else use_tqdm, on_step)
+            self._run(ids, results, show_progress, on_step)
         except BaseException:
             for request_id in ids:
                 if request_id in engine.requests:

@@ -599,6 +599,30 @@ def test_requests_refused_while_others_run_leave_their_tokens_unchanged(llm):
     ]
 
 
+BAD_GENERATE_OPTIONS = {
+    "show_progress text": {"show_progress": "yes"},
+    "show_progress 1": {"show_progress": 1},
+    "use_tqdm text": {"use_tqdm": "no"},
+    "on_step a number": {"on_step": 5},
+    "on_step a list": {"on_step": []},
+}
+
+
+@pytest.mark.parametrize("case", BAD_GENERATE_OPTIONS)
+def test_a_bad_generate_option_is_refused_before_anything_queues(llm, case):
+    """Not at the first step, after the requests queued (``on_step=5`` was an ``int is not
+    callable`` from inside the run)."""
+    with pytest.raises(TypeError, match=r"show_progress .* on_step") as refused:
+        llm.generate(["Emma", "Anne"], GREEDY, **BAD_GENERATE_OPTIONS[case])
+    assert "\n" not in str(refused.value) and not llm.engine.has_unfinished()
+
+
+@pytest.mark.parametrize("config", [5, {"block_size": 4}, "tiny"], ids=repr)
+def test_a_config_that_is_no_engine_config_is_refused_by_name(config):
+    with pytest.raises(TypeError, match="config must be an EngineConfig"):
+        LLM("tiny", config=config)
+
+
 def test_stop_tokens_past_the_vocabulary_are_refused(llm):
     with pytest.raises(ValueError, match=r"stop_token_ids \[5000\] lie outside"):
         llm.generate("Emma", SamplingParams(stop_token_ids=[5000]), show_progress=False)
