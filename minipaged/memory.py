@@ -217,6 +217,7 @@ def slot(block_table: Sequence[int], t: int, block_size: int) -> int:
     """$\\mathcal{T}_r[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$ (§3): token $t$'s row in
     the pool flattened to ``[num_blocks * B, ...]``; ``slot // B`` and ``slot % B`` give back
     the physical block and the offset."""
+    t, block_size = _check_int("t", t, minimum=0), _check_int("block_size", block_size)
     return _physical_block(block_table, t, block_size) * block_size + block_offset(t, block_size)
 
 
@@ -275,6 +276,8 @@ def external_fragmentation_stalls(free_segments: Sequence[int], request: int) ->
 def paged_internal_waste(num_tokens: int, block_size: int) -> int:
     """$\\lceil L/B \\rceil \\cdot B - L$ tokens (§3): the unwritten slots of the last block,
     the only block that can have any. Always in $[0, B-1]$ and equal to $(-L) \\bmod B$."""
+    num_tokens = _check_int("num_tokens", num_tokens, minimum=0)
+    block_size = _check_int("block_size", block_size)
     return num_logical_blocks(num_tokens, block_size) * block_size - num_tokens
 
 

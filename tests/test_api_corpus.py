@@ -439,6 +439,41 @@ def test_every_paging_object_refuses_a_bool_for_a_number(owner, name, flag):
         cls(**arguments | {name: flag})
 
 
+MEMORY_CALLS = {  # §1-3's arithmetic: each function with integer arguments that work
+    "logical_block": (13, 4),
+    "block_offset": (13, 4),
+    "num_logical_blocks": (13, 4),
+    "static_internal_waste": (5, 16),
+    "reservation_waste": (3, 2),
+    "paged_internal_waste": (13, 4),
+    "paged_waste_bound": (4,),
+    "paged_waste_fraction": (13, 4),
+}
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+@pytest.mark.parametrize("name", MEMORY_CALLS)
+def test_the_memory_math_takes_numpy_and_torch_integers_as_the_integers_they_equal(name, kind):
+    from minipaged import memory
+
+    function, arguments = getattr(memory, name), MEMORY_CALLS[name]
+    as_int, _ = NUMBER_KINDS[kind]
+    expected = function(*arguments)
+    got = function(*map(as_int, arguments))
+    assert got == expected and type(got) is type(expected)
+    with pytest.raises(ValueError, match="must be"):
+        function(True, *arguments[1:])
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+def test_a_slot_of_numpy_or_torch_numbers_is_the_python_integer_it_equals(kind):
+    from minipaged import memory
+
+    as_int, _ = NUMBER_KINDS[kind]
+    got = memory.slot([as_int(7), as_int(3)], as_int(5), as_int(4))
+    assert got == 3 * 4 + 1 and type(got) is int
+
+
 def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
     """Sequence ids and token ids read out of arrays find their tables and their cached
     prefix (a tensor hashes by identity, so ``torch.tensor(0)`` is converted, not kept)."""
