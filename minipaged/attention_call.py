@@ -52,28 +52,27 @@ def attention_entry_point(function: Callable) -> Callable:
     def checked(query, key_pool, *args, k_scale=None, v_scale=None, **kwargs):
         if isinstance(query, Tensor) and isinstance(key_pool, Tensor) and key_pool.dim() == 4:
             check_kv_scales(query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale)
-        scales = {"k_scale": k_scale, "v_scale": v_scale}
-        arguments = (query, key_pool, *args)
-
-        def refuse_an_overflow() -> None:
-            refuse_overflow(
-                inspect.signature(function).bind(*arguments, **kwargs, **scales).arguments
-            )
-
+        kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
         try:
-            result = function(*arguments, **kwargs, **scales)
+            result = function(query, key_pool, *args, **kwargs)
         except ZeroDivisionError:  # a twin's reduction whose every l_k the overflow made NaN
-            refuse_an_overflow()
+            refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
             raise
         outputs = result if isinstance(result, tuple) else (result,)
-        if any(bool(torch.isnan(output).any()) for output in outputs):
-            refuse_an_overflow()
+        if any(holds_nan(output) for output in outputs):
+            refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
         return result
 
-    parameters = inspect.signature(function).parameters
-    return python_number_arguments(*(name for name in NUMBER_ARGUMENTS if name in parameters))(
-        checked
-    )
+    signature = inspect.signature(function)
+    numbers = (name for name in NUMBER_ARGUMENTS if name in signature.parameters)
+    return python_number_arguments(*numbers)(checked)
+
+
+def holds_nan(output: Tensor) -> bool:
+    """Whether ``output`` holds a NaN. Its sum is NaN whenever it does (and rarely when it
+    holds both infinities), and one sum costs a fraction of an elementwise test, which then
+    runs only to confirm: every call of every entry point pays this."""
+    return math.isnan(float(output.sum())) and bool(torch.isnan(output).any())
 
 
 def check_kv_scales(
