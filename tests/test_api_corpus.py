@@ -197,7 +197,7 @@ def test_a_scale_that_overflows_the_logits_is_refused_with_the_largest_that_does
 @pytest.mark.parametrize("path", ALL_PATHS)
 def test_queries_whose_dot_products_overflow_before_the_scale_are_refused(path):
     arguments = changed(query=lambda q: q * 1e20, key_pool=lambda k: k * 1e20, scale=1e-30)
-    with pytest.raises(ValueError, match=r"products overflow torch\.float32"):
+    with pytest.raises(ValueError, match=r"products q\.k overflow torch\.float32"):
         ALL_PATHS[path](**arguments)
 
 
@@ -208,6 +208,30 @@ def test_nan_in_an_attended_key_is_the_callers_data_not_a_refused_overflow(path)
     arguments = good()
     arguments["key_pool"][0, 0, 0, 0] = math.nan  # sequence 0's token 0, KV head 0
     ALL_PATHS[path](**arguments)
+
+
+def test_a_nan_no_overflow_explains_is_the_functions_own_and_comes_back_as_nan():
+    """A copy of an entry point with a bug of its own (a student's: the running max started
+    at 0, so all-negative scores give 0 / 0) keeps its NaN: the refusal speaks only when the
+    scale or the inputs' size can overflow, and would otherwise hide the bug."""
+    from minipaged.attention_call import attention_entry_point
+
+    @attention_entry_point
+    def zero_over_zero(
+        query,
+        key_pool,
+        value_pool,
+        block_tables,
+        seq_lens,
+        scale,
+        block_size,
+        *,
+        k_scale=None,
+        v_scale=None,
+    ):
+        return torch.full_like(query, math.nan)
+
+    assert zero_over_zero(**good()).isnan().all()
 
 
 FLOAT_POOL_SCALES = {
