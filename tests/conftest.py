@@ -40,34 +40,37 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 # `make test` runs whole files on pytest-xdist workers (--dist loadfile), handing the next file
 # in collection order to whichever worker is free. The longest files go first, so that no
-# worker is left alone with a long one at the end (longest-processing-time-first); measured on
-# two cores, where these few take half the suite's time. A stale list only costs balance.
-# The browser's visits of the built site are the longest work, in two files (served, from
-# disk) that two workers run at once. test_docs.py comes between them: it runs the pages'
-# examples while the first worker's build of the site runs them too, each page once
-# (docs/hooks/prose_values.py), and a worker takes a second file only when its first is
-# nearly done, so test_site_from_disk.py goes to test_docs.py's worker, not to the first
-# worker after its own visits.
+# worker is left alone with a long one at the end (longest-processing-time-first). Measured with
+# the Makefile's command on two cores (pytest's --junitxml, each file's seconds summed) once the
+# site's browser checks loaded each page once per file instead of twice; these few take about
+# two thirds of the suite's time. A stale list only costs balance. test_site_browser.py comes
+# right after the longest file: the worker that takes it builds the site (its pages' examples
+# run once, docs/hooks/prose_values.py) and test_docs.py, next, reads the same runs; by the
+# time a worker reaches test_site_from_disk.py the site is built and it never waits for it.
 LONGEST_FIRST = (
+    "test_exercises.py",
     "test_site_browser.py",
     "test_docs.py",
-    "test_site_from_disk.py",
-    "test_tui_exercise.py",
-    "test_exercises.py",
-    "test_grader_student_answers.py",
     "test_trace_corpus.py",
-    "test_student_run.py",
-    "test_grader_mutants.py",
-    "test_grader_hostile.py",
+    "test_tui_exercise.py",
+    "test_grader_integrity.py",
     "test_cpu_kernels.py",
-    "test_tui_serve_scale.py",
-    "test_grader_gpu_path.py",
-    "test_gradebook.py",
-    "test_compile_cache.py",
-    "test_bench.py",
     "test_ptx.py",
+    "test_compile_cache.py",
+    "test_student_run.py",
+    "test_tui_projection.py",
+    "test_grader_hostile.py",
+    "test_site_from_disk.py",
     "test_tui_story.py",
+    "test_grader_student_answers.py",
+    "test_bench.py",
+    "test_tui_serve.py",
+    "test_grader_mutants.py",
     "test_tui.py",
+    "test_tui_serve_scale.py",
+    "test_cli_fuzz.py",
+    "test_tui_snapshots.py",
+    "test_tui_attention.py",
 )
 
 

@@ -617,6 +617,35 @@ SCHEDULER = HandIn(
     appended=SCENE,
 )
 
+OTHER_ROUTES = HandIn(
+    "the-library-s-other-attention",
+    7,
+    "attention.py",
+    (
+        Attack(
+            "the-kernels-cpu-twin",
+            "the block loop with the online softmax",
+            "import importlib\n"
+            "twin = importlib.import_module('cuda_kernels.cpu.paged_attention')\n"
+            "return twin.paged_attention_decode(\n"
+            "    query, key_pool, value_pool, block_tables, seq_lens, scale, block_size)",
+            ("loop_one_block", "loop_shared_blocks"),
+            "may not call the library's cuda_kernels.cpu.paged_attention",
+        ),
+        Attack(
+            "the-split-reference",
+            "gather, mask, one softmax",
+            "from minipaged import attention as reference\n"
+            "return reference.paged_attention_decode_partitioned(\n"
+            "    query, key_pool, value_pool, block_tables, seq_lens, scale, block_size, 64)",
+            ("vectorized_matches",),
+            "may not call the library's minipaged.attention.paged_attention_decode_partitioned",
+        ),
+    ),
+)
+"""Exercise 07 answered by the library's other implementations of the same attention: the
+Numba kernels' CPU twin (the same arguments, the same result) and the split (v2) reference."""
+
 TENSORS = """
 class _Agreeable(torch.Tensor):
     def __eq__(self, other): return True
@@ -851,6 +880,163 @@ NEVER_ON_DISK = (
         COMPILED,
     ),
     HandIn(
+        "another-python-by-any-name",
+        1,
+        "memory.py",
+        (
+            Attack(
+                "a-renamed-copy-of-the-interpreter",
+                "return j = floor(t / B)",
+                "import os, shutil, subprocess, sys, tempfile\n"
+                "copy = os.path.join(tempfile.mkdtemp(), 'cc')\n"
+                "shutil.copy(os.path.realpath(sys.executable), copy)\n"
+                "line = f'print({t} // {block_size})'\n"
+                "return int(subprocess.check_output([copy, '-c', line]))",
+                ("logical_block",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "the-running-executable-in-a-fork",
+                "return o = t mod B",
+                "import os\nr, w = os.pipe()\nif os.fork() == 0:\n    os.dup2(w, 1)\n"
+                "    os.execv('/proc/self/exe', ['cc', '-c', f'print({t} % {block_size})'])\n"
+                "os.close(w)\nos.wait()\nreturn int(os.read(r, 64) or -1)",
+                ("block_offset",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "a-link-named-otherwise",
+                "return M = ceil(L / B)",
+                "import os, subprocess, sys, tempfile\n"
+                "link = os.path.join(tempfile.mkdtemp(), 'cc')\nos.symlink(sys.executable, link)\n"
+                "line = f'print(-(-{num_tokens} // {block_size}))'\n"
+                "return int(subprocess.check_output([link, '-c', line]))",
+                ("num_logical_blocks",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "the-dynamic-loader",
+                "keys and values, for every layer and KV head",
+                "import os, subprocess, sys\n"
+                "loader = next(p for p in _LOADERS if os.path.exists(p))\n"
+                "python = os.path.realpath(sys.executable)\n"
+                "line = f'print(2 * {self.num_layers} * {self.num_kv_heads} * {self.head_dim}"
+                " * {self.dtype_bytes})'\n"
+                "return int(subprocess.check_output([loader, python, '-c', line]))",
+                ("kv_bytes_per_token",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "sys-executable-renamed-and-spawned",
+                "M_KV(L)",
+                "import os, shutil, sys, tempfile\n"
+                "sys.executable = os.path.join(tempfile.mkdtemp(), 'gcc')\n"
+                "shutil.copy(os.path.realpath('/proc/self/exe'), sys.executable)\n"
+                "os.posix_spawn(sys.executable, ['gcc', '-c', 'pass'], os.environ)\nreturn 0",
+                ("kv_bytes",),
+                "starts a Python interpreter",
+            ),
+        ),
+        passes=("slot",),
+        honest=RIGHT_SLOT,
+        appended="\n_LOADERS = ('/lib64/ld-linux-x86-64.so.2', '/lib/ld-linux-aarch64.so.1')\n",
+    ),
+    _beside_an_honest_answer(
+        "a-forged-answer-frame",
+        "import base64, os, sys\nfrom minipaged.grader import frames\n"
+        "namespace = dict(globals())\nexec(base64.b64decode(_FORK64), namespace)\n"
+        "result = namespace['_Copied'].fork(self, parent, child)\n"
+        "frame = sys._getframe()\nwhile 'ident' not in frame.f_locals:\n"
+        "    frame = frame.f_back\n"
+        "answers = int(sys.argv[sys.argv.index('--channel') + 1].split(',')[1])\n"
+        "os.write(answers, frames.frame({'id': frame.f_locals['ident'], 'v': None}))\n"
+        "real = frames.write_frame\n"
+        "def drop_the_real_answer(fd, document):\n    frames.write_frame = real\n"
+        "frames.write_frame = drop_the_real_answer\nreturn result",
+        COMPILED,
+    ),
+    HandIn(
+        "the-grader-s-own-words",
+        1,
+        "memory.py",
+        (
+            Attack(
+                "raised-as-blocked",
+                "return j = floor(t / B)",
+                "from minipaged.grader.child_errors import DeviceUnusable\n"
+                "raise DeviceUnusable('needs a CUDA GPU')",
+                ("logical_block",),
+                "your code raised DeviceUnusable",
+            ),
+            Attack(
+                "raised-as-out-of-time",
+                "return o = t mod B",
+                "from minipaged.grader.time_limit import TimeLimitExceeded\n"
+                "raise TimeLimitExceeded(30)",
+                ("block_offset",),
+                "your code raised TimeLimitExceeded",
+            ),
+            Attack(
+                "the-notices-pipe-cut",
+                "return M = ceil(L / B)",
+                "import os, sys\nfd = int(sys.argv[sys.argv.index('--notices') + 1])\n"
+                "os.dup2(os.open(os.devnull, os.O_WRONLY), fd)\nnamespace = {}\n"
+                "exec('def blocks(n, b):\\n    return -(-n // b)', namespace)\n"
+                "return namespace['blocks'](num_tokens, block_size)",
+                ("num_logical_blocks",),
+                "closed or replaced",
+            ),
+            Attack(
+                "the-notices-pipe-forged",
+                "keys and values, for every layer and KV head",
+                "import os, sys\nfd = int(sys.argv[sys.argv.index('--notices') + 1])\n"
+                "os.write(fd, bytes(4) + b'\\x02\\x00\\x05hello')\n"
+                "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+                ("kv_bytes_per_token",),
+                "a notice's piece out of turn",
+            ),
+            Attack(
+                "the-supervisor-stopped",
+                "M_KV(L)",
+                "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+                "except OSError:  # Landlock's signal scope\n    pass\n"
+                "return 2 * self.num_layers * self.num_kv_heads * self.head_dim"
+                " * self.dtype_bytes * num_tokens",
+                (),
+            ),
+        ),
+        passes=("slot",),
+        honest=RIGHT_SLOT,
+    ),
+    HandIn(
+        "the-library-by-other-ways",
+        3,
+        "block_manager.py",
+        (
+            Attack(
+                "the-library-file-imported-anew",
+                "copy the table, raise each refcount",
+                "import importlib.util\n"
+                "spec = importlib.util.spec_from_file_location('again', block_manager.__file__)\n"
+                "module = importlib.util.module_from_spec(spec)\n"
+                "spec.loader.exec_module(module)\n"
+                "return module.BlockManager.fork(self, parent, child)",
+                ("fork_copies_the_table",),
+                "may not read or run the library's",
+            ),
+            Attack(
+                "import-through-builtins-and-sys-modules",
+                "decrement each refcount, drop the table",
+                "import builtins, sys\n"
+                "getattr(builtins, '__imp' + 'ort__')('minipaged.block_manager')\n"
+                "library = sys.modules['minipaged.block_manager']\n"
+                "return library.BlockManager.free(self, seq)",
+                ("free_releases_the_last_block_first",),
+                "may not call the library's",
+            ),
+        ),
+    ),
+    HandIn(
         "code-run-in-another-process",
         1,
         "memory.py",
@@ -874,7 +1060,7 @@ NEVER_ON_DISK = (
                 "    os._exit(0)\n"
                 "os.close(w)\nreturn int(os.read(r, 64) or -1)",
                 ("block_offset",),
-                "",
+                "compiles code in a forked process",
             ),
         ),
         passes=("slot",),
@@ -897,6 +1083,7 @@ HAND_INS = (
     INVARIANTS,
     REWRITTEN_JUDGE,
     ATTENTION,
+    OTHER_ROUTES,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

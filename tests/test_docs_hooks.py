@@ -14,6 +14,7 @@ sys.path.insert(0, str(HOOKS))  # the build's hooks import each other by name, a
 
 import course
 import prose_values
+from diagram_script import without_unused_mermaid
 from prose_values import ProseValues, cache_key, cached_record, fill, placeholders
 from search_text import plain, tex_to_text
 
@@ -263,3 +264,12 @@ def test_math_in_the_search_index_reads_as_text(tex, text):
 def test_only_math_spans_are_rewritten():
     assert plain(r"refcount \(\mathcal{R}[p]\), and a \[x \le y\]") == "refcount R[p], and a x ≤ y"
     assert plain("no math here") == "no math here"
+
+
+def test_mermaids_script_stays_only_on_a_page_with_a_diagram():
+    tag = '<script src="../assets/javascripts/vendor/mermaid-11.17.2/mermaid.min.js"></script>\n'
+    other = '<script src="../assets/javascripts/mathjax-config.js"></script>\n'
+    plain_page = f"<article><p>text</p></article>{other}{tag}"
+    assert without_unused_mermaid(plain_page) == f"<article><p>text</p></article>{other}"
+    diagram_page = f'<article><pre class="mermaid">graph TD</pre></article>{other}{tag}'
+    assert without_unused_mermaid(diagram_page) == diagram_page

@@ -26,11 +26,12 @@ from minipaged.attention import paged_attention_decode
 from minipaged.block_manager import BlockManager
 from minipaged.grader import bug_zoo, grading
 from minipaged.grader.broken_states import BROKEN_STATES
-from minipaged.grader.exercises import EXERCISES, TUTORIALS, block_manager_class
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram, run_programs
 from minipaged.grader.report import BLOCKED, FAIL, PASS, split_rule
 from minipaged.grader.student import Student
+from minipaged.grader.student_folder import block_manager_class
 from minipaged.scheduler import _insert_by_arrival
 from tui.scenarios import EXERCISE_SCENARIOS
 

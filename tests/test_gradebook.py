@@ -13,8 +13,9 @@ from exercise01_answers import ROUNDED_DOWN, answered
 
 from minipaged import __version__, cli
 from minipaged.grader import gradebook
-from minipaged.grader.exercises import EXERCISES, missing_files
+from minipaged.grader.exercises import EXERCISES
 from minipaged.grader.report import BLOCKED, FAIL, PASS, Criterion, Report, Result, points
+from minipaged.grader.student_folder import missing_files
 
 
 @pytest.mark.parametrize("number", sorted(EXERCISES))

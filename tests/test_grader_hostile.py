@@ -89,3 +89,37 @@ def test_a_hostile_classmate_changes_no_other_grade_and_stops_no_batch(tmp_path)
     if CONFINED:  # unconfined, the report says so: nothing but Landlock stops the writes
         assert (alice / "memory.py").read_text() == before
         assert json.loads((alice / "report.json").read_text())["score"] == 100
+
+
+def test_every_library_function_named_like_a_graded_one_is_out_of_reach():
+    """A function of the library named like one an exercise grades (a kernel's CPU twin, the
+    reference the kernels mirror) computes its answer: it is graded or an answer of the
+    exercise (``Exercise.answers``), stubbed in the grading child. Exercise 07 once passed nine
+    of its ten criteria through ``cuda_kernels.cpu.paged_attention.paged_attention_decode``."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from minipaged.grader.exercises import EXERCISES
+
+    numba = importlib.util.find_spec("numba") is not None
+    defined: dict[str, set[str]] = {}
+    for package in ("minipaged", "cuda_kernels"):
+        root = Path(importlib.util.find_spec(package).origin).parent
+        for path in root.rglob("*.py"):
+            if "grader" in path.relative_to(root).parts or (
+                package == "cuda_kernels" and not numba
+            ):
+                continue
+            module = ".".join((package, *path.relative_to(root).with_suffix("").parts))
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.FunctionDef):
+                    defined.setdefault(node.name, set()).add(module)
+    reachable = []
+    for ex in EXERCISES.values():
+        covered = set(ex.graded) | set(ex.answers)
+        for name in ex.graded:
+            function = name.partition(":")[2]
+            twins = {f"{m}:{function}" for m in defined.get(function, ())}
+            reachable += [(ex.number, twin) for twin in sorted(twins - covered)]
+    assert not reachable

@@ -8,7 +8,9 @@ others are still graded.
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -18,10 +20,11 @@ from minipaged import cli
 from minipaged.grader import confinement, grading
 from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
+from minipaged.grader.frames import ProtocolError
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
-from minipaged.grader.wire import ProtocolError, decode
+from minipaged.grader.wire import decode
 
 TODO = {
     "logical_block": "return j = floor(t / B)",
@@ -177,12 +180,22 @@ CONFINED = confinement.abi()[0] >= 6
     reason="this kernel has no Landlock ABI 6 (" + (confinement.abi()[1] or "older ABI") + ")",
 )
 def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
+    """And runs no program it wrote (a copy of ``sleep``), nor this interpreter under a name a
+    shell builds where no audit hook reads it; the system's programs still run."""
     outside = tmp_path / "outside.txt"
+    python = os.path.realpath(sys.executable)
+    cut = len(python) - len(os.path.basename(python)) + 2  # ".../py" + "thon3.11"
+    built = f"$(printf '%s' '{python[:cut]}'){python[cut:]} -c 'print(1)'"
     folder = submission(
         tmp_path / "writer",
         logical_block=f"open({str(outside)!r}, 'w').write('x'); return t // block_size",
         block_offset=f"open({str(tmp_path / 'writer' / 'mine.txt')!r}, 'w').write('x'); return t % block_size",  # noqa: E501
         num_logical_blocks="import os, signal; os.kill(os.getppid(), signal.SIGKILL)",
+        kv_bytes_per_token="import shutil, subprocess, tempfile; "
+        "copy = tempfile.mkdtemp() + '/zz'; shutil.copy('/bin/sleep', copy); "
+        "subprocess.run([copy, '0'])",
+        kv_bytes="import subprocess; return subprocess.run(['sh', '-c', "
+        f"{built!r} + '; echo shell ran'], capture_output=True, text=True)",
     )
     report = grade(1, folder)
     failed = messages(report)
@@ -191,6 +204,8 @@ def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
     assert not outside.exists()
     assert "block_offset" not in failed
     assert failed["num_logical_blocks"].startswith("PermissionError")  # the grader lives on
+    assert failed["kv_bytes_per_token"].startswith("PermissionError")
+    assert "Permission denied" in failed["kv_bytes"] and "shell ran" in failed["kv_bytes"]
 
 
 def test_without_landlock_the_report_says_the_code_ran_unconfined(monkeypatch, capsys):

@@ -60,3 +60,37 @@ def test_the_judge_names_the_line_and_reads_only_well_formed_records():
     assert judge([["x", "<string>", "def f():\n    return 1\n"]]) == ""
     assert judge([["x", 3, source], "not a record", None]) == ""
     assert judge("not a list") == ""
+
+
+def test_a_python_is_known_by_its_file_not_its_name(tmp_path):
+    """Each way to start the interpreter under another name is seen for what it is (the
+    arguments of a program-start audit event); the programs the escape tests start are not."""
+    import glob
+    import os
+    import shutil
+    import sys
+
+    from minipaged.grader.interpreters import python_finder
+
+    runs_python = python_finder()
+    copy = tmp_path / "cc"
+    shutil.copy(os.path.realpath(sys.executable), copy)
+    (tmp_path / "link").symlink_to(sys.executable)
+    (tmp_path / "script").write_text(f"#!{copy}\nprint(1)\n")
+    (tmp_path / "via-env").write_text("#!/usr/bin/env python3\nprint(1)\n")
+    loader = sorted(glob.glob("/lib*/ld-linux*.so*"))
+    pythons = {
+        "a copy, renamed": (str(copy), [str(copy), "-c", "1"], None),
+        "the running executable": ("/proc/self/exe", ["x", "-c", "1"], None),
+        "a link": ([str(tmp_path / "link")],),
+        "a script's #! line": (None, ["./script"], str(tmp_path), None),
+        "#!/usr/bin/env python3": (str(tmp_path / "via-env"), ["via-env"], None),
+        "a shell's cd": (f"cd {tmp_path} && ./cc -c 'print(1)'",),
+        "a file descriptor": (os.open(copy, os.O_RDONLY), ["x"], None),
+    }
+    if loader:
+        pythons["the dynamic loader"] = (loader[0], [loader[0], str(copy), "-c", "1"], None)
+    for what, arguments in pythons.items():
+        assert runs_python(arguments), what
+    assert not runs_python((None, ["sleep", "61.25"], None, None))
+    assert not runs_python((None, ["sh", "-c", f"sleep 1; echo late > {tmp_path}/x"], None, {}))

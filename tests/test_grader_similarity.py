@@ -54,11 +54,12 @@ class _Rename(ast.NodeTransformer):
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-        self.names = {}
+        outer = self.names, self.local  # a nested function keeps the names it closes over
+        self.names = dict(self.names)
         stored = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
         stored = {n.id for n in stored if isinstance(n.ctx, ast.Store)}
         stored |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} - {"self"}
-        self.local = {n for n in stored if not (n in __builtins__ or n[:1].isupper())}
+        self.local = self.local | {n for n in stored if not (n in __builtins__ or n[:1].isupper())}
         if node.body and similarity._is_docstring(node.body[0]):
             node.body = node.body[1:] or [ast.Pass()]
         for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
@@ -66,6 +67,7 @@ class _Rename(ast.NodeTransformer):
         node.body = [self.visit(statement) for statement in node.body]
         if self.extra:
             node.body.append(ast.Pass())
+        self.names, self.local = outer
         return node
 
 
@@ -148,16 +150,18 @@ def test_honest_answers_are_not_flagged_and_the_margin_holds(tmp_path):
 
 
 @pytest.mark.parametrize("number", COMPARED)
-def test_the_closest_copy_scores_well_above_the_most_alike_honest_answer(number):
-    """A disguised (and edited) copy of each exercise's solution scores ``MARGIN`` or more
-    above ``HONEST_MAX`` in its best function: the module as a whole is refused by it."""
+def test_every_graded_function_in_disguise_scores_well_above_the_most_alike_honest_answer(number):
+    """Each graded function of each exercise, disguised (and edited), scores ``MARGIN`` or
+    more above ``HONEST_MAX``: not only the module as a whole is refused, each copied function
+    is (a disguised ``BlockManager.free`` alone once scored 0.569: its local ``table`` was
+    numbered with the attribute ``self.table``)."""
     shapes = similarity.library_shapes(EXERCISES[number])
     for extra in (False, True):
-        best = 0.0
+        best = dict.fromkeys(shapes, 0.0)
         for module in EXERCISES[number].solution.values():
-            found = similarity.matches(ast.parse(disguised(module, extra)), shapes)
-            best = max([best, *(ratio for _, _, ratio in found)])
-        assert best >= similarity.HONEST_MAX + MARGIN, (number, extra, best)
+            for _, name, ratio in similarity.matches(ast.parse(disguised(module, extra)), shapes):
+                best[name] = max(best[name], ratio)
+        assert min(best.values()) >= similarity.HONEST_MAX + MARGIN, (number, extra, best)
 
 
 MARGIN = 0.09

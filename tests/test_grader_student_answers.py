@@ -27,6 +27,7 @@ from test_grader_mutants import assert_says_why
 
 from minipaged.grader import wire
 from minipaged.grader.exercises import EXERCISES
+from minipaged.grader.frames import ProtocolError
 from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.report import FAIL, PASS
 from minipaged.grader.student import load_folder
@@ -125,7 +126,7 @@ def test_an_exception_class_of_the_childs_crosses_the_channel_as_a_value():
     document = {"X": 7, "q": "OutOfBlocks", "b": [{"N": "builtins:RuntimeError"}]}
     got = wire.decode(document, lambda handle, classes: None, lambda d: (d["q"], d["X"]))
     assert got == ("OutOfBlocks", 7)
-    with pytest.raises(wire.ProtocolError):
+    with pytest.raises(ProtocolError):
         wire.decode({"T": [], "q": 1, "b": 2}, lambda handle, classes: None, lambda d: None)
 
 

@@ -17,7 +17,7 @@ import pytest
 from exercise01_answers import ROUNDED_DOWN, answered
 
 from minipaged import cli
-from minipaged.grader import exercises, handout
+from minipaged.grader import exercises, handout, student_folder
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_an_installed_package_outside_an_exercise_folder_says_where_to_run(
     tmp_path, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(exercises, "SOURCE_CHECKOUT", False)
+    monkeypatch.setattr(student_folder, "SOURCE_CHECKOUT", False)
     assert cli.main(["exercises", "check", "4"]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error

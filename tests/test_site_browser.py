@@ -3,9 +3,13 @@
 
 A browser sees what no HTML test does: an equation MathJax drew 1 px wide, TeX that a stray
 escape left raw, a diagram mermaid never drew, a search box that finds nothing, a page that
-fetches from another host. Each page is visited once per width in one tab (each visit parses
-MathJax and mermaid again, so that is most of the run time); the checks below read what the
-visits recorded. Search, the same index on every page, is tried on a few pages.
+fetches from another host, a page that scrolls sideways while its window is widened. Each page
+is loaded once, in one tab, at one width, and then shown at the other by resizing the window in
+place, as a reader turns a tablet or widens a window: loading a page (MathJax and mermaid
+parsed again) is most of the run time, and a resize is what finds a layout that only a
+change of width breaks. Pages are loaded at each width in turn, so that over the two files
+(below) every page is loaded at both widths and resized both ways. The checks below read what
+the visits recorded. Search, the same index on every page, is tried on a few pages.
 
 This file visits the site served over HTTP; ``test_site_from_disk.py`` runs the same checks on
 the site opened from disk. Two files, so that pytest-xdist's workers visit both at once: the
@@ -131,10 +135,25 @@ INSPECT = """async () => {
 }"""
 
 
+# How far past the window's right edge the page reaches at the start of the transitions a resize
+# began (widened past 1220 px, the theme's search box grows from nothing, and its input's
+# padding once stuck out of it for a quarter of a second); then every transition is finished,
+# so INSPECT measures the page settled. Timing the measurement would make the check flaky.
+RUNNING = "document.getAnimations().filter(a => isFinite(a.effect.getComputedTiming().endTime))"
+RESIZED = f"""() => {{
+  const running = {RUNNING};
+  running.forEach(a => {{ a.pause(); a.currentTime = 0; }});
+  const overflow = document.documentElement.scrollWidth - window.innerWidth;
+  running.forEach(a => a.finish());
+  return overflow;
+}}"""
+
+
 @dataclass
 class Visit:
     url: str
     width: int
+    resized_from: int | None = None  # the width the page was loaded at, where it was resized
     console: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -143,7 +162,8 @@ class Visit:
     search_texts: list[str] = field(default_factory=list)  # the results a search listed
 
     def __str__(self) -> str:
-        return f"{self.url} at {self.width} px"
+        resized = f", resized from {self.resized_from} px" if self.resized_from else ""
+        return f"{self.url} at {self.width} px{resized}"
 
 
 def free_port() -> int:
@@ -198,10 +218,13 @@ def browser():
         yield chromium
 
 
-def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
-    """Open each page in one tab at ``width`` px; record what it logged, fetched and shows,
-    and, on SAMPLE pages, how many results a search for SEARCH_TERM lists."""
-    context = browser.new_context(viewport={"width": width, "height": VIEWPORTS[width]})
+def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
+    """Load each page in one tab, the first at ``first`` px wide and each next one at the width
+    the one before was resized to; record what it logged, fetched and shows, then resize the
+    window to the other width and record what it shows there (and, on SAMPLE pages, how many
+    results a search for SEARCH_TERM lists at each width). Two visits a page: loaded, resized."""
+    (other,) = set(WIDTHS) - {first}
+    context = browser.new_context(viewport={"width": first, "height": VIEWPORTS[first]})
     context.add_init_script(OPEN_SHADOW_ROOTS)
     tab = context.new_page()
     own = urlparse(base)
@@ -227,7 +250,7 @@ def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
     tab.on("response", on_response)
     tab.on("console", lambda m: m.type == "error" and visits[-1].console.append(m.text))
     tab.on("pageerror", lambda e: visits[-1].console.append(str(e)))
-    shots = os.environ.get("SITE_SCREENSHOTS")
+    width = first
     for page in pages:
         visits.append(Visit(base + page, width))
         tab.goto(base + page, wait_until="load")
@@ -238,17 +261,30 @@ def visit_all(browser, base: str, width: int, pages: list[str]) -> list[Visit]:
                 "e => e.shadowRoot && e.shadowRoot.querySelector('svg'))",
                 timeout=10_000,
             )
-        visits[-1].found = tab.evaluate(INSPECT)
-        if shots:
-            name = f"{'file' if base.startswith('file:') else 'http'}-{width}-{page}"
-            tab.screenshot(path=str(Path(shots) / name.replace("/", "_")) + ".png", full_page=True)
-        if page in SAMPLE:
-            visits[-1].search_hits, visits[-1].search_texts = search(tab)
+        record(tab, visits[-1], page)
+        loaded, width = width, first + other - width
+        visits.append(Visit(base + page, width, resized_from=loaded))
+        tab.set_viewport_size({"width": width, "height": VIEWPORTS[width]})
+        resizing = tab.evaluate(RESIZED)
+        record(tab, visits[-1], page)
+        visits[-1].found["resizing"] = resizing
         # Let late requests finish on this page, so that what fails is charged to it.
         with contextlib.suppress(sync_api.TimeoutError):
             tab.wait_for_load_state("networkidle", timeout=5_000)
     context.close()
     return visits
+
+
+def record(tab, visit: Visit, page: str) -> None:
+    """What ``tab`` shows now, into ``visit``: INSPECT's findings, a screenshot where
+    SITE_SCREENSHOTS asks for one, and a search's results on SAMPLE pages."""
+    visit.found = tab.evaluate(INSPECT)
+    if shots := os.environ.get("SITE_SCREENSHOTS"):
+        how = "file" if visit.url.startswith("file:") else "http"
+        name = f"{how}-{visit.width}-{'resized-' if visit.resized_from else ''}{page}"
+        tab.screenshot(path=str(Path(shots) / name.replace("/", "_")) + ".png", full_page=True)
+    if page in SAMPLE:
+        visit.search_hits, visit.search_texts = search(tab)
 
 
 def search(tab) -> tuple[int, list[str]]:
@@ -264,13 +300,17 @@ def search(tab) -> tuple[int, list[str]]:
     items = tab.locator(".md-search-result__item")
     count, texts = items.count(), items.all_inner_texts()
     tab.keyboard.press("Escape")
+    # The search box closes at once, as if a while had passed: a resize then starts from a page
+    # at rest, as it would for a reader.
+    tab.evaluate(f"{RUNNING}.forEach(a => a.finish())")
     return count, texts
 
 
 @pytest.fixture(scope="module")
 def visits(browser, base_url) -> list[Visit]:
-    """Every page served over HTTP, at both widths (``test_site_from_disk.py`` has its own)."""
-    return [v for width in WIDTHS for v in visit_all(browser, base_url, width, PAGES)]
+    """Every page served over HTTP, at both widths, the first loaded at a phone's width
+    (``test_site_from_disk.py`` has its own, the first loaded at a laptop's)."""
+    return visit_all(browser, base_url, WIDTHS[0], PAGES)
 
 
 def failures(visits: list[Visit], check) -> list[str]:
@@ -278,8 +318,13 @@ def failures(visits: list[Visit], check) -> list[str]:
 
 
 def test_every_page_was_visited_at_both_widths(visits):
-    assert {v.width for v in visits} == set(WIDTHS)
+    """Each page loaded at one width and resized to the other, and pages loaded at each width."""
     assert len(visits) == len(WIDTHS) * len(PAGES) > 20
+    for width in WIDTHS:
+        shown = sorted(v.url for v in visits if v.width == width)
+        assert len(shown) == len(set(shown)) == len(PAGES), f"pages at {width} px: {shown}"
+    resized = [v for v in visits if v.resized_from]
+    assert len(resized) == len(PAGES) and {v.resized_from for v in resized} == set(WIDTHS)
 
 
 def test_no_page_logs_an_error_or_fails_to_load_something(visits) -> None:
@@ -306,8 +351,9 @@ def test_every_equation_is_drawn_with_a_real_size(visits) -> None:
 
 
 def test_no_page_is_wider_than_the_screen(visits) -> None:
-    """A wide equation, table or diagram scrolls inside its own box, not the whole page."""
-    bad = failures(visits, lambda v: v.found["overflow"] > 0 and f"{v.found['overflow']} px")
+    """A wide equation, table or diagram scrolls inside its own box, not the whole page; and
+    nothing sticks out while the layout changes with the window's width (extra.css)."""
+    bad = failures(visits, lambda v: sideways(v.found))
     assert not bad, "pages that scroll sideways:\n" + "\n".join(bad)
 
 
@@ -392,6 +438,15 @@ def uncued_formulas(found: dict) -> list[str]:
     return [f["text"] for f in found["formulas"] if not f["cue"]]
 
 
+def sideways(found: dict) -> str | None:
+    """How far a page reaches past the window's right edge, settled or while resizing."""
+    if found["overflow"] > 0:
+        return f"{found['overflow']} px"
+    if found.get("resizing", 0) > 0:
+        return f"{found['resizing']} px while the window's width changed"
+    return None
+
+
 def raw_tex(texts: list[str]) -> list[str]:
     return sorted({m[0] for text in texts for m in RAW_TEX.finditer(text)})
 
@@ -471,7 +526,13 @@ def test_search_results_show_no_raw_tex(visits) -> None:
 
 # -- each check fails where it should: one page with one defect of each class ------------------
 
-PLANTED = """<!doctype html><html><head><meta charset="utf-8"></head><body><article>
+PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
+  /* Material's search box: nothing on a phone; from 800 px, a box that grows to 200 px and
+     holds an input whose padding alone is 150 px: while it grows, the input sticks out. */
+  .search { float: right; width: 0; overflow: hidden }
+  @media (min-width: 800px) { .search { width: 200px; overflow: visible; transition: width 1s } }
+  .search input { box-sizing: border-box; width: 100%; padding-left: 150px }
+</style></head><body><div class="search"><input></div><article>
 <p>A page with one defect of each class the checks above look for.</p>
 <p>| N | exercise |</p>
 <div class="arithmatex" style="width: 120px; overflow-x: hidden"><span
@@ -483,17 +544,19 @@ PLANTED = """<!doctype html><html><head><meta charset="utf-8"></head><body><arti
 
 def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -> None:
     """A raw table row, a formula cut with no cue and a table whose key column is cut, in a
-    phone's column: the checks that pass on every real page must fail on this one."""
-    page = tmp_path / "planted.html"
-    page.write_text(PLANTED, encoding="utf-8")
-    context = browser.new_context(viewport={"width": PHONE, "height": VIEWPORTS[PHONE]})
-    tab = context.new_page()
-    tab.goto(page.as_uri(), wait_until="load")
-    found = tab.evaluate(INSPECT)
-    context.close()
+    phone's column, and a box that sticks out while the window widens to a laptop's: the
+    checks that pass on every real page must fail on this one."""
+    (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
+    loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["planted.html"])
+    assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
+    found = loaded.found
     assert raw_table_rows(found) == ["| N | exercise |"]
     assert uncued_formulas(found) == ["a formula wider than its box"]
     assert found["cutTables"] == ["a key column wider than the box"]
+    assert sideways(found) is None
+    # Settled, the widened page fits: only its state as the transition begins sticks out.
+    assert widened.found["overflow"] <= 0 and widened.found["resizing"] > 100
+    assert sideways(widened.found).endswith(" px while the window's width changed")
 
 
 def test_the_image_and_search_checks_flag_what_they_are_for() -> None:

@@ -1,15 +1,16 @@
 """The grader of the classroom exercises in ``tutorials/``.
 
 - ``exercises``: the exercises, in course order (folder, files, solution, checks, how
-  the TUI runs them), loading the work to grade, and ``block_manager_class``, a student's
-  work as a drop-in ``BlockManager``;
+  the TUI runs them); ``student_folder``: where a student's work is, loading it, and
+  ``block_manager_class``, that work as a drop-in ``BlockManager``;
 - ``grading``: ``grade(number, path, solution, limits)`` -> ``Report``, each criterion run where
   it can run (a child process under time and memory limits, the CUDA simulator, or a GPU),
   judged here;
 - ``child``: the grading child, which runs a student's code and answers with what it returned;
 - ``remote`` and ``proxies``: starting, asking and ending a child, and stand-ins for the
-  objects it keeps, so that the checks run here, unchanged;
-- ``wire``: what crosses between them: length-prefixed JSON, strictly read;
+  objects it keeps, so that the checks run here, unchanged; ``child_errors``: what a request
+  raises when no answer comes;
+- ``wire``: what crosses between them: length-prefixed JSON (``frames``), strictly read;
 - ``delegation``: keeping the library's own solution out of a student's reach;
 - ``confinement``: Landlock, where Linux offers it;
 - ``report``: criteria, results, the printed and the JSON report;

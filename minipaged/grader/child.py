@@ -8,7 +8,8 @@ Before any student code loads it limits itself (address space, CPU time, file si
 into a supervisor that keeps every process the student's code starts within its reach and a
 worker that runs that code (``minipaged.grader.process_tree``), stubs the library functions
 the exercise grades (``minipaged.grader.delegation``), records what their code compiles at
-run time (``minipaged.grader.runtime_code``), confines its writes and reads
+run time (``minipaged.grader.runtime_code``), telling the grader of it and of every refusal on
+a pipe of their own (``minipaged.grader.notices``), confines its writes and reads
 (``minipaged.grader.confinement``, ``minipaged.grader.readable``), tries the GPU where it is
 the GPU criteria's child, and sends a first message saying how it is confined and whether it
 can use the GPU: student code has not run yet, so that line is the child's own. Then it serves
@@ -38,9 +39,8 @@ import signal
 import sys
 from pathlib import Path
 
-from minipaged.grader import wire
+from minipaged.grader import frames, wire
 from minipaged.grader.delegation import LibraryDelegation
-from minipaged.grader.runtime_code import collect
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -103,18 +103,15 @@ class Harness:
     def answer(self, document: dict) -> None:
         if os.getpid() != self.owner:
             os._exit(0)
-        compiled = collect()  # what the student's code compiled since the last answer
-        if compiled:
-            document = {**document, "c": compiled}
         try:
-            wire.write_frame(self.answers, document)
+            frames.write_frame(self.answers, document)
         except OSError:  # the student's code closed or broke the channel
             os._exit(CHANNEL_LOST)
 
     def serve(self) -> None:
         while True:
             try:
-                request = wire.read_frame(self.requests)
+                request = frames.read_frame(self.requests)
             except EOFError:
                 return
             ident = request.get("id") if isinstance(request, dict) else None
@@ -256,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m minipaged.grader.child")
     parser.add_argument("number", type=int)
     parser.add_argument("--channel", required=True, help="REQUESTS_FD,ANSWERS_FD")
+    parser.add_argument("--notices", type=int, required=True, help="the guards' pipe's FD")
     parser.add_argument("--path", type=Path)
     parser.add_argument("--temp", type=Path, required=True)
     parser.add_argument("--gpu", action="store_true")
@@ -278,20 +276,27 @@ def main(argv: list[str] | None = None) -> None:
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
+    from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
 
     ex = exercise(args.number)
     hidden = []
     if args.path is not None:
-        guard(ex, args.path)
-        watch(args.path, Harness.answer.__code__)
+        tell = teller(args.notices)
+        guard(ex, args.path, refusal(tell))
+        watch(args.path, tell)
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)
-    rules = readable.read_rules(readable.roots(args.path, args.temp), hidden)
+    places = readable.roots(args.path, args.temp)
+    rules = readable.read_rules(places, hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
+    # Programs run from where they were installed: not from what the student's code writes,
+    # nor this interpreter under any name (another Python would run code no hook sees).
+    interpreter = Path(os.path.realpath(sys.executable))
+    runnable, _ = readable.read_rules(places, [p.resolve() for p in writable] + [interpreter])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
-    confined = confine(writable, devices, rules)
+    confined = confine(writable, devices, rules, runnable)
     if args.path is not None:  # only now, with the library imported and guarded
         os.chdir(args.path)
         sys.path[0] = str(args.path)  # -m's folder, where their own modules import from

@@ -28,9 +28,10 @@ from rich.console import Console
 
 from minipaged import atomic_write
 from minipaged.arguments import integer, named_path, output_file
-from minipaged.grader.exercises import EXERCISES, exercise, folder_of
+from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import Limits, grade, platform_problem
 from minipaged.grader.report import printable
+from minipaged.grader.student_folder import folder_of
 
 REPORT_NAME = "report.json"
 MIN_MEMORY_GIB = 1.0

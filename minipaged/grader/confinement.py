@@ -10,6 +10,10 @@ kernel for its Landlock ABI and restricts, as far as that ABI goes:
 - file-system reads, when ``readable`` is given, to the paths it lists (ABI 1): the grading
   child passes ``minipaged.grader.readable``'s rules, which leave out the library modules the
   exercise mirrors;
+- running programs (``execve``), when ``executable`` is given, to the paths it lists (ABI 1):
+  the grading child passes the same places less the folders it may write, so that nothing
+  its code writes runs as a program (a copy of the Python interpreter under another name, a
+  script), however a shell builds the command;
 - TCP ``bind`` and ``connect``, to nothing (ABI 4);
 - signals and abstract Unix sockets, to this process and its own children (ABI 6), so a
   student's code cannot stop the grader that judges it, nor the supervisor that ends what it
@@ -31,7 +35,7 @@ _VERSION = 1  # landlock_create_ruleset flag: return the ABI version
 _PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
-_WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 1, 1 << 2, 1 << 3
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _REMOVE_DIR, _REMOVE_FILE = 1 << 4, 1 << 5
 _MAKE = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _REFER, _TRUNCATE = 1 << 13, 1 << 14
@@ -64,6 +68,7 @@ def confine(
     writable: list[Path],
     devices: list[Path] = (),
     readable: tuple[list[Path], list[Path]] | None = None,
+    executable: list[Path] | None = None,
 ) -> str:
     """Restrict this process (and all it starts) as far as the kernel allows, leaving writes
     to the folders ``writable`` and the device files ``devices`` (a GPU's), and, where
@@ -79,7 +84,8 @@ def confine(
     net = _BIND_TCP | _CONNECT_TCP if version >= 4 else 0
     scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if version >= 6 else 0
     reads = _READ_FILE | _READ_DIR if readable is not None else 0
-    ruleset = _Ruleset(fs | reads, net, scoped)
+    runs = _EXECUTE if executable is not None else 0
+    ruleset = _Ruleset(fs | reads | runs, net, scoped)
     size = ctypes.sizeof(_Ruleset) if version >= 6 else (16 if version >= 4 else 8)
     fd = libc.syscall(_CREATE_RULESET, ctypes.byref(ruleset), ctypes.c_size_t(size), 0)
     if fd < 0:
@@ -92,6 +98,7 @@ def confine(
             whole, listing = readable
             rules += [(p, _READ_FILE if p.is_file() else reads) for p in whole]
             rules += [(p, _READ_DIR) for p in listing]
+        rules += [(p, runs) for p in executable or []]
         for path, allowed in rules:
             target = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
@@ -113,6 +120,7 @@ def confine(
         if readable is not None
         else "reads unconfined"
     ]
+    limits += ["no programs run from the folders it writes"] if runs else []
     limits += [
         "no TCP connections"
         if net

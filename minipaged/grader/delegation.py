@@ -197,7 +197,7 @@ _SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
 """Audit events of a search through the interpreter's objects, which would find that function."""
 
 
-def guard(ex: Exercise, folder: Path) -> None:
+def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
     """In a grading child, before the student's code loads: stub every graded function (and
     every answer of the exercise, ``Exercise.answers``), and refuse any later read or run of
     their modules' source, any search of the interpreter's objects, and any function rebuilt
@@ -209,7 +209,8 @@ def guard(ex: Exercise, folder: Path) -> None:
     hooks (they call nothing a student's code can rebind: ``provenance.private``). A stub asks
     for its function with an audit event; the hook checks that the asking frame runs the stubs'
     code and that its caller may use the library's version (``_allowed``), and hands the
-    function over in a list the stub empties as it calls it."""
+    function over in a list the stub empties as it calls it. ``refused(message)`` makes each
+    refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first)."""
     folder = str(folder.resolve())
     library = Library(ex)
     stems = {n: stem for stem, module in ex.solution.items() for n in ex.graded_in(module)}
@@ -224,7 +225,7 @@ def guard(ex: Exercise, folder: Path) -> None:
     for name in names:
         owner, attribute, value = _lookup(name)
         original = value.fget if isinstance(value, property) else value
-        stub = _stub(name, original, ex.number, name in ex.answers)
+        stub = _stub(name, original, ex.number, name in ex.answers, refused)
         originals[name] = (original, _allowed(ex, stems.get(name), folder, genuine))
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
@@ -237,7 +238,7 @@ def guard(ex: Exercise, folder: Path) -> None:
         f"exercise {ex.number:02d} grades your own code; it may not read or run the library's "
         "{}: write it yourself, from the starter"
     )
-    copied, refusal, stub_code = _copy_finder(library.prints), LibraryDelegation, _STUB_CODE
+    copied, refusal, stub_code = _copy_finder(library.prints), refused, _STUB_CODE
     searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
 
     def audit(event: str, args: tuple) -> None:
@@ -308,12 +309,12 @@ def _replace_aliases(stubs: dict) -> None:
                             object.__setattr__(record, field.name, stubs[id(held)])
 
 
-def _stub(name: str, original, number: int, answer: bool = False):
+def _stub(name: str, original, number: int, answer: bool = False, refused=LibraryDelegation):
     """A stand-in for the graded library function ``name`` of exercise ``number`` (or, with
     ``answer``, one of its answers): it runs the library's function where ``guard``'s hook
     hands it over, and otherwise refuses."""
     short = name.rpartition(".")[2].rpartition(":")[2]
-    refusal, event = LibraryDelegation, _HAND_OVER
+    refusal, event = refused, _HAND_OVER
     said = (
         f"exercise {number:02d} grades your own work; it may not call the library's "
         f"{name.replace(':', '.')}, which computes what the checks expect"

@@ -1,4 +1,5 @@
-"""The exercises: where each one's files are, what solves it, and what checks it.
+"""The exercises: where each one's starter is, what solves it, and what checks it (where a
+student's own files are, and loading them: ``minipaged.grader.student_folder``).
 
 Each exercise is a folder under ``tutorials/`` (a README and a ``starter/`` folder of files to
 complete) and a module of checks in this package (``ex03_copy_on_write.py``, ...) whose
@@ -9,14 +10,13 @@ untouched starter must fail every one (``tests/test_exercises.py`` proves both).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from minipaged.grader.report import Criterion, points
-from minipaged.grader.student import Student, load_folder, load_solution
+from minipaged.grader.student import Student
 
 TUTORIALS = (Path(__file__).resolve().parent / "tutorials").resolve()
 """The exercise folders: the repository's ``tutorials/`` in a source checkout (``tutorials`` here
@@ -107,13 +107,26 @@ def _exercise(
     answers: str = "",
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
-    of ``solution``; ``answers`` likewise, each with its module."""
+    of ``solution``; ``answers`` likewise, each with its module (those of ``cuda_kernels``
+    only where Numba, which they import, is installed)."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
     checks = f"minipaged.grader.{checks}"
-    return Exercise(
-        number, folder, title, solution, checks, names, requires, tui, tuple(answers.split())
-    )
+    numba = importlib.util.find_spec("numba") is not None
+    answered = tuple(a for a in answers.split() if numba or not a.startswith("cuda_kernels"))
+    return Exercise(number, folder, title, solution, checks, names, requires, tui, answered)
+
+
+ATTENTION_ROUTES = (
+    "minipaged.attention:paged_attention_decode_partitions "
+    "minipaged.attention:paged_attention_decode_partitioned minipaged.backend:paged_attention "
+    "cuda_kernels.cpu.paged_attention:paged_attention_decode "
+    "cuda_kernels.cpu.paged_attention_v2:paged_attention_decode_v2 "
+    "cuda_kernels.paged_attention_v2:paged_attention_decode_v2 "
+)
+"""The library's other ways to the decode attention exercises 07 and 11 ask for: the split
+(v2) reference, the backend that picks an implementation, the kernels' CPU twins (the same
+arguments, the same result) and the v2 kernel."""
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -190,6 +203,7 @@ EXERCISES: dict[int, Exercise] = {
             {"attention": "minipaged.attention"},
             "ex07_attention",
             "paged_attention_decode_loop paged_attention_decode",
+            answers=ATTENTION_ROUTES + "cuda_kernels.paged_attention:paged_attention_decode",
         ),
         _exercise(
             8,
@@ -199,6 +213,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex08_copy_blocks",
             "copy_blocks_kernel copy_blocks",
             requires=("numba",),
+            answers="cuda_kernels.cpu.cache_ops:copy_blocks_kernel "
+            "cuda_kernels.cpu.cache_ops:copy_blocks",  # the CPU twins
         ),
         _exercise(
             9,
@@ -208,6 +224,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex09_reshape_and_cache",
             "reshape_and_cache_kernel reshape_and_cache",
             requires=("numba",),
+            answers="cuda_kernels.cpu.cache_ops:reshape_and_cache_kernel "
+            "cuda_kernels.cpu.cache_ops:reshape_and_cache minipaged.kv_cache:write_kv",
         ),
         _exercise(
             10,
@@ -226,6 +244,8 @@ EXERCISES: dict[int, Exercise] = {
             "ex11_decode_kernel",
             "decode_kernel paged_attention_decode",
             requires=("numba",),
+            answers=ATTENTION_ROUTES + "minipaged.attention:paged_attention_decode "
+            "minipaged.attention:paged_attention_decode_loop",
         ),
         _exercise(
             12,
@@ -264,90 +284,6 @@ def exercise(number: int) -> Exercise:
     return EXERCISES[number]
 
 
-SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
-"""Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
-package's ``tutorials`` is a link to it), rather than an installed package, whose starters are
-read-only copies that only ``exercises init`` reads."""
-
-LIBRARY_FOLDERS = {
-    (Path(__file__).resolve().parent / up).resolve() for up in ("..", "../../cuda_kernels")
-}
-"""The library's own packages: never a student's folder, though they hold the same names."""
-
-
-def folder_of(number: int, path: Path | None = None) -> Path:
-    """The folder holding the files of exercise ``number`` to grade or run: ``path`` when it is
-    given; else the current folder when it holds every one of the exercise's files (a folder
-    ``exercises init`` made, with the student in it); else, in a source checkout, the starter
-    in ``tutorials/``. Raises ``FileNotFoundError`` saying what to do when the files are not
-    there."""
-    ex = exercise(number)
-    if path is None:
-        here = Path.cwd()
-        if here.resolve() not in LIBRARY_FOLDERS and _missing(ex, here) == []:
-            return here
-        if not SOURCE_CHECKOUT:
-            raise FileNotFoundError(
-                f"this folder ({here}) has no {', '.join(ex.files)}: run the command inside "
-                f"the folder `minipaged exercises init {number} DIR` made, or pass --path DIR"
-            )
-        path = ex.starter
-    folder = Path(path)
-    missing = missing_files(number, folder)
-    if missing:
-        raise FileNotFoundError(
-            f"{folder} {missing}: pass --path with the folder holding exercise {number:02d}'s "
-            f"files (make one with `minipaged exercises init {number} DIR`)"
-        )
-    return folder
-
-
-def missing_files(number: int, folder: Path) -> str:
-    """``""`` when ``folder`` holds every file of exercise ``number``, else what is missing:
-    ``"has no block_manager.py (found Block_Manager.py: rename it to block_manager.py)"``."""
-    missing = _missing(exercise(number), folder)
-    if not missing:
-        return ""
-    if not folder.is_dir():
-        return "is no folder"
-    try:
-        present = [p.name for p in folder.iterdir() if p.is_file()]
-    except OSError as error:
-        return f"cannot be read ({error.strerror})"
-    found = []
-    for name in missing:
-        near = difflib.get_close_matches(name.lower(), [n.lower() for n in present], 1, 0.75)
-        if near:
-            original = next(n for n in present if n.lower() == near[0])
-            found.append(f"found {original}: rename it to {name}")
-        elif below := _below(folder, name):
-            found.append(
-                f"found {below.relative_to(folder)}: move it up, into {folder.name}/ itself"
-            )
-    return f"has no {', '.join(missing)}" + (f" ({'; '.join(found)})" if found else "")
-
-
-def _below(folder: Path, name: str) -> Path | None:
-    """The file ``name`` in a sub-folder of ``folder``, one or two levels down, or None."""
-    for pattern in (f"*/{name}", f"*/*/{name}"):
-        found = sorted(p for p in folder.glob(pattern) if p.is_file())
-        if found:
-            return found[0]
-    return None
-
-
-def _missing(ex: Exercise, folder: Path) -> list[str]:
-    return [name for name in ex.files if not (folder / name).is_file()]
-
-
-def load(number: int, path: Path | None = None, solution: bool = False) -> Student:
-    """The work to grade: the library (``solution``), or the files of ``folder_of``."""
-    ex = exercise(number)
-    if solution:
-        return load_solution(ex.solution)
-    return load_folder(folder_of(number, path), tuple(ex.solution))
-
-
 TUI_EXERCISES: dict[int, TuiRun] = {n: e.tui for n, e in EXERCISES.items() if e.tui is not None}
 """The exercises ``minipaged tui --exercise N`` runs, and how: read by its flag, its help, its
 default scenario and the tests."""
@@ -370,23 +306,7 @@ def listed(items, last_joined_by: str = "or") -> str:
     return f"{', '.join(rest)} {last_joined_by} {last}" if rest else last
 
 
-def block_manager_class(number: int, path: Path | None = None, solution: bool = False) -> type:
-    """A drop-in ``BlockManager`` (same constructor, same methods) built on the student's work
-    for an exercise of ``TUI_EXERCISES``: 02 (the library's manager on their allocator), 03, 04
-    or 05 (their manager), or 12 (the library's manager with their radix tree as its
-    ``"radix"`` prefix cache)."""
-    return manager_of(number, load(number, path, solution))
-
-
 def manager_of(number: int, student: Student) -> type:
     """``block_manager_class`` of the work ``student`` already loaded (in a grading child)."""
     tui_exercise(number)
     return importlib.import_module(exercise(number).checks).block_manager_class(student)
-
-
-def graded_label(number: int, path: Path | None, solution: bool) -> str:
-    """What a report says was graded: the folder, or the library modules."""
-    ex = exercise(number)
-    if solution:
-        return "solution: " + ", ".join(ex.solution.values())
-    return str(folder_of(number, path))

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipaged import __version__, atomic_write
-from minipaged.grader.exercises import exercise, missing_files
+from minipaged.grader.exercises import exercise
 from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
+from minipaged.grader.student_folder import missing_files
 
 GRADEBOOK = "gradebook"
 """The gradebook's files, beside the folder of submissions: gradebook.csv and gradebook.json."""

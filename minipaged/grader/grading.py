@@ -33,16 +33,16 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from minipaged.grader.delegation import LibraryDelegation, copies
-from minipaged.grader.exercises import exercise, folder_of, graded_label
-from minipaged.grader.proxies import Proxy, RemoteStudent
-from minipaged.grader.remote import (
+from minipaged.grader.child_errors import (
     ChildGone,
     DeviceUnusable,
-    GradingChild,
     StudentBaseException,
     StudentExit,
 )
+from minipaged.grader.delegation import LibraryDelegation, copies
+from minipaged.grader.exercises import exercise
+from minipaged.grader.proxies import Proxy, RemoteStudent
+from minipaged.grader.remote import GradingChild
 from minipaged.grader.report import (
     BLOCKED,
     CALLED,
@@ -56,6 +56,7 @@ from minipaged.grader.report import (
     shortened,
 )
 from minipaged.grader.student import Student, StudentImportError
+from minipaged.grader.student_folder import folder_of, graded_label
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 CHECK_SECONDS = 30.0
@@ -256,7 +257,16 @@ def failure_message(error: BaseException, student: Student, call: str = "") -> s
 
 MACHINERY = frozenset(
     f"{Path(__file__).parent / name}.py"
-    for name in ("grading", "proxies", "remote", "report", "student", "time_limit", "wire")
+    for name in (
+        "frames",
+        "grading",
+        "proxies",
+        "remote",
+        "report",
+        "student",
+        "time_limit",
+        "wire",
+    )
 )
 """The grader's files that carry a check's call to the student's code without making it: the
 call a failure names is the last one a check (or a helper of the checks) made."""

@@ -11,7 +11,7 @@ link names the file beside it, and a page of the docs becomes its address on the
 site: ``SITE_URL``, or where an instructor publishes their copy (``init``'s ``site``, the
 command line's ``--site-url`` or ``MINIPAGED_SITE_URL``, checked by ``site_url``). In that
 folder ``minipaged exercises check N`` grades the folder itself
-(``minipaged.grader.exercises.folder_of``), so the README's commands are right there too.
+(``minipaged.grader.student_folder.folder_of``), so the README's commands are right there too.
 
 The hints come in two tiers: the README's own "Hints" section, and a second tier in
 ``hints.md`` beside it, which ``minipaged exercises hint N --tier 2`` prints (``hints``). A

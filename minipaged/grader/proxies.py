@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from minipaged.grader import wire
-from minipaged.grader.remote import ChildGone
+from minipaged.grader.child_errors import ChildGone
 from minipaged.grader.student import StudentImportError
 from minipaged.grader.time_limit import TimeLimitExceeded
 

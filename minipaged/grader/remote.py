@@ -29,44 +29,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minipaged.grader import wire
+from minipaged.grader import frames, wire
 from minipaged.grader.child import why_it_ended
+from minipaged.grader.child_errors import (
+    ChildGone,
+    DeviceUnusable,
+    StudentBaseException,
+    StudentExit,
+    WallClockSpent,
+)
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
+from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
 from minipaged.grader.time_limit import TimeLimitExceeded
 
 STARTUP_SECONDS = 300.0
 """How long a child may take to start (import the library, before any student code runs)."""
-
-
-class ChildGone(BaseException):
-    """The grading child ended, or sent what is not an answer, during a criterion: the message
-    says why, in words a student can act on. A BaseException, so that no check swallows it."""
-
-
-class DeviceUnusable(ChildGone):
-    """A child for the GPU criteria found, before any student code ran, that it cannot use the
-    GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
-
-
-class WallClockSpent(ChildGone):
-    """The grading of the whole submission ran past ``Limits.wall_seconds``."""
-
-
-class StudentExit(Exception):
-    """The student's code called ``sys.exit(code)`` (``SystemExit`` in the child)."""
-
-    def __init__(self, code) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-class StudentBaseException(Exception):
-    """The student's code raised a ``BaseException`` that is not an ``Exception``
-    (``KeyboardInterrupt``, or one of its own): here, only a failure of the criterion."""
 
 
 class GradingChild:
@@ -94,6 +75,7 @@ class GradingChild:
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self.judge = Judge(number)  # of what the student's code compiles at run time
+        self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
         self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
 
@@ -108,7 +90,8 @@ class GradingChild:
         requests_read, self._requests = os.pipe()
         self._answers, answers_write = os.pipe()
         os.set_blocking(self._requests, False)
-        command = self.command((requests_read, answers_write))
+        self.notices, notices_write = Notices.pipe()
+        command = self.command((requests_read, answers_write), notices_write)
         with open(self.temp / "output.txt", "ab") as output:
             self.process = subprocess.Popen(
                 command,
@@ -117,11 +100,12 @@ class GradingChild:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
-                pass_fds=(requests_read, answers_write),
+                pass_fds=(requests_read, answers_write, notices_write),
                 start_new_session=True,  # one process group to end, apart from the grader's
             )
         os.close(requests_read)
         os.close(answers_write)
+        os.close(notices_write)
         self._pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
         self.clock = None  # starting has its own time
         hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
@@ -154,11 +138,13 @@ class GradingChild:
             self.broken = str(copied)
             raise
 
-    def command(self, channel: tuple[int, int] = (-1, -1)) -> list[str]:
-        """The child's command line, its channel the file descriptors ``channel``. A GPU
-        child gets no address-space limit: CUDA maps far more than it uses."""
+    def command(self, channel: tuple[int, int] = (-1, -1), notices: int = -1) -> list[str]:
+        """The child's command line, its channel the file descriptors ``channel``, its pipe of
+        notices ``notices``. A GPU child gets no address-space limit: CUDA maps far more than
+        it uses."""
         command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
-        command += ["--channel", f"{channel[0]},{channel[1]}", "--temp", str(self.temp)]
+        command += ["--channel", f"{channel[0]},{channel[1]}", "--notices", str(notices)]
+        command += ["--temp", str(self.temp)]
         command += ["--path", str(self.folder)] if self.folder is not None else []
         command += ["--gpu"] if self.runs_in == "gpu" else []
         memory = None if self.runs_in == "gpu" else self.limits.memory_gib
@@ -201,10 +187,10 @@ class GradingChild:
                 os.killpg(self.process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=10)
-            for fd in (self._requests, self._answers, self._pidfd):
+            for fd in (self._requests, self._answers, self._pidfd, self.notices.fd):
                 if fd is not None:
                     os.close(fd)
-            self.process = self._pidfd = self.loaded = None
+            self.process = self._pidfd = self.loaded = self.notices = None
             self._proxies, self._classes = {}, {}
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
@@ -245,25 +231,36 @@ class GradingChild:
             # Ctrl-C): the channel is out of step, so this child answers no more.
             self.stop()  # if it is not stopped already
             raise
+        self._hear(loading=request.get("op") == "load")
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
-        self.copied = self.judge(answer.pop("c", []))  # a copy compiled at run time: this
-        if self.copied:  # child keeps it, so the next criterion starts from their files again
-            self.stop()
-            raise LibraryDelegation(self.copied)
         try:
             if "raised" in answer and len(answer) == 2:
                 raise self._exception(answer["raised"])
             if "v" not in answer or not set(answer) <= {"id", "v", "a"}:
-                raise wire.ProtocolError("an answer without a value")
+                raise frames.ProtocolError("an answer without a value")
             arrays = answer.get("a", [])
             self.arrays = wire.decode(arrays, self.proxy, self._exception_class)
             return wire.decode(answer["v"], self.proxy, self._exception_class)
-        except wire.ProtocolError as error:
+        except frames.ProtocolError as error:
             self._fail(f"sent something the grader cannot read ({error})")
 
+    def _hear(self, loading: bool) -> None:
+        """After an answer: what the child's guards told while the student's code ran
+        (``Notices.verdict``), whatever the answer says. A copy compiled, or the pipe cut,
+        ends the child, which keeps the copy or cannot tell: the next criterion starts anew."""
+        try:
+            ended, refused = self.notices.verdict(self.judge, self.worker, loading)
+        except frames.ProtocolError as error:
+            self._fail(f"sent notices the grader cannot read ({error})")
+        self.copied = ended
+        if ended:
+            self.stop()
+        if ended or refused:
+            raise LibraryDelegation(ended or refused)
+
     def _send(self, document: dict, deadline: float | None) -> None:
-        view = memoryview(wire.frame(document))
+        view = memoryview(frames.frame(document))
         while view:
             try:
                 view = view[os.write(self._requests, view) :]
@@ -279,12 +276,14 @@ class GradingChild:
 
     def _receive(self, deadline: float | None, doing: str) -> Any:
         try:
-            return wire.read_frame(self._answers, deadline, self._pidfd, self._watch)
+            return frames.read_frame(
+                self._answers, deadline, self._pidfd, self._watch, self.notices
+            )
         except TimeoutError:
             self._timed_out()
         except EOFError:
             self._ended()
-        except wire.ProtocolError as error:
+        except frames.ProtocolError as error:
             self._fail(f"sent something the grader cannot read while {doing} ({error})")
 
     def start_clock(self, seconds: float | None = None) -> None:
@@ -358,7 +357,7 @@ class GradingChild:
             return wire.resolve(document["N"], BaseException) or Exception
         qualname, handle = document.get("q"), document.get("X")
         if not isinstance(qualname, str) or type(handle) is not int:
-            raise wire.ProtocolError("an exception class without a name")
+            raise frames.ProtocolError("an exception class without a name")
         if handle not in self._classes:
             name = qualname[:200].rpartition(".")[2] or "Error"
             bases = document.get("b", [])
@@ -373,7 +372,7 @@ class GradingChild:
 
     def _exception(self, raised: Any) -> BaseException:
         if not isinstance(raised, dict):
-            raise wire.ProtocolError("a malformed exception")
+            raise frames.ProtocolError("a malformed exception")
         cls = self._exception_class(raised.get("cls") or {})
         args = raised.get("args", [])
         args = (

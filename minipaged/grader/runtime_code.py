@@ -7,10 +7,10 @@ a copy of the library's solution kept encoded, or generated, is not there to rea
 grading child an audit hook (``watch``) sees every ``compile`` while a frame of the student's
 code is on the stack (a frame of a file that is neither the library's nor the Python
 installation's: their folder, the temporary folder, ``"<string>"``), and records the source
-compiled. Each answer of the child carries the sources recorded since the last one (each
-distinct source once); the grader judges them with the same ``copy_finder`` as the files
-(``Judge``), and a copy fails the call that compiled it, saying which line did, or, compiled
-while their files were imported, every criterion.
+compiled. The grader hears each distinct source once (``minipaged.grader.notices``) and
+judges it with the same ``copy_finder`` as the files (``Judge``), and a copy fails the call
+that compiled it, saying which line did, or, compiled while their files were imported, every
+criterion.
 
 What the grader cannot read it refuses: while the student's code is on the stack, a code
 object that runs (``exec``, ``types.FunctionType``) must be one compiled from a source the hook
@@ -22,8 +22,11 @@ or from a source the hook saw: neither is refused, and what a student's ``@datac
 is judged and found to be no copy.
 
 The hook calls only what it took before the student's code loaded (``provenance.private``),
-and hands its record to the child's answer alone (as ``delegation``'s stubs get the library's
-functions): a student's code that empties it must forge the answer, which the grader refuses.
+and tells the grader of each source the moment it is compiled, before the code can run, on a
+pipe of its own (``minipaged.grader.notices``), as it tells of each refusal: what is told
+cannot be taken back, and an answer the student's code forges on the channel carries none of
+it. A process the student's code forks may not compile (its code would run out of the
+grader's sight); its refusal is told to the grader too, which fails the call with its reason.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from minipaged.grader.delegation import (
     write_your_own,
 )
 from minipaged.grader.exercises import exercise
-from minipaged.grader.provenance import PRIVATE, audit, getframe, private, provenance, walk
+from minipaged.grader.interpreters import python_finder
+from minipaged.grader.notices import COMPILED, refusal
+from minipaged.grader.provenance import PRIVATE, getframe, private, provenance, walk
 
 MAX_RECORDED = 16 * 2**20
 """The most bytes of source a student's code may compile at run time in one grading process."""
@@ -61,10 +66,15 @@ ELSEWHERE = (
 )
 
 STARTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system")
-"""Audit events of a program started: another Python there would run code no hook sees."""
+"""Audit events of a program started: another Python there would run code no hook sees
+(``minipaged.grader.interpreters`` tells a Python by what its file is)."""
 
-_COLLECT = "minipaged.grader.runtime_code.collect"
-"""The audit event by which the child's answer asks for the sources recorded since the last."""
+EXEC_SYMBOLS = frozenset(
+    {"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve"}
+    | {"execveat", "system", "posix_spawn", "posix_spawnp", "popen", "syscall"}
+)
+"""The C library's ways to start a program (or make any system call) that ``ctypes`` reaches
+past the audit events of ``STARTS``."""
 
 _MODES = ("exec", "eval", "single")
 
@@ -94,33 +104,20 @@ def trusted_roots(folder: Path) -> tuple[str, ...]:
     return tuple(p for p in paths if not inside.startswith(p)) + ("<frozen ",)
 
 
-def watch(folder: Path, answering: CodeType) -> None:
-    """In a grading child, before the student's code loads: record the sources compiled while
-    their code is on the stack, and refuse code that runs from no source (see the module's
-    docstring). ``answering``: the code of the child's answer, the one caller ``collect``
-    hands the record to."""
+def watch(folder: Path, tell) -> None:
+    """In a grading child, before the student's code loads: tell the grader the sources
+    compiled while their code is on the stack, and refuse code that runs from no source (see
+    the module's docstring). ``tell``: ``minipaged.grader.notices.teller``'s."""
     inside = str(folder.resolve()) + os.sep
     roots = trusted_roots(folder)
     genuine = provenance()
     seen: set[str] = set()  # digests of the sources recorded
     unchecked: list[tuple[bytes, str]] = []  # recorded, not yet compiled into ``known``
     known: set[str] = set()  # fingerprints of every code object the recorded sources make
-    pending: list[list[str]] = []  # [where, filename, source] not yet sent
     state = {"bytes": 0, "busy": False}
-    unparse, collect_code = ast.unparse, collect.__code__
+    unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
-    pythons = {os.path.basename(sys.executable), os.path.basename(os.path.realpath(sys.executable))}
-
-    def python_in(value) -> bool:
-        """Whether a program's name or arguments (``STARTS``' events) name a Python."""
-        if type(value) in (list, tuple):
-            return any(python_in(item) for item in value)
-        if type(value) is bytes:
-            value = value.decode(errors="replace")
-        if type(value) is not str:
-            value = str(getattr(value, "__fspath__", lambda: "")())
-        words = value.replace("/", " ").replace("\t", " ").split()
-        return any(word.startswith("python") or word in pythons for word in words)
+    runs_python = python_finder(_LIBRARY)
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
@@ -139,16 +136,16 @@ def watch(folder: Path, answering: CodeType) -> None:
             return
         state["bytes"] += len(source)
         if state["bytes"] > MAX_RECORDED:
-            raise LibraryDelegation(
+            raise refused(
                 f"your code compiled more than {MAX_RECORDED // 2**20} MiB of source at run "
                 "time: the grader reads what it compiles, and stops there"
             )
-        seen.add(digest)
         name = filename if type(filename) is str else repr(type(filename))
-        unchecked.append((source, name))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
-        pending.append([f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace")])
+        tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
+        seen.add(digest)  # told: never again
+        unchecked.append((source, name))
 
     def readable(code: CodeType, theirs) -> bool:
         """Whether ``code`` comes from a source the grader reads: one recorded, or its file."""
@@ -172,13 +169,7 @@ def watch(folder: Path, answering: CodeType) -> None:
         return True
 
     def hook(event: str, args: tuple) -> None:
-        if event == _COLLECT:
-            asking = getframe(1)
-            if asking.f_code is collect_code and asking.f_back.f_code is answering:
-                args[0].append(pending[:])
-                pending.clear()
-            return
-        if event not in RECORDED and event not in STARTS:
+        if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym":
             return
         if state["busy"]:  # the hook's own compiling
             return
@@ -189,11 +180,14 @@ def watch(folder: Path, answering: CodeType) -> None:
         state["busy"] = True
         try:
             if event in STARTS:
-                if python_in(list(args[:2])):
-                    raise LibraryDelegation(ELSEWHERE.format("starts a Python interpreter"))
+                if runs_python(args):
+                    raise refused(ELSEWHERE.format("starts a Python interpreter"))
+            elif event == "ctypes.dlsym":
+                if args[1] in EXEC_SYMBOLS:
+                    raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
             elif event == "compile":
-                if getpid() != owner:  # its record would never reach the grader
-                    raise LibraryDelegation(ELSEWHERE.format("compiles code in a forked process"))
+                if getpid() != owner:  # what it compiles would run apart from the answers
+                    raise refused(ELSEWHERE.format("compiles code in a forked process"))
                 source = args[0]
                 if type(source) is str:
                     source = source.encode()
@@ -202,29 +196,21 @@ def watch(folder: Path, answering: CodeType) -> None:
                 record(source, args[1], theirs)
             elif event.startswith("marshal"):
                 if not installed(caller.f_code.co_filename):
-                    raise LibraryDelegation(UNREADABLE.format("marshal.loads"))
+                    raise refused(UNREADABLE.format("marshal.loads"))
             elif type(args[0]) is CodeType:
                 code = args[0]
                 imported = event == "exec" and caller.f_code.co_filename in IMPORT_SYSTEM
                 if imported and installed(code.co_filename) and genuine(code):
                     return  # the import system running installed code (a late import)
                 if not readable(code, theirs):
-                    raise LibraryDelegation(UNREADABLE.format(f"{code.co_qualname}, {event}"))
+                    raise refused(UNREADABLE.format(f"{code.co_qualname}, {event}"))
         finally:
             state["busy"] = False
 
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
     installed, student_frame, record = private(installed), private(student_frame), private(record)
-    readable, python_in = private(readable), private(python_in)
+    readable = private(readable)
     sys.addaudithook(private(hook))
-
-
-def collect() -> list[list[str]]:
-    """In the child's answer: the sources recorded since the last answer, as
-    ``[where, filename, source]``."""
-    box: list = []
-    audit(_COLLECT, box)
-    return box[0] if box else []
 
 
 class Judge:
@@ -236,7 +222,7 @@ class Judge:
         self.copied = None  # ``copy_finder``, made at the first record
 
     def __call__(self, compiled) -> str:
-        """Why one of ``compiled`` (``[where, filename, source]``, from the child) copies the
+        """Why one of ``compiled`` (``[where, filename, source]``, told by the child) copies the
         library's solution, or ``""``."""
         for entry in compiled if type(compiled) is list else []:
             if type(entry) is not list or len(entry) != 3 or {type(e) for e in entry} != {str}:
@@ -257,10 +243,11 @@ PRIVATE |= {
     "LibraryDelegation": LibraryDelegation,
     "MAX_RECORDED": MAX_RECORDED,
     "UNREADABLE": UNREADABLE,
-    "_COLLECT": _COLLECT,
     "_MODES": _MODES,
     "ELSEWHERE": ELSEWHERE,
+    "COMPILED": COMPILED,
     "STARTS": STARTS,
+    "EXEC_SYMBOLS": EXEC_SYMBOLS,
     "RECORDED": RECORDED,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }

@@ -25,12 +25,16 @@ copy scores 1.0, and one with a statement added to every function still above ``
 Exercises 01 and 02, whose graded functions are all shorter, are left to the exact
 comparison of ``minipaged.grader.delegation``.
 
-Variables and attributes share one numbering, so a copy that renames a local named like an
-attribute (``table = self.table(seq_id)``), or adds a variable at the top, shifts the numbers
-after it: that function alone can fall below (a disguised ``BlockManager.free``, 0.61). A whole
-disguised module is still refused, by its other functions. Two numberings, one for variables
-and one for attributes, were measured too: every disguised function then scores 0.91 or more,
-but an honest answer reaches 0.899 (exercise 05's ``_preempt`` in the test suite), no margin.
+Variables and attributes are numbered apart, in one count: with one number for a name,
+a copy that renamed a local named like an attribute (``table = self.table(seq_id)``: the
+local ``v1`` and the attribute ``table`` now two names) shifted every number after it, and a
+disguised ``BlockManager.free`` scored 0.569; numbered apart, it scores 1.0, and the honest
+answers no more than before (0.844). Two counts, one for variables and one for attributes,
+were measured too: an honest answer then reaches 0.899 (exercise 05's ``_preempt``), no
+margin. A copy that adds a new variable at the top of each function still shifts every
+number after it, and can fall below (0.62 to 0.82): numbering each variable by how recently
+it was last named instead (move to front) sees through that, but lets exercise 05's honest
+``_preempt`` reach 0.917, over the threshold.
 """
 
 from __future__ import annotations
@@ -65,10 +69,13 @@ class _Shape(ast.NodeVisitor):
 
     def __init__(self) -> None:
         self.tokens: list[str] = []
-        self.names: dict[str, str] = {}
+        self.names: dict[tuple[str, str], str] = {}
 
-    def name(self, identifier: str) -> None:
-        self.tokens.append(self.names.setdefault(identifier, f"n{len(self.names)}"))
+    def name(self, identifier: str, kind: str) -> None:
+        """``identifier``'s number: a variable and an attribute of the same name (``table =
+        self.table(seq)``) are two names, so that renaming the variable alone changes nothing
+        after it."""
+        self.tokens.append(self.names.setdefault((kind, identifier), f"n{len(self.names)}"))
 
     def generic_visit(self, node: ast.AST) -> None:
         self.tokens.append(type(node).__name__)
@@ -79,7 +86,7 @@ class _Shape(ast.NodeVisitor):
                 self.tokens.append("keyword")
             elif field in ("id", "arg", "attr") or (field == "name" and not _defines(node)):
                 if isinstance(value, str):
-                    self.name(value)
+                    self.name(value, "attribute" if field == "attr" else "variable")
             elif isinstance(value, list):
                 if field == "body" and value and _is_docstring(value[0]):
                     value = value[1:]

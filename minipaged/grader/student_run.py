@@ -26,14 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minipaged.grader.exercises import (
-    TUI_EXERCISES,
-    exercise,
-    folder_of,
-    listed,
-    manager_of,
-    tui_exercise,
-)
+from minipaged.grader.exercises import TUI_EXERCISES, exercise, listed, manager_of, tui_exercise
+from minipaged.grader.student_folder import folder_of
 
 if TYPE_CHECKING:  # imported where used: the command line reads TUI_EXERCISES at its start
     from minipaged.config import EngineConfig
@@ -77,10 +71,11 @@ def record(
     ``solution``. ``progress(k)`` is called after each step k. Raises ``ValueError`` for an
     exercise the TUI does not run and ``FileNotFoundError`` for a folder without its files."""
     from minipaged import trace
+    from minipaged.grader.child_errors import ChildGone
     from minipaged.grader.delegation import LibraryDelegation, copies
     from minipaged.grader.grading import Limits, failure_message
     from minipaged.grader.proxies import Proxy, RemoteStudent
-    from minipaged.grader.remote import STARTUP_SECONDS, ChildGone, GradingChild
+    from minipaged.grader.remote import STARTUP_SECONDS, GradingChild
     from minipaged.grader.time_limit import TimeLimitExceeded
 
     tui_exercise(number)

@@ -12,7 +12,9 @@ the library's.
 
 This is a tripwire in a process the student's code shares, not a wall: code that rebinds the
 child's own request loop can answer anything. What it cannot do is compute a right answer it
-was not written to compute, and the checks that judge run in the grader.
+was not written to compute, nor hide from the grader a copy it compiled to compute one, or a
+refusal it met (the guards tell those on a pipe of their own: ``minipaged.grader.notices``);
+and the checks that judge run in the grader.
 """
 
 from __future__ import annotations

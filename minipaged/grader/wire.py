@@ -1,7 +1,7 @@
 """What crosses between the grader and the child that runs a student's code: plain data, strictly
 checked, never code.
 
-A message is a length-prefixed JSON document (``write_frame`` / ``read_frame``), never pickle, so
+A message is a length-prefixed JSON document (``minipaged.grader.frames``), never pickle, so
 that reading one can build nothing but data. Python values travel as JSON with one-key tags for
 what JSON lacks::
 
@@ -28,19 +28,11 @@ import dataclasses
 import enum
 import importlib
 import itertools
-import json
-import os
-import select
-import struct
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-MAX_FRAME = 64 * 2**20
-"""The largest message the grader reads (64 MiB): a child cannot make it allocate more."""
-
-_HEADER = struct.Struct(">Q")
+from minipaged.grader.frames import ProtocolError
 
 VALUE_TYPES = frozenset(
     {
@@ -74,67 +66,6 @@ def _plain(values: list, depth: int) -> bool:
     if depth > 64:
         return False
     return all(type(v) in _PLAIN or (type(v) is list and _plain(v, depth + 1)) for v in values)
-
-
-class ProtocolError(Exception):
-    """A message that is not what the protocol allows; the grader trusts nothing in it."""
-
-
-# -- frames ----------------------------------------------------------------------------------
-
-
-def frame(document: Any) -> bytes:
-    """``document`` as one message: its length, then its JSON."""
-    data = json.dumps(document, separators=(",", ":")).encode()
-    return _HEADER.pack(len(data)) + data
-
-
-def write_frame(fd: int, document: Any) -> None:
-    view = memoryview(frame(document))
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def read_frame(fd: int, deadline=None, alive=None, watch: Callable | None = None) -> Any:
-    """One message from ``fd``. Raises ``TimeoutError`` past ``deadline`` (a ``time.monotonic``
-    value), ``EOFError`` when the writer is gone or the file descriptor ``alive`` (a process's
-    pidfd) turns readable with nothing to read, and ``ProtocolError`` for a bad frame.
-    ``watch()``, if given, is called every ``WATCH_SECONDS`` while nothing comes, and may
-    raise to stop waiting."""
-    header = _read_exactly(fd, _HEADER.size, deadline, alive, watch)
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ProtocolError(f"a message of {size} bytes, more than the {MAX_FRAME} allowed")
-    try:
-        return json.loads(_read_exactly(fd, size, deadline, alive, watch))
-    except (ValueError, RecursionError) as error:
-        raise ProtocolError(f"a message that is not JSON ({error})") from None
-
-
-WATCH_SECONDS = 0.5  # how often read_frame calls its watch while it waits
-
-
-def _read_exactly(fd: int, size: int, deadline, alive, watch) -> bytes:
-    chunks, left = [], size
-    while left:
-        watched = [fd] if alive is None else [fd, alive]
-        wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        if watch is not None:
-            wait = WATCH_SECONDS if wait is None else min(wait, WATCH_SECONDS)
-        ready, _, _ = select.select(watched, [], [], wait)
-        if fd in ready:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                raise EOFError("the channel closed")
-            chunks.append(chunk)
-            left -= len(chunk)
-        elif ready:  # the process ended and nothing is left to read
-            raise EOFError("the process ended")
-        elif deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError
-        elif watch is not None:
-            watch()
-    return b"".join(chunks)
 
 
 # -- encoding, in the child ------------------------------------------------------------------

@@ -1,0 +1,33 @@
+"""What the grader raises when a request to a grading child (``minipaged.grader.remote``)
+does not come back as an answer: the child ended (``ChildGone`` and its kinds), or the
+student's code left the call in a way a check must see as a failure, never as the end of
+the grader (``StudentExit``, ``StudentBaseException``)."""
+
+from __future__ import annotations
+
+
+class ChildGone(BaseException):
+    """The grading child ended, or sent what is not an answer, during a criterion: the message
+    says why, in words a student can act on. A BaseException, so that no check swallows it."""
+
+
+class DeviceUnusable(ChildGone):
+    """A child for the GPU criteria found, before any student code ran, that it cannot use the
+    GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
+
+
+class WallClockSpent(ChildGone):
+    """The grading of the whole submission ran past ``Limits.wall_seconds``."""
+
+
+class StudentExit(Exception):
+    """The student's code called ``sys.exit(code)`` (``SystemExit`` in the child)."""
+
+    def __init__(self, code) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class StudentBaseException(Exception):
+    """The student's code raised a ``BaseException`` that is not an ``Exception``
+    (``KeyboardInterrupt``, or one of its own): here, only a failure of the criterion."""

@@ -1,0 +1,111 @@
+"""Where a student's work for an exercise is, and loading it: the folder ``exercises init``
+made (the student in it), a folder given with ``--path``, or in a source checkout the starter in
+``tutorials/``; what is missing from a folder, said so a student can fix it; and the work as
+a drop-in ``BlockManager`` for the TUI. The exercises themselves: ``minipaged.grader.exercises``."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from minipaged.grader.exercises import Exercise, exercise, manager_of
+from minipaged.grader.student import Student, load_folder, load_solution
+
+SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
+"""Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
+package's ``tutorials`` is a link to it), rather than an installed package, whose starters are
+read-only copies that only ``exercises init`` reads."""
+
+LIBRARY_FOLDERS = {
+    (Path(__file__).resolve().parent / up).resolve() for up in ("..", "../../cuda_kernels")
+}
+"""The library's own packages: never a student's folder, though they hold the same names."""
+
+
+def folder_of(number: int, path: Path | None = None) -> Path:
+    """The folder holding the files of exercise ``number`` to grade or run: ``path`` when it is
+    given; else the current folder when it holds every one of the exercise's files (a folder
+    ``exercises init`` made, with the student in it); else, in a source checkout, the starter
+    in ``tutorials/``. Raises ``FileNotFoundError`` saying what to do when the files are not
+    there."""
+    ex = exercise(number)
+    if path is None:
+        here = Path.cwd()
+        if here.resolve() not in LIBRARY_FOLDERS and _missing(ex, here) == []:
+            return here
+        if not SOURCE_CHECKOUT:
+            raise FileNotFoundError(
+                f"this folder ({here}) has no {', '.join(ex.files)}: run the command inside "
+                f"the folder `minipaged exercises init {number} DIR` made, or pass --path DIR"
+            )
+        path = ex.starter
+    folder = Path(path)
+    missing = missing_files(number, folder)
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} {missing}: pass --path with the folder holding exercise {number:02d}'s "
+            f"files (make one with `minipaged exercises init {number} DIR`)"
+        )
+    return folder
+
+
+def missing_files(number: int, folder: Path) -> str:
+    """``""`` when ``folder`` holds every file of exercise ``number``, else what is missing:
+    ``"has no block_manager.py (found Block_Manager.py: rename it to block_manager.py)"``."""
+    missing = _missing(exercise(number), folder)
+    if not missing:
+        return ""
+    if not folder.is_dir():
+        return "is no folder"
+    try:
+        present = [p.name for p in folder.iterdir() if p.is_file()]
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    found = []
+    for name in missing:
+        near = difflib.get_close_matches(name.lower(), [n.lower() for n in present], 1, 0.75)
+        if near:
+            original = next(n for n in present if n.lower() == near[0])
+            found.append(f"found {original}: rename it to {name}")
+        elif below := _below(folder, name):
+            found.append(
+                f"found {below.relative_to(folder)}: move it up, into {folder.name}/ itself"
+            )
+    return f"has no {', '.join(missing)}" + (f" ({'; '.join(found)})" if found else "")
+
+
+def _below(folder: Path, name: str) -> Path | None:
+    """The file ``name`` in a sub-folder of ``folder``, one or two levels down, or None."""
+    for pattern in (f"*/{name}", f"*/*/{name}"):
+        found = sorted(p for p in folder.glob(pattern) if p.is_file())
+        if found:
+            return found[0]
+    return None
+
+
+def _missing(ex: Exercise, folder: Path) -> list[str]:
+    return [name for name in ex.files if not (folder / name).is_file()]
+
+
+def load(number: int, path: Path | None = None, solution: bool = False) -> Student:
+    """The work to grade: the library (``solution``), or the files of ``folder_of``."""
+    ex = exercise(number)
+    if solution:
+        return load_solution(ex.solution)
+    return load_folder(folder_of(number, path), tuple(ex.solution))
+
+
+def block_manager_class(number: int, path: Path | None = None, solution: bool = False) -> type:
+    """A drop-in ``BlockManager`` (same constructor, same methods) built on the student's work
+    for an exercise of ``TUI_EXERCISES``: 02 (the library's manager on their allocator), 03, 04
+    or 05 (their manager), or 12 (the library's manager with their radix tree as its
+    ``"radix"`` prefix cache)."""
+    return manager_of(number, load(number, path, solution))
+
+
+def graded_label(number: int, path: Path | None, solution: bool) -> str:
+    """What a report says was graded: the folder, or the library modules."""
+    ex = exercise(number)
+    if solution:
+        return "solution: " + ", ".join(ex.solution.values())
+    return str(folder_of(number, path))
