@@ -42,6 +42,7 @@ from cuda_kernels.block_reduce import REDUCTION, block_reductions
 from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments, output_like
 from cuda_kernels.fp8 import element, element_overload
 from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
+from minipaged.attention_call import attention_entry_point
 
 overload(element, target="cuda")(element_overload)  # float32 or FP8 bytes, chosen at compile
 
@@ -167,6 +168,7 @@ def decode_kernel(head_dim: int, num_threads: int = NUM_THREADS, reduction: str 
     return paged_attention_v1
 
 
+@attention_entry_point
 def paged_attention_decode(
     query: torch.Tensor,
     key_pool: torch.Tensor,

@@ -29,6 +29,7 @@ from cuda_kernels.block_reduce import REDUCTION
 from cuda_kernels.decode_arguments import check_decode_inputs, decode_arguments, output_like
 from cuda_kernels.launch import NUM_THREADS, check_device, kernel_array, launch_stream
 from cuda_kernels.paged_attention import NEG_INF, ZERO, check_num_threads, online_softmax
+from minipaged.attention_call import attention_entry_point
 from minipaged.contract import check_partition_size
 
 
@@ -120,6 +121,7 @@ def reduce_kernel(out, max_logits, exp_sums, tmp_out):
         out[seq, head, d] = total / l
 
 
+@attention_entry_point
 def paged_attention_decode_v2(
     query: torch.Tensor,
     key_pool: torch.Tensor,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from minipaged.python_numbers import python_number
+
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left. The scheduler avoids this by asking ``can_allocate``
@@ -33,7 +35,8 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, pool: str = "device") -> None:
-        if not isinstance(num_blocks, int) or num_blocks <= 0:
+        num_blocks = python_number(num_blocks)  # np.int64(64) is 64
+        if type(num_blocks) is not int or num_blocks <= 0:
             raise ValueError(
                 f"num_blocks must be a positive integer, got {num_blocks!r}: "
                 "a pool needs at least one block"
@@ -54,8 +57,8 @@ class BlockAllocator:
 
     def refcount(self, block: int) -> int:
         """$\\mathcal{R}[p]$: how many block tables hold ``block`` (0 when it is free)."""
-        if not 0 <= block < self.num_blocks:
-            raise self._out_of_range(block)
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            block = self._block_id(block)  # np.int64(3) is block 3; anything else raises
         return self._refcounts[block]
 
     def refcounts(self) -> tuple[int, ...]:
@@ -80,8 +83,8 @@ class BlockAllocator:
     def take(self, block: int) -> int:
         """Allocate this particular free block ($\\mathcal{R}[p]$: 0 to 1): a prefix-cache hit on
         a block whose last holder is gone but whose contents are still valid."""
-        if not 0 <= block < self.num_blocks:
-            raise self._out_of_range(block)
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            block = self._block_id(block)  # np.int64(3) is block 3; anything else raises
         if block not in self._free:
             raise ValueError(
                 f"cannot take {self.pool} block {block}: it is in use "
@@ -94,8 +97,8 @@ class BlockAllocator:
     def incref(self, block: int) -> int:
         """One more table holds ``block``: $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] + 1$.
         Returns the new refcount. A free block cannot be shared: allocate it first."""
-        if not 0 <= block < self.num_blocks:
-            raise self._out_of_range(block)
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            block = self._block_id(block)  # np.int64(3) is block 3; anything else raises
         if self._refcounts[block] == 0:
             raise ValueError(
                 f"cannot share {self.pool} block {block}: it is free (R=0); allocate it first"
@@ -106,8 +109,8 @@ class BlockAllocator:
     def decref(self, block: int) -> int:
         """One table lets go of ``block``: $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] - 1$.
         At 0 the block returns to the back of the free list. Returns the new refcount."""
-        if not 0 <= block < self.num_blocks:
-            raise self._out_of_range(block)
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            block = self._block_id(block)  # np.int64(3) is block 3; anything else raises
         if self._refcounts[block] == 0:
             raise ValueError(f"double free of {self.pool} block {block}: it is already free (R=0)")
         self._refcounts[block] -= 1
@@ -115,10 +118,17 @@ class BlockAllocator:
             self._free[block] = None
         return self._refcounts[block]
 
-    def _out_of_range(self, block: int) -> IndexError:
-        """The error for a bad block id. Each method tests the range itself, inline: the
-        simulator reads refcounts millions of times, and a call per test doubled their cost."""
-        return IndexError(
-            f"{self.pool} block id {block} is out of range: "
-            f"the pool has blocks 0..{self.num_blocks - 1}"
-        )
+    def _block_id(self, block: object) -> int:
+        """``block`` as a block id of this pool (``np.int64(3)`` is 3), or the error that says
+        what it is. Each method tests for a plain int in range itself, inline, and calls this
+        only when it fails: the simulator reads refcounts millions of times, and a call per
+        test doubled their cost."""
+        block = python_number(block)
+        if type(block) is not int:  # True is no block; 1.5 would index nothing
+            raise TypeError(f"a {self.pool} block id must be an integer, got {block!r:.40}")
+        if not 0 <= block < self.num_blocks:
+            raise IndexError(
+                f"{self.pool} block id {block} is out of range: "
+                f"the pool has blocks 0..{self.num_blocks - 1}"
+            )
+        return block

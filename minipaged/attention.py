@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from minipaged.attention_call import attention_entry_point
 from minipaged.contract import check_attention_inputs, check_partition_size
 from minipaged.fp8 import dequantize
 from minipaged.gather import gather_kv, per_kv_head, thread_workspace
@@ -45,6 +46,7 @@ NO_BLOCK = -1
 """Pads block tables past a sequence's last block. Never read: attention masks those positions."""
 
 
+@attention_entry_point
 def paged_attention_decode_loop(
     query: Tensor,
     key_pool: Tensor,
@@ -116,6 +118,7 @@ def paged_attention_decode_loop(
     return output
 
 
+@attention_entry_point
 def paged_attention_decode(
     query: Tensor,
     key_pool: Tensor,
@@ -169,6 +172,7 @@ def combine_partitions(m_k: Tensor, l_k: Tensor, o_k: Tensor) -> Tensor:
     return (weights[..., None] * o_k).sum(dim=-2) / l
 
 
+@attention_entry_point
 def paged_attention_decode_partitions(
     query: Tensor,
     key_pool: Tensor,
@@ -221,6 +225,7 @@ def paged_attention_decode_partitions(
     return by_head(m_k), by_head(l_k), by_head(o_k)
 
 
+@attention_entry_point
 def paged_attention_decode_partitioned(
     query: Tensor,
     key_pool: Tensor,
@@ -243,6 +248,7 @@ def paged_attention_decode_partitioned(
     return combine_partitions(*partitions)
 
 
+@attention_entry_point
 def paged_attention_prefill(
     query: Tensor,
     key_pool: Tensor,
@@ -303,6 +309,7 @@ def grouped_scores(query: Tensor, keys: Tensor, valid: Tensor, group: int, scale
     return scores.masked_fill_(~valid[None, :, None, :], -float("inf"))
 
 
+@attention_entry_point
 def paged_attention_tree(
     query: Tensor,
     key_pool: Tensor,

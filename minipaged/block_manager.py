@@ -25,7 +25,9 @@ from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableSt
 from minipaged.block_table import BlockTable
 from minipaged.config import check_setting
 from minipaged.events import Event, SeqId
+from minipaged.paging_arguments import check_token_ids, prompt_length, sequence_id
 from minipaged.prefix_cache import HashPrefixCache, PrefixCache
+from minipaged.python_numbers import python_number
 from minipaged.radix_cache import RadixCache
 
 # Re-exported: the TUI, traces and exercises import these from here.
@@ -64,18 +66,16 @@ class BlockManager:
         watermark: float = 0.01,
         prefix_caching: str | None = None,
     ) -> None:
-        settings = {
-            "block_size": block_size,
-            "watermark": watermark,
-            "prefix_caching": prefix_caching,
-        }
-        for name, value in settings.items():
-            check_setting(name, value)  # the rules of EngineConfig's fields
+        pools = dict(num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks)
+        settings = dict(block_size=block_size, watermark=watermark, prefix_caching=prefix_caching)
+        # the rules of EngineConfig's fields, the pools' sizes resolved; np.int64(16) is 16
+        num_gpu_blocks, num_cpu_blocks = (check_setting(*p, resolved=True) for p in pools.items())
+        block_size, watermark, prefix_caching = map(check_setting, settings, settings.values())
         self.block_size = block_size
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
         self.host = BlockAllocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
-        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.watermark_blocks = int(watermark * self.device.num_blocks)
         self.prefix_cache: PrefixCache | None = None
         if prefix_caching is not None:
             self.prefix_cache = PREFIX_CACHES[prefix_caching](block_size)
@@ -97,9 +97,8 @@ class BlockManager:
         gives while keeping the watermark, $\\mathcal{P}_{\\max} - W$; ``OK`` when they are
         free now; ``LATER`` otherwise."""
         needed = alone = 0
-        for prompt in prompts:
-            length = prompt if isinstance(prompt, int) else len(prompt)
-            hits = [] if isinstance(prompt, int) else self.prefix_hits(prompt)
+        for length, token_ids in map(prompt_length, prompts):  # np.int64(5) is 5
+            hits = [] if token_ids is None else self.prefix_hits(token_ids)
             alone += self.blocks_needed(length)
             needed += self.blocks_needed(length)
             needed -= sum(1 for block in hits if self.device.refcount(block) > 0)
@@ -134,6 +133,7 @@ class BlockManager:
 
     def table(self, seq: SeqId) -> BlockTable:
         """$\\mathcal{T}_r$ of ``seq``; read it, do not change it."""
+        seq = python_number(seq)  # np.int64(3) and torch.tensor(3) are sequence 3
         if seq not in self.tables:
             raise KeyError(f"unknown sequence {seq!r}: it was never allocated or is already freed")
         return self.tables[seq]
@@ -151,12 +151,14 @@ class BlockManager:
         block holding the last token: at least one token must be computed to get logits, and
         its block must be private to be written. The new full blocks are then registered.
         """
+        seq, num_tokens = sequence_id(seq), python_number(num_tokens)  # np.int64(5) is 5
         if seq in self.tables:
             raise ValueError(f"sequence {seq!r} already has a block table; free it first")
-        if num_tokens <= 0:
-            raise ValueError(f"a sequence needs at least one token, got num_tokens={num_tokens}")
+        if type(num_tokens) is not int or num_tokens <= 0:
+            raise ValueError(f"a sequence needs at least one token, got num_tokens={num_tokens!r}")
         if token_ids is not None and len(token_ids) != num_tokens:
             raise ValueError(f"token_ids has {len(token_ids)} ids for num_tokens={num_tokens}")
+        check_token_ids(token_ids or ())
         needed = self.blocks_needed(num_tokens)
         if needed > self.device.num_blocks:
             raise ValueError(
@@ -201,6 +203,7 @@ class BlockManager:
         With prefix caching, pass the sequence's ``token_ids`` (the new token included): a
         block this token fills is registered in the cache.
         """
+        seq = python_number(seq)
         table = self._device_table(seq)
         self._check_append(seq, table, token_ids)
         t = table.num_tokens
@@ -225,6 +228,7 @@ class BlockManager:
         refcount by one (step 2). No key or value is copied: afterwards $\\mathcal{R}[p]$ counts
         both tables for every $p$ in $\\mathcal{T}_{parent}$. Forking $k - 1$ children gives the
         source text's $\\mathcal{R}[p] \\leftarrow \\mathcal{R}[p] + (k - 1)$."""
+        parent, child = python_number(parent), sequence_id(child)
         source = self._device_table(parent)
         if child in self.tables:
             raise ValueError(f"cannot fork into sequence {child!r}: it already has a block table")
@@ -241,6 +245,7 @@ class BlockManager:
 
         Blocks are released last block first, so that a cached child block always sits ahead
         of its parent on the free list and is evicted first."""
+        seq = python_number(seq)
         table = self.table(seq)
         pool = self._pool(table.pool)
         for block in reversed(table.blocks):
@@ -317,6 +322,7 @@ class BlockManager:
                 f"token_ids has {len(token_ids)} ids; sequence {seq!r} will hold "
                 f"{table.num_tokens + 1} tokens"
             )
+        check_token_ids(token_ids or (), table.num_tokens)  # the new one: the rest were checked
 
     def _record_cow(self, seq: SeqId, t: int, src: int, dst: int) -> None:
         """The events of the copy-on-write that just moved ``seq``'s token ``t`` from ``src``
@@ -357,7 +363,7 @@ class BlockManager:
 
     def _distinct_blocks(self, seqs: Iterable[SeqId], pool: str) -> set[int]:
         blocks: set[int] = set()
-        for seq in [seqs] if isinstance(seqs, int) else seqs:  # one id, or several
+        for seq in [seqs] if isinstance(python_number(seqs), int) else seqs:  # one id, or several
             table = self.table(seq)
             if table.pool != pool:
                 raise ValueError(f"sequence {seq!r} is in {table.pool} memory, not {pool} memory")
@@ -365,7 +371,7 @@ class BlockManager:
         return blocks
 
     def _move(self, seqs: Iterable[SeqId], src_name: str, dst_name: str) -> list[tuple[int, int]]:
-        seqs = [seqs] if isinstance(seqs, int) else list(seqs)
+        seqs = [seqs] if isinstance(python_number(seqs), int) else list(seqs)
         if len(set(seqs)) != len(seqs):
             raise ValueError(f"sequences {seqs} name a sequence twice; name each once")
         needed = len(self._distinct_blocks(seqs, src_name))

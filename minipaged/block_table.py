@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from minipaged import memory
+from minipaged.config import check_setting
+from minipaged.python_numbers import python_number
 
 
 @dataclass(slots=True)
@@ -28,6 +30,16 @@ class BlockTable:
     num_tokens: int = 0
     pool: str = "device"
     cached_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        # B by EngineConfig's rule, so B = 0 fails here, not at the first t // B;
+        # np.int64(16) is 16, as everywhere (minipaged.python_numbers).
+        self.block_size = check_setting("block_size", self.block_size)
+        for name in ("num_tokens", "cached_tokens"):
+            count = python_number(getattr(self, name))
+            if type(count) is not int or count < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {count!r}")
+            setattr(self, name, count)
 
     def logical_block(self, t: int) -> int:
         """$j = \\lfloor t/B \\rfloor$."""

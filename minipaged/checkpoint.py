@@ -270,9 +270,9 @@ def _hf_config(config: LlamaConfig) -> dict[str, Any]:
 def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
     """Each weights file with its tensors: the single file, or every shard of the index."""
     single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX_FILE
-    if single.is_file():
+    if single.exists():  # a folder in its place is refused below, by name
         files = [single]
-    elif index.is_file():
+    elif index.exists():
         weight_map = _read_json(index, "the map from tensor names to shard files").get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index} has no 'weight_map' object naming each tensor's shard")
@@ -285,7 +285,7 @@ def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]
     loaded = []
     for file in files:
         if not file.is_file():
-            raise CheckpointError(f"{file} does not exist, but {WEIGHTS_INDEX_FILE} lists it")
+            raise no_file(file, "weights" if file == single else f"what {WEIGHTS_INDEX_FILE} lists")
         try:
             loaded.append((file, load_file(file)))
         except (SafetensorError, OSError) as error:
@@ -325,9 +325,17 @@ def _existing_directory(path: str | Path) -> Path:
     return directory
 
 
+def no_file(file: Path, holds: str) -> CheckpointError:
+    """The error for ``file`` (to hold ``holds``): absent, or a folder in a file's place."""
+    kind = "a folder" if file.is_dir() else "not a regular file"
+    what = f"is {kind}, not a file" if file.exists() else "does not exist"
+    fix = ": move it away and put the model's file there" if file.exists() else ""
+    return CheckpointError(f"{file} {what}; it should hold {holds}{fix}")
+
+
 def _read_json(file: Path, holds: str) -> dict[str, Any]:
     if not file.is_file():
-        raise CheckpointError(f"{file} does not exist; it should hold {holds}")
+        raise no_file(file, holds)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:

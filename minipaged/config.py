@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from minipaged.memory import KV_DTYPE_BYTES
-from minipaged.python_numbers import take_python_numbers
+from minipaged.python_numbers import python_number, take_python_numbers
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -288,13 +288,17 @@ def check_fp8_model(kv_cache_dtype: str, dtype: str, backend: str) -> None:
         )
 
 
-def check_setting(name: str, value: object, resolved: bool = False) -> None:
-    """Refuse ``value`` for the engine setting ``name`` as ``EngineConfig`` would: the parts
-    built from a config (``BlockManager``, ``Scheduler``, ...) check the arguments they are
-    given with this, so each setting's rule is written once, on its field. ``resolved``: the
-    caller needs the value a None stands for (the engine works it out), so None is refused."""
+def check_setting(name: str, value: object, resolved: bool = False) -> object:
+    """Refuse ``value`` for the engine setting ``name`` as ``EngineConfig`` would, or return
+    it as ``EngineConfig`` keeps it (``np.int64(16)`` as ``16``, ``minipaged.python_numbers``):
+    the parts built from a config (``BlockManager``, ``Scheduler``, the prefix caches) check
+    the arguments they are given with this, so each setting's rule is written once, on its
+    field. ``resolved``: the caller needs the value a None stands for (the engine works it
+    out), so None is refused."""
     rule = settings_of()[name]
+    value = python_number(value)
     _check(name, value, dataclasses.replace(rule, none=None) if resolved else rule)
+    return value
 
 
 def _check(name: str, value: object, rule: Setting) -> None:

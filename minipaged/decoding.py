@@ -25,9 +25,11 @@ from minipaged.scheduler import ScheduledSeq
 from minipaged.sequence import Sequence, SequenceGroup
 
 
-class Decoder:
-    """Picks tokens, makes the fork and free decisions of §5, and says when a sequence is
-    done. Sequence ids come from here, so forks and beams never reuse one."""
+class Sampler:
+    """The engine's sampler, the pipeline's stage after the model (DESIGN.md): greedy,
+    temperature, top-k / top-p, $n$ samples and beam search. Picks tokens (the draws are
+    ``sampling.sample_rows``'), makes the fork and free decisions of §5, and says when a
+    sequence is done. Sequence ids come from here, so forks and beams never reuse one."""
 
     def __init__(self, eos_ids: frozenset[int], max_model_len: int):
         self.block_manager: BlockManager | None = None  # the step's, set by decode
@@ -38,7 +40,7 @@ class Decoder:
     def new_seq_id(self) -> int:
         return next(self._seq_ids)
 
-    def decode(
+    def sample(
         self,
         block_manager: BlockManager,
         scheduled: list[ScheduledSeq],

@@ -20,7 +20,7 @@ from minipaged import fp8
 from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.config import EngineConfig, check_fp8_model
-from minipaged.decoding import Decoder, ranked
+from minipaged.decoding import Sampler, ranked
 from minipaged.events import Event, Finish, Refuse
 from minipaged.kv_cache import KVCache
 from minipaged.memory import ModelShape
@@ -121,12 +121,12 @@ class LLMEngine:
         # EOS: every one config.json lists (transformers' generate stops at any), and the
         # tokenizer's
         eos_ids = {*shape.eos_token_ids, tokenizer.eos_id if tokenizer is not None else None}
-        self.decoder = Decoder(frozenset(eos_ids - {None}), self.max_model_len)
+        self.sampler = Sampler(frozenset(eos_ids - {None}), self.max_model_len)
         self.speculator = None
         if config.speculative is not None:
             drafter = make_drafter(config.speculative, model)
             self.speculator = Speculator(
-                config.speculative, drafter, model, self.kv_cache, self.decoder, self.backend
+                config.speculative, drafter, model, self.kv_cache, self.sampler, self.backend
             )
         self.seed = config.seed
         self.step_count = 0
@@ -143,6 +143,11 @@ class LLMEngine:
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
         if request_id is not None and not isinstance(request_id, str):  # before any event names it
             raise TypeError(f"request_id must be a string, got {request_id!r}")
+        if request_id is not None and not request_id.strip():  # events and traces name it
+            raise ValueError(
+                f"request_id must name the request, got {request_id!r}; pass None for an "
+                "automatic one"
+            )
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -158,7 +163,7 @@ class LLMEngine:
         derived = (self.seed * 1_000_003 + arrival) % 2**64
         seed = params.seed if params.seed is not None else derived
         generator = torch.Generator(self.kv_cache.device).manual_seed(seed)
-        seq = Sequence(self.decoder.new_seq_id(), token_ids, len(token_ids))
+        seq = Sequence(self.sampler.new_seq_id(), token_ids, len(token_ids))
         group = SequenceGroup(request_id, arrival, params, [seq], generator, prompt=text)
         self.requests[request_id] = group
         self.scheduler.add(group)
@@ -244,7 +249,7 @@ class LLMEngine:
            forks its trees' branches on top (``Speculator.draft``);
         3. run the model: the swaps and copies, then one forward pass over the batch;
         4. sample or accept: each row's next token, forking for parallel samples and beams
-           (``Decoder.decode``); the trees' verify pass keeps the longest agreed path;
+           (``Sampler.sample``); the trees' verify pass keeps the longest agreed path;
         5. free: every sequence that finished releases its blocks, and its request ends when
            it was the last;
         6. record: one ``StepOutput`` (``report``).
@@ -265,7 +270,7 @@ class LLMEngine:
             tree_moment = self.report(tuple(bm.pop_events()), snapshot=True)
         logits = self.runner.execute(plan)  # 3
         new_tokens: dict[int, int] = {}
-        sampled = self.decoder.decode(bm, plan.scheduled, logits, new_tokens)  # 4
+        sampled = self.sampler.sample(bm, plan.scheduled, logits, new_tokens)  # 4
         if drafted:
             sampled += self.speculator.verify(bm, drafted, new_tokens)
         finished = [self._output(group, error=reason) for group, reason in plan.aborted]
@@ -330,7 +335,7 @@ class LLMEngine:
         outputs = []
         for group in groups:
             for seq in list(group.seqs):
-                reason = self.decoder.finish_reason(group, seq)
+                reason = self.sampler.finish_reason(group, seq)
                 if reason is not None:
                     self._finish(group, seq, reason)
             if group.is_finished:

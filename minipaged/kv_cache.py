@@ -21,8 +21,10 @@ import torch
 from torch import Tensor
 
 from minipaged import fp8
+from minipaged.attention_call import check_kv_scales
 from minipaged.contract import check_block_pairs, check_write
 from minipaged.memory import binary_size
+from minipaged.python_numbers import python_numbers
 
 
 def write_kv(
@@ -75,14 +77,18 @@ def quantize_kv(
     with their per-head scales when the pools are FP8 and the tokens are not, rounded to the
     pools' dtype when it is another float (a float16 cache under a float32 model), else
     unchanged. The one place a write quantizes, for the reference and the kernels alike."""
+    if isinstance(key, Tensor) and key.dim() == 3:  # else check_write refuses it, by name
+        check_kv_scales(key.dtype, pool_dtype, key.shape[1], k_scale, v_scale)
     if key.dtype == pool_dtype:
         return key, value
-    if not fp8.is_fp8(pool_dtype):  # only float32 into a 16-bit pool; check_write refuses others
-        narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
-        return (key.to(pool_dtype), value.to(pool_dtype)) if narrower else (key, value)
+    narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
+    if not (narrower or fp8.is_fp8(pool_dtype)):  # check_write refuses the pair
+        return key, value
     ones = torch.ones(key.shape[1], device=key.device)
     k_scale = ones if k_scale is None else k_scale
     v_scale = ones if v_scale is None else v_scale
+    if narrower:  # k / s_k, read back as s_k * k-hat (fp8.dequantize), as FP8 is
+        return (key / k_scale[:, None]).to(pool_dtype), (value / v_scale[:, None]).to(pool_dtype)
     key = fp8.quantize(key, k_scale[:, None], pool_dtype)  # scale per KV head, [N_KV, 1]
     return key, fp8.quantize(value, v_scale[:, None], pool_dtype)
 
@@ -132,21 +138,26 @@ class KVCache:
         device: torch.device | str = "cpu",
         kernels: CacheKernels | None = None,
     ) -> None:
-        sizes = {
-            "num_layers": num_layers,
-            "num_blocks": num_blocks,
-            "num_kv_heads": num_kv_heads,
-            "block_size": block_size,
-            "head_dim": head_dim,
-        }
+        sizes = python_numbers(  # np.int64(16) is 16
+            num_layers=num_layers,
+            num_blocks=num_blocks,
+            num_kv_heads=num_kv_heads,
+            block_size=block_size,
+            head_dim=head_dim,
+            num_cpu_blocks=num_cpu_blocks,
+        )
         for name, size in sizes.items():
-            if not isinstance(size, int) or size <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {size!r}")
-        if not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
-            raise ValueError(
-                f"num_cpu_blocks must be a non-negative integer, got {num_cpu_blocks!r} "
-                "(0 means no host pool: no swapping)"
+            host = name == "num_cpu_blocks"  # 0 host blocks: no swapping
+            if type(size) is not int or size < (0 if host else 1):
+                what = "a non-negative integer" if host else "a positive integer"
+                why = " (0 means no host pool: no swapping)" if host else ""
+                raise ValueError(f"{name} must be {what}, got {size!r}{why}")
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(
+                f"dtype must be a torch.dtype (torch.float32, torch.float8_e4m3fn, ...), got "
+                f"{dtype!r}"
             )
+        num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.num_kv_heads = num_kv_heads

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from minipaged import fp8
 from minipaged.arguments import free_memory
-from minipaged.checkpoint import load_config, load_model
+from minipaged.checkpoint import load_config, load_model, no_file
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
 from minipaged.engine import LLMEngine, RequestRejected
@@ -77,18 +77,25 @@ class LLM:
     ) -> None:
         if model is not None:
             settings["model"] = model
+        if config is not None and not isinstance(config, EngineConfig):
+            raise TypeError(
+                f"config must be an EngineConfig, got {type(config).__name__} {config!r:.60}: "
+                "build one with EngineConfig(...), or pass the settings by name"
+            )
         config = (config or EngineConfig()).replace(**settings)
         check_device(config.device)
         path = model_directory(config.model)
         check_kv_cache_fits(config, free_memory())  # pools that fit no memory: before any is made
+        # Read before the weights, which can take a minute: a bad tokenizer.json is refused
+        # first. A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs
+        # on token ids, as with skip_tokenizer_init, and a text prompt is refused naming it.
+        tokenizer_file = path / "tokenizer.json"
+        if tokenizer_file.exists() and not tokenizer_file.is_file():
+            raise no_file(tokenizer_file, "the tokenizer")
+        has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
+        self.tokenizer = Tokenizer(path) if has_tokenizer else None
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
-        # A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs on token
-        # ids, as with skip_tokenizer_init, and a text prompt is refused naming the file.
-        has_tokenizer = (path / "tokenizer.json").is_file()
-        self.tokenizer = (
-            Tokenizer(path) if has_tokenizer and not config.skip_tokenizer_init else None
-        )
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype
@@ -121,6 +128,14 @@ class LLM:
         for it) draws a progress bar over finished requests. ``on_step`` sees every
         ``StepOutput``, events and block state included.
         """
+        show_progress = show_progress if use_tqdm is None else use_tqdm
+        flag = show_progress is None or isinstance(show_progress, bool)
+        if not flag or not (on_step is None or callable(on_step)):  # before anything queues
+            raise TypeError(
+                f"show_progress (use_tqdm) must be True, False or None, and on_step a function "
+                f"of a StepOutput or None; got show_progress={show_progress!r:.40}, "
+                f"on_step={on_step!r:.40}"
+            )
         prompts = prompt_list(prompts)
         params_of = params_list(sampling_params, len(prompts))
         engine = self.engine
@@ -145,7 +160,7 @@ class LLM:
                     results[ids[-1]] = RequestOutput(
                         ids[-1], text, token_ids, [], error=str(rejected)
                     )
-            self._run(ids, results, show_progress if use_tqdm is None else use_tqdm, on_step)
+            self._run(ids, results, show_progress, on_step)
         except BaseException:
             for request_id in ids:
                 if request_id in engine.requests:

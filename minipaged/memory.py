@@ -18,15 +18,18 @@ from fractions import Fraction
 from numbers import Real
 from typing import NamedTuple
 
-from minipaged.python_numbers import take_python_numbers
+from minipaged.python_numbers import python_number, take_python_numbers
 
 
-def _check_int(name: str, value: object, minimum: int = 1) -> None:
-    """Raise unless ``value`` is an int >= ``minimum`` (1: positive, 0: non-negative)."""
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` as an int >= ``minimum`` (1: positive, 0: non-negative), or raise;
+    ``np.int64(16)`` is 16 (``minipaged.python_numbers``)."""
+    value = python_number(value)
     # bool is a subclass of int, but True as a block size is a bug, not a 1.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if type(value) is not int or value < minimum:
         rule = "a positive integer" if minimum == 1 else "a non-negative integer"
         raise ValueError(f"{name} must be {rule}, got {value!r}")
+    return value
 
 
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -102,7 +105,7 @@ class ModelShape:
         At $B = 16$, $N_{KV} = 8$, $d_h = 128$, $b = 2$ this is 65,536 bytes (64 KiB, the
         source text's "64 KB"); half of it is the key block and half the value block.
         """
-        _check_int("block_size", block_size)
+        block_size = _check_int("block_size", block_size)
         return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes
 
     def block_bytes(self, block_size: int) -> int:
@@ -117,7 +120,7 @@ class ModelShape:
 
     def num_blocks_for(self, capacity_bytes: int, block_size: int) -> int:
         """$\\mathcal{P}_{\\max}$: how many whole physical blocks fit in ``capacity_bytes``."""
-        _check_int("capacity_bytes", capacity_bytes, minimum=0)
+        capacity_bytes = _check_int("capacity_bytes", capacity_bytes, minimum=0)
         return capacity_bytes // self.block_bytes(block_size)
 
     def kv_pool_strides(self, block_size: int) -> PoolStrides:
@@ -126,7 +129,7 @@ class ModelShape:
         Keys and values live in two such pools, so Stride_block is half of
         ``block_bytes_per_layer``.
         """
-        _check_int("block_size", block_size)
+        block_size = _check_int("block_size", block_size)
         token = self.head_dim * self.dtype_bytes
         head = block_size * token
         return PoolStrides(block=self.num_kv_heads * head, head=head, token=token)
@@ -146,13 +149,13 @@ class ModelShape:
         for one head ($h = 0$) of one layer's key pool: there "BlockSizeBytes" means that
         pool's block stride, not §3's all-layer BlockSizeBytes.
         """
-        _check_int("head", head, minimum=0)
+        head = _check_int("head", head, minimum=0)
         if head >= self.num_kv_heads:
             raise ValueError(
                 f"head must be a KV head index in 0..{self.num_kv_heads - 1}, got {head}; "
                 f"query head q reads KV head q // {self.num_q_heads // self.num_kv_heads}"
             )
-        _check_int("pool_ptr", pool_ptr, minimum=0)
+        pool_ptr = _check_int("pool_ptr", pool_ptr, minimum=0)
         stride = self.kv_pool_strides(block_size)
         p, o = _physical_block(block_table, t, block_size), block_offset(t, block_size)
         return pool_ptr + p * stride.block + o * stride.token + head * stride.head
@@ -179,22 +182,22 @@ def binary_size(num_bytes: int) -> str:
 
 def logical_block(t: int, block_size: int) -> int:
     """$j = \\lfloor t/B \\rfloor$: the logical block that holds token position $t$ (§3)."""
-    _check_int("t", t, minimum=0)
-    _check_int("block_size", block_size)
+    t = _check_int("t", t, minimum=0)
+    block_size = _check_int("block_size", block_size)
     return t // block_size
 
 
 def block_offset(t: int, block_size: int) -> int:
     """$o = t \\bmod B$: token $t$'s offset inside its block, in $[0, B)$ (§3)."""
-    _check_int("t", t, minimum=0)
-    _check_int("block_size", block_size)
+    t = _check_int("t", t, minimum=0)
+    block_size = _check_int("block_size", block_size)
     return t % block_size
 
 
 def num_logical_blocks(num_tokens: int, block_size: int) -> int:
     """$M = \\lceil L/B \\rceil$: blocks a sequence of $L$ = ``num_tokens`` tokens needs (§3)."""
-    _check_int("num_tokens", num_tokens, minimum=0)
-    _check_int("block_size", block_size)
+    num_tokens = _check_int("num_tokens", num_tokens, minimum=0)
+    block_size = _check_int("block_size", block_size)
     return -(-num_tokens // block_size)  # ceiling division in integers: no float rounding
 
 
@@ -207,21 +210,21 @@ def _physical_block(block_table: Sequence[int], t: int, block_size: int) -> int:
             f"B={block_size} hold positions 0..{len(block_table) * block_size - 1}; "
             "allocate a block for it first"
         )
-    _check_int(f"block_table[{j}]", block_table[j], minimum=0)
-    return block_table[j]
+    return _check_int(f"block_table[{j}]", block_table[j], minimum=0)
 
 
 def slot(block_table: Sequence[int], t: int, block_size: int) -> int:
     """$\\mathcal{T}_r[\\lfloor t/B \\rfloor] \\cdot B + (t \\bmod B)$ (§3): token $t$'s row in
     the pool flattened to ``[num_blocks * B, ...]``; ``slot // B`` and ``slot % B`` give back
     the physical block and the offset."""
+    t, block_size = _check_int("t", t, minimum=0), _check_int("block_size", block_size)
     return _physical_block(block_table, t, block_size) * block_size + block_offset(t, block_size)
 
 
 def static_internal_waste(length: int, max_length: int) -> int:
     """$\\mathcal{W}_{int,i} = L_{\\max} - L_i$ tokens reserved but never written (§2)."""
-    _check_int("max_length", max_length)
-    _check_int("length", length, minimum=0)
+    max_length = _check_int("max_length", max_length)
+    length = _check_int("length", length, minimum=0)
     if length > max_length:
         raise ValueError(f"length {length} exceeds max_length {max_length}: raise max_length")
     return max_length - length
@@ -236,7 +239,7 @@ def expected_static_internal_waste(
     length → probability $p(L)$ (summing to 1) or samples, each weighted $1/n$ (the result is
     then an exact ``Fraction``). $N$ = ``num_requests``.
     """
-    _check_int("num_requests", num_requests)
+    num_requests = _check_int("num_requests", num_requests)
     if isinstance(lengths, Mapping):
         dist = dict(lengths)
     elif len(lengths) == 0:
@@ -255,15 +258,15 @@ def expected_static_internal_waste(
 def reservation_waste(t: int, delta: int) -> int:
     """$\\mathcal{W}_{res}(t) = \\lceil t/\\Delta L \\rceil \\cdot \\Delta L - t$ tokens (§2):
     reserved ahead of step $t \\ge 1$ in chunks of $\\Delta L$ = ``delta``; in $[0, \\Delta L)$."""
-    _check_int("t", t)
-    _check_int("delta", delta)
+    t = _check_int("t", t)
+    delta = _check_int("delta", delta)
     return -(-t // delta) * delta - t
 
 
 def external_fragmentation_stalls(free_segments: Sequence[int], request: int) -> bool:
     """True iff $\\max_j c(m_j) < C_{req} \\le \\sum_j c(m_j)$ (§2): enough memory is free in
     total, but no single contiguous segment can hold the request. Any one unit for all sizes."""
-    _check_int("request", request)
+    request = _check_int("request", request)
     for i, capacity in enumerate(free_segments):
         _check_int(f"free_segments[{i}]", capacity)
     largest = max(free_segments, default=0)
@@ -273,12 +276,14 @@ def external_fragmentation_stalls(free_segments: Sequence[int], request: int) ->
 def paged_internal_waste(num_tokens: int, block_size: int) -> int:
     """$\\lceil L/B \\rceil \\cdot B - L$ tokens (§3): the unwritten slots of the last block,
     the only block that can have any. Always in $[0, B-1]$ and equal to $(-L) \\bmod B$."""
+    num_tokens = _check_int("num_tokens", num_tokens, minimum=0)
+    block_size = _check_int("block_size", block_size)
     return num_logical_blocks(num_tokens, block_size) * block_size - num_tokens
 
 
 def paged_waste_bound(block_size: int) -> int:
     """$B - 1$ tokens: the most a sequence can waste under paging (§3)."""
-    _check_int("block_size", block_size)
+    block_size = _check_int("block_size", block_size)
     return block_size - 1
 
 
@@ -291,5 +296,5 @@ def expected_paged_waste(block_size: int) -> Fraction:
 def paged_waste_fraction(num_tokens: int, block_size: int) -> Fraction:
     """$\\mathcal{F}_{waste} = \\frac{(B-1)/2}{L}$ (§3): the expected waste as a share of $L$
     (1.5% at $L = 500$, $B = 16$). The waste of one given $L$ is ``paged_internal_waste``."""
-    _check_int("num_tokens", num_tokens)
+    num_tokens = _check_int("num_tokens", num_tokens)
     return expected_paged_waste(block_size) / num_tokens

@@ -38,6 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from minipaged.config import check_setting
+from minipaged.python_numbers import python_number
+
 
 class PrefixCache(Protocol):
     """What the block manager asks of a prefix cache."""
@@ -53,7 +56,20 @@ class PrefixCache(Protocol):
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
     """The token ids of every full block of a sequence, in order (the partial tail dropped)."""
     count = len(token_ids) // block_size
-    return [tuple(token_ids[j * block_size : (j + 1) * block_size]) for j in range(count)]
+    # np.int64(5) and torch.tensor(5) are token 5, which a tensor's hash (its id) is not
+    blocks = (token_ids[j * block_size : (j + 1) * block_size] for j in range(count))
+    return [tuple(map(python_number, block)) for block in blocks]
+
+
+def check_holders(chunks: list[tuple[int, ...]], blocks: Sequence[int]) -> None:
+    """Refuse an ``insert`` unless ``blocks`` names a distinct block for each full block of
+    its tokens (``chunks``): one block holding two would be cached under both."""
+    held = list(blocks[: len(chunks)])
+    if len(held) < len(chunks) or len(set(held)) < len(held):
+        raise ValueError(
+            f"insert needs a distinct block for each of the {len(chunks)} full blocks of "
+            f"token_ids, got blocks {list(blocks)[:40]}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +91,7 @@ class HashPrefixCache:
     """
 
     def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+        self.block_size = check_setting("block_size", block_size)  # np.int64(16) is 16
         self._by_hash: dict[int, int] = {}
         self._entries: dict[int, CachedBlock] = {}
 
@@ -113,7 +129,9 @@ class HashPrefixCache:
         collision, or at a block already registered for other contents."""
         added: list[int] = []
         parent_hash = None
-        for tokens, block in zip(full_blocks(token_ids, self.block_size), blocks, strict=False):
+        chunks = full_blocks(token_ids, self.block_size)
+        check_holders(chunks, blocks)
+        for tokens, block in zip(chunks, blocks, strict=False):
             block_hash = hash((parent_hash, tokens))
             holder = self._by_hash.get(block_hash)
             if holder is None and block not in self._entries:

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from minipaged.prefix_cache import full_blocks
+from minipaged.config import check_setting
+from minipaged.prefix_cache import check_holders, full_blocks
 
 Chunk = tuple[int, ...]  # the B token ids of one block
 Tree = tuple[tuple[tuple[Chunk, ...], tuple[int, ...], "Tree"], ...]
@@ -48,7 +49,7 @@ class RadixCache:
     its first chunk; no edge is empty except the root's."""
 
     def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+        self.block_size = check_setting("block_size", block_size)  # np.int64(16) is 16
         self.root = RadixNode([], [])
         self._node_of: dict[int, RadixNode] = {}
 
@@ -73,6 +74,7 @@ class RadixCache:
         prefix; return the blocks newly cached. Where the walk leaves an edge partway, the edge
         is split. A block already cached elsewhere is never added twice."""
         chunks = full_blocks(token_ids, self.block_size)
+        check_holders(chunks, blocks)
         node, k, matched = self._walk(chunks)
         rest = chunks[len(matched) :]
         new_blocks = list(blocks[len(matched) : len(chunks)])

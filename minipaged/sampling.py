@@ -15,6 +15,11 @@ from torch import Tensor
 
 from minipaged.python_numbers import python_number, take_python_numbers
 
+MIN_TEMPERATURE = 0.01
+"""The smallest temperature but 0, vLLM's floor (its ``_MAX_TEMP``), which keeps logits / T
+far inside float32's range: ``1e-300`` is 0 in float32, and logits divided by it are
+infinite, every probability NaN."""
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -62,9 +67,13 @@ class SamplingParams:
             f"max_tokens must be an integer >= 1, got {self.max_tokens!r}",
         )
         need(
-            _is_number(self.temperature) and 0 <= self.temperature < math.inf,
-            f"temperature must be finite and >= 0 (0 means greedy), got {self.temperature!r}",
+            _is_number(self.temperature)
+            and (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf),
+            f"temperature must be finite and 0 (greedy) or at least {MIN_TEMPERATURE}: a "
+            "smaller one divides the logits past float32's range, and the softmax is NaN "
+            f"(vLLM raises it to {MIN_TEMPERATURE}); pass 0 for greedy, got {self.temperature!r}",
         )
+        object.__setattr__(self, "temperature", self.temperature + 0.0)  # -0.0 is 0.0
         need(
             _is_number(self.top_p) and 0 < self.top_p <= 1,
             f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}",
@@ -237,7 +246,10 @@ def distributions(logits: Tensor, params: Sequence[SamplingParams]) -> Tensor:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         # Keep a token while the mass before it is below top_p: the first always stays. A row
         # with top_p = 1 keeps everything (rounding could push its mass past 1).
-        cut = torch.tensor([p if p < 1 else float("inf") for p in top_p], device=device)
+        # float32's smallest normal for a smaller top_p, which float32 would round to 0 and so
+        # drop the first token too: either keeps exactly the most likely token
+        tiny = torch.finfo(torch.float32).tiny
+        cut = torch.tensor([max(p, tiny) if p < 1 else math.inf for p in top_p], device=device)
         drop = sorted_probs.cumsum(-1) - sorted_probs >= cut[:, None]
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
     return probs

@@ -60,7 +60,7 @@ class ScheduledSeq:
       sequence's last ``num_query_tokens``, as for every row but a chunk that stops short of
       the prompt's end). ``ModelRunner.prepare`` computes those positions.
     - ``samples``: whether the row's last query is the sequence's last token, so that its
-      logits choose the next token (``Decoder.decode`` samples only such rows). A chunk
+      logits choose the next token (``Sampler.sample`` samples only such rows). A chunk
       before the prompt's last has no next token to choose.
     """
 
@@ -121,14 +121,14 @@ class Scheduler:
             "enable_chunked_prefill": enable_chunked_prefill,
             "long_prefill_token_threshold": long_prefill_token_threshold,
         }
-        for name, value in settings.items():
-            check_setting(name, value, resolved=True)  # the rules of EngineConfig's fields
+        for name, value in settings.items():  # the rules of EngineConfig's fields
+            setattr(self, name, check_setting(name, value, resolved=True))  # np.int64(4) is 4
+        if not all(hasattr(block_manager, verb) for verb in ("can_allocate", "allocate", "free")):
+            raise TypeError(
+                "block_manager must be a BlockManager (or a class with its methods), got "
+                f"{block_manager!r:.60}"
+            )
         self.block_manager = block_manager
-        self.preemption = preemption
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.enable_chunked_prefill = enable_chunked_prefill
-        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: list[SequenceGroup] = []
         self.running: list[SequenceGroup] = []
         self.swapped: list[SequenceGroup] = []

@@ -51,8 +51,9 @@ class Tokenizer:
             path = Path(source)
             file = path / "tokenizer.json" if path.is_dir() else path
             if not file.is_file():
+                what = "is a folder, not a file" if file.is_dir() else "does not exist"
                 raise FileNotFoundError(
-                    f"{file} does not exist: a tokenizer is read from a Hugging Face "
+                    f"{file} {what}: a tokenizer is read from a Hugging Face "
                     "tokenizer.json (pass the file or the model directory that holds it)"
                 )
             try:

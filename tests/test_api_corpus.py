@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -42,6 +43,10 @@ def changed(**changes):
         arguments[name] = change(arguments[name]) if callable(change) else change
     return arguments
 
+
+NUMBER_KINDS = {"numpy": (np.int64, np.float32), "0-d tensor": (torch.tensor, torch.tensor)}
+"""Numbers as they come out of arrays: ``(integer, real)`` makers of each kind, which the one
+rule of ``minipaged.python_numbers`` takes as the Python numbers they equal."""
 
 BAD_ATTENTION = {
     # (the arguments, the exception, words of its message)
@@ -138,8 +143,10 @@ def test_every_decode_path_refuses_bad_arguments_naming_them(path, case):
 @pytest.mark.parametrize("path", [name for name in DECODERS if name != "partitions"])
 def test_every_decode_path_takes_numpy_numbers_as_the_python_numbers_they_equal(path):
     expected = DECODERS["reference"](**good())
-    arguments = changed(scale=np.float32(HEAD_DIM**-0.5), block_size=np.int64(B))
-    torch.testing.assert_close(DECODERS[path](**arguments), expected)
+    for kind in NUMBER_KINDS.values():
+        as_int, as_float = kind
+        arguments = changed(scale=as_float(HEAD_DIM**-0.5), block_size=as_int(B))
+        torch.testing.assert_close(DECODERS[path](**arguments), expected)
 
 
 def test_a_numpy_partition_size_is_taken_as_the_integer_it_equals():
@@ -150,7 +157,8 @@ def test_a_numpy_partition_size_is_taken_as_the_integer_it_equals():
 
         partitioned.append(twins.paged_attention_decode_v2)
     for decode in partitioned:
-        torch.testing.assert_close(decode(**good(), partition_size=np.int64(8)), expected)
+        for as_int, _ in NUMBER_KINDS.values():
+            torch.testing.assert_close(decode(**good(), partition_size=as_int(8)), expected)
 
 
 @pytest.mark.parametrize("path", ["reference", "loop", "twin v1"])
@@ -163,6 +171,144 @@ def test_an_empty_batch_gives_an_empty_result_on_every_path(path):
         seq_lens=torch.empty(0, dtype=torch.int32),
     )
     assert DECODERS[path](**empty).shape == (0, NUM_HEADS, HEAD_DIM)
+
+
+ALL_PATHS = {
+    **DECODERS,
+    "prefill": lambda **a: attention.paged_attention_prefill(
+        **a, query_lens=torch.ones(2, dtype=torch.int32)
+    ),
+}
+"""Every entry point of §4's attention that takes the decode arguments, prefill included."""
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("scale", [3e38, 1e38])
+def test_a_scale_that_overflows_the_logits_is_refused_with_the_largest_that_does_not(path, scale):
+    """``scale`` is a finite float32, but q.k*scale is infinite and the softmax NaN: every
+    entry point refuses it alike, naming the largest scale these inputs take."""
+    with pytest.raises(ValueError, match=r"makes the logits q\.k\*scale overflow") as refused:
+        ALL_PATHS[path](**changed(scale=scale))
+    bound = float(str(refused.value).split("a scale up to ")[1].split(" ")[0])
+    assert "\n" not in str(refused.value) and bound < scale
+    ALL_PATHS[path](**changed(scale=bound * 0.99))  # finite: taken
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_queries_whose_dot_products_overflow_before_the_scale_are_refused(path):
+    arguments = changed(query=lambda q: q * 1e20, key_pool=lambda k: k * 1e20, scale=1e-30)
+    with pytest.raises(ValueError, match=r"products q\.k overflow torch\.float32"):
+        ALL_PATHS[path](**arguments)
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+def test_nan_in_an_attended_key_is_the_callers_data_not_a_refused_overflow(path):
+    """The refusal is for an overflow of finite inputs only: NaN in an attended key is passed
+    through as ``scaled_dot_product_attention`` passes it (the fastmath twins may drop it)."""
+    arguments = good()
+    arguments["key_pool"][0, 0, 0, 0] = math.nan  # sequence 0's token 0, KV head 0
+    ALL_PATHS[path](**arguments)
+
+
+def test_a_nan_no_overflow_explains_is_the_functions_own_and_comes_back_as_nan():
+    """A copy of an entry point with a bug of its own (a student's: the running max started
+    at 0, so all-negative scores give 0 / 0) keeps its NaN: the refusal speaks only when the
+    scale or the inputs' size can overflow, and would otherwise hide the bug."""
+    from minipaged.attention_call import attention_entry_point
+
+    @attention_entry_point
+    def zero_over_zero(
+        query,
+        key_pool,
+        value_pool,
+        block_tables,
+        seq_lens,
+        scale,
+        block_size,
+        *,
+        k_scale=None,
+        v_scale=None,
+    ):
+        return torch.full_like(query, math.nan)
+
+    assert zero_over_zero(**good()).isnan().all()
+
+
+FLOAT_POOL_SCALES = {
+    "k_scale on float32 pools": ({"k_scale": torch.ones(NUM_KV_HEADS)}, ValueError, "k_scale"),
+    "v_scale on float32 pools": ({"v_scale": torch.ones(NUM_KV_HEADS)}, ValueError, "v_scale"),
+}
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", FLOAT_POOL_SCALES)
+def test_fp8_scales_for_pools_that_store_the_keys_themselves_are_refused(path, case):
+    """A float32 pool stores k, not k / k_scale: a scale given for it would be ignored (as
+    vLLM ignores it) by the reference and applied by the kernels; every path refuses it."""
+    scales, error, words = FLOAT_POOL_SCALES[case]
+    with pytest.raises(error, match=f"{words} is given.*{words}=None"):
+        ALL_PATHS[path](**good(), **scales)
+
+
+def fp8_good() -> dict:
+    """``good()`` with FP8 pools and their per-KV-head scales."""
+    from minipaged import fp8
+
+    arguments = good()
+    scale = torch.full((NUM_KV_HEADS,), 0.01)
+    for name in ("key_pool", "value_pool"):
+        arguments[name] = fp8.quantize(arguments[name], scale[:, None, None], torch.float8_e4m3fn)
+    return arguments | {"k_scale": scale, "v_scale": scale.clone()}
+
+
+BAD_FP8_SCALES = {
+    "a list": ([0.01, 0.01], TypeError, "k_scale must be a floating-point torch.Tensor"),
+    "integers": (torch.ones(NUM_KV_HEADS, dtype=torch.int64), TypeError, "floating-point"),
+    "one per layer": (torch.ones(3, NUM_KV_HEADS), ValueError, "k_scale must be \\[num_kv"),
+    "a zero": (torch.tensor([0.01, 0.0]), ValueError, "positive finite"),
+    "a NaN": (torch.tensor([0.01, math.nan]), ValueError, "positive finite"),
+    "negative": (torch.tensor([-0.01, 0.01]), ValueError, "positive finite"),
+}
+
+
+@pytest.mark.parametrize("path", ALL_PATHS)
+@pytest.mark.parametrize("case", BAD_FP8_SCALES)
+def test_fp8_scales_of_the_wrong_kind_or_value_are_refused_naming_them(path, case):
+    scale, error, words = BAD_FP8_SCALES[case]
+    with pytest.raises(error, match=words):
+        ALL_PATHS[path](**fp8_good() | {"k_scale": scale})
+
+
+def test_a_write_with_scales_into_pools_of_its_own_dtype_is_refused_before_writing():
+    from minipaged.kv_cache import write_kv
+
+    pools = torch.zeros(2, NUM_BLOCKS, NUM_KV_HEADS, B, HEAD_DIM)
+    key = torch.ones(1, NUM_KV_HEADS, HEAD_DIM)
+    with pytest.raises(ValueError, match="k_scale is given"):
+        write_kv(*pools, key, key, torch.tensor([0]), k_scale=torch.ones(NUM_KV_HEADS))
+    assert not pools.any()
+
+
+def test_a_16_bit_pool_stores_k_over_its_scale_and_reads_back_k():
+    """Under a float32 model a float16 pool is narrower, as FP8 is: it stores k / k_scale and
+    attention reads k_scale * k-hat, so a scale acts the same on the way in and out."""
+    from minipaged.kv_cache import write_kv
+
+    arguments = good()
+    half = {
+        n: torch.zeros_like(arguments[n], dtype=torch.float16) for n in ("key_pool", "value_pool")
+    }
+    scales = {"k_scale": torch.tensor([2.0, 4.0]), "v_scale": torch.tensor([0.5, 8.0])}
+    tokens = torch.arange(NUM_BLOCKS * B)
+    for name in ("key_pool", "value_pool"):
+        rows = arguments[name].transpose(1, 2).flatten(0, 1)  # [slots, N_KV, d_h]
+        written = half["key_pool"] if name == "key_pool" else half["value_pool"]
+        other = torch.zeros_like(written)
+        pair = (written, other) if name == "key_pool" else (other, written)
+        write_kv(*pair, rows, rows, tokens, **scales)
+    expected = attention.paged_attention_decode(**arguments)
+    got = attention.paged_attention_decode(**arguments | half, **scales)
+    torch.testing.assert_close(got, expected, atol=5e-3, rtol=5e-3)
 
 
 # -- SamplingParams, generated from its fields ----------------------------------------------
@@ -227,16 +373,218 @@ NUMERIC_FIELDS = [
 ]
 
 
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
 @pytest.mark.parametrize("owner, field", NUMERIC_FIELDS)
-def test_every_numeric_setting_takes_a_numpy_number_as_the_python_number_it_equals(owner, field):
-    """Consistently with ``SamplingParams``: a NumPy integer or float (what a student reads
-    out of an array) is taken as the Python number it equals, in every config object."""
+def test_every_numeric_setting_takes_a_numpy_number_as_the_python_number_it_equals(
+    owner, field, kind
+):
+    """Consistently with ``SamplingParams``: a NumPy or 0-d torch integer or float (what a
+    student reads out of an array) is taken as the Python number it equals, in every config
+    object."""
     instance = valid_configs()[owner]
     value = getattr(instance, field)
-    numpy_value = np.int64(value) if type(value) is int else np.float32(value)
-    again = dataclasses.replace(instance, **{field: numpy_value})
+    as_int, as_float = NUMBER_KINDS[kind]
+    foreign = as_int(value) if type(value) is int else as_float(value)
+    again = dataclasses.replace(instance, **{field: foreign})
     assert type(getattr(again, field)) is type(value)
-    assert getattr(again, field) == numpy_value.item()
+    assert getattr(again, field) == foreign.item()
+
+
+def paging_objects() -> dict[str, tuple[type, dict[str, object]]]:
+    """Every paging and cache object that takes numbers, with valid arguments: each class and
+    the keyword arguments of one valid instance."""
+    from minipaged.allocator import BlockAllocator
+    from minipaged.block_manager import BlockManager
+    from minipaged.block_table import BlockTable
+    from minipaged.kv_cache import KVCache
+    from minipaged.prefix_cache import HashPrefixCache
+    from minipaged.radix_cache import RadixCache
+    from minipaged.scheduler import Scheduler
+
+    scheduler = dict(max_num_seqs=4, max_num_batched_tokens=64, long_prefill_token_threshold=0)
+    kv_sizes = dict(num_layers=1, num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8)
+    return {
+        "BlockManager": (BlockManager, dict(num_gpu_blocks=8, num_cpu_blocks=2, block_size=4)),
+        "BlockAllocator": (BlockAllocator, dict(num_blocks=8)),
+        "BlockTable": (BlockTable, dict(block_size=4, num_tokens=3)),
+        "Scheduler": (Scheduler, dict(block_manager=BlockManager(8), **scheduler)),
+        "HashPrefixCache": (HashPrefixCache, dict(block_size=4)),
+        "RadixCache": (RadixCache, dict(block_size=4)),
+        "KVCache": (KVCache, dict(kv_sizes, num_cpu_blocks=2)),
+    }
+
+
+def number_parameters() -> list:
+    """``(object, parameter)`` for every parameter annotated ``int`` or ``float`` of the
+    paging objects' constructors (generated from their signatures)."""
+    import inspect
+
+    cases = []
+    for owner, (cls, arguments) in paging_objects().items():
+        for name, parameter in inspect.signature(cls).parameters.items():
+            if str(parameter.annotation).split(" |")[0] in ("int", "float"):
+                arguments.setdefault(name, parameter.default)
+                cases.append(pytest.param(owner, name, id=f"{owner}.{name}"))
+    return cases
+
+
+def stored(instance: object, name: str) -> object:
+    """What ``instance`` keeps of its constructor's argument ``name``."""
+    kept_elsewhere = {"num_gpu_blocks": ("device", "num_blocks"), "num_cpu_blocks": ("host",)}
+    if type(instance).__name__ == "BlockManager" and name in kept_elsewhere:
+        pool = getattr(instance, kept_elsewhere[name][0])
+        return pool.num_blocks
+    if name == "watermark":
+        return instance.watermark_blocks / instance.device.num_blocks
+    return getattr(instance, name)
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+@pytest.mark.parametrize("owner, name", number_parameters())
+def test_every_paging_object_takes_numpy_and_torch_numbers_as_python_numbers(owner, name, kind):
+    """The one rule (``minipaged.python_numbers``): what ``operator.index`` takes is an int,
+    a real 0-d value a float, in every constructor as in ``SamplingParams``."""
+    cls, arguments = paging_objects()[owner]
+    value = arguments.get(name)
+    if value is None:
+        value = {"watermark": 0.25}.get(name, 2)
+    as_int, as_float = NUMBER_KINDS[kind]
+    foreign = as_int(value) if type(value) is int else as_float(value)
+    instance = cls(**arguments | {name: foreign})
+    kept = stored(instance, name)
+    assert type(kept) is type(value) and kept == pytest.approx(value)
+
+
+@pytest.mark.parametrize("flag", [True, torch.tensor(True), np.bool_(True)], ids=repr)
+@pytest.mark.parametrize("owner, name", number_parameters())
+def test_every_paging_object_refuses_a_bool_for_a_number(owner, name, flag):
+    cls, arguments = paging_objects()[owner]
+    with pytest.raises((TypeError, ValueError), match=name):
+        cls(**arguments | {name: flag})
+
+
+MEMORY_CALLS = {  # §1-3's arithmetic: each function with integer arguments that work
+    "logical_block": (13, 4),
+    "block_offset": (13, 4),
+    "num_logical_blocks": (13, 4),
+    "static_internal_waste": (5, 16),
+    "reservation_waste": (3, 2),
+    "paged_internal_waste": (13, 4),
+    "paged_waste_bound": (4,),
+    "paged_waste_fraction": (13, 4),
+}
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+@pytest.mark.parametrize("name", MEMORY_CALLS)
+def test_the_memory_math_takes_numpy_and_torch_integers_as_the_integers_they_equal(name, kind):
+    from minipaged import memory
+
+    function, arguments = getattr(memory, name), MEMORY_CALLS[name]
+    as_int, _ = NUMBER_KINDS[kind]
+    expected = function(*arguments)
+    got = function(*map(as_int, arguments))
+    assert got == expected and type(got) is type(expected)
+    with pytest.raises(ValueError, match="must be"):
+        function(True, *arguments[1:])
+
+
+@pytest.mark.parametrize("kind", NUMBER_KINDS)
+def test_a_slot_of_numpy_or_torch_numbers_is_the_python_integer_it_equals(kind):
+    from minipaged import memory
+
+    as_int, _ = NUMBER_KINDS[kind]
+    got = memory.slot([as_int(7), as_int(3)], as_int(5), as_int(4))
+    assert got == 3 * 4 + 1 and type(got) is int
+
+
+def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
+    """Sequence ids and token ids read out of arrays find their tables and their cached
+    prefix (a tensor hashes by identity, so ``torch.tensor(0)`` is converted, not kept)."""
+    from minipaged.block_manager import BlockManager
+
+    manager = BlockManager(8, block_size=4, prefix_caching="hash")
+    prompt = [torch.tensor(t) for t in (5, 6, 7, 8, 9)]
+    manager.allocate(np.int64(0), torch.tensor(5), prompt)
+    manager.append_slot(torch.tensor(0), [*prompt, np.int64(3)])
+    manager.fork(np.int32(0), torch.tensor(1))
+    assert sorted(manager.tables) == [0, 1] and all(type(s) is int for s in manager.tables)
+    manager.free(torch.tensor(1))
+    assert manager.prefix_hits([5, 6, 7, 8, 9]) == manager.table(np.int64(0)).blocks[:1]
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-38])
+def test_a_top_p_float32_cannot_hold_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
+    """A top_p below float32's smallest normal is in (0, 1], so taken: it keeps exactly the
+    most likely token, as top_p = 1e-6 does, and never drops that one too (float32 would
+    round the cut to 0, and an empty distribution draws token 0)."""
+    from minipaged.sampling import sample
+
+    logits = torch.randn(64, generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(0)
+    drawn = sample(logits, SamplingParams(top_p=top_p), generator, num_samples=3)
+    assert drawn == [int(logits.argmax())] * 3
+
+
+def manager_with_one_sequence():
+    """A block manager with prefix caching, sequence 0 of 5 tokens, and its pools' state."""
+    from minipaged.block_manager import BlockManager
+
+    manager = BlockManager(8, 2, block_size=4, prefix_caching="radix")
+    manager.allocate(0, 5, [1, 2, 3, 4, 5])
+    return manager
+
+
+BAD_PAGING_CALLS = {
+    # (the call on a manager holding sequence 0, the exception, words of its message)
+    "sequence id True": (lambda m: m.allocate(True, 3), TypeError, "sequence id"),
+    "sequence id None": (lambda m: m.allocate(None, 3), TypeError, "sequence id"),
+    "sequence id 1.5": (lambda m: m.allocate(1.5, 3), TypeError, "sequence id"),
+    "fork into True": (lambda m: m.fork(0, True), TypeError, "sequence id"),
+    "tokens 2.5": (lambda m: m.allocate(1, 2.5), ValueError, "num_tokens=2.5"),
+    "a text token id": (lambda m: m.allocate(1, 2, ["a", 1]), ValueError, "token_ids[0]"),
+    "a negative token id": (lambda m: m.allocate(1, 2, [1, -1]), ValueError, "token_ids[1]"),
+    "a bool token id": (lambda m: m.allocate(1, 2, [True, 1]), ValueError, "token_ids[0]"),
+    "appending a text token": (
+        lambda m: m.append_slot(0, [1, 2, 3, 4, 5, "6"]),
+        ValueError,
+        "token_ids[5]",
+    ),
+    "a prompt of text": (lambda m: m.can_allocate("Emma"), TypeError, "a prompt is its length"),
+    "a prompt 1.5 long": (lambda m: m.can_allocate(1.5), TypeError, "a prompt is its length"),
+    "a prompt None": (lambda m: m.can_allocate(None), TypeError, "a prompt is its length"),
+    "block id 1.5": (lambda m: m.refcount(1.5), TypeError, "block id must be an integer"),
+    "block id True": (lambda m: m.device.incref(True), TypeError, "block id must be an integer"),
+    "block id past the pool": (lambda m: m.device.decref(99), IndexError, "out of range"),
+    "one block for two": (lambda m: m.prefix_cache.insert([1] * 8, [5]), ValueError, "distinct"),
+    "one block twice": (lambda m: m.prefix_cache.insert([1] * 8, [5, 5]), ValueError, "distinct"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PAGING_CALLS)
+def test_a_bad_paging_call_is_refused_naming_the_value_and_changes_nothing(case):
+    call, error, words = BAD_PAGING_CALLS[case]
+    manager = manager_with_one_sequence()
+    before = (manager.snapshot(), manager.prefix_cache.contents())
+    with pytest.raises(error, match=re.escape(words)) as refused:
+        call(manager)
+    assert "\n" not in str(refused.value)
+    assert (manager.snapshot(), manager.prefix_cache.contents()) == before
+
+
+def test_the_paging_calls_take_numpy_and_torch_numbers_as_the_ids_they_equal():
+    manager = manager_with_one_sequence()
+    assert manager.refcount(np.int64(0)) == manager.refcount(torch.tensor(0)) == 1
+    assert manager.can_allocate(np.int64(3), [np.int64(1), torch.tensor(2)]).name == "OK"
+    manager.device.incref(np.int32(0))
+    assert manager.device.decref(torch.tensor(0)) == 1
+
+
+def test_a_scheduler_without_a_block_manager_is_refused_before_it_queues_anything():
+    from minipaged.scheduler import Scheduler
+
+    with pytest.raises(TypeError, match="block_manager must be a BlockManager"):
+        Scheduler(None)
 
 
 def test_a_beam_width_without_beam_search_is_refused_not_ignored():
@@ -299,12 +647,39 @@ def test_requests_refused_while_others_run_leave_their_tokens_unchanged(llm):
     for prompt, params in bad_requests:
         with pytest.raises((ValueError, TypeError)):
             engine.add_request(prompt, params)
+    for request_id in ("", "   ", first, 5, b"x"):  # empty, in use, of the wrong kind
+        with pytest.raises((ValueError, TypeError), match="request"):
+            engine.add_request("Emma", GREEDY, request_id=request_id)
     finished = {}
     while engine.has_unfinished():
         finished |= {out.request_id: out for out in engine.step().finished}
     assert [finished[first].outputs[0].token_ids, finished[second].outputs[0].token_ids] == [
         out.outputs[0].token_ids for out in alone
     ]
+
+
+BAD_GENERATE_OPTIONS = {
+    "show_progress text": {"show_progress": "yes"},
+    "show_progress 1": {"show_progress": 1},
+    "use_tqdm text": {"use_tqdm": "no"},
+    "on_step a number": {"on_step": 5},
+    "on_step a list": {"on_step": []},
+}
+
+
+@pytest.mark.parametrize("case", BAD_GENERATE_OPTIONS)
+def test_a_bad_generate_option_is_refused_before_anything_queues(llm, case):
+    """Not at the first step, after the requests queued (``on_step=5`` was an ``int is not
+    callable`` from inside the run)."""
+    with pytest.raises(TypeError, match=r"show_progress .* on_step") as refused:
+        llm.generate(["Emma", "Anne"], GREEDY, **BAD_GENERATE_OPTIONS[case])
+    assert "\n" not in str(refused.value) and not llm.engine.has_unfinished()
+
+
+@pytest.mark.parametrize("config", [5, {"block_size": 4}, "tiny"], ids=repr)
+def test_a_config_that_is_no_engine_config_is_refused_by_name(config):
+    with pytest.raises(TypeError, match="config must be an EngineConfig"):
+        LLM("tiny", config=config)
 
 
 def test_stop_tokens_past_the_vocabulary_are_refused(llm):
@@ -341,3 +716,39 @@ def test_pools_that_fit_no_memory_are_refused_before_the_model_loads(settings):
     with pytest.raises(ValueError, match="the KV cache would take") as refused:
         LLM("tiny", backend="torch", **settings)
     assert "num_gpu_blocks" in str(refused.value) and "\n" not in str(refused.value)
+
+
+# -- checkpoints: each file of a model directory, damaged each way --------------------------
+
+MODEL_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+DAMAGE = {
+    # how a file is damaged, and words the refusal holds beside the file's path
+    "a folder in its place": (lambda path: path.mkdir(), "is a folder"),
+    "not UTF-8": (lambda path: path.write_bytes(b"\xff\xfe\xfa{"), ""),
+    "empty": (lambda path: path.write_bytes(b""), ""),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("name", MODEL_FILES)
+def test_a_damaged_model_file_is_refused_naming_it_before_the_weights_load(
+    tmp_path, monkeypatch, name, damage
+):
+    """Each file of a checkpoint, damaged each way, is refused in one line that names it (a
+    folder in a file's place was called missing, or no tokenizer at all); a bad tokenizer is
+    refused before the weights are read, which can take a minute."""
+    import shutil
+
+    from minipaged import checkpoint, llm
+
+    directory = tmp_path / "model"
+    shutil.copytree(checkpoint.model_directory("tiny"), directory)
+    (directory / name).unlink()
+    damage_file, words = DAMAGE[damage]
+    damage_file(directory / name)
+    if name == "tokenizer.json":
+        monkeypatch.setattr(llm, "load_model", lambda *a, **k: pytest.fail("weights read first"))
+    with pytest.raises((ValueError, FileNotFoundError)) as refused:
+        LLM(str(directory), backend="torch", num_gpu_blocks=16)
+    message = str(refused.value)
+    assert name in message and words in message and "\n" not in message

@@ -221,7 +221,7 @@ def test_can_append_counts_the_copy_a_shared_last_block_needs():
     [
         ({"num_gpu_blocks": 4, "block_size": 0}, "block_size"),
         ({"num_gpu_blocks": 4, "block_size": -16}, "block_size"),
-        ({"num_gpu_blocks": 0}, "num_blocks"),
+        ({"num_gpu_blocks": 0}, "num_gpu_blocks"),  # the argument, not the pool's field
         ({"num_gpu_blocks": 4, "watermark": 1.5}, "watermark"),
     ],
 )

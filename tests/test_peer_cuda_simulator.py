@@ -77,3 +77,26 @@ def test_the_numba_backend_generates_the_torch_backends_tokens(hf_llama):
         for backend in ("torch", "numba")
     ]
     assert tokens[0] == tokens[1]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_cuda_wrappers_refuse_what_the_reference_refuses(version):
+    """``attention_entry_point``'s checks on the CUDA wrappers as on the reference: a scale
+    that overflows the logits, and an FP8 scale for a float32 pool, refused alike; a 0-d
+    tensor is a block size."""
+    heads, block_size, lens, alias = CASES[0]
+    args = case(5, heads, block_size, lens, alias)
+    decode = cuda_kernels.paged_attention_decode
+    if version == "v2":
+        decode = lambda *a, **k: cuda_kernels.paged_attention_decode_v2(  # noqa: E731
+            *a, **k, partition_size=16
+        )
+    with pytest.raises(ValueError, match=r"makes the logits q\.k\*scale overflow"):
+        decode(*args, 3e38, block_size)
+    with pytest.raises(ValueError, match="k_scale is given"):
+        decode(*args, 0.3, block_size, k_scale=torch.ones(heads[1]))
+    torch.testing.assert_close(
+        decode(*args, torch.tensor(0.3), torch.tensor(block_size)),
+        paged_attention_decode(*args, 0.3, block_size),
+        **TOLERANCE,
+    )

@@ -18,6 +18,7 @@ from minipaged.sampling import SamplingParams, argmax_rows, distributions, sampl
         ({"beam_width": 0}, "beam_width"),
         ({"seed": 1.5}, "seed"),
         ({"temperature": float("inf")}, "temperature must be finite"),
+        ({"temperature": 1e-300}, "at least 0.01"),
         ({"temperature": float("nan")}, "temperature"),
         ({"temperature": "0.7"}, "temperature"),
         ({"length_penalty": float("nan")}, "length_penalty"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -34,9 +35,9 @@ pytestmark = pytest.mark.skipif(
 
 HUGE = 30_000_000
 WRONG = {  # what each kind of JSON value is replaced by
-    int: ("x", -1, -(2**63), 2**63, HUGE, 1.5, True, None, [3]),
-    float: ("x", None, [1.0]),
-    str: (5, None, ["x"], {"a": 1}, "²"),
+    int: ("x", -1, -(2**63), 2**63, HUGE, 1.5, True, None, [3], math.nan, -0.0),
+    float: ("x", None, [1.0], math.nan, math.inf, -math.inf, -0.0),
+    str: (5, None, ["x"], {"a": 1}, "²", ""),
     bool: (1, "true", None),
     list: ("x", None, {}, 7, [[0, HUGE - 1]], [None]),
     dict: ([], None, "x", 7),

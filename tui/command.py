@@ -22,6 +22,7 @@ from minipaged.arguments import (
     output_file,
     requires,
     say,
+    text,
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
@@ -41,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     scenario = tui.add_argument(
         "--scenario",
+        type=text("a scenario"),  # checked against the scenarios before the app starts
         default=None,
         help="tour, several, parallel, beam, swap, recompute, prefix, chunked, chunked-off or "
         "speculative (default: tour, or the exercise's); --prompt makes a custom one",
@@ -265,10 +267,20 @@ def exercise_replay(scenario, args: argparse.Namespace, directory: Path):
     )
 
 
+MAX_SIZE = (1000, 500)
+"""The largest ``--size``, in cells: past any real terminal, and a screen of 100,000 by
+100,000 cells would take the headless run's memory and time without end."""
+
+
 def parse_size(size: str) -> tuple[int, int]:
     width, _, height = size.lower().partition("x")
     if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
-        raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r}")
+        raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r:.60}")
+    if int(width) > MAX_SIZE[0] or int(height) > MAX_SIZE[1]:
+        raise ValueError(
+            f"--size must be at most {MAX_SIZE[0]}x{MAX_SIZE[1]} cells (WIDTHxHEIGHT, a "
+            f"terminal's), got {size!r:.60}; 120x40 is a laptop's terminal"
+        )
     return int(width), int(height)
 
 

@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from minipaged.arguments import integer, requires
+from minipaged.arguments import integer, requires, text
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_PORT = 8765
@@ -42,6 +42,7 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
     serve = server.add_argument("--serve", action="store_true", help="serve the app to browsers")
     host = server.add_argument(
         "--host",
+        type=text("an address"),  # "" would listen on every address, as 0.0.0.0 does
         default="127.0.0.1",
         help="the address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one "
         "of its addresses) lets every machine that reaches it open the app",
@@ -55,6 +56,7 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
     origin = server.add_argument(
         "--allow-origin",
         action="append",
+        type=text("an origin"),
         metavar="ORIGIN",
         help="also accept websockets from pages of ORIGIN (https://course.example.org, or a "
         "host name this machine is reached by); repeat for several",

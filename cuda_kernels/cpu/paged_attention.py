@@ -48,6 +48,7 @@ from cuda_kernels.decode_arguments import (
     output_like,
 )
 from cuda_kernels.fp8 import decoded_row
+from minipaged.attention_call import attention_entry_point
 
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
@@ -138,6 +139,7 @@ def paged_attention_v1(
             out[seq, kv_head * group + g] = acc[g] * (v_scale[kv_head] / l_prev[g])
 
 
+@attention_entry_point
 def paged_attention_decode(
     query: torch.Tensor,
     key_pool: torch.Tensor,

@@ -33,6 +33,7 @@ from cuda_kernels.decode_arguments import (
     decode_arguments,
     output_like,
 )
+from minipaged.attention_call import attention_entry_point
 from minipaged.contract import check_partition_size
 
 
@@ -108,6 +109,7 @@ def reduce_kernel(out, max_logits, exp_sums, tmp_out):
             out[seq, head, d] = total / l
 
 
+@attention_entry_point
 def paged_attention_decode_v2(
     query: torch.Tensor,
     key_pool: torch.Tensor,

@@ -21,7 +21,7 @@ import torch
 
 from minipaged.block_manager import BlockManager
 from minipaged.checkpoint import load_model
-from minipaged.decoding import Decoder
+from minipaged.decoding import Sampler
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama
 from minipaged.models import model_directory
@@ -72,14 +72,14 @@ class Speculator:
         drafter: Drafter,
         model: Llama,
         kv_cache: KVCache,
-        decoder: Decoder,
+        sampler: Sampler,
         backend: str = "torch",
     ) -> None:
         self.config = config
         self.drafter = drafter
         self.model = model
         self.kv_cache = kv_cache
-        self.decoder = decoder
+        self.sampler = sampler
         self.backend = backend
         self.num_verify_passes = 0  # target forward passes that verified trees
         self.num_verified = 0  # trees verified (one per sequence and pass)
@@ -95,7 +95,7 @@ class Speculator:
         if item.is_prefill or params.use_beam_search or params.n > 1:
             return 0
         room = min(
-            params.max_tokens - len(seq.output_ids), self.decoder.max_model_len - len(seq.token_ids)
+            params.max_tokens - len(seq.output_ids), self.sampler.max_model_len - len(seq.token_ids)
         )
         return max(0, min(self.config.num_speculative_tokens, room - 1))
 
@@ -124,7 +124,7 @@ class Speculator:
                 params,
                 item.group.generator,
             )
-            ids = [self.decoder.new_seq_id() for _ in tree.nodes[1:]]
+            ids = [self.sampler.new_seq_id() for _ in tree.nodes[1:]]
             budget -= len(ids)
             guesses = tree.nodes[1:]
             tokens, parents = tuple(n.token for n in guesses), tuple(n.parent for n in guesses)
@@ -184,7 +184,7 @@ class Speculator:
                 seq.token_ids.append(token)
                 seq.cumulative_logprob += float(logprobs[row, token])
                 written.append(token)
-                if self.decoder.finish_reason(group, seq) is not None:
+                if self.sampler.finish_reason(group, seq) is not None:
                     break
             self.num_verified += 1
             self.num_proposed += len(d.tree) - 1

@@ -1,0 +1,163 @@
+"""What every entry point of §4's attention checks of a whole call, around its body: the
+reference (``minipaged.attention``), the CPU twins and the CUDA wrappers (``cuda_kernels``)
+wear the one decorator ``attention_entry_point``, so they take the same numbers, refuse the
+same scales and refuse the same overflow, with the same words.
+
+- Numbers: ``scale``, ``block_size`` and ``partition_size`` by the project's one rule
+  (``minipaged.python_numbers``): ``np.float32(0.125)`` and ``torch.tensor(16)`` are Python
+  numbers before any check reads them.
+- ``k_scale`` and ``v_scale`` ``[num_kv_heads]``: a pool narrower than the query's dtype (FP8,
+  or 16-bit under a float32 query) stores $\\hat{k} = k / s_k$ and is read as
+  $s_k \\hat{k}$; a pool in the query's own dtype stores $k$ itself, so a scale given for it
+  would be silently ignored (vLLM ignores it), and is refused instead.
+- Overflow: a scale the dtype holds can still overflow the computation. With
+  ``scale=3e38`` in float32 the logit $q \\cdot k \\cdot s$ is $\\infty$, and the softmax of an
+  infinite logit is NaN ($\\infty - \\infty$). A NaN result from finite queries, keys and
+  values is such an overflow: refused, naming the largest scale that keeps every logit
+  finite for these inputs, $\\max_{\\text{dtype}} / (2 \\max\\lVert q \\rVert
+  \\max\\lVert k \\rVert)$: by Cauchy-Schwarz every logit and every difference $s - m$ the
+  softmax takes is then finite. A NaN that NaN or inf inputs carry in is the
+  caller's data and comes back as it is, as from ``scaled_dot_product_attention``. The check
+  reads only the result on the way out; the inputs are read only to word a refusal.
+
+This module imports only ``minipaged.python_numbers``, which imports nothing: the kernels use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from minipaged.python_numbers import python_number_arguments
+
+NUMBER_ARGUMENTS = ("scale", "block_size", "partition_size")
+"""The arguments of an attention entry point that are numbers, where it has them."""
+
+NARROWER_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16)
+"""Pools that store $x / s$ under a float32 query (``minipaged.contract``'s narrower pools)."""
+
+
+def attention_entry_point(function: Callable) -> Callable:
+    """Wrap an attention entry point whose first two arguments are ``query`` and
+    ``key_pool`` and whose keyword-only ``k_scale`` and ``v_scale`` are FP8 scales: its
+    numbers taken by the one rule, its scales checked before it runs, and its result checked
+    for overflow after (the module's docstring)."""
+
+    @functools.wraps(function)
+    def checked(query, key_pool, *args, k_scale=None, v_scale=None, **kwargs):
+        if isinstance(query, Tensor) and isinstance(key_pool, Tensor) and key_pool.dim() == 4:
+            check_kv_scales(query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale)
+        kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
+        try:
+            result = function(query, key_pool, *args, **kwargs)
+        except ZeroDivisionError:  # a twin's reduction whose every l_k the overflow made NaN
+            refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
+            raise
+        outputs = result if isinstance(result, tuple) else (result,)
+        if any(holds_nan(output) for output in outputs):
+            refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
+        return result
+
+    signature = inspect.signature(function)
+    numbers = (name for name in NUMBER_ARGUMENTS if name in signature.parameters)
+    return python_number_arguments(*numbers)(checked)
+
+
+def holds_nan(output: Tensor) -> bool:
+    """Whether ``output`` holds a NaN. Its sum is NaN whenever it does (and rarely when it
+    holds both infinities), and one sum costs a fraction of an elementwise test, which then
+    runs only to confirm: every call of every entry point pays this."""
+    return math.isnan(float(output.sum())) and bool(torch.isnan(output).any())
+
+
+def check_kv_scales(
+    compute_dtype: torch.dtype,
+    pool_dtype: torch.dtype,
+    num_kv_heads: int,
+    k_scale: object = None,
+    v_scale: object = None,
+) -> None:
+    """Refuse ``k_scale`` / ``v_scale`` unless each is ``[num_kv_heads]`` positive finite
+    numbers for a pool of ``pool_dtype`` narrower than ``compute_dtype``, the query's or the
+    written keys' (the module's docstring)."""
+    given = {name: s for name, s in (("k_scale", k_scale), ("v_scale", v_scale)) if s is not None}
+    if not given:
+        return
+    if pool_dtype not in NARROWER_POOL_DTYPES or compute_dtype != torch.float32:
+        name = next(iter(given))
+        raise ValueError(
+            f"{name} is given, but the pools hold {pool_dtype} under {compute_dtype}: only a "
+            f"narrower pool (FP8, or 16-bit under float32) stores k / k_scale, and this one "
+            f"stores the keys and values themselves, so the scale would be ignored; pass "
+            f"{name}=None, or quantize the pools to FP8 (minipaged.fp8.quantize)"
+        )
+    for name, scale in given.items():
+        if not isinstance(scale, Tensor) or not scale.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point torch.Tensor [num_kv_heads], got "
+                f"{type(scale).__name__} {scale!r:.60}: build it with torch.tensor([...])"
+            )
+        if tuple(scale.shape) != (num_kv_heads,):
+            raise ValueError(
+                f"{name} must be [num_kv_heads] = [{num_kv_heads}], one scale per KV head, got "
+                f"shape {list(scale.shape)}"
+            )
+        if not bool(((scale > 0) & torch.isfinite(scale)).all()):
+            raise ValueError(
+                f"{name} must hold positive finite numbers (a head's largest |k| over the "
+                f"format's largest value, minipaged.fp8.scale_for), got {scale.tolist()}"
+            )
+
+
+def refuse_overflow(arguments: dict[str, object]) -> None:
+    """Raise the refusal of an overflow, given the call's ``arguments`` by name, when the
+    queries, keys and values it attends to are finite and the scale or their size can
+    overflow the logits; else return, and the NaN goes back as it came (NaN in, NaN out; or a
+    bug of the function's own, which a refusal would hide)."""
+    query, key_pool, value_pool = (arguments[n] for n in ("query", "key_pool", "value_pool"))
+    lens = arguments.get("seq_lens", arguments.get("prefix_lens"))
+    tables, block_size = arguments["block_tables"], arguments["block_size"]
+    keys = attended(key_pool, tables, lens, block_size, arguments.get("k_scale"))
+    values = attended(value_pool, tables, lens, block_size, arguments.get("v_scale"))
+    if not all(bool(torch.isfinite(x).all()) for x in (query, keys, values)):
+        return
+    scale, dtype = arguments["scale"], query.dtype
+    largest = torch.finfo(dtype).max
+    max_q = float(query.double().norm(dim=-1).max())
+    max_k = float(keys.norm(dim=-1).max()) if keys.numel() else 0.0
+    # |s| <= scale |q| |k|, and the softmax takes differences s - m: both must stay finite
+    bound = largest / (2 * max_q * max_k) if max_q * max_k else math.inf
+    usual = f"the usual scale is 1/sqrt(head_dim) = {query.shape[-1] ** -0.5:.4g}"
+    if scale > bound:
+        raise ValueError(
+            f"scale={scale!r} makes the logits q.k*scale overflow {dtype} (largest "
+            f"{largest:.4g}), and the softmax of an infinite logit is NaN: for these queries "
+            f"and keys (|q| up to {max_q:.4g}, |k| up to {max_k:.4g}) a scale up to "
+            f"{bound:.4g} keeps the softmax finite; {usual}"
+        )
+    if 2 * max_q * max_k > largest:  # q.k itself, before the scale
+        raise ValueError(
+            f"attention over finite queries and keys gave NaN: their products q.k overflow "
+            f"{dtype} (largest {largest:.4g}; |q| up to {max_q:.4g}, |k| up to {max_k:.4g}) "
+            f"before scale={scale!r} applies; scale the queries and keys down"
+        )
+    # Nothing here can overflow: the NaN is the function's own (a student's copy of it, say).
+
+
+def attended(
+    pool: Tensor, tables: Tensor, lens: Tensor, block_size: int, scale: Tensor | None
+) -> Tensor:
+    """The float64 rows ``[tokens, head_dim]`` of ``pool`` that the sequences attend to:
+    positions $t < L_b$ of each block table $\\mathcal{T}_b$, times the KV head's ``scale``."""
+    rows = []
+    for table, length in zip(tables.tolist(), lens.tolist(), strict=True):
+        blocks = pool[table[: -(-length // block_size)]].double()  # [n, N_KV, B, d_h]
+        if scale is not None:
+            blocks = blocks * scale.double().view(1, -1, 1, 1)
+        rows.append(blocks.transpose(1, 2).flatten(0, 1)[:length].flatten(0, 1))
+    return torch.cat(rows) if rows else pool.new_empty(0, pool.shape[-1], dtype=torch.float64)
