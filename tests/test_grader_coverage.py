@@ -49,7 +49,8 @@ def graded_function(name: str):
     found = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)
-    return found.fget if isinstance(found, property) else found
+    found = found.fget if isinstance(found, property) else found
+    return inspect.unwrap(found)  # the function itself, past a decorator's checks
 
 
 @pytest.mark.slow
