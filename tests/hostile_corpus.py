@@ -297,21 +297,24 @@ RESOURCES = HandIn(
             "",
         ),
         Attack(
-            "threads-that-babble",
+            "str-that-raises",
             "M_KV(L)",
+            "raise _BadStr()",
+            ("kv_bytes",),
+            "could not be shown",
+        ),
+        # Last of the group, on the exercise's last criterion: a thread still writing after
+        # its answer fails whichever call comes next in the same child (a known gap: the
+        # next call is blamed), so nothing of another attack's comes next.
+        Attack(
+            "threads-that-babble",
+            "one block, one layer",
             "import os, threading, time\ndef babble():\n    while True:\n"
             "        for fd in range(3, 32):\n            try: os.write(fd, b'junk')\n"
             "            except OSError: pass\n        time.sleep(0.01)\n"
             "threading.Thread(target=babble, daemon=True).start()\nreturn 0",
-            ("kv_bytes",),
-            "",
-        ),
-        Attack(
-            "str-that-raises",
-            "one block, one layer",
-            "raise _BadStr()",
             ("block_bytes",),
-            "could not be shown",
+            "",
         ),
     ),
     passes=("slot",),
