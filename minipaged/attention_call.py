@@ -20,7 +20,8 @@ same scales and refuse the same overflow, with the same words.
   caller's data and comes back as it is, as from ``scaled_dot_product_attention``. The check
   reads only the result on the way out; the inputs are read only to word a refusal.
 
-This module imports only ``minipaged.python_numbers``, which imports nothing: the kernels use it.
+This module imports only ``minipaged.contract`` and ``minipaged.python_numbers``, which import no
+other project module: the kernels use it.
 """
 
 from __future__ import annotations
@@ -33,13 +34,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from minipaged.contract import NARROWER_POOL_DTYPES
 from minipaged.python_numbers import python_number_arguments
 
 NUMBER_ARGUMENTS = ("scale", "block_size", "partition_size")
 """The arguments of an attention entry point that are numbers, where it has them."""
-
-NARROWER_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16)
-"""Pools that store $x / s$ under a float32 query (``minipaged.contract``'s narrower pools)."""
 
 
 def attention_entry_point(function: Callable) -> Callable:
