@@ -11,7 +11,11 @@ queue without running. So a criterion ends at
     start + seconds + credit
 
 where the credit is what the worker's main thread (which runs the student's code) and the
-grader's own thread (which runs the checks) waited since the criterion started. Code that
+grader's own thread (which runs the checks) waited since the criterion started. Linux adds a
+wait to that count only when the thread next gets the CPU, so a thread starved for long shows
+none of it meanwhile: one seen runnable at two looks with no CPU time between them has waited
+at least the time between them (less what its other threads ran meanwhile), and that is
+credited until the count catches up. Code that
 sleeps, is stopped or blocks on a read waits for no CPU, so it is stopped at ``seconds`` as on
 a quiet machine; code that computes forever is stopped once it has had ``seconds`` on a core.
 
@@ -39,7 +43,8 @@ STRETCH = 10.0
 """How many times its ``seconds`` of wall-clock time a criterion may take on a busy machine."""
 
 LOOK_SECONDS = 0.1
-"""How often, past its deadline, the clock reads the counts again."""
+"""How often, at most, the clock reads the counts: from the start, so a wait in progress is
+seen by two looks before the deadline it would otherwise pass."""
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 """Clock ticks per second, the unit of ``/proc/<pid>/stat``'s CPU times."""
@@ -78,6 +83,8 @@ def waited(path: str) -> float:
 class Counts(NamedTuple):
     waited: float  # the worker's main thread and the checks' thread, waiting for a CPU
     others: float  # CPU seconds of the worker's other threads and ended children
+    ran: int = -1  # nanoseconds the worker's main thread has run (-1: unknown)
+    runnable: bool = False  # whether the worker's main thread is running or waiting for a CPU
 
 
 class CriterionClock:
@@ -94,6 +101,8 @@ class CriterionClock:
         self.last_moment = self.start + STRETCH * seconds
         self.credit = 0.0
         self.last = self._counts()
+        self.starved_since: tuple[float, float] | None = None  # (look, others) not run since
+        self.next_look = self.start + LOOK_SECONDS
 
     def _counts(self) -> Counts:
         wait = waited(self.checks)
@@ -106,7 +115,12 @@ class CriterionClock:
         whole = _cpu(process, 11)  # every thread's, and the children's it reaped
         if self.supervisor not in (None, self.worker):  # and the orphans the supervisor reaped
             whole += _cpu(_fields(f"/proc/{self.supervisor}/stat"), 13)
-        return Counts(wait + int(main[1]) / 1e9, max(whole - int(main[0]) / 1e9, 0.0))
+        return Counts(
+            wait + int(main[1]) / 1e9,
+            max(whole - int(main[0]) / 1e9, 0.0),
+            ran=int(main[0]),
+            runnable=process[0] == b"R",
+        )
 
     def _alone(self) -> bool:
         """Whether the worker is the only process under the supervisor (unknown: no)."""
@@ -122,20 +136,27 @@ class CriterionClock:
         return not below
 
     def expired(self) -> bool:
-        """Whether the criterion's time is spent. The counts are read only once the deadline
-        as last computed has passed, at most every ``LOOK_SECONDS``."""
+        """Whether the criterion's time is spent. The counts are read at most every
+        ``LOOK_SECONDS``, and whenever the deadline as last computed has passed."""
         now = time.monotonic()
-        if now < self.deadline:
-            return False
         if now >= self.last_moment:
             return True
+        if now < min(self.deadline, self.next_look):
+            return False
         counts = self._counts()
+        starved = 0.0  # a wait in progress, not yet in the counts
         if self.worker is None or self._alone():
             gained = (counts.waited - self.last.waited) - (counts.others - self.last.others)
             self.credit += max(gained, 0.0)
+            not_run = counts.runnable and counts.ran == self.last.ran and counts.ran >= 0
+            if not_run and self.starved_since is not None:
+                since, others = self.starved_since  # its own threads' CPU buys nothing here either
+                starved = max((now - since) - (counts.others - others), 0.0)
+            else:
+                self.starved_since = (now, counts.others) if counts.runnable else None
+        else:
+            self.starved_since = None
         self.last = counts
-        self.deadline = self.start + self.seconds + self.credit
-        if now >= self.deadline:
-            return True
-        self.deadline = min(self.deadline, now + LOOK_SECONDS)
-        return False
+        self.deadline = self.start + self.seconds + self.credit + starved
+        self.next_look = now + LOOK_SECONDS
+        return now >= self.deadline
