@@ -15,9 +15,9 @@ grader's own thread (which runs the checks) waited since the criterion started. 
 wait to that count only when the thread next gets the CPU, so a thread starved for long shows
 none of it meanwhile: one seen runnable at two looks with no CPU time between them has waited
 at least the time between them (less what its other threads ran meanwhile), and that is
-credited until the count catches up. Code that
-sleeps, is stopped or blocks on a read waits for no CPU, so it is stopped at ``seconds`` as on
-a quiet machine; code that computes forever is stopped once it has had ``seconds`` on a core.
+credited until the count catches up. Code that sleeps, is stopped or blocks on a read waits for
+no CPU, so it is stopped at ``seconds`` as on a quiet machine; code that computes forever is
+stopped once it has had ``seconds`` on a core.
 
 The wait may be for the student's own work, not for others':
 
