@@ -126,7 +126,13 @@ CASES = [
 @pytest.mark.parametrize(("words", "action", "value"), CASES)
 def test_a_bad_value_is_a_one_line_usage_error_naming_the_option(capsys, words, action, value):
     argv = [*words, *([name_of(action), value] if action.option_strings else [value])]
-    assert_usage_error(argv, capsys, name_of(action), main=PARSER.parse_args)
+    if not action.option_strings:  # the positionals before it take good values
+        positionals = [a for a in dict(leaves(PARSER))[words]._actions if not a.option_strings]
+        argv[len(words) : len(words)] = [
+            word for each in positionals[: positionals.index(action)] for word in example(each)
+        ]
+    shown = name_of(action) if action.option_strings else action.metavar or action.dest
+    assert_usage_error(argv, capsys, shown, main=PARSER.parse_args)
 
 
 def test_the_corpus_runs_through_the_command_line_as_well(capsys):
@@ -158,6 +164,7 @@ EXAMPLES = {
     "--serve": [],
     "--screenshot": ["shot.svg"],
     "file": ["run.jsonl"],
+    "number": ["1"],  # an exercise
     "--device": ["cpu"],
     "--model": ["tiny"],
     "--speculative-config": ['{"method": "ngram"}'],

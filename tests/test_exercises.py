@@ -320,6 +320,21 @@ def test_cli_check_of_a_folder_without_the_files_says_what_to_do(tmp_path, capsy
     assert "has no block_manager.py" in capsys.readouterr().err
 
 
+def test_cli_check_takes_the_folder_as_init_takes_it(tmp_path, capsys):
+    """`init N DIR` then `check N DIR`: the folder after the number is the one graded, and it
+    cannot be given twice."""
+    folder = tmp_path / "ex01"
+    assert cli.main(["exercises", "init", "1", str(folder)]) == 0
+    report = folder / "report.json"
+    assert cli.main(["exercises", "check", "1", str(folder), "--first-failure"]) == 1
+    assert "not written yet" in capsys.readouterr().out
+    assert json.loads(report.read_text())["exercise"] == 1
+    for other in (["--path", str(folder)], ["--solution"], ["--batch", str(tmp_path)]):
+        assert cli.main(["exercises", "check", "1", str(folder), *other]) == 2
+        assert f"{other[0]} both say what to grade" in capsys.readouterr().err
+    assert cli.main(["exercises", "check", "1", str(tmp_path / "missing")]) == 2
+
+
 def test_cli_check_of_an_unknown_exercise_is_refused(capsys):
     unknown = max(EXERCISES) + 1
     assert cli.main(["exercises", "check", str(unknown)]) == 2

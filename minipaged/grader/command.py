@@ -98,6 +98,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
     )
     check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    check.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        type=named_path("a folder"),
+        help="the folder holding your files, as init made it (the same as --path DIR)",
+    )
     where = check.add_mutually_exclusive_group()
     where.add_argument(
         "--path",
@@ -198,6 +205,14 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     exercise(args.number)  # an unknown exercise is refused before anything else
+    if args.directory is not None:  # `check N DIR`, the way `init N DIR` made it
+        given = [f for f, v in (("--path", args.path), ("--batch", args.batch)) if v is not None]
+        given += ["--solution"] if args.solution else []
+        if given:
+            raise ValueError(
+                f"the folder {args.directory} and {given[0]} both say what to grade: give one"
+            )
+        args.path = args.directory
     problem = platform_problem()
     if problem:
         raise ValueError(problem)
