@@ -262,6 +262,77 @@ CHANNEL = HandIn(
     honest=RIGHT_SLOT,
 )
 
+UNREADABLE = "your code raised an exception the grader cannot read"
+
+PROTOCOL_EXCEPTIONS = HandIn(
+    "exceptions-that-mean-something-else",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "stop-iteration",
+            "return j = floor(t / B)",
+            "raise StopIteration('done')",
+            ("logical_block",),
+            "your code raised StopIteration: done (memory.py, line 19), in the check's call",
+        ),
+        Attack(
+            "stop-iteration-subclass",
+            "return o = t mod B",
+            "class Done(StopIteration): pass\nraise Done('done')",
+            ("block_offset",),
+            "your code raised Done: done",
+        ),
+        Attack(
+            "stop-async-iteration",
+            "return M = ceil(L / B)",
+            "raise StopAsyncIteration('done')",
+            ("num_logical_blocks",),
+            "which ends the loop that called it",
+        ),
+        Attack(
+            "exit-code-that-raises",
+            "keys and values, for every layer and KV head",
+            "class Out(SystemExit):\n    @property\n"
+            "    def code(self): raise RuntimeError('no code')\nraise Out(3)",
+            ("kv_bytes_per_token",),
+            UNREADABLE,
+        ),
+        Attack(
+            "class-that-raises",
+            "M_KV(L)",
+            "class Liar(ValueError):\n    @property\n"
+            "    def __class__(self): raise RuntimeError('no class')\nraise Liar('x')",
+            ("kv_bytes",),
+            "Liar: x",
+        ),
+        Attack(
+            "bases-that-raise",
+            "one block, one layer",
+            "class Meta(type):\n    @property\n"
+            "    def __bases__(cls): raise RuntimeError('no bases')\n"
+            "class Odd(Exception, metaclass=Meta): pass\nraise Odd('x')",
+            ("block_bytes",),
+            UNREADABLE,
+        ),
+        Attack(
+            "equality-that-raises",
+            "one block, all layers",
+            "class Sore(ValueError):\n    def __eq__(self, other): raise RuntimeError('no')\n"
+            "    __hash__ = None\n    def __repr__(self): raise RuntimeError('no')\n"
+            "raise Sore('x')",
+            ("block_bytes",),
+            "",
+        ),
+    ),
+    passes=("slot", "slot_outside_the_table"),
+    honest=RIGHT_SLOT,
+)
+"""Exceptions that mean something to Python besides an error: StopIteration and its kin fail
+the call that raised them with their own reason, never ending a check's loop as if it were
+done; an exception whose class, exit code or equality raise when read fails its call (the
+grading child once died of it, the failure blamed on ``os._exit()``)."""
+
 RESOURCES = HandIn(
     "resources",
     1,
@@ -1076,6 +1147,7 @@ and decoded, compiled or generated while graded; beside it, an honest answer tha
 HAND_INS = (
     VALUES,
     CHANNEL,
+    PROTOCOL_EXCEPTIONS,
     RESOURCES,
     DISK,
     SHADOW,

@@ -192,20 +192,36 @@ class Harness:
 
     def raised(self, error: BaseException) -> dict:
         """What to tell the grader of ``error``: its class, text, arguments and the line of the
-        student's file it came from."""
+        student's file it came from. Never raises: an exception whose class, arguments or
+        exit code raise when read (a property, a metaclass) is told as what it did, for the
+        call that raised it, and the child answers on."""
+        where = _safe(lambda: self.student.where(error)) if self.student is not None else ""
+        try:
+            return self._described(error, where)
+        except BaseException as failure:
+            kind = _safe(lambda failure=failure: type(failure).__name__)
+            text = (
+                "your code raised an exception the grader cannot read (reading its class, "
+                f"arguments or exit code raised {kind}): "
+                "raise a built-in exception, such as ValueError, with a message"
+            )
+            cls = {"N": "builtins:Exception"}
+            return {"cls": cls, "args": [text], "text": text, "where": where, "code": None}
+
+    def _described(self, error: BaseException, where: str) -> dict:
         text = _safe(lambda: str(error))
         try:
             args = self.encoder.encode(list(error.args))
         except BaseException:  # arguments that cannot travel
             args = [text]
-        where = _safe(lambda: self.student.where(error)) if self.student is not None else ""
-        code = error.code if isinstance(error, SystemExit) else None
+        cls = type(error)  # not error.__class__, which the student's class may redefine
+        code = error.code if issubclass(cls, SystemExit) else None
         return {
-            "cls": self.encoder.exception_class(type(error)),
+            "cls": self.encoder.exception_class(cls),
             "args": args,
             "text": text[:4000],
             "where": where,
-            "code": code if code is None or type(code) in (int, str) else str(code),
+            "code": code if code is None or type(code) in (int, str) else _safe(lambda: code),
         }
 
 
