@@ -840,7 +840,7 @@ def _library_class(qualname: str, module: str = "minipaged.block_manager") -> st
     owner, name = qualname.split(".")
     method = getattr(getattr(importlib.import_module(module), owner), name)
     source = f"class _Copied({owner}):\n" + inspect.getsource(method)
-    return ast.unparse(_Rename(extra=False).visit(ast.parse(source)))
+    return ast.unparse(_Rename("disguised").visit(ast.parse(source)))
 
 
 def _right_body(number: int, file: str, qualname: str) -> str:
