@@ -374,9 +374,6 @@ RESOURCES = HandIn(
             ("kv_bytes",),
             "could not be shown",
         ),
-        # Last of the group, on the exercise's last criterion: a thread still writing after
-        # its answer fails whichever call comes next in the same child (a known gap: the
-        # next call is blamed), so nothing of another attack's comes next.
         Attack(
             "threads-that-babble",
             "one block, one layer",
@@ -391,6 +388,81 @@ RESOURCES = HandIn(
     passes=("slot",),
     honest=RIGHT_SLOT,
     appended=LIES,
+)
+
+LEFT = "running after it returned: join every thread and wait for every process"
+
+LEFT_RUNNING = HandIn(
+    "left-running",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-thread-that-babbles-later",
+            "return j = floor(t / B)",
+            "import os, threading, time\ndef babble():\n    time.sleep(2)\n    while True:\n"
+            "        for fd in range(3, 32):\n            try: os.write(fd, b'junk')\n"
+            "            except OSError: pass\n        time.sleep(0.01)\n"
+            "threading.Thread(target=babble, daemon=True).start()\nreturn t // block_size",
+            ("logical_block",),
+            f"your code left 1 thread (Thread-1 (babble), at memory.py, line 21) {LEFT}",
+        ),
+        Attack(
+            "a-fork-that-sleeps",
+            "return o = t mod B",
+            "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+            "return t % block_size",
+            ("block_offset",),
+            "a copy of the grading process, forked by your code) running after it returned",
+        ),
+        Attack(
+            "a-thread-in-native-code",
+            "return M = ceil(L / B)",
+            "import _thread, time\n_thread.start_new_thread(time.sleep, (60,))\n"
+            "return -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code left 1 thread (started with _thread, in native code) running",
+        ),
+        Attack(
+            "a-process-in-a-session-of-its-own",
+            "one block, all layers",
+            "import subprocess\nsubprocess.Popen(['sleep', '68.25'], start_new_session=True)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left 1 process (pid ",
+        ),
+    ),
+    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token", "kv_bytes"),
+    honest=RIGHT_SLOT
+    | {
+        "keys and values, for every layer and KV head": (
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+        ),
+        "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+    },
+)
+"""Code still running after its call returned: each fails the call that left it, naming what
+it left, and the next criterion, in a new grading child, is blamed for nothing (a thread that
+wrote on the channel after its answer once failed the next call, "cannot read")."""
+
+THREAD_AT_IMPORT = HandIn(
+    "a-thread-at-import",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-thread-started-at-import",
+            "return j = floor(t / B)",
+            "return t // block_size",
+            ("logical_block", "block_offset"),
+            "importing your files left 1 thread (Thread-1 (sleep)",
+        ),
+    ),
+    appended="\nimport threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
 )
 
 DISK = HandIn(
@@ -1149,6 +1221,8 @@ HAND_INS = (
     CHANNEL,
     PROTOCOL_EXCEPTIONS,
     RESOURCES,
+    LEFT_RUNNING,
+    THREAD_AT_IMPORT,
     DISK,
     SHADOW,
     SOLUTION,

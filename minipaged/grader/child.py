@@ -23,10 +23,11 @@ requests, one at a time, on a pair of pipes:
 - ``reset``: forget every object but the modules, between criteria.
 
 Each answer is ``{"v": value}`` or ``{"raised": ...}`` (what the student's code raised, with
-the line of their file it came from). Whatever a student's code raises, ``BaseException``s
-included, is an answer, not the child's end. A process forked by student code closes the
-channel at once, so only this process ever answers on it. What the student's code prints goes
-to a file the grader shows, never to the channel.
+the line of their file it came from), or ``{"left": ...}``: the threads the student's code left
+running after the request (``minipaged.grader.left_running``). Whatever a student's code
+raises, ``BaseException``s included, is an answer, not the child's end. A process forked by
+student code closes the channel at once, so only this process ever answers on it. What the
+student's code prints goes to a file the grader shows, never to the channel.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from minipaged.grader import frames, wire
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.left_running import running_threads, threads_left
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -115,10 +117,13 @@ class Harness:
             except EOFError:
                 return
             ident = request.get("id") if isinstance(request, dict) else None
+            before = running_threads()
             try:
                 answer = self.handle(request)
             except BaseException as error:  # every failure is an answer
                 answer = {"raised": self.raised(error)}
+            if left := threads_left(before, self.folder):  # the grader ends this child
+                answer = {"left": left}
             try:
                 self.answer({"id": ident, **answer})
             except BaseException as error:  # e.g. a result that cannot travel

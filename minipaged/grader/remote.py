@@ -36,6 +36,7 @@ from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSp
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
+from minipaged.grader.left_running import LeftRunning, left_running, processes_left
 from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
@@ -126,6 +127,9 @@ class GradingChild:
                 if isinstance(error, TimeLimitExceeded)
                 else f"importing your files was still running when {error}"
             ) + ": is there a loop that never ends at import time (outside any function)?"
+            raise ChildGone(self.broken) from None
+        except LeftRunning as left:
+            self.broken = str(left).replace("your code", "importing your files", 1)
             raise ChildGone(self.broken) from None
         except ChildGone as gone:
             self.broken = f"importing your files ended the grading process: {gone}"
@@ -229,6 +233,7 @@ class GradingChild:
             self.stop()  # if it is not stopped already
             raise
         self._hear(loading=request.get("op") == "load")
+        self._left(answer)
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
         try:
@@ -255,6 +260,17 @@ class GradingChild:
             self.stop()
         if ended or refused:
             raise LibraryDelegation(ended or refused)
+
+    def _left(self, answer: Any) -> None:
+        """After an answer: fail the call, and end the child, if the student's code left a
+        thread (as the child tells) or a process (as ``/proc`` shows) running."""
+        told = answer.get("left") if isinstance(answer, dict) else None
+        left = str(told)[:400] if told else ""
+        if not left and self.worker is not None and self.process is not None:
+            left = processes_left(self.process.pid, self.worker)
+        if left:
+            self.stop()
+            raise left_running("your code", left)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(frames.frame(document))
@@ -332,7 +348,7 @@ class GradingChild:
         self.stop()
         raise ChildGone(
             f"the grading process {what}: does your code write to file descriptors it did not "
-            "open, or start processes that do?"
+            "open, or start threads or processes that do?"
         )
 
     # -- values --------------------------------------------------------------------------
