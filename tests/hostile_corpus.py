@@ -262,6 +262,77 @@ CHANNEL = HandIn(
     honest=RIGHT_SLOT,
 )
 
+UNREADABLE = "your code raised an exception the grader cannot read"
+
+PROTOCOL_EXCEPTIONS = HandIn(
+    "exceptions-that-mean-something-else",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "stop-iteration",
+            "return j = floor(t / B)",
+            "raise StopIteration('done')",
+            ("logical_block",),
+            "your code raised StopIteration: done (memory.py, line 19), in the check's call",
+        ),
+        Attack(
+            "stop-iteration-subclass",
+            "return o = t mod B",
+            "class Done(StopIteration): pass\nraise Done('done')",
+            ("block_offset",),
+            "your code raised Done: done",
+        ),
+        Attack(
+            "stop-async-iteration",
+            "return M = ceil(L / B)",
+            "raise StopAsyncIteration('done')",
+            ("num_logical_blocks",),
+            "which ends the loop that called it",
+        ),
+        Attack(
+            "exit-code-that-raises",
+            "keys and values, for every layer and KV head",
+            "class Out(SystemExit):\n    @property\n"
+            "    def code(self): raise RuntimeError('no code')\nraise Out(3)",
+            ("kv_bytes_per_token",),
+            UNREADABLE,
+        ),
+        Attack(
+            "class-that-raises",
+            "M_KV(L)",
+            "class Liar(ValueError):\n    @property\n"
+            "    def __class__(self): raise RuntimeError('no class')\nraise Liar('x')",
+            ("kv_bytes",),
+            "Liar: x",
+        ),
+        Attack(
+            "bases-that-raise",
+            "one block, one layer",
+            "class Meta(type):\n    @property\n"
+            "    def __bases__(cls): raise RuntimeError('no bases')\n"
+            "class Odd(Exception, metaclass=Meta): pass\nraise Odd('x')",
+            ("block_bytes",),
+            UNREADABLE,
+        ),
+        Attack(
+            "equality-that-raises",
+            "one block, all layers",
+            "class Sore(ValueError):\n    def __eq__(self, other): raise RuntimeError('no')\n"
+            "    __hash__ = None\n    def __repr__(self): raise RuntimeError('no')\n"
+            "raise Sore('x')",
+            ("block_bytes",),
+            "",
+        ),
+    ),
+    passes=("slot", "slot_outside_the_table"),
+    honest=RIGHT_SLOT,
+)
+"""Exceptions that mean something to Python besides an error: StopIteration and its kin fail
+the call that raised them with their own reason, never ending a check's loop as if it were
+done; an exception whose class, exit code or equality raise when read fails its call (the
+grading child once died of it, the failure blamed on ``os._exit()``)."""
+
 RESOURCES = HandIn(
     "resources",
     1,
@@ -303,9 +374,6 @@ RESOURCES = HandIn(
             ("kv_bytes",),
             "could not be shown",
         ),
-        # Last of the group, on the exercise's last criterion: a thread still writing after
-        # its answer fails whichever call comes next in the same child (a known gap: the
-        # next call is blamed), so nothing of another attack's comes next.
         Attack(
             "threads-that-babble",
             "one block, one layer",
@@ -320,6 +388,81 @@ RESOURCES = HandIn(
     passes=("slot",),
     honest=RIGHT_SLOT,
     appended=LIES,
+)
+
+LEFT = "running after it returned: join every thread and wait for every process"
+
+LEFT_RUNNING = HandIn(
+    "left-running",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-thread-that-babbles-later",
+            "return j = floor(t / B)",
+            "import os, threading, time\ndef babble():\n    time.sleep(2)\n    while True:\n"
+            "        for fd in range(3, 32):\n            try: os.write(fd, b'junk')\n"
+            "            except OSError: pass\n        time.sleep(0.01)\n"
+            "threading.Thread(target=babble, daemon=True).start()\nreturn t // block_size",
+            ("logical_block",),
+            f"your code left 1 thread (Thread-1 (babble), at memory.py, line 21) {LEFT}",
+        ),
+        Attack(
+            "a-fork-that-sleeps",
+            "return o = t mod B",
+            "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+            "return t % block_size",
+            ("block_offset",),
+            "a copy of the grading process, forked by your code) running after it returned",
+        ),
+        Attack(
+            "a-thread-in-native-code",
+            "return M = ceil(L / B)",
+            "import _thread, time\n_thread.start_new_thread(time.sleep, (60,))\n"
+            "return -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code left 1 thread (started with _thread, in native code) running",
+        ),
+        Attack(
+            "a-process-in-a-session-of-its-own",
+            "one block, all layers",
+            "import subprocess\nsubprocess.Popen(['sleep', '68.25'], start_new_session=True)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left 1 process (pid ",
+        ),
+    ),
+    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token", "kv_bytes"),
+    honest=RIGHT_SLOT
+    | {
+        "keys and values, for every layer and KV head": (
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+        ),
+        "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+    },
+)
+"""Code still running after its call returned: each fails the call that left it, naming what
+it left, and the next criterion, in a new grading child, is blamed for nothing (a thread that
+wrote on the channel after its answer once failed the next call, "cannot read")."""
+
+THREAD_AT_IMPORT = HandIn(
+    "a-thread-at-import",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-thread-started-at-import",
+            "return j = floor(t / B)",
+            "return t // block_size",
+            ("logical_block", "block_offset"),
+            "importing your files left 1 thread (Thread-1 (sleep)",
+        ),
+    ),
+    appended="\nimport threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
 )
 
 DISK = HandIn(
@@ -769,7 +912,7 @@ def _library_class(qualname: str, module: str = "minipaged.block_manager") -> st
     owner, name = qualname.split(".")
     method = getattr(getattr(importlib.import_module(module), owner), name)
     source = f"class _Copied({owner}):\n" + inspect.getsource(method)
-    return ast.unparse(_Rename(extra=False).visit(ast.parse(source)))
+    return ast.unparse(_Rename("disguised").visit(ast.parse(source)))
 
 
 def _right_body(number: int, file: str, qualname: str) -> str:
@@ -1076,7 +1219,10 @@ and decoded, compiled or generated while graded; beside it, an honest answer tha
 HAND_INS = (
     VALUES,
     CHANNEL,
+    PROTOCOL_EXCEPTIONS,
     RESOURCES,
+    LEFT_RUNNING,
+    THREAD_AT_IMPORT,
     DISK,
     SHADOW,
     SOLUTION,

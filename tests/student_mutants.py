@@ -424,6 +424,20 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         5,
         "block_manager",
+        "room checked with >= for >: a move that exactly fills the pool refused",
+        "if needed > dst.num_free:",
+        "if needed >= dst.num_free:",
+    ),
+    _m(
+        5,
+        "block_manager",
+        "a block shared inside the group incref'd in the source pool, not the destination",
+        "dst.incref(mapping[block])",
+        "src.incref(block)",
+    ),
+    _m(
+        5,
+        "block_manager",
         "source blocks not released",
         "            for block in reversed(old):  # last block first, as free releases them\n"
         "                src.decref(block)\n",
@@ -565,6 +579,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "the loop's output made in float32 whatever the query's dtype",
         "output = torch.zeros_like(query)\n\n    for b in range(batch_size):",
         "output = torch.zeros(query.shape)\n\n    for b in range(batch_size):",
+    ),
+    _m(
+        7,
+        "attention",
+        "the last token not read: the length taken as the last position",
+        "tokens_in_block = min(block_size, seq_len - blk_idx * block_size)",
+        "tokens_in_block = min(block_size, seq_len - blk_idx * block_size - 1)",
     ),
     # -- 12: prefix caching with a radix tree (radix_cache.py) -------------------------------
     _m(

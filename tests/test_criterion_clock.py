@@ -84,7 +84,7 @@ def test_code_that_waits_is_stopped_at_its_seconds():
 def test_starved_code_runs_on_until_it_has_had_its_seconds_on_a_cpu(monkeypatch):
     """Once the competitors end, it is stopped when it has had its seconds on the CPU, however
     long the rest of a loaded machine makes that take (the stretch lifted: not what is tested)."""
-    monkeypatch.setattr(criterion_clock, "STRETCH", 30.0)
+    monkeypatch.setattr(criterion_clock, "STRETCH", 100.0)
     *competitors, starved = (spinner(0) for _ in range(4))  # a quarter of one CPU each
     try:
         clock = CriterionClock(0.3, starved.pid)
@@ -105,7 +105,7 @@ def test_a_wait_not_yet_counted_is_credited_while_it_lasts(monkeypatch):
     between them: it is not stopped while it waits, and is once it has had its seconds on the
     CPU (the stretch lifted, so that a loaded machine's share of that CPU is credited, not
     capped)."""
-    monkeypatch.setattr(criterion_clock, "STRETCH", 30.0)
+    monkeypatch.setattr(criterion_clock, "STRETCH", 100.0)
     *competitors, starved = (spinner(0) for _ in range(4))
     os.sched_setscheduler(starved.pid, os.SCHED_IDLE, os.sched_param(0))
     try:

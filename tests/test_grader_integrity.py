@@ -121,7 +121,8 @@ def _alive(marker: str) -> list[int]:
 
 def test_background_processes_end_with_the_grading_and_hold_nothing(tmp_path):
     """A sleeper that outlives its parent and holds its output, and a forked copy of the child,
-    neither holds the grader past the criterion's limit, and both end with the grading."""
+    neither holds the grader past the criterion's limit, and both end with the grading; the
+    fork fails the call that left it running, and the next criterion is blamed for nothing."""
     sleeper = "import subprocess, sys; subprocess.Popen(['sleep', '91.25'], stdout=sys.stdout, stderr=sys.stderr)"  # noqa: E501
     fork = (
         "import os, time\n    if os.fork() == 0:\n        time.sleep(90)\n    return t % block_size"
@@ -136,7 +137,11 @@ def test_background_processes_end_with_the_grading_and_hold_nothing(tmp_path):
     report = grade(1, folder, limits=Limits(check_seconds=10.0))
     assert time.monotonic() - start < 60
     outcomes = {r.name: r.outcome for r in report.results}
-    assert outcomes["block_offset"] == PASS  # the fork's copy did not answer for it
+    assert (
+        messages(report)["block_offset"].startswith("your code left 1 process (pid ")
+        and "a copy of the grading process, forked by your code) running after it returned"
+        in (messages(report)["block_offset"])
+    )
     assert outcomes["num_logical_blocks"] == PASS
     time.sleep(0.5)
     assert _alive("91.25") == []
@@ -440,10 +445,30 @@ def test_a_question_cut_short_by_the_checks_own_time_limit_leaves_no_stale_answe
     child = grading.GradingChild(1, "process", folder.resolve(), Limits(), Proxy)
     try:
         child.start()
+        logical_block = RemoteStudent(child).memory.logical_block  # asked before the limit
         with pytest.raises(TimeLimitExceeded), time_limit(0.2):
-            RemoteStudent(child).memory.logical_block(3, 2)
+            logical_block(3, 2)
         assert not child.alive
         offset = EXERCISES[1].criteria()[1]
         assert grading._run_in_child(offset, child, Limits()).outcome == PASS
+    finally:
+        child.close()
+
+
+def test_an_honest_answer_leaves_nothing_running_and_keeps_its_child(tmp_path):
+    """What a call left running is looked for after every answer (``left_running``); an
+    honest answer, which leaves nothing, pays no grace and no restart."""
+    from minipaged.grader.proxies import RemoteStudent
+
+    folder = submission(tmp_path / "right", logical_block=RIGHT["logical_block"])
+    child = grading.GradingChild(1, "process", folder.resolve(), Limits(), Proxy)
+    try:
+        child.start()
+        pid = child.process.pid
+        memory = RemoteStudent(child).memory
+        start = time.monotonic()
+        assert [memory.logical_block(t, 16) for t in range(20)] == [t // 16 for t in range(20)]
+        assert time.monotonic() - start < 20 * 0.5  # never the grace's 0.5 s a call
+        assert child.alive and child.process.pid == pid
     finally:
         child.close()

@@ -3,8 +3,8 @@ knows are not: the false-positive margin of ``minipaged.grader.similarity``, mea
 
 A disguise renames every variable and argument, drops docstrings and comments (``ast.unparse``
 keeps none) and writes the functions in reverse order; an edited one also ends every function
-with a statement of its own. (One that adds a new variable at the top of each function shifts
-every name's canonical number and can slip below the threshold: a limit of the method.)
+with a statement of its own, adds statements that do nothing, or reorders statements that
+could run in either order (``EDITS``).
 Honest answers: the exercises' starters, exercise 05's starter with the test
 suite's answers written in (``test_tui_exercise.WRITTEN``, ``test_grader_integrity.OWN_PREEMPT``),
 and the library's other functions, written in the same style for other purposes.
@@ -32,13 +32,48 @@ COMPARED = [n for n, ex in EXERCISES.items() if similarity.library_shapes(ex)]
 """The exercises with a graded function long enough to compare (not 01, 02 and 06)."""
 
 
-class _Rename(ast.NodeTransformer):
-    """Every variable and argument renamed, docstrings dropped, an optional last statement."""
+EDITS = (
+    "disguised",
+    "disguised-and-edited",
+    "disguised-with-dead-statements",
+    "disguised-and-reordered",
+)
+"""How a copy is disguised beyond renaming: not at all, a last statement of its own in every
+function, statements that do nothing in every function (a new variable at the top, a store
+never read, a string and a ``pass`` between the statements), or each pair of neighbouring
+assignments that can run in either order swapped; the last two move every name's number."""
 
-    def __init__(self, extra: bool) -> None:
+
+def _swapped(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` with each pair of neighbouring assignments to a plain name, neither calling
+    anything nor reading the other's name, swapped."""
+
+    def alone(statement: ast.stmt) -> str | None:
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            return None
+        if not isinstance(statement.targets[0], ast.Name):
+            return None
+        calls = any(isinstance(n, ast.Call) for n in ast.walk(statement))
+        return None if calls else statement.targets[0].id
+
+    body, i = list(body), 0
+    while i < len(body) - 1:
+        first, second = alone(body[i]), alone(body[i + 1])
+        names = [{n.id for n in ast.walk(s) if isinstance(n, ast.Name)} for s in body[i : i + 2]]
+        if first and second and first not in names[1] and second not in names[0]:
+            body[i], body[i + 1] = body[i + 1], body[i]
+            i += 1
+        i += 1
+    return body
+
+
+class _Rename(ast.NodeTransformer):
+    """Every variable and argument renamed, docstrings dropped, and the ``edit`` (``EDITS``)."""
+
+    def __init__(self, edit: str) -> None:
         self.names: dict[str, str] = {}
         self.local: set[str] = set()  # the variables the function being renamed assigns
-        self.extra = extra
+        self.edit = edit
 
     def fresh(self, name: str) -> str:
         return self.names.setdefault(name, f"v{len(self.names)}_{name[::-1].strip('_')}")
@@ -65,16 +100,25 @@ class _Rename(ast.NodeTransformer):
         for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
             self.visit_arg(arg)
         node.body = [self.visit(statement) for statement in node.body]
-        if self.extra:
+        if self.edit == "disguised-and-edited":
             node.body.append(ast.Pass())
+        elif self.edit == "disguised-with-dead-statements":
+            top = ast.parse(f"first_{len(self.names)} = 0\nseen = len('{node.name}')").body
+            between = ast.parse("'checked'\npass").body
+            node.body = top + node.body[:1] + between + node.body[1:]
+        elif self.edit == "disguised-and-reordered":
+            for inner in ast.walk(node):
+                for field in ("body", "orelse"):
+                    if isinstance(getattr(inner, field, None), list):
+                        setattr(inner, field, _swapped(getattr(inner, field)))
         self.names, self.local = outer
         return node
 
 
-def disguised(module: str, extra: bool = False) -> str:
-    """Library ``module`` disguised (see the module's docstring)."""
+def disguised(module: str, edit: str = "disguised") -> str:
+    """Library ``module`` disguised (see the module's docstring), with ``edit`` (``EDITS``)."""
     tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
-    tree = _Rename(extra).visit(tree)
+    tree = _Rename(edit).visit(tree)
     for node in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
         node.body = list(reversed(node.body))
     future = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
@@ -82,12 +126,12 @@ def disguised(module: str, extra: bool = False) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
-@pytest.mark.parametrize("extra", [False, True], ids=["disguised", "disguised-and-edited"])
+@pytest.mark.parametrize("edit", EDITS)
 @pytest.mark.parametrize("number", COMPARED)
-def test_a_disguised_copy_is_named_as_the_librarys_solution(number, extra, tmp_path):
+def test_a_disguised_copy_is_named_as_the_librarys_solution(number, edit, tmp_path):
     ex = EXERCISES[number]
     for stem, module in ex.solution.items():
-        (tmp_path / f"{stem}.py").write_text(disguised(module, extra))
+        (tmp_path / f"{stem}.py").write_text(disguised(module, edit))
     why = copies(ex, tmp_path)
     assert "matches the library's solution" in why, why
     assert "is a copy" not in why  # the exact comparison alone would have let it pass
@@ -156,12 +200,12 @@ def test_every_graded_function_in_disguise_scores_well_above_the_most_alike_hone
     is (a disguised ``BlockManager.free`` alone once scored 0.569: its local ``table`` was
     numbered with the attribute ``self.table``)."""
     shapes = similarity.library_shapes(EXERCISES[number])
-    for extra in (False, True):
+    for edit in EDITS:
         best = dict.fromkeys(shapes, 0.0)
         for module in EXERCISES[number].solution.values():
-            for _, name, ratio in similarity.matches(ast.parse(disguised(module, extra)), shapes):
+            for _, name, ratio in similarity.matches(ast.parse(disguised(module, edit)), shapes):
                 best[name] = max(best[name], ratio)
-        assert min(best.values()) >= similarity.HONEST_MAX + MARGIN, (number, extra, best)
+        assert min(best.values()) >= similarity.HONEST_MAX + MARGIN, (number, edit, best)
 
 
 MARGIN = 0.09

@@ -23,10 +23,11 @@ requests, one at a time, on a pair of pipes:
 - ``reset``: forget every object but the modules, between criteria.
 
 Each answer is ``{"v": value}`` or ``{"raised": ...}`` (what the student's code raised, with
-the line of their file it came from). Whatever a student's code raises, ``BaseException``s
-included, is an answer, not the child's end. A process forked by student code closes the
-channel at once, so only this process ever answers on it. What the student's code prints goes
-to a file the grader shows, never to the channel.
+the line of their file it came from), or ``{"left": ...}``: the threads the student's code left
+running after the request (``minipaged.grader.left_running``). Whatever a student's code
+raises, ``BaseException``s included, is an answer, not the child's end. A process forked by
+student code closes the channel at once, so only this process ever answers on it. What the
+student's code prints goes to a file the grader shows, never to the channel.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from minipaged.grader import frames, wire
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.left_running import running_threads, threads_left
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -115,10 +117,13 @@ class Harness:
             except EOFError:
                 return
             ident = request.get("id") if isinstance(request, dict) else None
+            before = running_threads()
             try:
                 answer = self.handle(request)
             except BaseException as error:  # every failure is an answer
                 answer = {"raised": self.raised(error)}
+            if left := threads_left(before, self.folder):  # the grader ends this child
+                answer = {"left": left}
             try:
                 self.answer({"id": ident, **answer})
             except BaseException as error:  # e.g. a result that cannot travel
@@ -192,20 +197,36 @@ class Harness:
 
     def raised(self, error: BaseException) -> dict:
         """What to tell the grader of ``error``: its class, text, arguments and the line of the
-        student's file it came from."""
+        student's file it came from. Never raises: an exception whose class, arguments or
+        exit code raise when read (a property, a metaclass) is told as what it did, for the
+        call that raised it, and the child answers on."""
+        where = _safe(lambda: self.student.where(error)) if self.student is not None else ""
+        try:
+            return self._described(error, where)
+        except BaseException as failure:
+            kind = _safe(lambda failure=failure: type(failure).__name__)
+            text = (
+                "your code raised an exception the grader cannot read (reading its class, "
+                f"arguments or exit code raised {kind}): "
+                "raise a built-in exception, such as ValueError, with a message"
+            )
+            cls = {"N": "builtins:Exception"}
+            return {"cls": cls, "args": [text], "text": text, "where": where, "code": None}
+
+    def _described(self, error: BaseException, where: str) -> dict:
         text = _safe(lambda: str(error))
         try:
             args = self.encoder.encode(list(error.args))
         except BaseException:  # arguments that cannot travel
             args = [text]
-        where = _safe(lambda: self.student.where(error)) if self.student is not None else ""
-        code = error.code if isinstance(error, SystemExit) else None
+        cls = type(error)  # not error.__class__, which the student's class may redefine
+        code = error.code if issubclass(cls, SystemExit) else None
         return {
-            "cls": self.encoder.exception_class(type(error)),
+            "cls": self.encoder.exception_class(cls),
             "args": args,
             "text": text[:4000],
             "where": where,
-            "code": code if code is None or type(code) in (int, str) else str(code),
+            "code": code if code is None or type(code) in (int, str) else _safe(lambda: code),
         }
 
 

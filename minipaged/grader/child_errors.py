@@ -1,7 +1,8 @@
 """What the grader raises when a request to a grading child (``minipaged.grader.remote``)
 does not come back as an answer: the child ended (``ChildGone`` and its kinds), or the
 student's code left the call in a way a check must see as a failure, never as the end of
-the grader (``StudentExit``, ``StudentBaseException``)."""
+the grader (``StudentExit``, ``StudentBaseException``) nor as the end of a loop of the checks
+(``StudentStopIteration``)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ class StudentExit(Exception):
 class StudentBaseException(Exception):
     """The student's code raised a ``BaseException`` that is not an ``Exception``
     (``KeyboardInterrupt``, or one of its own): here, only a failure of the criterion."""
+
+
+class StudentStopIteration(Exception):
+    """The student's code raised ``StopIteration`` or ``StopAsyncIteration`` (or a subclass):
+    raised in the grader as itself, it would end the loop of a check that called the code
+    (``map``, a generator, ``next``) as if the loop were done, its remaining cases unchecked.
+    Here, only a failure of the call that raised it."""
+
+    PROTOCOL = (StopIteration, StopAsyncIteration)
+    """Python's exceptions that a loop takes for its end, not for an error."""

@@ -39,6 +39,8 @@ import threading
 import time
 from typing import NamedTuple
 
+from minipaged.grader.process_tree import beside
+
 STRETCH = 10.0
 """How many times its ``seconds`` of wall-clock time a criterion may take on a busy machine."""
 
@@ -59,12 +61,6 @@ def _fields(path: str) -> list[bytes]:
     except OSError:
         return []
     return text[text.rfind(b")") + 1 :].split()
-
-
-def _pids(path: str) -> list[int]:
-    """The pids in a ``/proc/<pid>/task/<tid>/children`` file (``OSError`` where it is missing)."""
-    with open(path, "rb") as f:
-        return [int(pid) for pid in f.read().split()]
 
 
 def _cpu(fields: list[bytes], first: int) -> float:
@@ -123,17 +119,10 @@ class CriterionClock:
         )
 
     def _alone(self) -> bool:
-        """Whether the worker is the only process under the supervisor (unknown: no)."""
-        try:
-            below = []
-            if self.supervisor not in (None, self.worker):
-                s = self.supervisor
-                below += [p for p in _pids(f"/proc/{s}/task/{s}/children") if p != self.worker]
-            for thread in os.listdir(f"/proc/{self.worker}/task"):
-                below += _pids(f"/proc/{self.worker}/task/{thread}/children")
-        except OSError:
-            return False
-        return not below
+        """Whether the worker is the only process running under the supervisor (unknown:
+        no)."""
+        supervisor = self.worker if self.supervisor is None else self.supervisor
+        return beside(supervisor, self.worker) == []
 
     def expired(self) -> bool:
         """Whether the criterion's time is spent. The counts are read at most every

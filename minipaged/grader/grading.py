@@ -38,6 +38,7 @@ from minipaged.grader.child_errors import (
     DeviceUnusable,
     StudentBaseException,
     StudentExit,
+    StudentStopIteration,
 )
 from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise
@@ -239,6 +240,12 @@ def failure_message(error: BaseException, student: Student, call: str = "") -> s
             f"your code raised {type(error).__name__}: {error}{where}, which is not an "
             "Exception: a program raising it "
             "stops. Raise an Exception (ValueError, say), or return a value"
+        )
+    if isinstance(error, StudentStopIteration):
+        return (
+            f"your code raised {type(error).__name__}: {error}{where}, which ends the loop "
+            "that called it as if it were done, not as an error: return a value, or raise an "
+            "exception that says what went wrong (ValueError, say)"
         )
     if isinstance(error, SystemExit | StudentExit):
         return (

@@ -4,7 +4,8 @@ run here, in the grader, unchanged, against stand-ins for the objects the child 
 child, and every attribute, call or ``repr`` on a proxy is one request
 (``minipaged.grader.child``). Values come back as data (``minipaged.grader.wire``);
 objects stay in the child and come back as proxies; what the student's code raised is raised
-here again, as the same built-in or library exception or as a stand-in class of the same name.
+here again, as the same built-in or library exception or as a stand-in class of the same name
+(``minipaged.grader.student_exceptions``).
 A proxy claims the library class it derives from (``isinstance(bm, BlockManager)``), and
 arrays passed to a call are written back after it, as the student's code left them.
 
@@ -31,19 +32,15 @@ from typing import Any
 
 from minipaged.grader import frames, wire
 from minipaged.grader.child import why_it_ended
-from minipaged.grader.child_errors import (
-    ChildGone,
-    DeviceUnusable,
-    StudentBaseException,
-    StudentExit,
-    WallClockSpent,
-)
+from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
+from minipaged.grader.left_running import LeftRunning, left_running, processes_left
 from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
+from minipaged.grader.student_exceptions import StudentExceptions
 from minipaged.grader.time_limit import TimeLimitExceeded
 
 STARTUP_SECONDS = 300.0
@@ -71,7 +68,7 @@ class GradingChild:
         self.blocked = ""  # why this child's criteria cannot run on this machine at all
         self.wall_deadline: float | None = None
         self._proxies: dict = {}  # handle -> its Proxy, one per object
-        self._classes: dict = {}  # by handle, or ("python", name) for stand-ins
+        self.exceptions = StudentExceptions(self.proxy)  # what the student's code raised
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self.judge = Judge(number)  # of what the student's code compiles at run time
@@ -130,6 +127,9 @@ class GradingChild:
                 if isinstance(error, TimeLimitExceeded)
                 else f"importing your files was still running when {error}"
             ) + ": is there a loop that never ends at import time (outside any function)?"
+            raise ChildGone(self.broken) from None
+        except LeftRunning as left:
+            self.broken = str(left).replace("your code", "importing your files", 1)
             raise ChildGone(self.broken) from None
         except ChildGone as gone:
             self.broken = f"importing your files ended the grading process: {gone}"
@@ -191,7 +191,8 @@ class GradingChild:
                 if fd is not None:
                     os.close(fd)
             self.process = self._pidfd = self.loaded = self.notices = None
-            self._proxies, self._classes = {}, {}
+            self._proxies = {}
+            self.exceptions.forget()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
@@ -232,16 +233,17 @@ class GradingChild:
             self.stop()  # if it is not stopped already
             raise
         self._hear(loading=request.get("op") == "load")
+        self._left(answer)
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
         try:
             if "raised" in answer and len(answer) == 2:
-                raise self._exception(answer["raised"])
+                raise self.exceptions.exception(answer["raised"])
             if "v" not in answer or not set(answer) <= {"id", "v", "a"}:
                 raise frames.ProtocolError("an answer without a value")
             arrays = answer.get("a", [])
-            self.arrays = wire.decode(arrays, self.proxy, self._exception_class)
-            return wire.decode(answer["v"], self.proxy, self._exception_class)
+            self.arrays = wire.decode(arrays, self.proxy, self.exceptions.class_of)
+            return wire.decode(answer["v"], self.proxy, self.exceptions.class_of)
         except frames.ProtocolError as error:
             self._fail(f"sent something the grader cannot read ({error})")
 
@@ -258,6 +260,17 @@ class GradingChild:
             self.stop()
         if ended or refused:
             raise LibraryDelegation(ended or refused)
+
+    def _left(self, answer: Any) -> None:
+        """After an answer: fail the call, and end the child, if the student's code left a
+        thread (as the child tells) or a process (as ``/proc`` shows) running."""
+        told = answer.get("left") if isinstance(answer, dict) else None
+        left = str(told)[:400] if told else ""
+        if not left and self.worker is not None and self.process is not None:
+            left = processes_left(self.process.pid, self.worker)
+        if left:
+            self.stop()
+            raise left_running("your code", left)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(frames.frame(document))
@@ -312,19 +325,11 @@ class GradingChild:
             )
         raise TimeLimitExceeded(self.clock.seconds if self.clock else self.limits.check_seconds)
 
-    def _stand_in(self, cls: type) -> type:
-        """A ``StudentBaseException`` named like ``cls``, a BaseException of Python's."""
-        key = ("python", cls.__qualname__)
-        if key not in self._classes:
-            body = {"__module__": "your code", "__str__": _their_text}
-            self._classes[key] = type(cls.__name__, (StudentBaseException,), body)
-        return self._classes[key]
-
     def reset(self) -> None:
         """Between criteria: the child forgets every object but the modules; so do we."""
         self.ask({"op": "reset"})
         self._proxies = {h: p for h, p in self._proxies.items() if p in self._modules()}
-        self._classes.clear()
+        self.exceptions.forget()
 
     def _modules(self) -> list:
         modules = (self.loaded or {}).get("modules") or {}
@@ -343,7 +348,7 @@ class GradingChild:
         self.stop()
         raise ChildGone(
             f"the grading process {what}: does your code write to file descriptors it did not "
-            "open, or start processes that do?"
+            "open, or start threads or processes that do?"
         )
 
     # -- values --------------------------------------------------------------------------
@@ -351,46 +356,3 @@ class GradingChild:
     def proxy(self, handle: int, classes: list[str]):
         """The stand-in for the child's object ``handle``."""
         return self.stand_in(self, handle, classes)
-
-    def _exception_class(self, document: dict) -> type:
-        if "N" in document:
-            return wire.resolve(document["N"], BaseException) or Exception
-        qualname, handle = document.get("q"), document.get("X")
-        if not isinstance(qualname, str) or type(handle) is not int:
-            raise frames.ProtocolError("an exception class without a name")
-        if handle not in self._classes:
-            name = qualname[:200].rpartition(".")[2] or "Error"
-            bases = document.get("b", [])
-            bases = tuple(self._exception_class(b) for b in wire._list(bases)[:4]) or (Exception,)
-            bases = tuple(b if issubclass(b, Exception) else StudentBaseException for b in bases)
-            body = {"__module__": "your code", "__str__": _their_text}
-            try:
-                self._classes[handle] = type(name, bases, body)
-            except TypeError:  # bases whose layouts conflict
-                self._classes[handle] = type(name, (Exception,), body)
-        return self._classes[handle]
-
-    def _exception(self, raised: Any) -> BaseException:
-        if not isinstance(raised, dict):
-            raise frames.ProtocolError("a malformed exception")
-        cls = self._exception_class(raised.get("cls") or {})
-        args = raised.get("args", [])
-        args = (
-            tuple(wire.decode(args, self.proxy, self._exception_class))
-            if type(args) is list
-            else ()
-        )
-        text, where = str(raised.get("text", ""))[:4000], str(raised.get("where", ""))[:200]
-        if issubclass(cls, SystemExit):
-            error: BaseException = StudentExit(raised.get("code"))
-        else:
-            if not issubclass(cls, Exception) and not issubclass(cls, LibraryDelegation):
-                cls = self._stand_in(cls)  # KeyboardInterrupt must not stop the grader
-            error = cls.__new__(cls)
-            error.args = args
-        error.student_text, error.student_where = text, where
-        return error
-
-
-def _their_text(error) -> str:
-    return getattr(error, "student_text", "")

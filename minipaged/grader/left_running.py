@@ -1,0 +1,147 @@
+"""What a student's code left running after its call returned: a thread, a process.
+
+Code still running between the grader's questions acts on what comes next: it can write on
+the channel while the next call is answered (whose criterion then failed with "sent something
+the grader cannot read", blamed for what it did not do), compute on the next criterion's time,
+or change the objects the next check reads. So after every answer of a grading child the call
+is asked what it left, and one that left a thread or a process fails with a reason naming it
+(``LeftRunning``); the child is ended, and the next criterion starts a new one, blamed for
+nothing. An honest answer leaves nothing, and pays one look at the interpreter's threads and
+a few small reads of ``/proc`` per call: no restart without cause.
+
+- threads, in the child: the Python threads running after the request that were not before
+  it (``sys._current_frames``, which lists ``threading``'s and ``_thread``'s alike);
+- processes, in the grader, which the student's code cannot talk out of it: those under the
+  child's supervisor besides its worker (``process_tree.beside``).
+
+Each is given ``GRACE_SECONDS`` to end first: the CUDA simulator's threads end just after a
+launch that raised, a forked copy of the child ends as it answers. A thread that runs native
+code without a Python thread state (started through ``ctypes``) is not seen here; where it
+lingers, the next call's failure says what it did.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from minipaged.grader.child_errors import ChildGone
+from minipaged.grader.process_tree import beside
+
+GRACE_SECONDS = 0.5
+"""How long what a call started may take to end after the call returned."""
+
+STARTING_SECONDS = 0.05
+"""How long a thread the OS counts may take to show as Python's."""
+
+_LOOK_SECONDS = 0.005
+
+
+class LeftRunning(ChildGone):
+    """The student's code left a thread or a process running after its call returned: the
+    call fails, and its grading child is ended (``minipaged.grader.left_running``)."""
+
+
+class Threads(NamedTuple):
+    tasks: int  # the process's threads as the OS counts them, native ones included
+    python: frozenset[int]  # the idents of the Python threads, whatever code they run
+
+
+def running_threads() -> Threads:
+    """The threads running now. A thread ``_thread`` started shows among the Python threads
+    only once it has begun (it waits for the interpreter's lock); the OS counts it at once."""
+    try:
+        tasks = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: the Python threads alone
+        tasks = 0
+    return Threads(tasks, frozenset(sys._current_exceptions()))
+
+
+def threads_left(before: Threads, folder: Path | None) -> str:
+    """In the child, after a request: the Python threads running now that were not ``before``
+    it, after ``GRACE_SECONDS`` for them to end, each named with where it is in ``folder``'s
+    files; ``""`` for none. A thread the OS counts that is not Python's after
+    ``STARTING_SECONDS`` is a library's (torch's pool, started by the first parallel
+    operation), not the student's to join."""
+    start = time.monotonic()
+    while True:
+        now = running_threads()
+        fresh = sorted(now.python - before.python)
+        waited = time.monotonic() - start
+        if not fresh and (now.tasks <= before.tasks or waited >= STARTING_SECONDS):
+            return ""
+        if waited >= GRACE_SECONDS:
+            break
+        time.sleep(_LOOK_SECONDS)
+    frames, names = sys._current_frames(), {t.ident: t.name for t in threading.enumerate()}
+    named = [
+        f"{names[i]}{_where(frames.get(i), folder)}"
+        if i in names
+        else f"started with _thread{_where(frames.get(i), folder) or ', in native code'}"
+        for i in fresh
+    ]
+    return f"{len(fresh)} thread{'s' * (len(fresh) > 1)} ({'; '.join(named)[:300]})"
+
+
+def processes_left(supervisor: int, worker: int) -> str:
+    """In the grader, after an answer: the processes running under the child besides its
+    worker (after ``GRACE_SECONDS`` for them to end), each with its command; ``""`` for none."""
+    found = _waited(lambda: beside(supervisor, worker) or [])
+    if not found:
+        return ""
+    named = [f"pid {pid}: {_command(pid, worker)}" for pid in found[:3]]
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return f"{len(found)} process{'es' * (len(found) > 1)} ({'; '.join(named)}{more})"
+
+
+def left_running(doer: str, left: str) -> LeftRunning:
+    """The failure of a call after which ``left`` (``threads_left``, ``processes_left``) was
+    still running; ``doer``: "your code", "importing your files"."""
+    return LeftRunning(
+        f"{doer} left {left} running after it returned: join every thread and wait for every "
+        "process your code starts before it returns (the grading process was ended, so the "
+        "next criterion starts a new one)"
+    )
+
+
+def _waited(find: Callable[[], set[int] | list[int]]):
+    found = find()
+    stop = time.monotonic() + GRACE_SECONDS
+    while found and time.monotonic() < stop:
+        time.sleep(_LOOK_SECONDS)
+        found = find()
+    return found
+
+
+def _where(frame, folder: Path | None) -> str:
+    """``", at memory.py, line 12"``: the innermost line of ``folder``'s files the thread is
+    running, else its innermost line anywhere."""
+    innermost = frame
+    while frame is not None:
+        if folder is not None and frame.f_code.co_filename.startswith(f"{folder}{os.sep}"):
+            return f", at {Path(frame.f_code.co_filename).name}, line {frame.f_lineno}"
+        frame = frame.f_back
+    if innermost is None:
+        return ""
+    return f", at {Path(innermost.f_code.co_filename).name}, line {innermost.f_lineno}"
+
+
+def _command(pid: int, worker: int) -> str:
+    """``pid``'s command line, cut short; a forked copy of the worker said as such."""
+    words = _cmdline(pid)
+    if words and words == _cmdline(worker):
+        return "a copy of the grading process, forked by your code"
+    return " ".join(w.decode(errors="replace") for w in words)[:80] or "gone"
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(4000).rstrip(b"\0").split(b"\0")
+    except OSError:
+        return []
