@@ -27,7 +27,10 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 FP8_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 """One-byte pools ($b = 1$, §1), dequantized to float32 as they are read."""
 
-NARROWER_POOL_DTYPES = (*FP8_POOL_DTYPES, torch.float16, torch.bfloat16)
+HALF_POOL_DTYPES = (torch.float16, torch.bfloat16)
+"""Two-byte pools ($b = 2$, §1) a float32 model may keep its cache in, storing k / k_scale."""
+
+NARROWER_POOL_DTYPES = (*FP8_POOL_DTYPES, *HALF_POOL_DTYPES)
 """Pools a float32 query may read, each element widened to float32 as it is read."""
 
 

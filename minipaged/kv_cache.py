@@ -22,7 +22,7 @@ from torch import Tensor
 
 from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
-from minipaged.contract import check_block_pairs, check_write
+from minipaged.contract import HALF_POOL_DTYPES, check_block_pairs, check_write
 from minipaged.memory import binary_size
 from minipaged.python_numbers import python_numbers
 
@@ -81,7 +81,7 @@ def quantize_kv(
         check_kv_scales(key.dtype, pool_dtype, key.shape[1], k_scale, v_scale)
     if key.dtype == pool_dtype:
         return key, value
-    narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
+    narrower = key.dtype == torch.float32 and pool_dtype in HALF_POOL_DTYPES
     if not (narrower or fp8.is_fp8(pool_dtype)):  # check_write refuses the pair
         return key, value
     ones = torch.ones(key.shape[1], device=key.device)
