@@ -52,8 +52,8 @@ def engine_attention() -> Iterator[None]:
     """Within this block (one engine step's forward pass, ``ModelRunner.execute``), attention
     calls return their result unread: no overflow check (the module's docstring). The engine's
     scale is the model's $1/\\sqrt{d_h}$, not a caller's, and its queries and keys come from
-    the model's weights; the check's sum would cost a host sync per layer on a GPU, where the
-    kernels would otherwise queue ahead of the host."""
+    weights ``minipaged.checkpoint_files`` found finite; the check's sum would cost a host sync
+    per layer on a GPU, where the kernels would otherwise queue ahead of the host."""
     token = _overflow_checked.set(False)
     try:
         yield
