@@ -235,6 +235,14 @@ def check_sequences_fit(n: int, beam_width: int | None, max_num_seqs: int) -> No
         )
 
 
+def setting_integer(name: str) -> Callable[[str], int]:
+    """An argparse type for the integer ``EngineConfig`` field ``name``, within its bounds: a
+    command that takes the setting outside the config (``bench --seed``) takes what the
+    engine takes."""
+    rule = settings_of()[name]
+    return integer(int(rule.low or 0), rule.high and int(rule.high))
+
+
 def setting_text(name: str) -> Callable[[str], str]:
     """An argparse type for the text ``EngineConfig`` field ``name`` (``device``, say): refused
     where it is typed, by the field's own rule (``config.check_setting``), so a command that
@@ -301,7 +309,7 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
         elif rule.choices:
             kwargs["choices"], kwargs["metavar"] = rule.choices, None
         elif rule.kind is int:
-            kwargs["type"] = integer(int(rule.low or 0), rule.high and int(rule.high))
+            kwargs["type"] = setting_integer(name)
         elif rule.kind is float:
             kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
         else:

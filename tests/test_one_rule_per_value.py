@@ -6,6 +6,7 @@ changed on one side only shows up here."""
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -167,3 +168,33 @@ def test_more_sequences_than_a_batch_holds_are_refused_before_the_model_loads(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert f"{flag} 33 runs more sequences" in err and "--max-num-seqs 32" in err
+
+
+SEED_WORDS = ["0", "1", "-1", str(2**32), str(2**63), str(2**64 - 1), str(2**64), "1.5", "x"]
+
+
+def seed_flags():
+    """``(subcommand words, parser)`` for every subcommand with a ``--seed``."""
+    return [
+        (words, parser)
+        for words, parser in leaves(build_parser())
+        if any("--seed" in action.option_strings for action in parser._actions)
+    ]
+
+
+@pytest.mark.parametrize("word", SEED_WORDS)
+@pytest.mark.parametrize("words, parser", seed_flags(), ids=lambda v: str(v)[:20])
+def test_every_seed_flag_takes_what_the_engine_takes(words, parser, word, capsys):
+    action = next(a for a in parser._actions if "--seed" in a.option_strings)
+    try:
+        action.type(word)
+        flag = True
+    except argparse.ArgumentTypeError:
+        flag = False
+    engine = accepts(lambda: EngineConfig(seed=int(word)))
+    assert flag == engine, f"minipaged {' '.join(words)} --seed {word}: {flag}, engine {engine}"
+
+
+def test_the_seed_flags_found_include_the_benchmarks_and_the_engines():
+    found = {words for words, _ in seed_flags()}
+    assert {("generate",), ("simulate",), ("bench",), ("tui",), ("trace", "record")} <= found
