@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from minipaged.config import EngineConfig, check_setting, settings_of
+from minipaged.sampling_rules import check_sampling_value
 
 USAGE_ERROR = 2
 """Exit status for bad usage: a flag, value or combination the command does not accept."""
@@ -200,6 +201,48 @@ def output_file(what: str) -> Callable[[str], Path]:
     return parse
 
 
+def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type for the ``SamplingParams`` field ``name``: the typed word read as
+    ``kind``, then refused where it is typed by the field's own rule
+    (``sampling_rules.check_sampling_value``), so the command line and the library accept the
+    same values (``--temperature 0.001`` as ``SamplingParams(temperature=0.001)``: neither)."""
+    expected = "an integer" if kind is int else "a number"
+
+    def parse(word: str) -> int | float:
+        try:
+            value = kind(word)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {word!r}") from None
+        try:
+            check_sampling_value(name, value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    parse.__name__ = "integer" if kind is int else "number"
+    return parse
+
+
+def check_sequences_fit(n: int, beam_width: int | None, max_num_seqs: int) -> None:
+    """Refuse ``--n`` or ``--beam-width`` above ``--max-num-seqs`` before any model loads: a
+    request's sequences all run in one step's batch, so the engine would refuse it anyway
+    (``LLMEngine.add_request``), after the load and in the library's words."""
+    flag, count = ("--beam-width", beam_width) if beam_width is not None else ("--n", n)
+    if count > max_num_seqs:
+        raise ValueError(
+            f"{flag} {count:,} runs more sequences than one step's batch holds (--max-num-seqs "
+            f"{max_num_seqs}); lower {flag} or raise --max-num-seqs"
+        )
+
+
+def setting_integer(name: str) -> Callable[[str], int]:
+    """An argparse type for the integer ``EngineConfig`` field ``name``, within its bounds: a
+    command that takes the setting outside the config (``bench --seed``) takes what the
+    engine takes."""
+    rule = settings_of()[name]
+    return integer(int(rule.low or 0), rule.high and int(rule.high))
+
+
 def setting_text(name: str) -> Callable[[str], str]:
     """An argparse type for the text ``EngineConfig`` field ``name`` (``device``, say): refused
     where it is typed, by the field's own rule (``config.check_setting``), so a command that
@@ -266,7 +309,7 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
         elif rule.choices:
             kwargs["choices"], kwargs["metavar"] = rule.choices, None
         elif rule.kind is int:
-            kwargs["type"] = integer(int(rule.low or 0), rule.high and int(rule.high))
+            kwargs["type"] = setting_integer(name)
         elif rule.kind is float:
             kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
         else:

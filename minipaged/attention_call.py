@@ -18,7 +18,9 @@ same scales and refuse the same overflow, with the same words.
   \\max\\lVert k \\rVert)$: by Cauchy-Schwarz every logit and every difference $s - m$ the
   softmax takes is then finite. A NaN that NaN or inf inputs carry in is the
   caller's data and comes back as it is, as from ``scaled_dot_product_attention``. The check
-  reads only the result on the way out; the inputs are read only to word a refusal.
+  reads only the result on the way out; the inputs are read only to word a refusal. The
+  engine's own calls skip it (``engine_attention``): reading the result back to the host
+  would make a GPU wait for every layer of every step, for a scale the engine chose.
 
 This module imports only ``minipaged.contract`` and ``minipaged.python_numbers``, which import no
 other project module: the kernels use it.
@@ -26,10 +28,12 @@ other project module: the kernels use it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -39,6 +43,22 @@ from minipaged.python_numbers import python_number_arguments
 
 NUMBER_ARGUMENTS = ("scale", "block_size", "partition_size")
 """The arguments of an attention entry point that are numbers, where it has them."""
+
+_overflow_checked = contextvars.ContextVar("overflow_checked", default=True)
+
+
+@contextlib.contextmanager
+def engine_attention() -> Iterator[None]:
+    """Within this block (one engine step's forward pass, ``ModelRunner.execute``), attention
+    calls return their result unread: no overflow check (the module's docstring). The engine's
+    scale is the model's $1/\\sqrt{d_h}$, not a caller's, and its queries and keys come from
+    weights ``minipaged.checkpoint_files`` found finite; the check's sum would cost a host sync
+    per layer on a GPU, where the kernels would otherwise queue ahead of the host."""
+    token = _overflow_checked.set(False)
+    try:
+        yield
+    finally:
+        _overflow_checked.reset(token)
 
 
 def attention_entry_point(function: Callable) -> Callable:
@@ -58,7 +78,7 @@ def attention_entry_point(function: Callable) -> Callable:
             refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
             raise
         outputs = result if isinstance(result, tuple) else (result,)
-        if any(holds_nan(output) for output in outputs):
+        if _overflow_checked.get() and any(holds_nan(output) for output in outputs):
             refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
         return result
 
@@ -71,6 +91,7 @@ def holds_nan(output: Tensor) -> bool:
     """Whether ``output`` holds a NaN. Its sum is NaN whenever it does (and rarely when it
     holds both infinities), and one sum costs a fraction of an elementwise test, which then
     runs only to confirm: every call of every entry point pays this."""
+    output = output.detach()  # a result that needs grad: read its values, not its graph
     return math.isnan(float(output.sum())) and bool(torch.isnan(output).any())
 
 

@@ -20,20 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 from tokenizers import Tokenizer as HFTokenizer
 
 from minipaged import atomic_write
+from minipaged.checkpoint_files import (
+    WEIGHTS_FILE,
+    CheckpointError,
+    check_weight,
+    read_json,
+    read_weights,
+)
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig, packed_projections
-from minipaged.models import EMBEDDED_MODELS, model_directory
+from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
-WEIGHTS_FILE = "model.safetensors"
-WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 HF_PREFIX = "model."
@@ -42,10 +46,6 @@ HF_PREFIX = "model."
 
 # Buffers that older checkpoints saved though they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
 
 
 def load_config(path: str | Path) -> LlamaConfig:
@@ -61,7 +61,7 @@ def load_config(path: str | Path) -> LlamaConfig:
     """
     directory = _existing_directory(path)
     file = directory / CONFIG_FILE
-    raw = _read_json(file, "the model's hyperparameters")
+    raw = read_json(file, "the model's hyperparameters")
     try:
         config = _config_from(raw, file)
     except (TypeError, AttributeError, ZeroDivisionError) as error:
@@ -72,7 +72,7 @@ def load_config(path: str | Path) -> LlamaConfig:
     generation = directory / GENERATION_FILE
     if not generation.exists():
         return config
-    defaults = _read_json(generation, "the generation defaults")
+    defaults = read_json(generation, "the generation defaults")
     if "eos_token_id" not in defaults:
         return config
     try:  # transformers' generate takes its EOS from here first, as we do
@@ -124,7 +124,7 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             rope_theta=float(raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))),
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            tie_word_embeddings=_flag(raw, "tie_word_embeddings", file),
             bos_token_id=_first_id(raw.get("bos_token_id")),
             eos_token_id=raw.get("eos_token_id"),  # one id, or a list: generation stops at any
         )
@@ -155,7 +155,7 @@ def load_model(
     }
 
     state: dict[str, torch.Tensor] = {}
-    for file, tensors in _read_weights(directory):
+    for file, tensors in read_weights(directory):
         for hf_name, tensor in tensors.items():
             name = hf_name.removeprefix(HF_PREFIX)
             if name.endswith(_IGNORED_SUFFIXES) or (
@@ -172,6 +172,7 @@ def load_model(
                     f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, but "
                     f"config.json implies {expected[name]}"
                 )
+            check_weight(file, hf_name, tensor)
             state[name] = tensor.to(dtype=dtype, device=device)
     missing = [_hf_name(name) for name in expected if name not in state]
     if missing:
@@ -267,49 +268,6 @@ def _hf_config(config: LlamaConfig) -> dict[str, Any]:
     }
 
 
-def _read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
-    """Each weights file with its tensors: the single file, or every shard of the index."""
-    single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX_FILE
-    if single.exists():  # a folder in its place is refused below, by name
-        files = [single]
-    elif index.exists():
-        weight_map = _read_json(index, "the map from tensor names to shard files").get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index} has no 'weight_map' object naming each tensor's shard")
-        files = sorted({_shard_path(directory, index, shard) for shard in weight_map.values()})
-    else:
-        raise CheckpointError(
-            f"{directory} has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE}: minipaged reads "
-            "safetensors weights (convert a pytorch_model.bin with transformers' save_pretrained)"
-        )
-    loaded = []
-    for file in files:
-        if not file.is_file():
-            raise no_file(file, "weights" if file == single else f"what {WEIGHTS_INDEX_FILE} lists")
-        try:
-            loaded.append((file, load_file(file)))
-        except (SafetensorError, OSError) as error:
-            raise CheckpointError(
-                f"{file} is not a readable safetensors file ({error}); it may be truncated or "
-                "corrupt: download or export it again"
-            ) from error
-    return loaded
-
-
-def _shard_path(directory: Path, index: Path, shard: object) -> Path:
-    """The file a ``weight_map`` entry names, which must be a file name inside ``directory``:
-    an index must not make us read ``../`` or absolute paths elsewhere on the machine."""
-    if not isinstance(shard, str) or not shard:
-        raise CheckpointError(f"{index}: weight_map values must be shard file names, got {shard!r}")
-    file = directory / shard
-    if not file.resolve().is_relative_to(directory.resolve()):
-        raise CheckpointError(
-            f"{index} names the shard {shard!r}, outside {directory}; shards must lie in the "
-            "checkpoint directory"
-        )
-    return file
-
-
 def _existing_directory(path: str | Path) -> Path:
     directory = model_directory(path)
     if not directory.is_dir():
@@ -320,35 +278,9 @@ def _existing_directory(path: str | Path) -> Path:
         )
         raise CheckpointError(
             f"{directory} is not a directory: expected a Hugging Face Llama checkpoint "
-            f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}"
+            f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}{close_name(path)}"
         )
     return directory
-
-
-def no_file(file: Path, holds: str) -> CheckpointError:
-    """The error for ``file`` (to hold ``holds``): absent, or a folder in a file's place."""
-    kind = "a folder" if file.is_dir() else "not a regular file"
-    what = f"is {kind}, not a file" if file.exists() else "does not exist"
-    fix = ": move it away and put the model's file there" if file.exists() else ""
-    return CheckpointError(f"{file} {what}; it should hold {holds}{fix}")
-
-
-def _read_json(file: Path, holds: str) -> dict[str, Any]:
-    if not file.is_file():
-        raise no_file(file, holds)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as error:
-        raise CheckpointError(
-            f"{file} is not UTF-8 text (byte {error.start}); it should be JSON holding {holds}"
-        ) from error
-    except json.JSONDecodeError as error:
-        raise CheckpointError(
-            f"{file} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
-        ) from error
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{file} must hold a JSON object, got {type(data).__name__}")
-    return data
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
@@ -391,6 +323,15 @@ def _pack(
 
 def _hf_name(name: str) -> str:
     return name if name == "lm_head.weight" else HF_PREFIX + name
+
+
+def _flag(raw: dict[str, Any], key: str, file: Path) -> bool:
+    """The JSON boolean ``raw[key]`` (HF's default False when absent): ``bool("false")`` is
+    True, so a string there would tie the embeddings the file meant to keep apart."""
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{file}: {key} must be true or false, got {value!r}")
+    return value
 
 
 def _first_id(token_id: int | list[int] | None) -> int | None:

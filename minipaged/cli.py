@@ -25,11 +25,12 @@ from minipaged.arguments import (
     USAGE_ERROR,
     Parser,
     add_config_flags,
+    check_sequences_fit,
     config_from_flags,
     excludes,
     integer,
     output_file,
-    real,
+    sampling_value,
     say,
     text,
 )
@@ -99,14 +100,26 @@ def _add_trace(sub: argparse._SubParsersAction) -> None:
 
 def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
-    gen.add_argument("--max-tokens", type=integer(1), default=48, help="tokens per sample")
-    temperature = gen.add_argument("--temperature", type=real(0), default=0.8, help="0: greedy")
-    sampled = (
-        gen.add_argument("--top-p", type=real(0, 1, above=True), default=1.0, help="nucleus mass"),
-        gen.add_argument("--top-k", type=integer(0), default=40, help="0: no top-k cut"),
+    gen.add_argument(
+        "--max-tokens", type=sampling_value("max_tokens", int), default=48, help="tokens per sample"
     )
-    n = gen.add_argument("--n", type=integer(1, 256), default=1, help="parallel samples per prompt")
-    beam = gen.add_argument("--beam-width", type=integer(1, 256), help="beam search with K beams")
+    temperature = gen.add_argument(
+        "--temperature", type=sampling_value("temperature", float), default=0.8, help="0: greedy"
+    )
+    sampled = (
+        gen.add_argument(
+            "--top-p", type=sampling_value("top_p", float), default=1.0, help="nucleus mass"
+        ),
+        gen.add_argument(
+            "--top-k", type=sampling_value("top_k", int), default=40, help="0: no top-k cut"
+        ),
+    )
+    n = gen.add_argument(
+        "--n", type=sampling_value("n", int), default=1, help="parallel samples per prompt"
+    )
+    beam = gen.add_argument(
+        "--beam-width", type=sampling_value("beam_width", int), help="beam search with K beams"
+    )
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     add_config_flags(gen, EngineConfig())
     # Flags that would otherwise be ignored without a word (arguments.excludes)
@@ -126,6 +139,7 @@ def _workload(args: argparse.Namespace):
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
+    check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
     check_model_directory(config.model)
     check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None

@@ -166,7 +166,7 @@ class EngineConfig:
         choices=("auto", "torch", "numba", "numba-cpu"),
     )
     seed: int = setting(
-        0, "the seed requests without their own sample with", int, low=0, high=2**63 - 1
+        0, "the seed requests without their own sample with", int, low=0, high=2**64 - 1
     )
     speculative: SpeculativeConfig | None = setting(
         None,

@@ -27,8 +27,14 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 FP8_POOL_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 """One-byte pools ($b = 1$, §1), dequantized to float32 as they are read."""
 
-NARROWER_POOL_DTYPES = (*FP8_POOL_DTYPES, torch.float16, torch.bfloat16)
+HALF_POOL_DTYPES = (torch.float16, torch.bfloat16)
+"""Two-byte pools ($b = 2$, §1) a float32 model may keep its cache in, storing k / k_scale."""
+
+NARROWER_POOL_DTYPES = (*FP8_POOL_DTYPES, *HALF_POOL_DTYPES)
 """Pools a float32 query may read, each element widened to float32 as it is read."""
+
+POOL_DTYPES = (torch.float32, *NARROWER_POOL_DTYPES)
+"""What a ``KVCache`` holds: the model's dtype (``EngineConfig.dtype``) or FP8."""
 
 
 def check_attention_inputs(
@@ -283,6 +289,13 @@ def check_write(
     return slot_mapping[slot_mapping >= 0].long()  # [n] with n <= N
 
 
+def is_block_pair(pair: object) -> bool:
+    """Whether ``pair`` is ``(src, dst)``: a sequence of two integers, neither a bool."""
+    if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+        return False
+    return all(isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in pair)
+
+
 def check_block_pairs(
     pairs: Sequence[tuple[int, int]],
     src_size: int,
@@ -293,7 +306,14 @@ def check_block_pairs(
     """The checks every block copy makes (``KVCache``, ``copy_blocks`` and ``swap_blocks`` in
     ``cuda_kernels``) before moving anything: each ``(src, dst)`` names a block of its pool
     (``pools`` names them in messages), no destination repeats, and for copy-on-write no block
-    is both a source and a destination. Raises ``ValueError`` naming the first bad pair."""
+    is both a source and a destination. Raises ``ValueError`` naming the first bad pair
+    (``TypeError`` for one that is not two block ids)."""
+    for pair in pairs:
+        if not is_block_pair(pair):
+            raise TypeError(
+                f"each block pair must be (src, dst), two integer block ids, got {pair!r:.60} "
+                f"in {type(pairs).__name__} {pairs!r:.80}"
+            )
     for src, dst in pairs:
         for role, block, pool, size in (
             ("source", src, pools[0], src_size),

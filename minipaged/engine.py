@@ -49,6 +49,15 @@ class RequestRejected(ValueError):
         self.limit = limit
 
 
+def check_request_id(request_id: object, fix: str) -> None:
+    """Refuse a request id that is not a non-blank string (events and traces name it), with
+    ``fix`` the way out."""
+    if not isinstance(request_id, str):
+        raise TypeError(f"request_id must be a string, got {request_id!r:.60}; {fix}")
+    if not request_id.strip():
+        raise ValueError(f"request_id must name the request, got {request_id!r}; {fix}")
+
+
 class LLMEngine:
     """The step-through engine: a model, a ``BlockManager`` over device and host pools, the
     ``KVCache`` tensors those blocks index, a ``Scheduler`` and a ``ModelRunner``.
@@ -141,13 +150,8 @@ class LLMEngine:
         """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
         prompt that is empty, holds unknown token ids or does not fit the context, and
         ``RequestRejected`` for one that needs more blocks than the device pool has."""
-        if request_id is not None and not isinstance(request_id, str):  # before any event names it
-            raise TypeError(f"request_id must be a string, got {request_id!r}")
-        if request_id is not None and not request_id.strip():  # events and traces name it
-            raise ValueError(
-                f"request_id must name the request, got {request_id!r}; pass None for an "
-                "automatic one"
-            )
+        if request_id is not None:  # before any event names it
+            check_request_id(request_id, "pass None for an automatic one")
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -176,6 +180,7 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> None:
         """End an unfinished request now, wherever it is (waiting, running or swapped out):
         its blocks are released and an ``Abort`` event is recorded for the next step."""
+        check_request_id(request_id, "pass the id add_request returned")
         if request_id not in self.requests:
             raise KeyError(
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
@@ -230,8 +235,9 @@ class LLMEngine:
         raise RequestRejected(
             f"the request needs up to {needed} blocks ({params.num_sequences} sequence(s) "
             f"of up to {length} tokens, B={bm.block_size}) but the device pool can give only "
-            f"{limit} ({bm.device.num_blocks} blocks, {bm.watermark_blocks} kept free as the "
-            "watermark); lower max_tokens, n or beam_width, or give the pool more blocks "
+            f"{limit} blocks, {limit * bm.block_size} token slots (num_gpu_blocks="
+            f"{bm.device.num_blocks} x B={bm.block_size}, {bm.watermark_blocks} kept free as "
+            "the watermark); lower max_tokens, n or beam_width, or give the pool more blocks "
             "(num_gpu_blocks)",
             needed,
             limit,
@@ -256,6 +262,8 @@ class LLMEngine:
 
         ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
         that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        if not isinstance(snapshot, bool):  # before anything is scheduled
+            raise TypeError(f"snapshot must be True or False, got {snapshot!r}")
         bm = self.block_manager
         plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
         self.step_count += 1

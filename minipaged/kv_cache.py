@@ -22,7 +22,8 @@ from torch import Tensor
 
 from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
-from minipaged.contract import check_block_pairs, check_write
+from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
+from minipaged.device import check_device
 from minipaged.memory import binary_size
 from minipaged.python_numbers import python_numbers
 
@@ -81,7 +82,7 @@ def quantize_kv(
         check_kv_scales(key.dtype, pool_dtype, key.shape[1], k_scale, v_scale)
     if key.dtype == pool_dtype:
         return key, value
-    narrower = key.dtype == torch.float32 and pool_dtype in (torch.float16, torch.bfloat16)
+    narrower = key.dtype == torch.float32 and pool_dtype in HALF_POOL_DTYPES
     if not (narrower or fp8.is_fp8(pool_dtype)):  # check_write refuses the pair
         return key, value
     ones = torch.ones(key.shape[1], device=key.device)
@@ -157,6 +158,15 @@ class KVCache:
                 f"dtype must be a torch.dtype (torch.float32, torch.float8_e4m3fn, ...), got "
                 f"{dtype!r}"
             )
+        if dtype not in POOL_DTYPES:  # what the attention reads: no float64, no integers
+            raise ValueError(
+                f"dtype must be a dtype the attention reads pools in, one of "
+                f"{[str(d).removeprefix('torch.') for d in POOL_DTYPES]}, got {dtype}"
+            )
+        # "gpu", or CUDA on a machine without it, is named; meta holds shapes only, for an
+        # engine that checks requests without weights (tui.scenarios.Scenario.check)
+        if str(device) != "meta":
+            device = check_device(device)
         num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
         self.num_layers = num_layers
         self.num_blocks = num_blocks

@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from minipaged import fp8
 from minipaged.arguments import free_memory
-from minipaged.checkpoint import load_config, load_model, no_file
+from minipaged.checkpoint import load_config, load_model
+from minipaged.checkpoint_files import no_file
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
 from minipaged.engine import LLMEngine, RequestRejected

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from minipaged.attention import NO_BLOCK
+from minipaged.attention_call import engine_attention
 from minipaged.attention_probe import AttentionProbe, AttentionRecord, Row
 from minipaged.backend import PagedBatch, split_rows
 from minipaged.kv_cache import KVCache
@@ -62,7 +63,8 @@ class ModelRunner:
                 Row(i.seq.seq_id, tuple(i.block_table), i.query_positions) for i in plan.scheduled
             ]
             observe = self.probe.observer(rows, self.kv_cache, self.model.config.head_dim**-0.5)
-        return self.model.forward(tokens, positions, self.kv_cache, batch, last_token, observe)
+        with engine_attention():  # the scale is the model's: no overflow check per layer
+            return self.model.forward(tokens, positions, self.kv_cache, batch, last_token, observe)
 
     def prepare(self, plan: SchedulerOutput) -> tuple[Tensor, Tensor, PagedBatch]:
         """The step's inputs as tensors: tokens and positions ``[N]`` (each row's

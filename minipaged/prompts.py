@@ -41,9 +41,15 @@ def prompt_token_ids(
     if not isinstance(token_ids, list | tuple):
         raise TypeError(
             "a prompt is a string, a list of token ids or {'prompt_token_ids': [...]}, "
-            f"got {type(token_ids).__name__} {token_ids!r:.60}"
+            f"got {type(token_ids).__name__} {token_ids!r:.60}; pass a tensor's or an "
+            "array's ids as a list (ids.tolist())"
         )
     token_ids = [python_number(token) for token in token_ids]  # NumPy ints as ints
+    if not token_ids and text:  # the tokenizer has no token for any of its characters
+        raise ValueError(
+            f"the prompt {text[:60]!r} encodes to no tokens: the tokenizer knows none of its "
+            "characters (is its tokenizer.json the model's?); give other text or token ids"
+        )
     if not token_ids:
         raise ValueError("the prompt is empty: give at least one token")
     # bool is an int to Python, but True is no token id

@@ -14,11 +14,7 @@ import torch
 from torch import Tensor
 
 from minipaged.python_numbers import python_number, take_python_numbers
-
-MIN_TEMPERATURE = 0.01
-"""The smallest temperature but 0, vLLM's floor (its ``_MAX_TEMP``), which keeps logits / T
-far inside float32's range: ``1e-300`` is 0 in float32, and logits divided by it are
-infinite, every probability NaN."""
+from minipaged.sampling_rules import check_sampling_value
 
 
 @dataclass(frozen=True)
@@ -36,7 +32,8 @@ class SamplingParams:
       finished beams by $\\log p / \\text{len}^{\\alpha}$ as transformers does. Beam search
       samples nothing: ``temperature`` stays at 1.0 or 0, ``top_p`` at 1.0, ``top_k`` at 0,
       ``n`` at 1; ``beam_width`` above 1 needs ``use_beam_search=True``.
-    - ``seed``: makes this request's sampling reproducible whatever else runs beside it.
+    - ``seed``: makes this request's sampling reproducible whatever else runs beside it; an
+      integer from 0 to $2^{64} - 1$ as ``EngineConfig.seed`` (None: derived from that one).
     """
 
     max_tokens: int = 16
@@ -62,51 +59,11 @@ class SamplingParams:
             if not ok:
                 raise ValueError(message)
 
-        need(
-            _is_int(self.max_tokens) and self.max_tokens >= 1,
-            f"max_tokens must be an integer >= 1, got {self.max_tokens!r}",
-        )
-        need(
-            _is_number(self.temperature)
-            and (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf),
-            f"temperature must be finite and 0 (greedy) or at least {MIN_TEMPERATURE}: a "
-            "smaller one divides the logits past float32's range, and the softmax is NaN "
-            f"(vLLM raises it to {MIN_TEMPERATURE}); pass 0 for greedy, got {self.temperature!r}",
-        )
+        for name in self.__dataclass_fields__:
+            check_sampling_value(name, getattr(self, name))
         object.__setattr__(self, "temperature", self.temperature + 0.0)  # -0.0 is 0.0
-        need(
-            _is_number(self.top_p) and 0 < self.top_p <= 1,
-            f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}",
-        )
-        need(
-            _is_int(self.top_k) and self.top_k >= -1,
-            f"top_k must be an integer >= 0 (0 or, as in vLLM, -1 keeps every token), got "
-            f"{self.top_k!r}",
-        )
         if self.top_k == -1:  # vLLM's spelling of "off": one value downstream
             object.__setattr__(self, "top_k", 0)
-        need(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
-        need(
-            _is_int(self.beam_width) and self.beam_width >= 1,
-            f"beam_width must be an integer >= 1, got {self.beam_width!r}",
-        )
-        need(
-            self.seed is None or (_is_int(self.seed) and -(2**63) <= self.seed < 2**64),
-            "seed must be an integer from -2**63 up to, not including, 2**64 (a generator's "
-            f"seed) or None, got {self.seed!r}",
-        )
-        need(
-            _is_number(self.length_penalty) and math.isfinite(self.length_penalty),
-            f"length_penalty must be a finite number, got {self.length_penalty!r}",
-        )
-        for flag in ("use_beam_search", "ignore_eos"):
-            value = getattr(self, flag)
-            need(isinstance(value, bool), f"{flag} must be True or False, got {value!r}")
-        need(
-            isinstance(self.stop_token_ids, list | tuple)
-            and all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
-            f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}",
-        )
         if self.use_beam_search:
             need(
                 self.n == 1,
@@ -138,14 +95,6 @@ class SamplingParams:
     def num_sequences(self) -> int:
         """How many sequences the request runs at once: n, or the beam width."""
         return self.beam_width if self.use_beam_search else self.n
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def sample(

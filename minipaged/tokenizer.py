@@ -9,6 +9,7 @@ itself, so the ids do not depend on a file's post-processor.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from minipaged import atomic_write
+from minipaged.python_numbers import python_number
 
 ENDOFTEXT = "<|endoftext|>"
 """The one special token of the trained tokenizer: it separates documents (paragraphs), so it
@@ -47,6 +49,12 @@ class Tokenizer:
         named: dict[str, str] = {}
         if isinstance(source, HFTokenizer):
             self.tokenizer = source
+        elif not isinstance(source, str | os.PathLike) or not str(source).strip():
+            raise TypeError(
+                "a Tokenizer is read from a tokenizer.json: pass its path, the model directory "
+                f"that holds it, or a tokenizers.Tokenizer, got {type(source).__name__} "
+                f"{source!r:.60}"
+            )
         else:
             path = Path(source)
             file = path / "tokenizer.json" if path.is_dir() else path
@@ -77,6 +85,15 @@ class Tokenizer:
         """Token ids of ``text``, preceded by BOS when ``add_bos`` and the tokenizer has one.
         ``ValueError`` for text that is not Unicode throughout (a lone surrogate: what Python
         makes of a command-line byte that is not UTF-8)."""
+        if not isinstance(text, str):
+            bytes_fix = (
+                "; decode bytes first: data.decode('utf-8')" if isinstance(text, bytes) else ""
+            )
+            raise TypeError(
+                f"text must be a string, got {type(text).__name__} {text!r:.60}{bytes_fix}"
+            )
+        if not isinstance(add_bos, bool):
+            raise TypeError(f"add_bos must be True or False, got {add_bos!r:.60}")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
@@ -91,8 +108,22 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids``, special tokens left out."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        """The text of ``ids``, special tokens left out. Each id is an integer $\\geq 0$
+        (NumPy and torch integers too), else ``ValueError``; an id past the vocabulary has no
+        text, as in the ``tokenizers`` library (a model whose embedding is padded past its
+        tokenizer's vocabulary can sample one), where that library would raise an
+        ``OverflowError`` for one past $2^{32}$."""
+        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+            raise TypeError(
+                f"ids must be a list of token ids, got {type(ids).__name__} {ids!r:.60}"
+            )
+        ids = [python_number(token) for token in ids]
+        # bool is an int to Python, but True is no token id
+        bad = [t for t in ids if type(t) is bool or not (isinstance(t, int) and t >= 0)]
+        if bad:
+            raise ValueError(f"token ids must be integers >= 0, got {bad[:5]!r:.200}")
+        known = [token for token in ids if token < self.vocab_size]
+        return self.tokenizer.decode(known, skip_special_tokens=True)
 
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` to ``path`` (a file name), whole or not at all, replacing

@@ -25,6 +25,7 @@ BAD_VALUES = {
     "path": ["", "   ", "a\x00b"],
     "output_file": ["", "   ", "a\x00b"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
+    "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
 or ``choices`` for an option with a list of them."""
@@ -33,7 +34,6 @@ FREE_TEXT = {
     ("generate", "--prompt"): "any text is a prompt (an empty one is refused by the engine)",
     ("trace record", "--prompt"): "as generate's",
     ("tui", "--prompt"): "as generate's",
-    ("tui", "--size"): "WIDTHxHEIGHT, parsed by tui.command.parse_size",
     ("tui", "--keys"): "key names, checked against the key map by tui.command.screenshot_keys",
     ("bench", "names"): "benchmark names, checked against the benchmarks before any runs",
     ("exercises init", "directory"): "a folder to create, checked by the grader's init",

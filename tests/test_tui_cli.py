@@ -132,7 +132,7 @@ def test_the_memory_gauge_shows_the_bytes_of_the_kv_dtype_live_and_in_a_replay(t
     ("argv", "message"),
     [
         (["--scenario", "nope"], "unknown scenario 'nope'; choose one of tour, several, parallel"),
-        (["--size", "big", "--screenshot", "x.svg"], "--size must look like 120x40"),
+        (["--size", "big", "--screenshot", "x.svg"], "argument --size: must look like 120x40"),
         (["--size", "100000x100000", "--screenshot", "x.svg"], "at most 1000x500 cells"),
         (["--size", "1001x40", "--screenshot", "x.svg"], "at most 1000x500 cells"),
         (

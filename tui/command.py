@@ -14,6 +14,7 @@ from minipaged import atomic_write
 from minipaged.arguments import (
     Parser,
     add_config_flags,
+    check_sequences_fit,
     config_from_flags,
     excludes,
     free_memory,
@@ -21,6 +22,7 @@ from minipaged.arguments import (
     named_path,
     output_file,
     requires,
+    sampling_value,
     say,
     text,
 )
@@ -73,7 +75,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     steps = tui.add_argument(
         "--steps", type=integer(0), default=0, help="with --screenshot: the step to show"
     )
-    size = tui.add_argument("--size", default="120x40", help="with --screenshot: WIDTHxHEIGHT")
+    size = tui.add_argument(
+        "--size", type=parse_size, default="120x40", help="with --screenshot: WIDTHxHEIGHT"
+    )
     keys = tui.add_argument(
         "--keys",
         default="",
@@ -89,13 +93,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     prompt = custom.add_argument("--prompt", action="append", help="repeat for several requests")
     n = custom.add_argument(
-        "--n", type=integer(1, 64), default=1, help="parallel samples per prompt"
+        "--n", type=sampling_value("n", int), default=1, help="parallel samples per prompt"
     )
     beam = custom.add_argument(
-        "--beam-width", type=integer(1, 64), default=None, help="beam search with K beams"
+        "--beam-width",
+        type=sampling_value("beam_width", int),
+        default=None,
+        help="beam search with K beams",
     )
     max_tokens = custom.add_argument(
-        "--max-tokens", type=integer(1), default=24, help="tokens per sample"
+        "--max-tokens", type=sampling_value("max_tokens", int), default=24, help="tokens per sample"
     )
     # Given engine flags change the scenario's config, a named scenario's or the custom one's.
     add_config_flags(tui, TUI_CONFIG)
@@ -119,7 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
-    size, keys = parse_size(args.size), screenshot_keys(args.keys)
+    keys = screenshot_keys(args.keys)
     if args.serve:
         return serve.serve(args, tui_parser())
     app = build_app(args)
@@ -129,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         app.run()
         return failed(app)
-    return screenshot(app, args.screenshot, args.steps, size, keys)
+    return screenshot(app, args.screenshot, args.steps, args.size, keys)
 
 
 def screenshot_keys(keys: str) -> list[str]:
@@ -197,6 +204,7 @@ def build_app(args: argparse.Namespace):
         folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
+        check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
         scenario = custom(
             tuple(args.prompt),
             n=args.n,
@@ -273,15 +281,20 @@ MAX_SIZE = (1000, 500)
 
 
 def parse_size(size: str) -> tuple[int, int]:
+    """An argparse type for ``--size``: ``WIDTHxHEIGHT`` in cells, each from 1 to ``MAX_SIZE``,
+    refused where it is typed."""
     width, _, height = size.lower().partition("x")
     if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
-        raise ValueError(f"--size must look like 120x40 (WIDTHxHEIGHT), got {size!r:.60}")
+        raise argparse.ArgumentTypeError(f"must look like 120x40 (WIDTHxHEIGHT), got {size!r:.60}")
     if int(width) > MAX_SIZE[0] or int(height) > MAX_SIZE[1]:
-        raise ValueError(
-            f"--size must be at most {MAX_SIZE[0]}x{MAX_SIZE[1]} cells (WIDTHxHEIGHT, a "
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_SIZE[0]}x{MAX_SIZE[1]} cells (WIDTHxHEIGHT, a "
             f"terminal's), got {size!r:.60}; 120x40 is a laptop's terminal"
         )
     return int(width), int(height)
+
+
+parse_size.__name__ = "size"
 
 
 def keep_spaces(svg: str) -> str:

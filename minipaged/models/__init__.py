@@ -5,6 +5,7 @@ config can check a model's name without importing torch."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 EMBEDDED_MODELS = {name: Path(__file__).resolve().parent / name for name in ("tiny", "tiny-draft")}
@@ -22,6 +23,15 @@ def model_directory(model: str | Path) -> Path:
     return Path(model)
 
 
+def close_name(model: object) -> str:
+    """``"; did you mean 'tiny'?"`` when ``model`` is no directory but spells an embedded
+    model's name in other case or with a slip (``"Tiny"``, ``"tiny "``, ``"tinny"``); else
+    ``""``."""
+    spelled = str(model).strip().lower()
+    close = difflib.get_close_matches(spelled, EMBEDDED_MODELS, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def check_model_directory(model: str | Path) -> Path:
     """The directory of ``model`` (``model_directory``), refused with a ``FileNotFoundError``
     that says what to pass when there is no such directory."""
@@ -30,5 +40,6 @@ def check_model_directory(model: str | Path) -> Path:
         raise FileNotFoundError(
             f'--model {model}: no such directory; pass "tiny" or a Hugging Face Llama '
             "directory holding config.json, model.safetensors and tokenizer.json"
+            + close_name(model)
         )
     return directory

@@ -13,6 +13,7 @@ from minipaged.arguments import (
     integer,
     named_path,
     real,
+    setting_integer,
     setting_text,
     text,
 )
@@ -66,7 +67,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="append",
         help="vAttention page size in KiB, repeatable; None: 2048, CUDA's VMM granularity",
     )
-    sim.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="workload seed")
+    sim.add_argument("--seed", type=setting_integer("seed"), default=0, help="workload seed")
     add_kv_cache_dtype(sim)
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
     why = "beam search keeps its K beams; --n counts independent samples"
@@ -110,7 +111,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="attention backend for the engine benchmark, repeatable; unset: torch and the "
         "device's kernel backend (numba on cuda, numba-cpu on cpu)",
     )
-    bench.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="random seed")
+    bench.add_argument("--seed", type=setting_integer("seed"), default=0, help="random seed")
     add_kv_cache_dtype(bench)
     bench.add_argument(
         "--threads",

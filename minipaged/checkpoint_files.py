@@ -1,0 +1,118 @@
+"""The files of a Hugging Face checkpoint directory as ``minipaged.checkpoint`` reads them: JSON
+objects (``config.json``, the shard index) and the safetensors weights, one file or the shards
+the index lists, with one error type, ``CheckpointError``, whose message names the file and
+the fix.
+
+Guarantee: every tensor ``read_weights`` returns holds floating-point numbers, all finite. A
+weight of integers or booleans would be cast to float without a word, and one NaN or infinity
+in a weight spreads through every activation after it, so the model would load and then
+generate garbage (or trip the attention's overflow refusal with a scale it never chose).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+"""What a weight may hold: the floats a Llama checkpoint is saved in, cast to the model's dtype
+on loading. An FP8 weight needs its checkpoint's scales, which this model does not read."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
+
+
+def read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
+    """Each weights file with its tensors: the single file, or every shard of the index."""
+    single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX_FILE
+    if single.exists():  # a folder in its place is refused below, by name
+        files = [single]
+    elif index.exists():
+        weight_map = read_json(index, "the map from tensor names to shard files").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no 'weight_map' object naming each tensor's shard")
+        files = sorted({_shard_path(directory, index, shard) for shard in weight_map.values()})
+    else:
+        raise CheckpointError(
+            f"{directory} has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE}: minipaged reads "
+            "safetensors weights (convert a pytorch_model.bin with transformers' save_pretrained)"
+        )
+    loaded = []
+    for file in files:
+        if not file.is_file():
+            raise no_file(file, "weights" if file == single else f"what {WEIGHTS_INDEX_FILE} lists")
+        try:
+            loaded.append((file, load_file(file)))
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(
+                f"{file} is not a readable safetensors file ({error}); it may be truncated or "
+                "corrupt: download or export it again"
+            ) from error
+    return loaded
+
+
+def _shard_path(directory: Path, index: Path, shard: object) -> Path:
+    """The file a ``weight_map`` entry names, which must be a file name inside ``directory``:
+    an index must not make us read ``../`` or absolute paths elsewhere on the machine."""
+    if not isinstance(shard, str) or not shard:
+        raise CheckpointError(f"{index}: weight_map values must be shard file names, got {shard!r}")
+    file = directory / shard
+    if not file.resolve().is_relative_to(directory.resolve()):
+        raise CheckpointError(
+            f"{index} names the shard {shard!r}, outside {directory}; shards must lie in the "
+            "checkpoint directory"
+        )
+    return file
+
+
+def check_weight(file: Path, name: str, tensor: torch.Tensor) -> None:
+    """Refuse the weight ``name`` of ``file`` unless it holds finite floating-point numbers
+    (the module's guarantee)."""
+    if tensor.dtype not in WEIGHT_DTYPES:
+        raise CheckpointError(
+            f"{file}: tensor {name!r} holds {str(tensor.dtype).removeprefix('torch.')}, but a "
+            "Llama's weights are floating point (float32, float16, bfloat16 or float64); the "
+            "file is not a plain Llama checkpoint: export it again with save_pretrained"
+        )
+    if tensor.numel() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise CheckpointError(
+            f"{file}: tensor {name!r} holds {bad:,} NaN or infinite value(s) of "
+            f"{tensor.numel():,}; a model with them computes NaN from the first layer on: "
+            "the training that wrote it diverged, or the file is corrupt; use another checkpoint"
+        )
+
+
+def no_file(file: Path, holds: str) -> CheckpointError:
+    """The error for ``file`` (to hold ``holds``): absent, or a folder in a file's place."""
+    kind = "a folder" if file.is_dir() else "not a regular file"
+    what = f"is {kind}, not a file" if file.exists() else "does not exist"
+    fix = ": move it away and put the model's file there" if file.exists() else ""
+    return CheckpointError(f"{file} {what}; it should hold {holds}{fix}")
+
+
+def read_json(file: Path, holds: str) -> dict[str, Any]:
+    if not file.is_file():
+        raise no_file(file, holds)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise CheckpointError(
+            f"{file} is not UTF-8 text (byte {error.start}); it should be JSON holding {holds}"
+        ) from error
+    except json.JSONDecodeError as error:
+        raise CheckpointError(
+            f"{file} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from error
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file} must hold a JSON object, got {type(data).__name__}")
+    return data

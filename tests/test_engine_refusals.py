@@ -1,0 +1,141 @@
+"""Every bad call on an engine with a request in flight is refused before anything changes, and
+the request in flight finishes with exactly the tokens it gets on an engine nobody disturbed:
+bad request ids (add or abort), bad prompts, bad sampling parameters, a request larger than the
+whole block pool, an abort of an unknown or finished request, a bad ``step`` argument."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from minipaged import LLM, SamplingParams
+from minipaged.engine import RequestRejected
+
+POOL = {"num_gpu_blocks": 24, "block_size": 4, "backend": "torch"}
+IN_FLIGHT = ("It is a truth", SamplingParams(max_tokens=10, seed=5, ignore_eos=True), "a")
+
+
+def run_to_the_end(engine) -> dict[str, list[int]]:
+    tokens = {}
+    while engine.has_unfinished():
+        for output in engine.step().finished:
+            tokens[output.request_id] = output.outputs[0].token_ids
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def undisturbed() -> list[int]:
+    engine = LLM("tiny", **POOL).engine
+    engine.add_request(*IN_FLIGHT)
+    return run_to_the_end(engine)["a"]
+
+
+@pytest.fixture
+def llm():
+    return LLM("tiny", **POOL)
+
+
+def too_long(engine):
+    return [1] * engine.max_model_len
+
+
+BAD_CALLS = {
+    # name: (the call on the engine, the exception, words of its message)
+    "a duplicate id": (lambda e: e.add_request("x", None, "a"), ValueError, "already in use"),
+    "an int id": (lambda e: e.add_request("x", None, 5), TypeError, "request_id must be a str"),
+    "a blank id": (lambda e: e.add_request("x", None, "  "), ValueError, "must name the request"),
+    "no prompt": (lambda e: e.add_request(None), TypeError, "a prompt is a string"),
+    "an empty prompt": (lambda e: e.add_request(""), ValueError, "the prompt is empty"),
+    "no token ids": (lambda e: e.add_request([]), ValueError, "the prompt is empty"),
+    "a negative id": (lambda e: e.add_request([1, -2]), ValueError, "in [0, 2048)"),
+    "an id past the vocabulary": (lambda e: e.add_request([1, 2048]), ValueError, "[0, 2048)"),
+    "a float id": (lambda e: e.add_request([1, 2.5]), ValueError, "prompt token ids"),
+    "a NaN id": (lambda e: e.add_request([1, math.nan]), ValueError, "prompt token ids"),
+    "a bool id": (lambda e: e.add_request([True, 3]), ValueError, "prompt token ids"),
+    "a tensor": (lambda e: e.add_request(torch.tensor([1, 2])), TypeError, "ids.tolist()"),
+    "an array": (lambda e: e.add_request(np.array([1, 2])), TypeError, "ids.tolist()"),
+    "bytes": (lambda e: e.add_request(b"It is"), TypeError, "a prompt is a string"),
+    "a dict without ids": (lambda e: e.add_request({"prompt": "x"}), ValueError, "needs the key"),
+    "a prompt as long as the context": (
+        lambda e: e.add_request(too_long(e)),
+        ValueError,
+        "shorten the prompt",
+    ),
+    "params as a dict": (
+        lambda e: e.add_request("x", {"max_tokens": 3}),
+        TypeError,
+        "must be a SamplingParams",
+    ),
+    "stop ids past the vocabulary": (
+        lambda e: e.add_request("x", SamplingParams(stop_token_ids=[10**6])),
+        ValueError,
+        "outside the model's vocabulary",
+    ),
+    "more than the whole pool": (
+        lambda e: e.add_request("x", SamplingParams(max_tokens=400)),
+        RequestRejected,
+        "96 token slots (num_gpu_blocks=24 x B=4",
+    ),
+    "more samples than the pool": (
+        lambda e: e.add_request("x", SamplingParams(n=8, max_tokens=40)),
+        RequestRejected,
+        "num_gpu_blocks=24 x B=4",
+    ),
+    "more samples than max_num_seqs": (
+        lambda e: e.add_request("x", SamplingParams(n=40, max_tokens=1)),
+        ValueError,
+        "max_num_seqs",
+    ),
+    "an abort of an unknown id": (lambda e: e.abort_request("zzz"), KeyError, "no unfinished"),
+    "an abort of an int": (lambda e: e.abort_request(5), TypeError, "request_id must be a str"),
+    "an abort of a list": (lambda e: e.abort_request(["a"]), TypeError, "must be a string"),
+    "an abort of None": (lambda e: e.abort_request(None), TypeError, "must be a string"),
+    "a step with a text snapshot": (lambda e: e.step(snapshot="no"), TypeError, "snapshot"),
+}
+
+
+def state(engine):
+    """What a refusal must leave as it was: the requests, the queues and the block state."""
+    queues = [[g.request_id for g in getattr(engine.scheduler, q)] for q in ("waiting", "running")]
+    return sorted(engine.requests), queues, engine.block_manager.snapshot(), engine.step_count
+
+
+@pytest.mark.parametrize("case", BAD_CALLS)
+def test_a_bad_call_changes_nothing_and_the_request_in_flight_runs_on(llm, undisturbed, case):
+    engine = llm.engine
+    engine.add_request(*IN_FLIGHT)
+    engine.step()
+    engine.step()
+    call, error, words = BAD_CALLS[case]
+    before = state(engine)
+    with pytest.raises(error) as refused:
+        call(engine)
+    assert words in str(refused.value)
+    assert state(engine) == before
+    assert run_to_the_end(engine) == {"a": undisturbed}
+
+
+def test_an_abort_of_a_finished_request_says_it_finished(llm):
+    engine = llm.engine
+    engine.add_request("It is", SamplingParams(max_tokens=2), "done")
+    run_to_the_end(engine)
+    with pytest.raises(KeyError, match="it finished, was aborted or never existed"):
+        engine.abort_request("done")
+
+
+def test_max_tokens_zero_is_refused_before_any_request_exists():
+    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1"):
+        SamplingParams(max_tokens=0)
+
+
+def test_a_stop_token_ends_the_sequence_it_was_sampled_in(llm):
+    free = llm.generate(["It is"], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    tokens = free[0].outputs[0].token_ids
+    stop = tokens[3]
+    params = SamplingParams(max_tokens=8, temperature=0, stop_token_ids=[stop])
+    stopped = llm.generate(["It is"], params)[0].outputs[0]
+    assert stopped.token_ids == tokens[: tokens.index(stop) + 1]
+    assert stopped.finish_reason == "stop"

@@ -1,0 +1,68 @@
+"""Bad input to ``KVCache``: a dtype the attention does not read pools in, a device that is
+not there, block pairs that are not pairs of block ids. Each is refused by name before any
+tensor is made or moved: a refused copy or swap leaves every pool as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minipaged.kv_cache import KVCache
+
+SIZES = {"num_layers": 2, "num_blocks": 4, "num_kv_heads": 2, "block_size": 4, "head_dim": 8}
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8]
+)
+def test_a_pool_dtype_the_attention_cannot_read_is_refused(dtype):
+    with pytest.raises(ValueError, match="dtype must be a dtype the attention reads pools in"):
+        KVCache(**SIZES, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2]
+)
+def test_every_dtype_the_engine_makes_is_taken(dtype):
+    assert KVCache(**SIZES, dtype=dtype).key[0].dtype == dtype
+
+
+@pytest.mark.parametrize("device", ["gpu", "tpu:0", "cuda:99"])
+def test_a_device_that_is_not_there_is_a_value_error_naming_it(device):
+    with pytest.raises(ValueError, match=device.split(":")[0]):
+        KVCache(**SIZES, device=device)
+
+
+def test_a_cache_of_shapes_only_is_made_on_meta():
+    assert KVCache(**SIZES, device="meta").key[0].is_meta
+
+
+BAD_PAIRS = {
+    "a string": "ab",
+    "a dict": {0: 1},
+    "one id": [(0,)],
+    "three ids": [(0, 1, 2)],
+    "a bool": [(True, 1)],
+    "a float": [(0.5, 1)],
+    "None": [None],
+    "a pair of strings": [("0", "1")],
+}
+
+
+@pytest.fixture
+def cache():
+    cache = KVCache(**SIZES, num_cpu_blocks=2)
+    generator = torch.Generator().manual_seed(0)
+    for pool in (cache._key, cache._value, cache._host_key, cache._host_value):
+        pool.copy_(torch.randn(pool.shape, generator=generator))
+    return cache
+
+
+@pytest.mark.parametrize("operation", ["copy_blocks", "swap_out", "swap_in"])
+@pytest.mark.parametrize("case", BAD_PAIRS)
+def test_block_pairs_that_are_not_two_ids_are_refused_moving_nothing(cache, operation, case):
+    pools = [t.clone() for t in (cache._key, cache._value, cache._host_key, cache._host_value)]
+    with pytest.raises(TypeError, match=r"each block pair must be \(src, dst\)"):
+        getattr(cache, operation)(BAD_PAIRS[case])
+    after = (cache._key, cache._value, cache._host_key, cache._host_value)
+    assert all(torch.equal(a, b) for a, b in zip(pools, after, strict=True))

@@ -1,0 +1,200 @@
+"""A value checked in two places is checked by one rule: what the command line accepts for a
+sampling flag is what ``SamplingParams`` accepts for its field (both ask
+``minipaged.sampling_rules``), and a request's seed is the engine's kind of seed. Generated over
+every sampling flag of every subcommand and a set of edge values, so a new flag or a rule
+changed on one side only shows up here."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+
+from minipaged import SamplingParams
+from minipaged.cli import build_parser
+from minipaged.config import EngineConfig
+from tests.test_cli_corpus import leaves
+
+FLAG_FIELDS = {
+    "--max-tokens": "max_tokens",
+    "--temperature": "temperature",
+    "--top-p": "top_p",
+    "--top-k": "top_k",
+    "--n": "n",
+    "--beam-width": "beam_width",
+}
+"""The sampling flags and the ``SamplingParams`` field each one fills."""
+
+EDGE_WORDS = [
+    "0", "-0", "1", "2", "-1", "-2", "0.001", "0.009", "0.01", "1e-300", "1e-45", "0.5", "1.0",
+    "1.5", "2.0", "65", "257", "100000", "nan", "inf", "-inf", "1e400", str(2**63), "ten", "",
+]  # fmt: skip
+"""Words on both sides of every sampling field's bounds, and words that are no number."""
+
+
+SAMPLING_COMMANDS = [("generate",), ("trace", "record"), ("tui",)]
+"""The subcommands that build ``SamplingParams`` from their flags (``simulate``'s ``--n`` is
+the simulator's workload, not a request's)."""
+
+
+def sampling_flags():
+    """``(subcommand words, flag, field)`` for each sampling flag of every subcommand."""
+    found = []
+    for words, parser in leaves(build_parser()):
+        if words not in SAMPLING_COMMANDS:
+            continue
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in FLAG_FIELDS:
+                    found.append((words, flag, FLAG_FIELDS[flag]))
+    return found
+
+
+def library_accepts(field: str, word: str) -> bool:
+    """Whether ``SamplingParams`` takes the number ``word`` reads as, for ``field`` (beam search
+    on for ``beam_width``, which needs it)."""
+    kind = int if field in ("max_tokens", "top_k", "n", "beam_width") else float
+    try:
+        value = kind(word)
+    except ValueError:
+        return False
+    beam = {"use_beam_search": True, "temperature": 0} if field == "beam_width" else {}
+    try:
+        SamplingParams(**beam, **{field: value})
+    except ValueError:
+        return False
+    return True
+
+
+def command_line_accepts(words: tuple[str, ...], flag: str, word: str) -> bool:
+    """Whether the subcommand's parser takes ``flag word`` (with a prompt, which the flag
+    needs, and a trace to write for ``trace record``): a refusal is argparse's exit, status 2."""
+    needed = ["--prompt", "x"] + (["run.jsonl"] if words == ("trace", "record") else [])
+    try:
+        build_parser().parse_args([*words, *needed, f"{flag}={word}"])
+    except SystemExit as refused:
+        assert refused.code == 2
+        return False
+    return True
+
+
+@pytest.mark.parametrize("word", EDGE_WORDS)
+@pytest.mark.parametrize("words, flag, field", sampling_flags(), ids=str)
+def test_a_sampling_flag_accepts_what_sampling_params_accepts(words, flag, field, word, capsys):
+    assert command_line_accepts(words, flag, word) == library_accepts(field, word), (
+        f"minipaged {' '.join(words)} {flag}={word!r} and SamplingParams({field}=...) disagree"
+    )
+    if not library_accepts(field, word):  # refused where it is typed, naming the flag
+        assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_every_subcommand_that_samples_is_covered():
+    covered = {(words, flag) for words, flag, _ in sampling_flags()}
+    for words in SAMPLING_COMMANDS[:2]:
+        assert {(words, flag) for flag in FLAG_FIELDS} <= covered
+    assert {(("tui",), flag) for flag in ("--n", "--beam-width", "--max-tokens")} <= covered
+
+
+def test_a_temperature_below_the_floor_is_refused_where_it_is_typed(capsys):
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["generate", "--prompt", "x", "--temperature", "0.001"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --temperature" in err and "pass 0 for greedy" in err
+    assert err.startswith("minipaged generate: ") and err.count("\n") == 1
+
+
+SEEDS = [0, 7, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, -(2**63), 1.5, math.nan, True, "3", None]
+SEEDS += [np.int64(5), np.uint64(2**64 - 1)]
+
+
+def accepts(make) -> bool:
+    try:
+        make()
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=repr)
+def test_a_request_seed_and_the_engine_seed_follow_one_rule(seed):
+    engine = accepts(lambda: EngineConfig(seed=seed))
+    request = accepts(lambda: SamplingParams(seed=seed))
+    assert request == (engine or seed is None), f"seed={seed!r}: engine {engine}, request {request}"
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5])
+def test_a_refused_seed_says_the_same_words_on_both_sides(seed):
+    with pytest.raises(ValueError) as engine:
+        EngineConfig(seed=seed)
+    with pytest.raises(ValueError) as request:
+        SamplingParams(seed=seed)
+    assert str(engine.value) == str(request.value)
+    assert "from 0 to 18,446,744,073,709,551,615" in str(request.value)
+
+
+@pytest.mark.parametrize("word", ["-1", str(2**64), "1.5"])
+def test_the_seed_flag_refuses_what_the_engine_refuses(word, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--prompt", "x", "--seed", word])
+    assert "argument --seed" in capsys.readouterr().err
+
+
+def test_the_largest_seed_runs_a_request():
+    from minipaged import LLM
+
+    llm = LLM("tiny", seed=2**64 - 1, num_gpu_blocks=16, backend="torch")
+    params = SamplingParams(max_tokens=3, seed=2**64 - 1, ignore_eos=True)
+    outputs = llm.generate(["It is", "It is"], [params, SamplingParams(max_tokens=3)])
+    assert [len(out.outputs[0].token_ids) for out in outputs] == [3, 3]
+
+
+@pytest.mark.parametrize("flag", ["--n", "--beam-width"])
+@pytest.mark.parametrize("words", SAMPLING_COMMANDS, ids=" ".join)
+def test_more_sequences_than_a_batch_holds_are_refused_before_the_model_loads(
+    words, flag, tmp_path, capsys, monkeypatch
+):
+    from minipaged import cli, llm
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(llm.LLM, "__init__", never)
+    target = [str(tmp_path / "run.jsonl")] if words == ("trace", "record") else []
+    shot = ["--screenshot", str(tmp_path / "shot.svg")] if words == ("tui",) else []
+    argv = [*words, *target, "--prompt", "x", flag, "33", "--max-num-seqs", "32", *shot]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} 33 runs more sequences" in err and "--max-num-seqs 32" in err
+
+
+SEED_WORDS = ["0", "1", "-1", str(2**32), str(2**63), str(2**64 - 1), str(2**64), "1.5", "x"]
+
+
+def seed_flags():
+    """``(subcommand words, parser)`` for every subcommand with a ``--seed``."""
+    return [
+        (words, parser)
+        for words, parser in leaves(build_parser())
+        if any("--seed" in action.option_strings for action in parser._actions)
+    ]
+
+
+@pytest.mark.parametrize("word", SEED_WORDS)
+@pytest.mark.parametrize("words, parser", seed_flags(), ids=lambda v: str(v)[:20])
+def test_every_seed_flag_takes_what_the_engine_takes(words, parser, word, capsys):
+    action = next(a for a in parser._actions if "--seed" in a.option_strings)
+    try:
+        action.type(word)
+        flag = True
+    except argparse.ArgumentTypeError:
+        flag = False
+    engine = accepts(lambda: EngineConfig(seed=int(word)))
+    assert flag == engine, f"minipaged {' '.join(words)} --seed {word}: {flag}, engine {engine}"
+
+
+def test_the_seed_flags_found_include_the_benchmarks_and_the_engines():
+    found = {words for words, _ in seed_flags()}
+    assert {("generate",), ("simulate",), ("bench",), ("tui",), ("trace", "record")} <= found
