@@ -118,9 +118,9 @@ def step_from_dict(record: dict, previous: StepOutput | None = None) -> StepOutp
     ordered = {
         key: _from_runs(changes[key]) if key in changes else getattr(old, key) for key in _ORDERED
     }
-    old_tables = {s: asdict(t) for s, t in old.tables.items()} if old else {}
+    old_tables = {s: _fields(t) for s, t in old.tables.items()} if old else {}
     tables = _apply_map(old_tables, changes["tables"], "blocks")
-    old_seqs = {s: asdict(v) for s, v in base.sequences.items()} if base else {}
+    old_seqs = {s: _fields(v) for s, v in base.sequences.items()} if base else {}
     views = _apply_map(old_seqs, record["sequences"], "token_ids")
     return StepOutput(
         step=record["step"],
@@ -358,6 +358,13 @@ def _diff_map(old: dict[int, dict], new: dict[int, dict], grows: str) -> dict:
     if list(new) != [key for key in old if key in new] + [key for key in new if key not in old]:
         changes["order"] = list(new)
     return changes
+
+
+def _fields(record: TableState | SeqView) -> dict[str, Any]:
+    """A record's fields by name, the values themselves (tuples and scalars, never changed in
+    place): ``asdict`` would deep-copy every token id of every sequence at every step, which
+    was most of the time a trace took to load."""
+    return {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
 
 
 def _apply_map(old: dict[int, dict], changes: dict, grows: str) -> dict[int, dict]:
