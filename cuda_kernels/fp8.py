@@ -95,16 +95,44 @@ LOW_SEVEN = np.int16(0x7F)
 """An FP8 byte without its sign."""
 
 
+HALF_IN_HARDWARE = ("x86_64", "f16c"), ("aarch64", None), ("arm64", None)
+"""The targets whose processors convert float16 to float32 themselves: (the start of LLVM's
+target triple, the feature it needs, if any). x86 cores have done it since 2012 (F16C), but a
+core without it, or Numba told to compile for a plain ``x86-64`` with no features
+(``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``), would make LLVM call a runtime function Numba's
+JIT does not have, and the process would abort."""
+
+
+def converts_half_in_hardware(target: tuple[str, str, str]) -> bool:
+    """Whether Numba's compile ``target`` ((triple, cpu name, features), as its codegen's
+    ``magic_tuple()`` gives it) has an instruction for float16 to float32."""
+    triple, _, features = target
+    return any(
+        triple.startswith(arch) and (need is None or f"+{need}" in features.split(","))
+        for arch, need in HALF_IN_HARDWARE
+    )
+
+
 @intrinsic
 def half_to_float(typingctx, bits):
-    """The float16 whose bits are ``bits`` (an ``int16``), as float32: LLVM's ``fpext``, which
-    is exact, and which LLVM vectorizes to one conversion instruction per eight values.
-    Numba has no float16 arithmetic on the CPU, so the conversion is written in LLVM's IR."""
+    """The float16 whose bits are ``bits`` (an ``int16``), as float32, exactly: LLVM's
+    ``fpext``, which LLVM vectorizes to one conversion instruction per eight values. Numba has
+    no float16 arithmetic on the CPU, so the conversion is written in LLVM's IR. On a target
+    without the instruction (``converts_half_in_hardware``) it moves the bits instead, as
+    ``DecodeFields`` moves a byte's, one level up: shifted 13 places into float32's, the sign
+    copies cleared, all exponent bits set for inf and NaN, times $2^{127 - 15}$."""
     signature = types.float32(bits)
 
     def codegen(context, builder, sig, args):
-        half = builder.bitcast(args[0], ir.HalfType())
-        return builder.fpext(half, ir.FloatType())
+        f32 = ir.FloatType()
+        if converts_half_in_hardware(context.codegen().magic_tuple()):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), f32)
+        i32 = ir.IntType(32)
+        wide = builder.sext(args[0], i32)  # the sign copied into bits 16 to 31
+        moved = builder.and_(builder.shl(wide, i32(13)), i32(0x8FFFFFFF - (1 << 32)))
+        special = builder.icmp_signed("==", builder.and_(wide, i32(0x7C00)), i32(0x7C00))
+        bits = builder.or_(moved, builder.select(special, i32(0x7F800000), i32(0)))
+        return builder.fmul(builder.bitcast(bits, f32), ir.Constant(f32, 2.0**112))
 
     return signature, codegen
 
