@@ -121,6 +121,7 @@ def widest_rows(names: list[str]) -> list[dict]:
     """Rows with the widest values a run prints: seconds-long references on a busy machine,
     a GPU's thousands of GB/s."""
     row = {"batch": 4, "context": 8192, "block_size": 16, "threads": 2, "rounds": 61}
+    row["load"] = "9.9→9.9"  # the widest: 12.3 prints as 12
     row |= {f"{name}_ms": 46029.24 for name in kernels.PATHS}
     row |= {f"{name}_ratio": 123.45 for name in kernels.REFERENCES}
     row |= {"max_error": 4.6e-07, "fp8_error": 3.6e-02, "stream_gbps": 4012.3}
@@ -334,3 +335,13 @@ def test_the_cache_evictor_reads_twice_the_last_level_cache(monkeypatch):
     monkeypatch.setattr(bandwidth, "streaming_read", lambda tensor: tensor)  # what it reads
     tensor = bandwidth.cache_evictor()
     assert tensor.numel() * tensor.element_size() >= 2 * bandwidth.cache_bytes()
+
+
+def test_a_row_states_the_machines_load_at_its_start_and_its_end(monkeypatch):
+    """A reader can tell a run that other work shared the cores with: the load average before
+    the row's rounds and after them, read from the system each time; NaN where there is none."""
+    loads = iter([0.5, 12.3])
+    monkeypatch.setattr(kernels.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "0.5→12"
+    monkeypatch.delattr(kernels.os, "getloadavg")  # as on Windows
+    assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "nan→nan"
