@@ -268,6 +268,7 @@ BAD_FP8_SCALES = {
     "a zero": (torch.tensor([0.01, 0.0]), ValueError, "positive finite"),
     "a NaN": (torch.tensor([0.01, math.nan]), ValueError, "positive finite"),
     "negative": (torch.tensor([-0.01, 0.01]), ValueError, "positive finite"),
+    "an infinity": (torch.tensor([0.01, math.inf]), ValueError, "positive finite"),
 }
 
 

@@ -121,6 +121,7 @@ def widest_rows(names: list[str]) -> list[dict]:
     """Rows with the widest values a run prints: seconds-long references on a busy machine,
     a GPU's thousands of GB/s."""
     row = {"batch": 4, "context": 8192, "block_size": 16, "threads": 2, "rounds": 61}
+    row["load"] = "9.9→9.9"  # the widest: 12.3 prints as 12
     row |= {f"{name}_ms": 46029.24 for name in kernels.PATHS}
     row |= {f"{name}_ratio": 123.45 for name in kernels.REFERENCES}
     row |= {"max_error": 4.6e-07, "fp8_error": 3.6e-02, "stream_gbps": 4012.3}
@@ -177,6 +178,62 @@ def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 too
     float_row = np.ones(8, np.float32)
     assert compiled(float_row, decode_fields(torch.float32), np.empty(8, np.float32)).sum() == 8
+
+
+DECODE_EVERY_BYTE = """
+import numba, numpy as np, torch
+from cuda_kernels.fp8 import FP8_DTYPES, decode_fields, decoded_row
+compiled = numba.njit(lambda row, fields, scratch: decoded_row(row, fields, scratch).copy())
+every_byte = np.arange(256, dtype=np.uint8)
+for dtype in FP8_DTYPES:
+    got = compiled(every_byte, decode_fields(dtype), np.empty(256, np.float32))
+    print(dtype, got.view(np.uint32).tolist())
+"""
+"""A process that prints every FP8 byte of both formats decoded by a compiled twin's
+decoder, as float32 bits."""
+
+
+def decoded_bits(**numba_settings: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    run = subprocess.run(
+        [sys.executable, "-c", DECODE_EVERY_BYTE],
+        env=env | numba_settings,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+def test_the_decoder_gives_the_same_bits_on_an_x86_core_without_float16_conversion(tmp_path):
+    """Numba told to compile for a plain x86-64 (no F16C): the decoder moves float16's bits
+    into float32's itself instead of calling a conversion routine the JIT lacks (which
+    aborted the process), and gives the same bits, NaN payloads included, as the hardware's
+    conversion does."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("an x86-64 machine compiles for a plain x86-64 core")
+    plain = decoded_bits(
+        NUMBA_CPU_NAME="x86-64", NUMBA_CPU_FEATURES="", NUMBA_CACHE_DIR=str(tmp_path)
+    )
+    assert plain == decoded_bits()
+
+
+def test_only_a_target_with_a_float16_instruction_converts_in_hardware():
+    from cuda_kernels.fp8 import converts_half_in_hardware
+
+    x86 = "x86_64-unknown-linux-gnu"
+    assert converts_half_in_hardware((x86, "znver3", "+avx2,+f16c,+fma"))
+    assert not converts_half_in_hardware((x86, "x86-64", ""))
+    assert not converts_half_in_hardware((x86, "x86-64", "+avx,-f16c"))
+    assert converts_half_in_hardware(("aarch64-unknown-linux-gnu", "generic", ""))
+    assert not converts_half_in_hardware(("powerpc64le-unknown-linux-gnu", "pwr8", ""))
 
 
 def test_a_paired_ratio_divides_out_what_a_round_shared():
@@ -278,3 +335,13 @@ def test_the_cache_evictor_reads_twice_the_last_level_cache(monkeypatch):
     monkeypatch.setattr(bandwidth, "streaming_read", lambda tensor: tensor)  # what it reads
     tensor = bandwidth.cache_evictor()
     assert tensor.numel() * tensor.element_size() >= 2 * bandwidth.cache_bytes()
+
+
+def test_a_row_states_the_machines_load_at_its_start_and_its_end(monkeypatch):
+    """A reader can tell a run that other work shared the cores with: the load average before
+    the row's rounds and after them, read from the system each time; NaN where there is none."""
+    loads = iter([0.5, 12.3])
+    monkeypatch.setattr(kernels.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "0.5→12"
+    monkeypatch.delattr(kernels.os, "getloadavg")  # as on Windows
+    assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "nan→nan"

@@ -20,7 +20,9 @@ its other warps, but a core running one iteration would wait at every jump to a 
 And from an FP8 pool a CUDA thread decodes each byte as it reads it, through a table
 (``element``), but the twin decodes a key or value row once into float32 (``decoded_row``),
 by moving bits rather than through the table, before the query heads of its group read it,
-so that the decoding and the loops over $d_h$ run in SIMD lanes. Nothing is
+so that the decoding and the loops over $d_h$ run in SIMD lanes. For the same reason the
+round's $e^{s_\\tau - m}$ are taken by an exp LLVM can vectorize (``simd_exp``), not by one
+call to the C library's ``expf`` per query head and token. Nothing is
 read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
 reach the result.
 """
@@ -41,6 +43,7 @@ from cuda_kernels.cpu.launch import (
     on_torch_threads,
 )
 from cuda_kernels.cpu.prefetch import LINE_BYTES, prefetch
+from cuda_kernels.cpu.simd_exp import exp
 from cuda_kernels.decode_arguments import (
     by_fields,
     check_decode_inputs,
@@ -97,8 +100,8 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
             m_curr = max(m_prev[g], probs[g, :tokens].max())  # finite: token `first` < end
             p_prev = math.exp(m_prev[g] - m_curr)  # rescales what was summed under the old max
             total = ZERO
-            for thread in range(tokens):
-                p_curr = math.exp(probs[g, thread] - m_curr)
+            for thread in range(tokens):  # the round's exps at once, in SIMD lanes (simd_exp)
+                p_curr = exp(probs[g, thread] - m_curr)
                 probs[g, thread] = p_curr
                 total += p_curr
             l_curr = p_prev * l_prev[g] + total

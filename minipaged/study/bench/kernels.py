@@ -17,6 +17,8 @@ within one process, so every ratio compares like with like.
 from __future__ import annotations
 
 import functools
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,6 +157,7 @@ def measure(
     if probe is not None:
         timed["stream"] = bandwidth.streaming_read(probe)
     row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
+    load_at_start = load_average()
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     paging = [(name, f"{name}_in_order") for name in kernels]
@@ -165,6 +168,7 @@ def measure(
             timed, device, repeats, max_repeats or repeats, settled, REFERENCES, evict
         )
         row["rounds"] = len(times["sdpa"])
+        row["load"] = "→".join(map(load_text, (load_at_start, load_average())))
         row.update({f"{name}_ms": rounds.median_ms(t) for name, t in times.items()})
         expected = paths["sdpa"]()
         exact = [fn for name, fn in paths.items() if not name.endswith("_fp8")]
@@ -215,16 +219,17 @@ def columns(kernels: list[str]) -> tuple[list[Column], list[View]]:
         errors.append(Column("fp8_error", "FP8 max |Δ| vs SDPA", "{:.1e}"))
     stream = Column("stream_gbps", "stream read", "{:.1f}")
     counted = Column("rounds", "rounds", "{}")
+    load = Column("load", "load", RIGHT)
     keys = tuple(column.key for column in ROW_KEYS)
     views = [
         View("Median time (ms)", keys + tuple(column.key for column in times)),
         View("Ratios of times in the same rounds", (*keys, "rounds", *(c.key for c in ratios))),
         View(
             "GB/s of keys and values read (share of the stream read)",
-            (*keys, stream.key, *(column.key for column in bandwidths)),
+            (*keys, load.key, stream.key, *(column.key for column in bandwidths)),
         ),
     ]
-    return [*ROW_KEYS, counted, *times, *ratios, *errors, stream, *bandwidths], views
+    return [*ROW_KEYS, counted, load, *times, *ratios, *errors, stream, *bandwidths], views
 
 
 PATHS = {"sdpa": "SDPA", "loop": "loop ref", "vectorized": "vectorized ref"}
@@ -235,6 +240,23 @@ REFERENCES = ("loop", "vectorized")
 
 RIGHT = "{:s}"
 """The format of a column of ready-made strings that lines up on the right, as numbers do."""
+
+
+def load_average() -> float:
+    """The machine's load over the last minute (processes running or waiting for a core, as
+    ``uptime`` prints it), NaN where the system does not say. A row prints it at its start
+    and end: above the number of cores, other work shared them with the rounds, and the
+    row's ratios and their spreads are to be read with care."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return math.nan
+
+
+def load_text(load: float) -> str:
+    """A load average as the tables print it: one decimal under 10, none from 10 up, so
+    that a row's two fit its column."""
+    return f"{load:.1f}" if load < 9.95 else f"{load:.0f}"
 
 
 def milliseconds(ms: float) -> str:
