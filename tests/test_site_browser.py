@@ -100,6 +100,7 @@ INSPECT = """async () => {
     .map(e => ({text: e.textContent.trim().slice(0, 40), cue: cue(e)}));
   const images = [...article.querySelectorAll("img")].map(img => ({
     src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,
+    alt: img.getAttribute("alt"),
   }));
   // A table's first column, the key its rows are read by: in view at either end of its scroll.
   const cutTables = [];
@@ -131,6 +132,7 @@ INSPECT = """async () => {
     diagrams,
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     links: [...document.querySelectorAll("a[href]")].map(a => a.href),
+    ids: [...document.querySelectorAll("[id]")].map(e => e.id),
   };
 }"""
 
@@ -524,6 +526,49 @@ def test_search_results_show_no_raw_tex(visits) -> None:
     assert not bad, "raw TeX in search results:\n" + "\n".join(bad)
 
 
+def unnamed_images(found: dict) -> list[str]:
+    """The images a reader who cannot see them learns nothing of: no alt text, or only the
+    file's name."""
+    return [
+        image["src"].rsplit("/", 1)[-1]
+        for image in found["images"]
+        if not (alt := (image["alt"] or "").strip())
+        or alt == unquote(urlparse(image["src"]).path).rsplit("/", 1)[-1]
+    ]
+
+
+def test_every_image_says_in_words_what_it_shows(visits) -> None:
+    """Every figure and screenshot has alt text (what a screen reader reads, and what shows
+    where the image fails to load), and not just its file's name."""
+    assert any(v.found["images"] for v in visits), "no image on any page"
+    bad = failures(visits, lambda v: unnamed_images(v.found))
+    assert not bad, "images without alt text:\n" + "\n".join(bad)
+
+
+def broken_anchors(visits: list[Visit]) -> list[str]:
+    """Links from a page to a place (``#id``) in a page of the site that has no element of
+    that id, as the browser found them after the theme and MathJax had run (the build's
+    anchor check reads the Markdown; the theme and the hooks add links and ids of their
+    own)."""
+    ids = {v.url: set(v.found["ids"]) for v in visits}
+    broken = set()
+    for v in visits:
+        for link in v.found["links"]:
+            page, _, anchor = link.partition("#")
+            target = page or v.url
+            if target.endswith("/"):
+                target += "index.html"
+            if anchor and target in ids and unquote(anchor) not in ids[target]:
+                broken.add(f"{v.url.rsplit('/', 1)[-1]} links to {link}")
+    return sorted(broken)
+
+
+def test_every_link_to_a_place_in_a_page_finds_it(visits) -> None:
+    assert any("#" in link for v in visits for link in v.found["links"]), "no anchor is linked"
+    bad = broken_anchors(visits)
+    assert not bad, "links to an id their page does not have:\n" + "\n".join(bad)
+
+
 # -- each check fails where it should: one page with one defect of each class ------------------
 
 PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
@@ -539,13 +584,17 @@ PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
   style="display: inline-block; width: 600px">a formula wider than its box</span></div>
 <div class="md-typeset__scrollwrap" style="width: 120px; overflow-x: auto"><table><tr>
   <th style="white-space: nowrap">a key column wider than the box</th><th>b</th></tr></table></div>
+<img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
+<img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E" alt="a blank figure">
+<p id="here"><a href="#here">a place that is there</a>, <a href="#nowhere">one that is not</a></p>
 </article></body></html>"""
 
 
 def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -> None:
     """A raw table row, a formula cut with no cue and a table whose key column is cut, in a
-    phone's column, and a box that sticks out while the window widens to a laptop's: the
-    checks that pass on every real page must fail on this one."""
+    phone's column, a box that sticks out while the window widens to a laptop's, an image
+    without alt text and a link to an id the page lacks: the checks that pass on every real
+    page must fail on this one."""
     (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
     loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["planted.html"])
     assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
@@ -553,6 +602,8 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     assert raw_table_rows(found) == ["| N | exercise |"]
     assert uncued_formulas(found) == ["a formula wider than its box"]
     assert found["cutTables"] == ["a key column wider than the box"]
+    assert len(unnamed_images(found)) == 1
+    assert broken_anchors([loaded]) == [f"planted.html links to {loaded.url}#nowhere"]
     assert sideways(found) is None
     # Settled, the widened page fits: only its state as the transition begins sticks out.
     assert widened.found["overflow"] <= 0 and widened.found["resizing"] > 100
