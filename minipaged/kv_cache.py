@@ -90,8 +90,9 @@ def quantize_kv(
     v_scale = ones if v_scale is None else v_scale
     if narrower:  # k / s_k, read back as s_k * k-hat (fp8.dequantize), as FP8 is
         return (key / k_scale[:, None]).to(pool_dtype), (value / v_scale[:, None]).to(pool_dtype)
-    key = fp8.quantize(key, k_scale[:, None], pool_dtype)  # scale per KV head, [N_KV, 1]
-    return key, fp8.quantize(value, v_scale[:, None], pool_dtype)
+    # check_kv_scales read the scales above: no second read (a GPU sync) per write
+    key = fp8.quantize_unchecked(key, k_scale[:, None], pool_dtype)  # per KV head, [N_KV, 1]
+    return key, fp8.quantize_unchecked(value, v_scale[:, None], pool_dtype)
 
 
 class CacheKernels(Protocol):
@@ -235,10 +236,12 @@ class KVCache:
         before anything is written: bytes written under other scales would change meaning."""
         expected = (self.num_layers, self.num_kv_heads)
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if tuple(scale.shape) != expected or not bool((scale > 0).all()):
+            fp8.check_scales(scale, name)  # positive and finite: a tensor of them
+            if not isinstance(scale, Tensor) or tuple(scale.shape) != expected:
                 raise ValueError(
                     f"{name} must be positive with shape [num_layers, num_kv_heads] = "
-                    f"{list(expected)}, got shape {list(scale.shape)}"
+                    f"{list(expected)}, got {type(scale).__name__} of shape "
+                    f"{list(getattr(scale, 'shape', []))}"
                 )
         self.k_scale.copy_(k_scale)
         self.v_scale.copy_(v_scale)
