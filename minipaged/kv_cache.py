@@ -23,8 +23,8 @@ from torch import Tensor
 from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
 from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
-from minipaged.device import check_device
-from minipaged.memory import binary_size
+from minipaged.device import check_device, free_memory_on
+from minipaged.memory import binary_size, check_fits, free_memory
 from minipaged.python_numbers import python_numbers
 
 
@@ -108,6 +108,50 @@ class CacheKernels(Protocol):
     ) -> None: ...
 
 
+def check_kernels(kernels: object) -> None:
+    """``kernels`` is None (torch indexing) or has the ``CacheKernels`` methods, else a
+    ``TypeError`` now: ``KVCache(kernels=5)`` would otherwise fail at the first copy-on-write,
+    in the middle of a step."""
+    missing = [
+        name for name in ("copy_blocks", "swap_blocks") if not callable(getattr(kernels, name, 0))
+    ]
+    if kernels is not None and missing:
+        raise TypeError(
+            f"kernels must be None (copies by torch indexing) or a kernel module with "
+            f"copy_blocks and swap_blocks (cuda_kernels, cuda_kernels.cpu; "
+            f"minipaged.backend.kernels_for picks one), got {type(kernels).__name__} "
+            f"{kernels!r:.60}, which lacks {' and '.join(missing)}"
+        )
+
+
+VIEW_BYTES_PER_LAYER = 4096
+"""Host bytes a layer costs beside its pools: the four views ``key[layer]``, ``value[layer]``,
+``host_key[layer]``, ``host_value[layer]`` take about 600 B each as Python objects (measured),
+rounded up. A ``meta`` cache of $10^9$ layers holds no values but would still take 2.4 TB."""
+
+
+def check_pools_fit(sizes: dict[str, int], dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse pools of checked ``sizes`` that the memory free on ``device`` (the device
+    pools; nothing on ``meta``) and on the host (the host pools and every layer's views, the
+    device pools too on a CPU cache) cannot hold, naming their bytes (``memory.check_fits``),
+    before torch tries to allocate them."""
+    per_block = (
+        2 * sizes["num_layers"] * sizes["num_kv_heads"] * sizes["block_size"] * sizes["head_dim"]
+    ) * torch.empty((), dtype=dtype).element_size()
+    fix = "lower num_blocks, num_cpu_blocks, num_layers, block_size or head_dim"
+    device_pools = f"{sizes['num_blocks']:,} device blocks of {per_block:,} B"
+    host_pools = f"{sizes['num_cpu_blocks']:,} host blocks of {per_block:,} B"
+    host_bytes = sizes["num_cpu_blocks"] * per_block
+    host_bytes += sizes["num_layers"] * VIEW_BYTES_PER_LAYER
+    host_pools += f" and {sizes['num_layers']:,} layers' views"
+    if device.type == "cuda":
+        check_fits(sizes["num_blocks"] * per_block, free_memory_on(device), device_pools, fix)
+    elif device.type == "cpu":
+        host_bytes += sizes["num_blocks"] * per_block
+        host_pools = f"{device_pools} + {host_pools}"
+    check_fits(host_bytes, free_memory(), host_pools, fix)
+
+
 class KVCache:
     """Key and value pools for every layer, on the compute device, plus a host pool for swapping.
 
@@ -168,7 +212,9 @@ class KVCache:
         # engine that checks requests without weights (tui.scenarios.Scenario.check)
         if str(device) != "meta":
             device = check_device(device)
+        check_kernels(kernels)
         num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
+        check_pools_fit(sizes, dtype, torch.device(device))
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.num_kv_heads = num_kv_heads
