@@ -182,7 +182,17 @@ def binary_size(num_bytes: int) -> str:
 
 
 def free_memory() -> int | None:
-    """Bytes of host memory free now, or None where the system does not say (not Linux)."""
+    """Bytes of host memory a new allocation can have now, or None where the system does not
+    say. Linux's MemAvailable counts the file cache the kernel would give back; the free pages
+    alone (``SC_AVPHYS_PAGES``, the fallback) do not, and on a machine whose cache has filled
+    its memory they refused pools that fit."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     if "SC_AVPHYS_PAGES" not in os.sysconf_names:
         return None
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
