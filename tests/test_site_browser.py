@@ -36,6 +36,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from dark_scheme import IN_SLATE, unreadable
 from test_docs import DOCS, GENERATED, SUB_FOLDERS, SUB_PATH, shared_site
 
 sync_api = pytest.importorskip(
@@ -270,6 +271,7 @@ def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
         resizing = tab.evaluate(RESIZED)
         record(tab, visits[-1], page)
         visits[-1].found["resizing"] = resizing
+        visits[-1].found["slate"] = tab.evaluate(IN_SLATE)  # once a page: the figures in dark
         # Let late requests finish on this page, so that what fails is charged to it.
         with contextlib.suppress(sync_api.TimeoutError):
             tab.wait_for_load_state("networkidle", timeout=5_000)
@@ -386,6 +388,16 @@ def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
         return None
 
     bad = failures(visits, undrawn)
+    assert not bad, "\n".join(bad)
+
+
+def test_every_figure_is_readable_in_the_dark_scheme(visits) -> None:
+    """Each page once in Material's slate scheme: images on a light backdrop, and each mermaid
+    diagram's text and lines in contrast with what lies behind them (tests/dark_scheme.py)."""
+    bad = failures(
+        [v for v in visits if "slate" in v.found],
+        lambda v: "; ".join(unreadable(v.found["slate"])) or None,
+    )
     assert not bad, "\n".join(bad)
 
 
@@ -621,3 +633,35 @@ def test_the_image_and_search_checks_flag_what_they_are_for() -> None:
     assert image_text_px('<svg viewBox="0 0 10 10"/>', PHONE) is None  # no text, nothing to read
     assert raw_tex([r"the refcount \(\mathcal{R}[p]\) of block p"]) == [r"\(", r"\)", r"\mathcal"]
     assert not raw_tex(["the refcount R[p] of block p"])
+
+
+DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
+  body[data-md-color-scheme="slate"] { background-color: #1e2129 }
+  body[data-md-color-scheme="slate"] img.carded { background-color: #fff }
+</style></head><body><article>
+<img alt="a chart in black ink" src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
+<img alt="the same on a card" class="carded"
+  src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
+<div class="mermaid"></div>
+<script>
+  document.querySelector(".mermaid").attachShadow({mode: "open"}).innerHTML =
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 200 100">' +
+    '<text x="10" y="20" fill="#000">black label</text>' +
+    '<text x="10" y="40" fill="#eee">light label</text>' +
+    '<g><rect width="90" height="30" y="50" fill="#fff"/><text x="5" y="70" fill="#000">' +
+    'on a white node</text></g>' +
+    '<path d="M0 90 L200 90" fill="none" stroke="#000"/></svg>';
+</script>
+</article></body></html>"""
+
+
+def test_the_dark_scheme_check_finds_black_ink_on_the_dark_page(browser, tmp_path) -> None:
+    """An image without a light card, a diagram label and a line in black on the dark page:
+    flagged; a light label, black text on a white node and an image on a card: not."""
+    (tmp_path / "dark.html").write_text(DARK_PLANTED, encoding="utf-8")
+    _, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["dark.html"])
+    problems = unreadable(widened.found["slate"])
+    assert len(problems) == 2, problems
+    assert "on a dark backdrop" in problems[0]
+    assert '"black label"' in problems[1] and "a path (line)" in problems[1]
+    assert "light label" not in problems[1] and "white node" not in problems[1]
