@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from minipaged.config import EngineConfig, check_setting, settings_of
-from minipaged.memory import free_memory as free_memory  # the commands' pre-flight check
 from minipaged.sampling_rules import check_sampling_value
 
 USAGE_ERROR = 2
