@@ -137,7 +137,7 @@ def check_pools_fit(sizes: dict[str, int], dtype: torch.dtype, device: torch.dev
     before torch tries to allocate them."""
     per_block = (
         2 * sizes["num_layers"] * sizes["num_kv_heads"] * sizes["block_size"] * sizes["head_dim"]
-    ) * torch.empty((), dtype=dtype).element_size()
+    ) * dtype.itemsize
     fix = "lower num_blocks, num_cpu_blocks, num_layers, block_size or head_dim"
     device_pools = f"{sizes['num_blocks']:,} device blocks of {per_block:,} B"
     host_pools = f"{sizes['num_cpu_blocks']:,} host blocks of {per_block:,} B"
