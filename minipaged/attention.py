@@ -39,7 +39,7 @@ from torch import Tensor
 
 from minipaged.attention_call import attention_entry_point
 from minipaged.contract import check_attention_inputs, check_partition_size
-from minipaged.fp8 import dequantize
+from minipaged.fp8 import dequantize_unchecked
 from minipaged.gather import gather_kv, per_kv_head, thread_workspace
 
 NO_BLOCK = -1
@@ -90,8 +90,8 @@ def paged_attention_decode_loop(
             k_block = key_pool[phys_block_id, :, :tokens_in_block, :]
             v_block = value_pool[phys_block_id, :, :tokens_in_block, :]
             # FP8 pools: bytes times the KV head's scale, in float32 (the model's dtype: as is)
-            k_block = dequantize(k_block, per_kv_head(k_scale, 3))
-            v_block = dequantize(v_block, per_kv_head(v_scale, 3))
+            k_block = dequantize_unchecked(k_block, per_kv_head(k_scale, 3))
+            v_block = dequantize_unchecked(v_block, per_kv_head(v_scale, 3))
 
             # The source text's einsum "hd,ktd->hkt" pairs every query head with every KV head,
             # which is only right when num_kv_heads == 1. Query head h must read KV head
@@ -349,8 +349,8 @@ def paged_attention_tree(
     keys, values, _ = gather_kv(*paged, block_size, **scales, workspace=thread_workspace())
     node_slots = node_slots.long()
     at = (node_slots // block_size, slice(None), node_slots % block_size)
-    node_keys = dequantize(key_pool[at], per_kv_head(k_scale, 2))  # [N, N_KV, head_dim]
-    node_values = dequantize(value_pool[at], per_kv_head(v_scale, 2))
+    node_keys = dequantize_unchecked(key_pool[at], per_kv_head(k_scale, 2))  # [N, N_KV, head_dim]
+    node_values = dequantize_unchecked(value_pool[at], per_kv_head(v_scale, 2))
     output = torch.empty_like(query)
     lens = zip(firsts.tolist(), prefix_lens.tolist(), query_lens.tolist(), strict=True)
     for b, (start, prefix_len, count) in enumerate(lens):

@@ -18,12 +18,15 @@ same scales and refuse the same overflow, with the same words.
   \\max\\lVert k \\rVert)$: by Cauchy-Schwarz every logit and every difference $s - m$ the
   softmax takes is then finite. A NaN that NaN or inf inputs carry in is the
   caller's data and comes back as it is, as from ``scaled_dot_product_attention``. The check
-  reads only the result on the way out; the inputs are read only to word a refusal. The
-  engine's own calls skip it (``engine_attention``): reading the result back to the host
-  would make a GPU wait for every layer of every step, for a scale the engine chose.
+  reads only the result on the way out; the inputs are read only to word a refusal.
 
-This module imports only ``minipaged.contract`` and ``minipaged.python_numbers``, which import no
-other project module: the kernels use it.
+The engine's own calls (``engine_attention``) skip both reads of values, the scales' and the
+result's: reading a tensor back to the host makes a GPU wait, once for every layer of every
+step, for numbers the engine chose itself (``engine_attention`` says why they need no check).
+
+This module imports only ``minipaged.contract``, ``minipaged.fp8`` and
+``minipaged.python_numbers``, which import no other project module but the last: the kernels
+use it.
 """
 
 from __future__ import annotations
@@ -39,26 +42,34 @@ import torch
 from torch import Tensor
 
 from minipaged.contract import NARROWER_POOL_DTYPES
+from minipaged.fp8 import check_scales
 from minipaged.python_numbers import python_number_arguments
 
 NUMBER_ARGUMENTS = ("scale", "block_size", "partition_size")
 """The arguments of an attention entry point that are numbers, where it has them."""
 
-_overflow_checked = contextvars.ContextVar("overflow_checked", default=True)
+_values_checked = contextvars.ContextVar("values_checked", default=True)
 
 
 @contextlib.contextmanager
 def engine_attention() -> Iterator[None]:
-    """Within this block (one engine step's forward pass, ``ModelRunner.execute``), attention
-    calls return their result unread: no overflow check (the module's docstring). The engine's
-    scale is the model's $1/\\sqrt{d_h}$, not a caller's, and its queries and keys come from
-    weights ``minipaged.checkpoint_files`` found finite; the check's sum would cost a host sync
-    per layer on a GPU, where the kernels would otherwise queue ahead of the host."""
-    token = _overflow_checked.set(False)
+    """Within this block (one engine forward pass: ``ModelRunner.execute``, the speculative
+    ``verify``), attention calls and cache writes read no tensor's values back to the host:
+    neither ``k_scale`` / ``v_scale`` (their kind and shape are still checked, which reads no
+    value) nor the result for an overflow (the module's docstring). Each read would cost a
+    host sync per layer per step on a GPU, where the kernels would otherwise queue ahead of
+    the host. Safe because the engine chose every such number itself:
+
+    - the scale is the model's $1/\\sqrt{d_h}$, and the queries and keys come from weights
+      ``minipaged.checkpoint_files`` found finite;
+    - ``k_scale`` and ``v_scale`` are the ``KVCache``'s, which hold 1 until
+      ``KVCache.set_scales`` stores scales it checked (``fp8.check_scales``), once, at load.
+    """
+    token = _values_checked.set(False)
     try:
         yield
     finally:
-        _overflow_checked.reset(token)
+        _values_checked.reset(token)
 
 
 def attention_entry_point(function: Callable) -> Callable:
@@ -78,7 +89,7 @@ def attention_entry_point(function: Callable) -> Callable:
             refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
             raise
         outputs = result if isinstance(result, tuple) else (result,)
-        if _overflow_checked.get() and any(holds_nan(output) for output in outputs):
+        if _values_checked.get() and any(holds_nan(output) for output in outputs):
             refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
         return result
 
@@ -103,8 +114,9 @@ def check_kv_scales(
     v_scale: object = None,
 ) -> None:
     """Refuse ``k_scale`` / ``v_scale`` unless each is ``[num_kv_heads]`` positive finite
-    numbers for a pool of ``pool_dtype`` narrower than ``compute_dtype``, the query's or the
-    written keys' (the module's docstring)."""
+    numbers (``fp8.check_scales``, the rule's one home) for a pool of ``pool_dtype`` narrower
+    than ``compute_dtype``, the query's or the written keys' (the module's docstring). Under
+    ``engine_attention`` the values are not read."""
     given = {name: s for name, s in (("k_scale", k_scale), ("v_scale", v_scale)) if s is not None}
     if not given:
         return
@@ -127,12 +139,8 @@ def check_kv_scales(
                 f"{name} must be [num_kv_heads] = [{num_kv_heads}], one scale per KV head, got "
                 f"shape {list(scale.shape)}"
             )
-        values = scale.tolist()  # one transfer: 2 us, where three elementwise ops took 22
-        if not all(0 < value < math.inf for value in values):  # NaN fails 0 < NaN
-            raise ValueError(
-                f"{name} must hold positive finite numbers (a head's largest |k| over the "
-                f"format's largest value, minipaged.fp8.scale_for), got {values}"
-            )
+        if _values_checked.get():  # engine_attention's are the cache's, checked once
+            check_scales(scale, name)
 
 
 def refuse_overflow(arguments: dict[str, object]) -> None:

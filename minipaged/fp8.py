@@ -72,16 +72,19 @@ def quantize(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     ``scale`` (a positive finite number, or a tensor of them) broadcasts against ``x`` (for
     keys ``[N, N_KV, d_h]``: ``scale[:, None]``); ``dtype`` is one of ``FP8_DTYPES``.
 
-    Raises ``ValueError`` for a scale that is 0, negative, infinite or NaN (``check_scales``):
+    Raises ``TypeError`` unless ``x`` is a tensor, and ``ValueError`` for a scale that is 0,
+    negative, infinite or NaN (``check_scales``):
     $x / 0$ stores $\\pm\\max$ for every nonzero value, and a NaN scale stores NaN bytes."""
+    check_tensor(x, "x")
     check_fp8_dtype(dtype)
     return quantize_unchecked(x, check_scales(scale, "scale"), dtype)
 
 
 def quantize_unchecked(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     """``quantize`` for a caller that has checked ``scale`` and ``dtype`` already: the KV
-    cache's write path (``kv_cache.quantize_kv``), whose scales ``check_kv_scales`` read once;
-    reading them again here would cost a second host sync per layer on a GPU.
+    cache's write path (``kv_cache.quantize_kv``), whose scales ``check_kv_scales`` checked
+    once (in the engine, ``KVCache.set_scales`` did); reading them again here would cost a
+    host sync per layer on a GPU.
 
     Clamping first matters: e5m2 would turn an out-of-range value into $\\pm\\infty$, and one
     $\\infty$ in a key makes every score of that head NaN."""
@@ -101,8 +104,10 @@ def check_fp8_dtype(dtype: object) -> None:
 def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | float:
     """``scale`` as a float or a floating-point tensor whose every value is positive and finite
     (0 too when ``zero``, for a largest magnitude); else ``TypeError`` or ``ValueError``
-    naming ``name``. A tensor's values are read once (``tolist``): one transfer on a GPU, which
-    only direct calls pay, never the engine's writes (``quantize_unchecked``)."""
+    naming ``name``. The one home of the rule: FP8 functions, ``KVCache.set_scales`` and every
+    attention entry point's ``k_scale`` / ``v_scale`` (``attention_call.check_kv_scales``)
+    check with it, in its words. A tensor's values are read once (``tolist``): one transfer on
+    a GPU, which only direct calls pay, never the engine's (``attention_call.engine_attention``)."""
     scale = python_number(scale)  # np.float32(0.5) is 0.5
     if isinstance(scale, int) and not isinstance(scale, bool):
         scale = float(scale)
@@ -127,15 +132,36 @@ def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | fl
     return scale
 
 
-def dequantize(x: Tensor, scale: Tensor | None) -> Tensor:
+def dequantize(x: Tensor, scale: Tensor | float | None) -> Tensor:
     """$s \\cdot \\hat{x}$ in float32; ``scale`` broadcasts against ``x``. A float pool in the
     model's dtype (no scale given) is returned as it is, so callers can dequantize
     unconditionally; a 16-bit pool read with a scale (a float32 model over a float16 cache,
-    as the ``kv-dtype`` benchmark runs it) comes back in float32."""
+    as the ``kv-dtype`` benchmark runs it) comes back in float32.
+
+    Raises ``TypeError`` unless ``x`` is a tensor, and checks a given ``scale`` as ``quantize``
+    does: a 0 or NaN scale would turn every stored value into 0 or NaN."""
+    check_tensor(x, "x")
+    return dequantize_unchecked(x, None if scale is None else check_scales(scale, "scale"))
+
+
+def dequantize_unchecked(x: Tensor, scale: Tensor | float | None) -> Tensor:
+    """``dequantize`` for a caller that has checked ``scale`` already: the attention paths,
+    whose entry point checked ``k_scale`` and ``v_scale`` once for the call
+    (``attention_call.check_kv_scales``), and then read them block after block."""
     if not is_fp8(x.dtype) and (scale is None or x.dtype == torch.float32):
         return x
     values = x.float()
     return values if scale is None else values * scale
+
+
+def check_tensor(x: object, name: str) -> None:
+    """``x`` is a ``torch.Tensor``; else ``TypeError`` naming ``name`` (a list has no
+    ``dtype``, and would fail with an ``AttributeError`` inside the arithmetic)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__} {x!r:.60}: build it with "
+            "torch.tensor([...])"
+        )
 
 
 def error_bound(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
@@ -148,6 +174,7 @@ def error_bound(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     value past the largest one ($|y| > \\max$) is clamped and loses $|x| - s\\max$. A few float32
     roundings (of $x/s$ and of $s\\hat{x}$) add $2^{-22}|x|$ at most. ``scale`` and ``dtype``
     are checked as ``quantize`` checks them."""
+    check_tensor(x, "x")
     check_fp8_dtype(dtype)
     scale = check_scales(scale, "scale")
     info = torch.finfo(dtype)

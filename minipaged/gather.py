@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from minipaged.fp8 import dequantize
+from minipaged.fp8 import dequantize_unchecked
 
 
 class GatherIndex(NamedTuple):
@@ -154,8 +154,8 @@ def gather_kv(
             torch.index_select(pool[:, kv_head], 0, table, out=blocks[kv_head])
         return blocks.view(num_kv_heads, batch_size, max_len, head_dim)
 
-    keys = dequantize(gather(key_pool, "keys"), per_kv_head(k_scale, 4))
-    values = dequantize(gather(value_pool, "values"), per_kv_head(v_scale, 4))
+    keys = dequantize_unchecked(gather(key_pool, "keys"), per_kv_head(k_scale, 4))
+    values = dequantize_unchecked(gather(value_pool, "values"), per_kv_head(v_scale, 4))
     # Positions L_b .. max_len - 1 were never written and may hold NaN: zero them. index_fill_
     # zeroes whole [head_dim] rows by number. masked_fill_ with a [batch, max_len] mask
     # broadcast over head_dim tests element by element: on the CPU it took as long as the

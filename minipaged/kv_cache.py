@@ -90,7 +90,7 @@ def quantize_kv(
     v_scale = ones if v_scale is None else v_scale
     if narrower:  # k / s_k, read back as s_k * k-hat (fp8.dequantize), as FP8 is
         return (key / k_scale[:, None]).to(pool_dtype), (value / v_scale[:, None]).to(pool_dtype)
-    # check_kv_scales read the scales above: no second read (a GPU sync) per write
+    # check_kv_scales checked the scales above: no second read (a GPU sync) per write
     key = fp8.quantize_unchecked(key, k_scale[:, None], pool_dtype)  # per KV head, [N_KV, 1]
     return key, fp8.quantize_unchecked(value, v_scale[:, None], pool_dtype)
 

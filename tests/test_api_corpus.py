@@ -265,10 +265,10 @@ BAD_FP8_SCALES = {
     "a list": ([0.01, 0.01], TypeError, "k_scale must be a floating-point torch.Tensor"),
     "integers": (torch.ones(NUM_KV_HEADS, dtype=torch.int64), TypeError, "floating-point"),
     "one per layer": (torch.ones(3, NUM_KV_HEADS), ValueError, "k_scale must be \\[num_kv"),
-    "a zero": (torch.tensor([0.01, 0.0]), ValueError, "positive finite"),
-    "a NaN": (torch.tensor([0.01, math.nan]), ValueError, "positive finite"),
-    "negative": (torch.tensor([-0.01, 0.01]), ValueError, "positive finite"),
-    "an infinity": (torch.tensor([0.01, math.inf]), ValueError, "positive finite"),
+    "a zero": (torch.tensor([0.01, 0.0]), ValueError, "positive and finite"),
+    "a NaN": (torch.tensor([0.01, math.nan]), ValueError, "positive and finite"),
+    "negative": (torch.tensor([-0.01, 0.01]), ValueError, "positive and finite"),
+    "an infinity": (torch.tensor([0.01, math.inf]), ValueError, "positive and finite"),
 }
 
 

@@ -1,8 +1,10 @@
-"""Bad scales given to ``minipaged.fp8`` directly: every public function that takes a scale
-(or the largest magnitude a scale is made from) refuses 0, a negative, an infinite and a NaN
-one by name, as a Python number or anywhere in a tensor, and a dtype that is no FP8 format.
-The engine's writes check their scales once before quantizing (``check_kv_scales``); these are
-the calls a student or a benchmark makes by hand."""
+"""Bad scales given by hand: every public function that takes a scale (``minipaged.fp8``'s,
+``KVCache.set_scales``, a cache write's and every attention entry point's ``k_scale`` /
+``v_scale``), or the largest magnitude a scale is made from, refuses 0, a negative, an infinite
+and a NaN one by name in the one rule's words (``fp8.check_scales``), as a Python number or
+anywhere in a tensor, and a dtype that is no FP8 format. The engine reads none of its own
+scales back (``attention_call.engine_attention``): it checked them once, at
+``KVCache.set_scales``."""
 
 from __future__ import annotations
 
@@ -12,18 +14,38 @@ import numpy as np
 import pytest
 import torch
 
-from minipaged import fp8
-from minipaged.kv_cache import KVCache
+import cuda_kernels.cpu
+from minipaged import attention, fp8
+from minipaged.kv_cache import KVCache, write_kv
 
 E4M3 = torch.float8_e4m3fn
 X = torch.linspace(-3, 3, 8)
+KEYS = torch.ones(1, 2, 8)  # [N, N_KV, head_dim]: one token of the cache below
+SLOT = torch.tensor([0])
+
+
+def attend(decode, s: torch.Tensor, name: str) -> torch.Tensor:
+    """``decode`` over one token of ``fp8_cache``'s first layer, ``s`` as ``name``."""
+    cache, ones = fp8_cache(), torch.ones(2)
+    scales = {"k_scale": ones, "v_scale": ones} | {name: s}
+    tables, lens = torch.tensor([[0]], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
+    query = torch.ones(1, 2, 8)
+    return decode(query, cache.key[0], cache.value[0], tables, lens, 0.35, 4, **scales)
+
 
 SCALE_CALLS = {  # each takes one scale ``s``; a good one is 0.5
     "quantize": lambda s: fp8.quantize(X, s, E4M3),
+    "dequantize": lambda s: fp8.dequantize(fp8.quantize(X, 0.5, E4M3), s),
     "error_bound": lambda s: fp8.error_bound(X, s, E4M3),
-    "KVCache.set_scales k": lambda s: fp8_cache().set_scales(s, torch.ones(2, 2)),
-    "KVCache.set_scales v": lambda s: fp8_cache().set_scales(torch.ones(2, 2), s),
+    "KVCache.set_scales k_scale": lambda s: fp8_cache().set_scales(s, torch.ones(2, 2)),
+    "KVCache.set_scales v_scale": lambda s: fp8_cache().set_scales(torch.ones(2, 2), s),
+    "write_kv k_scale": lambda s: write_kv(*pools(), KEYS, KEYS, SLOT, k_scale=s),
+    "write_kv v_scale": lambda s: write_kv(*pools(), KEYS, KEYS, SLOT, v_scale=s),
+    "attention k_scale": lambda s: attend(attention.paged_attention_decode, s, "k_scale"),
+    "attention v_scale": lambda s: attend(attention.paged_attention_decode, s, "v_scale"),
+    "CPU twin k_scale": lambda s: attend(cuda_kernels.cpu.paged_attention_decode, s, "k_scale"),
 }
+PER_HEAD = ("write_kv", "attention", "CPU twin")  # [num_kv_heads] tensors, never a number
 NOT_A_SCALE = [0.0, -0.5, math.nan, math.inf, -math.inf]
 
 
@@ -31,10 +53,16 @@ def fp8_cache() -> KVCache:
     return KVCache(2, 4, 2, 4, 8, dtype=E4M3)
 
 
+def pools() -> tuple[torch.Tensor, torch.Tensor]:
+    cache = fp8_cache()
+    return cache.key[0], cache.value[0]
+
+
 def as_tensor(call: str, value: float) -> torch.Tensor:
     """``value`` in the last place of a tensor whose other values are good, in the shape the
-    call takes (the cache's scales are [num_layers, num_kv_heads])."""
-    scale = torch.full((2, 2) if "KVCache" in call else (8,), 0.5)
+    call takes (the cache's scales are [num_layers, num_kv_heads], a call's [num_kv_heads])."""
+    shape = (2, 2) if "KVCache" in call else (2,) if call.startswith(PER_HEAD) else (8,)
+    scale = torch.full(shape, 0.5)
     scale.view(-1)[-1] = value
     return scale
 
@@ -44,25 +72,36 @@ CASES = [  # the cache's scales are a tensor per layer and head, never a number
     for call in SCALE_CALLS
     for value in NOT_A_SCALE
     for form in ("number", "tensor")
-    if form == "tensor" or "KVCache" not in call
+    if form == "tensor" or not call.startswith(("KVCache", *PER_HEAD))
 ]
 
 
 @pytest.mark.parametrize(("call", "value", "form"), CASES)
 def test_a_scale_that_is_not_positive_and_finite_is_refused_naming_it(call, value, form):
+    """One rule, one wording: every path's refusal is ``fp8.check_scales``'s."""
     scale = value if form == "number" else as_tensor(call, value)
-    with pytest.raises(ValueError, match=r"scale must be positive and finite.*got"):
+    name = call.split()[-1] if call.split()[-1].endswith("_scale") else "scale"
+    with pytest.raises(ValueError) as refusal:
         SCALE_CALLS[call](scale)
+    assert str(refusal.value).startswith(f"{name} must be positive and finite (a head's largest")
+    assert str(refusal.value).endswith(f"got {value}")
 
 
-@pytest.mark.parametrize("call", ["quantize", "error_bound"])
-@pytest.mark.parametrize("scale", ["0.5", True, None, [0.5]])
+NO_NUMBERS = [  # dequantize takes None: a pool with no scale (the model's dtype, or 1)
+    (call, scale)
+    for call in ("quantize", "dequantize", "error_bound")
+    for scale in ("0.5", True, None, [0.5])
+    if not (call == "dequantize" and scale is None)
+]
+
+
+@pytest.mark.parametrize(("call", "scale"), NO_NUMBERS)
 def test_a_scale_that_is_no_number_is_a_type_error_naming_it(call, scale):
     with pytest.raises(TypeError, match="scale must be a number or a floating-point"):
         SCALE_CALLS[call](scale)
 
 
-@pytest.mark.parametrize("call", ["quantize", "error_bound"])
+@pytest.mark.parametrize("call", ["quantize", "dequantize", "error_bound"])
 @pytest.mark.parametrize("scale", [0.5, np.float32(0.5), np.float64(0.5), torch.tensor(0.5)])
 def test_a_good_scale_is_taken_in_every_form_the_one_rule_allows(call, scale):
     assert torch.equal(SCALE_CALLS[call](scale), SCALE_CALLS[call](torch.full((8,), 0.5)))
@@ -91,3 +130,48 @@ FUNCTIONS_OF_A_DTYPE = {
 def test_a_dtype_that_is_no_fp8_format_is_refused_naming_the_formats(call, dtype):
     with pytest.raises(ValueError, match=r"dtype must be an FP8 format.*fp8_e4m3"):
         FUNCTIONS_OF_A_DTYPE[call](dtype)
+
+
+@pytest.mark.parametrize("call", ["quantize", "dequantize", "error_bound"])
+@pytest.mark.parametrize("x", [[0.5, 1.0], 0.5, np.ones(3, dtype=np.float32), None])
+def test_values_that_are_no_tensor_are_a_type_error_naming_x(call, x):
+    take = {
+        "quantize": lambda: fp8.quantize(x, 0.5, E4M3),
+        "dequantize": lambda: fp8.dequantize(x, 0.5),
+        "error_bound": lambda: fp8.error_bound(x, 0.5, E4M3),
+    }
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got .*torch.tensor\("):
+        take[call]()
+
+
+def test_dequantize_without_a_scale_still_returns_a_model_dtype_pool_as_it_is():
+    pool = torch.ones(2, 3)
+    assert fp8.dequantize(pool, None) is pool
+
+
+DRAFT = {"method": "draft", "draft_model": "tiny-draft"}  # drafts every step: a verify pass
+
+
+@pytest.mark.parametrize("speculative", [None, DRAFT], ids=["plain", "speculative"])
+def test_an_engine_step_reads_no_scale_back_and_a_direct_call_reads_each_once(
+    monkeypatch, speculative
+):
+    """On a GPU each read of a scale's values is a host sync: the engine's steps (prefill,
+    decode, speculative verify; FP8 writes and reads in every layer) read none, since
+    ``KVCache.set_scales`` checked them; a direct attention call reads each of its two scales
+    once, however many blocks it reads."""
+    from minipaged import LLM, SamplingParams, attention_call
+
+    reads = []
+    checked = attention_call.check_scales
+    monkeypatch.setattr(
+        attention_call, "check_scales", lambda s, name: reads.append(name) or checked(s, name)
+    )
+    llm = LLM("tiny", kv_cache_dtype="fp8_e4m3", num_gpu_blocks=32, speculative=speculative)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    outputs = llm.generate(["It is a truth", "Mr. Darcy"], params)
+    assert [len(out.outputs[0].token_ids) for out in outputs] == [6, 6]
+    assert reads == []
+    assert speculative is None or llm.engine.speculator.num_verify_passes > 0
+    attend(attention.paged_attention_decode, torch.ones(2), "k_scale")
+    assert reads == ["k_scale", "v_scale"]
