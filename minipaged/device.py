@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from minipaged.memory import free_memory
+from minipaged.memory import check_fits, free_memory
 
 
 def check_device(device: str | torch.device) -> torch.device:
@@ -32,9 +32,21 @@ def check_device(device: str | torch.device) -> torch.device:
     return resolved
 
 
-def free_memory_on(device: torch.device) -> int | None:
-    """Bytes free now on ``device`` (a checked one): the CUDA device's free memory, the host's
-    for the CPU (``memory.free_memory``); None for ``meta``, which holds no values."""
+def check_pools_fit_on(
+    device: torch.device, device_pools: tuple[int, str], host_pools: tuple[int, str], fix: str
+) -> None:
+    """Refuse KV pools that the memory free now cannot hold, before any is allocated
+    (``memory.check_fits``). Each pool is ``(bytes, what they are made of)``. The device
+    pools live where ``device`` says: on a CUDA device they are checked against its own free
+    memory (``torch.cuda.mem_get_info``) and the host (swap) pools against the host's, since
+    neither takes the other's memory; on the CPU both live in host memory and are checked
+    together; on ``meta`` the device pools hold nothing."""
+    device_bytes, device_what = device_pools
+    host_bytes, host_what = host_pools
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    return free_memory() if device.type == "cpu" else None
+        free_on_device = torch.cuda.mem_get_info(device)[0]
+        check_fits(device_bytes, free_on_device, device_what, fix, f" on {device}")
+    elif device.type == "cpu":
+        host_bytes += device_bytes
+        host_what = f"{device_what} + {host_what}"
+    check_fits(host_bytes, free_memory(), host_what, fix, " on the host")

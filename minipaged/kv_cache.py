@@ -23,8 +23,8 @@ from torch import Tensor
 from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
 from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
-from minipaged.device import check_device, free_memory_on
-from minipaged.memory import binary_size, check_fits, free_memory
+from minipaged.device import check_device, check_pools_fit_on
+from minipaged.memory import ModelShape, binary_size
 from minipaged.python_numbers import python_numbers
 
 
@@ -130,26 +130,35 @@ VIEW_BYTES_PER_LAYER = 4096
 rounded up. A ``meta`` cache of $10^9$ layers holds no values but would still take 2.4 TB."""
 
 
+def cache_block_bytes(
+    num_layers: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype
+) -> int:
+    """BlockSizeBytes $= 2 N_L N_{KV} d_h B b$ (§3) of pools of ``dtype`` ($b$ its element
+    size): ``ModelShape.block_bytes``, the formula's one home. $N_Q$ does not count, since the
+    cache holds keys and values only."""
+    shape = ModelShape(num_layers, num_kv_heads, num_kv_heads, head_dim, dtype.itemsize)
+    return shape.block_bytes(block_size)
+
+
 def check_pools_fit(sizes: dict[str, int], dtype: torch.dtype, device: torch.device) -> None:
-    """Refuse pools of checked ``sizes`` that the memory free on ``device`` (the device
-    pools; nothing on ``meta``) and on the host (the host pools and every layer's views, the
-    device pools too on a CPU cache) cannot hold, naming their bytes (``memory.check_fits``),
-    before torch tries to allocate them."""
-    per_block = (
-        2 * sizes["num_layers"] * sizes["num_kv_heads"] * sizes["block_size"] * sizes["head_dim"]
-    ) * dtype.itemsize
-    fix = "lower num_blocks, num_cpu_blocks, num_layers, block_size or head_dim"
-    device_pools = f"{sizes['num_blocks']:,} device blocks of {per_block:,} B"
-    host_pools = f"{sizes['num_cpu_blocks']:,} host blocks of {per_block:,} B"
-    host_bytes = sizes["num_cpu_blocks"] * per_block
-    host_bytes += sizes["num_layers"] * VIEW_BYTES_PER_LAYER
-    host_pools += f" and {sizes['num_layers']:,} layers' views"
-    if device.type == "cuda":
-        check_fits(sizes["num_blocks"] * per_block, free_memory_on(device), device_pools, fix)
-    elif device.type == "cpu":
-        host_bytes += sizes["num_blocks"] * per_block
-        host_pools = f"{device_pools} + {host_pools}"
-    check_fits(host_bytes, free_memory(), host_pools, fix)
+    """Refuse pools of checked ``sizes`` that the memory free on ``device`` and on the host
+    cannot hold (``device.check_pools_fit_on``), naming their bytes, before torch tries to
+    allocate them. The host also holds every layer's views (``VIEW_BYTES_PER_LAYER``)."""
+    shape = (sizes["num_layers"], sizes["num_kv_heads"], sizes["head_dim"], sizes["block_size"])
+    block_bytes = cache_block_bytes(*shape, dtype)
+    num_blocks, num_cpu_blocks, num_layers = (
+        sizes[name] for name in ("num_blocks", "num_cpu_blocks", "num_layers")
+    )
+    host_bytes = num_cpu_blocks * block_bytes + num_layers * VIEW_BYTES_PER_LAYER
+    check_pools_fit_on(
+        device,
+        (num_blocks * block_bytes, f"{num_blocks:,} device blocks of {block_bytes:,} B"),
+        (
+            host_bytes,
+            f"{num_cpu_blocks:,} host blocks of {block_bytes:,} B and {num_layers:,} layers' views",
+        ),
+        "lower num_blocks, num_cpu_blocks, num_layers, block_size or head_dim",
+    )
 
 
 class KVCache:
@@ -213,14 +222,13 @@ class KVCache:
         if str(device) != "meta":
             device = check_device(device)
         check_kernels(kernels)
-        num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
         check_pools_fit(sizes, dtype, torch.device(device))
-        self.num_layers = num_layers
-        self.num_blocks = num_blocks
-        self.num_kv_heads = num_kv_heads
-        self.block_size = block_size
-        self.head_dim = head_dim
-        self.num_cpu_blocks = num_cpu_blocks
+        self.num_layers = num_layers = sizes["num_layers"]
+        self.num_blocks = num_blocks = sizes["num_blocks"]
+        self.num_kv_heads = num_kv_heads = sizes["num_kv_heads"]
+        self.block_size = block_size = sizes["block_size"]
+        self.head_dim = head_dim = sizes["head_dim"]
+        self.num_cpu_blocks = num_cpu_blocks = sizes["num_cpu_blocks"]
         self.dtype = dtype
         self.device = torch.device(device)
         self.kernels = kernels  # None: copies and swaps by torch indexing, the reference
@@ -249,8 +257,8 @@ class KVCache:
     def bytes_per_block(self) -> int:
         """Bytes of one physical block across all layers, keys and values: the source text's
         $\\text{BlockSizeBytes} = 2 \\cdot N_L \\cdot N_{KV} \\cdot d_h \\cdot B \\cdot b$ (§3)."""
-        b = self._key.element_size()  # bytes per element
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.block_size * b
+        shape = (self.num_layers, self.num_kv_heads, self.head_dim, self.block_size)
+        return cache_block_bytes(*shape, self.dtype)
 
     def summary(self) -> dict:
         """The element type as ``LLM(kv_cache_dtype=...)`` names it, $b$, and the bytes of one

@@ -14,10 +14,10 @@ from minipaged import fp8
 from minipaged.checkpoint import load_config, load_model
 from minipaged.checkpoint_files import no_file
 from minipaged.config import EngineConfig
-from minipaged.device import check_device
+from minipaged.device import check_device, check_pools_fit_on
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
-from minipaged.memory import ModelShape, check_fits, free_memory
+from minipaged.memory import ModelShape
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.prompts import Prompt
@@ -85,7 +85,7 @@ class LLM:
         config = (config or EngineConfig()).replace(**settings)
         check_device(config.device)
         path = model_directory(config.model)
-        check_kv_cache_fits(config, free_memory())  # pools that fit no memory: before any is made
+        check_kv_cache_fits(config)  # pools that fit no memory: before any is made
         # Read before the weights, which can take a minute: a bad tokenizer.json is refused
         # first. A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs
         # on token ids, as with skip_tokenizer_init, and a text prompt is refused naming it.
@@ -234,9 +234,11 @@ def params_list(sampling_params, count: int) -> list[SamplingParams]:
     return list(sampling_params)
 
 
-def check_kv_cache_fits(config: EngineConfig, free: int | None) -> None:
-    """Refuse pools that would not fit in ``free`` bytes (None: unknown, never refuse), before
-    anything is allocated: device plus host blocks of BlockSizeBytes with the KV cache's $b$."""
+def check_kv_cache_fits(config: EngineConfig) -> None:
+    """Refuse pools the memory free now would not hold, before anything is allocated or
+    loaded: device and host blocks of BlockSizeBytes with the KV cache's $b$, the device's
+    against ``config.device``'s free memory and the host's against the host's
+    (``device.check_pools_fit_on``: on the CPU both against the host's)."""
     model = load_config(config.model)
     shape = ModelShape(
         model.num_hidden_layers,
@@ -247,9 +249,10 @@ def check_kv_cache_fits(config: EngineConfig, free: int | None) -> None:
     )
     block_bytes = shape.block_bytes(config.block_size)
     device, host = config.pool_sizes(block_bytes, model.max_position_embeddings)
-    check_fits(
-        (device + host) * block_bytes,
-        free,
-        f"{device:,} device + {host:,} host blocks of B = {config.block_size}",
+    of_b = f"of B = {config.block_size} ({block_bytes:,} B each)"
+    check_pools_fit_on(
+        torch.device(config.device),
+        (device * block_bytes, f"{device:,} device blocks {of_b}"),
+        (host * block_bytes, f"{host:,} host blocks {of_b}"),
         "lower num_gpu_blocks, num_cpu_blocks or block_size (--num-gpu-blocks, ...)",
     )

@@ -198,15 +198,15 @@ def free_memory() -> int | None:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_fits(need: int, free: int | None, pools: str, fix: str) -> None:
+def check_fits(need: int, free: int | None, pools: str, fix: str, where: str) -> None:
     """Refuse pools of ``need`` bytes where ``free`` bytes are free (None: unknown, never
     refuse), before any is allocated: torch would fail mid-allocation with its own
     RuntimeError, or the OS would end the process. ``pools`` says what the bytes are made of,
-    ``fix`` which settings lower them."""
+    ``where`` which memory holds them (``" on cuda:0"``), ``fix`` which settings lower them."""
     if free is not None and need > free:
         raise ValueError(
             f"the KV cache would take {need / 1e9:,.1f} GB ({need:,} bytes: {pools}) but "
-            f"{free / 1e9:,.1f} GB are free; {fix}"
+            f"{free / 1e9:,.1f} GB are free{where}; {fix}"
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minipaged.kv_cache import KVCache
+from minipaged.kv_cache import VIEW_BYTES_PER_LAYER, KVCache
 
 SIZES = {"num_layers": 2, "num_blocks": 4, "num_kv_heads": 2, "block_size": 4, "head_dim": 8}
 
@@ -107,3 +107,82 @@ def test_pools_no_memory_holds_are_refused_naming_their_bytes_before_any_is_made
     sizes = {**SIZES, "num_cpu_blocks": 1, name: HUGE[name]}
     with pytest.raises(ValueError, match=r"the KV cache would take [\d,.]+ GB \([\d,]+ bytes"):
         KVCache(**sizes, device=device)
+
+
+# -- where the pools must fit: a CUDA device's pools in its memory, the host's in the host's ----
+
+BLOCKS = {"device": 3, "host": 3}
+FREE_BLOCKS = {  # (device memory, host memory) free, in blocks; and where the refusal is
+    "both fit apart (they would not fit together)": ((4, 4), None),
+    "the device pools overflow the device": ((2, 9), " on cuda"),
+    "the host pools overflow the host": ((9, 2), " on the host"),
+}
+WIDE = {**SIZES, "head_dim": 1024, "block_size": 64}  # 2 MiB blocks, 8 KiB of layers' views
+
+
+def with_free_memory(monkeypatch, device_free: int, host_free: int) -> None:
+    """The device's free memory (``torch.cuda.mem_get_info``) and the host's, injected: no
+    GPU here, and the check must read each where it belongs."""
+    from minipaged import device
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda where=None: (device_free, 10**15))
+    monkeypatch.setattr(device, "free_memory", lambda: host_free)
+
+
+def fit_on_llm(device: str) -> None:
+    from minipaged.config import EngineConfig
+    from minipaged.llm import check_kv_cache_fits
+
+    blocks = {"num_gpu_blocks": BLOCKS["device"], "num_cpu_blocks": BLOCKS["host"]}
+    check_kv_cache_fits(EngineConfig(model="tiny", device=device, **blocks))
+
+
+def fit_on_kv_cache(device: str) -> None:
+    from minipaged.kv_cache import check_pools_fit
+
+    sizes = {**WIDE, "num_blocks": BLOCKS["device"], "num_cpu_blocks": BLOCKS["host"]}
+    check_pools_fit(sizes, torch.float32, torch.device(device))
+
+
+def block_bytes_of(check) -> int:
+    """One block's bytes as ``check`` counts them: the tiny model's, or ``WIDE``'s."""
+    from minipaged.checkpoint import load_config
+    from minipaged.memory import ModelShape
+
+    if check is fit_on_kv_cache:
+        return WIDE["num_layers"] * 2 * WIDE["num_kv_heads"] * WIDE["head_dim"] * 64 * 4
+    model = load_config("tiny")
+    shape = (model.num_hidden_layers, model.num_attention_heads, model.num_key_value_heads)
+    return ModelShape(*shape, model.head_dim, 4).block_bytes(16)
+
+
+CHECKS = pytest.mark.parametrize("check", [fit_on_llm, fit_on_kv_cache], ids=["LLM", "KVCache"])
+
+
+@CHECKS
+@pytest.mark.parametrize("case", FREE_BLOCKS)
+def test_cuda_pools_are_checked_against_the_device_and_the_swap_pools_against_the_host(
+    monkeypatch, check, case
+):
+    """On CUDA the device pools take the device's memory and the swap pools the host's: each
+    is checked against its own (the sum against the host's refused pools that fit)."""
+    (device_free, host_free), where = FREE_BLOCKS[case]
+    block = block_bytes_of(check)
+    views = WIDE["num_layers"] * VIEW_BYTES_PER_LAYER  # the cache's host cost beside its blocks
+    with_free_memory(monkeypatch, device_free * block, host_free * block + views)
+    if where is None:
+        check("cuda")
+        return
+    with pytest.raises(ValueError, match=f"the KV cache would take .* are free{where}"):
+        check("cuda")
+
+
+@CHECKS
+def test_cpu_pools_are_checked_together_against_the_host_and_the_device_is_not_asked(
+    monkeypatch, check
+):
+    block = block_bytes_of(check)
+    with_free_memory(monkeypatch, 0, 5 * block)  # 3 + 3 blocks, all of them host memory
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda where=None: pytest.fail("asked"))
+    with pytest.raises(ValueError, match=r"3 device blocks .* \+ 3 host blocks.* on the host"):
+        check("cpu")

@@ -27,7 +27,6 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
-from minipaged.memory import free_memory
 from tui import serve
 from tui.engine_config import TUI_CONFIG
 
@@ -228,7 +227,7 @@ def build_app(args: argparse.Namespace):
             f"no model at {directory} (config.json is missing); pass --model DIR for a "
             f"Hugging Face Llama directory{fix}"
         )
-    check_kv_cache_fits(scenario.config, free_memory())  # before any pool is allocated
+    check_kv_cache_fits(scenario.config)  # before any pool is allocated
     scenario.check()  # a request the run would refuse is refused before the screen is taken
     if args.exercise is not None:
         return exercise_replay(scenario, args, directory)
