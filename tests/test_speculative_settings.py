@@ -14,7 +14,7 @@ from minipaged import cli, invariants
 from minipaged.engine import LLMEngine
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
-from minipaged.speculative.config import MAX_TREE_NODES, speculative_config
+from minipaged.speculative.config import CAPS, MAX_TREE_NODES, speculative_config
 from minipaged.speculative.drafters import NgramDrafter
 from minipaged.speculative.tree import grow_tree
 from tests.test_speculative import small_llama
@@ -49,6 +49,35 @@ def test_a_tree_deeper_or_wider_than_any_tree_is_refused_naming_the_cap(name, va
     assert getattr(SpeculativeConfig(**{name: MAX_TREE_NODES}), name) == MAX_TREE_NODES
     with pytest.raises(ValueError, match=f"{name} must be at most {MAX_TREE_NODES}, the most"):
         SpeculativeConfig(**{name: value})
+
+
+@pytest.mark.parametrize("name", CAPS)
+@pytest.mark.parametrize("how", ["SpeculativeConfig", "--speculative-config"])
+def test_every_size_past_its_cap_is_refused_naming_the_cap_and_at_the_cap_is_taken(name, how):
+    """One rule for every speculative size: at most its cap (``CAPS``), refused past it in
+    one line naming the cap and the way out, through the API and the command line's JSON
+    alike; ngram_max of 10**6 used to be taken and made every step's lookup crawl."""
+    cap = CAPS[name][0]
+    make = SpeculativeConfig if how == "SpeculativeConfig" else speculative_config_from_json
+    at_cap = {name: cap} | ({"ngram_max": cap} if name == "ngram_min" else {})
+    assert getattr(make(**at_cap), name) == cap
+    for value in (cap + 1, 10**100):
+        with pytest.raises(ValueError, match=f"{name} must be at most {cap}, .*lower it") as no:
+            make(**at_cap | {name: value})
+        assert one_line(no.value) and str(value) in str(no.value)
+
+
+def test_every_size_of_the_config_has_a_cap():
+    import dataclasses
+
+    sizes = {f.name for f in dataclasses.fields(SpeculativeConfig) if f.type == "int"}
+    assert sizes == set(CAPS) == set(COUNTS)
+
+
+def speculative_config_from_json(**fields) -> SpeculativeConfig:
+    import json
+
+    return speculative_config(json.dumps(fields))
 
 
 @pytest.mark.parametrize("method", [5, None, ["ngram"], "NGRAM", "medusa", ""], ids=repr)

@@ -21,6 +21,25 @@ the nodes before it (scores and an ancestors mask of $n \times (P + n)$ per head
 node is a forked table: past about a thousand nodes a step costs seconds and gigabytes while it
 can still accept at most $d + 1$ tokens."""
 
+MAX_NGRAM = 64
+"""The longest suffix prompt lookup may match (``ngram_max``, hence ``ngram_min``). The lookup
+tries every earlier position for each length from ``ngram_max`` down, so its time grows with
+``ngram_max`` times the context: at 64 and a 4,096-token context one sequence's lookup took
+0.09 s a step here (0.6 s at 256), more than a decode step of the tiny model; and a suffix that
+long recurs only in text that repeats itself, where a short one finds it too."""
+
+
+_GUESSES = "the most guesses any tree holds (MAX_TREE_NODES), so its {}"
+CAPS = {  # each size's cap, and why: the one rule every speculative size follows
+    "max_tree_nodes": (MAX_TREE_NODES, "as a verify pass costs n^2 in the tree's size"),
+    # a depth or branching past the cap was accepted as if it drafted more, and did not;
+    # max_tree_nodes, often smaller, caps each tree further at run time
+    "num_speculative_tokens": (MAX_TREE_NODES, _GUESSES.format("deepest")),
+    "branching": (MAX_TREE_NODES, _GUESSES.format("widest")),
+    "ngram_max": (MAX_NGRAM, "the longest suffix prompt lookup matches (MAX_NGRAM)"),
+    "ngram_min": (MAX_NGRAM, "the longest suffix prompt lookup matches (MAX_NGRAM)"),
+}
+
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
@@ -40,7 +59,8 @@ class SpeculativeConfig:
     - ``max_tree_nodes``: a cap on the draft nodes of one tree (each costs one block while the
       step runs), filled breadth first: a full tree has $k + k^2 + \\dots + k^d$. At most
       ``MAX_TREE_NODES``; the pool's free blocks cap each tree further, before drafting.
-    - ``ngram_max`` / ``ngram_min``: the longest and shortest suffix prompt lookup matches.
+    - ``ngram_max`` / ``ngram_min``: the longest and shortest suffix prompt lookup matches; at
+      most ``MAX_NGRAM``.
 
     Guarantee after construction: every value is in range, so a bad setting fails here, with
     its name and the way out, before any model loads.
@@ -60,25 +80,15 @@ class SpeculativeConfig:
             raise ValueError(
                 f"speculative method must be one of {list(METHODS)}, got {self.method!r}"
             )
-        names = ("num_speculative_tokens", "branching", "max_tree_nodes", "ngram_max", "ngram_min")
-        for name in names:
+        for name in CAPS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"speculative {name} must be an integer >= 1, got {value!r}")
-        if self.max_tree_nodes > MAX_TREE_NODES:
-            raise ValueError(
-                f"speculative max_tree_nodes must be at most {MAX_TREE_NODES} (a verify pass "
-                f"costs n^2 in the tree's size), got {self.max_tree_nodes}; lower it"
-            )
-        for name in ("num_speculative_tokens", "branching"):
-            # No tree holds more than MAX_TREE_NODES guesses, so none is deeper or wider: a
-            # larger depth or branching would be accepted as if it drafted more, and did not.
-            # (max_tree_nodes, often smaller, caps the tree further at run time.)
-            if getattr(self, name) > MAX_TREE_NODES:
+        for name, (cap, why) in CAPS.items():
+            if getattr(self, name) > cap:
                 raise ValueError(
-                    f"speculative {name} must be at most {MAX_TREE_NODES}, the most guesses "
-                    f"any tree holds (so its deepest and widest), got {getattr(self, name)}; "
-                    "lower it"
+                    f"speculative {name} must be at most {cap}, {why}, got "
+                    f"{getattr(self, name)}; lower it"
                 )
         if self.ngram_min > self.ngram_max:
             raise ValueError(
