@@ -291,7 +291,7 @@ class Checker:
         self.budget.afford(count * BYTES_PER_ID, f"{path} ({count:,} blocks)")
 
     def diffs(self, value: object, path: str, previous: dict, rules: dict) -> None:
-        """A map of changes ``{id: fields | None, "order": [ids]}`` (``trace._diff_map``) that
+        """A map of changes ``{id: fields | None, "order": [ids]}`` (``trace_lines._diff_map``) that
         applies to ``previous`` (id -> fields)."""
         changes = mapping(value, path)
         ids = set(previous)
