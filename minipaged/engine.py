@@ -18,7 +18,7 @@ import torch
 
 from minipaged import fp8
 from minipaged.backend import kernels_for, resolve_backend
-from minipaged.block_manager import AllocStatus, BlockManager
+from minipaged.block_manager import BlockManager
 from minipaged.config import EngineConfig, check_fp8_model
 from minipaged.decoding import Sampler, ranked
 from minipaged.events import Event, Finish, Refuse
@@ -28,48 +28,12 @@ from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.prompts import Prompt, check_stop_tokens, prompt_token_ids
+from minipaged.request_limits import RequestRejected, check_fits, check_request_id
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
 from minipaged.speculative.speculator import Speculator, make_drafter
 from minipaged.tokenizer import Tokenizer
-
-"""A prompt: text, its token ids, or ``{"prompt_token_ids": [...]}`` (vLLM's form)."""
-
-
-class RequestRejected(ValueError):
-    """A request that can never run on this engine: admission says NEVER for everything it
-    may come to hold (its sequences at full length need more blocks than an empty device pool
-    gives while keeping its watermark free). Nothing else is affected: other requests run.
-    ``num_blocks`` is what it needs, ``limit`` what an empty pool gives."""
-
-    def __init__(self, message: str, num_blocks: int = 0, limit: int = 0) -> None:
-        super().__init__(message)
-        self.num_blocks = num_blocks
-        self.limit = limit
-
-
-MAX_REQUEST_ID_LENGTH = 256
-"""The longest request id, in characters. Every event of a request names it, and so every
-line of a trace and every row of the TUI's tables: an id of a megabyte made each of its
-events a megabyte. 256 holds any UUID, prefix and counter a caller builds (vLLM's are
-under 40), as a file name's 255 bytes hold any name."""
-
-
-def check_request_id(request_id: object, fix: str) -> None:
-    """Refuse a request id that is not a non-blank string of at most
-    ``MAX_REQUEST_ID_LENGTH`` characters (events and traces name it), with ``fix`` the way
-    out."""
-    if not isinstance(request_id, str):
-        raise TypeError(f"request_id must be a string, got {request_id!r:.60}; {fix}")
-    if not request_id.strip():
-        raise ValueError(f"request_id must name the request, got {request_id!r}; {fix}")
-    if len(request_id) > MAX_REQUEST_ID_LENGTH:
-        raise ValueError(
-            f"request_id must be at most {MAX_REQUEST_ID_LENGTH} characters (every event and "
-            f"trace line names it), got {len(request_id):,} starting {request_id[:40]!r}; "
-            f"{fix}"
-        )
 
 
 class LLMEngine:
@@ -215,47 +179,13 @@ class LLMEngine:
             )
         token_ids, text = self.prompt_tokens(prompt)
         check_stop_tokens(params.stop_token_ids, self.model.config.vocab_size)
-        self._check_fits(token_ids, params)
+        check_fits(token_ids, params, self.max_model_len, self.scheduler, self.block_manager)
         return token_ids, text
 
     def prompt_tokens(self, prompt: Prompt) -> tuple[list[int], str | None]:
         """The prompt's token ids (and its text, when it was one), checked against the
         vocabulary (``minipaged.prompts.prompt_token_ids``)."""
         return prompt_token_ids(prompt, self.tokenizer, self.model.config.vocab_size)
-
-    def _check_fits(self, token_ids: list[int], params: SamplingParams) -> None:
-        """``ValueError`` for a prompt the model or the batch cannot take; ``RequestRejected``
-        when admission says NEVER for everything the request may come to hold."""
-        if len(token_ids) >= self.max_model_len:
-            raise ValueError(
-                f"the prompt has {len(token_ids)} tokens but the model's context is "
-                f"{self.max_model_len} tokens (max_position_embeddings), with room needed for "
-                "at least one new token; shorten the prompt"
-            )
-        self.scheduler.check_prompt(len(token_ids))
-        if params.num_sequences > self.scheduler.max_num_seqs:
-            raise ValueError(
-                f"the request runs {params.num_sequences} sequences but max_num_seqs is "
-                f"{self.scheduler.max_num_seqs}; lower n / beam_width or raise max_num_seqs"
-            )
-        # Everything the request may come to hold, unshared (preemption breaks sharing), must
-        # be admissible on an empty pool: then it can always run alone, and never spins.
-        bm = self.block_manager
-        length = min(len(token_ids) + params.max_tokens, self.max_model_len)
-        if bm.can_allocate(*[length] * params.num_sequences) is not AllocStatus.NEVER:
-            return
-        needed = params.num_sequences * bm.blocks_needed(length)
-        limit = bm.device.num_blocks - bm.watermark_blocks
-        raise RequestRejected(
-            f"the request needs up to {needed} blocks ({params.num_sequences} sequence(s) "
-            f"of up to {length} tokens, B={bm.block_size}) but the device pool can give only "
-            f"{limit} blocks, {limit * bm.block_size} token slots (num_gpu_blocks="
-            f"{bm.device.num_blocks} x B={bm.block_size}, {bm.watermark_blocks} kept free as "
-            "the watermark); lower max_tokens, n or beam_width, or give the pool more blocks "
-            "(num_gpu_blocks)",
-            needed,
-            limit,
-        )
 
     # -- one step --------------------------------------------------------------------------
 

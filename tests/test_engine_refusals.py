@@ -134,7 +134,7 @@ def test_a_bad_call_changes_nothing_and_the_request_in_flight_runs_on(llm, undis
 
 
 def test_an_id_of_the_longest_length_is_taken_and_runs(llm):
-    from minipaged.engine import MAX_REQUEST_ID_LENGTH
+    from minipaged.request_limits import MAX_REQUEST_ID_LENGTH
 
     longest = "r" * MAX_REQUEST_ID_LENGTH
     engine = llm.engine
