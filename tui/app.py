@@ -36,6 +36,7 @@ from tui.key_bar import KeyBar
 from tui.navigator import Move, Navigator
 from tui.pane import Pane, Selection
 from tui.picker import ScenarioPicker
+from tui.playback import SPEEDS, PlaybackKeys
 from tui.pool_view import PoolView
 from tui.queues_view import QueuesView
 from tui.scenarios import DEFAULT_SCENARIO, SCENARIOS, Scenario
@@ -47,11 +48,10 @@ from tui.tables_view import TablesView
 from tui.timeline import Timeline, opening_step_of_trace
 from tui.token_streams import TokenStreams, TokenText
 
-SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # steps per second while playing
 COMPACT_BELOW = 32  # rows: fewer than this and the panes lose their side borders
 
 
-class PagedApp(AttentionKeys, SelectionKeys, App[None]):
+class PagedApp(PlaybackKeys, AttentionKeys, SelectionKeys, App[None]):
     """Guarantees: the panes always show one frame, the cursor's; moving the cursor never runs
     the model; widgets change only in the UI thread."""
 
@@ -317,37 +317,6 @@ class PagedApp(AttentionKeys, SelectionKeys, App[None]):
     def went_to(self, step: int | None) -> None:
         if step is not None:
             self.seek_step(step)
-
-    def action_play(self) -> None:
-        if self.player is not None:
-            self.pause()
-        else:
-            self.player = self.set_interval(1 / SPEEDS[self.speed], self.play_tick)
-            self.show_status()
-
-    def play_tick(self) -> None:
-        # A slow model makes playing wait for it, rather than pile up steps to skip over.
-        if self.navigator is not None and self.navigator.waiting is None:
-            self.apply(self.navigator.forward())
-
-    def pause(self) -> None:
-        if self.player is not None:
-            self.player.stop()
-            self.player = None
-        self.show_status()
-
-    def action_faster(self) -> None:
-        self.set_speed(min(self.speed + 1, len(SPEEDS) - 1))
-
-    def action_slower(self) -> None:
-        self.set_speed(max(self.speed - 1, 0))
-
-    def set_speed(self, speed: int) -> None:
-        self.speed = speed
-        if self.player is not None:
-            self.pause()
-            self.action_play()
-        self.show_status()
 
     def action_restart(self) -> None:
         if self.trace is not None:
