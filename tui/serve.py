@@ -15,11 +15,14 @@ telling the tab past the cap why it got none (``tui.guarded_server``).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import socket
 import sys
 from pathlib import Path
 
 from minipaged.arguments import integer, requires, text
+from tui.origins import origin_flag
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_PORT = 8765
@@ -56,7 +59,7 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
     origin = server.add_argument(
         "--allow-origin",
         action="append",
-        type=text("an origin"),
+        type=origin_flag,
         metavar="ORIGIN",
         help="also accept websockets from pages of ORIGIN (https://course.example.org, or a "
         "host name this machine is reached by); repeat for several",
@@ -100,6 +103,30 @@ def _flag(action: argparse.Action, value: object) -> list[str]:
     raise TypeError(f"{flag}: cannot forward an argparse {type(action).__name__} to the served app")
 
 
+def check_can_listen(host: str, port: int) -> None:
+    """Refuse, before the server starts and says it serves, an address this machine cannot
+    listen on: a name that resolves to nothing, an address that is not this machine's, a port
+    in use or reserved. A ``ValueError`` naming the flag and the way out; the server itself
+    failed after printing "Press Ctrl+C to quit", with the system's words alone."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ValueError(
+            f"--host {host}: no such address ({error.strerror}); use 127.0.0.1 to serve this "
+            "machine only, 0.0.0.0 to serve every machine that reaches it, or one of its "
+            "addresses"
+        ) from None
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"cannot listen on {host} port {port} ({os.strerror(error.errno)}): if the port "
+            "is in use or reserved, pick another with --port; if the address is not this "
+            "machine's, use 127.0.0.1 or 0.0.0.0 with --host"
+        ) from None
+
+
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted;
     ``parser`` is the ``tui`` subcommand's. Raises ``ValueError`` (with the way out) when
@@ -110,6 +137,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise ValueError(
             "--serve needs textual-serve: pip install 'minipaged[serve]' (or textual-serve)"
         ) from error
+    check_can_listen(args.host, args.port)
     server = GuardedServer(
         command_for(args, parser),
         templates=TEMPLATES,

@@ -1,0 +1,90 @@
+"""Bad input to ``minipaged tui --serve``'s own flags: an ``--allow-origin`` no browser's
+``Origin`` can match (``*``, a path, another scheme) allowed nothing while seeming to, and an
+address or port the machine cannot listen on failed after the server said it served. Each is
+now refused before anything starts, in one line naming the flag and the way out; an origin
+taken is one a browser's page can match."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+import pytest
+
+from tests.test_cli_corpus import assert_usage_error, run
+from tui.origins import allowed_origin, origin_flag
+from tui.serve import check_can_listen
+
+NEVER_MATCH = [
+    "*",
+    "https://*.example.org",
+    "javascript:alert(1)",
+    "ftp://example.org",
+    "https://example.org/course",
+    "https://example.org?x=1",
+    "https://user@example.org",
+    "example.org/course",
+    "https://",
+    "x" * 300,
+]
+
+
+@pytest.mark.parametrize("value", NEVER_MATCH)
+def test_an_origin_no_page_can_have_is_refused_naming_the_forms(value):
+    with pytest.raises(argparse.ArgumentTypeError, match="must be an origin such as https://"):
+        origin_flag(value)
+
+
+@pytest.mark.parametrize("value", ["*", "https://example.org/course"])
+def test_the_command_line_refuses_it_in_one_line_before_serving(capsys, value):
+    assert_usage_error(["tui", "--serve", "--allow-origin", value], capsys, "--allow-origin")
+
+
+TAKEN = {  # what a user types -> an Origin header a browser sends from such a page
+    "https://Course.Example.org/": "https://course.example.org",
+    "http://10.0.0.5:8765": "http://10.0.0.5:8765",
+    "course.example.org": "https://course.example.org",
+    "10.0.0.5:8765": "http://10.0.0.5:8765",
+    "[::1]:8765": "http://[::1]:8765",
+}
+
+
+@pytest.mark.parametrize("typed", TAKEN)
+def test_every_origin_taken_matches_a_page_of_it(typed):
+    """The class, not the example: a value the flag takes must let some page in, or the
+    flag is a silent no-op."""
+    allowed = (origin_flag(typed),)
+    assert allowed_origin(TAKEN[typed], "elsewhere.example:1", allowed)
+    assert not allowed_origin("https://other.example", "elsewhere.example:1", allowed)
+
+
+def test_a_host_that_names_no_address_is_refused_naming_host():
+    with pytest.raises(ValueError, match=r"--host no-such-host\.invalid: no such address.*127"):
+        check_can_listen("no-such-host.invalid", 8765)
+
+
+def test_a_port_in_use_is_refused_naming_port():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=rf"cannot listen on 127.0.0.1 port {port} .*--port"):
+            check_can_listen("127.0.0.1", port)
+
+
+def test_an_address_and_port_free_here_are_taken_and_left_free():
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    check_can_listen("127.0.0.1", port)
+    with socket.create_server(("127.0.0.1", port)):  # the check let it go again
+        pass
+
+
+def test_the_command_line_checks_the_port_before_the_server_starts(capsys, monkeypatch):
+    import tui.guarded_server
+
+    started = []
+    monkeypatch.setattr(tui.guarded_server, "GuardedServer", lambda *a, **k: started.append(a))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        status, _, err = run(["tui", "--serve", "--port", port], capsys)
+    assert status != 0 and started == []
+    assert err.strip().count("\n") == 0 and f"port {port}" in err and "--port" in err
