@@ -319,25 +319,38 @@ def test_a_huge_value_is_echoed_only_in_part(capsys):
     assert "characters ...]" in line and "--preemption" in line
 
 
-@pytest.mark.parametrize(
-    "kind, words",
-    [
-        ("dangling link", "symbolic link"),
-        ("under a dangling link", "symbolic link"),
-        ("under a file", "is a file, not a folder"),
-    ],
-)
-def test_exercises_init_refuses_a_folder_it_cannot_make_saying_why(capsys, tmp_path, kind, words):
+UNMAKEABLE = {  # a folder init cannot make, under tmp_path, and words of the refusal
+    "dangling link": ("dangling", "symbolic link"),
+    "under a dangling link": ("dangling/ex01", "symbolic link"),
+    "under a file": ("file/ex01", "is a file, not a folder"),
+    **{f"named with {c!r}": (f"ex{c}01", f"control character {c!r}") for c in "\n\t\r\x1b\x7f"},
+}
+
+
+@pytest.mark.parametrize("kind", UNMAKEABLE)
+def test_exercises_init_refuses_a_folder_it_cannot_make_saying_why(capsys, tmp_path, kind):
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     (tmp_path / "file").write_text("x")
-    target = {
-        "dangling link": tmp_path / "dangling",
-        "under a dangling link": tmp_path / "dangling" / "ex01",
-        "under a file": tmp_path / "file" / "ex01",
-    }[kind]
+    name, words = UNMAKEABLE[kind]
+    target = tmp_path / name
     line = assert_usage_error(["exercises", "init", "1", str(target)], capsys, "exercises init")
     assert words in line
     assert not (tmp_path / "gone").exists() and (tmp_path / "file").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "file"]  # nothing made
+
+
+@pytest.mark.parametrize("name", ["ex 01", "Emma's work", "a;rm -rf b", "$HOME", "ex01"])
+def test_exercises_init_says_the_folder_as_a_shell_reads_it_back(
+    capsys, tmp_path, monkeypatch, name
+):
+    """A folder with a space, a quote or a dollar is printed quoted where the student is told
+    to go inside it, so the line can be copied into a shell; a plain name stays plain."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = run(["exercises", "init", "1", name], capsys)
+    assert status == 0 and (tmp_path / name / "README.md").is_file()
+    assert f"then inside {shlex.quote(name)} run" in " ".join(out.split())
 
 
 # -- refusals that must come before the work (or the screen) is taken -----------------------

@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -195,10 +196,11 @@ def _run(args: argparse.Namespace) -> int:
 
         copied = init(args.number, args.directory, args.site_url or default_site())
         unmet = exercise(args.number).unmet()
+        folder = shlex.quote(str(args.directory))  # as a student types it back in a shell
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
-            f"next: read {Path(args.directory) / 'README.md'}, edit the files, then inside "
-            f"{args.directory} run `minipaged exercises check {args.number}`"
+            f"next: read {shlex.quote(str(Path(args.directory) / 'README.md'))}, edit the "
+            f"files, then inside {folder} run `minipaged exercises check {args.number}`"
             + (f"\nbefore you check it: {unmet}" if unmet else ""),
             markup=False,
             highlight=False,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
 import urllib.parse
 from pathlib import Path
 
@@ -126,6 +127,12 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
     ex = exercise(number)
     if not str(directory).strip():
         raise ValueError("exercises init needs a folder to copy into, got an empty name: give DIR")
+    control = [c for c in str(directory) if not c.isprintable()]
+    if control:  # a newline or an escape in a name shows as something else, and is hard to type
+        raise ValueError(
+            f"the folder name {str(directory)!r} holds the control character {control[0]!r}: "
+            "choose a name without one"
+        )
     directory = Path(directory)
     for folder in (directory, *directory.parents):  # refused here, before anything is written
         if folder.is_symlink() and not folder.exists():
@@ -141,7 +148,8 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
     if clashes:
         raise ValueError(
             f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
-            f"check the work there with `minipaged exercises check {number} --path {directory}`"
+            f"check the work there with `minipaged exercises check {number} --path "
+            f"{shlex.quote(str(directory))}`"
         )
     text = handout(readme.read_text(encoding="utf-8"), ex.folder, site)
     contents = [(readme.name, text.encode("utf-8"))]
