@@ -196,15 +196,26 @@ def _header(path: Path, line: bytes) -> dict:
     def refuse(why: str) -> TraceError:
         return TraceError(f"{path} is not a readable minipaged trace: {why}")
 
+    if not line.strip():
+        raise refuse(
+            "line 1 is empty, where a trace's header belongs; record one with "
+            "`minipaged trace record`"
+        )
     try:
         header = json.loads(line)
     except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise refuse(f"line 1 is not a JSON header ({error})") from error
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise refuse(f"line 1 is not a {FORMAT} header")
-    if header.get("version") != VERSION:
+    version = header.get("version")
+    if type(version) is not int:  # "2" would read "version '2'; this minipaged reads 2"
+        got = f"{type(version).__name__} {version!r:.40}" if "version" in header else "none"
         raise refuse(
-            f"line 1 says trace version {header.get('version')!r}; this minipaged reads "
+            f"line 1's version must be a JSON integer (this minipaged reads {VERSION}), got {got}"
+        )
+    if version != VERSION:
+        raise refuse(
+            f"line 1 says trace version {version!r}; this minipaged reads "
             f"version {VERSION}: record the run again with `minipaged trace record`"
         )
     return header

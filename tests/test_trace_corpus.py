@@ -301,6 +301,23 @@ def test_a_bad_header_is_one_line_naming_line_1_in_replay_and_the_tui(
         assert len(err) == 1 and "line 1" in err[0] and "Traceback" not in err[0], err
 
 
+@pytest.mark.parametrize("version", ["2", 2.0, True, None, [2], "absent"], ids=repr)
+def test_a_version_that_is_no_integer_is_named_by_its_type_not_mistaken_for_2(tmp_path, version):
+    """``"2"`` was told "version '2'; this minipaged reads version 2", as if they differed in
+    number; every version of another JSON type is named by its type."""
+    header = {"format": trace.FORMAT} | ({} if version == "absent" else {"version": version})
+    bad = write(tmp_path / "version.jsonl", [json.dumps(header)])
+    got = "none" if version == "absent" else type(version).__name__
+    with pytest.raises(trace.TraceError, match=rf"line 1's version must be a JSON integer .*{got}"):
+        trace.read_header(bad)
+
+
+def test_an_empty_file_is_named_empty(tmp_path):
+    for content in ([], [""]):
+        with pytest.raises(trace.TraceError, match="line 1 is empty, where a trace's header"):
+            trace.read_header(write(tmp_path / "empty.jsonl", content))
+
+
 def worth_replaying(loaded_corpus) -> Iterator[tuple[str, trace.Trace, bool]]:
     """``(what, loaded trace, draw)`` for the mutations worth showing in the TUI. ``draw`` is
     true for the first accepted mutation of each field of each line, and for the first refused
