@@ -234,8 +234,8 @@ class GradingChild:
             self._timed_out()
         ends = (self.wall_deadline, self.clock and self.clock.last_moment)
         deadline = min((end for end in ends if end is not None), default=None)
-        self._before = tasks(self.worker) if self.worker is not None else None
         try:
+            self._before = tasks(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -278,9 +278,13 @@ class GradingChild:
         thread's line, where it tells of one)."""
         told = answer.get("left") if isinstance(answer, dict) else None
         left = str(told)[:400] if told else ""
-        if not left and self.worker is not None and self.process is not None:
-            left = tasks_left(self.worker, self._before, *UNLISTED)
-            left = left or processes_left(self.process.pid, self.worker)
+        try:
+            if not left and self.worker is not None and self.process is not None:
+                left = tasks_left(self.worker, self._before, *UNLISTED)
+                left = left or processes_left(self.process.pid, self.worker)
+        except BaseException:  # interrupted while it waits: what it waited for is not seen
+            self.stop()
+            raise
         if left:
             self.stop()
             raise left_running("your code", left)
