@@ -7,13 +7,12 @@ fetches from another host, a page that scrolls sideways while its window is wide
 is loaded once, in one tab, at one width, and then shown at the other by resizing the window in
 place, as a reader turns a tablet or widens a window: loading a page (MathJax and mermaid
 parsed again) is most of the run time, and a resize is what finds a layout that only a
-change of width breaks. Pages are loaded at each width in turn, so that over the two files
-(below) every page is loaded at both widths and resized both ways. The checks below read what
-the visits recorded. Search, the same index on every page, is tried on a few pages.
+change of width breaks. Pages are loaded at each width in turn, half at each. The checks below
+read what the visits recorded. Search, the same index on every page, is tried on a few pages.
 
-This file visits the site served over HTTP; ``test_site_from_disk.py`` runs the same checks on
-the site opened from disk. Two files, so that pytest-xdist's workers visit both at once: the
-visits are the longest work of the test suite.
+This file visits every page of the site served over HTTP; ``test_site_from_disk.py`` runs the
+same checks on the site opened from disk, on one page of each kind (what a page loads is what
+can differ from disk), each loaded at the width it is not loaded at here.
 
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); Playwright only drives it
 (``executable_path``), so nothing is downloaded. Without either, the tests skip with the reason.
@@ -221,12 +220,27 @@ def browser():
         yield chromium
 
 
-def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
-    """Load each page in one tab, the first at ``first`` px wide and each next one at the width
-    the one before was resized to; record what it logged, fetched and shows, then resize the
-    window to the other width and record what it shows there (and, on SAMPLE pages, how many
-    results a search for SEARCH_TERM lists at each width). Two visits a page: loaded, resized."""
-    (other,) = set(WIDTHS) - {first}
+def other_width(width: int) -> int:
+    (other,) = set(WIDTHS) - {width}
+    return other
+
+
+def alternating(pages: list[str], first: int) -> list[tuple[str, int]]:
+    """``pages`` each with the width to load it at: the first at ``first``, each next one at
+    the width the one before was resized to (so the window is never resized in between)."""
+    return [(page, first if n % 2 == 0 else other_width(first)) for n, page in enumerate(pages)]
+
+
+HTTP_LOADS = alternating(PAGES, WIDTHS[0])
+"""Each page with the width it is loaded at over HTTP, before it is resized to the other."""
+
+
+def visit_all(browser, base: str, loads: list[tuple[str, int]]) -> list[Visit]:
+    """Load each ``(page, width)`` in one tab at that width; record what it logged, fetched and
+    shows, then resize the window to the other width and record what it shows there (and, on
+    SAMPLE pages, how many results a search for SEARCH_TERM lists at each width). Two visits a
+    page: loaded, resized."""
+    first = loads[0][1]
     context = browser.new_context(viewport={"width": first, "height": VIEWPORTS[first]})
     context.add_init_script(OPEN_SHADOW_ROOTS)
     tab = context.new_page()
@@ -254,7 +268,10 @@ def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
     tab.on("console", lambda m: m.type == "error" and visits[-1].console.append(m.text))
     tab.on("pageerror", lambda e: visits[-1].console.append(str(e)))
     width = first
-    for page in pages:
+    for page, load_width in loads:
+        if width != load_width:
+            width = load_width
+            tab.set_viewport_size({"width": width, "height": VIEWPORTS[width]})
         visits.append(Visit(base + page, width))
         tab.goto(base + page, wait_until="load")
         # A diagram still without an SVG after this is recorded below as undrawn.
@@ -265,7 +282,7 @@ def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
                 timeout=10_000,
             )
         record(tab, visits[-1], page)
-        loaded, width = width, first + other - width
+        loaded, width = width, other_width(width)
         visits.append(Visit(base + page, width, resized_from=loaded))
         tab.set_viewport_size({"width": width, "height": VIEWPORTS[width]})
         resizing = tab.evaluate(RESIZED)
@@ -312,9 +329,11 @@ def search(tab) -> tuple[int, list[str]]:
 
 @pytest.fixture(scope="module")
 def visits(browser, base_url) -> list[Visit]:
-    """Every page served over HTTP, at both widths, the first loaded at a phone's width
-    (``test_site_from_disk.py`` has its own, the first loaded at a laptop's)."""
-    return visit_all(browser, base_url, WIDTHS[0], PAGES)
+    """Every page served over HTTP, at both widths: loaded at one, the first at a phone's width
+    and then a laptop's and a phone's in turn, and resized to the other
+    (``test_site_from_disk.py`` loads the pages it opens at the width they are not loaded at
+    here)."""
+    return visit_all(browser, base_url, HTTP_LOADS)
 
 
 def failures(visits: list[Visit], check) -> list[str]:
@@ -608,7 +627,7 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     without alt text and a link to an id the page lacks: the checks that pass on every real
     page must fail on this one."""
     (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
-    loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["planted.html"])
+    loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", [("planted.html", PHONE)])
     assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
     found = loaded.found
     assert raw_table_rows(found) == ["| N | exercise |"]
@@ -659,7 +678,7 @@ def test_the_dark_scheme_check_finds_black_ink_on_the_dark_page(browser, tmp_pat
     """An image without a light card, a diagram label and a line in black on the dark page:
     flagged; a light label, black text on a white node and an image on a card: not."""
     (tmp_path / "dark.html").write_text(DARK_PLANTED, encoding="utf-8")
-    _, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["dark.html"])
+    _, widened = visit_all(browser, tmp_path.as_uri() + "/", [("dark.html", PHONE)])
     problems = unreadable(widened.found["slate"])
     assert len(problems) == 2, problems
     assert "on a dark backdrop" in problems[0]
