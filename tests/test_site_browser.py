@@ -120,8 +120,32 @@ INSPECT = """async () => {
     wrap.scrollLeft = 0;
     if (atStart || atEnd) cutTables.push((cells[0] || wrap).textContent.trim().slice(0, 40));
   }
+  // Inline code that wraps: where its lines break, a letter or digit on both sides is a name
+  // cut in two ("minipaged.sc" / "heduler"). Read character by character, wrapped ones only.
+  const cutCode = [];
+  const range = document.createRange();
+  for (const code of article.querySelectorAll(":not(pre) > code")) {
+    if (code.getClientRects().length < 2) continue;
+    // [the character before, the character, its top]; a space at a line's end has no box.
+    const chars = [];
+    let before = "";
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walker.nextNode());) {
+      for (let i = 0; i < node.length; i++) {
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const r = range.getClientRects()[0];
+        if (r) chars.push([before, node.data[i], r.top]);
+        before = node.data[i];
+      }
+    }
+    const word = /[A-Za-z0-9]/;
+    if (chars.some(([b, c, top], i) => i && top > chars[i - 1][2] + 1 && word.test(b)
+                   && word.test(c))) cutCode.push(code.textContent.slice(0, 40));
+  }
   return {
     prose: prose.textContent,
+    cutCode,
     formulas,
     images,
     cutTables,
@@ -523,6 +547,14 @@ def local_file(url: str, site: Path) -> Path:
     return Path(path) if url.startswith("file:") else site / path.removeprefix(SUB_PATH)
 
 
+def test_no_name_in_inline_code_is_cut_inside_a_word(visits) -> None:
+    """On a phone a table squeezed its module names to a few letters a line ("minipaged.sc",
+    "heduler"): inline code wraps at a name's dots and underscores (docs/hooks/code_breaks.py,
+    extra.css), never between two letters."""
+    bad = failures(visits, lambda v: v.found["cutCode"])
+    assert not bad, "inline code wrapped inside a word:\n" + "\n".join(bad)
+
+
 def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, site):
     """A whole 120-column screenshot drew its text 3 px high at 390 px: a page shows the pane
     it discusses instead (docs/screenshots.py), and figures are drawn for the column."""
@@ -618,14 +650,18 @@ PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E" alt="a blank figure">
 <p id="here"><a href="#here">a place that is there</a>, <a href="#nowhere">one that is not</a></p>
+<table style="width: 100px"><tr><td>a</td><td><code style="word-break: break-word"
+  >minipaged.scheduler</code></td><td><code>minipaged.<wbr>chunked_<wbr>prefill</code></td></tr>
+</table>
 </article></body></html>"""
 
 
 def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -> None:
     """A raw table row, a formula cut with no cue and a table whose key column is cut, in a
     phone's column, a box that sticks out while the window widens to a laptop's, an image
-    without alt text and a link to an id the page lacks: the checks that pass on every real
-    page must fail on this one."""
+    without alt text, a link to an id the page lacks and a module name broken inside a word
+    in a narrow table (the theme's break-anywhere; with <wbr> at its joints it is not): the
+    checks that pass on every real page must fail on this one."""
     (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
     loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", [("planted.html", PHONE)])
     assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
@@ -635,6 +671,7 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     assert found["cutTables"] == ["a key column wider than the box"]
     assert len(unnamed_images(found)) == 1
     assert broken_anchors([loaded]) == [f"planted.html links to {loaded.url}#nowhere"]
+    assert found["cutCode"] == ["minipaged.scheduler"]
     assert sideways(found) is None
     # Settled, the widened page fits: only its state as the transition begins sticks out.
     assert widened.found["overflow"] <= 0 and widened.found["resizing"] > 100

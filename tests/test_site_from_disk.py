@@ -39,6 +39,7 @@ from test_site_browser import (  # noqa: F401 (its checks, collected here too)
     test_every_link_to_a_place_in_a_page_finds_it,
     test_every_mermaid_diagram_is_drawn_and_legible,
     test_no_image_draws_text_smaller_than_6_px_on_a_phone,
+    test_no_name_in_inline_code_is_cut_inside_a_word,
     test_no_page_fetches_from_another_host,
     test_no_page_is_wider_than_the_screen,
     test_no_page_logs_an_error_or_fails_to_load_something,
