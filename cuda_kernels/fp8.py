@@ -210,11 +210,10 @@ def as_bytes(pool: torch.Tensor) -> torch.Tensor:
     return pool.view(torch.uint8) if pool.dtype in FP8_DTYPES else pool
 
 
-def head_scales(scale: torch.Tensor | None, num_kv_heads: int, device) -> torch.Tensor:
-    """``[num_kv_heads]`` float32 scales for a kernel: ``scale``, or ones for a float pool."""
-    if scale is None:
-        return torch.ones(num_kv_heads, device=device)
-    return scale.to(device=device, dtype=torch.float32).contiguous()
+def head_scales(values: tuple[float, ...], device) -> torch.Tensor:
+    """``[num_kv_heads]`` float32 scales for a kernel, one per KV head, from their values (ones
+    for a float pool)."""
+    return torch.tensor(values, dtype=torch.float32, device=device)
 
 
 def check_pools(query: torch.Tensor, key_pool: torch.Tensor, value_pool: torch.Tensor) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -279,13 +278,6 @@ def say(command: str, message: str) -> None:
     failed."""
     prefix = f"minipaged {command}" if command else "minipaged"
     print(f"{prefix}: {one_line(message)}", file=sys.stderr)
-
-
-def free_memory() -> int | None:
-    """Bytes of memory free now, or None where the system does not say (not Linux)."""
-    if "SC_AVPHYS_PAGES" not in os.sysconf_names:
-        return None
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) -> None:

@@ -1,8 +1,11 @@
-"""Where the model and its KV cache live: the CPU, or a CUDA device this machine has."""
+"""Where the model and its KV cache live: the CPU, or a CUDA device this machine has, and
+how many bytes each has free for pools before any is made."""
 
 from __future__ import annotations
 
 import torch
+
+from minipaged.memory import free_memory
 
 
 def check_device(device: str | torch.device) -> torch.device:
@@ -27,3 +30,11 @@ def check_device(device: str | torch.device) -> torch.device:
     elif resolved.type != "cpu":
         raise ValueError(f"device {device!r}: minipaged runs on 'cpu' or 'cuda'")
     return resolved
+
+
+def free_memory_on(device: torch.device) -> int | None:
+    """Bytes free now on ``device`` (a checked one): the CUDA device's free memory, the host's
+    for the CPU (``memory.free_memory``); None for ``meta``, which holds no values."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return free_memory() if device.type == "cpu" else None

@@ -49,13 +49,27 @@ class RequestRejected(ValueError):
         self.limit = limit
 
 
+MAX_REQUEST_ID_LENGTH = 256
+"""The longest request id, in characters. Every event of a request names it, and so every
+line of a trace and every row of the TUI's tables: an id of a megabyte made each of its
+events a megabyte. 256 holds any UUID, prefix and counter a caller builds (vLLM's are
+under 40), as a file name's 255 bytes hold any name."""
+
+
 def check_request_id(request_id: object, fix: str) -> None:
-    """Refuse a request id that is not a non-blank string (events and traces name it), with
-    ``fix`` the way out."""
+    """Refuse a request id that is not a non-blank string of at most
+    ``MAX_REQUEST_ID_LENGTH`` characters (events and traces name it), with ``fix`` the way
+    out."""
     if not isinstance(request_id, str):
         raise TypeError(f"request_id must be a string, got {request_id!r:.60}; {fix}")
     if not request_id.strip():
         raise ValueError(f"request_id must name the request, got {request_id!r}; {fix}")
+    if len(request_id) > MAX_REQUEST_ID_LENGTH:
+        raise ValueError(
+            f"request_id must be at most {MAX_REQUEST_ID_LENGTH} characters (every event and "
+            f"trace line names it), got {len(request_id):,} starting {request_id[:40]!r}; "
+            f"{fix}"
+        )
 
 
 class LLMEngine:

@@ -28,6 +28,8 @@ import math
 import torch
 from torch import Tensor
 
+from minipaged.python_numbers import python_number
+
 KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 """The FP8 names ``LLM(kv_cache_dtype=...)`` accepts, besides ``"auto"`` (the model's dtype)."""
 
@@ -65,14 +67,64 @@ def is_fp8(dtype: torch.dtype) -> bool:
     return dtype in FP8_DTYPES
 
 
-def quantize(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
+def quantize(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     """$\\hat{x} = \\mathrm{fp8}(\\mathrm{clamp}(x / s, -\\max, \\max))$, rounded to nearest.
-    ``scale`` broadcasts against ``x`` (for keys ``[N, N_KV, d_h]``: ``scale[:, None]``).
+    ``scale`` (a positive finite number, or a tensor of them) broadcasts against ``x`` (for
+    keys ``[N, N_KV, d_h]``: ``scale[:, None]``); ``dtype`` is one of ``FP8_DTYPES``.
+
+    Raises ``ValueError`` for a scale that is 0, negative, infinite or NaN (``check_scales``):
+    $x / 0$ stores $\\pm\\max$ for every nonzero value, and a NaN scale stores NaN bytes."""
+    check_fp8_dtype(dtype)
+    return quantize_unchecked(x, check_scales(scale, "scale"), dtype)
+
+
+def quantize_unchecked(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
+    """``quantize`` for a caller that has checked ``scale`` and ``dtype`` already: the KV
+    cache's write path (``kv_cache.quantize_kv``), whose scales ``check_kv_scales`` read once;
+    reading them again here would cost a second host sync per layer on a GPU.
 
     Clamping first matters: e5m2 would turn an out-of-range value into $\\pm\\infty$, and one
     $\\infty$ in a key makes every score of that head NaN."""
     limit = torch.finfo(dtype).max
     return (x.float() / scale).clamp(-limit, limit).to(dtype)
+
+
+def check_fp8_dtype(dtype: object) -> None:
+    """``dtype`` is one of the FP8 formats (``FP8_DTYPES``); else ``ValueError`` naming them."""
+    if dtype not in FP8_DTYPES:
+        raise ValueError(
+            f"dtype must be an FP8 format, one of {list(FP8_DTYPES)} (named "
+            f"{list(KV_CACHE_DTYPES)} by LLM(kv_cache_dtype=...)), got {dtype!r}"
+        )
+
+
+def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | float:
+    """``scale`` as a float or a floating-point tensor whose every value is positive and finite
+    (0 too when ``zero``, for a largest magnitude); else ``TypeError`` or ``ValueError``
+    naming ``name``. A tensor's values are read once (``tolist``): one transfer on a GPU, which
+    only direct calls pay, never the engine's writes (``quantize_unchecked``)."""
+    scale = python_number(scale)  # np.float32(0.5) is 0.5
+    if isinstance(scale, int) and not isinstance(scale, bool):
+        scale = float(scale)
+    if isinstance(scale, Tensor) and scale.is_floating_point():
+        values = scale.flatten().tolist()
+    elif isinstance(scale, float):
+        values = [scale]
+    else:
+        raise TypeError(
+            f"{name} must be a number or a floating-point torch.Tensor, got "
+            f"{type(scale).__name__} {scale!r:.60}"
+        )
+    bad = [v for v in values if not ((v >= 0 if zero else v > 0) and v < math.inf)]
+    if bad:  # NaN fails both comparisons
+        what = (
+            "non-negative and finite (a head's largest |x|)"
+            if zero
+            else "positive and finite (a head's largest |x| over the format's largest value, "
+            "times headroom: minipaged.fp8.scale_for)"
+        )
+        raise ValueError(f"{name} must be {what}, got {bad[0]}")
+    return scale
 
 
 def dequantize(x: Tensor, scale: Tensor | None) -> Tensor:
@@ -86,7 +138,7 @@ def dequantize(x: Tensor, scale: Tensor | None) -> Tensor:
     return values if scale is None else values * scale
 
 
-def error_bound(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
+def error_bound(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     """The largest $|\\mathrm{dequantize}(\\mathrm{quantize}(x)) - x|$ the format allows, per
     element.
 
@@ -94,7 +146,10 @@ def error_bound(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     nearest moves it by at most half a unit in the last place:
     $\\max(|y| \\cdot 2^{-(m+1)}, 2^{e_{\\min} - m - 1})$, the second term for subnormals. A
     value past the largest one ($|y| > \\max$) is clamped and loses $|x| - s\\max$. A few float32
-    roundings (of $x/s$ and of $s\\hat{x}$) add $2^{-22}|x|$ at most."""
+    roundings (of $x/s$ and of $s\\hat{x}$) add $2^{-22}|x|$ at most. ``scale`` and ``dtype``
+    are checked as ``quantize`` checks them."""
+    check_fp8_dtype(dtype)
+    scale = check_scales(scale, "scale")
     info = torch.finfo(dtype)
     mantissa_bits = -round(math.log2(info.eps))  # e4m3: 3, e5m2: 2
     min_exponent = round(math.log2(info.smallest_normal))  # e4m3: -6, e5m2: -14
@@ -108,8 +163,13 @@ def error_bound(x: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     return bound + x.abs() * 2.0**-22
 
 
-def scale_for(amax: Tensor, dtype: torch.dtype) -> Tensor:
+def scale_for(amax: Tensor | float, dtype: torch.dtype) -> Tensor:
     """The scale that stores magnitudes up to ``amax`` with ``SCALE_HEADROOM`` to spare:
-    $s = \\mathrm{amax} \\cdot \\mathrm{headroom} / \\max$. A head that saw only zeros gets 1."""
+    $s = \\mathrm{amax} \\cdot \\mathrm{headroom} / \\max$. A head that saw only zeros gets 1.
+
+    Raises ``ValueError`` for a negative, infinite or NaN ``amax`` (a largest magnitude is
+    none of them, and its scale would store every value as NaN or $\\pm\\max$)."""
+    check_fp8_dtype(dtype)
+    amax = torch.as_tensor(check_scales(amax, "amax", zero=True))
     scale = amax.float() * SCALE_HEADROOM / torch.finfo(dtype).max
     return torch.where(scale > 0, scale, torch.ones_like(scale))

@@ -23,8 +23,8 @@ from torch import Tensor
 from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
 from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
-from minipaged.device import check_device
-from minipaged.memory import binary_size
+from minipaged.device import check_device, free_memory_on
+from minipaged.memory import binary_size, check_fits, free_memory
 from minipaged.python_numbers import python_numbers
 
 
@@ -90,8 +90,9 @@ def quantize_kv(
     v_scale = ones if v_scale is None else v_scale
     if narrower:  # k / s_k, read back as s_k * k-hat (fp8.dequantize), as FP8 is
         return (key / k_scale[:, None]).to(pool_dtype), (value / v_scale[:, None]).to(pool_dtype)
-    key = fp8.quantize(key, k_scale[:, None], pool_dtype)  # scale per KV head, [N_KV, 1]
-    return key, fp8.quantize(value, v_scale[:, None], pool_dtype)
+    # check_kv_scales read the scales above: no second read (a GPU sync) per write
+    key = fp8.quantize_unchecked(key, k_scale[:, None], pool_dtype)  # per KV head, [N_KV, 1]
+    return key, fp8.quantize_unchecked(value, v_scale[:, None], pool_dtype)
 
 
 class CacheKernels(Protocol):
@@ -105,6 +106,50 @@ class CacheKernels(Protocol):
     def swap_blocks(
         self, src_pool: Tensor, dst_pool: Tensor, mapping: Sequence[tuple[int, int]]
     ) -> None: ...
+
+
+def check_kernels(kernels: object) -> None:
+    """``kernels`` is None (torch indexing) or has the ``CacheKernels`` methods, else a
+    ``TypeError`` now: ``KVCache(kernels=5)`` would otherwise fail at the first copy-on-write,
+    in the middle of a step."""
+    missing = [
+        name for name in ("copy_blocks", "swap_blocks") if not callable(getattr(kernels, name, 0))
+    ]
+    if kernels is not None and missing:
+        raise TypeError(
+            f"kernels must be None (copies by torch indexing) or a kernel module with "
+            f"copy_blocks and swap_blocks (cuda_kernels, cuda_kernels.cpu; "
+            f"minipaged.backend.kernels_for picks one), got {type(kernels).__name__} "
+            f"{kernels!r:.60}, which lacks {' and '.join(missing)}"
+        )
+
+
+VIEW_BYTES_PER_LAYER = 4096
+"""Host bytes a layer costs beside its pools: the four views ``key[layer]``, ``value[layer]``,
+``host_key[layer]``, ``host_value[layer]`` take about 600 B each as Python objects (measured),
+rounded up. A ``meta`` cache of $10^9$ layers holds no values but would still take 2.4 TB."""
+
+
+def check_pools_fit(sizes: dict[str, int], dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse pools of checked ``sizes`` that the memory free on ``device`` (the device
+    pools; nothing on ``meta``) and on the host (the host pools and every layer's views, the
+    device pools too on a CPU cache) cannot hold, naming their bytes (``memory.check_fits``),
+    before torch tries to allocate them."""
+    per_block = (
+        2 * sizes["num_layers"] * sizes["num_kv_heads"] * sizes["block_size"] * sizes["head_dim"]
+    ) * dtype.itemsize
+    fix = "lower num_blocks, num_cpu_blocks, num_layers, block_size or head_dim"
+    device_pools = f"{sizes['num_blocks']:,} device blocks of {per_block:,} B"
+    host_pools = f"{sizes['num_cpu_blocks']:,} host blocks of {per_block:,} B"
+    host_bytes = sizes["num_cpu_blocks"] * per_block
+    host_bytes += sizes["num_layers"] * VIEW_BYTES_PER_LAYER
+    host_pools += f" and {sizes['num_layers']:,} layers' views"
+    if device.type == "cuda":
+        check_fits(sizes["num_blocks"] * per_block, free_memory_on(device), device_pools, fix)
+    elif device.type == "cpu":
+        host_bytes += sizes["num_blocks"] * per_block
+        host_pools = f"{device_pools} + {host_pools}"
+    check_fits(host_bytes, free_memory(), host_pools, fix)
 
 
 class KVCache:
@@ -167,7 +212,9 @@ class KVCache:
         # engine that checks requests without weights (tui.scenarios.Scenario.check)
         if str(device) != "meta":
             device = check_device(device)
+        check_kernels(kernels)
         num_layers, num_blocks, num_kv_heads, block_size, head_dim, num_cpu_blocks = sizes.values()
+        check_pools_fit(sizes, dtype, torch.device(device))
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.num_kv_heads = num_kv_heads
@@ -235,10 +282,12 @@ class KVCache:
         before anything is written: bytes written under other scales would change meaning."""
         expected = (self.num_layers, self.num_kv_heads)
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if tuple(scale.shape) != expected or not bool((scale > 0).all()):
+            fp8.check_scales(scale, name)  # positive and finite: a tensor of them
+            if not isinstance(scale, Tensor) or tuple(scale.shape) != expected:
                 raise ValueError(
                     f"{name} must be positive with shape [num_layers, num_kv_heads] = "
-                    f"{list(expected)}, got shape {list(scale.shape)}"
+                    f"{list(expected)}, got {type(scale).__name__} of shape "
+                    f"{list(getattr(scale, 'shape', []))}"
                 )
         self.k_scale.copy_(k_scale)
         self.v_scale.copy_(v_scale)

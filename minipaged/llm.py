@@ -11,14 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from minipaged import fp8
-from minipaged.arguments import free_memory
 from minipaged.checkpoint import load_config, load_model
 from minipaged.checkpoint_files import no_file
 from minipaged.config import EngineConfig
 from minipaged.device import check_device
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
-from minipaged.memory import ModelShape
+from minipaged.memory import ModelShape, check_fits, free_memory
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.prompts import Prompt
@@ -248,10 +247,9 @@ def check_kv_cache_fits(config: EngineConfig, free: int | None) -> None:
     )
     block_bytes = shape.block_bytes(config.block_size)
     device, host = config.pool_sizes(block_bytes, model.max_position_embeddings)
-    need = (device + host) * block_bytes
-    if free is not None and need > free:
-        raise ValueError(
-            f"the KV cache would take {need / 1e9:,.1f} GB ({device:,} device + {host:,} host "
-            f"blocks of B = {config.block_size}) but {free / 1e9:,.1f} GB are free; lower "
-            "num_gpu_blocks, num_cpu_blocks or block_size (--num-gpu-blocks, ...)"
-        )
+    check_fits(
+        (device + host) * block_bytes,
+        free,
+        f"{device:,} device + {host:,} host blocks of B = {config.block_size}",
+        "lower num_gpu_blocks, num_cpu_blocks or block_size (--num-gpu-blocks, ...)",
+    )

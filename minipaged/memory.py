@@ -11,6 +11,7 @@ figure explained in ``ModelShape.block_bytes``.
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -178,6 +179,35 @@ def binary_size(num_bytes: int) -> str:
         if num_bytes >= scale:
             return f"{num_bytes / scale:,.1f} {unit}"
     return f"{num_bytes:,} B"
+
+
+def free_memory() -> int | None:
+    """Bytes of host memory a new allocation can have now, or None where the system does not
+    say. Linux's MemAvailable counts the file cache the kernel would give back; the free pages
+    alone (``SC_AVPHYS_PAGES``, the fallback) do not, and on a machine whose cache has filled
+    its memory they refused pools that fit."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    if "SC_AVPHYS_PAGES" not in os.sysconf_names:
+        return None
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(need: int, free: int | None, pools: str, fix: str) -> None:
+    """Refuse pools of ``need`` bytes where ``free`` bytes are free (None: unknown, never
+    refuse), before any is allocated: torch would fail mid-allocation with its own
+    RuntimeError, or the OS would end the process. ``pools`` says what the bytes are made of,
+    ``fix`` which settings lower them."""
+    if free is not None and need > free:
+        raise ValueError(
+            f"the KV cache would take {need / 1e9:,.1f} GB ({need:,} bytes: {pools}) but "
+            f"{free / 1e9:,.1f} GB are free; {fix}"
+        )
 
 
 def logical_block(t: int, block_size: int) -> int:

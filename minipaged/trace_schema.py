@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minipaged.arguments import free_memory
+from minipaged.memory import free_memory
 from minipaged.trace_values import (
     TraceError,
     array,

@@ -238,7 +238,7 @@ CHANNEL = HandIn(
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "atexit.register(time.sleep, 3600)\n"
-            "faulthandler.dump_traceback_later(0.01, repeat=True, file=sys.stdout)\n"
+            "faulthandler.enable(file=sys.stdout, all_threads=True)\n"
             "sys.settrace(lambda *a: None)\n"
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
             (),
@@ -464,6 +464,70 @@ THREAD_AT_IMPORT = HandIn(
     appended="\nimport threading, time\n"
     "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
 )
+
+HIDDEN_THREADS = HandIn(
+    "hidden-threads",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-thread-hidden-from-the-childs-look",
+            "return j = floor(t / B)",
+            "import sys, threading, time\nkept = threading.Thread(target=time.sleep, args=(60,))\n"
+            "kept.daemon = True\nkept.start()\nreal = sys._current_exceptions\n"
+            "sys._current_exceptions = lambda: {\n"
+            "    k: v for k, v in real().items() if k != kept.ident}\n"
+            "sys._current_frames = sys._current_exceptions\n"
+            "sys.modules['__main__'].threads_left = lambda *args: ''\n"
+            "return t // block_size",
+            ("logical_block",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-thread-started-through-ctypes",
+            "return o = t mod B",
+            "import ctypes\nlibc = ctypes.CDLL(None)\nhandle = ctypes.c_ulong()\n"
+            "sleep = ctypes.cast(libc.sleep, ctypes.c_void_p)\n"
+            "libc.pthread_create(ctypes.byref(handle), None, sleep, ctypes.c_void_p(60))\n"
+            "return t % block_size",
+            ("block_offset",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-thread-that-writes-before-the-answer",
+            "return M = ceil(L / B)",
+            "import os, sys, threading, time\n"
+            "answers = int(sys.argv[sys.argv.index('--channel') + 1].split(',')[1])\n"
+            "def babble():\n    os.write(answers, b'junk' * 4)\n    time.sleep(60)\n"
+            "threading.Thread(target=babble, daemon=True).start()\ntime.sleep(0.1)\n"
+            "return -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "something other than the grading process's answer was written on its channel",
+        ),
+        Attack(
+            "a-watchdog-that-dumps-tracebacks",
+            "keys and values, for every layer and KV head",
+            "import faulthandler, sys\n"
+            "faulthandler.dump_traceback_later(0.01, repeat=True, file=sys.stdout)\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+    ),
+    passes=("slot", "block_bytes"),
+    honest=RIGHT_SLOT
+    | {
+        "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+        "one block, all layers": "return self.num_layers * self.block_bytes_per_layer(block_size)",
+    },
+)
+"""Threads the child's own look cannot see (its functions replaced, or no Python thread state:
+ctypes, faulthandler's watchdog) and bytes on the channel before the answer: the grader sees
+them from outside, in ``/proc`` (each passed, or failed with "cannot read", when the child's
+look was the authority)."""
 
 DISK = HandIn(
     "filling-the-disk",
@@ -1223,6 +1287,7 @@ HAND_INS = (
     RESOURCES,
     LEFT_RUNNING,
     THREAD_AT_IMPORT,
+    HIDDEN_THREADS,
     DISK,
     SHADOW,
     SOLUTION,

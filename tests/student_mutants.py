@@ -438,6 +438,13 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         5,
         "block_manager",
+        "the swap's events record each pair reversed, (destination, source)",
+        "self.record(event(seq, tuple(zip(old, table.blocks, strict=True))))",
+        "self.record(event(seq, tuple(zip(table.blocks, old, strict=True))))",
+    ),
+    _m(
+        5,
+        "block_manager",
         "source blocks not released",
         "            for block in reversed(old):  # last block first, as free releases them\n"
         "                src.decref(block)\n",

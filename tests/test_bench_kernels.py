@@ -298,19 +298,20 @@ def test_each_timed_call_starts_from_the_same_state_whatever_ran_before_it():
 
 
 def test_a_path_timed_second_of_a_pair_is_not_favoured_by_its_place_in_the_round():
-    """A planted order effect that clearing the caches does not remove: a twin path takes 10 ms
-    right after the other twin path and 20 ms after anything else, as whichever of paged and in
+    """A planted order effect that clearing the caches does not remove: a twin path takes 50 ms
+    right after the other twin path and 100 ms after anything else, as whichever of paged and in
     order was timed second ran a few percent faster, with the caches cleared before each, on
     the machine this was written on. Rounds reverse their order one to the next, so ``a`` and
     ``b``, which do the same work, come out equal; in one fixed order ``a`` would take twice as
-    long as ``b`` in every round."""
+    long as ``b`` in every round. (Sleeps of 10 and 20 ms came out 1.17 apart on a machine at a
+    load of 10, overslept by its scheduler: the planted times are long beside that.)"""
     last = {"name": None}
 
     def path(name: str, twin: bool):
         def call():
             if twin:
                 after_other = last["name"] in ("a", "b") and last["name"] != name
-                time.sleep(0.010 if after_other else 0.020)
+                time.sleep(0.050 if after_other else 0.100)
             last["name"] = name
 
         return call

@@ -47,6 +47,21 @@ BAD_CALLS = {
     "a duplicate id": (lambda e: e.add_request("x", None, "a"), ValueError, "already in use"),
     "an int id": (lambda e: e.add_request("x", None, 5), TypeError, "request_id must be a str"),
     "a blank id": (lambda e: e.add_request("x", None, "  "), ValueError, "must name the request"),
+    "an id of a megabyte": (
+        lambda e: e.add_request("x", None, "r" * 2**20),
+        ValueError,
+        "request_id must be at most 256 characters",
+    ),
+    "an id one past the cap": (
+        lambda e: e.add_request("x", None, "r" * 257),
+        ValueError,
+        "got 257 starting",
+    ),
+    "an abort of a megabyte id": (
+        lambda e: e.abort_request("r" * 2**20),
+        ValueError,
+        "at most 256 characters",
+    ),
     "no prompt": (lambda e: e.add_request(None), TypeError, "a prompt is a string"),
     "an empty prompt": (lambda e: e.add_request(""), ValueError, "the prompt is empty"),
     "no token ids": (lambda e: e.add_request([]), ValueError, "the prompt is empty"),
@@ -116,6 +131,15 @@ def test_a_bad_call_changes_nothing_and_the_request_in_flight_runs_on(llm, undis
     assert words in str(refused.value)
     assert state(engine) == before
     assert run_to_the_end(engine) == {"a": undisturbed}
+
+
+def test_an_id_of_the_longest_length_is_taken_and_runs(llm):
+    from minipaged.engine import MAX_REQUEST_ID_LENGTH
+
+    longest = "r" * MAX_REQUEST_ID_LENGTH
+    engine = llm.engine
+    assert engine.add_request("It is", SamplingParams(max_tokens=2), longest) == longest
+    assert longest in run_to_the_end(engine)
 
 
 def test_an_abort_of_a_finished_request_says_it_finished(llm):

@@ -317,9 +317,11 @@ def _wrapper(module: str, graded: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def first_criterion(number: int, folder: Path):
-    """The result of exercise ``number``'s first criterion on ``folder``, in a child."""
-    criterion = EXERCISES[number].criteria()[0]
+def first_criterion(number: int, folder: Path, name: str | None = None):
+    """The result of exercise ``number``'s first criterion on ``folder`` (or the one called
+    ``name``), in a child: the others, which may be slow (the simulator's), are not run."""
+    criteria = EXERCISES[number].criteria()
+    criterion = next(c for c in criteria if c.name == name) if name else criteria[0]
     child = grading.GradingChild(number, criterion.runs_in, folder.resolve(), Limits(), Proxy)
     try:
         return grading._run_in_child(criterion, child, Limits())
@@ -472,3 +474,18 @@ def test_an_honest_answer_leaves_nothing_running_and_keeps_its_child(tmp_path):
         assert child.alive and child.process.pid == pid
     finally:
         child.close()
+
+
+def test_an_answer_that_imports_numpy_and_torch_leaves_no_thread_behind(tmp_path):
+    """Honest code may import numpy and torch in an exercise that needs neither, and compute
+    with them: their thread pools start no thread in a grading child (``ONE_THREAD``), so the
+    grader, which counts the worker's threads, finds none left (numpy's import and torch's
+    first parallel operation each started one, which failed the call)."""
+    folder = submission(
+        tmp_path / "numeric",
+        logical_block="import numpy, torch\n    torch.ones(1 << 20).add_(1)\n"
+        "    numpy.ones((300, 300)) @ numpy.ones((300, 300))\n    return t // block_size",
+        block_offset=RIGHT["block_offset"],
+    )
+    failed = messages(grade(1, folder))
+    assert "logical_block" not in failed and "block_offset" not in failed, failed

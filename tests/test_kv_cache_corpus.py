@@ -66,3 +66,44 @@ def test_block_pairs_that_are_not_two_ids_are_refused_moving_nothing(cache, oper
         getattr(cache, operation)(BAD_PAIRS[case])
     after = (cache._key, cache._value, cache._host_key, cache._host_value)
     assert all(torch.equal(a, b) for a, b in zip(pools, after, strict=True))
+
+
+class OnlyCopies:
+    """Half a kernel module: copies, but no swaps."""
+
+    def copy_blocks(self, key_pools, value_pools, pairs): ...
+
+
+@pytest.mark.parametrize("kernels", [5, "cuda_kernels", object(), OnlyCopies(), True])
+def test_kernels_that_cannot_copy_and_swap_are_refused_when_the_cache_is_made(kernels):
+    with pytest.raises(TypeError, match=r"kernels must be None .* or a kernel module"):
+        KVCache(**SIZES, kernels=kernels)
+
+
+def test_the_cpu_twins_are_kernels_a_cache_takes():
+    import cuda_kernels.cpu
+
+    assert KVCache(**SIZES, kernels=cuda_kernels.cpu).kernels is cuda_kernels.cpu
+
+
+HUGE = {**{name: 10**12 for name in SIZES}, "num_cpu_blocks": 10**12}
+
+
+# num_blocks on meta is no case: the device pools hold no values there, and a host block's
+# bytes do not grow with it
+CASES = [
+    (name, device)
+    for device in ("cpu", "meta")
+    for name in HUGE
+    if (name, device) != ("num_blocks", "meta")
+]
+
+
+@pytest.mark.parametrize(("name", "device"), CASES)
+def test_pools_no_memory_holds_are_refused_naming_their_bytes_before_any_is_made(name, device):
+    """Every size is an integer in its range, but the pools (on meta, the host pools and
+    every layer's views) would not fit: refused with their bytes and the settings that lower
+    them, where torch would fail mid-allocation or the OS would end the process."""
+    sizes = {**SIZES, "num_cpu_blocks": 1, name: HUGE[name]}
+    with pytest.raises(ValueError, match=r"the KV cache would take [\d,.]+ GB \([\d,]+ bytes"):
+        KVCache(**sizes, device=device)

@@ -2,6 +2,7 @@
 
 import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from minipaged.memory import (
     expected_paged_waste,
     expected_static_internal_waste,
     external_fragmentation_stalls,
+    free_memory,
     logical_block,
     num_logical_blocks,
     paged_internal_waste,
@@ -308,3 +310,15 @@ def test_reservation_waste_rejects_step_0():
 def test_stalls_rejects_an_empty_segment():
     with pytest.raises(ValueError, match=r"free_segments\[1\] must be a positive integer, got 0"):
         external_fragmentation_stalls([10, 0], 5)
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="Linux's /proc/meminfo")
+def test_free_memory_counts_the_file_cache_the_kernel_gives_back():
+    """Memory a pool can have is MemAvailable, not the free pages alone: a machine whose file
+    cache has filled its memory has few free pages and still room for the pool."""
+    fields = dict(line.split(":") for line in Path("/proc/meminfo").read_text().splitlines())
+    available, total = (
+        int(fields[name].split()[0]) * 1024 for name in ("MemAvailable", "MemTotal")
+    )
+    assert 0 < free_memory() <= total
+    assert abs(free_memory() - available) < 256 * 2**20  # read a moment apart

@@ -41,6 +41,16 @@ def test_a_tree_larger_than_a_verify_pass_can_take_is_refused_at_construction():
         SpeculativeConfig(max_tree_nodes=MAX_TREE_NODES + 1)
 
 
+@pytest.mark.parametrize("name", ["num_speculative_tokens", "branching"])
+@pytest.mark.parametrize("value", [MAX_TREE_NODES + 1, 10**6, 10**100])
+def test_a_tree_deeper_or_wider_than_any_tree_is_refused_naming_the_cap(name, value):
+    """No tree holds more than MAX_TREE_NODES guesses, so none is deeper or wider: a depth of
+    10**6 drafted no more than one of 1,024, and was accepted as if it did."""
+    assert getattr(SpeculativeConfig(**{name: MAX_TREE_NODES}), name) == MAX_TREE_NODES
+    with pytest.raises(ValueError, match=f"{name} must be at most {MAX_TREE_NODES}, the most"):
+        SpeculativeConfig(**{name: value})
+
+
 @pytest.mark.parametrize("method", [5, None, ["ngram"], "NGRAM", "medusa", ""], ids=repr)
 def test_an_unknown_method_is_refused(method):
     with pytest.raises(ValueError, match="method must be one of") as refused:
@@ -95,6 +105,8 @@ def test_unknown_keys_of_any_type_are_named_not_a_type_error():
         '{"method": 5}',
         '{"branching": "wide"}',
         '{"max_tree_nodes": 100000}',
+        '{"num_speculative_tokens": 1000000}',
+        '{"branching": 1025}',
         '{"num_speculative_tokens": 1.5}',
         "[1, 2]",
         "{",
@@ -172,14 +184,15 @@ def test_ngram_drafting_of_a_wide_tree_is_bounded_by_the_cap():
 
 @pytest.mark.parametrize(("max_tokens", "context"), [(1_000_000, 24), (3, 2048), (5, 2048)])
 def test_no_tree_drafts_past_max_tokens_or_the_models_context(max_tokens, context):
-    """A depth of 10**9 is capped by what the request may still write: the tokens left to
-    max_tokens and to the context's end (one of them kept for the bonus token), so no guess
-    is drafted that could never be kept; the output stops where a plain run would."""
+    """A depth of 1,024 (the deepest any tree reaches) is capped by what the request may still
+    write: the tokens left to max_tokens and to the context's end (one of them kept for the
+    bonus token), so no guess is drafted that could never be kept; the output stops where a
+    plain run would."""
     from dataclasses import replace
 
     model = small_llama(16, seed=5)
     model.config = replace(model.config, max_position_embeddings=context)
-    config = SpeculativeConfig(num_speculative_tokens=10**9, branching=2, max_tree_nodes=64)
+    config = SpeculativeConfig(num_speculative_tokens=1024, branching=2, max_tree_nodes=64)
     engine = LLMEngine(model, block_size=4, num_gpu_blocks=256, speculative=config)
     prompt = list(range(1, 12))
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)

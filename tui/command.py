@@ -17,7 +17,6 @@ from minipaged.arguments import (
     check_sequences_fit,
     config_from_flags,
     excludes,
-    free_memory,
     integer,
     named_path,
     output_file,
@@ -28,6 +27,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
+from minipaged.memory import free_memory
 from tui import serve
 from tui.engine_config import TUI_CONFIG
 

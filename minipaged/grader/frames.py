@@ -48,11 +48,16 @@ def read_frame(
     header = _read_exactly(fd, _HEADER.size, deadline, alive, watch, beside)
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME:
-        raise ProtocolError(f"a message of {size} bytes, more than the {MAX_FRAME} allowed")
+        raise ProtocolError(
+            f"the bytes {header!r} where a message's length belongs: {size}, more than the "
+            f"{MAX_FRAME} allowed"
+        )
+    data = _read_exactly(fd, size, deadline, alive, watch, beside)
     try:
-        return json.loads(_read_exactly(fd, size, deadline, alive, watch, beside))
+        return json.loads(data)
     except (ValueError, RecursionError) as error:
-        raise ProtocolError(f"a message that is not JSON ({error})") from None
+        began = data[:24]
+        raise ProtocolError(f"a message that is not JSON ({error}; it began {began!r})") from None
 
 
 WATCH_SECONDS = 0.5  # how often read_frame calls its watch while it waits

@@ -6,18 +6,25 @@ the grader cannot read", blamed for what it did not do), compute on the next cri
 or change the objects the next check reads. So after every answer of a grading child the call
 is asked what it left, and one that left a thread or a process fails with a reason naming it
 (``LeftRunning``); the child is ended, and the next criterion starts a new one, blamed for
-nothing. An honest answer leaves nothing, and pays one look at the interpreter's threads and
-a few small reads of ``/proc`` per call: no restart without cause.
+nothing. An honest answer leaves nothing, and pays a few small reads of ``/proc`` per call:
+no restart without cause.
 
-- threads, in the child: the Python threads running after the request that were not before
-  it (``sys._current_frames``, which lists ``threading``'s and ``_thread``'s alike);
-- processes, in the grader, which the student's code cannot talk out of it: those under the
-  child's supervisor besides its worker (``process_tree.beside``).
+The grader decides, from outside the worker, where the student's code cannot talk it out of
+it (code in the worker can replace ``threading.enumerate``, ``sys._current_frames`` or this
+module's functions, and a thread started through ``ctypes`` has no Python thread state at
+all):
 
-Each is given ``GRACE_SECONDS`` to end first: the CUDA simulator's threads end just after a
-launch that raised, a forked copy of the child ends as it answers. A thread that runs native
-code without a Python thread state (started through ``ctypes``) is not seen here; where it
-lingers, the next call's failure says what it did.
+- threads: the worker's threads as the OS lists them (``/proc/<worker>/task``) after the
+  answer that were not there before the request (``tasks_left``);
+- processes: those under the child's supervisor besides its worker (``process_tree.beside``).
+
+The child adds only words: the Python threads the request started, named with the line of
+the student's file they run (``threads_left``), which the grader shows where it has them.
+Libraries' thread pools would look like the student's threads when they start or grow (numpy's
+import started one, torch's first parallel operation another), so the child runs them at one
+thread (``ONE_THREAD``), which starts none. Each is given ``GRACE_SECONDS`` to end
+first: the CUDA simulator's threads end just after a launch that raised, a forked copy of the
+child ends as it answers.
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ def running_threads() -> Threads:
 
 
 def threads_left(before: Threads, folder: Path | None) -> str:
-    """In the child, after a request: the Python threads running now that were not ``before``
+    """In the child, after a request, for the grader's words only (the code it checks may have
+    replaced what this reads): the Python threads running now that were not ``before``
     it, after ``GRACE_SECONDS`` for them to end, each named with where it is in ``folder``'s
     files; ``""`` for none. A thread the OS counts that is not Python's after
     ``STARTING_SECONDS`` is a library's (torch's pool, started by the first parallel
@@ -86,6 +94,49 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         for i in fresh
     ]
     return f"{len(fresh)} thread{'s' * (len(fresh) > 1)} ({'; '.join(named)[:300]})"
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""In the grading child's environment: torch's and numpy's pools at one thread, which start no
+thread of their own (on two cores, numpy's import and torch's first parallel operation each
+started one)."""
+
+
+def tasks(pid: int) -> frozenset[int] | None:
+    """In the grader: the ids of ``pid``'s threads as the OS lists them, native ones included;
+    None where they cannot be read (no ``/proc``, the process gone)."""
+    try:
+        return frozenset(int(task) for task in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return None
+
+
+def tasks_left(worker: int, before: frozenset[int] | None, kind: str = "", why: str = "") -> str:
+    """In the grader, after an answer: the worker's threads running now that were not
+    ``before`` the request (after ``GRACE_SECONDS`` for them to end), each with its name and
+    state, ``kind`` after their count and ``why`` after their names (``UNLISTED``); ``""`` for
+    none, or where the OS does not list them."""
+
+    def fresh() -> list[int]:
+        now = tasks(worker)
+        if now is None or before is None:
+            return []
+        return sorted(t for t in now - before if _state(worker, t) not in "ZX")
+
+    found = _waited(fresh)
+    if not found:
+        return ""
+    named = "; ".join(f"{_thread_name(worker, t)}, {_state_word(worker, t)}" for t in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return f"{len(found)} thread{'s' * (len(found) > 1)}{kind} ({named}{more}{why})"
+
+
+UNLISTED = (
+    " that Python does not list",
+    "; started through ctypes or a C library, grown in a library's pool such as "
+    "torch.set_num_threads, or hidden from the grading process's own look",
+)
+"""How ``tasks_left`` names the threads it found where the child named none."""
 
 
 def processes_left(supervisor: int, worker: int) -> str:
@@ -116,6 +167,36 @@ def _waited(find: Callable[[], set[int] | list[int]]):
         time.sleep(_LOOK_SECONDS)
         found = find()
     return found
+
+
+def _stat(worker: int, task: int) -> bytes:
+    try:
+        with open(f"/proc/{worker}/task/{task}/stat", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _state(worker: int, task: int) -> str:
+    """``task``'s state letter (``R``, ``S``, ``Z`` ...); ``X`` where it is gone."""
+    stat = _stat(worker, task)
+    return stat[stat.rfind(b")") + 2 :][:1].decode() or "X"
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "waiting on a device", "T": "stopped"}
+
+
+def _state_word(worker: int, task: int) -> str:
+    state = _state(worker, task)
+    return _STATES.get(state, f"state {state}")
+
+
+def _thread_name(worker: int, task: int) -> str:
+    """``"thread 1234 ('python')"``: the OS's id and name of the thread (the name as its code
+    set it, else the program's)."""
+    stat = _stat(worker, task)
+    name = stat[stat.find(b"(") + 1 : stat.rfind(b")")].decode(errors="replace")[:20]
+    return f"thread {task} ({name!r})"
 
 
 def _where(frame, folder: Path | None) -> str:

@@ -36,7 +36,15 @@ from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSp
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
-from minipaged.grader.left_running import LeftRunning, left_running, processes_left
+from minipaged.grader.left_running import (
+    ONE_THREAD,
+    UNLISTED,
+    LeftRunning,
+    left_running,
+    processes_left,
+    tasks,
+    tasks_left,
+)
 from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants, worker_of
 from minipaged.grader.runtime_code import Judge
@@ -71,6 +79,7 @@ class GradingChild:
         self.exceptions = StudentExceptions(self.proxy)  # what the student's code raised
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
+        self._before: frozenset[int] | None = None  # the worker's threads before a request
         self.judge = Judge(number)  # of what the student's code compiles at run time
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
@@ -163,6 +172,7 @@ class GradingChild:
             "CUDA_CACHE_PATH",
         ):
             env[name] = str(self.temp)
+        env.update(ONE_THREAD)
         if self.runs_in == "simulator":
             env["NUMBA_ENABLE_CUDASIM"] = "1"
         else:
@@ -225,6 +235,7 @@ class GradingChild:
         ends = (self.wall_deadline, self.clock and self.clock.last_moment)
         deadline = min((end for end in ends if end is not None), default=None)
         try:
+            self._before = tasks(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -263,11 +274,17 @@ class GradingChild:
 
     def _left(self, answer: Any) -> None:
         """After an answer: fail the call, and end the child, if the student's code left a
-        thread (as the child tells) or a process (as ``/proc`` shows) running."""
+        thread or a process running, as ``/proc`` shows (the child's words name a Python
+        thread's line, where it tells of one)."""
         told = answer.get("left") if isinstance(answer, dict) else None
         left = str(told)[:400] if told else ""
-        if not left and self.worker is not None and self.process is not None:
-            left = processes_left(self.process.pid, self.worker)
+        try:
+            if not left and self.worker is not None and self.process is not None:
+                left = tasks_left(self.worker, self._before, *UNLISTED)
+                left = left or processes_left(self.process.pid, self.worker)
+        except BaseException:  # interrupted while it waits: what it waited for is not seen
+            self.stop()
+            raise
         if left:
             self.stop()
             raise left_running("your code", left)
@@ -297,7 +314,24 @@ class GradingChild:
         except EOFError:
             self._ended()
         except frames.ProtocolError as error:
-            self._fail(f"sent something the grader cannot read while {doing} ({error})")
+            if doing == "starting":  # no student code has run yet
+                self._fail(f"sent something the grader cannot read while starting ({error})")
+            self._stray(error)
+
+    def _stray(self, error: frames.ProtocolError):
+        """Bytes that are not a message where the child's answer belongs: only the student's
+        code writes anything else on the channel (the child writes whole messages, its prints
+        go to a file), from a thread or to a file descriptor it did not open."""
+        threads = tasks_left(self.worker, self._before) if self.worker is not None else ""
+        still = f"; {threads} still running" if threads else ""
+        self.stop()
+        raise ChildGone(
+            "something other than the grading process's answer was written on its channel to "
+            f"the grader while your code ran ({error}{still}): your code, or a thread or process "
+            "it started, wrote to a file descriptor it did not open (print(file=...), "
+            "os.write). Write only to files your code opens, and join every thread before "
+            "returning"
+        )
 
     def start_clock(self, seconds: float | None = None) -> None:
         """A criterion (or a step of a TUI run) starts: it has ``seconds`` (by default

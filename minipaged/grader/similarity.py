@@ -49,6 +49,7 @@ import ast
 import copy
 import difflib
 import importlib.util
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,14 @@ def shape(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     (``essential``)."""
     visitor = _Shape()
     visitor.visit(essential(function))
+    return visitor.tokens
+
+
+def _raw_shape(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The tokens of ``function``'s whole tree, every statement kept: no fewer than its
+    shape's."""
+    visitor = _Shape()
+    visitor.visit(function)
     return visitor.tokens
 
 
@@ -349,6 +358,14 @@ def _discounted(matching: int, length: int, library: Graded) -> float:
     return max(0.0, 2 * (matching - library.given) / rest) if matching > library.given else 0.0
 
 
+def _may_reach(most: int, library: Graded) -> bool:
+    """Whether a shape of at most ``most`` tokens may be ``THRESHOLD`` alike to ``library``.
+    ``alike`` grows with the shape's length up to the library's, and falls beyond it, its
+    matches at most the shorter length: so its most is at the length nearest the library's."""
+    length = min(most, len(library.tokens))
+    return _discounted(length, length, library) >= THRESHOLD
+
+
 def _find(tree: ast.AST, path: list[str]):
     for node in getattr(tree, "body", []):
         if _defines(node) and node.name == path[0]:
@@ -360,15 +377,20 @@ def matches(tree: ast.AST, library: dict[str, Graded]) -> list[tuple[str, str, f
     """``(student function, library function, alike)`` for each function of ``tree`` that
     matches a graded library function (``library_shapes``), best first."""
     found = []
+    counts = {name: Counter(graded.tokens) for name, graded in library.items()}
     for function in functions(tree):
+        # Cheap upper bounds first: the shape's length (at most the whole function's, before
+        # ``essential`` leaves statements out), then the tokens both shapes hold. The shape
+        # and the full match are slow: a dataclass's generated __init__, compiled at run
+        # time, is judged too, a hundred of them at a library module's import (profiled).
+        most = len(_raw_shape(function))
+        if not any(_may_reach(most, graded) for graded in library.values()):
+            continue
         mine = shape(function)
+        tally = Counter(mine)
         for name, graded in library.items():
-            # Cheap upper bounds on the matching tokens first (lengths, then token counts):
-            # the full match is slow, a tenth of a second for the longest pair (profiled).
-            matcher = difflib.SequenceMatcher(None, mine, graded.tokens, autojunk=False)
-            half = (len(mine) + len(graded.tokens)) / 2
-            bound = min(matcher.real_quick_ratio(), matcher.quick_ratio()) * half
-            if _discounted(bound, len(mine), graded) < THRESHOLD:
+            common = sum((tally & counts[name]).values())
+            if _discounted(common, len(mine), graded) < THRESHOLD:
                 continue
             alike = _discounted(_matching(mine, graded.tokens), len(mine), graded)
             if alike >= THRESHOLD:

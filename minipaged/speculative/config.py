@@ -29,9 +29,11 @@ class SpeculativeConfig:
     - ``method``: ``"ngram"`` (prompt lookup: continue the sequence the way an earlier
       occurrence of its last tokens continued; no model) or ``"draft"`` (a smaller Llama with
       the target's tokenizer, ``draft_model``).
-    - ``num_speculative_tokens``: the tree's depth $d$, the most draft tokens one step accepts.
+    - ``num_speculative_tokens``: the tree's depth $d$, the most draft tokens one step accepts;
+      at most ``MAX_TREE_NODES``, as deep as a chain of that many guesses.
     - ``branching``: $k$, the children a node may have (the drafter's top $k$ guesses, or $k$
-      draws from the draft distribution when sampling); $k = 1$ is a single chain.
+      draws from the draft distribution when sampling); $k = 1$ is a single chain. At most
+      ``MAX_TREE_NODES``, as wide as a tree of that many guesses.
     - ``draft_model``: an embedded model's name (``"tiny-draft"``), a Hugging Face Llama
       directory, or a loaded ``Llama``; only for ``method="draft"``. A directory must exist
       (``FileNotFoundError`` otherwise, as for any missing path).
@@ -68,6 +70,16 @@ class SpeculativeConfig:
                 f"speculative max_tree_nodes must be at most {MAX_TREE_NODES} (a verify pass "
                 f"costs n^2 in the tree's size), got {self.max_tree_nodes}; lower it"
             )
+        for name in ("num_speculative_tokens", "branching"):
+            # No tree holds more than MAX_TREE_NODES guesses, so none is deeper or wider: a
+            # larger depth or branching would be accepted as if it drafted more, and did not.
+            # (max_tree_nodes, often smaller, caps the tree further at run time.)
+            if getattr(self, name) > MAX_TREE_NODES:
+                raise ValueError(
+                    f"speculative {name} must be at most {MAX_TREE_NODES}, the most guesses "
+                    f"any tree holds (so its deepest and widest), got {getattr(self, name)}; "
+                    "lower it"
+                )
         if self.ngram_min > self.ngram_max:
             raise ValueError(
                 f"speculative ngram_min ({self.ngram_min}) must be <= ngram_max ({self.ngram_max})"

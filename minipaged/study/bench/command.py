@@ -9,7 +9,6 @@ import sys
 
 from minipaged.arguments import (
     excludes,
-    free_memory,
     integer,
     named_path,
     real,
@@ -18,6 +17,7 @@ from minipaged.arguments import (
     text,
 )
 from minipaged.config import settings_of
+from minipaged.memory import free_memory
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from minipaged import attention, backend, fp8, memory
-from minipaged.study.bench import Options, bandwidth, plot, rounds
+from minipaged.study.bench import Options, bandwidth, huge_pages, plot, rounds
 from minipaged.study.report import Column, Report, View
 
 SHAPE = memory.PRESETS["llama-3-8b"]
@@ -58,14 +58,16 @@ class DecodeInputs:
 
 def decode_inputs(batch: int, context: int, block_size: int, device: str, seed: int = 0):
     """Random decode inputs for one row: the same keys and values in shuffled blocks, in
-    blocks laid out in order, in shuffled FP8 blocks, and contiguous for SDPA."""
+    blocks laid out in order, in shuffled FP8 blocks, and contiguous for SDPA; on a CPU run
+    all of them on 2 MiB pages (``huge_pages``), as a GPU maps its memory."""
+    pages = huge_pages.on_huge_pages if device == "cpu" else lambda tensor: tensor
     generator = torch.Generator().manual_seed(seed)
     heads, kv_heads, d_h = SHAPE.num_q_heads, SHAPE.num_kv_heads, SHAPE.head_dim
     per_seq = memory.num_logical_blocks(context, block_size)  # M blocks per sequence
     num_blocks = batch * per_seq
     pool_shape = (num_blocks, kv_heads, block_size, d_h)
-    key_pool = torch.randn(pool_shape, generator=generator).to(device)
-    value_pool = torch.randn(pool_shape, generator=generator).to(device)
+    key_pool = pages(torch.randn(pool_shape, generator=generator).to(device))
+    value_pool = pages(torch.randn(pool_shape, generator=generator).to(device))
     query = torch.randn(batch, heads, d_h, generator=generator).to(device)
     tables = torch.randperm(num_blocks, generator=generator).view(batch, per_seq).to(device)
     in_order = torch.arange(num_blocks, device=device).view(batch, per_seq)
@@ -74,18 +76,18 @@ def decode_inputs(batch: int, context: int, block_size: int, device: str, seed: 
     def contiguous(pool: torch.Tensor) -> torch.Tensor:
         # [batch, per_seq, N_KV, B, d_h] -> [batch, N_KV, per_seq * B, d_h], cut to the context
         blocks = pool[tables].transpose(1, 2)
-        return blocks.reshape(batch, kv_heads, per_seq * block_size, d_h)[:, :, :context]
+        return pages(blocks.reshape(batch, kv_heads, per_seq * block_size, d_h)[:, :, :context])
 
     def quantized(pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scale = fp8.scale_for(pool.abs().amax(dim=(0, 2, 3)), FP8_DTYPE)  # [N_KV]
-        return fp8.quantize(pool, scale.view(-1, 1, 1), FP8_DTYPE), scale
+        return pages(fp8.quantize(pool, scale.view(-1, 1, 1), FP8_DTYPE)), scale
 
     rest = (seq_lens, d_h**-0.5, block_size)
     (key_fp8, k_scale), (value_fp8, v_scale) = quantized(key_pool), quantized(value_pool)
     return DecodeInputs(
         paged=(query, key_pool, value_pool, tables.to(torch.int32), *rest),
         # block r M + j of the in-order pools is block T_r[j] of the shuffled ones
-        in_order=(query, key_pool[tables.flatten()], value_pool[tables.flatten()])
+        in_order=(query, pages(key_pool[tables.flatten()]), pages(value_pool[tables.flatten()]))
         + (in_order.to(torch.int32), *rest),
         fp8=(query, key_fp8, value_fp8, tables.to(torch.int32), *rest),
         fp8_scales={"k_scale": k_scale, "v_scale": v_scale},
@@ -157,6 +159,7 @@ def measure(
     if probe is not None:
         timed["stream"] = bandwidth.streaming_read(probe)
     row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
+    row["huge_page_bytes"] = huge_pages.huge_page_bytes()  # while the row's inputs are alive
     load_at_start = load_average()
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -297,6 +300,8 @@ def run(options: Options) -> Report:
     report = Report("kernels", "Paged decode attention vs contiguous (§4)", every, rows)
     report.views = views
     report.notes = notes(options, thread_counts, (repeats, max_repeats), list(kernels), numba_notes)
+    if options.device == "cpu":
+        report.notes.append(huge_pages.note([row["huge_page_bytes"] for row in rows]))
     worst = max(row["max_error"] for row in rows)
     report.notes.append(
         f"Every path computes the same attention: the largest |Δ| against SDPA over all rows is "
