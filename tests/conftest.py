@@ -48,6 +48,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # right after the longest file: the worker that takes it builds the site (its pages' examples
 # run once, docs/hooks/prose_values.py) and test_docs.py, next, reads the same runs; by the
 # time a worker reaches test_site_from_disk.py the site is built and it never waits for it.
+# test_site_from_disk.py opens one page of each kind (10 of the 54 pages), and test_tui_story.py
+# and test_tui_projection.py replay recorded runs (29% and 50% less CPU): they went down.
 # test_trace_corpus.py, once it drew fewer traces, fell below test_tui_exercise.py (one run
 # each, niced, on a loaded machine: 35 s of CPU against 59 s and its grading children).
 LONGEST_FIRST = (
@@ -61,16 +63,16 @@ LONGEST_FIRST = (
     "test_ptx.py",
     "test_compile_cache.py",
     "test_student_run.py",
-    "test_tui_projection.py",
     "test_grader_hostile.py",
-    "test_site_from_disk.py",
-    "test_tui_story.py",
     "test_grader_student_answers.py",
+    "test_tui_story.py",
     "test_bench.py",
     "test_tui_serve.py",
     "test_grader_mutants.py",
     "test_tui.py",
     "test_tui_serve_scale.py",
+    "test_tui_projection.py",
+    "test_site_from_disk.py",
     "test_cli_fuzz.py",
     "test_tui_snapshots.py",
     "test_tui_attention.py",

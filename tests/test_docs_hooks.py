@@ -1,6 +1,7 @@
 """The site's build hooks (docs/hooks/), each against small pages made up for the test: prose
 numbers computed where they stand and cached by what could change them, exercise READMEs
-rendered with their links rewritten, and math written as text in the search index."""
+rendered with their links rewritten, math written as text in the search index, and names in
+inline code given places to wrap."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(HOOKS))  # the build's hooks import each other by name, a
 
 import course
 import prose_values
+from code_breaks import with_breaks
 from diagram_script import without_unused_mermaid
 from prose_values import ProseValues, cache_key, cached_record, fill, placeholders
 from search_text import plain, tex_to_text
@@ -273,3 +275,25 @@ def test_mermaids_script_stays_only_on_a_page_with_a_diagram():
     assert without_unused_mermaid(plain_page) == f"<article><p>text</p></article>{other}"
     diagram_page = f'<article><pre class="mermaid">graph TD</pre></article>{other}{tag}'
     assert without_unused_mermaid(diagram_page) == diagram_page
+
+
+@pytest.mark.parametrize(
+    ("html", "shown"),
+    [
+        ("<td><code>minipaged.chunked_prefill</code></td>",
+         "<td><code>minipaged.<wbr>chunked_<wbr>prefill</code></td>"),
+        ('<code>preemption="swap"</code>', '<code>preemption=<wbr>"swap"</code>'),
+        ('<code class="highlight"><span>f</span><span>(x=1)</span></code>',
+         '<code class="highlight"><span>f</span><span>(<wbr>x=<wbr>1)</span></code>'),
+        ("<code>__init__</code>, <code>1.5</code>, <code>a / b</code>",
+         "<code>__init__</code>, <code>1.5</code>, <code>a / b</code>"),
+        ("<pre><span></span><code>a.b_c</code></pre>",
+         "<pre><span></span><code>a.b_c</code></pre>"),
+        ('<pre class="mermaid"><code>A.b --> C_d</code></pre>',
+         '<pre class="mermaid"><code>A.b --> C_d</code></pre>'),
+    ],
+)  # fmt: skip
+def test_inline_code_wraps_at_a_names_joints_and_code_blocks_are_left_alone(html, shown):
+    """A joint is a dot or slash between names, underscores inside one, an opening bracket or
+    an equals sign; a number's point, a leading or trailing underscore and a block are not."""
+    assert with_breaks(html) == shown

@@ -7,13 +7,12 @@ fetches from another host, a page that scrolls sideways while its window is wide
 is loaded once, in one tab, at one width, and then shown at the other by resizing the window in
 place, as a reader turns a tablet or widens a window: loading a page (MathJax and mermaid
 parsed again) is most of the run time, and a resize is what finds a layout that only a
-change of width breaks. Pages are loaded at each width in turn, so that over the two files
-(below) every page is loaded at both widths and resized both ways. The checks below read what
-the visits recorded. Search, the same index on every page, is tried on a few pages.
+change of width breaks. Pages are loaded at each width in turn, half at each. The checks below
+read what the visits recorded. Search, the same index on every page, is tried on a few pages.
 
-This file visits the site served over HTTP; ``test_site_from_disk.py`` runs the same checks on
-the site opened from disk. Two files, so that pytest-xdist's workers visit both at once: the
-visits are the longest work of the test suite.
+This file visits every page of the site served over HTTP; ``test_site_from_disk.py`` runs the
+same checks on the site opened from disk, on one page of each kind (what a page loads is what
+can differ from disk), each loaded at the width it is not loaded at here.
 
 Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); Playwright only drives it
 (``executable_path``), so nothing is downloaded. Without either, the tests skip with the reason.
@@ -121,8 +120,32 @@ INSPECT = """async () => {
     wrap.scrollLeft = 0;
     if (atStart || atEnd) cutTables.push((cells[0] || wrap).textContent.trim().slice(0, 40));
   }
+  // Inline code that wraps: where its lines break, a letter or digit on both sides is a name
+  // cut in two ("minipaged.sc" / "heduler"). Read character by character, wrapped ones only.
+  const cutCode = [];
+  const range = document.createRange();
+  for (const code of article.querySelectorAll(":not(pre) > code")) {
+    if (code.getClientRects().length < 2) continue;
+    // [the character before, the character, its top]; a space at a line's end has no box.
+    const chars = [];
+    let before = "";
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walker.nextNode());) {
+      for (let i = 0; i < node.length; i++) {
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const r = range.getClientRects()[0];
+        if (r) chars.push([before, node.data[i], r.top]);
+        before = node.data[i];
+      }
+    }
+    const word = /[A-Za-z0-9]/;
+    if (chars.some(([b, c, top], i) => i && top > chars[i - 1][2] + 1 && word.test(b)
+                   && word.test(c))) cutCode.push(code.textContent.slice(0, 40));
+  }
   return {
     prose: prose.textContent,
+    cutCode,
     formulas,
     images,
     cutTables,
@@ -221,12 +244,27 @@ def browser():
         yield chromium
 
 
-def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
-    """Load each page in one tab, the first at ``first`` px wide and each next one at the width
-    the one before was resized to; record what it logged, fetched and shows, then resize the
-    window to the other width and record what it shows there (and, on SAMPLE pages, how many
-    results a search for SEARCH_TERM lists at each width). Two visits a page: loaded, resized."""
-    (other,) = set(WIDTHS) - {first}
+def other_width(width: int) -> int:
+    (other,) = set(WIDTHS) - {width}
+    return other
+
+
+def alternating(pages: list[str], first: int) -> list[tuple[str, int]]:
+    """``pages`` each with the width to load it at: the first at ``first``, each next one at
+    the width the one before was resized to (so the window is never resized in between)."""
+    return [(page, first if n % 2 == 0 else other_width(first)) for n, page in enumerate(pages)]
+
+
+HTTP_LOADS = alternating(PAGES, WIDTHS[0])
+"""Each page with the width it is loaded at over HTTP, before it is resized to the other."""
+
+
+def visit_all(browser, base: str, loads: list[tuple[str, int]]) -> list[Visit]:
+    """Load each ``(page, width)`` in one tab at that width; record what it logged, fetched and
+    shows, then resize the window to the other width and record what it shows there (and, on
+    SAMPLE pages, how many results a search for SEARCH_TERM lists at each width). Two visits a
+    page: loaded, resized."""
+    first = loads[0][1]
     context = browser.new_context(viewport={"width": first, "height": VIEWPORTS[first]})
     context.add_init_script(OPEN_SHADOW_ROOTS)
     tab = context.new_page()
@@ -254,7 +292,10 @@ def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
     tab.on("console", lambda m: m.type == "error" and visits[-1].console.append(m.text))
     tab.on("pageerror", lambda e: visits[-1].console.append(str(e)))
     width = first
-    for page in pages:
+    for page, load_width in loads:
+        if width != load_width:
+            width = load_width
+            tab.set_viewport_size({"width": width, "height": VIEWPORTS[width]})
         visits.append(Visit(base + page, width))
         tab.goto(base + page, wait_until="load")
         # A diagram still without an SVG after this is recorded below as undrawn.
@@ -265,7 +306,7 @@ def visit_all(browser, base: str, first: int, pages: list[str]) -> list[Visit]:
                 timeout=10_000,
             )
         record(tab, visits[-1], page)
-        loaded, width = width, first + other - width
+        loaded, width = width, other_width(width)
         visits.append(Visit(base + page, width, resized_from=loaded))
         tab.set_viewport_size({"width": width, "height": VIEWPORTS[width]})
         resizing = tab.evaluate(RESIZED)
@@ -312,9 +353,11 @@ def search(tab) -> tuple[int, list[str]]:
 
 @pytest.fixture(scope="module")
 def visits(browser, base_url) -> list[Visit]:
-    """Every page served over HTTP, at both widths, the first loaded at a phone's width
-    (``test_site_from_disk.py`` has its own, the first loaded at a laptop's)."""
-    return visit_all(browser, base_url, WIDTHS[0], PAGES)
+    """Every page served over HTTP, at both widths: loaded at one, the first at a phone's width
+    and then a laptop's and a phone's in turn, and resized to the other
+    (``test_site_from_disk.py`` loads the pages it opens at the width they are not loaded at
+    here)."""
+    return visit_all(browser, base_url, HTTP_LOADS)
 
 
 def failures(visits: list[Visit], check) -> list[str]:
@@ -504,6 +547,14 @@ def local_file(url: str, site: Path) -> Path:
     return Path(path) if url.startswith("file:") else site / path.removeprefix(SUB_PATH)
 
 
+def test_no_name_in_inline_code_is_cut_inside_a_word(visits) -> None:
+    """On a phone a table squeezed its module names to a few letters a line ("minipaged.sc",
+    "heduler"): inline code wraps at a name's dots and underscores (docs/hooks/code_breaks.py,
+    extra.css), never between two letters."""
+    bad = failures(visits, lambda v: v.found["cutCode"])
+    assert not bad, "inline code wrapped inside a word:\n" + "\n".join(bad)
+
+
 def test_no_image_draws_text_smaller_than_6_px_on_a_phone(visits, site):
     """A whole 120-column screenshot drew its text 3 px high at 390 px: a page shows the pane
     it discusses instead (docs/screenshots.py), and figures are drawn for the column."""
@@ -599,16 +650,20 @@ PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E" alt="a blank figure">
 <p id="here"><a href="#here">a place that is there</a>, <a href="#nowhere">one that is not</a></p>
+<table style="width: 100px"><tr><td>a</td><td><code style="word-break: break-word"
+  >minipaged.scheduler</code></td><td><code>minipaged.<wbr>chunked_<wbr>prefill</code></td></tr>
+</table>
 </article></body></html>"""
 
 
 def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -> None:
     """A raw table row, a formula cut with no cue and a table whose key column is cut, in a
     phone's column, a box that sticks out while the window widens to a laptop's, an image
-    without alt text and a link to an id the page lacks: the checks that pass on every real
-    page must fail on this one."""
+    without alt text, a link to an id the page lacks and a module name broken inside a word
+    in a narrow table (the theme's break-anywhere; with <wbr> at its joints it is not): the
+    checks that pass on every real page must fail on this one."""
     (tmp_path / "planted.html").write_text(PLANTED, encoding="utf-8")
-    loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["planted.html"])
+    loaded, widened = visit_all(browser, tmp_path.as_uri() + "/", [("planted.html", PHONE)])
     assert (loaded.width, widened.width, widened.resized_from) == (PHONE, WIDTHS[1], PHONE)
     found = loaded.found
     assert raw_table_rows(found) == ["| N | exercise |"]
@@ -616,6 +671,7 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     assert found["cutTables"] == ["a key column wider than the box"]
     assert len(unnamed_images(found)) == 1
     assert broken_anchors([loaded]) == [f"planted.html links to {loaded.url}#nowhere"]
+    assert found["cutCode"] == ["minipaged.scheduler"]
     assert sideways(found) is None
     # Settled, the widened page fits: only its state as the transition begins sticks out.
     assert widened.found["overflow"] <= 0 and widened.found["resizing"] > 100
@@ -659,7 +715,7 @@ def test_the_dark_scheme_check_finds_black_ink_on_the_dark_page(browser, tmp_pat
     """An image without a light card, a diagram label and a line in black on the dark page:
     flagged; a light label, black text on a white node and an image on a card: not."""
     (tmp_path / "dark.html").write_text(DARK_PLANTED, encoding="utf-8")
-    _, widened = visit_all(browser, tmp_path.as_uri() + "/", PHONE, ["dark.html"])
+    _, widened = visit_all(browser, tmp_path.as_uri() + "/", [("dark.html", PHONE)])
     problems = unreadable(widened.found["slate"])
     assert len(problems) == 2, problems
     assert "on a dark backdrop" in problems[0]

@@ -1,7 +1,11 @@
 """What a new user met trying the TUI, each now held by a test: every pane readable at 80×24
 (key bar, strip legend, token pane showing a copy-on-write's copy, memory counters, invariants
 line); each event kind its own timeline mark and a column that holds several saying so; and a
-scenario switch that shows nothing of the previous run while the next one loads."""
+scenario switch that shows nothing of the previous run while the next one loads.
+
+What the panes show of a run is the same live or replayed (one timeline draws both), so the
+tests that look at a whole run replay one recorded once per test process
+(``tests/tui_runs.py``); the scenario switch, which starts a model run, stays live."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import minipaged.speculative.events  # noqa: F401  (registers the speculative ev
 from minipaged.checkpoint import model_directory
 from minipaged.events import CowCopy
 from minipaged.trace import EVENT_TYPES
-from tests.tui_runs import whole_run
+from tests.tui_runs import replaying, whole_run
 from tui.app import PagedApp
 from tui.event_log import EventLog
 from tui.key_bar import KeyBar
@@ -65,7 +69,7 @@ async def test_each_step_shows_its_most_telling_mark_underlined_when_it_has_seve
     """Tour step 1 forks and hits the prefix cache: it shows F (not H), underlined; a
     preemption by swapping shows O, the swap-out, never P; the top row names every mark of
     the cursor's step."""
-    app = PagedApp(SCENARIOS["tour"])
+    app = replaying("tour")
     async with app.run_test(size=(160, 50)) as pilot:
         await whole_run(pilot)
         swap_outs = 0
@@ -102,7 +106,7 @@ def shown(app: PagedApp) -> dict[str, str]:
 
 
 async def test_at_80_by_24_every_pane_says_what_it_must_and_cuts_nothing():
-    app = PagedApp(SCENARIOS["tour"])
+    app = replaying("tour")
     async with app.run_test(size=(80, 24)) as pilot:
         await whole_run(pilot)
         cow_steps = [
@@ -158,7 +162,7 @@ async def test_a_scenario_switch_shows_nothing_of_the_previous_run_while_the_nex
 async def test_the_strip_keeps_its_two_rows_and_names_every_mark_of_the_cursors_step(size):
     """A speculative step holds four kinds (F, V, K, D): at 80 columns their names once
     wrapped onto the marks' row and hid it. The top row names them as the width allows."""
-    app = PagedApp(SCENARIOS["speculative"])
+    app = replaying("speculative")
     async with app.run_test(size=size) as pilot:
         await whole_run(pilot)
         strip = app.base.query_one(TimelineStrip)

@@ -1,6 +1,10 @@
 """Lecture controls: jump back to the previous event of a kind (C, W, P, H), go to step N (g)
 and the bad numbers typed into it while a live run is shown, and the README's key table, which
-lists every key the app binds."""
+lists every key the app binds.
+
+Jumps and go-to-step move the cursor over a run recorded to its end, the same live or
+replayed, so those tests replay a run recorded once per test process (``tests/tui_runs.py``);
+the bad numbers typed while the model still runs are tried on the live app."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import pytest
 from textual.widgets import Input
 
 from minipaged.checkpoint import model_directory
-from tests.tui_runs import whole_run
+from tests.tui_runs import replaying, whole_run
 from tui import keymap
 from tui.app import PagedApp
 from tui.go_to_step import GoToStep
@@ -45,7 +49,7 @@ def steps_with(app: PagedApp, name: str) -> list[int]:
 
 
 async def test_a_capital_letter_jumps_back_to_the_previous_event_of_its_kind():
-    async with PagedApp(SCENARIOS["swap"]).run_test(size=SIZE) as pilot:
+    async with replaying("swap").run_test(size=SIZE) as pilot:
         app = await whole_run(pilot)
         swaps = steps_with(app, "swap")
         assert len(swaps) >= 2  # out, then in
@@ -62,7 +66,7 @@ async def test_a_capital_letter_jumps_back_to_the_previous_event_of_its_kind():
 
 
 async def test_a_jump_back_with_none_before_says_so_and_stays():
-    async with PagedApp(SCENARIOS["several"]).run_test(size=SIZE) as pilot:
+    async with replaying("several").run_test(size=SIZE) as pilot:
         app = await whole_run(pilot)
         app.seek_step(3)
         await pilot.pause()
@@ -72,7 +76,7 @@ async def test_a_jump_back_with_none_before_says_so_and_stays():
 
 
 async def test_g_goes_to_the_step_typed_and_refuses_one_past_the_run():
-    async with PagedApp(SCENARIOS["parallel"]).run_test(size=SIZE) as pilot:
+    async with replaying("parallel").run_test(size=SIZE) as pilot:
         app = await whole_run(pilot)
         await pilot.press("g")
         assert isinstance(app.screen, GoToStep)

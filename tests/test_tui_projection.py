@@ -2,7 +2,11 @@
 timeline letters and sequence labels included, meets WCAG AA (4.5:1) against what it is drawn
 on, measured on the composed screen after Textual has resolved every colour, with a block or a
 token selected and in every dialog (help, scenario picker, palette, go to step); and each of the
-app's two ANSI themes keeps its named colours readable on its own backgrounds."""
+app's two ANSI themes keeps its named colours readable on its own backgrounds.
+
+The screens are those of a run replayed (``tests/tui_runs.py``: each scenario run once per test
+process): the panes, gauges and dialogs draw a replay as they draw the live run, from the same
+timeline, so its colours are the ones a classroom sees, without running the model 14 times."""
 
 from __future__ import annotations
 
@@ -12,10 +16,9 @@ from textual.screen import ModalScreen
 
 from minipaged.checkpoint import model_directory
 from tests.colour_metrics import contrast
-from tests.tui_runs import whole_run
+from tests.tui_runs import replaying
 from tui.ansi_themes import DARK, PROJECTION, PROJECTION_THEME
 from tui.app import PagedApp
-from tui.scenarios import SCENARIOS
 
 THEMES = {  # each theme's backgrounds: Textual's background, surface and panel
     "dark": (DARK, ("#121212", "#1e1e1e", "#242f38")),
@@ -99,8 +102,8 @@ async def settled(pilot) -> None:
 @pytest.mark.parametrize("name", ["tour", "parallel"])
 async def test_every_character_of_a_projection_screen_meets_wcag_aa(size, name):
     """At three steps, then with a token and then its block selected (the inspector's pane)."""
-    async with PagedApp(SCENARIOS[name], projection=True).run_test(size=size) as pilot:
-        app = await whole_run(pilot)
+    async with replaying(name, projection=True).run_test(size=size) as pilot:
+        app = pilot.app
         for step in (2, 4, 12):
             app.seek_step(step)
             await settled(pilot)
@@ -129,8 +132,8 @@ async def test_every_dialog_of_projection_mode_meets_wcag_aa(size, dialog):
     """Textual's light theme drew a dialog's title in an orange at 1.4:1 and the go-to-step
     box's placeholder at 2.5:1 (tui.ansi_themes.PROJECTION_THEME darkens both)."""
     key, typed = DIALOGS[dialog]
-    async with PagedApp(SCENARIOS["swap"], projection=True).run_test(size=size) as pilot:
-        app = await whole_run(pilot)
+    async with replaying("swap", projection=True).run_test(size=size) as pilot:
+        app = pilot.app
         app.seek_step(3)
         await settled(pilot)
         await pilot.press(key)

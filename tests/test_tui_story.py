@@ -1,6 +1,11 @@
 """The TUI's redesign, as the issue's done-when list states it: block identities never lie,
 every jump key lands in the default run, the log scrolls back to a busy step's first line, a
 selected token shows its address translation. Driven through Textual's Pilot on the tiny model.
+
+The jump keys are tried on the live app, whose model thread records the run while the keys
+look ahead in it; every other test looks at what the panes show of a run, the same live or
+replayed (``tui.app`` shows both through one timeline), so it replays a scenario run once per
+test process (``tests/tui_runs.py``) instead of running the model again.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from rich.console import Console
 from rich.segment import Segment
 
 from minipaged.checkpoint import model_directory
+from tests.tui_runs import replaying
 from tui.app import PagedApp
 from tui.event_log import EventLog
 from tui.inspector import Inspector
@@ -91,7 +97,7 @@ def identities(pane, frame) -> dict[tuple[str, int], set[tuple[str, str]]]:
 
 
 async def test_no_two_live_blocks_share_an_identity_in_any_pane_of_a_frame():
-    async with PagedApp().run_test(size=(160, 50)) as pilot:
+    async with replaying("tour").run_test(size=(160, 50)) as pilot:
         app = await recorded(pilot)
         for step in (1, 2, 4, 20, 25, 34):
             await at_step(pilot, step)
@@ -134,7 +140,7 @@ async def test_a_jump_that_finds_nothing_names_a_scenario_that_has_it():
 
 
 async def test_the_log_scrolls_back_to_a_busy_steps_first_line():
-    async with PagedApp().run_test(size=(80, 24)) as pilot:
+    async with replaying("tour").run_test(size=(80, 24)) as pilot:
         app = await recorded(pilot)
         await at_step(pilot, 1)
         log = app.base.query_one(EventLog)
@@ -153,7 +159,7 @@ async def test_the_log_scrolls_back_to_a_busy_steps_first_line():
 
 
 async def test_selecting_a_token_shows_its_logical_block_offset_block_and_slot():
-    async with PagedApp().run_test(size=(120, 40)) as pilot:
+    async with replaying("tour").run_test(size=(120, 40)) as pilot:
         app = await recorded(pilot)
         await at_step(pilot, 4)
         await pilot.press("down", "left_square_bracket", "left_square_bracket")
@@ -180,7 +186,7 @@ async def test_selecting_a_token_shows_its_logical_block_offset_block_and_slot()
 async def test_typing_a_scenario_name_in_the_palette_ranks_that_scenario_first_with_its_notation():
     from textual.command import CommandList
 
-    async with PagedApp(SCENARIOS["several"]).run_test(size=(120, 40)) as pilot:
+    async with replaying("several").run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: pilot.app.timeline is not None)
         await pilot.press("ctrl+p", *"prefix")
         await pilot.pause(0.5)
@@ -225,7 +231,7 @@ def test_a_headline_names_the_copy_on_write_with_its_refcounts():
 async def test_a_click_on_the_timeline_strip_moves_the_cursor_to_that_step():
     from tui.strip import LABEL, TimelineStrip
 
-    async with PagedApp().run_test(size=(120, 40)) as pilot:
+    async with replaying("tour").run_test(size=(120, 40)) as pilot:
         app = await recorded(pilot)
         strip = app.base.query_one(TimelineStrip)
         assert strip.per_column() == 1  # 38 steps fit in 120 columns
@@ -235,7 +241,7 @@ async def test_a_click_on_the_timeline_strip_moves_the_cursor_to_that_step():
 
 
 async def test_e_expands_a_folded_run_into_its_events_and_folds_it_again():
-    async with PagedApp().run_test(size=(160, 50)) as pilot:
+    async with replaying("tour").run_test(size=(160, 50)) as pilot:
         app = await recorded(pilot)
         await at_step(pilot, 1)  # seq 0 takes 7 blocks: one folded line
         log = app.base.query_one(EventLog)
@@ -253,7 +259,7 @@ async def test_e_expands_a_folded_run_into_its_events_and_folds_it_again():
 
 
 async def test_token_rows_keep_their_order_when_sequences_finish():
-    async with PagedApp().run_test(size=(120, 40)) as pilot:
+    async with replaying("tour").run_test(size=(120, 40)) as pilot:
         app = await recorded(pilot)
         for index in range(app.timeline.recorded + 1):
             seqs = [stream.seq_id for stream in app.timeline.frame(index).streams]
@@ -264,7 +270,7 @@ async def test_token_rows_keep_their_order_when_sequences_finish():
 async def test_a_click_on_a_token_selects_it_and_shows_its_translation():
     from tui.token_streams import LABEL_WIDTH
 
-    async with PagedApp().run_test(size=(120, 40)) as pilot:
+    async with replaying("tour").run_test(size=(120, 40)) as pilot:
         app = await recorded(pilot)
         await at_step(pilot, 2)
         # Offsets count from the border: row 1 is s0's first line; its text starts after the
@@ -277,7 +283,7 @@ async def test_a_click_on_a_token_selects_it_and_shows_its_translation():
 
 
 async def test_the_log_scrolls_back_from_the_last_step_to_the_first_line_of_step_1():
-    async with PagedApp().run_test(size=(80, 24)) as pilot:
+    async with replaying("tour").run_test(size=(80, 24)) as pilot:
         app = await recorded(pilot)
         last = app.timeline.recorded
         await at_step(pilot, last)
@@ -300,7 +306,7 @@ async def test_a_jump_always_brings_the_cursors_step_into_the_log(name):
     """Jumping straight to a step shows its header, also the first time the log outgrows its
     pane and the scrollbar has yet to appear (the speculative scenario at 160×50, step 3, once
     stayed at the top, showing steps 1 and 2)."""
-    async with PagedApp(SCENARIOS[name]).run_test(size=(160, 50)) as pilot:
+    async with replaying(name).run_test(size=(160, 50)) as pilot:
         app = await recorded(pilot)
         log = app.base.query_one(EventLog)
         for index in (3, 5, 8):

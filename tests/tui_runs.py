@@ -32,17 +32,21 @@ async def whole_run(pilot) -> PagedApp:
 @functools.cache
 def recorded(name: str) -> tuple[Trace, Tokenizer | None]:
     """Scenario ``name`` run once per test process, with its attention recorded (as the app
-    runs it), as an in-memory trace: apps replay it without loading the model again."""
+    runs it), as an in-memory trace: apps replay it without loading the model again. Its
+    header holds the KV cache's summary, as a recorded trace's does, so a replay's gauges
+    show the block's bytes as the live app's do."""
     engine = SCENARIOS[name].build()
     steps: list = []
     while engine.has_unfinished():
         steps += frames(engine.step(), len(steps) + 1)
-    return Trace({"scenario": SCENARIOS[name].title}, steps), engine.tokenizer
+    header = {"scenario": SCENARIOS[name].title, "engine": {"kv_cache": engine.kv_cache.summary()}}
+    return Trace(header, steps), engine.tokenizer
 
 
-def replaying(name: str) -> PagedApp:
-    """An app replaying ``recorded(name)``, animations off (for snapshots too)."""
+def replaying(name: str, **options) -> PagedApp:
+    """An app replaying ``recorded(name)``, animations off (for snapshots too); ``options``
+    go to ``PagedApp`` (``projection=True``)."""
     trace, tokenizer = recorded(name)
-    app = PagedApp(trace=trace, tokenizer=tokenizer)
+    app = PagedApp(trace=trace, tokenizer=tokenizer, **options)
     app.animation_level = "none"
     return app
