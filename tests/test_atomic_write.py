@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from minipaged import atomic_write, cli
+from minipaged.grader import grading
 from minipaged.grader.command import MAX_SECONDS, limits_from
+from minipaged.grader.grading import CPU_PER_WALL, cpu_seconds_for
 
 
 def linked(tmp_path: Path, name: str) -> tuple[Path, Path]:
@@ -158,6 +160,16 @@ def test_inf_means_no_limit():
     limits = limits_from(math.inf, math.inf)
     assert (limits.memory_gib, limits.cpu_seconds, limits.wall_seconds) == (None, None, math.inf)
     assert limits_from(None, 60.0).memory_gib <= 8.0  # the default, or the machine's memory
+
+
+@pytest.mark.parametrize("seconds", [0.001, 0.5, 1.0, 60.0, 600.0, MAX_SECONDS])
+def test_the_command_line_and_the_library_cap_cpu_time_by_one_rule(seconds):
+    """The CPU cap a typed --time-limit gets is the one ``Limits`` gets for the same wall
+    time (the command line once gave 901 s where the library's default is 900)."""
+    assert limits_from(None, seconds).cpu_seconds == cpu_seconds_for(seconds) >= 1
+    default = grading.Limits()
+    assert limits_from(None, default.wall_seconds).cpu_seconds == default.cpu_seconds
+    assert cpu_seconds_for(seconds) >= CPU_PER_WALL * seconds
 
 
 def test_check_with_no_limits_grades(capsys):

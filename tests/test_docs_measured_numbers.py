@@ -75,7 +75,7 @@ ALLOWED = {
     ("how-to/teach-with-the-exercises.md", "22 seconds"): ONE_OFF,
     ("how-to/teach-with-the-exercises.md", "15-second"): INPUT + " (a batch's --time-limit)",
     ("how-to/teach-with-the-exercises.md", "290 MB"): ONE_OFF,
-    ("reference/cli.md", "360 MB"): ONE_OFF,
+    ("reference/cli.md", "350 MB"): ONE_OFF,
     ("tutorials/fork-and-copy-on-write.md", "4 times"): INPUT + " (n, the samples)",
 }
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from textual_serve.server import Server
 
 from tui.origins import HOST_HEADER, allowed_origin
+from tui.serve import TAB_MB
 
 log = logging.getLogger("textual-serve")
 
@@ -79,7 +80,7 @@ class GuardedServer(Server):
             f"\r\n  minipaged tui --serve: all {self.max_sessions} sessions are in use "
             f"(--max-sessions {self.max_sessions}).\r\n  Close another tab of this app, or "
             "restart the server with a larger --max-sessions (each session is a process of "
-            "about 360 MB); then reload this page.\r\n"
+            f"about {TAB_MB} MB); then reload this page.\r\n"
         )
         await websocket.send_bytes(message.encode())
         async for _ in websocket:  # the tab's keys and resizes: nothing to drive

@@ -28,8 +28,12 @@ TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_PORT = 8765
 """Not 8000, which ``make docs`` (mkdocs) takes: a class may want both at once."""
 
+TAB_MB = 349
+"""One tab's app with the tiny model, resident, after ten steps of the tour: measured once,
+with two tabs open (the teaching guide sizes a class's machine from it)."""
+
 DEFAULT_MAX_SESSIONS = 8
-"""Apps served at once: each is a process of about 360 MB with the tiny model."""
+"""Apps served at once: each is a process of about ``TAB_MB`` MB."""
 
 SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 """Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
@@ -68,7 +72,7 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
         "--max-sessions",
         type=integer(1, 1024),
         default=DEFAULT_MAX_SESSIONS,
-        help="apps served at once; each is a process of about 360 MB",
+        help=f"apps served at once; each is a process of about {TAB_MB} MB",
     )
     for flag in (host, port, origin, sessions):
         requires(flag, serve)

@@ -30,7 +30,7 @@ from rich.console import Console
 from minipaged import atomic_write
 from minipaged.arguments import integer, named_path, output_file
 from minipaged.grader.exercises import EXERCISES, exercise
-from minipaged.grader.grading import Limits, grade, platform_problem
+from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
 
@@ -165,8 +165,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         default=defaults.wall_seconds,
         help="wall-clock time the whole grading of one submission may take, in seconds, at "
-        f"most {MAX_SECONDS:g} (a day); CPU time is capped at 1.5 times that; inf for no "
-        f"limit; each check still stops after {defaults.check_seconds:g} s",
+        f"most {MAX_SECONDS:g} (a day); CPU time is capped at {CPU_PER_WALL:g} times that; inf "
+        f"for no limit; each check still stops after {defaults.check_seconds:g} s",
     )
 
 
@@ -310,7 +310,7 @@ def limits_from(memory_gib: float | None, seconds: float) -> Limits:
     unlimited = seconds == math.inf
     return Limits(
         memory_gib=None if memory_gib == math.inf else memory_gib,
-        cpu_seconds=None if unlimited else int(1.5 * seconds) + 1,
+        cpu_seconds=None if unlimited else cpu_seconds_for(seconds),
         wall_seconds=seconds,
     )
 

@@ -63,6 +63,16 @@ from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 CHECK_SECONDS = 30.0
 """A criterion still running after this long is stopped and fails (a loop that never ends)."""
 
+CPU_PER_WALL = 1.5
+"""CPU time allowed per second of wall time: more than one, since torch may compute on a
+second thread while the main one waits on it."""
+
+
+def cpu_seconds_for(wall_seconds: float) -> int:
+    """The CPU-time limit (whole seconds, as ``RLIMIT_CPU`` takes it, at least 1) that goes
+    with a wall-clock limit of ``wall_seconds``."""
+    return max(1, math.ceil(CPU_PER_WALL * wall_seconds))
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -75,7 +85,7 @@ class Limits:
     ``RLIMIT_FSIZE``; a student's code may not fill the disk with many)."""
 
     memory_gib: float | None = 8.0
-    cpu_seconds: int | None = 900
+    cpu_seconds: int | None = cpu_seconds_for(600.0)
     wall_seconds: float = 600.0
     check_seconds: float = CHECK_SECONDS
     disk_gib: float = 1.0
