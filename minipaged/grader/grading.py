@@ -268,6 +268,7 @@ MACHINERY = frozenset(
         "frames",
         "grading",
         "proxies",
+        "recorded_events",
         "remote",
         "report",
         "student",
