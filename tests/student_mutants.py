@@ -209,6 +209,27 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         3,
         "block_manager",
+        "the fork event names parent and child the other way round",
+        "self.record(events.Fork(parent, child, tuple(table.blocks)))",
+        "self.record(events.Fork(child, parent, tuple(table.blocks)))",
+    ),
+    _m(
+        3,
+        "block_manager",
+        "the fork's incref events name the parent, whose refcount did not change for it",
+        "self.record(events.Incref(child, j, block, self.device.incref(block)))",
+        "self.record(events.Incref(parent, j, block, self.device.incref(block)))",
+    ),
+    _m(
+        3,
+        "block_manager",
+        "free's events name the table's first block for every block released",
+        "released = events.Free(seq, block, table.pool)",
+        "released = events.Free(seq, table.blocks[0], table.pool)",
+    ),
+    _m(
+        3,
+        "block_manager",
         "fork raises no refcount",
         "self.device.incref(block)))",
         "self.device.refcount(block)))",
@@ -282,6 +303,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.record(events.Incref",
     ),
     # -- 04: append with copy-on-write (block_manager.py) -----------------------------------
+    _m(
+        4,
+        "block_manager",
+        "the copy-on-write event records its pair reversed, (new block, shared block)",
+        "self._record_cow(seq, t, src, dst)",
+        "self._record_cow(seq, t, dst, src)",
+    ),
+    _m(
+        4,
+        "block_manager",
+        "the fresh block's alloc event names the next logical block, one past it",
+        "self.record(events.Alloc(seq, len(table.blocks), block))",
+        "self.record(events.Alloc(seq, len(table.blocks) + 1, block))",
+    ),
+    _m(
+        4,
+        "block_manager",
+        "the copy-on-write's decref event records the refcount before the decrement",
+        "self.record(events.Decref(seq, src, after))",
+        "self.record(events.Decref(seq, src, after + 1))",
+    ),
     _m(
         4,
         "block_manager",
@@ -371,6 +413,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "table = self.table(seq)\n        self._check_append",
     ),
     # -- 05: swapping (block_manager.py) and preemption (scheduler.py) ----------------------
+    _m(
+        5,
+        "scheduler",
+        "the Preempt event numbers the request's sequences from 0, not by their seq ids",
+        "bm.record(Preempt(group.request_id, tuple(ids), mode))",
+        "bm.record(Preempt(group.request_id, tuple(range(len(ids))), mode))",
+    ),
+    _m(
+        5,
+        "block_manager",
+        "a group's swap events all name its first sequence",
+        "self.record(event(seq, tuple(zip(old, table.blocks, strict=True))))",
+        "self.record(event(seqs[0], tuple(zip(old, table.blocks, strict=True))))",
+    ),
     _m(
         5,
         "block_manager",

@@ -129,11 +129,17 @@ PINNED = {
         "(1, 0)\nRule: incref and decref move R[p] by one and return it; a block with R[p] > 0 "
         "stays in use",
     ),
+    # It records the incref it made and leaves out the one it did not: the events recorded
+    # are checked first (recorded_events), and what was done shows R[0] = 1 after the fork.
     "fork increfs only the last block": (
-        "fork_raises_each_refcount_by_one",
-        "[R[0], R[1]] after fork(0, 1): expected [2, 2], got [1, 2]\n"
-        "Rule: fork raises R[p] by one for every p in T_parent and allocates nothing (no KV is "
-        "copied)",
+        "fork_copies_the_table",
+        "fork(0, 1) recorded the incref events [Incref(seq=1, logical_index=1, block=1, "
+        "refcount=2, pool='device')], but what it did (its block tables, refcounts and returned "
+        "value) records [Incref(seq=1, logical_index=0, block=0, refcount=1, pool='device'), "
+        "Incref(seq=1, logical_index=1, block=1, refcount=2, pool='device')]. The TUI draws the "
+        "events your code records as what happened: record what the call did, or record "
+        "nothing\nRule: fork gives the child its own copy of T_parent: the same blocks and "
+        "length, another list",
     ),
     "all B slots of a partly filled block read": (
         "loop_one_block",
@@ -159,7 +165,7 @@ def test_the_printed_report_gives_a_rule_once(tmp_path):
     """The rule line is printed under the finding unless the criterion's line above already
     says it (its statement is its rule)."""
     printed = {}
-    for bug in ("fork increfs only the last block", "all B slots of a partly filled block read"):
+    for bug in ("fork raises no refcount", "all B slots of a partly filled block read"):
         mutant = next(m for m in MUTANTS if m.bug == bug)
         ex = EXERCISES[mutant.exercise]
         folder = tmp_path / str(mutant.exercise)

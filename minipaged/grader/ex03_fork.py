@@ -10,6 +10,7 @@ from __future__ import annotations
 from minipaged.block_manager import BlockManager
 from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
+from minipaged.grader.recorded_events import Checked
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
 
 
@@ -18,7 +19,8 @@ def block_manager_class(student) -> type[BlockManager]:
 
 
 def _manager(student, num_blocks: int = 16, block_size: int = 4):
-    return student.block_manager.BlockManager(num_blocks, block_size=block_size, watermark=0.0)
+    bm = student.block_manager.BlockManager(num_blocks, block_size=block_size, watermark=0.0)
+    return Checked(bm)
 
 
 def _refcounts(bm, blocks) -> list[int]:
@@ -153,7 +155,7 @@ def check_beam_search_step(student):
 def check_fork_refuses_bad_sequences(student):
     """fork into an existing sequence or from one swapped out to the host raises ValueError;
     fork from an unknown one raises KeyError"""
-    bm = student.block_manager.BlockManager(16, 4, block_size=4, watermark=0.0)
+    bm = Checked(student.block_manager.BlockManager(16, 4, block_size=4, watermark=0.0))
     bm.allocate(0, 4)
     bm.allocate(1, 4)
     bm.allocate(2, 6)

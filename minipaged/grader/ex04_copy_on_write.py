@@ -12,6 +12,7 @@ from functools import partial
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader.ex03_fork import check_random_programs_keep_every_invariant
+from minipaged.grader.recorded_events import Checked
 from minipaged.grader.report import (
     CheckFailed,
     Criterion,
@@ -26,7 +27,7 @@ def block_manager_class(student) -> type[BlockManager]:
 
 
 def _manager(student, num_blocks: int = 8):
-    return student.block_manager.BlockManager(num_blocks, block_size=4, watermark=0.0)
+    return Checked(student.block_manager.BlockManager(num_blocks, block_size=4, watermark=0.0))
 
 
 def _append(bm, seq: int) -> AppendResult:
@@ -130,7 +131,7 @@ def check_full_shared_blocks_are_not_copied(student):
 
 def check_out_of_blocks_changes_nothing(student):
     """with no free block, an append that needs one raises OutOfBlocks and changes nothing"""
-    bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
+    bm = Checked(student.block_manager.BlockManager(2, block_size=4, watermark=0.0))
     bm.allocate(0, 6)
     bm.fork(0, 1)  # the pool is full; block 1 is shared and partly filled
     _refused_append(
@@ -140,7 +141,7 @@ def check_out_of_blocks_changes_nothing(student):
         "append_slot(1) into shared block 1 with no free block returned instead of raising "
         "OutOfBlocks: copy-on-write needs a p_new, and the pool has none",
     )
-    bm = student.block_manager.BlockManager(2, block_size=4, watermark=0.0)
+    bm = Checked(student.block_manager.BlockManager(2, block_size=4, watermark=0.0))
     bm.allocate(0, 4)
     bm.allocate(1, 4)  # the pool is full; both last blocks are full
     _refused_append(
@@ -154,7 +155,7 @@ def check_out_of_blocks_changes_nothing(student):
 
 def check_append_refuses_a_sequence_on_the_host(student):
     """append_slot of a sequence swapped out to the host raises ValueError and changes nothing"""
-    bm = student.block_manager.BlockManager(8, 4, block_size=4, watermark=0.0)
+    bm = Checked(student.block_manager.BlockManager(8, 4, block_size=4, watermark=0.0))
     bm.allocate(0, 6)
     bm.swap_out([0])
     expect_refused(

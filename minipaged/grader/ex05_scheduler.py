@@ -117,9 +117,9 @@ def check_recompute_frees_the_blocks_and_requeues(student):
     )
     event = _preempt_event(scene.bm)
     expect(
-        (event.request_id, event.mode),
-        ("b", "recompute"),
-        f"(request_id, mode) of the Preempt event {FULL} recorded",
+        (event.request_id, tuple(event.seqs), event.mode),
+        ("b", (1,), "recompute"),
+        f"(request_id, seqs, mode) of the Preempt event {FULL} recorded (b holds seq 1)",
     )
     scene = student.run(_two_requests_then_full, "recompute", 8)
     expect(
@@ -174,9 +174,9 @@ def check_swap_preemption_moves_the_blocks_to_host(student):
     )
     event = _preempt_event(scene.bm)
     expect(
-        (event.request_id, event.mode),
-        ("b", "swap"),
-        f"(request_id, mode) of the Preempt event {FULL} recorded",
+        (event.request_id, tuple(event.seqs), event.mode),
+        ("b", (1,), "swap"),
+        f"(request_id, seqs, mode) of the Preempt event {FULL} recorded (b holds seq 1)",
     )
 
 

@@ -278,6 +278,7 @@ MACHINERY = frozenset(
         "frames",
         "grading",
         "proxies",
+        "recorded_events",
         "remote",
         "report",
         "student",

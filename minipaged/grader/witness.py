@@ -31,7 +31,7 @@ def _watched(method: Callable, derive: Callable) -> Callable:
     @functools.wraps(method)
     def call(manager, *args, **kwargs):
         earlier = manager.pop_events()
-        tables = {seq: _copy(table) for seq, table in manager.tables.items()}
+        tables = {seq: table_copy(table) for seq, table in manager.tables.items()}
         result = method(manager, *args, **kwargs)
         recorded = manager.pop_events()
         kinds = {event.kind for event in recorded}
@@ -43,7 +43,8 @@ def _watched(method: Callable, derive: Callable) -> Callable:
     return call
 
 
-def _copy(table: BlockTable) -> BlockTable:
+def table_copy(table: BlockTable) -> BlockTable:
+    """A copy of ``table`` that the manager's next change leaves as it was."""
     return BlockTable(table.block_size, list(table.blocks), table.num_tokens, table.pool)
 
 
