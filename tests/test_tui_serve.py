@@ -25,13 +25,13 @@ from minipaged.cli import build_parser
 from tui.command import tui_parser
 from tui.origins import allowed_origin
 from tui.serve import (
-    DEFAULT_MAX_SESSIONS,
     DEFAULT_PORT,
     HEADLESS_ONLY,
     SERVER_ONLY,
     TEMPLATES,
     command_for,
 )
+from tui.sessions import DEFAULT_MAX_SESSIONS
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from aiohttp import web
 from textual_serve.server import Server
 
 from tui.origins import HOST_HEADER, allowed_origin
-from tui.serve import TAB_MB
+from tui.sessions import DEFAULT_MAX_SESSIONS, TAB_MB
 
 log = logging.getLogger("textual-serve")
 
@@ -29,7 +29,7 @@ class GuardedServer(Server):
         host: str,
         port: int,
         allowed: tuple[str, ...] = (),
-        max_sessions: int = 8,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
         super().__init__(
             command, host=host, port=port, title="minipaged tui", templates_path=str(templates)

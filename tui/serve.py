@@ -23,17 +23,11 @@ from pathlib import Path
 
 from minipaged.arguments import integer, requires, text
 from tui.origins import origin_flag
+from tui.sessions import DEFAULT_MAX_SESSIONS, TAB_MB
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_PORT = 8765
 """Not 8000, which ``make docs`` (mkdocs) takes: a class may want both at once."""
-
-TAB_MB = 349
-"""One tab's app with the tiny model, resident, after ten steps of the tour: measured once,
-with two tabs open (the teaching guide sizes a class's machine from it)."""
-
-DEFAULT_MAX_SESSIONS = 8
-"""Apps served at once: each is a process of about ``TAB_MB`` MB."""
 
 SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 """Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
