@@ -168,10 +168,15 @@ def fp8_arguments(
     """``k_scale``, ``v_scale`` (``[num_kv_heads]``) and the decoder's argument, as the kernels
     take them: ones and an unused decoder for a float32 pool. The kernels only read them, so
     each is made once and kept: a scale's array for its values (``scale_array``), the
-    decoder's argument for the launcher, decoder, dtype and device (``decoder_argument``)."""
+    decoder's argument for the launcher, decoder, dtype and device (``decoder_argument``).
+    Scales on a GPU are converted where they are instead, without reading their values:
+    ``tolist`` there would make the host wait for the GPU once per layer per step, the sync
+    ``attention_call.engine_attention`` exists to avoid."""
     num_kv_heads, device = key_pool.shape[1], key_pool.device
 
     def given(scale: torch.Tensor | None) -> object:
+        if scale is not None and scale.device.type != "cpu":
+            return kernel_array(scale.to(device, torch.float32).contiguous(), "scales")
         values = (1.0,) * num_kv_heads if scale is None else tuple(scale.tolist())
         return scale_array(values, device, kernel_array)
 

@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("numba", reason="the kernels' wrappers need numba")
 
 from cuda_kernels import cpu, pool_arrays
+from cuda_kernels.decode_arguments import fp8_arguments
 from minipaged import fp8
 
 B, NUM_BLOCKS, NUM_KV_HEADS = 4, 8, 2
@@ -141,3 +142,18 @@ def test_a_scale_of_another_dtype_reads_as_its_float32_rounding(dtype, kernel):
     wide["v_scale"] = (call["v_scale"] / 3).to(dtype)
     rounded = {**wide, "k_scale": wide["k_scale"].float(), "v_scale": wide["v_scale"].float()}
     assert torch.equal(run(kernel, wide), run(kernel, rounded))
+
+
+def test_a_scale_off_the_host_is_handed_on_without_reading_its_values():
+    """A scale on a GPU is converted where it is, never read back (``tolist`` would make the
+    host wait once per layer per step). A ``meta`` tensor stands in for it here: it has no
+    values, so reading them raises."""
+    pool = torch.empty(8, 2, 16, 4, dtype=torch.float8_e4m3fn, device="meta")
+    scale = torch.full((2,), 0.5, device="meta")
+
+    def as_given(tensor, name):
+        return tensor
+
+    k, v, _ = fp8_arguments(pool, scale, scale, as_given, lambda dtype, device, make: None)
+    assert k.device.type == v.device.type == "meta" and k.dtype == torch.float32
+    assert k.shape == v.shape == (2,)
