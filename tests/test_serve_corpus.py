@@ -70,6 +70,18 @@ def test_a_port_in_use_is_refused_naming_port():
             check_can_listen("127.0.0.1", port)
 
 
+def test_a_listen_error_without_an_errno_is_refused_in_its_own_words(monkeypatch):
+    """An ``OSError`` may carry no errno (``os.strerror(None)`` is a TypeError): the refusal
+    still names the address, the port and what the system said."""
+
+    def refuses(address):
+        raise OSError("no listening here")
+
+    monkeypatch.setattr(socket, "create_server", refuses)
+    with pytest.raises(ValueError, match=r"127.0.0.1 port 8765 \(no listening here\).*--port"):
+        check_can_listen("127.0.0.1", 8765)
+
+
 def test_an_address_and_port_free_here_are_taken_and_left_free():
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]

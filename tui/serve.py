@@ -117,9 +117,10 @@ def check_can_listen(host: str, port: int) -> None:
     try:
         with socket.create_server((host, port)):
             pass
-    except OSError as error:
+    except OSError as error:  # the system's words without create_server's "(while ...)"
+        why = os.strerror(error.errno) if error.errno else str(error)
         raise ValueError(
-            f"cannot listen on {host} port {port} ({os.strerror(error.errno)}): if the port "
+            f"cannot listen on {host} port {port} ({why}): if the port "
             "is in use or reserved, pick another with --port; if the address is not this "
             "machine's, use 127.0.0.1 or 0.0.0.0 with --host"
         ) from None
