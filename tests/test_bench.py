@@ -13,7 +13,7 @@ import minipaged
 from minipaged import cli
 from minipaged.checkpoint import model_directory
 from minipaged.study import bench
-from minipaged.study.bench import SUBBENCHMARKS, default_out, rounds, run_many
+from minipaged.study.bench import SUBBENCHMARKS, default_out, kernels, rounds, run_many
 from minipaged.study.bench.rounds import time_rounds
 
 pytestmark = pytest.mark.skipif(
@@ -247,6 +247,11 @@ def test_kernels_bench_rows_hold_paging_fp8_and_the_stream_read(as_json, full_ru
         assert row["numba_cpu_ms"] == rounds.median_ms(times["numba_cpu"])
         assert row["numba_cpu_paging_spread"] >= 0
         assert row["numba_cpu_paging_text"].startswith(f"{row['numba_cpu_paging']:.3f} ±")
+        fp8, fp32 = times["numba_cpu_fp8"], times["numba_cpu"]
+        assert row["numba_cpu_fp8_spread"] == rounds.spread(fp8, fp32)
+        assert row["numba_cpu_fp8_text"] == kernels.ratio_text(
+            row["numba_cpu_fp8_vs_fp32"], row["numba_cpu_fp8_spread"]
+        )
         for path in ("sdpa", "vectorized", "numba_cpu", "numba_cpu_in_order", "numba_cpu_fp8"):
             assert row[f"{path}_of_stream"] == row[f"{path}_gbps"] / row["stream_gbps"]
         assert row["max_error"] < 1e-5 and row["fp8_error"] < 0.5

@@ -131,7 +131,8 @@ def widest_rows(names: list[str]) -> list[dict]:
             row[f"{name}{suffix}_ms"] = 46029.24
             row[f"{name}{suffix}_bandwidth"] = kernels.bandwidth_text(4012.3, 1.0)
         row |= {f"{name}_ratio": 12.34, f"{name}_paging": 1.234, f"{name}_fp8_vs_fp32": 12.34}
-        row[f"{name}_paging_text"] = kernels.paging_text(1.234, 0.123)
+        row[f"{name}_paging_text"] = kernels.ratio_text(1.234, 0.123)
+        row[f"{name}_fp8_text"] = kernels.ratio_text(12.345, 1.234)
     return [row, {**row, "batch": 1, "threads": 1}]
 
 
@@ -346,3 +347,51 @@ def test_a_row_states_the_machines_load_at_its_start_and_its_end(monkeypatch):
     assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "0.5→12"
     monkeypatch.delattr(kernels.os, "getloadavg")  # as on Windows
     assert kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})["load"] == "nan→nan"
+
+
+def synthetic_rounds(fp8_noise: list[float]):
+    """A ``time_rounds`` that times nothing: every path takes 1 ms in each of 8 rounds, the
+    paged path 2% more, and the FP8 path 0.9 ms times ``fp8_noise`` round by round. It keeps
+    the ``settled`` test ``measure`` gave it."""
+    given = {}
+
+    def time_rounds(paths, device, min_rounds, max_rounds, settled, *rest):
+        given["settled"] = settled
+        times = {name: [1e-3] * 8 for name in paths}
+        times["honest"] = [1.02e-3] * 8
+        times["honest_fp8"] = [0.9e-3 * noise for noise in fp8_noise]
+        return times
+
+    return time_rounds, given
+
+
+STEADY, SHAKY = [1.0] * 8, [1.0, 1.3, 0.7, 1.2, 0.8, 1.1, 0.6, 1.4]
+
+
+@pytest.mark.parametrize(("fp8_noise", "settles"), [(STEADY, True), (SHAKY, False)])
+def test_a_row_takes_rounds_until_fp8_over_fp32_is_settled_too(monkeypatch, fp8_noise, settles):
+    """Paged ÷ in order is steady in both cases; only FP8's rounds differ, so a row that
+    settled on paging alone would stop with FP8 ÷ fp32 anywhere in its wide interval."""
+    fake, given = synthetic_rounds(fp8_noise)
+    monkeypatch.setattr(rounds, "time_rounds", fake)
+    plain = {"honest": attention.paged_attention_decode}
+    row = kernels.measure(1, 64, 16, QUICK, repeats=4, kernels=plain, max_repeats=20)
+    times = {"honest": [1.02e-3] * 8, "honest_in_order": [1e-3] * 8}
+    times["honest_fp8"] = [0.9e-3 * noise for noise in fp8_noise]
+    assert given["settled"](times) is settles
+    assert row["settled"] is settles
+    assert row["honest_paging"] == pytest.approx(1.02)
+    assert row["honest_fp8_vs_fp32"] == rounds.paired_ratio(times["honest_fp8"], times["honest"])
+    assert row["honest_fp8_spread"] == rounds.spread(times["honest_fp8"], times["honest"])
+    assert (row["honest_fp8_spread"] > 0.02) is not settles
+
+
+def test_the_notes_name_each_row_that_stopped_at_the_cap_unsettled():
+    rows = [
+        {"batch": 1, "context": 8192, "block_size": 16, "threads": 2, "settled": False},
+        {"batch": 4, "context": 1024, "block_size": 16, "threads": 1, "settled": True},
+    ]
+    note = kernels.settling_note(rows, cap=62)
+    assert "cap of 62 rounds" in note and "1×8,192 B=16 at 2 thread(s)" in note
+    assert "4×1,024" not in note
+    assert "Every row settled" in kernels.settling_note(rows[1:], cap=62)

@@ -20,19 +20,14 @@ import functools
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from minipaged import attention, backend, fp8, memory
+from minipaged import attention, backend
 from minipaged.study.bench import Options, bandwidth, huge_pages, plot, rounds
+from minipaged.study.bench.kernel_inputs import FP8_DTYPE, SHAPE, decode_inputs
 from minipaged.study.report import Column, Report, View
-
-SHAPE = memory.PRESETS["llama-3-8b"]
-
-FP8_DTYPE = fp8.KV_CACHE_DTYPES["fp8_e4m3"]
-"""The FP8 rows' pool dtype: e4m3, the format FP8 KV caches use."""
 
 KERNEL_LABELS = {"numba_cpu": "twin", "numba_cuda": "CUDA"}
 """How the tables name each kernel: the CPU twin, or the CUDA kernel on a GPU."""
@@ -43,56 +38,6 @@ ROW_KEYS = [
     Column("block_size", "B", "{}"),
     Column("threads", "threads", "{}"),
 ]
-
-
-@dataclass(frozen=True)
-class DecodeInputs:
-    """One row's keys and values, laid out four ways, with the query and lengths they share."""
-
-    paged: tuple  # paged_attention_decode's arguments, blocks shuffled through the table
-    in_order: tuple  # the same keys and values, block table T_r = [r M, r M + 1, ...]
-    fp8: tuple  # ``paged`` with FP8 pools; their scales in ``fp8_scales``
-    fp8_scales: dict
-    sdpa: tuple  # (q, k, v): [batch, N_KV, context, d_h] contiguous, for SDPA
-
-
-def decode_inputs(batch: int, context: int, block_size: int, device: str, seed: int = 0):
-    """Random decode inputs for one row: the same keys and values in shuffled blocks, in
-    blocks laid out in order, in shuffled FP8 blocks, and contiguous for SDPA; on a CPU run
-    all of them on 2 MiB pages (``huge_pages``), as a GPU maps its memory."""
-    pages = huge_pages.on_huge_pages if device == "cpu" else lambda tensor: tensor
-    generator = torch.Generator().manual_seed(seed)
-    heads, kv_heads, d_h = SHAPE.num_q_heads, SHAPE.num_kv_heads, SHAPE.head_dim
-    per_seq = memory.num_logical_blocks(context, block_size)  # M blocks per sequence
-    num_blocks = batch * per_seq
-    pool_shape = (num_blocks, kv_heads, block_size, d_h)
-    key_pool = pages(torch.randn(pool_shape, generator=generator).to(device))
-    value_pool = pages(torch.randn(pool_shape, generator=generator).to(device))
-    query = torch.randn(batch, heads, d_h, generator=generator).to(device)
-    tables = torch.randperm(num_blocks, generator=generator).view(batch, per_seq).to(device)
-    in_order = torch.arange(num_blocks, device=device).view(batch, per_seq)
-    seq_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
-
-    def contiguous(pool: torch.Tensor) -> torch.Tensor:
-        # [batch, per_seq, N_KV, B, d_h] -> [batch, N_KV, per_seq * B, d_h], cut to the context
-        blocks = pool[tables].transpose(1, 2)
-        return pages(blocks.reshape(batch, kv_heads, per_seq * block_size, d_h)[:, :, :context])
-
-    def quantized(pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = fp8.scale_for(pool.abs().amax(dim=(0, 2, 3)), FP8_DTYPE)  # [N_KV]
-        return pages(fp8.quantize(pool, scale.view(-1, 1, 1), FP8_DTYPE)), scale
-
-    rest = (seq_lens, d_h**-0.5, block_size)
-    (key_fp8, k_scale), (value_fp8, v_scale) = quantized(key_pool), quantized(value_pool)
-    return DecodeInputs(
-        paged=(query, key_pool, value_pool, tables.to(torch.int32), *rest),
-        # block r M + j of the in-order pools is block T_r[j] of the shuffled ones
-        in_order=(query, pages(key_pool[tables.flatten()]), pages(value_pool[tables.flatten()]))
-        + (in_order.to(torch.int32), *rest),
-        fp8=(query, key_fp8, value_fp8, tables.to(torch.int32), *rest),
-        fp8_scales={"k_scale": k_scale, "v_scale": v_scale},
-        sdpa=(query.unsqueeze(2), contiguous(key_pool), contiguous(value_pool)),
-    )
 
 
 def numba_kernels(device: str) -> tuple[dict[str, Callable], list[str]]:
@@ -134,13 +79,14 @@ def measure(
     """One row: every path's median time over interleaved rounds (``rounds``), with torch (and
     so the Numba CPU twin) on ``threads`` threads: ``repeats`` rounds, or, given
     ``max_repeats``, as many more (up to it, without the slow references) as every kernel's
-    paged ÷ in order needs to settle within ``rounds.PRECISION``. ``kernels`` (default:
+    paged ÷ in order and FP8 ÷ fp32 need to settle within ``rounds.PRECISION`` (``settled``
+    says whether they did, or the row stopped at ``max_repeats``). ``kernels`` (default:
     ``numba_kernels``) maps a kernel's name to a function with ``paged_attention_decode``'s
     arguments: each runs paged, in order and over FP8 pools. With ``probe``
     (``bandwidth.probe_tensor``), the machine's streaming read of it is one more path of the
     same rounds. Every timed call starts from the same caches (``bandwidth.cache_evictor``).
     Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
-    order comes with its spread."""
+    order and FP8 ÷ fp32 come with their spreads."""
     device = options.device
     inputs = decode_inputs(batch, context, block_size, device, options.seed)
     q, k, v = inputs.sdpa
@@ -164,13 +110,15 @@ def measure(
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     paging = [(name, f"{name}_in_order") for name in kernels]
+    fp8_over_fp32 = [(f"{name}_fp8", name) for name in kernels]
     try:
-        settled = rounds.ratios_settled(paging)
+        settled = rounds.ratios_settled(paging + fp8_over_fp32)
         # The references are written to be read, take most of a round, and settle no ratio.
         times = rounds.time_rounds(
             timed, device, repeats, max_repeats or repeats, settled, REFERENCES, evict
         )
         row["rounds"] = len(times["sdpa"])
+        row["settled"] = settled(times)
         row["load"] = "→".join(map(load_text, (load_at_start, load_average())))
         row.update({f"{name}_ms": rounds.median_ms(t) for name, t in times.items()})
         expected = paths["sdpa"]()
@@ -194,10 +142,11 @@ def measure(
             row[f"{name}_of_stream"] = row[f"{name}_gbps"] / row["stream_gbps"]
         if name != "sdpa":
             row[f"{name}_ratio"] = rounds.paired_ratio(times[name], times["sdpa"])
-    for name, in_order in paging:
+    for (name, in_order), (fp8, fp32) in zip(paging, fp8_over_fp32, strict=True):
         row[f"{name}_paging"] = rounds.paired_ratio(times[name], times[in_order])
         row[f"{name}_paging_spread"] = rounds.spread(times[name], times[in_order])
-        row[f"{name}_fp8_vs_fp32"] = rounds.paired_ratio(times[f"{name}_fp8"], times[name])
+        row[f"{name}_fp8_vs_fp32"] = rounds.paired_ratio(times[fp8], times[fp32])
+        row[f"{name}_fp8_spread"] = rounds.spread(times[fp8], times[fp32])
     return row
 
 
@@ -215,7 +164,7 @@ def columns(kernels: list[str]) -> tuple[list[Column], list[View]]:
         times += [Column(f"{path}_ms", header, milliseconds) for path, header in paths.items()]
         ratios.append(Column(f"{name}_ratio", f"{label} ÷ SDPA", "{:.2f}×"))
         ratios.append(Column(f"{name}_paging_text", f"{label} paged ÷ in order", RIGHT))
-        ratios.append(Column(f"{name}_fp8_vs_fp32", f"{label} FP8 ÷ fp32", "{:.2f}×"))
+        ratios.append(Column(f"{name}_fp8_text", f"{label} FP8 ÷ fp32", RIGHT))
         bandwidths += [Column(f"{path}_bandwidth", header, RIGHT) for path, header in paths.items()]
     errors = [Column("max_error", "max |Δ| vs SDPA", "{:.1e}")]
     if kernels:
@@ -293,13 +242,18 @@ def run(options: Options) -> Report:
         for name in ["sdpa", *(f"{k}{s}" for k in kernels for s in SUFFIXES)]:
             row[f"{name}_bandwidth"] = bandwidth_text(row[f"{name}_gbps"], row[f"{name}_of_stream"])
         for name in kernels:
-            row[f"{name}_paging_text"] = paging_text(
+            row[f"{name}_paging_text"] = ratio_text(
                 row[f"{name}_paging"], row[f"{name}_paging_spread"]
+            )
+            row[f"{name}_fp8_text"] = ratio_text(
+                row[f"{name}_fp8_vs_fp32"], row[f"{name}_fp8_spread"]
             )
     every, views = columns(list(kernels))
     report = Report("kernels", "Paged decode attention vs contiguous (§4)", every, rows)
     report.views = views
     report.notes = notes(options, thread_counts, (repeats, max_repeats), list(kernels), numba_notes)
+    if kernels and max_repeats > repeats:
+        report.notes.append(settling_note(rows, max_repeats))
     if options.device == "cpu":
         report.notes.append(huge_pages.note([row["huge_page_bytes"] for row in rows]))
     worst = max(row["max_error"] for row in rows)
@@ -319,9 +273,25 @@ def bandwidth_text(gbps: float, share: float) -> str:
     return f"{gbps:.0f} ({share:.0%})" if gbps >= 100 else f"{gbps:.1f} ({share:.0%})"
 
 
-def paging_text(ratio: float, spread: float) -> str:
-    """paged ÷ in order with its spread (``rounds.spread``): ``1.021 ±0.012``."""
+def ratio_text(ratio: float, spread: float) -> str:
+    """A paired ratio with its spread (``rounds.spread``): ``1.021 ±0.012``."""
     return f"{ratio:.3f} ±{spread:.3f}"
+
+
+def settling_note(rows: list[dict], cap: int) -> str:
+    """Which rows stopped at the cap of ``cap`` rounds with a ratio not yet known to
+    ``rounds.PRECISION`` (its ± is wider): read those ratios with their ±."""
+    unsettled = [
+        f"{row['batch']}×{row['context']:,} B={row['block_size']} at {row['threads']} thread(s)"
+        for row in rows
+        if not row["settled"]
+    ]
+    if not unsettled:
+        return f"Every row settled both ratios within ±{rounds.PRECISION:.0%} before the cap."
+    return (
+        f"Stopped at the cap of {cap} rounds with paged ÷ in order or FP8 ÷ fp32 not yet known "
+        f"to ±{rounds.PRECISION:.0%} (column 'settled' in --json): " + ", ".join(unsettled)
+    )
 
 
 SUFFIXES = ("", "_in_order", "_fp8")
@@ -342,13 +312,13 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
         f"Before each call, untimed, a read of {bandwidth.EVICT_MULTIPLE} × the last-level "
         "cache: every path starts from the same caches, whichever path ran before it. "
         + (
-            f"A row takes rounds until paged ÷ in order is known to ±{rounds.PRECISION:.0%} "
-            f"or the most are taken (the loop and vectorized references, which take most of a "
-            f"round, only the first {fewest}); "
+            f"A row takes rounds until paged ÷ in order and FP8 ÷ fp32 are each known to "
+            f"±{rounds.PRECISION:.0%} or the cap of {most} is reached (the loop and vectorized "
+            f"references, which take most of a round, only the first {fewest}); "
             if fewest < most
             else ""
         )
-        + "its ± is half its 95% bootstrap interval over the rounds. "
+        + "each ratio's ± is half its 95% bootstrap interval over the rounds. "
         f"One layer of {SHAPE.name}'s attention (N_Q = {SHAPE.num_q_heads}, N_KV = "
         f"{SHAPE.num_kv_heads}, d_h = {SHAPE.head_dim}), fp32, every sequence at the full "
         "context L.",
