@@ -33,6 +33,7 @@ import torch
 
 from cuda_kernels.fp8 import check_pools, decode_fields, decode_table, head_scales
 from cuda_kernels.pool_arrays import pool_array
+from minipaged.attention_call import scale_values
 from minipaged.contract import check_attention_inputs, check_block_tables, check_query_lens
 
 KernelArray = Callable[[torch.Tensor, str], object]
@@ -177,7 +178,7 @@ def fp8_arguments(
     def given(scale: torch.Tensor | None) -> object:
         if scale is not None and scale.device.type != "cpu":
             return kernel_array(scale.to(device, torch.float32).contiguous(), "scales")
-        values = (1.0,) * num_kv_heads if scale is None else tuple(scale.tolist())
+        values = (1.0,) * num_kv_heads if scale is None else scale_values(scale)
         return scale_array(values, device, kernel_array)
 
     decoded = decoder_argument(key_pool.dtype, device, kernel_array, decoder)
@@ -194,8 +195,9 @@ walk through the layers never forgets the array the next step asks for first."""
 def scale_array(values: tuple[float, ...], device: torch.device, kernel_array: KernelArray):
     """``[num_kv_heads]`` float32 scales with ``values``, as ``kernel_array`` makes them, made
     once for those values. Keyed by the values, not by the tensor that held them: an engine
-    hands each call a new view of its scales (``KVCache.scales``), and values read now
-    (``tolist``, the one read the entry point's check also makes) can never stand for others.
+    hands each call a new view of its scales (``KVCache.scales``), and values read in this
+    call (``attention_call.scale_values``: the entry point's check's read, or one ``tolist``
+    where it read none) can never stand for others.
     The values are rounded to float32 as ``.to(torch.float32)`` rounds them; each array is
     kept alive here, so the memory a kernel array shares stays valid. From cold caches,
     ``fp8_arguments`` for an FP8 pool took 0.09 ms this way on the machine this was written

@@ -24,6 +24,7 @@ swap (§6) moves only bytes: a block means the same values wherever it lies.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -104,11 +105,13 @@ def check_fp8_dtype(dtype: object) -> None:
 def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | float:
     """``scale`` as a float or a floating-point tensor whose every value is positive and finite
     (0 too when ``zero``, for a largest magnitude); else ``TypeError`` or ``ValueError``
-    naming ``name``. The one home of the rule: FP8 functions, ``KVCache.set_scales`` and every
-    attention entry point's ``k_scale`` / ``v_scale`` (``attention_call.check_kv_scales``)
-    check with it, in its words. A tensor's values are read once (``tolist``): one transfer on
-    a GPU, which only direct calls pay, never the engine's (``attention_call.engine_attention``)."""
-    scale = python_number(scale)  # np.float32(0.5) is 0.5
+    naming ``name``. Every FP8 function, ``KVCache.set_scales`` and every attention entry
+    point's ``k_scale`` / ``v_scale`` (``attention_call.check_kv_scales``) check with it or,
+    having read the values already, with ``check_scale_values``, the rule's one home, in its
+    words. A tensor's values are read once (``tolist``): one transfer on a GPU, which only
+    direct calls pay, never the engine's (``attention_call.engine_attention``)."""
+    if not (isinstance(scale, Tensor) and scale.dim() > 0 and scale.is_floating_point()):
+        scale = python_number(scale)  # np.float32(0.5) is 0.5, and so is torch.tensor(0.5)
     if isinstance(scale, int) and not isinstance(scale, bool):
         scale = float(scale)
     if isinstance(scale, Tensor) and scale.is_floating_point():
@@ -120,6 +123,13 @@ def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | fl
             f"{name} must be a number or a floating-point torch.Tensor, got "
             f"{type(scale).__name__} {scale!r:.60}"
         )
+    check_scale_values(values, name, zero=zero)
+    return scale
+
+
+def check_scale_values(values: Iterable[float], name: str, *, zero: bool = False) -> None:
+    """Every one of ``values``, a scale's numbers already read, is positive and finite (0 too
+    when ``zero``); else ``ValueError`` naming ``name`` and the first that is not."""
     bad = [v for v in values if not ((v >= 0 if zero else v > 0) and v < math.inf)]
     if bad:  # NaN fails both comparisons
         what = (
@@ -129,7 +139,6 @@ def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | fl
             "times headroom: minipaged.fp8.scale_for)"
         )
         raise ValueError(f"{name} must be {what}, got {bad[0]}")
-    return scale
 
 
 def dequantize(x: Tensor, scale: Tensor | float | None) -> Tensor:

@@ -163,9 +163,11 @@ def test_an_engine_step_reads_no_scale_back_and_a_direct_call_reads_each_once(
     from minipaged import LLM, SamplingParams, attention_call
 
     reads = []
-    checked = attention_call.check_scales
+    checked = attention_call.check_scale_values
     monkeypatch.setattr(
-        attention_call, "check_scales", lambda s, name: reads.append(name) or checked(s, name)
+        attention_call,
+        "check_scale_values",
+        lambda values, name: reads.append(name) or checked(values, name),
     )
     llm = LLM("tiny", kv_cache_dtype="fp8_e4m3", num_gpu_blocks=32, speculative=speculative)
     params = SamplingParams(max_tokens=6, ignore_eos=True)

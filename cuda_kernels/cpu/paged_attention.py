@@ -51,7 +51,7 @@ from cuda_kernels.decode_arguments import (
     output_like,
 )
 from cuda_kernels.fp8 import decoded_row
-from minipaged.attention_call import attention_entry_point
+from minipaged.attention_call import ResultHoldsNaN, attention_entry_point
 
 NEG_INF = np.float32(-np.inf)
 ZERO = np.float32(0.0)
@@ -120,15 +120,28 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
     return m_prev, l_prev
 
 
+@njit(cache=True)
+def row_holds_nan(row) -> bool:
+    """Whether ``row`` (1-d) holds a NaN: the only value not equal to itself, which the
+    twins' ``FASTMATH`` keeps, as it leaves out LLVM's leave to assume no NaN."""
+    found = False
+    for x in row:
+        found |= x != x
+    return found
+
+
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def paged_attention_v1(
     out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, fields
 ):
     """Iteration (r, k) writes ``out[r, h]`` for the query heads h of KV head k: attention
-    over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r]."""
+    over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r].
+    Returns how many rows ``out[r, h]`` hold a NaN, each looked at as it is written, while
+    it is in the core's cache (``attention_call.ResultHoldsNaN``)."""
     batch_size, num_heads, head_dim = query.shape
     num_kv_heads = key_pool.shape[1]
     group = num_heads // num_kv_heads  # GQA: query head h reads KV head h // group
+    nan_rows = 0
     for item in prange(batch_size * num_kv_heads):
         seq, kv_head = item // num_kv_heads, item % num_kv_heads
         heads = slice(kv_head * group, (kv_head + 1) * group)
@@ -140,9 +153,12 @@ def paged_attention_v1(
         _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, fields)
         for g in range(group):
             out[seq, kv_head * group + g] = acc[g] * (v_scale[kv_head] / l_prev[g])
+            if row_holds_nan(out[seq, kv_head * group + g]):
+                nan_rows += 1
+    return nan_rows
 
 
-@attention_entry_point
+@attention_entry_point(finds_nan=True)
 def paged_attention_decode(
     query: torch.Tensor,
     key_pool: torch.Tensor,
@@ -164,5 +180,6 @@ def paged_attention_decode(
     if query.shape[0] == 0:
         return output
     inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)
-    on_torch_threads(paged_attention_v1)(kernel_array(output, "output"), *inputs, *fp8)
+    if on_torch_threads(paged_attention_v1)(kernel_array(output, "output"), *inputs, *fp8):
+        raise ResultHoldsNaN(output)  # the entry point refuses an overflow, or returns it
     return output

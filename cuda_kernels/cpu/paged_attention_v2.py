@@ -26,14 +26,14 @@ from cuda_kernels.cpu.launch import (
     kernel_array,
     on_torch_threads,
 )
-from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend
+from cuda_kernels.cpu.paged_attention import NEG_INF, ZERO, attend, row_holds_nan
 from cuda_kernels.decode_arguments import (
     by_fields,
     check_decode_inputs,
     decode_arguments,
     output_like,
 )
-from minipaged.attention_call import attention_entry_point
+from minipaged.attention_call import ResultHoldsNaN, attention_entry_point
 from minipaged.contract import check_partition_size
 
 
@@ -84,11 +84,18 @@ def paged_attention_v2_partitions(
                 tmp_out[seq, head, part] = acc[g] * (v_scale[kv_head] / l_k[g])
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
+@njit(parallel=True, cache=True, fastmath=FASTMATH, error_model="numpy")
 def reduce_kernel(out, max_logits, exp_sums, tmp_out):
     """Iteration (r, h) writes ``out[r, h]`` from the P partitions' (m_k, l_k, O_k) with
-    §4's formula."""
+    §4's formula. Returns how many rows ``out[r, h]`` hold a NaN, as the v1 twin does.
+
+    A partition whose $l_k$ is NaN (a NaN query or key, or logits that overflowed) is
+    skipped like an empty one, so a head whose every $l_k$ is NaN divides by $l = 0$. Under
+    Numba's ``error_model="numpy"`` that gives NaN, as the CUDA kernel's division does, and the
+    row is counted; under its default (Python's) it raised ``ZeroDivisionError`` instead of
+    giving NaN back for NaN in the caller's data."""
     batch_size, num_heads, num_partitions = max_logits.shape
+    nan_rows = 0
     for item in prange(batch_size * num_heads):
         seq, head = item // num_heads, item % num_heads
         m = NEG_INF  # m = max_k m_k over partitions holding a token (l_k > 0)
@@ -107,9 +114,12 @@ def reduce_kernel(out, max_logits, exp_sums, tmp_out):
                     weight = exp_sums[seq, head, k] * math.exp(max_logits[seq, head, k] - m)
                     total += weight * tmp_out[seq, head, k, d]
             out[seq, head, d] = total / l
+        if row_holds_nan(out[seq, head]):
+            nan_rows += 1
+    return nan_rows
 
 
-@attention_entry_point
+@attention_entry_point(finds_nan=True)
 def paged_attention_decode_v2(
     query: torch.Tensor,
     key_pool: torch.Tensor,
@@ -148,7 +158,7 @@ def paged_attention_decode_v2(
         *fp8,
     )
     on_torch_threads(paged_attention_v2_partitions)(*stage_one)
-    on_torch_threads(reduce_kernel)(
-        kernel_array(output, "output"), *stage_one[:3]
-    )  # out, m_k, l_k, O_k
+    reduce = on_torch_threads(reduce_kernel)
+    if reduce(kernel_array(output, "output"), *stage_one[:3]):  # out, m_k, l_k, O_k
+        raise ResultHoldsNaN(output)  # the entry point refuses an overflow, or returns it
     return output
