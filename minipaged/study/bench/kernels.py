@@ -314,11 +314,11 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
         + (
             f"A row takes rounds until paged ÷ in order and FP8 ÷ fp32 are each known to "
             f"±{rounds.PRECISION:.0%} or the cap of {most} is reached (the loop and vectorized "
-            f"references, which take most of a round, only the first {fewest}); "
+            f"references, which take most of a round, only the first {fewest}); each"
             if fewest < most
-            else ""
+            else "Each"
         )
-        + "each ratio's ± is half its 95% bootstrap interval over the rounds. "
+        + " ratio's ± is half its 95% bootstrap interval over the rounds. "
         f"One layer of {SHAPE.name}'s attention (N_Q = {SHAPE.num_q_heads}, N_KV = "
         f"{SHAPE.num_kv_heads}, d_h = {SHAPE.head_dim}), fp32, every sequence at the full "
         "context L.",
