@@ -201,6 +201,17 @@ def binary_size(num_bytes: int) -> str:
     return f"{num_bytes:,} B"
 
 
+def memory_amount(num_bytes: int) -> str:
+    """``num_bytes`` as every refusal words an amount of memory: in the largest decimal unit
+    (GB, MB, kB) that keeps it at 1 or more, the source text's units, to one decimal
+    ("16.0 GB"), so two refusals about the same memory can be compared at a glance. (The TUI's
+    gauges show binary units, ``binary_size``, beside block counts that are powers of two.)"""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.1f} {unit}"
+    return f"{num_bytes:,} B"
+
+
 def free_memory() -> int | None:
     """Bytes of host memory a new allocation can have now, or None where the system does not
     say. Linux's MemAvailable counts the file cache the kernel would give back; the free pages
@@ -225,8 +236,8 @@ def check_fits(need: int, free: int | None, pools: str, fix: str, where: str) ->
     ``where`` which memory holds them (``" on cuda:0"``), ``fix`` which settings lower them."""
     if free is not None and need > free:
         raise ValueError(
-            f"the KV cache would take {need / 1e9:,.1f} GB ({need:,} bytes: {pools}) but "
-            f"{free / 1e9:,.1f} GB are free{where}; {fix}"
+            f"the KV cache would take {memory_amount(need)} ({need:,} bytes: {pools}) but "
+            f"{memory_amount(free)} are free{where}; {fix}"
         )
 
 

@@ -126,7 +126,7 @@ def test_a_bad_config_json_is_a_failure_naming_it(tmp_path, capsys, case):
 def test_a_context_too_long_for_memory_is_refused_before_allocating(tmp_path, capsys):
     model = model_copy(tmp_path)
     config = json.loads((TINY / "config.json").read_text())
-    config["max_position_embeddings"] = 10**15  # the default pool holds one full context
+    config["max_position_embeddings"] = 2**31 - 1  # the default pool holds one full context
     (model / "config.json").write_text(json.dumps(config))
     assert_refused(generate(model), capsys, USAGE, "KV cache would take")
 
