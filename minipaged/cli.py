@@ -32,6 +32,7 @@ from minipaged.arguments import (
     output_file,
     sampling_value,
     say,
+    speculation_needs_one_sequence,
     text,
 )
 from minipaged.config import EngineConfig
@@ -129,6 +130,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
             why = "greedy decoding takes the most likely token; nothing is cut"
             excludes(sampling, temperature, why, when=lambda value: value == 0)
     excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
+    speculation_needs_one_sequence(gen, n, beam)
 
 
 def _workload(args: argparse.Namespace):

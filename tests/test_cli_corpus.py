@@ -238,6 +238,16 @@ def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would
     assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
     for engine_flag in ("--block-size", "--num-gpu-blocks", "--enable-chunked-prefill"):
         assert ("tui", "--trace", engine_flag) in found  # a replay runs nothing new
+    for command in ("generate", "trace record", "tui"):  # speculation drafts for one sequence
+        for several in ("--beam-width", "--n"):
+            assert (command, "--speculative-config", several) in found
+
+
+def test_speculation_beside_one_sample_is_not_refused():
+    """``--n 1`` is one sequence a request: speculation drafts for it."""
+    cli.build_parser().parse_args(
+        ["generate", "--prompt", "Emma", "--n", "1", "--speculative-config", '{"method":"ngram"}']
+    )
 
 
 @pytest.mark.parametrize(
