@@ -44,15 +44,17 @@ k, v ``[..., N_KV, d_h]`` over the same leading dimensions; returns ``[..., H, d
 FLOAT32_TINY = 1.1754943508222875e-38
 """float32's smallest normal number: a smaller positive one is 0 or denormal in the model."""
 
-REAL_BOUNDS = {  # each real-valued hyperparameter's range, and why no model runs outside it
+REAL_BOUNDS = {  # each real hyperparameter's low (itself allowed?), high, and why no model runs
     "rms_norm_eps": (
         FLOAT32_TINY,
+        True,
         1.0,
         "it only keeps RMSNorm's division off 0: below float32's smallest normal it is 0, and "
         "at 1 or more it outweighs the activations' mean square",
     ),
     "rope_theta": (
-        1.0 + 2**-20,
+        1.0,
+        False,
         3.4028234663852886e38,
         "RoPE's base: at 1 or below the rotation frequencies grow with the dimension and "
         "overflow; past float32's largest number it is infinite",
@@ -114,13 +116,15 @@ class LlamaConfig:
                 f"head_dim ({self.head_dim}) must be even: rotary embeddings rotate pairs of "
                 "dimensions (i, i + head_dim/2)"
             )
-        for name, (low, high, why) in REAL_BOUNDS.items():
+        for name, (low, low_in, high, why) in REAL_BOUNDS.items():
             value = getattr(self, name)
             is_real = isinstance(value, int | float) and not isinstance(value, bool)
-            if not (is_real and low <= value <= high):
+            if not (is_real and (low < value or (low_in and value == low)) and value <= high):
+                range_ = f"from {low:.3g} to" if low_in else f"above {low:g} and at most"
                 raise ValueError(
-                    f"{name} must be a number from {low:g} to {high:g} ({why}), got {value!r}"
+                    f"{name} must be a number {range_} {high:.3g} ({why}), got {value!r}"
                 )
+            object.__setattr__(self, name, float(value))  # config.json's 10000 is 10000.0
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(
                 f"tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}"

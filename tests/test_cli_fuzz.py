@@ -104,6 +104,10 @@ CONFIG_EDITS = {
     "another architecture": {"architectures": ["GPT2LMHeadModel"]},
     "missing vocab_size": {"vocab_size": ...},
     "huge vocabulary": {"vocab_size": 10**12},
+    "rope_theta as text": {"rope_theta": "1e4"},
+    "rope_theta of 1": {"rope_theta": 1},
+    "rms_norm_eps infinite": {"rms_norm_eps": float("inf")},
+    "a context past int32": {"max_position_embeddings": 2**31},
     "eos outside the vocabulary": {"eos_token_id": 10**9},
 }
 

@@ -190,3 +190,16 @@ def test_no_count_reaches_past_int32(cls, name):
     so the user knows how far to come down."""
     message = str(refusal_of(cls, name, MAX_COUNT + 1))
     assert re.search(r"(to|at most) [0-9,]+", message), message
+
+
+def test_a_real_hyperparameter_bound_is_where_the_model_stops_working():
+    """RoPE's base must exceed 1 (its frequencies would grow, then overflow); RMSNorm's eps
+    may be as small as float32's smallest normal, and a JSON integer is kept as a float."""
+    llama = BASE[LlamaConfig]
+    assert refusal_of(LlamaConfig, "rope_theta", 1) is not None
+    assert "above 1" in str(refusal_of(LlamaConfig, "rope_theta", 1.0))
+    assert LlamaConfig(**llama, rope_theta=1.001).rope_theta == 1.001
+    tiny = np.finfo(np.float32).tiny.item()
+    assert LlamaConfig(**llama, rms_norm_eps=tiny).rms_norm_eps == tiny
+    assert refusal_of(LlamaConfig, "rms_norm_eps", tiny / 2) is not None
+    assert type(LlamaConfig(**llama, rope_theta=10000).rope_theta) is float
