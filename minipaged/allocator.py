@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from minipaged.memory import binary_size, free_memory
-from minipaged.python_numbers import python_number
+from minipaged.memory import free_memory, memory_amount
+from minipaged.python_numbers import MAX_COUNT, python_number
 
 POOLS = ("device", "host")
 """The pools a block manager keeps: blocks on the compute device, and the host's swap space."""
@@ -39,8 +39,8 @@ def check_bookkeeping_fits(num_blocks: int, pool: str) -> None:
     if free is not None and need > free:
         raise ValueError(
             f"num_blocks={num_blocks:,} ({pool} pool): its refcounts and free list alone "
-            f"would take {binary_size(need)} of host memory ({BOOKKEEPING_BYTES_PER_BLOCK} B "
-            f"a block) but {binary_size(free)} are free; lower num_blocks (num_gpu_blocks, "
+            f"would take {memory_amount(need)} of host memory ({BOOKKEEPING_BYTES_PER_BLOCK} B "
+            f"a block) but {memory_amount(free)} are free; lower num_blocks (num_gpu_blocks, "
             "num_cpu_blocks)"
         )
 
@@ -63,10 +63,10 @@ class BlockAllocator:
 
     def __init__(self, num_blocks: int, pool: str = "device") -> None:
         num_blocks = python_number(num_blocks)  # np.int64(64) is 64
-        if type(num_blocks) is not int or num_blocks <= 0:
+        if type(num_blocks) is not int or not 0 < num_blocks <= MAX_COUNT:
             raise ValueError(
-                f"num_blocks must be a positive integer, got {num_blocks!r}: "
-                "a pool needs at least one block"
+                f"num_blocks must be a positive integer up to {MAX_COUNT:,}, got "
+                f"{num_blocks!r}: a pool needs at least one block, and block ids are int32"
             )
         if pool not in POOLS:
             raise ValueError(f"pool must be one of {list(POOLS)}, got {pool!r:.60}")

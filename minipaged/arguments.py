@@ -110,6 +110,18 @@ def excludes(
     action.excluded_options = excluded
 
 
+def speculation_needs_one_sequence(
+    parser: argparse.ArgumentParser, n: argparse.Action, beam: argparse.Action
+) -> None:
+    """Refuse ``--speculative-config`` beside ``--beam-width``, or ``--n`` above 1: speculative
+    decoding drafts only for a request with one sequence (``Speculator``), and every request of
+    one command line shares those flags, so nothing would be drafted, without a word."""
+    speculative = next(a for a in parser._actions if a.dest == "speculative")
+    why = "speculative decoding drafts only for a request of one sequence"
+    excludes(speculative, beam, why)
+    excludes(speculative, n, why, when=lambda value: value > 1)
+
+
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type for an integer in [low, high] (no upper bound when ``high`` is None)."""
     bounds = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"

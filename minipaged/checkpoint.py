@@ -121,8 +121,8 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
             num_attention_heads=num_heads,
             num_key_value_heads=raw.get("num_key_value_heads") or num_heads,
             head_dim=raw.get("head_dim") or hidden_size // num_heads,
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0))),
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),  # LlamaConfig refuses text ("1e-6")
+            rope_theta=raw.get("rope_theta", rope_parameters.get("rope_theta", 10000.0)),
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=_flag(raw, "tie_word_embeddings", file),
             bos_token_id=_first_id(raw.get("bos_token_id")),

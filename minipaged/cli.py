@@ -32,6 +32,7 @@ from minipaged.arguments import (
     output_file,
     sampling_value,
     say,
+    speculation_needs_one_sequence,
     text,
 )
 from minipaged.config import EngineConfig
@@ -129,6 +130,7 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
             why = "greedy decoding takes the most likely token; nothing is cut"
             excludes(sampling, temperature, why, when=lambda value: value == 0)
     excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
+    speculation_needs_one_sequence(gen, n, beam)
 
 
 def _workload(args: argparse.Namespace):
@@ -297,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     traceback (set ``MINIPAGED_TRACEBACK=1`` to see one while debugging)."""
     command, previous = "", None
     try:
+        show_traceback = _traceback_wanted()  # a bad value is refused before any work
+    except ValueError as error:
+        say("", str(error))
+        return USAGE_ERROR
+    try:
         previous = _on_ctrl_c(lambda: command)
         try:
             args = build_parser().parse_args(argv)
@@ -309,13 +316,26 @@ def main(argv: list[str] | None = None) -> int:
         say(command, "interrupted (Ctrl-C)")
         return INTERRUPTED
     except Exception as error:
-        if os.environ.get("MINIPAGED_TRACEBACK"):
+        if show_traceback:
             raise
         say(command, _message(error))
         return _status(error)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def _traceback_wanted() -> bool:
+    """Whether ``MINIPAGED_TRACEBACK`` asks for tracebacks: ``1`` yes, ``0`` or unset no. Any
+    other value is refused rather than guessed: ``MINIPAGED_TRACEBACK=0`` used to turn them on,
+    as any non-empty value did."""
+    value = os.environ.get("MINIPAGED_TRACEBACK", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(
+            f"MINIPAGED_TRACEBACK must be 1 (show tracebacks) or 0, got {value!r:.40}; "
+            "set it to 1 or 0, or unset it"
+        )
+    return value == "1"
 
 
 def _on_ctrl_c(command: Callable[[], str]):

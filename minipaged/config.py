@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from minipaged.memory import KV_DTYPE_BYTES
-from minipaged.python_numbers import python_number, take_python_numbers
+from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -105,10 +105,16 @@ class EngineConfig:
         "P_max, the device pool's blocks",
         int,
         low=1,
+        high=MAX_COUNT,
         none="as many as fit in 256 MiB, and at least one full context",
     )
     num_cpu_blocks: int | None = setting(
-        None, "the host swap pool's blocks (§6)", int, low=0, none="as large as the device pool"
+        None,
+        "the host swap pool's blocks (§6)",
+        int,
+        low=0,
+        high=MAX_COUNT,
+        none="as large as the device pool",
     )
     kv_cache_dtype: str = setting(
         "auto",
@@ -136,12 +142,15 @@ class EngineConfig:
     preemption: str = setting(
         "recompute", "§6's two ways to make room", str, choices=("recompute", "swap")
     )
-    max_num_seqs: int = setting(32, "most sequences in one step's batch", int, low=1)
+    max_num_seqs: int = setting(
+        32, "most sequences in one step's batch", int, low=1, high=MAX_COUNT
+    )
     max_num_batched_tokens: int | None = setting(
         None,
         "most tokens one step computes (its token budget)",
         int,
         low=1,
+        high=MAX_COUNT,
         none="the model's context, and at least 2048",
     )
     enable_chunked_prefill: bool = setting(
@@ -156,6 +165,7 @@ class EngineConfig:
         "(0: as many as the budget leaves)",
         int,
         low=0,
+        high=MAX_COUNT,
     )
     # -- attention, sampling, speculation ----------------------------------------------------
     backend: str = setting(

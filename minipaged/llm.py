@@ -118,7 +118,10 @@ class LLM:
 
         Every prompt is checked before any runs: a bad one raises ``ValueError`` (``TypeError``
         for one of the wrong kind) that says which prompt of the list it is, and nothing starts:
-        one bad prompt in a batch stops the batch, since its outputs would not line up. A
+        one bad prompt in a batch stops the batch, since its outputs would not line up. An
+        engine with requests of its own in flight (``llm.engine.add_request``) is refused with
+        ``RuntimeError``, before anything changes: this call would step them to their end and
+        nobody would see their outputs. A
         request that can never fit the device pool gets an output with ``error`` set
         and no sequences, and so does one aborted because it grew too large to ever come back
         after preemption; the others still run. If anything interrupts the run (Ctrl-C, an
@@ -148,6 +151,15 @@ class LLM:
                 if len(prompts) > 1:
                     error.args = (f"prompt {index} of {len(prompts)}: {error}",)
                 raise
+        if engine.requests:  # stepping past them would finish them where no one sees it
+            pending = ", ".join(repr(request_id) for request_id in list(engine.requests)[:5])
+            raise RuntimeError(
+                f"the engine has {len(engine.requests)} request(s) in flight ({pending}), added "
+                "with llm.engine.add_request: generate would step them to their end and their "
+                "outputs would be lost; finish them first (llm.engine.step() until "
+                "has_unfinished() is False, or abort_request), or add these prompts with "
+                "add_request too"
+            )
         results: dict[str, RequestOutput] = {}
         ids: list[str] = []
         try:

@@ -19,23 +19,33 @@ from fractions import Fraction
 from numbers import Real
 from typing import NamedTuple
 
-from minipaged.python_numbers import python_number, take_python_numbers
+from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
 
 
-def _check_int(name: str, value: object, minimum: int = 1) -> int:
-    """Return ``value`` as an int >= ``minimum`` (1: positive, 0: non-negative), or raise;
-    ``np.int64(16)`` is 16 (``minipaged.python_numbers``)."""
+def _check_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+    """Return ``value`` as an int >= ``minimum`` (1: positive, 0: non-negative) and at most
+    ``maximum`` (None: no bound), or raise; ``np.int64(16)`` is 16
+    (``minipaged.python_numbers``)."""
     value = python_number(value)
     # bool is a subclass of int, but True as a block size is a bug, not a 1.
     if type(value) is not int or value < minimum:
         rule = "a positive integer" if minimum == 1 else "a non-negative integer"
         raise ValueError(f"{name} must be {rule}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(
+            f"{name} must be at most {maximum:,} (the kernels index blocks, slots, heads and "
+            f"dimensions with 32-bit integers), got {value:,}"
+        )
     return value
 
 
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 """$b$, bytes per KV-cache element, for each KV-cache dtype name (§1: 2 for FP16/BF16, 1 for
 FP8). ``"auto"`` keeps a shape's own $b$: the weights' dtype, as in vLLM."""
+
+
+DTYPE_WIDTHS = (1, 2, 4, 8)
+"""The values $b$ can take: a number is 1 (FP8), 2 (FP16/BF16), 4 or 8 bytes wide."""
 
 
 class PoolStrides(NamedTuple):
@@ -50,9 +60,10 @@ class PoolStrides(NamedTuple):
 class ModelShape:
     """The §1 parameters of a decoder-only transformer that fix its KV-cache size.
 
-    Guaranteed after construction: every size is a positive integer and $N_Q$ is a multiple of
-    $N_{KV}$ ($N_{KV} = N_Q$ is multi-head attention, $N_{KV} < N_Q$ grouped-query attention,
-    where query head $q$ reads KV head $q \\,//\\, (N_Q / N_{KV})$).
+    Guaranteed after construction: every size is a positive integer up to ``MAX_COUNT``,
+    $b$ is the width of a number (1, 2, 4 or 8 bytes), ``name`` is text, and $N_Q$ is a
+    multiple of $N_{KV}$ ($N_{KV} = N_Q$ is multi-head attention, $N_{KV} < N_Q$
+    grouped-query attention, where query head $q$ reads KV head $q \\,//\\, (N_Q / N_{KV})$).
     """
 
     num_layers: int  # N_L
@@ -65,7 +76,16 @@ class ModelShape:
     def __post_init__(self) -> None:
         take_python_numbers(self)  # np.int64(32) is 32
         for field in ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype_bytes"):
-            _check_int(field, getattr(self, field))
+            _check_int(field, getattr(self, field), maximum=MAX_COUNT)
+        if self.dtype_bytes not in DTYPE_WIDTHS:
+            raise ValueError(
+                f"dtype_bytes (b) must be one of {', '.join(map(str, DTYPE_WIDTHS))}, the bytes "
+                f"of an FP8, 16-bit, 32-bit or 64-bit number, got {self.dtype_bytes}"
+            )
+        if not isinstance(self.name, str):
+            raise TypeError(
+                f"name must be text naming the model (such as 'Llama-3-8B'), got {self.name!r}"
+            )
         if self.num_q_heads % self.num_kv_heads != 0:
             raise ValueError(
                 f"num_q_heads (N_Q={self.num_q_heads}) must be a multiple of num_kv_heads "
@@ -181,6 +201,17 @@ def binary_size(num_bytes: int) -> str:
     return f"{num_bytes:,} B"
 
 
+def memory_amount(num_bytes: int) -> str:
+    """``num_bytes`` as every refusal words an amount of memory: in the largest decimal unit
+    (GB, MB, kB) that keeps it at 1 or more, the source text's units, to one decimal
+    ("16.0 GB"), so two refusals about the same memory can be compared at a glance. (The TUI's
+    gauges show binary units, ``binary_size``, beside block counts that are powers of two.)"""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.1f} {unit}"
+    return f"{num_bytes:,} B"
+
+
 def free_memory() -> int | None:
     """Bytes of host memory a new allocation can have now, or None where the system does not
     say. Linux's MemAvailable counts the file cache the kernel would give back; the free pages
@@ -205,8 +236,8 @@ def check_fits(need: int, free: int | None, pools: str, fix: str, where: str) ->
     ``where`` which memory holds them (``" on cuda:0"``), ``fix`` which settings lower them."""
     if free is not None and need > free:
         raise ValueError(
-            f"the KV cache would take {need / 1e9:,.1f} GB ({need:,} bytes: {pools}) but "
-            f"{free / 1e9:,.1f} GB are free{where}; {fix}"
+            f"the KV cache would take {memory_amount(need)} ({need:,} bytes: {pools}) but "
+            f"{memory_amount(free)} are free{where}; {fix}"
         )
 
 

@@ -34,18 +34,40 @@ from torch import Tensor, nn
 from minipaged.attention_probe import Observer
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
-from minipaged.python_numbers import python_number, take_python_numbers
+from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
 k, v ``[..., N_KV, d_h]`` over the same leading dimensions; returns ``[..., H, d_h]``."""
 
 
+FLOAT32_TINY = 1.1754943508222875e-38
+"""float32's smallest normal number: a smaller positive one is 0 or denormal in the model."""
+
+REAL_BOUNDS = {  # each real hyperparameter's low (itself allowed?), high, and why no model runs
+    "rms_norm_eps": (
+        FLOAT32_TINY,
+        True,
+        1.0,
+        "it only keeps RMSNorm's division off 0: below float32's smallest normal it is 0, and "
+        "at 1 or more it outweighs the activations' mean square",
+    ),
+    "rope_theta": (
+        1.0,
+        False,
+        3.4028234663852886e38,
+        "RoPE's base: at 1 or below the rotation frequencies grow with the dimension and "
+        "overflow; past float32's largest number it is infinite",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """The hyperparameters of a Llama model, with Hugging Face's names.
 
-    Guarantees after construction: every size is a positive integer, ``num_attention_heads`` is
+    Guarantees after construction: every size is a positive integer up to ``MAX_COUNT``,
+    ``rms_norm_eps`` and ``rope_theta`` lie in ``REAL_BOUNDS``, ``num_attention_heads`` is
     a multiple of ``num_key_value_heads`` (grouped-query attention), ``head_dim`` is even
     (rotate-half RoPE pairs dimension $i$ with $i + d_h/2$) and the special token ids lie in the
     vocabulary. ``head_dim`` need not equal ``hidden_size / num_attention_heads``: HF allows an
@@ -79,8 +101,11 @@ class LlamaConfig:
             "max_position_embeddings",
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
+                raise ValueError(
+                    f"{name} must be a positive integer up to {MAX_COUNT:,} (the kernels index "
+                    f"with 32-bit integers), got {value!r}"
+                )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -91,10 +116,19 @@ class LlamaConfig:
                 f"head_dim ({self.head_dim}) must be even: rotary embeddings rotate pairs of "
                 "dimensions (i, i + head_dim/2)"
             )
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps!r}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}")
+        for name, (low, low_in, high, why) in REAL_BOUNDS.items():
+            value = getattr(self, name)
+            is_real = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (is_real and (low < value or (low_in and value == low)) and value <= high):
+                range_ = f"from {low:.3g} to" if low_in else f"above {low:g} and at most"
+                raise ValueError(
+                    f"{name} must be a number {range_} {high:.3g} ({why}), got {value!r}"
+                )
+            object.__setattr__(self, name, float(value))  # config.json's 10000 is 10000.0
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(
+                f"tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}"
+            )
         if isinstance(self.eos_token_id, list | tuple):  # as config.json writes several
             several = tuple(python_number(token) for token in self.eos_token_id)
             object.__setattr__(self, "eos_token_id", several or None)

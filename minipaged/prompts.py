@@ -21,10 +21,18 @@ def prompt_token_ids(
     ``TypeError`` for a prompt of the wrong kind, ``ValueError`` naming the problem for an
     empty one or ids outside $[0, V)$ with $V$ = ``vocab``."""
     if isinstance(prompt, dict):
+        keys = [f"{key!r:.40}" for key in list(prompt)[:6]]  # a few, each cut: an echo
+        text_instead = " (for text, pass the string itself as the prompt)" * ("prompt" in prompt)
         if "prompt_token_ids" not in prompt:
             raise ValueError(
                 "a dict prompt needs the key 'prompt_token_ids' (a list of token ids), "
-                f"got keys {sorted(prompt)}"
+                f"got keys [{', '.join(keys)}]{text_instead}"
+            )
+        if len(prompt) > 1:  # a key nothing reads would be ignored without a word
+            extra = [key for key in keys if key != "'prompt_token_ids'"][:5]
+            raise ValueError(
+                f"a dict prompt holds only 'prompt_token_ids', got also [{', '.join(extra)}]"
+                f"{text_instead}; drop the other keys"
             )
         token_ids, text = prompt["prompt_token_ids"], None
     elif isinstance(prompt, str):

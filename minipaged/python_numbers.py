@@ -19,6 +19,13 @@ import numbers
 import operator
 from collections.abc import Callable
 
+MAX_COUNT = 2**31 - 1
+"""The largest count any public setting holds (blocks, tokens, sequences, heads, a model's
+sizes): the attention paths carry block ids, slots and sequence lengths as int32
+(``backend.PagedBatch``), and the kernels index heads and dimensions with 32-bit integers, so
+no run can use a larger one. Each setting refuses it where it is given, before a model loads
+or a pool is sized, rather than as an overflow inside a step."""
+
 
 def python_number(value: object) -> object:
     """``value`` as the Python ``int`` or ``float`` it equals, by the rule above; anything

@@ -5,12 +5,16 @@ refcount or free-list entry is made. ``num_blocks=10**30`` raised ``OverflowErro
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from minipaged import allocator
 from minipaged.allocator import BOOKKEEPING_BYTES_PER_BLOCK, CHECKED_FROM_BLOCKS, BlockAllocator
 from minipaged.block_manager import BlockManager
+from minipaged.memory import check_fits, memory_amount
+from minipaged.python_numbers import MAX_COUNT
 
 MAKERS = {
     "BlockAllocator": lambda n: BlockAllocator(n),
@@ -21,9 +25,16 @@ MAKERS = {
 
 
 @pytest.mark.parametrize("make", MAKERS)
-@pytest.mark.parametrize("num_blocks", [10**12, 10**30, np.int64(2**62)], ids=repr)
+@pytest.mark.parametrize("num_blocks", [MAX_COUNT, np.int64(MAX_COUNT)], ids=repr)
 def test_a_pool_whose_bookkeeping_no_memory_holds_is_refused_naming_its_bytes(make, num_blocks):
     with pytest.raises(ValueError, match=r"num_blocks=[\d,]+ \((device|host) pool\): its ref"):
+        MAKERS[make](num_blocks)  # 343 GB of refcounts and free list
+
+
+@pytest.mark.parametrize("make", MAKERS)
+@pytest.mark.parametrize("num_blocks", [MAX_COUNT + 1, 10**30, np.int64(2**62)], ids=repr)
+def test_a_pool_past_int32_block_ids_is_refused_naming_the_limit(make, num_blocks):
+    with pytest.raises(ValueError, match=r"num_\w+ must be .*2,147,483,647, got"):
         MAKERS[make](num_blocks)
 
 
@@ -33,9 +44,23 @@ def test_the_check_counts_bookkeeping_bytes_against_the_host_memory_free_now(mon
     monkeypatch.setattr(allocator, "free_memory", lambda: need - 1)
     with pytest.raises(ValueError, match="lower num_blocks") as refused:
         MAKERS[make](CHECKED_FROM_BLOCKS)
-    assert "40.0 MiB of host memory" in str(refused.value)
+    assert "41.9 MB of host memory" in str(refused.value)  # 40 MiB, in the source's units
     monkeypatch.setattr(allocator, "free_memory", lambda: need)
     MAKERS[make](CHECKED_FROM_BLOCKS)
+
+
+@pytest.mark.parametrize("free", [999, 41_943_039, 16 * 10**9 - 1, 10**11])
+def test_the_allocator_and_the_kv_cache_word_a_memory_amount_alike(monkeypatch, free):
+    """Two refusals about one machine's memory say its free bytes in the same words, so a
+    reader can compare them: the allocator's bookkeeping and ``memory.check_fits``."""
+    monkeypatch.setattr(allocator, "free_memory", lambda: free)
+    with pytest.raises(ValueError) as bookkeeping:
+        BlockAllocator(max(CHECKED_FROM_BLOCKS, free // BOOKKEEPING_BYTES_PER_BLOCK + 1))
+    with pytest.raises(ValueError) as kv_cache:
+        check_fits(free + 1, free, "pools", "lower them", "")
+    said = f"but {memory_amount(free)} are free"
+    assert said in str(bookkeeping.value) and said in str(kv_cache.value)
+    assert re.search(r"[\d.]+ (GB|MB|kB|B) are free", said) and "iB" not in said
 
 
 def test_an_unknown_free_memory_refuses_nothing(monkeypatch):

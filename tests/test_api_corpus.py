@@ -708,7 +708,7 @@ def test_text_that_is_not_unicode_is_refused_naming_where():
 
 @pytest.mark.parametrize(
     "settings",
-    [dict(num_gpu_blocks=10**12), dict(num_cpu_blocks=10**12)],
+    [dict(num_gpu_blocks=2**31 - 1), dict(num_cpu_blocks=2**31 - 1)],
     ids=lambda settings: ",".join(f"{k}={v}" for k, v in settings.items()),
 )
 def test_pools_that_fit_no_memory_are_refused_before_the_model_loads(settings):

@@ -291,7 +291,7 @@ def test_a_prompt_longer_than_the_context_is_still_refused_with_chunking(model):
         ({"max_num_batched_tokens": 4, "max_num_seqs": 8}, ValueError, "below max_num_seqs=8"),
         ({"enable_chunked_prefill": "yes"}, ValueError, "True or False, got 'yes'"),
         ({"enable_chunked_prefill": 1}, ValueError, "True or False, got 1"),
-        ({"long_prefill_token_threshold": -1}, ValueError, "at least 0, got -1"),
+        ({"long_prefill_token_threshold": -1}, ValueError, "from 0 to 2,147,483,647, got -1"),
         ({"long_prefill_token_threshold": 8}, ValueError, "--enable-chunked-prefill"),
     ],
 )

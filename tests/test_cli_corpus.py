@@ -238,6 +238,16 @@ def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would
     assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
     for engine_flag in ("--block-size", "--num-gpu-blocks", "--enable-chunked-prefill"):
         assert ("tui", "--trace", engine_flag) in found  # a replay runs nothing new
+    for command in ("generate", "trace record", "tui"):  # speculation drafts for one sequence
+        for several in ("--beam-width", "--n"):
+            assert (command, "--speculative-config", several) in found
+
+
+def test_speculation_beside_one_sample_is_not_refused():
+    """``--n 1`` is one sequence a request: speculation drafts for it."""
+    cli.build_parser().parse_args(
+        ["generate", "--prompt", "Emma", "--n", "1", "--speculative-config", '{"method":"ngram"}']
+    )
 
 
 @pytest.mark.parametrize(
@@ -402,3 +412,29 @@ def test_bench_knows_which_benchmarks_read_each_option():
 )
 def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, argv):
     assert_usage_error(argv, capsys, argv[-2], "leave")
+
+
+def a_failing_demo(args):
+    raise RuntimeError("planted failure")
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", " 1", "on"])
+def test_a_traceback_switch_of_no_meaning_is_refused_before_any_work(monkeypatch, capsys, value):
+    monkeypatch.setenv("MINIPAGED_TRACEBACK", value)
+    monkeypatch.setitem(cli.COMMANDS, "demo", a_failing_demo)
+    assert cli.main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "MINIPAGED_TRACEBACK must be 1" in err and err.count("\n") == 1
+    assert "planted failure" not in err
+
+
+@pytest.mark.parametrize("value, shown", [("0", False), ("", False), ("1", True)])
+def test_the_traceback_switch_shows_one_only_when_it_is_1(monkeypatch, capsys, value, shown):
+    monkeypatch.setenv("MINIPAGED_TRACEBACK", value)
+    monkeypatch.setitem(cli.COMMANDS, "demo", a_failing_demo)
+    if shown:
+        with pytest.raises(RuntimeError, match="planted failure"):
+            cli.main(["demo"])
+    else:
+        assert cli.main(["demo"]) != 0
+        assert "planted failure" in capsys.readouterr().err

@@ -104,6 +104,10 @@ CONFIG_EDITS = {
     "another architecture": {"architectures": ["GPT2LMHeadModel"]},
     "missing vocab_size": {"vocab_size": ...},
     "huge vocabulary": {"vocab_size": 10**12},
+    "rope_theta as text": {"rope_theta": "1e4"},
+    "rope_theta of 1": {"rope_theta": 1},
+    "rms_norm_eps infinite": {"rms_norm_eps": float("inf")},
+    "a context past int32": {"max_position_embeddings": 2**31},
     "eos outside the vocabulary": {"eos_token_id": 10**9},
 }
 
@@ -126,7 +130,7 @@ def test_a_bad_config_json_is_a_failure_naming_it(tmp_path, capsys, case):
 def test_a_context_too_long_for_memory_is_refused_before_allocating(tmp_path, capsys):
     model = model_copy(tmp_path)
     config = json.loads((TINY / "config.json").read_text())
-    config["max_position_embeddings"] = 10**15  # the default pool holds one full context
+    config["max_position_embeddings"] = 2**31 - 1  # the default pool holds one full context
     (model / "config.json").write_text(json.dumps(config))
     assert_refused(generate(model), capsys, USAGE, "KV cache would take")
 

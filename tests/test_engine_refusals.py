@@ -74,6 +74,26 @@ BAD_CALLS = {
     "an array": (lambda e: e.add_request(np.array([1, 2])), TypeError, "ids.tolist()"),
     "bytes": (lambda e: e.add_request(b"It is"), TypeError, "a prompt is a string"),
     "a dict without ids": (lambda e: e.add_request({"prompt": "x"}), ValueError, "needs the key"),
+    "a dict with a key nothing reads": (
+        lambda e: e.add_request({"prompt_token_ids": [1, 2], "max_tokens": 3}),
+        ValueError,
+        "holds only 'prompt_token_ids', got also ['max_tokens']",
+    ),
+    "a dict with text beside its ids": (
+        lambda e: e.add_request({"prompt_token_ids": [1], "prompt": "x"}),
+        ValueError,
+        "pass the string itself",
+    ),
+    "a dict of a tensor": (
+        lambda e: e.add_request({"prompt_token_ids": torch.tensor([1, 2])}),
+        TypeError,
+        "ids.tolist()",
+    ),
+    "a list of prompts": (
+        lambda e: e.add_request(["x", {"prompt_token_ids": [1]}]),
+        ValueError,
+        "prompt token ids must be integers",
+    ),
     "a prompt as long as the context": (
         lambda e: e.add_request(too_long(e)),
         ValueError,
@@ -133,6 +153,74 @@ def test_a_bad_call_changes_nothing_and_the_request_in_flight_runs_on(llm, undis
     assert run_to_the_end(engine) == {"a": undisturbed}
 
 
+BAD_GENERATES = {
+    # name: (the prompts and params LLM.generate is given, the exception, words of its message)
+    "a list mixing a bad prompt in": (["It is", "", "x"], None, ValueError, "prompt 1 of 3"),
+    "ids past the vocabulary": ([{"prompt_token_ids": [2048]}], None, ValueError, "[0, 2048)"),
+    "negative ids": ([[[1, -1]]], None, ValueError, "[0, 2048)"),
+    "a dict with a key nothing reads": (
+        ["x", {"prompt_token_ids": [1], "n": 2}],
+        None,
+        ValueError,
+        "prompt 1 of 2: a dict prompt holds only",
+    ),
+    "a list of ints as the prompts": ([[1, 2, 3]][0], None, TypeError, "[[...]]"),
+    "a generator of prompts": ((p for p in ["x"]), None, TypeError, "prompts must be"),
+    "a number as a prompt": (["x", 5], None, TypeError, "prompt 1 of 2"),
+    "params for other prompts": (["x", "y"], [SamplingParams()], ValueError, "1 SamplingParams"),
+    "params as a dict": (["x"], {"max_tokens": 2}, TypeError, "must be a SamplingParams"),
+    "a step callback that is no function": (["x"], "on_step", TypeError, "on_step"),
+    "good prompts while the engine serves its own": (
+        ["It is"],
+        SamplingParams(max_tokens=2),
+        RuntimeError,
+        "1 request(s) in flight ('a')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_GENERATES)
+def test_a_bad_generate_changes_nothing_and_the_request_in_flight_runs_on(llm, undisturbed, case):
+    engine = llm.engine
+    engine.add_request(*IN_FLIGHT)
+    engine.step()
+    prompts, params, error, words = BAD_GENERATES[case]
+    before = state(engine)
+    with pytest.raises(error) as refused:
+        if params == "on_step":
+            llm.generate(prompts, on_step=5)
+        else:
+            llm.generate(prompts, params)
+    assert words in str(refused.value)
+    assert state(engine) == before
+    assert run_to_the_end(engine) == {"a": undisturbed}
+
+
+def test_a_generate_that_raised_inside_leaves_the_engine_as_it_found_it(llm):
+    """An exception from ``on_step`` ends that call: its requests are aborted and their blocks
+    freed, and the next call runs as on a fresh engine."""
+    engine = llm.engine
+    num_free = engine.block_manager.device.num_free
+
+    def interrupt(output):
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        llm.generate(["It is", "Emma"], SamplingParams(max_tokens=4), on_step=interrupt)
+    assert not engine.requests and engine.block_manager.device.num_free == num_free
+    params = SamplingParams(max_tokens=3, seed=1, ignore_eos=True)
+    fresh = LLM("tiny", **POOL).generate(["It is"], params)
+    assert llm.generate(["It is"], params)[0].outputs[0].token_ids == fresh[0].outputs[0].token_ids
+
+
+def test_a_step_on_an_empty_engine_changes_no_block(llm):
+    engine = llm.engine
+    before = engine.block_manager.snapshot()
+    output = engine.step()
+    assert output.new_tokens == {} and output.events == ()
+    assert engine.block_manager.snapshot() == before and not engine.has_unfinished()
+
+
 def test_an_id_of_the_longest_length_is_taken_and_runs(llm):
     from minipaged.request_limits import MAX_REQUEST_ID_LENGTH
 
@@ -151,7 +239,7 @@ def test_an_abort_of_a_finished_request_says_it_finished(llm):
 
 
 def test_max_tokens_zero_is_refused_before_any_request_exists():
-    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1"):
+    with pytest.raises(ValueError, match="max_tokens must be an integer from 1 to"):
         SamplingParams(max_tokens=0)
 
 

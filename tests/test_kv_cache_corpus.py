@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from minipaged.kv_cache import VIEW_BYTES_PER_LAYER, KVCache
+from minipaged.python_numbers import MAX_COUNT
 
 SIZES = {"num_layers": 2, "num_blocks": 4, "num_kv_heads": 2, "block_size": 4, "head_dim": 8}
 
@@ -86,7 +87,7 @@ def test_the_cpu_twins_are_kernels_a_cache_takes():
     assert KVCache(**SIZES, kernels=cuda_kernels.cpu).kernels is cuda_kernels.cpu
 
 
-HUGE = {**{name: 10**12 for name in SIZES}, "num_cpu_blocks": 10**12}
+HUGE = {**{name: MAX_COUNT for name in SIZES}, "num_cpu_blocks": MAX_COUNT}
 
 
 # num_blocks on meta is no case: the device pools hold no values there, and a host block's

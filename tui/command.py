@@ -23,6 +23,7 @@ from minipaged.arguments import (
     requires,
     sampling_value,
     say,
+    speculation_needs_one_sequence,
     text,
 )
 from minipaged.config import settings_of
@@ -116,6 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         requires(needs_prompt, prompt)
     excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
     excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
+    speculation_needs_one_sequence(tui, n, beam)
     engine_flags = [a for a in tui._actions if a.dest in settings_of() and a.dest != "model"]
     for replaced in (prompt, scenario, exercise, *engine_flags):
         excludes(trace, replaced, "--trace replays a recorded run; nothing new is run")
