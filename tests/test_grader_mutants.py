@@ -129,8 +129,9 @@ PINNED = {
         "(1, 0)\nRule: incref and decref move R[p] by one and return it; a block with R[p] > 0 "
         "stays in use",
     ),
-    # It records the incref it made and leaves out the one it did not: the events recorded
-    # are checked first (recorded_events), and what was done shows R[0] = 1 after the fork.
+    # It records the incref it made and leaves out the one it did not. The criterion's own
+    # checks (the child's table) pass, so the event mismatch they held is what it says
+    # (recorded_events.events_checked_last): what was done shows R[0] = 1 after the fork.
     "fork increfs only the last block": (
         "fork_copies_the_table",
         "fork(0, 1) recorded the incref events [Incref(seq=1, logical_index=1, block=1, "
