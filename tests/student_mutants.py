@@ -860,6 +860,91 @@ MUTANTS: tuple[Mutant, ...] = (
         "before = set(lengths)",
         "before |= set(lengths)",
     ),
+    # -- any exercise: state handed out, shared between objects, or changed for the caller ---
+    _m(
+        1,
+        "memory",
+        "M by a float ceiling: wrong once L / B needs more than 53 bits",
+        "return -(-num_tokens // block_size)  # ceiling division in integers: no float rounding",
+        "return math.ceil(num_tokens / block_size)",
+    ),
+    _m(
+        2,
+        "allocator",
+        "refcounts() hands out the allocator's own list, which the caller can change",
+        "return tuple(self._refcounts)",
+        "return self._refcounts",
+    ),
+    _m(
+        2,
+        "allocator",
+        "free_blocks() hands out a live view of the free list",
+        "return tuple(self._free)",
+        "return self._free.keys()",
+    ),
+    _m(
+        2,
+        "allocator",
+        "the free list a mutable default argument, shared by every pool",
+        'def __init__(self, num_blocks: int, pool: str = "device") -> None:',
+        'def __init__(self, num_blocks: int, pool: str = "device", free=OrderedDict()) -> None:',
+        also=(
+            (
+                "self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))",
+                "self._free = free\n"
+                "        self._free.update(OrderedDict.fromkeys(range(num_blocks)))",
+            ),
+        ),
+    ),
+    _m(
+        2,
+        "allocator",
+        "refcounts kept on the class, shared by every pool",
+        "self._refcounts = [0] * num_blocks",
+        "type(self)._refcounts = [0] * max(num_blocks, len(getattr(type(self), '_refcounts', [])))",
+    ),
+    _m(
+        3,
+        "block_manager",
+        "the block tables a class attribute, shared by every manager",
+        "        self.tables: dict[SeqId, BlockTable] = {}\n",
+        "",
+        also=(("class BlockManager:\n", "class BlockManager:\n    tables: dict = {}\n"),),
+    ),
+    _m(
+        7,
+        "attention",
+        "the scale applied to the caller's query in place",
+        "q = query[b]  # [num_heads, head_dim]",
+        "q = query[b].mul_(scale)  # [num_heads, head_dim]",
+        also=(
+            (
+                'scores = torch.einsum("hd,htd->ht", q, k_block) * scale',
+                'scores = torch.einsum("hd,htd->ht", q, k_block)',
+            ),
+        ),
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "the block index a class attribute, shared by every cache",
+        "        self._node_of: dict[int, RadixNode] = {}\n",
+        "",
+        also=(
+            (
+                '    its first chunk; no edge is empty except the root\'s."""\n',
+                '    its first chunk; no edge is empty except the root\'s."""\n\n'
+                "    _node_of: dict[int, RadixNode] = {}\n",
+            ),
+        ),
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "a split empties the children dict it just gave the new edge",
+        "node.children = {tail.chunks[0]: tail}",
+        "node.children.clear()\n        node.children[tail.chunks[0]] = tail",
+    ),
 )
 
 KERNEL_MUTANTS: tuple[Mutant, ...] = (

@@ -480,12 +480,24 @@ def test_an_answer_that_imports_numpy_and_torch_leaves_no_thread_behind(tmp_path
     """Honest code may import numpy and torch in an exercise that needs neither, and compute
     with them: their thread pools start no thread in a grading child (``ONE_THREAD``), so the
     grader, which counts the worker's threads, finds none left (numpy's import and torch's
-    first parallel operation each started one, which failed the call)."""
+    first parallel operation each started one, which failed the call). Asking torch for more
+    threads grows its pool, whose threads are the library's (``library_threads``), not the
+    student's: that call failed as "left 2 threads" before. A thread pool the student's code
+    shuts down (``with ThreadPoolExecutor``) and torch's inter-op pool (``torch.jit.fork``)
+    leave nothing either."""
     folder = submission(
         tmp_path / "numeric",
         logical_block="import numpy, torch\n    torch.ones(1 << 20).add_(1)\n"
         "    numpy.ones((300, 300)) @ numpy.ones((300, 300))\n    return t // block_size",
-        block_offset=RIGHT["block_offset"],
+        block_offset="import torch\n    torch.set_num_threads(3)\n"
+        "    torch.ones(300, 300) @ torch.ones(300, 300)\n    return t % block_size",
+        num_logical_blocks="from concurrent.futures import ThreadPoolExecutor\n"
+        "    with ThreadPoolExecutor(2) as pool:\n"
+        "        return pool.submit(lambda: -(-num_tokens // block_size)).result()",
+        kv_bytes_per_token="import torch\n        torch.jit.wait(torch.jit.fork(torch.mm, "
+        "torch.ones(4, 4), torch.ones(4, 4)))\n        return 2 * self.num_layers * "
+        "self.num_kv_heads * self.head_dim * self.dtype_bytes",
     )
     failed = messages(grade(1, folder))
-    assert "logical_block" not in failed and "block_offset" not in failed, failed
+    graded = ("logical_block", "block_offset", "num_logical_blocks", "kv_bytes_per_token")
+    assert not set(graded) & set(failed), failed

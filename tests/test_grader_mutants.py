@@ -129,8 +129,9 @@ PINNED = {
         "(1, 0)\nRule: incref and decref move R[p] by one and return it; a block with R[p] > 0 "
         "stays in use",
     ),
-    # It records the incref it made and leaves out the one it did not: the events recorded
-    # are checked first (recorded_events), and what was done shows R[0] = 1 after the fork.
+    # It records the incref it made and leaves out the one it did not. The criterion's own
+    # checks (the child's table) pass, so the event mismatch they held is what it says
+    # (recorded_events.events_checked_last): what was done shows R[0] = 1 after the fork.
     "fork increfs only the last block": (
         "fork_copies_the_table",
         "fork(0, 1) recorded the incref events [Incref(seq=1, logical_index=1, block=1, "
@@ -245,3 +246,17 @@ def test_one_cause_under_several_criteria_is_explained_once(tmp_path):
     pointing = [r.name for r in failed if f"Same cause as {explained[0]}" in r.message]
     assert len(explained) == 1 and len(pointing) >= 3
     assert all(r.message.startswith("paged_attention_decode") for r in failed)  # what broke
+
+
+SHARED = [m for m in MUTANTS if "shared by every" in m.bug and m.exercise in (2, 12)]
+"""The mutants that keep an allocator's or a tree's state on the class or in a default
+argument: a second object starts with what the first did."""
+
+
+@pytest.mark.parametrize("mutant", SHARED, ids=lambda m: f"{m.exercise:02d}-{m.bug[:40]}")
+def test_state_shared_between_objects_is_named_as_such(mutant, tmp_path):
+    """Such a bug read as a wrong value of a later call (``cached_blocks(): expected (0, 1),
+    got (0, 1, 2, 5, 7, 8)``); the first criterion now says the objects share their state
+    (``shared_state.expect_own_state``)."""
+    failed = failed_criteria(mutant, tmp_path)
+    assert any("The two share their state" in m for m in failed.values()), failed

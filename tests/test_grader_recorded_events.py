@@ -19,6 +19,10 @@ from minipaged.grader.report import CheckFailed
 from minipaged.grader.witness import DERIVED
 
 
+def _allocate(bm):
+    return "allocate", (0, 9)  # T_0 = [0, 1, 2], the last partly filled
+
+
 def _fork(bm):
     bm.allocate(0, 6)  # T_0 = [0, 1]
     return "fork", (0, 1)
@@ -56,8 +60,8 @@ def _swap_in_a_group(bm):
     return "swap_in", ([0, 1],)
 
 
-SCENES = (_fork, _free_a_sharer, _append_a_fresh_block, _append_with_copy_on_write, _swap_out)
-SCENES += (_swap_in_a_group,)
+SCENES = (_allocate, _fork, _free_a_sharer, _append_a_fresh_block, _append_with_copy_on_write)
+SCENES += (_swap_out, _swap_in_a_group)
 
 
 def _method(scene) -> str:
@@ -168,3 +172,69 @@ def test_an_event_of_a_change_the_call_did_not_make_fails():
 def test_every_method_the_witness_derives_is_checked():
     assert set(KINDS) == set(DERIVED)
     assert {_method(scene) for scene in SCENES} == set(DERIVED)
+
+
+@pytest.mark.parametrize("prefix_caching", ["hash", "radix"])
+def test_an_allocate_that_shares_cached_blocks_is_graded_by_its_increfs(prefix_caching):
+    """A prefix hit shares blocks another table holds (an ``Incref``, R[p] > 1) and takes the
+    rest fresh (an ``Alloc``): the library's events for it pass, and the witness derives the
+    same ones for an ``allocate`` that records none."""
+    from minipaged.grader.witness import witnessed
+
+    prompt = list(range(1, 10))
+    plain, checked = (
+        make(BlockManager(8, 0, block_size=4, watermark=0.0, prefix_caching=prefix_caching))
+        for make in (lambda bm: bm, Checked)
+    )
+    for bm in (plain, checked):
+        bm.allocate(0, 9, prompt)
+        bm.pop_events()
+        bm.allocate(1, 9, prompt)  # raises CheckFailed where graded wrong
+    library = [e for e in plain.pop_events() if e.kind in KINDS["allocate"]]
+    assert [e.kind for e in library] == ["incref", "incref", "alloc"]
+
+    class Silent(BlockManager):
+        def allocate(self, *args):
+            table = super().allocate(*args)
+            self.pop_events()
+            return table
+
+    silent = witnessed(Silent)(8, 0, block_size=4, watermark=0.0, prefix_caching=prefix_caching)
+    silent.allocate(0, 9, prompt)
+    silent.pop_events()
+    silent.allocate(1, 9, prompt)
+    assert sorted(map(repr, silent.pop_events())) == sorted(map(repr, library))
+
+
+def _cow_without_its_record_or_copy(bm, seq):
+    """LostCowCopy's bug, with a wrong record too: the pair it returns and the events it
+    records disagree with what it did."""
+    result = BlockManager.append_slot(bm, seq)
+    bm.pop_events()
+    bm.record(events.CowCopy(1, 6, 1, 0, 9, 2, 1))
+    return type(result)(result.slot)
+
+
+@pytest.mark.parametrize("own_check_fails", [True, False])
+def test_a_criterion_s_own_error_is_shown_before_an_event_mismatch(own_check_fails):
+    """Under ``events_checked_last`` (how the grader runs every criterion) an event mismatch
+    waits: the check's own error about the state is what the student reads, and the mismatch
+    only where the checks found nothing else. Outside it, the mismatch is raised at once."""
+    from minipaged.grader.recorded_events import events_checked_last
+
+    cls = type("BlockManager", (BlockManager,), {"append_slot": _cow_without_its_record_or_copy})
+
+    def check():
+        bm = _manager(cls)
+        bm.allocate(0, 6)
+        bm.fork(0, 1)
+        result = bm.append_slot(1)
+        if own_check_fails and result.cow is None:
+            raise CheckFailed("append_slot(1) returned cow=None")
+
+    with pytest.raises(CheckFailed) as failure, events_checked_last():
+        check()
+    expected = "returned cow=None" if own_check_fails else "recorded the cow-copy events"
+    assert expected in str(failure.value)
+    with pytest.raises(CheckFailed, match="recorded the cow-copy events"):
+        check()

@@ -257,11 +257,15 @@ def limit_resources(memory_gib: float | None, cpu_seconds: int | None) -> None:
 def gpu_problem() -> str:
     """In a child for the GPU criteria, confined and before any student code: ``""`` if torch
     and Numba can both launch work on the GPU here, else why not. Making both CUDA contexts now
-    also keeps their start (a second or so) out of the first criterion's time."""
+    also keeps their start (a second or so) out of the first criterion's time, and starts the
+    threads the driver and cuBLAS keep before the student's code runs, so they are the
+    child's from the start (a helper thread either starts later is a library's, not the
+    student's: ``minipaged.grader.library_threads``)."""
     try:
         import torch
 
-        torch.zeros(1, device="cuda")
+        square = torch.ones(8, 8, device="cuda")
+        (square @ square).sum().item()  # cuBLAS's handle and workspace, made now
         from numba import cuda
 
         cuda.current_context()

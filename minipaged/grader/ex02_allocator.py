@@ -10,6 +10,7 @@ from __future__ import annotations
 from minipaged.block_manager import BlockManager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.shared_state import expect_own_state
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -68,6 +69,12 @@ def check_new_pool_is_all_free(student):
     expect(pool.num_used, 0, "BlockAllocator(4).num_used")
     expect(pool.free_blocks(), (0, 1, 2, 3), "BlockAllocator(4).free_blocks()")
     expect(pool.refcounts(), (0, 0, 0, 0), "BlockAllocator(4).refcounts()")
+    expect_own_state(
+        lambda: student.allocator.BlockAllocator(4),
+        lambda first: first.allocate(),
+        lambda second: (second.free_blocks(), second.refcounts()),
+        "(free_blocks(), refcounts()) of a second BlockAllocator(4) after allocate() on the first",
+    )
 
 
 def check_allocate_takes_the_first_free_block(student):

@@ -14,6 +14,7 @@ import random
 from minipaged.block_manager import BlockManager
 from minipaged.events import PrefixEvict, PrefixHit
 from minipaged.grader.report import CheckFailed, Criterion, expect
+from minipaged.grader.shared_state import expect_own_state
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -74,6 +75,13 @@ def check_empty_cache_matches_nothing(student):
     cache = _cache(student)
     expect(cache.match([1, 2, 3, 4]), [], "match([1, 2, 3, 4]) on an empty tree")
     expect(cache.cached_blocks(), (), "cached_blocks() of an empty tree")
+    expect_own_state(
+        lambda: _cache(student),
+        lambda first: first.insert([1, 2, 3, 4], [5, 6]),
+        lambda second: (second.cached_blocks(), second.match([1, 2, 3, 4])),
+        "(cached_blocks(), match([1, 2, 3, 4])) of a second tree after insert([1, 2, 3, 4], "
+        "[5, 6]) into the first",
+    )
 
 
 def check_insert_caches_full_blocks_only(student):

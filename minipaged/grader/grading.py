@@ -43,6 +43,7 @@ from minipaged.grader.child_errors import (
 from minipaged.grader.delegation import LibraryDelegation, copies
 from minipaged.grader.exercises import exercise
 from minipaged.grader.proxies import Proxy, RemoteStudent
+from minipaged.grader.recorded_events import events_checked_last
 from minipaged.grader.remote import GradingChild
 from minipaged.grader.report import (
     BLOCKED,
@@ -168,7 +169,8 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
             child.start()  # starting is not the criterion's time; importing has its own
         start = time.perf_counter()
         child.start_clock()
-        criterion.check(RemoteStudent(child))
+        with events_checked_last():
+            criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
         message = explained(criterion, error, RemoteStudent(child))
         outcome = BLOCKED if isinstance(error, DeviceUnusable) else FAIL
@@ -207,7 +209,7 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
     start = time.perf_counter()
     outcome, message = PASS, ""
     try:
-        with time_limit(check_seconds):
+        with time_limit(check_seconds), events_checked_last():
             criterion.check(student)
     except (Exception, SystemExit, TimeLimitExceeded) as error:  # not a KeyboardInterrupt
         outcome, message = FAIL, explained(criterion, error, student)

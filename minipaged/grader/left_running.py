@@ -22,7 +22,10 @@ The child adds only words: the Python threads the request started, named with th
 the student's file they run (``threads_left``), which the grader shows where it has them.
 Libraries' thread pools would look like the student's threads when they start or grow (numpy's
 import started one, torch's first parallel operation another), so the child runs them at one
-thread (``ONE_THREAD``), which starts none. Each is given ``GRACE_SECONDS`` to end
+thread (``ONE_THREAD``), which starts none; and a thread a library starts anyway (the student
+asked for more with ``torch.set_num_threads``, ran a Numba ``parallel=True`` function, or
+first used the GPU's driver) is told from the student's by its stack and not counted
+(``minipaged.grader.library_threads``). Each thread counted is given ``GRACE_SECONDS`` to end
 first: the CUDA simulator's threads end just after a launch that raised, a forked copy of the
 child ends as it answers.
 """
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from minipaged.grader.child_errors import ChildGone
+from minipaged.grader.library_threads import library_threads
 from minipaged.grader.process_tree import beside
 
 GRACE_SECONDS = 0.5
@@ -117,11 +121,15 @@ def tasks_left(worker: int, before: frozenset[int] | None, kind: str = "", why: 
     state, ``kind`` after their count and ``why`` after their names (``UNLISTED``); ``""`` for
     none, or where the OS does not list them."""
 
+    pools: set[int] = set()  # a parked pool thread is a library's for good: never run Python
+
     def fresh() -> list[int]:
         now = tasks(worker)
         if now is None or before is None:
             return []
-        return sorted(t for t in now - before if _state(worker, t) not in "ZX")
+        found = [t for t in now - before - pools if _state(worker, t) not in "ZX"]
+        pools.update(library_threads(worker, found))
+        return sorted(set(found) - pools)
 
     found = _waited(fresh)
     if not found:
@@ -133,8 +141,9 @@ def tasks_left(worker: int, before: frozenset[int] | None, kind: str = "", why: 
 
 UNLISTED = (
     " that Python does not list",
-    "; started through ctypes or a C library, grown in a library's pool such as "
-    "torch.set_num_threads, or hidden from the grading process's own look",
+    "; started through ctypes or a C library, or hidden from the grading process's own look "
+    "(a library's own pool, grown by torch.set_num_threads, is not counted where the grader "
+    "can read what its threads run)",
 )
 """How ``tasks_left`` names the threads it found where the child named none."""
 

@@ -48,6 +48,20 @@ def table_copy(table: BlockTable) -> BlockTable:
     return BlockTable(table.block_size, list(table.blocks), table.num_tokens, table.pool)
 
 
+def _allocate(manager, before: dict, kinds: set[str], result, seq, *_) -> None:
+    """Each block of the new table: an ``Alloc`` where the table is its only holder (R[p] = 1),
+    an ``Incref`` where it shares a cached prefix block."""
+    table = manager.tables.get(seq)
+    if seq in before or table is None:
+        return
+    for j, block in enumerate(table.blocks):
+        refcount = manager.device.refcount(block)
+        if refcount == 1 and "alloc" not in kinds:
+            manager.record(events.Alloc(seq, j, block))
+        elif refcount > 1 and "incref" not in kinds:
+            manager.record(events.Incref(seq, j, block, refcount))
+
+
 def _append_slot(manager, before: dict, kinds: set[str], result, seq, *_) -> None:
     """A block the table gained is an ``Alloc``; a ``cow`` pair is a copy-on-write."""
     old, table = before[seq], manager.tables[seq]
@@ -95,6 +109,7 @@ def _moved(kind: str, event: type) -> Callable:
 
 
 DERIVED: dict[str, Callable] = {
+    "allocate": _allocate,
     "append_slot": _append_slot,
     "fork": _fork,
     "free": _free,
