@@ -53,6 +53,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # test_trace_corpus.py, once it drew fewer traces, fell below test_tui_exercise.py (one run
 # each, niced, on a loaded machine: 35 s of CPU against 59 s and its grading children).
 # test_tui_serve_scale.py's check joined test_tui_serve.py, on one server and one browser.
+# test_tui_exercise.py runs --solution for one exercise, not five (19 s of CPU less): about
+# 40 s, still above test_trace_corpus.py.
 LONGEST_FIRST = (
     "test_exercises.py",
     "test_site_browser.py",
