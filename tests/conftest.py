@@ -52,6 +52,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # and test_tui_projection.py replay recorded runs (29% and 50% less CPU): they went down.
 # test_trace_corpus.py, once it drew fewer traces, fell below test_tui_exercise.py (one run
 # each, niced, on a loaded machine: 35 s of CPU against 59 s and its grading children).
+# test_tui_serve_scale.py's check joined test_tui_serve.py, on one server and one browser.
+# test_tui_exercise.py runs --solution for one exercise, not five (19 s of CPU less): about
+# 40 s, still above test_trace_corpus.py.
 LONGEST_FIRST = (
     "test_exercises.py",
     "test_site_browser.py",
@@ -70,7 +73,6 @@ LONGEST_FIRST = (
     "test_tui_serve.py",
     "test_grader_mutants.py",
     "test_tui.py",
-    "test_tui_serve_scale.py",
     "test_tui_projection.py",
     "test_site_from_disk.py",
     "test_cli_fuzz.py",

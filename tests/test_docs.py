@@ -781,23 +781,29 @@ def test_site_loads_no_external_script_stylesheet_or_font(site: Path) -> None:
 def test_math_and_diagram_pages_load_the_vendored_scripts(site: Path) -> None:
     """mkdocs-material fetches mermaid from a CDN unless window.mermaid already exists when the
     page is ready, so every page with a diagram must load the vendored copy; likewise MathJax.
-    A page without a diagram does not load mermaid's 3 MB (docs/hooks/diagram_script.py)."""
-    needs = {"mermaid": "/mermaid.min.js", "arithmatex": "/tex-svg-full.js"}
+    A page with nothing for one of them to draw does not load its megabytes
+    (docs/hooks/page_scripts.py)."""
+    needs = {
+        "mermaid": ["/mermaid.min.js"],
+        "arithmatex": ["/mathjax-config.js", "/tex-svg-full.js"],  # the settings first
+    }
     seen = dict.fromkeys(needs, 0)
     idle = []
     for page in sorted(site.rglob("*.html")):
         text = page.read_text(encoding="utf-8")
-        scripts = _parse(page).scripts
-        for css_class, script in needs.items():
-            local = [s for s in scripts if s.endswith(script) and not EXTERNAL.match(s)]
+        scripts = [s for s in _parse(page).scripts if not EXTERNAL.match(s)]
+        for css_class, files in needs.items():
+            local = [s for name in files for s in scripts if s.endswith(name)]
             if f'class="{css_class}"' in text:
                 seen[css_class] += 1
-                assert local, f"{page.relative_to(site)} uses {css_class} but not {script}"
-                assert (page.parent / local[0]).resolve().is_file(), f"{local[0]} is missing"
-            elif css_class == "mermaid" and local:
-                idle.append(str(page.relative_to(site)))
+                assert len(local) == len(files) and local == sorted(local, key=scripts.index), (
+                    f"{page.relative_to(site)} uses {css_class} but loads {local}, not {files}"
+                )
+                assert all((page.parent / s).resolve().is_file() for s in local), local
+            elif local:
+                idle.append(f"{page.relative_to(site)} loads {local}")
     assert all(seen.values()), f"expected math and diagrams somewhere in the site: {seen}"
-    assert not idle, f"pages without a diagram load mermaid's script: {idle}"
+    assert not idle, "pages that load a script with nothing to draw:\n" + "\n".join(idle)
 
 
 # -- screenshots of the terminal UI ----------------------------------------------------------

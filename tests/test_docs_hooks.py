@@ -16,7 +16,7 @@ sys.path.insert(0, str(HOOKS))  # the build's hooks import each other by name, a
 import course
 import prose_values
 from code_breaks import with_breaks
-from diagram_script import without_unused_mermaid
+from page_scripts import without_unused_scripts
 from prose_values import ProseValues, cache_key, cached_record, fill, placeholders
 from search_text import plain, tex_to_text
 
@@ -268,13 +268,30 @@ def test_only_math_spans_are_rewritten():
     assert plain("no math here") == "no math here"
 
 
-def test_mermaids_script_stays_only_on_a_page_with_a_diagram():
-    tag = '<script src="../assets/javascripts/vendor/mermaid-11.17.2/mermaid.min.js"></script>\n'
-    other = '<script src="../assets/javascripts/mathjax-config.js"></script>\n'
-    plain_page = f"<article><p>text</p></article>{other}{tag}"
-    assert without_unused_mermaid(plain_page) == f"<article><p>text</p></article>{other}"
-    diagram_page = f'<article><pre class="mermaid">graph TD</pre></article>{other}{tag}'
-    assert without_unused_mermaid(diagram_page) == diagram_page
+MATHJAX = (
+    '<script src="../assets/javascripts/mathjax-config.js"></script>\n'
+    '<script src="../assets/javascripts/vendor/mathjax-3.2.2/tex-svg-full.js"></script>\n'
+)
+MERMAID = '<script src="../assets/javascripts/vendor/mermaid-11.17.2/mermaid.min.js"></script>\n'
+BUNDLE = '<script src="../assets/javascripts/bundle.js"></script>\n'
+MATH = '<div class="arithmatex">\\[x\\]</div>'
+DIAGRAM = '<pre class="mermaid">graph TD</pre>'
+
+
+@pytest.mark.parametrize(
+    ("body", "kept"),
+    [
+        ("<p>text</p>", ""),
+        (MATH, MATHJAX),
+        (DIAGRAM, MERMAID),
+        (MATH + DIAGRAM, MATHJAX + MERMAID),
+    ],
+    ids=["neither", "math", "diagram", "both"],
+)
+def test_mathjax_and_mermaid_stay_only_on_a_page_that_draws_with_them(body, kept):
+    """MathJax's settings go with MathJax; the theme's own scripts always stay."""
+    page = f"<article>{body}</article>{BUNDLE}{MATHJAX}{MERMAID}"
+    assert without_unused_scripts(page) == f"<article>{body}</article>{BUNDLE}{kept}"
 
 
 @pytest.mark.parametrize(

@@ -93,16 +93,23 @@ def ptxas() -> Path:
     return path
 
 
-@pytest.fixture
-def compile_ptx(monkeypatch):
-    """``compile_ptx(kernel, sig, cc) -> ptx``. A kernel that calls a device function asks the
-    current device for its compute capability; without a GPU, answer with the target's."""
+@pytest.fixture(scope="module")
+def compile_ptx():
+    """``compile_ptx(kernel, sig, cc) -> ptx``, compiled once per kernel, signature and target in
+    this module: the tests below that read a kernel's PTX for what it holds (warp shuffles, the
+    compiler's release) read the PTX the assembler already checked, not a second compile of it.
+    A kernel that calls a device function asks the current device for its compute capability;
+    without a GPU, answer with the target's."""
+    compiled: dict[tuple, str] = {}
 
     def compile_for(kernel, sig: str, cc: tuple[int, int]) -> str:
-        fake_device = type("FakeDevice", (), {"compute_capability": cc})()
-        monkeypatch.setattr(dispatcher, "get_current_device", lambda: fake_device)
-        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
-        return ptx
+        key = (kernel.py_func, sig, cc)
+        if key not in compiled:
+            fake_device = type("FakeDevice", (), {"compute_capability": cc})()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(dispatcher, "get_current_device", lambda: fake_device)
+                compiled[key], _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+        return compiled[key]
 
     return compile_for
 

@@ -32,7 +32,7 @@ from test_site_browser import (  # noqa: F401 (its checks, collected here too)
     failures,
     launched_chromium,
     other_width,
-    test_a_formula_wider_than_its_box_scrolls_and_shows_that_more_follows,
+    test_a_formula_or_code_block_wider_than_its_box_scrolls_and_shows_that_more_follows,
     test_every_equation_is_drawn_with_a_real_size,
     test_every_figure_is_readable_in_the_dark_scheme,
     test_every_image_says_in_words_what_it_shows,

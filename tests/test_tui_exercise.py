@@ -1,7 +1,8 @@
-"""``minipaged tui --exercise N`` runs, headless, for every N its help names: on the library's
-solution and on a folder ``exercises init`` made, filled with the solution as a student would
-hand it in; without the student's code it shows one screen that says what to write and how to
-start. Each run records a grading child's run of the model, so this file takes minutes.
+"""``minipaged tui --exercise N`` runs, headless, for every N its help names, on a folder
+``exercises init`` made, filled with the solution as a student would hand it in (and with
+``--solution``, the library's own code, for one N); without the student's code it shows one
+screen that says what to write and how to start. Each run records a grading child's run of
+the model, so this file takes minutes.
 """
 
 from __future__ import annotations
@@ -59,10 +60,16 @@ def shoot(tmp_path: Path, capsys, *flags: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("number", HELPED)
-def test_tui_exercise_runs_the_solution(number, tmp_path, capsys):
+def test_tui_exercise_runs_the_solution(tmp_path, capsys):
+    """``--solution`` is one path for every exercise: the grading child loads the library's
+    modules as the student's code (``tests/test_exercises.py`` grades every exercise's solution
+    that way) and runs the exercise's scenario (run for every exercise the help names by the
+    folder test below). So one exercise, the last, shows the flag reaches the run: a grading
+    child that looked for a student's folder instead would stop with nothing to run."""
+    number = HELPED[-1]
     svg = shoot(tmp_path, capsys, "--exercise", str(number), "--solution", "--steps", "1000")
-    assert "[the solution]" in screen_text(svg)
+    text = screen_text(svg)
+    assert "[the solution]" in text and "your code" not in text
 
 
 SWAP = """seqs = [seqs] if isinstance(seqs, int) else list(seqs)

@@ -22,6 +22,7 @@ import pytest
 
 from minipaged.checkpoint import model_directory
 from minipaged.cli import build_parser
+from minipaged.cli import main as cli_main
 from tui.command import tui_parser
 from tui.origins import allowed_origin
 from tui.serve import (
@@ -258,36 +259,87 @@ def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
     assert "refused a websocket from a page of http://evil.example" in log
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium)")
-@pytest.mark.skipif(
-    not (model_directory("tiny") / "model.safetensors").is_file(),
-    reason="the embedded tiny model is not built (python -m minipaged.train)",
-)
-def test_headless_chromium_shows_the_app_served_from_this_host_alone(tmp_path):
+# -- the served app in headless Chromium: one server and one browser for these checks ---------
+
+VIEWPORT = {"width": 1024, "height": 640}
+MOST_MEAN_DIFFERENCE = 8.0
+"""Mean |grey level difference| (of 255) below which two pictures show the same screen: with
+the ratio reported as 1 it measured 1.7; without, the quarter-app picture 20.6."""
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory) -> tuple[int, dict[int, tuple[Path, set[str]]]]:
+    """``minipaged tui --serve --trace run.jsonl`` opened in headless Chromium in two tabs, at
+    device-pixel ratios 1 and 2: the port it served on, and each ratio's screenshot and the
+    hosts its tab fetched from.
+    Served as a replay, each tab shows the same still screen once its steps are read; a live
+    tab runs the same page, client and server (only the app in its process differs), so the
+    checks below hold for it too, and one server, one browser and two tabs cost what three
+    servers' apps, two browsers and a second model run did."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium here (apt-get install chromium)")
+    if not (model_directory("tiny") / "model.safetensors").is_file():
+        pytest.skip("the embedded tiny model is not built (python -m minipaged.train)")
     playwright = pytest.importorskip("playwright.sync_api")
     pytest.importorskip("textual_serve")
+    folder = tmp_path_factory.mktemp("served")
+    trace = folder / "run.jsonl"
+    args = ["trace", "record", str(trace), "--prompt", "Elizabeth", "--max-tokens", "6"]
+    assert cli_main(args) == 0
     port = free_port()
-    with served(port):
-        hosts: set[str] = set()
-        received: list[str] = []
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("request", lambda request: hosts.add(urlparse(request.url).netloc))
+    found = {}
+    with served(port, "--trace", str(trace)), playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for scale in (1, 2):
+            found[scale] = shot(browser, port, scale, folder / f"{scale}x.png")
+        browser.close()
+    return port, found
 
-            def on_socket(ws) -> None:
-                ws.on("framereceived", lambda frame: received.append(str(frame)))
 
-            page.on("websocket", on_socket)
-            page.goto(f"http://127.0.0.1:{port}/")
-            deadline = time.monotonic() + 90
-            while "physical blocks" not in "".join(received):
-                assert time.monotonic() < deadline, "the app's screen never arrived"
-                page.wait_for_timeout(250)
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(tmp_path / "served.png"))
-            browser.close()
+def shot(browser, port: int, scale: int, path: Path) -> tuple[Path, set[str]]:
+    """The served app's screen in a new tab at device-pixel ratio ``scale``, saved at ``path``,
+    and the hosts the tab fetched anything from."""
+    page = browser.new_page(viewport=VIEWPORT, device_scale_factor=scale)
+    hosts: set[str] = set()
+    received: list[str] = []
+    page.on("request", lambda request: hosts.add(urlparse(request.url).netloc))
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: received.append(str(f))))
+    page.goto(f"http://127.0.0.1:{port}/")
+    deadline = time.monotonic() + 90
+    while "physical blocks" not in "".join(received):
+        assert time.monotonic() < deadline, "the app's screen never arrived"
+        page.wait_for_timeout(250)
+    page.wait_for_timeout(3000)  # a replay: every step is known, the screen is still
+    page.screenshot(path=str(path))
+    page.close()
+    return path, hosts
+
+
+@pytest.mark.slow
+def test_headless_chromium_shows_the_app_served_from_this_host_alone(screens):
+    port, shots = screens
+    for _, hosts in shots.values():
         assert hosts == {f"127.0.0.1:{port}"}, hosts
+
+
+@pytest.mark.slow
+def test_the_served_app_shows_whole_at_a_device_pixel_ratio_of_2(screens):
+    """textual-serve 1.1.3's terminal sizes its canvases in CSS pixels but draws its glyphs at
+    the device's resolution, so at a ratio of 2 (a HiDPI or Retina screen) only the top-left
+    quarter of the app showed (found with headless Chromium at deviceScaleFactor 2, 33 §5).
+    ``tui/templates/app_index.html`` reports a ratio of 1 to it; the browser scales the drawing
+    up. The same screen at ratios 1 and 2, the second scaled down, differ little; a quarter of
+    the app, drawn twice as large, differs from the whole everywhere."""
+    image = pytest.importorskip("PIL.Image")
+    from PIL import ImageChops, ImageStat
+
+    _, shots = screens
+    one = image.open(shots[1][0]).convert("L")
+    two = image.open(shots[2][0]).convert("L")
+    assert two.size == (2 * VIEWPORT["width"], 2 * VIEWPORT["height"])
+    two = two.resize(one.size, image.Resampling.BOX)
+    difference = ImageStat.Stat(ImageChops.difference(one, two)).mean[0]
+    assert difference < MOST_MEAN_DIFFERENCE, difference
 
 
 def test_the_readme_says_what_serve_binds_and_what_host_exposes():
