@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # annotations only: the scheduler, and exercise 05's grading child, load
+    import torch  # this module without paying for torch's import (seconds)
 
-from minipaged.sampling import SamplingParams
+    from minipaged.sampling import SamplingParams
 
 
 class Status(enum.Enum):

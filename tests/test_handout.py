@@ -5,6 +5,7 @@ grades it, a missing extra is named with what to install, and a system without `
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -108,22 +109,44 @@ def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def hidden(module: str, *argv: str) -> str:
-    """A program that runs ``minipaged *argv`` as if ``module`` were not installed."""
-    return (
-        f"import sys; sys.modules[{module!r}] = None\n"
-        f"from minipaged.cli import main\nsys.exit(main({list(argv)!r}))"
-    )
+HIDDEN = """import contextlib, io, json, sys
+sys.modules[{module!r}] = None
+from minipaged.cli import main
+ran = []
+for argv in {commands!r}:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as stopped:
+            status = stopped.code
+    ran.append((status, out.getvalue(), err.getvalue()))
+sys.__stdout__.write(json.dumps(ran))
+"""
+
+
+def hidden(module: str, cwd: Path, *commands: list[str]) -> list[tuple[int, str, str]]:
+    """``minipaged *argv`` for each of ``commands``, in order, in one interpreter where
+    ``module`` is not installed: each one's exit status, stdout and stderr. One interpreter
+    for all of them (not one each) spares starting Python and the library again; an exception
+    that escapes ``main`` ends it, and is caught here as its traceback."""
+    done = run_python(HIDDEN.format(module=module, commands=[list(c) for c in commands]), cwd)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [tuple(run) for run in json.loads(done.stdout)]
 
 
 def test_without_numba_init_and_check_say_what_to_install(tmp_path):
-    done = run_python(hidden("numba", "exercises", "init", "8", "ex08"), tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert 'needs numba, which is not installed here: pip install "minipaged[cuda]"' in done.stdout
-    done = run_python(hidden("numba", "exercises", "check", "8", "--path", "ex08"), tmp_path)
-    assert done.returncode == 1, done.stderr
-    assert done.stdout.count('pip install "minipaged[cuda]"') == len(EXERCISES[8].criteria())
-    assert "No module named" not in done.stdout
+    (init, check) = hidden(
+        "numba",
+        tmp_path,
+        ["exercises", "init", "8", "ex08"],
+        ["exercises", "check", "8", "--path", "ex08"],
+    )
+    assert init[0] == 0, init
+    assert 'needs numba, which is not installed here: pip install "minipaged[cuda]"' in init[1]
+    assert check[0] == 1, check
+    assert check[1].count('pip install "minipaged[cuda]"') == len(EXERCISES[8].criteria())
+    assert "No module named" not in check[1]
 
 
 def test_the_cuda_extra_installs_what_the_kernel_exercises_need():
@@ -137,14 +160,19 @@ def test_the_cuda_extra_installs_what_the_kernel_exercises_need():
 
 def test_without_resource_init_and_list_work_and_check_is_refused_in_one_line(tmp_path):
     """Windows has no ``resource`` module."""
-    done = run_python(hidden("resource", "exercises", "init", "1", "ex01"), tmp_path)
-    assert done.returncode == 0, done.stderr
+    (init, listed, check) = hidden(
+        "resource",
+        tmp_path,
+        ["exercises", "init", "1", "ex01"],
+        ["exercises", "list"],
+        ["exercises", "check", "1", "--path", "ex01"],
+    )
+    assert init[0] == 0, init
     assert (tmp_path / "ex01" / "memory.py").is_file()
-    assert run_python(hidden("resource", "exercises", "list"), tmp_path).returncode == 0
-    done = run_python(hidden("resource", "exercises", "check", "1", "--path", "ex01"), tmp_path)
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "in WSL on Windows" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert listed[0] == 0, listed
+    assert check[0] == 2, check
+    assert check[2].count("\n") == 1 and "in WSL on Windows" in check[2]
+    assert "Traceback" not in check[2]
 
 
 @pytest.mark.slow
