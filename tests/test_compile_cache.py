@@ -2,9 +2,11 @@
 version of a file the twin inlined (``cuda_kernels.cpu.compile_cache``).
 
 The end-to-end test edits a helper in a copy of the package, the way a student would, and runs
-a twin in fresh processes before and after: the second process must compute what the edited
-helper says, without anyone deleting a cache file, and a third, with nothing edited, must load
-the twin from the cache rather than compile it again.
+a cached function that inlines it (as every twin does) in fresh processes before and after: the
+second process must compute what the edited helper says, without anyone deleting a cache file,
+and a third, with nothing edited, must load the function from the cache rather than compile it
+again. Every cached function of the package, twins and their one-thread copies, keeps its cache
+under the package's stamp, which is what makes that true of each.
 """
 
 from __future__ import annotations
@@ -25,27 +27,39 @@ from cuda_kernels.cpu.compile_cache import PACKAGE, package_stamp
 FP8_DECODE = "scratch[d] = half_to_float(bits) * fields.multiplier"
 """The line of ``cuda_kernels/fp8.py`` where a twin turns an FP8 byte into its float32 value."""
 
-RUN_TWIN = """
+PROBE = """
+from numba import njit
+
+from cuda_kernels.fp8 import decoded_row
+
+
+@njit(cache=True)
+def decode(row, fields, scratch):
+    return decoded_row(row, fields, scratch)
+"""
+"""A cached function of the package that inlines the FP8 decoder as every twin does
+(``decoded_row``'s overload, ``inline="always"``), written into the copy as
+``cuda_kernels/cpu/decode_probe.py``. It stands in for a twin in the end-to-end test: which
+cache a function of the package reads is its locator's choice, the same for every function of
+the package (``test_a_twins_cache_files_are_named_for_the_stamp`` checks the twins use it), and
+it compiles in about a second where the v1 twin took seven, twice a run."""
+
+RUN_PROBE = """
 import json, sys
+import numpy as np
 import torch
 import cuda_kernels
-from cuda_kernels import cpu
-from cuda_kernels.cpu.launch import serial
-from cuda_kernels.cpu.paged_attention import paged_attention_v1
+from cuda_kernels.cpu.decode_probe import decode
+from cuda_kernels.fp8 import decode_fields
 
 assert cuda_kernels.__file__.startswith(sys.argv[1]), cuda_kernels.__file__
-torch.set_num_threads(1)
-ones = torch.ones(1, 1, 4, 8).to(torch.float8_e4m3fn)  # [blocks, N_KV, B, d_h]: k = v = 1
-out = cpu.paged_attention_decode(
-    torch.ones(1, 1, 8), ones, ones.clone(), torch.zeros(1, 1, dtype=torch.int32),
-    torch.tensor([3], dtype=torch.int32), 1.0, 4,
-    k_scale=torch.ones(1), v_scale=torch.ones(1),
-)
-stats = serial(paged_attention_v1).stats
-print(json.dumps({"out": out.flatten().tolist(), "hits": sum(stats.cache_hits.values())}))
+one = torch.ones(8).to(torch.float8_e4m3fn).view(torch.uint8).numpy()  # [d_h] FP8 bytes of 1
+out = decode(one, decode_fields(torch.float8_e4m3fn), np.empty(8, np.float32))
+print(json.dumps({"out": out.tolist(), "hits": sum(decode.stats.cache_hits.values())}))
 """
-"""A fresh process that runs the v1 twin on FP8 pools holding 1 everywhere (so its output is 1
-everywhere), and prints the output and how many of its compilations came from the cache."""
+"""A fresh process that decodes an FP8 row holding 1 everywhere through the probe (so its
+output is 1 everywhere), and prints the output and how many of its compilations came from the
+cache."""
 
 
 def copy_of_the_package(tmp_path: Path) -> Path:
@@ -55,11 +69,11 @@ def copy_of_the_package(tmp_path: Path) -> Path:
     return copy
 
 
-def run_twin(root: Path) -> dict:
+def run_probe(root: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     env["PYTHONPATH"] = str(root)  # the copy, ahead of the installed package
     result = subprocess.run(
-        [sys.executable, "-c", RUN_TWIN, str(root)],
+        [sys.executable, "-c", RUN_PROBE, str(root)],
         cwd=root,
         env=env,
         capture_output=True,
@@ -70,20 +84,20 @@ def run_twin(root: Path) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.slow  # three fresh processes, two of which compile the twin: about 50 s
-def test_an_edit_to_an_inlined_helper_reaches_a_cached_twin(tmp_path):
+def test_an_edit_to_an_inlined_helper_reaches_a_cached_function(tmp_path):
     copy = copy_of_the_package(tmp_path)
-    assert run_twin(tmp_path)["out"] == [1.0] * 8  # compiled, and written to the cache
+    (copy / "cpu" / "decode_probe.py").write_text(PROBE)
+    assert run_probe(tmp_path)["out"] == [1.0] * 8  # compiled, and written to the cache
 
     fp8 = copy / "fp8.py"
     source = fp8.read_text()
     assert source.count(FP8_DECODE) == 1
     fp8.write_text(source.replace(FP8_DECODE, f"{FP8_DECODE} * np.float32(2.0)"))
-    edited = run_twin(tmp_path)
-    assert edited["out"] == [2.0] * 8, "the twin ran the cached code of the helper before its edit"
+    edited = run_probe(tmp_path)
+    assert edited["out"] == [2.0] * 8, "the cache served the code of the helper before its edit"
     assert edited["hits"] == 0
 
-    again = run_twin(tmp_path)  # nothing edited since: the cache serves the twin
+    again = run_probe(tmp_path)  # nothing edited since: the cache serves the function
     assert again == {"out": [2.0] * 8, "hits": 1}
 
 
@@ -113,6 +127,23 @@ def test_a_twins_cache_files_are_named_for_the_stamp():
     it compares stamps, and an old one can name a class the package no longer has (when an
     experiment replaced the twins' ``DecodeFields`` named tuple, every twin failed to load
     its cache with ``AttributeError`` instead of compiling afresh)."""
-    from cuda_kernels.cpu.paged_attention import attend
+    import importlib
+    import pkgutil
 
-    assert package_stamp()[:16] in attend._cache._cache_file._index_name
+    import numba
+
+    import cuda_kernels.cpu
+    from cuda_kernels.cpu.launch import serial
+
+    cached = {}  # every function of the twins' modules that Numba caches on disk
+    for module in pkgutil.iter_modules(cuda_kernels.cpu.__path__, "cuda_kernels.cpu."):
+        for name, value in vars(importlib.import_module(module.name)).items():
+            if not isinstance(value, numba.core.registry.CPUDispatcher):
+                continue
+            if not isinstance(value._cache, numba.core.caching.NullCache):  # cache=True
+                cached[name] = value
+                if value.targetoptions.get("parallel"):
+                    cached[f"{name}, on one thread"] = serial(value)  # what one thread runs
+    assert {"attend", "paged_attention_v1", "paged_attention_v1, on one thread"} <= set(cached)
+    for name, twin in cached.items():
+        assert package_stamp()[:16] in twin._cache._cache_file._index_name, name
