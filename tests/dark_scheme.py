@@ -4,21 +4,25 @@ The figures (docs/figures.py's charts, the TUI's screenshots) draw black text an
 transparent ground, for a white page: on slate's near-black page they vanish. So every image of
 a page must sit on a light backdrop (extra.css gives one), and every mermaid diagram, which
 the theme colours from the scheme's own variables, must draw its text and lines with enough
-contrast against what lies behind them. ``IN_SLATE`` switches a loaded page to slate, measures
-and switches it back; ``unreadable`` reads what it measured."""
+contrast against what lies behind them. The shadow that tells a reader a code block, formula
+or table scrolls sideways (extra.css) must show against its box's ground in either scheme.
+``IN_SLATE`` measures the cues in the page's light scheme, switches it to slate, measures
+everything again and switches it back; ``unreadable`` reads what it measured."""
 
 from __future__ import annotations
 
 # WCAG 2's least contrast for large text and for the lines of a graphic (1.4.11).
 MIN_CONTRAST = 3.0
+# A scroll cue, the shadow at the edge of a box that scrolls sideways, against the box's
+# ground: the light scheme's black shadow reads 2.4 on white and on its grey code; in slate
+# the same black shadow on near-black code read 1.2, a cue nobody sees.
+MIN_CUE_CONTRAST = 2.0
 # Below this relative luminance a backdrop is dark: black ink on it cannot be read.
 DARK = 0.4
 
 IN_SLATE = """async () => {
   const body = document.body;
   const scheme = body.getAttribute("data-md-color-scheme");
-  body.setAttribute("data-md-color-scheme", "slate");
-  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
   const rgba = s => { const m = (s || "").match(/[\\d.]+/g); return m ? m.map(Number) : null; };
   const opaque = c => c && (c.length < 4 || c[3] > 0.5);
   const luminance = ([r, g, b]) => {
@@ -38,6 +42,35 @@ IN_SLATE = """async () => {
     return [255, 255, 255];
   };
   const article = document.querySelector("article");
+  // The shadow at the edge of a box that scrolls sideways (extra.css): its colour laid over
+  // the box's ground at the edge, against that ground. Read for every such box, whether or not
+  // it overflows at this width: its style is the same at every width.
+  const SCROLLERS = {"pre > code": "code block", "div.arithmatex": "formula",
+                     ".md-typeset__scrollwrap": "table"};
+  const faintCues = name => {
+    const faint = new Set();
+    for (const [selector, what] of Object.entries(SCROLLERS)) {
+      for (const e of article.querySelectorAll(selector)) {
+        const image = getComputedStyle(e).backgroundImage;
+        const at = image.indexOf("radial-gradient(");
+        const shadow = at < 0 ? null : rgba(image.slice(at).match(/rgba?\\([^)]*\\)/)[0]);
+        if (!shadow) continue;  // no cue at all: test_site_browser's uncued check says so
+        const ground = backdrop(e), alpha = shadow.length > 3 ? shadow[3] : 1;
+        const edge = ground.slice(0, 3).map((g, i) => alpha * shadow[i] + (1 - alpha) * g);
+        const ratio = contrast(edge, ground);
+        if (ratio < MIN_CUE_CONTRAST) faint.add(`${what} at ${ratio.toFixed(2)} in ${name}`);
+      }
+    }
+    return [...faint];
+  };
+  const cues = faintCues("light");
+  // The theme fades code's background to the new scheme's over 125 ms: switched with no
+  // fading, the colours read are the ones a reader sees a moment later.
+  const still = document.head.appendChild(document.createElement("style"));
+  still.textContent = "* { transition: none !important }";
+  body.setAttribute("data-md-color-scheme", "slate");
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  cues.push(...faintCues("slate"));
   const page = backdrop(article);
   const images = [...article.querySelectorAll("img")].map(img => ({
     src: img.currentSrc || img.src, luminance: luminance(backdrop(img)),
@@ -80,8 +113,9 @@ IN_SLATE = """async () => {
   }
   if (scheme === null) body.removeAttribute("data-md-color-scheme");
   else body.setAttribute("data-md-color-scheme", scheme);
-  return {images, diagrams};
-}""".replace("MIN_CONTRAST", str(MIN_CONTRAST))
+  still.remove();
+  return {images, diagrams, cues};
+}""".replace("MIN_CONTRAST", str(MIN_CONTRAST)).replace("MIN_CUE_CONTRAST", str(MIN_CUE_CONTRAST))
 
 
 def unreadable(found: dict) -> list[str]:
@@ -96,4 +130,5 @@ def unreadable(found: dict) -> list[str]:
         for n, problems in enumerate(found["diagrams"])
         if problems
     ]
-    return dark + faint
+    cues = [f"the scroll cue of a {cue}" for cue in found.get("cues", [])]
+    return dark + faint + cues

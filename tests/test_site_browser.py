@@ -436,8 +436,10 @@ def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
 
 
 def test_every_figure_is_readable_in_the_dark_scheme(visits) -> None:
-    """Each page once in Material's slate scheme: images on a light backdrop, and each mermaid
-    diagram's text and lines in contrast with what lies behind them (tests/dark_scheme.py)."""
+    """Each page once in Material's slate scheme: images on a light backdrop, each mermaid
+    diagram's text and lines in contrast with what lies behind them, and the shadow that says a
+    box scrolls sideways visible on its ground, in both schemes (tests/dark_scheme.py). A black
+    shadow on slate's near-black code and page read 1.2 and 1.1: a cue nobody sees."""
     bad = failures(
         [v for v in visits if "slate" in v.found],
         lambda v: "; ".join(unreadable(v.found["slate"])) or None,
@@ -705,7 +707,17 @@ def test_the_image_and_search_checks_flag_what_they_are_for() -> None:
 DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
   body[data-md-color-scheme="slate"] { background-color: #1e2129 }
   body[data-md-color-scheme="slate"] img.carded { background-color: #fff }
+  /* Scroll cues: a shadow at the left edge over the box's ground, black in both schemes on
+     the code block (lost on slate's dark code), the scheme's light ink on the formula. */
+  pre > code, div.arithmatex { display: block; overflow-x: auto; --ink: rgba(0, 0, 0, 0.35);
+    background: radial-gradient(farthest-side at 0 50%, var(--ink), transparent)
+      left center / 1em 100% no-repeat, #f5f5f5 }
+  body[data-md-color-scheme="slate"] pre > code { background-color: #272a35 }
+  body[data-md-color-scheme="slate"] div.arithmatex {
+    background-color: #272a35; --ink: rgba(226, 228, 233, 0.32) }
 </style></head><body><article>
+<pre><code>a code block</code></pre>
+<div class="arithmatex">a formula</div>
 <img alt="a chart in black ink" src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
 <img alt="the same on a card" class="carded"
   src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
@@ -723,12 +735,15 @@ DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
 
 
 def test_the_dark_scheme_check_finds_black_ink_on_the_dark_page(browser, tmp_path) -> None:
-    """An image without a light card, a diagram label and a line in black on the dark page:
-    flagged; a light label, black text on a white node and an image on a card: not."""
+    """An image without a light card, a diagram label and a line in black on the dark page,
+    and a code block's black scroll cue on dark code: flagged; a light label, black text on a
+    white node, an image on a card and a light cue on a formula: not. Both cues are seen in
+    the light scheme."""
     (tmp_path / "dark.html").write_text(DARK_PLANTED, encoding="utf-8")
     _, widened = visit_all(browser, tmp_path.as_uri() + "/", [("dark.html", PHONE)])
     problems = unreadable(widened.found["slate"])
-    assert len(problems) == 2, problems
+    assert len(problems) == 3, problems
     assert "on a dark backdrop" in problems[0]
     assert '"black label"' in problems[1] and "a path (line)" in problems[1]
     assert "light label" not in problems[1] and "white node" not in problems[1]
+    assert re.fullmatch(r"the scroll cue of a code block at 1\.\d\d in slate", problems[2])
