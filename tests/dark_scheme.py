@@ -4,10 +4,12 @@ The figures (docs/figures.py's charts, the TUI's screenshots) draw black text an
 transparent ground, for a white page: on slate's near-black page they vanish. So every image of
 a page must sit on a light backdrop (extra.css gives one), and every mermaid diagram, which
 the theme colours from the scheme's own variables, must draw its text and lines with enough
-contrast against what lies behind them. The shadow that tells a reader a code block, formula
-or table scrolls sideways (extra.css) must show against its box's ground in either scheme.
-``IN_SLATE`` measures the cues in the page's light scheme, switches it to slate, measures
-everything again and switches it back; ``unreadable`` reads what it measured."""
+contrast against what lies behind them. In either scheme the article's text must stand out
+from what it sits on (an inline colour chosen for one scheme can vanish in the other), and
+the shadow that tells a reader a code block, formula or table scrolls sideways (extra.css)
+must show against its box's ground. ``IN_SLATE`` measures the text and the cues in the page's
+light scheme, switches it to slate, measures everything again and switches it back;
+``unreadable`` reads what it measured."""
 
 from __future__ import annotations
 
@@ -64,6 +66,35 @@ IN_SLATE = """async () => {
     }
     return [...faint];
   };
+  // The article's text against what it sits on, its colour's alpha laid over that ground. The
+  // diagrams are read below; MathJax draws formulas in the text's own colour.
+  const faintText = name => {
+    const grounds = new Map();
+    const ground = e => {
+      if (!grounds.has(e)) {
+        const c = rgba(getComputedStyle(e).backgroundColor);
+        const parent = e.parentElement;
+        grounds.set(e, opaque(c) ? c : parent ? ground(parent) : [255, 255, 255]);
+      }
+      return grounds.get(e);
+    };
+    const faint = new Set();
+    for (const e of article.querySelectorAll("*")) {
+      const own = [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join("");
+      if (!own.trim() || e.closest("svg, mjx-container, .mermaid")) continue;
+      const style = getComputedStyle(e);
+      if (style.visibility === "hidden" || style.opacity === "0" || !e.getClientRects().length)
+        continue;  // not shown (a heading's link mark shows on hover only)
+      const color = rgba(style.color), under = ground(e);
+      const alpha = color.length > 3 ? color[3] : 1;
+      const ink = under.slice(0, 3).map((g, i) => alpha * color[i] + (1 - alpha) * g);
+      const ratio = contrast(ink, under);
+      if (ratio < MIN_CONTRAST && faint.size < 3)
+        faint.add(`"${own.trim().slice(0, 30)}" at ${ratio.toFixed(2)} in ${name}`);
+    }
+    return [...faint];
+  };
+  const text = faintText("light");
   const cues = faintCues("light");
   // The theme fades code's background to the new scheme's over 125 ms: switched with no
   // fading, the colours read are the ones a reader sees a moment later.
@@ -72,6 +103,7 @@ IN_SLATE = """async () => {
   body.setAttribute("data-md-color-scheme", "slate");
   await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
   cues.push(...faintCues("slate"));
+  text.push(...faintText("slate"));
   const page = backdrop(article);
   const images = [...article.querySelectorAll("img")].map(img => ({
     src: img.currentSrc || img.src, luminance: luminance(backdrop(img)),
@@ -115,7 +147,7 @@ IN_SLATE = """async () => {
   if (scheme === null) body.removeAttribute("data-md-color-scheme");
   else body.setAttribute("data-md-color-scheme", scheme);
   still.remove();
-  return {images, diagrams, cues};
+  return {images, diagrams, cues, text};
 }""".replace("MIN_CONTRAST", str(MIN_CONTRAST)).replace("MIN_CUE_CONTRAST", str(MIN_CUE_CONTRAST))
 
 
@@ -132,4 +164,5 @@ def unreadable(found: dict) -> list[str]:
         if problems
     ]
     cues = [f"the scroll cue of a {cue}" for cue in found.get("cues", [])]
-    return dark + faint + cues
+    text = [f"text {text}" for text in found.get("text", [])]
+    return dark + faint + cues + text

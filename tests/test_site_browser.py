@@ -435,11 +435,12 @@ def test_every_mermaid_diagram_is_drawn_and_legible(visits) -> None:
     assert not bad, "\n".join(bad)
 
 
-def test_every_figure_is_readable_in_the_dark_scheme(visits) -> None:
+def test_every_page_reads_in_the_light_and_the_dark_scheme(visits) -> None:
     """Each page once in Material's slate scheme: images on a light backdrop, each mermaid
-    diagram's text and lines in contrast with what lies behind them, and the shadow that says a
-    box scrolls sideways visible on its ground, in both schemes (tests/dark_scheme.py). A black
-    shadow on slate's near-black code and page read 1.2 and 1.1: a cue nobody sees."""
+    diagram's text and lines in contrast with what lies behind them; and in both schemes the
+    article's text and the shadow that says a box scrolls sideways, each against its ground
+    (tests/dark_scheme.py). A black shadow on slate's near-black code and page read 1.2 and
+    1.1: a cue nobody sees."""
     bad = failures(
         [v for v in visits if "slate" in v.found],
         lambda v: "; ".join(unreadable(v.found["slate"])) or None,
@@ -705,7 +706,7 @@ def test_the_image_and_search_checks_flag_what_they_are_for() -> None:
 
 
 DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
-  body[data-md-color-scheme="slate"] { background-color: #1e2129 }
+  body[data-md-color-scheme="slate"] { background-color: #1e2129; color: #e2e4e9 }
   body[data-md-color-scheme="slate"] img.carded { background-color: #fff }
   /* Scroll cues: a shadow at the left edge over the box's ground, black in both schemes on
      the code block (lost on slate's dark code), the scheme's light ink on the formula. */
@@ -716,6 +717,8 @@ DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
   body[data-md-color-scheme="slate"] div.arithmatex {
     background-color: #272a35; --ink: rgba(226, 228, 233, 0.32) }
 </style></head><body><article>
+<p style="color: #ccc">pale ink on the light page</p>
+<p style="color: #333">dark ink on the dark page</p>
 <pre><code>a code block</code></pre>
 <div class="arithmatex">a formula</div>
 <img alt="a chart in black ink" src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
@@ -736,14 +739,17 @@ DARK_PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
 
 def test_the_dark_scheme_check_finds_black_ink_on_the_dark_page(browser, tmp_path) -> None:
     """An image without a light card, a diagram label and a line in black on the dark page,
-    and a code block's black scroll cue on dark code: flagged; a light label, black text on a
-    white node, an image on a card and a light cue on a formula: not. Both cues are seen in
-    the light scheme."""
+    a code block's black scroll cue on dark code, and text in one scheme's ink that the other
+    shows: flagged; a light label, black text on a white node, an image on a card, a light cue
+    on a formula and text in the scheme's own colour: not. Both cues are seen in the light
+    scheme."""
     (tmp_path / "dark.html").write_text(DARK_PLANTED, encoding="utf-8")
     _, widened = visit_all(browser, tmp_path.as_uri() + "/", [("dark.html", PHONE)])
     problems = unreadable(widened.found["slate"])
-    assert len(problems) == 3, problems
+    assert len(problems) == 5, problems
     assert "on a dark backdrop" in problems[0]
     assert '"black label"' in problems[1] and "a path (line)" in problems[1]
     assert "light label" not in problems[1] and "white node" not in problems[1]
     assert re.fullmatch(r"the scroll cue of a code block at 1\.\d\d in slate", problems[2])
+    assert re.fullmatch(r'text "pale ink on the light page" at 1\.\d\d in light', problems[3])
+    assert re.fullmatch(r'text "dark ink on the dark page" at 1\.\d\d in slate', problems[4])
