@@ -36,13 +36,17 @@ IN_SLATE = """async () => {
     const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
     return (hi + 0.05) / (lo + 0.05);
   };
-  // What a box sits on: its own background, else its nearest ancestor's that is opaque.
+  // What a box sits on: its own background, else its nearest ancestor's that is opaque
+  // (a diagram's, past its shadow root). Remembered for each box until the scheme changes.
+  const grounds = new Map();
   const backdrop = e => {
-    for (; e; e = e.parentElement || (e.getRootNode && e.getRootNode().host)) {
+    if (!e) return [255, 255, 255];
+    if (!grounds.has(e)) {
       const c = rgba(getComputedStyle(e).backgroundColor);
-      if (opaque(c)) return c;
+      const up = e.parentElement || (e.getRootNode && e.getRootNode().host);
+      grounds.set(e, opaque(c) ? c : backdrop(up));
     }
-    return [255, 255, 255];
+    return grounds.get(e);
   };
   const article = document.querySelector("article");
   // The shadow at the edge of a box that scrolls sideways (extra.css): its colour laid over
@@ -69,15 +73,6 @@ IN_SLATE = """async () => {
   // The article's text against what it sits on, its colour's alpha laid over that ground. The
   // diagrams are read below; MathJax draws formulas in the text's own colour.
   const faintText = name => {
-    const grounds = new Map();
-    const ground = e => {
-      if (!grounds.has(e)) {
-        const c = rgba(getComputedStyle(e).backgroundColor);
-        const parent = e.parentElement;
-        grounds.set(e, opaque(c) ? c : parent ? ground(parent) : [255, 255, 255]);
-      }
-      return grounds.get(e);
-    };
     const faint = new Set();
     for (const e of article.querySelectorAll("*")) {
       const own = [...e.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join("");
@@ -85,7 +80,7 @@ IN_SLATE = """async () => {
       const style = getComputedStyle(e);
       if (style.visibility === "hidden" || style.opacity === "0" || !e.getClientRects().length)
         continue;  // not shown (a heading's link mark shows on hover only)
-      const color = rgba(style.color), under = ground(e);
+      const color = rgba(style.color), under = backdrop(e);
       const alpha = color.length > 3 ? color[3] : 1;
       const ink = under.slice(0, 3).map((g, i) => alpha * color[i] + (1 - alpha) * g);
       const ratio = contrast(ink, under);
@@ -101,6 +96,7 @@ IN_SLATE = """async () => {
   const still = document.head.appendChild(document.createElement("style"));
   still.textContent = "* { transition: none !important }";
   body.setAttribute("data-md-color-scheme", "slate");
+  grounds.clear();
   await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
   cues.push(...faintCues("slate"));
   text.push(...faintText("slate"));
