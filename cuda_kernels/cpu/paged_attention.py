@@ -65,13 +65,14 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
     largest score, ``l_prev[g]`` $= \\sum_\\tau e^{s_\\tau - m}$ and ``acc[g]`` (zero on entry)
     $= \\sum_\\tau e^{s_\\tau - m} v_\\tau$, so the output is ``acc / l_prev``. Needs
     ``start < end``; never reads a slot at or past ``end``. FP8 pools are bytes, decoded a row
-    at a time by the format's bit ``fields`` (``cuda_kernels.fp8.decoded_row``); ``scale``
-    includes the KV head's ``k_scale``, and the caller multiplies the output by its
-    ``v_scale``."""
+    at a time by the format's bit ``fields`` (``cuda_kernels.fp8.decoded_row``) into their
+    values over ``fields.multiplier``; ``scale`` includes the KV head's ``k_scale`` and the
+    multiplier, and the caller multiplies the output by its ``v_scale`` and the multiplier."""
     group, head_dim = q.shape
     block_size = key_pool.shape[2]  # B
     probs = np.empty((group, NUM_THREADS), np.float32)  # [group, T] scores, then p_curr
     blocks = np.empty(NUM_THREADS, np.int64)  # [T] physical block T_r[j] of each token
+    halves = np.empty(head_dim, np.int16)  # [head_dim] an FP8 row's bytes as float16 bits
     row = np.empty(head_dim, np.float32)  # [head_dim] an FP8 key or value row, decoded
     m_prev = np.full(group, NEG_INF, np.float32)
     l_prev = np.zeros(group, np.float32)
@@ -88,7 +89,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
             block = table[tau // block_size]  # T_r[j], j = floor(tau / B)
             blocks[thread] = block
             key = decoded_row(
-                key_pool[block, kv_head, tau % block_size], fields, row
+                key_pool[block, kv_head, tau % block_size], fields, halves, row
             )  # o = tau mod B
             for g in range(group):
                 score = ZERO
@@ -112,7 +113,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
 
         for thread in range(tokens):  # acc += p_curr v, one value row per token
             offset = (first + thread) % block_size
-            value = decoded_row(value_pool[blocks[thread], kv_head, offset], fields, row)
+            value = decoded_row(value_pool[blocks[thread], kv_head, offset], fields, halves, row)
             for g in range(group):
                 p_curr = probs[g, thread]
                 for d in range(head_dim):
@@ -149,10 +150,12 @@ def paged_attention_v1(
         acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m} v per query head
         table = block_tables[seq]  # T_r
         pools = (key_pool, value_pool, table, kv_head)
-        head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+        # q . (s_k k) = s_k (q . k), and the rows come decoded over fields.multiplier
+        head_scale = scale * (k_scale[kv_head] * fields.multiplier)
         _, l_prev = attend(q, acc, *pools, 0, seq_lens[seq], head_scale, fields)
+        out_scale = v_scale[kv_head] * fields.multiplier  # sum p (s_v v) = s_v sum p v
         for g in range(group):
-            out[seq, kv_head * group + g] = acc[g] * (v_scale[kv_head] / l_prev[g])
+            out[seq, kv_head * group + g] = acc[g] * (out_scale / l_prev[g])
             if row_holds_nan(out[seq, kv_head * group + g]):
                 nan_rows += 1
     return nan_rows
