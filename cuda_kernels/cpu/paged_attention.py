@@ -13,7 +13,7 @@ scores at once and meet in a block reduction for the round's max and sum, the tw
 its names.
 
 What shared memory holds on the GPU (the query, the round's probabilities and block ids, the
-accumulator) lives in small per-iteration arrays that stay in the core's cache. Two steps
+accumulator) lives in small per-iteration arrays that stay in the core's cache. Three steps
 differ. While it scores a round, the twin asks for the next round's key and value rows
 (``cuda_kernels.cpu.prefetch``): a GPU hides the wait for a block the table sends it to with
 its other warps, but a core running one iteration would wait at every jump to a new block.
@@ -22,7 +22,10 @@ And from an FP8 pool a CUDA thread decodes each byte as it reads it, through a t
 by moving bits rather than through the table, before the query heads of its group read it,
 so that the decoding and the loops over $d_h$ run in SIMD lanes. For the same reason the
 round's $e^{s_\\tau - m}$ are taken by an exp LLVM can vectorize (``simd_exp``), not by one
-call to the C library's ``expf`` per query head and token. Nothing is
+call to the C library's ``expf`` per query head and token. And where a CUDA thread
+handles one token, the twin takes two at a time what a core would otherwise load twice: it
+scores a key row against two query heads in one pass over $d_h$, and adds two tokens' value
+rows to ``acc`` in one pass (the comments in ``attend`` say why). Nothing is
 read at a position $\\ge L$: a NaN in an unused slot, or -1 in an unused table entry, cannot
 reach the result.
 """
@@ -102,7 +105,7 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
                     next_score += q[g + 1, d] * key[d]
                 probs[g, thread] = score * scale
                 probs[g + 1, thread] = next_score * scale
-            if group % 2:  # an odd group (one head, without GQA) has its last head left
+            if group % 2:  # an odd group (one head, as without GQA) has its last head left
                 score = ZERO
                 for d in range(head_dim):
                     score += q[group - 1, d] * key[d]
