@@ -9,12 +9,13 @@ their bytes (``uint8``), and each kernel decodes them to float32 itself.
   ``table[x]`` for a byte, ``x`` itself for a float32 pool. Numba picks the version by the
   pool's element type when it compiles (the overloads below), so one kernel source serves both
   caches;
-- ``decode_fields(dtype)`` and ``decoded_row(row, fields, scratch)``: the CPU twins' decoder, a
-  whole key or value row decoded once for every query head that reads it, by moving each
-  byte's bits into a float32's (``DecodeFields``) instead of looking it up: a table lookup is a
-  load at an address that depends on the byte, which keeps a loop out of the SIMD lanes, and
-  the bit moves run eight bytes at a time. It gives torch's value for all 256 bytes of both
-  formats (tested);
+- ``decode_fields(dtype)`` and ``decoded_row(row, fields, halves, scratch)``: the CPU twins'
+  decoder, a whole key or value row decoded once for every query head that reads it, by
+  moving each byte's bits into a float16's (``DecodeFields``) instead of looking it up: a
+  table lookup is a load at an address that depends on the byte, which keeps a loop out of
+  the SIMD lanes, and the bit moves run sixteen bytes at a time. Times the format's
+  power-of-two ``multiplier``, it gives torch's value for all 256 bytes of both formats
+  (tested);
 - the scales: each KV head's ``k_scale`` multiplies its scores and ``v_scale`` its output
   (``head_scales``), since $q \\cdot (s_k \\hat{k}) = s_k (q \\cdot \\hat{k})$ and
   $\\sum p (s_v \\hat{v}) = s_v \\sum p \\hat{v}$: the kernels never multiply element by element
@@ -68,11 +69,13 @@ class DecodeFields(NamedTuple):
     $(-1)^s 2^{e - 15} (1 + m / 2^M)$, or a float16 subnormal $(-1)^s 2^{-14} (m / 2^M)$ when
     $e = 0$: both the byte's value times $2^{b - 15}$. The processor converts float16 to
     float32 exactly, subnormals included (they become float32 normals), eight values in one
-    instruction (``vcvtph2ps`` on x86), so one multiplication by ``multiplier``
-    $= 2^{15 - b}$ gives the byte's value exactly: $2^8$ for e4m3, and 1 for e5m2, which is
-    float16's top byte. Bytes whose low seven bits are ``special`` or more are not numbers
-    (e4m3's 0x7F is NaN; e5m2's all-ones exponent is inf or NaN): setting all of float16's
-    exponent bits keeps them so, with the payload the float32 route gave.
+    instruction (``vcvtph2ps`` on x86): the byte's value divided by ``multiplier``
+    $= 2^{15 - b}$, exactly ($2^8$ for e4m3, and 1 for e5m2, which is float16's top byte).
+    The twins do not multiply each element by ``multiplier``: like a KV head's scales, it
+    multiplies the scores and the output once (``decoded_row``). Bytes whose low seven bits
+    are ``special`` or more are not numbers (e4m3's 0x7F is NaN; e5m2's all-ones exponent is
+    inf or NaN): setting all of float16's exponent bits keeps them so, with the payload the
+    float32 route gave.
 
     Why 16 bits: the bit moves then run sixteen bytes to a 256-bit SIMD register, and the
     float32 route this replaced (shift into float32's bits, multiply by $2^{127 - b}$) also
@@ -137,42 +140,60 @@ def half_to_float(typingctx, bits):
     return signature, codegen
 
 
-def decoded_row(row, fields, scratch):
-    """A key or value row (``[head_dim]``) as float32, for a CPU twin that reads it once for
-    every query head of its group: ``row`` itself from a float32 pool; from an FP8 pool,
-    ``scratch`` holding each byte decoded by ``fields`` (``DecodeFields``), once. Decoding
-    inside the dot product instead would decode each byte once per query head. This Python
-    body runs with Numba's compiler off (``NUMBA_DISABLE_JIT=1``, to step through a twin in a
-    debugger); compiled twins use the overload below, which does the same a byte at a time."""
+def decoded_row(row, fields, halves, scratch):
+    """A key or value row (``[head_dim]``) as float32 divided by ``fields.multiplier``, for a
+    CPU twin that reads it once for every query head of its group: ``row`` itself from a
+    float32 pool (whose multiplier is 1); from an FP8 pool, ``scratch`` holding each byte's
+    value over ``multiplier`` (``DecodeFields``), decoded once, by way of ``halves``
+    (``int16``, ``[head_dim]``), which ends holding the bytes as float16 bits. Decoding inside
+    the dot product instead would decode each byte once per query head.
+
+    Since ``multiplier`` is a power of two, $q \\cdot (\\hat{k} / 2^n) = (q \\cdot \\hat{k}) / 2^n$
+    exactly, so a twin multiplies it into the score scale (with the KV head's ``k_scale``)
+    and the output's ``v_scale``, once per KV head, and the decode loop has no
+    multiplication by it: per eight bytes one instruction of eleven fewer, and the FP8 twin
+    3-4% faster (paired rounds, one thread, Llama-3-8B shapes, $L$ = 1,024).
+
+    This Python body runs with Numba's compiler off (``NUMBA_DISABLE_JIT=1``, to step through
+    a twin in a debugger); compiled twins use the overload below, which does the same a byte
+    at a time."""
     if row.dtype == np.uint8:
         byte = row.view(np.int8).astype(np.int16)
         bits = (byte * fields.step) & fields.keep
         bits[(byte & LOW_SEVEN) >= fields.special] |= HALF_EXPONENT_BITS
+        halves[:] = bits
         with np.errstate(invalid="ignore"):  # e5m2's signalling NaNs stay NaN, quietly
-            scratch[:] = bits.view(np.float16).astype(np.float32) * fields.multiplier
+            scratch[:] = halves.view(np.float16).astype(np.float32)
         return scratch
     return row
 
 
 @overload(decoded_row, inline="always")
-def decoded_row_overload(row, fields, scratch):
+def decoded_row_overload(row, fields, halves, scratch):
     """Inlined into the twin's loop (Numba's IR inlining), not called: a call returns
     ``scratch`` as a new reference, and its count goes up in the call and down in the caller,
     two atomic operations per row, which made the FP8 twin about 7% slower on one thread and
-    about 18% on two (paired rounds, Llama-3-8B shapes, L = 1,024)."""
+    about 18% on two (paired rounds, Llama-3-8B shapes, L = 1,024).
+
+    Two loops, not one: LLVM vectorizes a loop by the width of its widest type, so with the
+    conversion to float32 in it the bit moves also ran eight at a time, in 128-bit registers
+    (``inspect_asm``); alone, the bit moves run sixteen bytes a 256-bit step, and the
+    conversion eight values an instruction. The FP8 twin was 4-7% faster for it (paired
+    rounds, one thread, Llama-3-8B shapes, $L$ = 1,024)."""
     if isinstance(row.dtype, types.Integer):
 
-        def decode(row, fields, scratch):
+        def decode(row, fields, halves, scratch):
             for d in range(row.shape[0]):  # no branch, no lookup: sixteen bytes a SIMD step
                 byte = np.int16(np.int8(row[d]))  # the sign copied into bits 8 to 15
                 special = np.int16(np.int16(byte & LOW_SEVEN) >= fields.special)  # 1 or 0
                 bits = np.int16(np.int16(byte * fields.step) & fields.keep)
-                bits = np.int16(bits | np.int16(special * HALF_EXPONENT_BITS))
-                scratch[d] = half_to_float(bits) * fields.multiplier
+                halves[d] = np.int16(bits | np.int16(special * HALF_EXPONENT_BITS))
+            for d in range(row.shape[0]):  # float16 to float32: eight values an instruction
+                scratch[d] = half_to_float(halves[d])
             return scratch
 
         return decode
-    return lambda row, fields, scratch: row
+    return lambda row, fields, halves, scratch: row
 
 
 @functools.cache

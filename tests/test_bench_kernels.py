@@ -163,31 +163,40 @@ def test_a_report_split_into_tables_prints_its_own_title_above_them():
 
 def test_decoded_row_decodes_every_fp8_byte_as_torch_does():
     """The CPU twins' row decoder, compiled and as plain Python, on all 256 bytes of both
-    formats (zeros of both signs, subnormals, the largest values, NaN and inf): NaN where
-    torch has NaN, the same float32 everywhere else."""
+    formats (zeros of both signs, subnormals, the largest values, NaN and inf): times the
+    format's multiplier, NaN where torch has NaN, the same float32 everywhere else."""
     numba = pytest.importorskip("numba", reason="the twins' decoder needs numba")
     from cuda_kernels.fp8 import FP8_DTYPES, decode_fields, decoded_row
 
-    compiled = numba.njit(lambda row, fields, scratch: decoded_row(row, fields, scratch).copy())
+    compiled = numba.njit(
+        lambda row, fields, halves, scratch: decoded_row(row, fields, halves, scratch).copy()
+    )
     every_byte = np.arange(256, dtype=np.uint8)
     for dtype in FP8_DTYPES:
         want = torch.arange(256, dtype=torch.uint8).view(dtype).float().numpy()
         fields = decode_fields(dtype)
         for decode in (compiled, decoded_row):
-            got = decode(every_byte, fields, np.empty(256, np.float32))
+            scratch = (np.empty(256, np.int16), np.empty(256, np.float32))
+            with np.errstate(invalid="ignore"):  # e5m2's signalling NaNs stay NaN, quietly
+                got = decode(every_byte, fields, *scratch) * fields.multiplier
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 too
-    float_row = np.ones(8, np.float32)
-    assert compiled(float_row, decode_fields(torch.float32), np.empty(8, np.float32)).sum() == 8
+    float_row, float_fields = np.ones(8, np.float32), decode_fields(torch.float32)
+    assert float_fields.multiplier == 1
+    scratch = (np.empty(8, np.int16), np.empty(8, np.float32))
+    assert compiled(float_row, float_fields, *scratch).sum() == 8
 
 
 DECODE_EVERY_BYTE = """
 import numba, numpy as np, torch
 from cuda_kernels.fp8 import FP8_DTYPES, decode_fields, decoded_row
-compiled = numba.njit(lambda row, fields, scratch: decoded_row(row, fields, scratch).copy())
+compiled = numba.njit(
+    lambda row, fields, halves, scratch: decoded_row(row, fields, halves, scratch).copy()
+)
 every_byte = np.arange(256, dtype=np.uint8)
 for dtype in FP8_DTYPES:
-    got = compiled(every_byte, decode_fields(dtype), np.empty(256, np.float32))
+    scratch = np.empty(256, np.int16), np.empty(256, np.float32)
+    got = compiled(every_byte, decode_fields(dtype), *scratch)
     print(dtype, got.view(np.uint32).tolist())
 """
 """A process that prints every FP8 byte of both formats decoded by a compiled twin's

@@ -24,7 +24,7 @@ pytest.importorskip("numba", reason="the CPU kernels need numba")
 
 from cuda_kernels.cpu.compile_cache import PACKAGE, package_stamp
 
-FP8_DECODE = "scratch[d] = half_to_float(bits) * fields.multiplier"
+FP8_DECODE = "scratch[d] = half_to_float(halves[d])"
 """The line of ``cuda_kernels/fp8.py`` where a twin turns an FP8 byte into its float32 value."""
 
 PROBE = """

@@ -110,6 +110,47 @@ def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
     assert twin.py_func.__code__ is paged_attention_v1.py_func.__code__
 
 
+STEP_THROUGH = """
+import torch
+from cuda_kernels import cpu
+from minipaged import attention, fp8
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+dtype = torch.float8_e4m3fn
+pools, scales = [], {}
+for name in ("k_scale", "v_scale"):
+    pool = torch.randn(6, 2, 4, 8)  # [blocks, N_KV, B, d_h]
+    scales[name] = fp8.scale_for(pool.abs().amax(dim=(0, 2, 3)), dtype)
+    pools.append(fp8.quantize(pool, scales[name].view(-1, 1, 1), dtype))
+args = (torch.randn(2, 4, 8), *pools, torch.tensor([[3, 1, 5], [0, 2, 4]], dtype=torch.int32))
+args += (torch.tensor([11, 7], dtype=torch.int32), 0.35, 4)
+got = cpu.paged_attention_decode(*args, **scales)
+torch.testing.assert_close(got, attention.paged_attention_decode(*args, **scales))
+"""
+"""A process with Numba's compiler off that runs the v1 twin on FP8 pools on one thread and
+checks it against the reference."""
+
+
+def test_a_twin_runs_as_python_with_numbas_compiler_off():
+    """``NUMBA_DISABLE_JIT=1``, to step through a twin in a debugger: the one-thread twin is
+    the Python function itself (there is no compiled twin to copy), and the FP8 decoder's
+    Python body gives the reference's result."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    run = subprocess.run(
+        [sys.executable, "-c", STEP_THROUGH],
+        env=env | {"NUMBA_DISABLE_JIT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 @pytest.mark.parametrize(("start", "end"), [(5, 27), (8, 16), (3, 6), (0, 1), (13, 30)])
 def test_attend_reads_only_tokens_start_to_end_even_inside_blocks(start, end):
     """The twins' ``attend`` over tokens ``start .. end - 1`` that begin and end inside

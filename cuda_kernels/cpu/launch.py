@@ -55,6 +55,8 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
     is the same, and no parallel region is opened and joined per call, which costs
     microseconds on an idle machine and can cost milliseconds on a busy one."""
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.config.DISABLE_JIT:  # Numba's compiler off: the twin is its Python, to step through
+        return kernel
     if threads == 1:
         return serial(kernel)
     numba.set_num_threads(threads)

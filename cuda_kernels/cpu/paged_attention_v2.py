@@ -75,13 +75,15 @@ def paged_attention_v2_partitions(
             acc = np.zeros((group, head_dim), np.float32)  # sum of e^{s - m_k} v per head
             table = block_tables[seq]  # T_r
             pools = (key_pool, value_pool, table, kv_head)
-            head_scale = scale * k_scale[kv_head]  # q . (s_k k) = s_k (q . k)
+            # q . (s_k k) = s_k (q . k), and the rows come decoded over fields.multiplier
+            head_scale = scale * (k_scale[kv_head] * fields.multiplier)
             m_k, l_k = attend(q, acc, *pools, start, end, head_scale, fields)
+            out_scale = v_scale[kv_head] * fields.multiplier  # sum p (s_v v) = s_v sum p v
             for g in range(group):
                 head = kv_head * group + g
                 max_logits[seq, head, part] = m_k[g]
                 exp_sums[seq, head, part] = l_k[g]
-                tmp_out[seq, head, part] = acc[g] * (v_scale[kv_head] / l_k[g])
+                tmp_out[seq, head, part] = acc[g] * (out_scale / l_k[g])
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH, error_model="numpy")
