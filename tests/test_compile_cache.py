@@ -34,8 +34,8 @@ from cuda_kernels.fp8 import decoded_row
 
 
 @njit(cache=True)
-def decode(row, fields, scratch):
-    return decoded_row(row, fields, scratch)
+def decode(row, fields, halves, scratch):
+    return decoded_row(row, fields, halves, scratch) * fields.multiplier
 """
 """A cached function of the package that inlines the FP8 decoder as every twin does
 (``decoded_row``'s overload, ``inline="always"``), written into the copy as
@@ -54,11 +54,12 @@ from cuda_kernels.fp8 import decode_fields
 
 assert cuda_kernels.__file__.startswith(sys.argv[1]), cuda_kernels.__file__
 one = torch.ones(8).to(torch.float8_e4m3fn).view(torch.uint8).numpy()  # [d_h] FP8 bytes of 1
-out = decode(one, decode_fields(torch.float8_e4m3fn), np.empty(8, np.float32))
+halves, scratch = np.empty(8, np.int16), np.empty(8, np.float32)
+out = decode(one, decode_fields(torch.float8_e4m3fn), halves, scratch)
 print(json.dumps({"out": out.tolist(), "hits": sum(decode.stats.cache_hits.values())}))
 """
-"""A fresh process that decodes an FP8 row holding 1 everywhere through the probe (so its
-output is 1 everywhere), and prints the output and how many of its compilations came from the
+"""A fresh process that decodes an FP8 row holding 1 everywhere through the probe (which
+multiplies back the power of two ``decoded_row`` leaves out, so its output is 1 everywhere), and prints the output and how many of its compilations came from the
 cache."""
 
 
