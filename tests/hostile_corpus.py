@@ -431,14 +431,21 @@ LEFT_RUNNING = HandIn(
             ("block_bytes",),
             "your code left 1 process (pid ",
         ),
+        Attack(
+            "a-timer-that-acts-just-after-the-answer",
+            "M_KV(L)",
+            "import threading\nlate = []\nthreading.Timer(0.05, late.append, (1,)).start()\n"
+            "return self.kv_bytes_per_token * num_tokens",
+            ("kv_bytes",),
+            "your code left 1 thread (Thread-",
+        ),
     ),
-    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token", "kv_bytes"),
+    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token"),
     honest=RIGHT_SLOT
     | {
         "keys and values, for every layer and KV head": (
             "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
         ),
-        "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
         "one block, one layer": (
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
         ),
@@ -446,7 +453,10 @@ LEFT_RUNNING = HandIn(
 )
 """Code still running after its call returned: each fails the call that left it, naming what
 it left, and the next criterion, in a new grading child, is blamed for nothing (a thread that
-wrote on the channel after its answer once failed the next call, "cannot read")."""
+wrote on the channel after its answer once failed the next call, "cannot read"). A thread
+that ends soon after the answer fails too: what it did then (an exercise 02 allocator's
+``threading.Timer`` that put a freed block on the free list 0.1 s later passed 7 of 8
+criteria) landed after the answer was taken, on what the next question reads."""
 
 THREAD_AT_IMPORT = HandIn(
     "a-thread-at-import",

@@ -74,12 +74,16 @@ def running_threads() -> Threads:
 
 
 def threads_left(before: Threads, folder: Path | None) -> str:
-    """In the child, after a request, for the grader's words only (the code it checks may have
-    replaced what this reads): the Python threads running now that were not ``before``
-    it, after ``GRACE_SECONDS`` for them to end, each named with where it is in ``folder``'s
-    files; ``""`` for none. A thread the OS counts that is not Python's after
+    """In the child, after a request, before its answer is sent: the Python threads running
+    now that were not ``before`` it, each named with where it is in ``folder``'s files; ``""``
+    for none. A thread of the student's code still running when the call returned fails it at
+    once, however soon it would end: what it does next (a block freed 0.1 s later) would land
+    after the answer was taken, on the state the grader reads for the next question, and be
+    blamed on that one. Only the CUDA simulator's threads get ``GRACE_SECONDS`` to end (they
+    end just after a launch that raised). A thread the OS counts that is not Python's after
     ``STARTING_SECONDS`` is a library's (torch's pool, started by the first parallel
-    operation), not the student's to join."""
+    operation), not the student's to join. The grader decides from ``/proc`` (``tasks_left``);
+    this look, which the student's code can replace, adds the thread's line."""
     start = time.monotonic()
     while True:
         now = running_threads()
@@ -87,7 +91,7 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         waited = time.monotonic() - start
         if not fresh and (now.tasks <= before.tasks or waited >= STARTING_SECONDS):
             return ""
-        if waited >= GRACE_SECONDS:
+        if waited >= GRACE_SECONDS or not all(map(_finishing, fresh)):
             break
         time.sleep(_LOOK_SECONDS)
     frames, names = sys._current_frames(), {t.ident: t.name for t in threading.enumerate()}
@@ -98,6 +102,13 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         for i in fresh
     ]
     return f"{len(fresh)} thread{'s' * (len(fresh) > 1)} ({'; '.join(named)[:300]})"
+
+
+def _finishing(ident: int) -> bool:
+    """Whether the Python thread ``ident`` is one the CUDA simulator started for a block of a
+    launch, which may still be ending as the launch returns (or raised)."""
+    thread = threading._active.get(ident)
+    return type(thread).__module__ == "numba.cuda.simulator.kernel"
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
