@@ -523,21 +523,32 @@ HIDDEN_THREADS = HandIn(
             ("kv_bytes_per_token",),
             "your code left 1 thread that Python does not list (thread ",
         ),
+        Attack(
+            "a-signal-handler-a-timer-calls-later",
+            "one block, all layers",
+            "import signal\nlate = []\nsignal.signal(signal.SIGALRM, lambda *_: late.append(1))\n"
+            "signal.setitimer(signal.ITIMER_REAL, 0.05)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left a handler for SIGALRM installed after it returned",
+        ),
     ),
-    passes=("slot", "block_bytes"),
+    passes=("slot",),
     honest=RIGHT_SLOT
     | {
         "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
         "one block, one layer": (
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
         ),
-        "one block, all layers": "return self.num_layers * self.block_bytes_per_layer(block_size)",
     },
 )
 """Threads the child's own look cannot see (its functions replaced, or no Python thread state:
 ctypes, faulthandler's watchdog) and bytes on the channel before the answer: the grader sees
 them from outside, in ``/proc`` (each passed, or failed with "cannot read", when the child's
-look was the authority)."""
+look was the authority). And code that runs later with no thread at all: a signal handler a
+timer calls after the answer, seen in ``/proc`` as a signal the worker now catches (an
+exercise 02 decref that freed its block from a SIGALRM handler failed other criteria, each
+with a wrong value, none naming the handler)."""
 
 DISK = HandIn(
     "filling-the-disk",

@@ -33,6 +33,7 @@ child ends as it answers.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -177,6 +178,55 @@ def left_running(doer: str, left: str) -> LeftRunning:
         f"{doer} left {left} running after it returned: join every thread and wait for every "
         "process your code starts before it returns (the grading process was ended, so the "
         "next criterion starts a new one)"
+    )
+
+
+LATER_SIGNALS = (
+    signal.SIGALRM,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGIO,
+)
+"""The signals that come later, from a timer (``signal.setitimer``, ``timer_create``) or from
+another process: a handler for one runs the student's code after its call returned, in the
+middle of whatever the grading process does next (a freed block put back on the free list
+while the next question is read). Libraries install handlers for others as they load (glibc
+for its threads, Numba for ``SIGWINCH``), so only these are watched."""
+
+
+def caught(pid: int) -> int | None:
+    """In the grader: the set of signals ``pid`` catches with a handler, as a bit mask (bit
+    ``n - 1`` for signal ``n``: ``SigCgt`` in ``/proc/<pid>/status``), which the student's
+    code cannot hide; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            line = next(line for line in f if line.startswith(b"SigCgt:"))
+        return int(line.split()[1], 16)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def handlers_left(worker: int, before: int | None) -> str:
+    """In the grader, after an answer: ``"a handler for SIGALRM"``, the ``LATER_SIGNALS`` the
+    worker catches now that it did not ``before`` the request; ``""`` for none, or where
+    ``/proc`` does not tell."""
+    now = caught(worker)
+    if now is None or before is None:
+        return ""
+    new = [s.name for s in LATER_SIGNALS if now & ~before & (1 << (s - 1))]
+    return f"a handler for {' and '.join(new)}" if new else ""
+
+
+def handler_left(doer: str, left: str) -> LeftRunning:
+    """The failure of a call after which ``left`` (``handlers_left``) was still installed."""
+    return LeftRunning(
+        f"{doer} left {left} installed after it returned: it runs whenever its signal comes "
+        "(a timer's: signal.setitimer, signal.alarm), between the grader's questions, on what "
+        "they read. Put back the handler your code replaced (signal.signal(number, previous)) "
+        "and stop its timer before returning (the grading process was ended, so the next "
+        "criterion starts a new one)"
     )
 
 

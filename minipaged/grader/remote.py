@@ -40,6 +40,9 @@ from minipaged.grader.left_running import (
     ONE_THREAD,
     UNLISTED,
     LeftRunning,
+    caught,
+    handler_left,
+    handlers_left,
     left_running,
     processes_left,
     tasks,
@@ -80,6 +83,7 @@ class GradingChild:
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self._before: frozenset[int] | None = None  # the worker's threads before a request
+        self._caught: int | None = None  # and the signals it caught then (``caught``)
         self.judge = Judge(number)  # of what the student's code compiles at run time
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
@@ -236,6 +240,7 @@ class GradingChild:
         deadline = min((end for end in ends if end is not None), default=None)
         try:
             self._before = tasks(self.worker) if self.worker is not None else None
+            self._caught = caught(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -288,6 +293,9 @@ class GradingChild:
         if left:
             self.stop()
             raise left_running("your code", left)
+        if self.worker is not None and (installed := handlers_left(self.worker, self._caught)):
+            self.stop()
+            raise handler_left("your code", installed)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(frames.frame(document))
