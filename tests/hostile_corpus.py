@@ -31,6 +31,10 @@ from minipaged.grader.exercises import EXERCISES, TUTORIALS
 
 ANSWERS = Path(__file__).parent / "student_answers"
 
+SECRET_NAME, SECRET = "GRADESCOPE_API_SECRET", "s3cr3t-0f-the-grader"
+"""A variable of the grader's environment no student's code may see (``test_grader_hostile``
+sets it while grading the corpus)."""
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -580,11 +584,24 @@ DISK = HandIn(
             ("num_logical_blocks",),
             "got 2\n",
         ),
+        Attack(
+            "the-graders-secrets-from-the-environment",
+            "keys and values, for every layer and KV head",
+            "import os\nseen = [\n"
+            "    (k, v) for k, v in os.environ.items() if 'SECRET' in k or v == SECRET]\n"
+            "raise ValueError(f'seen: {seen}')",
+            ("kv_bytes_per_token",),
+            "ValueError: seen: []",
+        ),
     ),
     passes=("slot",),
-    appended=LIES,
+    appended=LIES + f"\nSECRET = {SECRET!r}\n",
     honest=RIGHT_SLOT,
 )
+"""Ending with what the student's code finds of the grader's environment: the whole of it
+reached the grading child, and what the code raises comes back in the report (``SECRET``,
+which the tests put in the grader's environment, now passes into no grading child:
+``minipaged.grader.child_environment``)."""
 
 # -- reaching the solution -------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from exercise01_answers import answered
-from hostile_corpus import HAND_INS, HandIn
+from hostile_corpus import HAND_INS, SECRET, SECRET_NAME, HandIn
 from rich.console import Console
 
 from minipaged.grader import confinement, disk_quota
@@ -36,6 +36,7 @@ def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
 ):
     _needs(hand_in)
     monkeypatch.setattr(disk_quota, "MAX_ENTRIES", 2000)  # reached within the short limits
+    monkeypatch.setenv(SECRET_NAME, SECRET)  # the grader's, never the student's code's
     folder = hand_in.write(tmp_path)
     start = time.monotonic()
     report = grade(hand_in.number, folder, limits=LIMITS)
@@ -53,6 +54,7 @@ def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
     assert len(printed.getvalue()) < 40_000
     assert "x" * 3000 not in printed.getvalue()  # a huge repr is cut, not printed
     assert "\x1b" not in printed.getvalue() and "\r" not in printed.getvalue()  # no forged rows
+    assert SECRET not in printed.getvalue()
 
 
 def test_the_corpus_has_thirty_attacks_across_the_course():
@@ -123,3 +125,32 @@ def test_every_library_function_named_like_a_graded_one_is_out_of_reach():
             twins = {f"{m}:{function}" for m in defined.get(function, ())}
             reachable += [(ex.number, twin) for twin in sorted(twins - covered)]
     assert not reachable
+
+
+def test_a_grading_child_gets_only_the_environment_python_and_its_libraries_need():
+    from pathlib import Path
+
+    from minipaged.grader.child_environment import child_environment
+
+    grader = {
+        "PATH": "/usr/bin",
+        "LC_ALL": "C.UTF-8",
+        "NUMBA_OPT": "0",
+        "NUMBA_ENABLE_CUDASIM": "1",
+        SECRET_NAME: SECRET,
+        "AWS_SECRET_ACCESS_KEY": "key",
+        "DATABASE_URL": "postgres://teacher:password@db/grades",
+    }
+    env = child_environment(grader, Path("/grading"), simulator=False)
+    assert {k: env[k] for k in ("PATH", "LC_ALL", "NUMBA_OPT")} == {
+        k: grader[k] for k in ("PATH", "LC_ALL", "NUMBA_OPT")
+    }
+    assert not {SECRET_NAME, "AWS_SECRET_ACCESS_KEY", "DATABASE_URL"} & set(env)
+    assert "NUMBA_ENABLE_CUDASIM" not in env  # a GPU child's Numba is the real one
+    assert env["TMPDIR"] == "/grading" and env["OMP_NUM_THREADS"] == "1"
+    assert child_environment(grader, Path("/grading"), True)["NUMBA_ENABLE_CUDASIM"] == "1"
+
+
+RECORDS_ONLY = {"minipaged.block_manager:BlockManager._record_cow"}
+"""Private methods of a graded class that only record events, which the exercises do not ask
+for: the TUI's witness records a student's missing copy-on-write events with it."""

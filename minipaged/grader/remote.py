@@ -32,12 +32,12 @@ from typing import Any
 
 from minipaged.grader import frames, wire
 from minipaged.grader.child import why_it_ended
+from minipaged.grader.child_environment import child_environment
 from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.left_running import (
-    ONE_THREAD,
     UNLISTED,
     LeftRunning,
     caught,
@@ -167,21 +167,7 @@ class GradingChild:
         return command
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        for name in (
-            "TMPDIR",
-            "XDG_CACHE_HOME",
-            "NUMBA_CACHE_DIR",
-            "MPLCONFIGDIR",
-            "CUDA_CACHE_PATH",
-        ):
-            env[name] = str(self.temp)
-        env.update(ONE_THREAD)
-        if self.runs_in == "simulator":
-            env["NUMBA_ENABLE_CUDASIM"] = "1"
-        else:
-            env.pop("NUMBA_ENABLE_CUDASIM", None)
-        return env
+        return child_environment(os.environ, self.temp, self.runs_in == "simulator")
 
     @property
     def alive(self) -> bool:
