@@ -441,7 +441,7 @@ LEFT_RUNNING = HandIn(
             "import threading\nlate = []\nthreading.Timer(0.05, late.append, (1,)).start()\n"
             "return self.kv_bytes_per_token * num_tokens",
             ("kv_bytes",),
-            "your code left 1 thread (Thread-",
+            ", running list.append, at threading.py",
         ),
     ),
     passes=("slot", "slot_outside_the_table", "kv_bytes_per_token"),

@@ -95,7 +95,8 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         if waited >= GRACE_SECONDS or not all(map(_finishing, fresh)):
             break
         time.sleep(_LOOK_SECONDS)
-    frames, names = sys._current_frames(), {t.ident: t.name for t in threading.enumerate()}
+    frames = sys._current_frames()
+    names = {t.ident: f"{t.name}{_running(t)}" for t in threading.enumerate()}
     named = [
         f"{names[i]}{_where(frames.get(i), folder)}"
         if i in names
@@ -103,6 +104,17 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         for i in fresh
     ]
     return f"{len(fresh)} thread{'s' * (len(fresh) > 1)} ({'; '.join(named)[:300]})"
+
+
+def _running(thread: threading.Thread) -> str:
+    """``", running list.append"``: what a ``threading.Timer`` (or a thread not named after its
+    target, as ``Thread-1 (babble)`` is) was given to run, which names the student's code while
+    the thread waits in ``threading``'s own."""
+    target = getattr(thread, "_target", None) or getattr(thread, "function", None)
+    name = getattr(target, "__qualname__", None)
+    if not isinstance(name, str) or thread.name.endswith(f"({getattr(target, '__name__', '')})"):
+        return ""
+    return f", running {name}"
 
 
 def _finishing(ident: int) -> bool:
