@@ -849,6 +849,34 @@ def _scene(student, preemption, host):
 _checks._two_requests_then_full = _scene
 """
 
+MOVED = "may not call the library's minipaged.block_manager.BlockManager._move"
+
+LIBRARY_HELPERS = HandIn(
+    "the-library-s-private-helper",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "the-librarys-own-move-out",
+            "move the tables to the host pool",
+            'return self._move(seqs, "device", "host")',
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            MOVED,
+        ),
+        Attack(
+            "the-librarys-own-move-in",
+            "move the tables back to the device pool",
+            'return self._move(seqs, "host", "device")',
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            MOVED,
+        ),
+    ),
+)
+"""Exercise 05's swap as the library's private ``_move``, of which the library's ``swap_out``
+and ``swap_in`` are one call each: the two lines passed all nine swap criteria before
+``_move`` became an answer of the exercise (a graded method's private helpers, checked by
+``test_every_private_method_only_graded_methods_call_is_out_of_reach``)."""
+
 SCHEDULER = HandIn(
     "scheduler",
     5,
@@ -1318,6 +1346,31 @@ NEVER_ON_DISK = (
 """A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
+OTHER_MANAGER = HandIn(
+    "the-library-s-other-block-manager",
+    3,
+    "block_manager.py",
+    (
+        Attack(
+            "the-simulators-fast-free",
+            "decrement each refcount, drop the table",
+            "from minipaged.study.fast_manager import FastBlockManager\n"
+            "return FastBlockManager.free(self, seq)",
+            ("free_releases_only_unshared_blocks", "free_releases_the_last_block_first"),
+            "may not call the library's minipaged.study.fast_manager.FastBlockManager.free",
+        ),
+    ),
+    passes=("fork_copies_the_table", "fork_raises_each_refcount_by_one"),
+    honest={
+        "copy the table, raise each refcount": _right_body(
+            3, "block_manager.py", "BlockManager.fork"
+        )
+    },
+)
+"""Exercise 03's free answered by the simulator's ``FastBlockManager.free``, the same steps
+without events: it passed all eight criteria before the library's subclasses' versions of a
+graded method became answers of the exercise (``Exercise.answers``)."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -1336,6 +1389,8 @@ HAND_INS = (
     REWRITTEN_JUDGE,
     ATTENTION,
     OTHER_ROUTES,
+    OTHER_MANAGER,
+    LIBRARY_HELPERS,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

@@ -95,9 +95,11 @@ def test_a_hostile_classmate_changes_no_other_grade_and_stops_no_batch(tmp_path)
 
 def test_every_library_function_named_like_a_graded_one_is_out_of_reach():
     """A function of the library named like one an exercise grades (a kernel's CPU twin, the
-    reference the kernels mirror) computes its answer: it is graded or an answer of the
-    exercise (``Exercise.answers``), stubbed in the grading child. Exercise 07 once passed nine
-    of its ten criteria through ``cuda_kernels.cpu.paged_attention.paged_attention_decode``."""
+    reference the kernels mirror), or a subclass's own version of a graded method, computes
+    its answer: it is graded or an answer of the exercise (``Exercise.answers``), stubbed in
+    the grading child. Exercise 07 once passed nine of its ten criteria through
+    ``cuda_kernels.cpu.paged_attention.paged_attention_decode``, exercise 03 all eight through
+    the simulator's ``FastBlockManager.free``."""
     import ast
     import importlib.util
     from pathlib import Path
@@ -117,12 +119,22 @@ def test_every_library_function_named_like_a_graded_one_is_out_of_reach():
             for node in ast.parse(path.read_text()).body:
                 if isinstance(node, ast.FunctionDef):
                     defined.setdefault(node.name, set()).add(module)
+                for base in node.bases if isinstance(node, ast.ClassDef) else ():
+                    # A subclass's own version of its base's method: "BlockManager.free"
+                    # written again in FastBlockManager, the simulator's manager.
+                    base_name = getattr(base, "id", getattr(base, "attr", ""))
+                    for item in node.body:
+                        if isinstance(item, ast.FunctionDef):
+                            mine = f"{base_name}.{item.name}"
+                            defined.setdefault(mine, set()).add(f"{module}:{node.name}")
     reachable = []
     for ex in EXERCISES.values():
         covered = set(ex.graded) | set(ex.answers)
         for name in ex.graded:
             function = name.partition(":")[2]
-            twins = {f"{m}:{function}" for m in defined.get(function, ())}
+            twins = {f"{m}:{function}" for m in defined.get(function, ()) if ":" not in m}
+            method = function.rpartition(".")[2]
+            twins |= {f"{c}.{method}" for c in defined.get(function, ()) if ":" in c}
             reachable += [(ex.number, twin) for twin in sorted(twins - covered)]
     assert not reachable
 
@@ -154,3 +166,42 @@ def test_a_grading_child_gets_only_the_environment_python_and_its_libraries_need
 RECORDS_ONLY = {"minipaged.block_manager:BlockManager._record_cow"}
 """Private methods of a graded class that only record events, which the exercises do not ask
 for: the TUI's witness records a student's missing copy-on-write events with it."""
+
+
+def test_every_private_method_only_graded_methods_call_is_out_of_reach():
+    """A graded method may be a call of a private one that does its work: the library's
+    ``swap_out`` is ``self._move(seqs, "device", "host")``, and exercise 05's swap passed all
+    its criteria as that one line. A private method of a graded class that only graded methods
+    call (itself, or through other such methods) is an answer of the exercise, stubbed."""
+    import ast
+    import importlib
+    import inspect
+
+    from minipaged.grader.exercises import EXERCISES
+
+    unguarded = []
+    for ex in EXERCISES.values():
+        graded = {}
+        for name in ex.graded:
+            module, _, qualname = name.partition(":")
+            if "." in qualname:
+                graded.setdefault((module, qualname.rpartition(".")[0]), set()).add(
+                    qualname.rpartition(".")[2]
+                )
+        for (module, cls), methods in graded.items():
+            source = inspect.getsource(getattr(importlib.import_module(module), cls))
+            body = [f for f in ast.parse(source).body[0].body if isinstance(f, ast.FunctionDef)]
+            private = {f.name for f in body if f.name.startswith("_") and f.name[1] != "_"}
+            callers: dict[str, set[str]] = {}
+            for function in body:
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Attribute) and node.attr in private:
+                        callers.setdefault(node.attr, set()).add(function.name)
+            inside = set(methods)
+            while grown := {m for m, c in callers.items() if c <= inside} - inside:
+                inside |= grown
+            for method in sorted(inside - methods):
+                name = f"{module}:{cls}.{method}"
+                if name not in ex.answers and name not in RECORDS_ONLY:
+                    unguarded.append((ex.number, name))
+    assert not unguarded
