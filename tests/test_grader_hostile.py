@@ -205,3 +205,63 @@ def test_every_private_method_only_graded_methods_call_is_out_of_reach():
                 if name not in ex.answers and name not in RECORDS_ONLY:
                     unguarded.append((ex.number, name))
     assert not unguarded
+
+
+OTHER_JOBS = {
+    "minipaged.kv_cache:KVCache": (
+        "its swap_out and swap_in copy keys and values for the block pairs they are given; "
+        "the tables and refcounts exercise 05 asks for are not its"
+    ),
+    "minipaged.study.simulator:Simulation": (
+        "its _preempt evicts the newest request in the model-free simulator's allocators, "
+        "given a group and a stall count; exercise 05's moves tables and refcounts"
+    ),
+}
+"""Library classes with every graded method of a graded class, by name, that compute
+something else, and what."""
+
+
+def test_another_library_class_with_a_graded_classs_methods_is_out_of_reach():
+    """A library class that offers every method an exercise grades of a class (the hash prefix
+    cache's ``match``, ``insert`` and ``forget`` beside exercise 12's radix tree) is another
+    implementation of the same answer: exercise 12's ``match`` passed all seven criteria as a
+    ``HashPrefixCache`` filled from the student's tree. Its versions are answers of the
+    exercise, stubbed; a class of the same names that computes something else is named in
+    ``OTHER_JOBS`` with what. A ``Protocol``'s ``...`` bodies compute nothing."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from minipaged.grader.exercises import EXERCISES
+
+    classes: dict[str, set[str]] = {}
+    root = Path(importlib.util.find_spec("minipaged").origin).parent
+    for path in root.rglob("*.py"):
+        if "grader" in path.relative_to(root).parts:
+            continue
+        module = ".".join(("minipaged", *path.relative_to(root).with_suffix("").parts))
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes[f"{module}:{node.name}"] = {
+                    f.name
+                    for f in node.body
+                    if isinstance(f, ast.FunctionDef)
+                    and not (len(f.body) == 1 and isinstance(f.body[0], ast.Expr))
+                }
+    unguarded = []
+    for ex in EXERCISES.values():
+        graded: dict[str, set[str]] = {}
+        for name in ex.graded:
+            owner, _, method = name.rpartition(".")
+            if ":" in owner:
+                graded.setdefault(owner, set()).add(method)
+        for owner, methods in graded.items():
+            for other, offered in classes.items():
+                if other == owner or other in OTHER_JOBS or not methods <= offered:
+                    continue
+                unguarded += [
+                    (ex.number, f"{other}.{m}")
+                    for m in sorted(methods)
+                    if f"{other}.{m}" not in ex.answers
+                ]
+    assert not unguarded

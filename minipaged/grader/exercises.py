@@ -275,7 +275,10 @@ EXERCISES: dict[int, Exercise] = {
             "ex12_prefix_cache",
             "RadixCache.match RadixCache.insert RadixCache.forget",
             answers="minipaged.radix_cache:RadixCache._walk "
-            "minipaged.radix_cache:RadixCache._split",
+            "minipaged.radix_cache:RadixCache._split "
+            "minipaged.prefix_cache:HashPrefixCache.match "
+            "minipaged.prefix_cache:HashPrefixCache.insert "
+            "minipaged.prefix_cache:HashPrefixCache.forget",
             tui=TuiRun("prefix", (("prefix_caching", "radix"),)),
         ),
         _exercise(
