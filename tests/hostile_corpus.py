@@ -1371,6 +1371,34 @@ OTHER_MANAGER = HandIn(
 without events: it passed all eight criteria before the library's subclasses' versions of a
 graded method became answers of the exercise (``Exercise.answers``)."""
 
+FAST_APPEND = HandIn(
+    "the-simulators-fast-append",
+    4,
+    "block_manager.py",
+    (
+        Attack(
+            "the-simulators-try-append",
+            "reserve the slot for token t, copying on write",
+            "from minipaged.study.fast_manager import FastBlockManager\n"
+            "table = self.table(seq)\nbefore, (j, o) = list(table.blocks), divmod("
+            "table.num_tokens, self.block_size)\n"
+            "if not FastBlockManager.try_append(self, seq):\n"
+            "    raise OutOfBlocks('no free block')\n"
+            "cow = (before[j], table.blocks[j]) if j < len(before) and before[j] != "
+            "table.blocks[j] else None\n"
+            "return AppendResult(table.blocks[j] * self.block_size + o, cow)",
+            (
+                "append_writes_in_place_when_the_block_has_room",
+                "shared_partly_filled_block_is_copied",
+            ),
+            "may not call the library's minipaged.study.fast_manager.FastBlockManager.try_append",
+        ),
+    ),
+)
+"""Exercise 04's append as the simulator's ``FastBlockManager.try_append`` (the same steps
+without events or a slot), the slot and the copy read off the table: it passed all eight
+criteria before ``try_append`` became an answer of the exercise."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -1390,6 +1418,7 @@ HAND_INS = (
     ATTENTION,
     OTHER_ROUTES,
     OTHER_MANAGER,
+    FAST_APPEND,
     LIBRARY_HELPERS,
     KERNEL,
     WASTES,
