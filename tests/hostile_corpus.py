@@ -31,6 +31,10 @@ from minipaged.grader.exercises import EXERCISES, TUTORIALS
 
 ANSWERS = Path(__file__).parent / "student_answers"
 
+SECRET_NAME, SECRET = "GRADESCOPE_API_SECRET", "s3cr3t-0f-the-grader"
+"""A variable of the grader's environment no student's code may see (``test_grader_hostile``
+sets it while grading the corpus)."""
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -431,14 +435,21 @@ LEFT_RUNNING = HandIn(
             ("block_bytes",),
             "your code left 1 process (pid ",
         ),
+        Attack(
+            "a-timer-that-acts-just-after-the-answer",
+            "M_KV(L)",
+            "import threading\nlate = []\nthreading.Timer(0.05, late.append, (1,)).start()\n"
+            "return self.kv_bytes_per_token * num_tokens",
+            ("kv_bytes",),
+            ", running list.append, at threading.py",
+        ),
     ),
-    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token", "kv_bytes"),
+    passes=("slot", "slot_outside_the_table", "kv_bytes_per_token"),
     honest=RIGHT_SLOT
     | {
         "keys and values, for every layer and KV head": (
             "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
         ),
-        "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
         "one block, one layer": (
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
         ),
@@ -446,7 +457,10 @@ LEFT_RUNNING = HandIn(
 )
 """Code still running after its call returned: each fails the call that left it, naming what
 it left, and the next criterion, in a new grading child, is blamed for nothing (a thread that
-wrote on the channel after its answer once failed the next call, "cannot read")."""
+wrote on the channel after its answer once failed the next call, "cannot read"). A thread
+that ends soon after the answer fails too: what it did then (an exercise 02 allocator's
+``threading.Timer`` that put a freed block on the free list 0.1 s later passed 7 of 8
+criteria) landed after the answer was taken, on what the next question reads."""
 
 THREAD_AT_IMPORT = HandIn(
     "a-thread-at-import",
@@ -513,21 +527,32 @@ HIDDEN_THREADS = HandIn(
             ("kv_bytes_per_token",),
             "your code left 1 thread that Python does not list (thread ",
         ),
+        Attack(
+            "a-signal-handler-a-timer-calls-later",
+            "one block, all layers",
+            "import signal\nlate = []\nsignal.signal(signal.SIGALRM, lambda *_: late.append(1))\n"
+            "signal.setitimer(signal.ITIMER_REAL, 0.05)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left a handler for SIGALRM installed after it returned",
+        ),
     ),
-    passes=("slot", "block_bytes"),
+    passes=("slot",),
     honest=RIGHT_SLOT
     | {
         "M_KV(L)": "return self.kv_bytes_per_token * num_tokens",
         "one block, one layer": (
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
         ),
-        "one block, all layers": "return self.num_layers * self.block_bytes_per_layer(block_size)",
     },
 )
 """Threads the child's own look cannot see (its functions replaced, or no Python thread state:
 ctypes, faulthandler's watchdog) and bytes on the channel before the answer: the grader sees
 them from outside, in ``/proc`` (each passed, or failed with "cannot read", when the child's
-look was the authority)."""
+look was the authority). And code that runs later with no thread at all: a signal handler a
+timer calls after the answer, seen in ``/proc`` as a signal the worker now catches (an
+exercise 02 decref that freed its block from a SIGALRM handler failed other criteria, each
+with a wrong value, none naming the handler)."""
 
 DISK = HandIn(
     "filling-the-disk",
@@ -559,11 +584,24 @@ DISK = HandIn(
             ("num_logical_blocks",),
             "got 2\n",
         ),
+        Attack(
+            "the-graders-secrets-from-the-environment",
+            "keys and values, for every layer and KV head",
+            "import os\nseen = [\n"
+            "    (k, v) for k, v in os.environ.items() if 'SECRET' in k or v == SECRET]\n"
+            "raise ValueError(f'seen: {seen}')",
+            ("kv_bytes_per_token",),
+            "ValueError: seen: []",
+        ),
     ),
     passes=("slot",),
-    appended=LIES,
+    appended=LIES + f"\nSECRET = {SECRET!r}\n",
     honest=RIGHT_SLOT,
 )
+"""Ending with what the student's code finds of the grader's environment: the whole of it
+reached the grading child, and what the code raises comes back in the report (``SECRET``,
+which the tests put in the grader's environment, now passes into no grading child:
+``minipaged.grader.child_environment``)."""
 
 # -- reaching the solution -------------------------------------------------------------------
 
@@ -810,6 +848,34 @@ def _scene(student, preemption, host):
 
 _checks._two_requests_then_full = _scene
 """
+
+MOVED = "may not call the library's minipaged.block_manager.BlockManager._move"
+
+LIBRARY_HELPERS = HandIn(
+    "the-library-s-private-helper",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "the-librarys-own-move-out",
+            "move the tables to the host pool",
+            'return self._move(seqs, "device", "host")',
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            MOVED,
+        ),
+        Attack(
+            "the-librarys-own-move-in",
+            "move the tables back to the device pool",
+            'return self._move(seqs, "host", "device")',
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            MOVED,
+        ),
+    ),
+)
+"""Exercise 05's swap as the library's private ``_move``, of which the library's ``swap_out``
+and ``swap_in`` are one call each: the two lines passed all nine swap criteria before
+``_move`` became an answer of the exercise (a graded method's private helpers, checked by
+``test_every_private_method_only_graded_methods_call_is_out_of_reach``)."""
 
 SCHEDULER = HandIn(
     "scheduler",
@@ -1280,6 +1346,59 @@ NEVER_ON_DISK = (
 """A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
+OTHER_MANAGER = HandIn(
+    "the-library-s-other-block-manager",
+    3,
+    "block_manager.py",
+    (
+        Attack(
+            "the-simulators-fast-free",
+            "decrement each refcount, drop the table",
+            "from minipaged.study.fast_manager import FastBlockManager\n"
+            "return FastBlockManager.free(self, seq)",
+            ("free_releases_only_unshared_blocks", "free_releases_the_last_block_first"),
+            "may not call the library's minipaged.study.fast_manager.FastBlockManager.free",
+        ),
+    ),
+    passes=("fork_copies_the_table", "fork_raises_each_refcount_by_one"),
+    honest={
+        "copy the table, raise each refcount": _right_body(
+            3, "block_manager.py", "BlockManager.fork"
+        )
+    },
+)
+"""Exercise 03's free answered by the simulator's ``FastBlockManager.free``, the same steps
+without events: it passed all eight criteria before the library's subclasses' versions of a
+graded method became answers of the exercise (``Exercise.answers``)."""
+
+FAST_APPEND = HandIn(
+    "the-simulators-fast-append",
+    4,
+    "block_manager.py",
+    (
+        Attack(
+            "the-simulators-try-append",
+            "reserve the slot for token t, copying on write",
+            "from minipaged.study.fast_manager import FastBlockManager\n"
+            "table = self.table(seq)\nbefore, (j, o) = list(table.blocks), divmod("
+            "table.num_tokens, self.block_size)\n"
+            "if not FastBlockManager.try_append(self, seq):\n"
+            "    raise OutOfBlocks('no free block')\n"
+            "cow = (before[j], table.blocks[j]) if j < len(before) and before[j] != "
+            "table.blocks[j] else None\n"
+            "return AppendResult(table.blocks[j] * self.block_size + o, cow)",
+            (
+                "append_writes_in_place_when_the_block_has_room",
+                "shared_partly_filled_block_is_copied",
+            ),
+            "may not call the library's minipaged.study.fast_manager.FastBlockManager.try_append",
+        ),
+    ),
+)
+"""Exercise 04's append as the simulator's ``FastBlockManager.try_append`` (the same steps
+without events or a slot), the slot and the copy read off the table: it passed all eight
+criteria before ``try_append`` became an answer of the exercise."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -1298,6 +1417,9 @@ HAND_INS = (
     REWRITTEN_JUDGE,
     ATTENTION,
     OTHER_ROUTES,
+    OTHER_MANAGER,
+    FAST_APPEND,
+    LIBRARY_HELPERS,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

@@ -205,6 +205,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "raise IndexError(",
         within="def allocate(",
     ),
+    _m(
+        2,
+        "allocator",
+        "decref returns the refcount before the decrement",
+        "            self._free[block] = None\n        return self._refcounts[block]",
+        "            self._free[block] = None\n        return self._refcounts[block] + 1",
+        within="def decref(",
+    ),
     # -- 03: fork and free (block_manager.py) ------------------------------------------------
     _m(
         3,
@@ -301,6 +309,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "for j, block in enumerate(table.blocks):\n            self.record(events.Incref",
         "for j, block in list(enumerate(table.blocks))[-1:]:\n"
         "            self.record(events.Incref",
+    ),
+    _m(
+        3,
+        "block_manager",
+        "fork raises each refcount by two: once for the parent, once for the child",
+        "            self.record(events.Incref(child, j, block, self.device.incref(block)))",
+        "            self.device.incref(block)  # the parent's\n"
+        "            self.record(events.Incref(child, j, block, self.device.incref(block)))",
+        within="def fork(",
     ),
     # -- 04: append with copy-on-write (block_manager.py) -----------------------------------
     _m(
@@ -411,6 +428,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "append to a swapped-out sequence not refused",
         "table = self._device_table(seq)\n        self._check_append",
         "table = self.table(seq)\n        self._check_append",
+    ),
+    _m(
+        4,
+        "block_manager",
+        "copy-on-write decrements the new block, not the shared one",
+        "self.device.decref(src)  # 3.",
+        "self.device.decref(dst)  # 3.",
+        within="def append_slot(",
     ),
     # -- 05: swapping (block_manager.py) and preemption (scheduler.py) ----------------------
     _m(

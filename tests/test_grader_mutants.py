@@ -248,7 +248,7 @@ def test_one_cause_under_several_criteria_is_explained_once(tmp_path):
     assert all(r.message.startswith("paged_attention_decode") for r in failed)  # what broke
 
 
-SHARED = [m for m in MUTANTS if "shared by every" in m.bug and m.exercise in (2, 12)]
+SHARED = [m for m in MUTANTS if "shared by every" in m.bug and m.exercise in (2, 3, 12)]
 """The mutants that keep an allocator's or a tree's state on the class or in a default
 argument: a second object starts with what the first did."""
 

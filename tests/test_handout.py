@@ -5,6 +5,7 @@ grades it, a missing extra is named with what to install, and a system without `
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -333,3 +334,42 @@ def test_a_bad_site_url_in_the_environment_is_named_and_nothing_is_copied(
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "$MINIPAGED_SITE_URL 'example.org'" in error[0]
     assert not (tmp_path / "ex01").exists()
+
+
+# -- every refusal of the handout, one line ---------------------------------------------------
+
+
+def _refusals(tmp_path: Path) -> dict[str, tuple]:
+    """A bad input for each refusal ``handout`` can make: the call, and the value the message
+    must name."""
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "memory.py").write_text("x")
+    return {
+        "site": (lambda: handout.site_url("ftp://example.org/"), "'ftp://example.org/'"),
+        "empty folder name": (lambda: handout.init(1, " "), "DIR"),
+        "control character": (lambda: handout.init(1, "ex\n01"), r"'ex\n01'"),
+        "dangling link": (lambda: handout.init(1, tmp_path / "dangling"), "dangling"),
+        "under a file": (lambda: handout.init(1, tmp_path / "file" / "ex01"), "file"),
+        "folder taken": (lambda: handout.init(1, tmp_path / "taken"), "memory.py"),
+        "link nowhere": (lambda: handout.rewrite_link("../../x.toml", "01-x"), "'../../x.toml'"),
+    }
+
+
+def test_every_refusal_of_the_handout_is_one_line_naming_the_value(tmp_path):
+    """The command line prints a refusal as it is: a newline in one (a message built over two
+    lines, a value shown with ``str`` where it holds one) breaks it into a line that names
+    nothing. Every ``raise`` of ``handout.py`` is reached by a case here, so a refusal added
+    later without one fails this test until it has its case."""
+    source = Path(handout.__file__).read_text()
+    raises = {n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Raise)}
+    reached = set()
+    for name, (call, value) in _refusals(tmp_path).items():
+        with pytest.raises(ValueError) as refused:
+            call()
+        message, frame = str(refused.value), refused.traceback[-1]
+        assert Path(str(frame.path)) == Path(handout.__file__), name
+        reached.add(frame.lineno + 1)  # pytest counts lines from 0
+        assert message.isprintable() and value in message, (name, message)
+    assert reached == raises

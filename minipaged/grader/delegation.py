@@ -227,7 +227,6 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
     refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first)."""
     folder = str(folder.resolve())
     library = Library(ex)
-    stems = {n: stem for stem, module in ex.solution.items() for n in ex.graded_in(module)}
     guarded, stubs, originals = set(), {}, {}
     names = ex.graded + ex.answers
     for name in names:
@@ -240,7 +239,7 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
         owner, attribute, value = _lookup(name)
         original = value.fget if isinstance(value, property) else value
         stub = _stub(name, original, ex.number, name in ex.answers, refused)
-        originals[name] = (original, _allowed(ex, stems.get(name), folder, genuine))
+        originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
     _replace_aliases(stubs)

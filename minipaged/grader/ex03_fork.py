@@ -12,6 +12,7 @@ from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
 from minipaged.grader.recorded_events import Checked
 from minipaged.grader.report import CheckFailed, Criterion, expect, expect_refused
+from minipaged.grader.shared_state import expect_own_state
 
 
 def block_manager_class(student) -> type[BlockManager]:
@@ -29,6 +30,13 @@ def _refcounts(bm, blocks) -> list[int]:
 
 def check_fork_copies_the_table(student):
     """fork gives the child its own copy of T_parent: the same blocks and length, another list"""
+    expect_own_state(
+        lambda: _manager(student),
+        lambda first: (first.allocate(0, 6), first.fork(0, 1)),
+        lambda second: sorted(second.tables),
+        "the sequences with a table, sorted(tables), of a second BlockManager(16, block_size=4) "
+        "after allocate(0, 6) and fork(0, 1) on the first",
+    )
     bm = _manager(student)
     bm.allocate(0, 6)
     bm.fork(0, 1)

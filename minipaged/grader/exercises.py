@@ -46,8 +46,9 @@ class Exercise:
     tui: TuiRun | None = None  # how the TUI runs it; None: the TUI cannot show it
     answers: tuple[str, ...] = ()
     """Library functions that answer what the exercise asks though the student writes none of
-    them (exercise 06's rules are ``minipaged.invariants``'): out of a student's reach like the
-    graded ones, and out of every file of theirs."""
+    them (exercise 06's rules are ``minipaged.invariants``'; the private method a graded one
+    is a call of, ``BlockManager._move``; a subclass's own version of a graded method, the
+    simulator's ``FastBlockManager.free``): out of a student's reach like the graded ones."""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -84,6 +85,19 @@ class Exercise:
         modules their files mirror, and those holding the exercise's answers."""
         answering = (name.partition(":")[0] for name in self.answers)
         return tuple(dict.fromkeys([*self.solution.values(), *answering]))
+
+    def file_of(self, name: str) -> str | None:
+        """The stem of the student's file whose rules the library function ``name`` is held to
+        in a grading child (``delegation._allowed``): a graded function's file, and an answer
+        that is a method of a graded class (``BlockManager._move``, the work of ``swap_out`` and
+        ``swap_in``) its class's, so that the student's other files (exercise 05's scheduler)
+        reach it through the library's graded methods as they reach those; None for any other
+        answer, which nothing of theirs may reach."""
+        classes = {g.rpartition(".")[0] for g in self.graded if "." in g.partition(":")[2]}
+        if name in self.graded or (name in self.answers and name.rpartition(".")[0] in classes):
+            module = name.partition(":")[0]
+            return next(stem for stem, solved in self.solution.items() if solved == module)
+        return None
 
     def graded_in(self, module: str) -> tuple[str, ...]:
         """The graded functions of library ``module``, as ``"module:Qual.name"``."""
@@ -150,6 +164,7 @@ EXERCISES: dict[int, Exercise] = {
             "BlockAllocator.__init__ BlockAllocator.num_free BlockAllocator.refcount "
             "BlockAllocator.free_blocks BlockAllocator.allocate BlockAllocator.take "
             "BlockAllocator.incref BlockAllocator.decref",
+            answers="minipaged.allocator:BlockAllocator._block_id",
             tui=TuiRun("several"),
         ),
         _exercise(
@@ -159,6 +174,8 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager"},
             "ex03_fork",
             "BlockManager.fork BlockManager.free",
+            answers="minipaged.study.fast_manager:FastBlockManager.free "
+            "minipaged.study.fast_manager:FastBlockManager.fork_replacing",
             tui=TuiRun("beam"),
         ),
         _exercise(
@@ -168,6 +185,8 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager"},
             "ex04_copy_on_write",
             "BlockManager.append_slot",
+            answers="minipaged.study.fast_manager:FastBlockManager.try_append "
+            "minipaged.block_manager:BlockManager._check_append",
             tui=TuiRun("parallel"),
         ),
         _exercise(
@@ -177,6 +196,7 @@ EXERCISES: dict[int, Exercise] = {
             {"block_manager": "minipaged.block_manager", "scheduler": "minipaged.scheduler"},
             "ex05_preemption",
             "BlockManager.swap_out BlockManager.swap_in minipaged.scheduler:Scheduler._preempt",
+            answers="minipaged.block_manager:BlockManager._move",
             tui=TuiRun("swap"),
         ),
         _exercise(
@@ -254,6 +274,11 @@ EXERCISES: dict[int, Exercise] = {
             {"radix_cache": "minipaged.radix_cache"},
             "ex12_prefix_cache",
             "RadixCache.match RadixCache.insert RadixCache.forget",
+            answers="minipaged.radix_cache:RadixCache._walk "
+            "minipaged.radix_cache:RadixCache._split "
+            "minipaged.prefix_cache:HashPrefixCache.match "
+            "minipaged.prefix_cache:HashPrefixCache.insert "
+            "minipaged.prefix_cache:HashPrefixCache.forget",
             tui=TuiRun("prefix", (("prefix_caching", "radix"),)),
         ),
         _exercise(

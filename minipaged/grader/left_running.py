@@ -33,6 +33,7 @@ child ends as it answers.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -74,12 +75,16 @@ def running_threads() -> Threads:
 
 
 def threads_left(before: Threads, folder: Path | None) -> str:
-    """In the child, after a request, for the grader's words only (the code it checks may have
-    replaced what this reads): the Python threads running now that were not ``before``
-    it, after ``GRACE_SECONDS`` for them to end, each named with where it is in ``folder``'s
-    files; ``""`` for none. A thread the OS counts that is not Python's after
+    """In the child, after a request, before its answer is sent: the Python threads running
+    now that were not ``before`` it, each named with where it is in ``folder``'s files; ``""``
+    for none. A thread of the student's code still running when the call returned fails it at
+    once, however soon it would end: what it does next (a block freed 0.1 s later) would land
+    after the answer was taken, on the state the grader reads for the next question, and be
+    blamed on that one. Only the CUDA simulator's threads get ``GRACE_SECONDS`` to end (they
+    end just after a launch that raised). A thread the OS counts that is not Python's after
     ``STARTING_SECONDS`` is a library's (torch's pool, started by the first parallel
-    operation), not the student's to join."""
+    operation), not the student's to join. The grader decides from ``/proc`` (``tasks_left``);
+    this look, which the student's code can replace, adds the thread's line."""
     start = time.monotonic()
     while True:
         now = running_threads()
@@ -87,10 +92,11 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         waited = time.monotonic() - start
         if not fresh and (now.tasks <= before.tasks or waited >= STARTING_SECONDS):
             return ""
-        if waited >= GRACE_SECONDS:
+        if waited >= GRACE_SECONDS or not all(map(_finishing, fresh)):
             break
         time.sleep(_LOOK_SECONDS)
-    frames, names = sys._current_frames(), {t.ident: t.name for t in threading.enumerate()}
+    frames = sys._current_frames()
+    names = {t.ident: f"{t.name}{_running(t)}" for t in threading.enumerate()}
     named = [
         f"{names[i]}{_where(frames.get(i), folder)}"
         if i in names
@@ -98,6 +104,24 @@ def threads_left(before: Threads, folder: Path | None) -> str:
         for i in fresh
     ]
     return f"{len(fresh)} thread{'s' * (len(fresh) > 1)} ({'; '.join(named)[:300]})"
+
+
+def _running(thread: threading.Thread) -> str:
+    """``", running list.append"``: what a ``threading.Timer`` (or a thread not named after its
+    target, as ``Thread-1 (babble)`` is) was given to run, which names the student's code while
+    the thread waits in ``threading``'s own."""
+    target = getattr(thread, "_target", None) or getattr(thread, "function", None)
+    name = getattr(target, "__qualname__", None)
+    if not isinstance(name, str) or thread.name.endswith(f"({getattr(target, '__name__', '')})"):
+        return ""
+    return f", running {name}"
+
+
+def _finishing(ident: int) -> bool:
+    """Whether the Python thread ``ident`` is one the CUDA simulator started for a block of a
+    launch, which may still be ending as the launch returns (or raised)."""
+    thread = threading._active.get(ident)
+    return type(thread).__module__ == "numba.cuda.simulator.kernel"
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -166,6 +190,55 @@ def left_running(doer: str, left: str) -> LeftRunning:
         f"{doer} left {left} running after it returned: join every thread and wait for every "
         "process your code starts before it returns (the grading process was ended, so the "
         "next criterion starts a new one)"
+    )
+
+
+LATER_SIGNALS = (
+    signal.SIGALRM,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGIO,
+)
+"""The signals that come later, from a timer (``signal.setitimer``, ``timer_create``) or from
+another process: a handler for one runs the student's code after its call returned, in the
+middle of whatever the grading process does next (a freed block put back on the free list
+while the next question is read). Libraries install handlers for others as they load (glibc
+for its threads, Numba for ``SIGWINCH``), so only these are watched."""
+
+
+def caught(pid: int) -> int | None:
+    """In the grader: the set of signals ``pid`` catches with a handler, as a bit mask (bit
+    ``n - 1`` for signal ``n``: ``SigCgt`` in ``/proc/<pid>/status``), which the student's
+    code cannot hide; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            line = next(line for line in f if line.startswith(b"SigCgt:"))
+        return int(line.split()[1], 16)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def handlers_left(worker: int, before: int | None) -> str:
+    """In the grader, after an answer: ``"a handler for SIGALRM"``, the ``LATER_SIGNALS`` the
+    worker catches now that it did not ``before`` the request; ``""`` for none, or where
+    ``/proc`` does not tell."""
+    now = caught(worker)
+    if now is None or before is None:
+        return ""
+    new = [s.name for s in LATER_SIGNALS if now & ~before & (1 << (s - 1))]
+    return f"a handler for {' and '.join(new)}" if new else ""
+
+
+def handler_left(doer: str, left: str) -> LeftRunning:
+    """The failure of a call after which ``left`` (``handlers_left``) was still installed."""
+    return LeftRunning(
+        f"{doer} left {left} installed after it returned: it runs whenever its signal comes "
+        "(a timer's: signal.setitimer, signal.alarm), between the grader's questions, on what "
+        "they read. Put back the handler your code replaced (signal.signal(number, previous)) "
+        "and stop its timer before returning (the grading process was ended, so the next "
+        "criterion starts a new one)"
     )
 
 

@@ -32,14 +32,17 @@ from typing import Any
 
 from minipaged.grader import frames, wire
 from minipaged.grader.child import why_it_ended
+from minipaged.grader.child_environment import child_environment
 from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.left_running import (
-    ONE_THREAD,
     UNLISTED,
     LeftRunning,
+    caught,
+    handler_left,
+    handlers_left,
     left_running,
     processes_left,
     tasks,
@@ -80,6 +83,7 @@ class GradingChild:
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self._before: frozenset[int] | None = None  # the worker's threads before a request
+        self._caught: int | None = None  # and the signals it caught then (``caught``)
         self.judge = Judge(number)  # of what the student's code compiles at run time
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
@@ -163,21 +167,7 @@ class GradingChild:
         return command
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        for name in (
-            "TMPDIR",
-            "XDG_CACHE_HOME",
-            "NUMBA_CACHE_DIR",
-            "MPLCONFIGDIR",
-            "CUDA_CACHE_PATH",
-        ):
-            env[name] = str(self.temp)
-        env.update(ONE_THREAD)
-        if self.runs_in == "simulator":
-            env["NUMBA_ENABLE_CUDASIM"] = "1"
-        else:
-            env.pop("NUMBA_ENABLE_CUDASIM", None)
-        return env
+        return child_environment(os.environ, self.temp, self.runs_in == "simulator")
 
     @property
     def alive(self) -> bool:
@@ -236,6 +226,7 @@ class GradingChild:
         deadline = min((end for end in ends if end is not None), default=None)
         try:
             self._before = tasks(self.worker) if self.worker is not None else None
+            self._caught = caught(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -288,6 +279,9 @@ class GradingChild:
         if left:
             self.stop()
             raise left_running("your code", left)
+        if self.worker is not None and (installed := handlers_left(self.worker, self._caught)):
+            self.stop()
+            raise handler_left("your code", installed)
 
     def _send(self, document: dict, deadline: float | None) -> None:
         view = memoryview(frames.frame(document))

@@ -1,6 +1,7 @@
 """Objects of a student's class that share their state, told as such.
 
-A new allocator or prefix tree starts from nothing, whatever another one did first. State a
+A new allocator, block manager or prefix tree starts from nothing, whatever another one did
+first. State a
 class body assigns (``_free = OrderedDict()`` beside the methods) or a default argument holds
 (``def __init__(self, num_blocks, free=[])``) is made once, when Python reads the class, and is
 then one object for every instance: a second pool starts with the blocks the first one took.
