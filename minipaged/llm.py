@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from minipaged import fp8
 from minipaged.checkpoint import load_config, load_model
 from minipaged.checkpoint_files import no_file
+from minipaged.checkpoint_tensors import check_weights_match
 from minipaged.config import EngineConfig
 from minipaged.device import check_device, check_pools_fit_on
 from minipaged.engine import LLMEngine, RequestRejected
@@ -250,8 +251,12 @@ def check_kv_cache_fits(config: EngineConfig) -> None:
     """Refuse pools the memory free now would not hold, before anything is allocated or
     loaded: device and host blocks of BlockSizeBytes with the KV cache's $b$, the device's
     against ``config.device``'s free memory and the host's against the host's
-    (``device.check_pools_fit_on``: on the CPU both against the host's)."""
+    (``device.check_pools_fit_on``: on the CPU both against the host's). The checkpoint's
+    config.json is first checked against its weights' shapes (``check_weights_match``): the
+    pools are sized from it, so a config that inflates the layers is told as that, not as a
+    pool too large."""
     model = load_config(config.model)
+    check_weights_match(model_directory(config.model), model)
     shape = ModelShape(
         model.num_hidden_layers,
         model.num_attention_heads,
