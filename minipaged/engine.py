@@ -28,7 +28,13 @@ from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.prompts import Prompt, check_stop_tokens, prompt_token_ids
-from minipaged.request_limits import RequestRejected, check_fits, check_request_id
+from minipaged.request_limits import (
+    RequestRejected,
+    automatic_id,
+    check_fits,
+    check_id_free,
+    check_request_id,
+)
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
@@ -125,11 +131,15 @@ class LLMEngine:
     def add_request(
         self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
     ) -> str:
-        """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
-        prompt that is empty, holds unknown token ids or does not fit the context, and
-        ``RequestRejected`` for one that needs more blocks than the device pool has."""
+        """Queue a request; it is admitted by a later ``step``, and its id is returned. Raises
+        ``ValueError`` for a prompt that is empty, holds unknown token ids or does not fit the
+        context, and ``RequestRejected`` for one that needs more blocks than the device pool
+        has. ``request_id`` follows vLLM's rule (``request_limits.check_id_free``): no two
+        requests in flight share an id, and the id of a finished or aborted request may be
+        used again. None picks the arrival number, skipping any id in flight."""
         if request_id is not None:  # before any event names it
             check_request_id(request_id, "pass None for an automatic one")
+            check_id_free(request_id, self.requests)
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -137,10 +147,8 @@ class LLMEngine:
             name = "new" if request_id is None else request_id
             self.block_manager.record(Refuse(name, rejected.num_blocks, rejected.limit))
             raise
-        if request_id is not None and request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
-        request_id = str(arrival) if request_id is None else request_id
+        request_id = automatic_id(arrival, self.requests) if request_id is None else request_id
         # Each request's own seed, derived from the engine's: within a generator's 64 bits.
         derived = (self.seed * 1_000_003 + arrival) % 2**64
         seed = params.seed if params.seed is not None else derived
@@ -157,7 +165,10 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> None:
         """End an unfinished request now, wherever it is (waiting, running or swapped out):
-        its blocks are released and an ``Abort`` event is recorded for the next step."""
+        its blocks are released and an ``Abort`` event is recorded for the next step. One rule
+        for any other id: ``KeyError``, whether its request finished, was aborted already or
+        never existed (the engine keeps no finished requests, and an abort that found nothing
+        to end should not pass in silence)."""
         check_request_id(request_id, "pass the id add_request returned")
         if request_id not in self.requests:
             raise KeyError(

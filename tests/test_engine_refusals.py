@@ -45,6 +45,11 @@ def too_long(engine):
 BAD_CALLS = {
     # name: (the call on the engine, the exception, words of its message)
     "a duplicate id": (lambda e: e.add_request("x", None, "a"), ValueError, "already in use"),
+    "a duplicate id of a request too large to run": (
+        lambda e: e.add_request("x", SamplingParams(max_tokens=400), "a"),
+        ValueError,
+        "already in use by a request in flight",
+    ),
     "an int id": (lambda e: e.add_request("x", None, 5), TypeError, "request_id must be a str"),
     "a blank id": (lambda e: e.add_request("x", None, "  "), ValueError, "must name the request"),
     "an id of a megabyte": (
@@ -230,12 +235,54 @@ def test_an_id_of_the_longest_length_is_taken_and_runs(llm):
     assert longest in run_to_the_end(engine)
 
 
-def test_an_abort_of_a_finished_request_says_it_finished(llm):
-    engine = llm.engine
-    engine.add_request("It is", SamplingParams(max_tokens=2), "done")
+def finished(engine, request_id):
+    engine.add_request("It is", SamplingParams(max_tokens=2), request_id)
     run_to_the_end(engine)
-    with pytest.raises(KeyError, match="it finished, was aborted or never existed"):
-        engine.abort_request("done")
+
+
+def aborted(engine, request_id):
+    engine.add_request("It is", SamplingParams(max_tokens=2), request_id)
+    engine.step()
+    engine.abort_request(request_id)
+    run_to_the_end(engine)
+
+
+GONE = {"finished": finished, "aborted": aborted, "never added": lambda engine, request_id: None}
+"""The ways an id can name no request in flight: one rule for each of add and abort."""
+
+
+@pytest.mark.parametrize("how", GONE)
+def test_an_abort_of_an_id_no_request_in_flight_holds_is_one_refusal(llm, undisturbed, how):
+    engine = llm.engine
+    GONE[how](engine, "gone")
+    engine.add_request(*IN_FLIGHT)
+    engine.step()
+    before = state(engine)
+    with pytest.raises(KeyError, match="'gone': it finished, was aborted or never existed"):
+        engine.abort_request("gone")
+    assert state(engine) == before
+    assert run_to_the_end(engine) == {"a": undisturbed}
+
+
+@pytest.mark.parametrize("how", GONE)
+def test_an_id_no_request_in_flight_holds_may_name_a_new_request(llm, how):
+    """vLLM's rule: ids are unique among requests in flight only."""
+    engine = llm.engine
+    GONE[how](engine, "again")
+    params = SamplingParams(max_tokens=3, seed=1, ignore_eos=True)
+    assert engine.add_request("It is", params, "again") == "again"
+    assert list(run_to_the_end(engine)) == ["again"]
+
+
+@pytest.mark.parametrize("taken", [["0"], ["1"], ["1", "2"], ["0", "1", "2", "3"]])
+def test_an_automatic_id_never_takes_an_id_in_flight(llm, taken):
+    """The caller named theirs as the engine numbers its own: the numbers skip them."""
+    engine = llm.engine
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    named = [engine.add_request("It is", params, request_id) for request_id in taken]
+    automatic = [engine.add_request("It is", params) for _ in range(3)]
+    assert len(set(named + automatic)) == len(taken) + 3
+    assert sorted(run_to_the_end(engine)) == sorted(named + automatic)
 
 
 def test_max_tokens_zero_is_refused_before_any_request_exists():
