@@ -41,6 +41,11 @@ FP8_NAMES = {"torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e5m2": "fp8_e5m2"}
 """An FP8 ``torch.dtype`` given as ``kv_cache_dtype`` stands for its name (by ``str``: no torch
 is imported here)."""
 
+MIN_WATERMARK = 2**-30
+"""The smallest positive ``watermark``: the watermark keeps ``int(watermark * P_max)`` blocks,
+and below $2^{-30}$ that is 0 blocks of every pool up to ``MAX_COUNT`` ($2^{31} - 1$) blocks,
+so a smaller positive share keeps nothing, as 0 does, while it reads as a watermark."""
+
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
 """The device pool's bytes when ``num_gpu_blocks`` is None (``default_num_gpu_blocks``)."""
 
@@ -54,7 +59,9 @@ class Setting:
     ``choices``: the accepted strings; ``none``: what None means, when it is allowed;
     ``flag``: whether the command lines offer it, as ``--name-with-dashes`` or ``flag_name``;
     ``fix``: the way out, added to every refusal of this setting; ``pattern``: a regular
-    expression a string must match in full, and ``what`` the words that describe it."""
+    expression a string must match in full, and ``what`` the words that describe it;
+    ``smallest``: for a number whose range starts at 0, the smallest positive value that
+    means something else than 0 (a smaller one is refused, naming 0)."""
 
     help: str
     kind: type
@@ -69,6 +76,7 @@ class Setting:
     fix: str = ""
     pattern: str | None = None
     what: str | None = None
+    smallest: float | None = None
 
 
 def setting(default: object, help: str, kind: type, **rules: object) -> object:
@@ -130,6 +138,8 @@ class EngineConfig:
         low=0,
         high=1,
         below=True,
+        smallest=MIN_WATERMARK,
+        fix="pass 0 to keep no block free",
     )
     prefix_caching: str | None = setting(
         None,
@@ -336,6 +346,8 @@ def _check(name: str, value: object, rule: Setting) -> None:
         raise ValueError(_refusal(name, value, rule))
     if rule.pattern is not None and not re.fullmatch(rule.pattern, value):
         raise ValueError(_refusal(name, value, rule))
+    if rule.smallest is not None and 0 < value < rule.smallest:
+        raise ValueError(_refusal(name, value, rule))
 
 
 def _refusal(name: str, value: object, rule: Setting, hint: str = "") -> str:
@@ -354,12 +366,15 @@ def _described(rule: Setting) -> str:
         what = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}[
             rule.kind
         ]
+        low = rule.low if rule.smallest is None else rule.smallest
         if rule.high is not None and rule.below:
-            what += f" from {_number(rule.low)} up to, not including, {_number(rule.high)}"
+            what += f" from {_number(low)} up to, not including, {_number(rule.high)}"
         elif rule.high is not None:
-            what += f" from {_number(rule.low)} to {_number(rule.high)}"
-        elif rule.low is not None:
-            what += f" of at least {_number(rule.low)}"
+            what += f" from {_number(low)} to {_number(rule.high)}"
+        elif low is not None:
+            what += f" of at least {_number(low)}"
+        if rule.smallest is not None:  # 0 and [smallest, high]: nothing between
+            what = f"0, or {what}"
     return what + (" or None" if rule.none is not None else "")
 
 

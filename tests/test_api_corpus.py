@@ -514,11 +514,11 @@ def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
     assert manager.prefix_hits([5, 6, 7, 8, 9]) == manager.table(np.int64(0)).blocks[:1]
 
 
-@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-38])
-def test_a_top_p_float32_cannot_hold_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
-    """A top_p below float32's smallest normal is in (0, 1], so taken: it keeps exactly the
-    most likely token, as top_p = 1e-6 does, and never drops that one too (float32 would
-    round the cut to 0, and an empty distribution draws token 0)."""
+@pytest.mark.parametrize("top_p", [2.0**-126, 1e-30, 1e-6])
+def test_the_smallest_top_p_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
+    """top_p down to float32's smallest normal (``sampling_rules.MIN_TOP_P``; a smaller one is
+    refused) keeps exactly the most likely token, as top_p = 1e-6 does, and never drops that
+    one too (an empty distribution would draw token 0)."""
     from minipaged.sampling import sample
 
     logits = torch.randn(64, generator=torch.Generator().manual_seed(1))
