@@ -17,7 +17,7 @@ from minipaged.arguments import (
     text,
 )
 from minipaged.config import settings_of
-from minipaged.memory import free_memory
+from minipaged.memory import free_memory, memory_amount
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
@@ -172,7 +172,7 @@ def check_fits(args: argparse.Namespace) -> None:
     if free is not None and need > free // 2:
         raise ValueError(
             f"this simulation would hold {blocks:,} blocks of B = {args.block_size} and "
-            f"{sequences:,} sequences, about {need / 1e9:,.1f} GB, but {free / 1e9:,.1f} GB "
+            f"{sequences:,} sequences, about {memory_amount(need)}, but {memory_amount(free)} "
             "are free (the simulator uses at most half); lower --hbm-gb or --requests, or "
             "raise --block-size"
         )
