@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from minipaged.config import EngineConfig, check_setting, settings_of
+from minipaged.python_numbers import MAX_COUNT
 from minipaged.sampling_rules import check_sampling_value
 
 USAGE_ERROR = 2
@@ -123,15 +124,17 @@ def speculation_needs_one_sequence(
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type for an integer in [low, high] (no upper bound when ``high`` is None)."""
-    bounds = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+    """An argparse type for an integer in [low, high]; ``high`` None is ``MAX_COUNT``, the
+    largest count any setting holds, so no typed count overflows what it sizes."""
+    high = MAX_COUNT if high is None else high
+    bounds = f"between {low:,} and {high:,}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
+        if value < low or value > high:
             raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:,}")
         return value
 
@@ -254,6 +257,26 @@ def setting_integer(name: str) -> Callable[[str], int]:
     return integer(int(rule.low or 0), rule.high and int(rule.high))
 
 
+def setting_real(name: str) -> Callable[[str], float]:
+    """An argparse type for the real ``EngineConfig`` field ``name`` (``watermark``): the typed
+    word read as a number, then refused where it is typed by the field's own rule
+    (``config.check_setting``), its smallest positive value included."""
+
+    def parse(word: str) -> float:
+        try:
+            value = float(word)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {word!r}") from None
+        try:
+            check_setting(name, value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
 def setting_text(name: str) -> Callable[[str], str]:
     """An argparse type for the text ``EngineConfig`` field ``name`` (``device``, say): refused
     where it is typed, by the field's own rule (``config.check_setting``), so a command that
@@ -315,7 +338,7 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
         elif rule.kind is int:
             kwargs["type"] = setting_integer(name)
         elif rule.kind is float:
-            kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
+            kwargs["type"] = setting_real(name)
         else:
             kwargs["type"] = setting_text(name)
         said = "" if shown is False else f" (default: {shown})"  # a flag's False: it is off

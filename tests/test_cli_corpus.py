@@ -19,8 +19,19 @@ USAGE = 2
 
 HUGE = "x" * 100_000
 BAD_VALUES = {
-    "integer": ["", "   ", "2.5", "nan", "1e400", "ten", "a\x00b", "1" * 5000 + "x", HUGE],
-    "number": ["", "   ", "nan", "inf", "1e400", "ten", "a\x00b", HUGE],
+    "integer": [
+        "",
+        "   ",
+        "2.5",
+        "nan",
+        "1e400",
+        "ten",
+        "a\x00b",
+        "1" * 5000 + "x",
+        "9" * 40,
+        HUGE,
+    ],
+    "number": ["", "   ", "nan", "inf", "1e400", "1e300", "-1e300", "ten", "a\x00b", HUGE],
     "text": ["", "   ", "a\x00b"],
     "path": ["", "   ", "a\x00b"],
     "output_file": ["", "   ", "a\x00b"],
@@ -29,7 +40,9 @@ BAD_VALUES = {
     "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
-or ``choices`` for an option with a list of them."""
+or ``choices`` for an option with a list of them. Every number has an upper bound: a finite
+1e300 overflowed ``simulate --hbm-gb``'s budget in bytes, and an integer past ``MAX_COUNT``
+sizes nothing any run can hold."""
 
 FREE_TEXT = {
     ("generate", "--prompt"): "any text is a prompt (an empty one is refused by the engine)",

@@ -23,6 +23,13 @@ from minipaged.study.bench import SUBBENCHMARKS
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
 
 
+MAX_GB = 10**6
+"""The most GB ``--hbm-gb`` and ``--weights-gb`` take: a million, past any machine whose blocks
+the simulator could hold (``check_fits`` refuses what this one cannot), and far below where
+the budget in bytes, (HBM - weights) x 10^9, stops being a finite number (1e300 raised an
+``OverflowError``)."""
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser(
         "simulate",
@@ -33,10 +40,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--model", choices=PRESET_NAMES, default="llama-3-8b", help="shape preset")
     sim.add_argument(
-        "--hbm-gb", type=real(0, above=True), default=80.0, help="GPU memory, decimal GB"
+        "--hbm-gb", type=real(0, MAX_GB, above=True), default=80.0, help="GPU memory, decimal GB"
     )
     sim.add_argument(
-        "--weights-gb", type=real(0), default=None, help="weights, decimal GB; None: BF16 size"
+        "--weights-gb",
+        type=real(0, MAX_GB),
+        default=None,
+        help="weights, decimal GB; None: BF16 size",
     )
     sim.add_argument(
         "--workload",
