@@ -215,6 +215,22 @@ def output_file(what: str) -> Callable[[str], Path]:
     return parse
 
 
+def output_folder(what: str) -> Callable[[str], Path]:
+    """An argparse type for a folder the command will write into, made when missing
+    (``named_path``'s rules): refused where it is typed, before any work, when a file is in its
+    place."""
+    named = named_path(what)
+
+    def parse(value: str) -> Path:
+        folder = named(value)
+        if folder.exists() and not folder.is_dir():
+            raise argparse.ArgumentTypeError(f"{value} is a file: name {what}, or a new one")
+        return folder
+
+    parse.__name__ = "output_folder"
+    return parse
+
+
 def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
     """An argparse type for the ``SamplingParams`` field ``name``: the typed word read as
     ``kind``, then refused where it is typed by the field's own rule

@@ -35,6 +35,7 @@ BAD_VALUES = {
     "text": ["", "   ", "a\x00b"],
     "path": ["", "   ", "a\x00b"],
     "output_file": ["", "   ", "a\x00b"],
+    "output_folder": ["", "   ", "a\x00b"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
     "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
@@ -335,6 +336,29 @@ def test_the_commands_that_write_a_file_check_it_where_it_is_typed():
     writers = {(" ".join(p.values[0]), name_of(p.values[1])) for p in OUTPUT_FILES}
     assert {("trace record", "file"), ("tui", "--screenshot")} <= writers
     assert {("exercises check", "--json"), ("exercises check", "--gradescope")} <= writers
+
+
+OUTPUT_FOLDERS = [
+    pytest.param(words, action, id=f"{' '.join(words)} {name_of(action)}")
+    for words, action in valued_options()
+    if kind_of(action) == "output_folder"
+]
+
+
+@pytest.mark.parametrize(("words", "action"), OUTPUT_FOLDERS)
+def test_a_folder_to_write_into_is_refused_before_any_work_when_a_file_is_there(
+    capsys, tmp_path, words, action
+):
+    (tmp_path / "results.txt").write_text("x")
+    target = tmp_path / "results.txt"
+    line = assert_usage_error([*words, name_of(action), str(target)], capsys, str(target))
+    assert "is a file" in line
+
+
+def test_the_commands_that_write_into_a_folder_check_it_where_it_is_typed():
+    assert ("bench", "--out") in {
+        (" ".join(p.values[0]), name_of(p.values[1])) for p in OUTPUT_FOLDERS
+    }
 
 
 def test_a_huge_value_is_echoed_only_in_part(capsys):

@@ -38,8 +38,14 @@ def check_model_directory(model: str | Path) -> Path:
     directory = model_directory(model)
     if not directory.is_dir():
         raise FileNotFoundError(
-            f'--model {model}: no such directory; pass "tiny" or a Hugging Face Llama '
+            f'--model {model}: {no_directory(directory)}; pass "tiny" or a Hugging Face Llama '
             "directory holding config.json, model.safetensors and tokenizer.json"
             + close_name(model)
         )
     return directory
+
+
+def no_directory(path: Path) -> str:
+    """Why ``path``, which is no directory, cannot be a model's: a file (a config.json or the
+    weights named in place of their folder) or nothing at all."""
+    return "a file, not a directory" if path.exists() else "no such directory"

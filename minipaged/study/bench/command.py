@@ -10,7 +10,7 @@ import sys
 from minipaged.arguments import (
     excludes,
     integer,
-    named_path,
+    output_folder,
     real,
     setting_integer,
     setting_text,
@@ -100,7 +100,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for tests")
     bench.add_argument(
         "--out",
-        type=named_path("a folder"),
+        type=output_folder("a folder"),
         default=None,
         help="folder for plots and index.md; unset: docs/results when run from the repository "
         "root, no files anywhere else",
