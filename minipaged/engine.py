@@ -125,6 +125,7 @@ class LLMEngine:
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
+        self.in_callback: str | None = None  # whose callback runs now: see check_not_in_callback
 
     # -- requests --------------------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class LLMEngine:
         has. ``request_id`` follows vLLM's rule (``request_limits.check_id_free``): no two
         requests in flight share an id, and the id of a finished or aborted request may be
         used again. None picks the arrival number, skipping any id in flight."""
+        self.check_not_in_callback("add_request")
         if request_id is not None:  # before any event names it
             check_request_id(request_id, "pass None for an automatic one")
             check_id_free(request_id, self.requests)
@@ -169,6 +171,7 @@ class LLMEngine:
         for any other id: ``KeyError``, whether its request finished, was aborted already or
         never existed (the engine keeps no finished requests, and an abort that found nothing
         to end should not pass in silence)."""
+        self.check_not_in_callback("abort_request")
         check_request_id(request_id, "pass the id add_request returned")
         if request_id not in self.requests:
             raise KeyError(
@@ -178,6 +181,20 @@ class LLMEngine:
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches
             self.speculator.drop_branches(self.block_manager)
+
+    def check_not_in_callback(self, action: str) -> None:
+        """Refuse ``action`` (a call that changes the engine) while a caller that drives it is
+        inside its callback (``in_callback`` names it: ``LLM.generate``'s ``on_step``). That
+        caller owns the requests until it returns: a request added now would run with its
+        output lost, one aborted or stepped to its end would vanish from the caller's results.
+        Reading the engine (``has_unfinished``, the block manager's state) stays allowed."""
+        if self.in_callback is not None:
+            raise RuntimeError(
+                f"{action} from inside {self.in_callback}: the call that owns the engine's "
+                "requests until it returns would lose them; read the engine here, and change "
+                "it after that call returns, or drive llm.engine yourself (add_request, step) "
+                "instead of generate"
+            )
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
@@ -217,6 +234,7 @@ class LLMEngine:
 
         ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
         that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        self.check_not_in_callback("step")
         if not isinstance(snapshot, bool):  # before anything is scheduled
             raise TypeError(f"snapshot must be True or False, got {snapshot!r}")
         bm = self.block_manager

@@ -130,8 +130,11 @@ class LLM:
         blocks released before the exception goes on: the engine is left as it was found.
         ``show_progress`` (default: when the output is a terminal; ``use_tqdm`` is vLLM's name
         for it) draws a progress bar over finished requests. ``on_step`` sees every
-        ``StepOutput``, events and block state included.
+        ``StepOutput``, events and block state included; it may read the engine, and a call
+        that would change it (``add_request``, ``abort_request``, ``step``, ``generate``) is
+        refused with ``RuntimeError`` (``LLMEngine.check_not_in_callback``).
         """
+        self.engine.check_not_in_callback("LLM.generate")
         show_progress = show_progress if use_tqdm is None else use_tqdm
         flag = show_progress is None or isinstance(show_progress, bool)
         if not flag or not (on_step is None or callable(on_step)):  # before anything queues
@@ -206,7 +209,11 @@ class LLM:
             while engine.has_unfinished():
                 step = engine.step(snapshot=on_step is not None)  # nobody else reads the state
                 if on_step is not None:
-                    on_step(step)
+                    engine.in_callback = "LLM.generate's on_step"
+                    try:
+                        on_step(step)
+                    finally:
+                        engine.in_callback = None
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)

@@ -298,3 +298,43 @@ def test_a_stop_token_ends_the_sequence_it_was_sampled_in(llm):
     stopped = llm.generate(["It is"], params)[0].outputs[0]
     assert stopped.token_ids == tokens[: tokens.index(stop) + 1]
     assert stopped.finish_reason == "stop"
+
+
+IN_CALLBACK = {
+    "add_request": lambda llm: llm.engine.add_request("Jane", SamplingParams(max_tokens=2)),
+    "abort_request": lambda llm: llm.engine.abort_request(next(iter(llm.engine.requests))),
+    "step": lambda llm: llm.engine.step(),
+    "LLM.generate": lambda llm: llm.generate("Jane", SamplingParams(max_tokens=2)),
+}
+"""What an ``on_step`` callback must not do while ``generate`` owns the engine's requests: a
+request added there ran with its output lost, and one aborted there made ``generate`` fail
+with a bare ``KeyError`` looking for its output."""
+
+
+@pytest.mark.parametrize("action", IN_CALLBACK)
+def test_a_callback_that_would_change_the_engine_is_refused_and_the_engine_is_left_clean(
+    llm, action
+):
+    engine = llm.engine
+    num_free = engine.block_manager.device.num_free
+    params = SamplingParams(max_tokens=3, seed=1, ignore_eos=True)
+
+    def meddle(output):
+        assert engine.has_unfinished() and engine.block_manager.snapshot()  # reading is fine
+        IN_CALLBACK[action](llm)
+
+    with pytest.raises(RuntimeError, match=rf"^{action} from inside LLM.generate's on_step"):
+        llm.generate(["It is", "Emma"], params, on_step=meddle)
+    assert not engine.requests and engine.block_manager.device.num_free == num_free
+    assert engine.in_callback is None
+    fresh = LLM("tiny", **POOL).generate(["It is"], params)
+    assert llm.generate(["It is"], params)[0].outputs[0].token_ids == fresh[0].outputs[0].token_ids
+
+
+def test_a_callback_that_only_reads_the_engine_sees_every_step():
+    llm = LLM("tiny", **POOL)
+    seen = []
+    llm.generate(["It is"], SamplingParams(max_tokens=3), on_step=lambda o: seen.append(o.step))
+    assert seen == sorted(seen) and len(seen) >= 3
+    llm.engine.add_request("Emma", SamplingParams(max_tokens=2))  # after generate: allowed
+    assert run_to_the_end(llm.engine)
