@@ -338,3 +338,15 @@ def test_a_callback_that_only_reads_the_engine_sees_every_step():
     assert seen == sorted(seen) and len(seen) >= 3
     llm.engine.add_request("Emma", SamplingParams(max_tokens=2))  # after generate: allowed
     assert run_to_the_end(llm.engine)
+
+
+@pytest.mark.parametrize(
+    "prompt, hint",
+    [(torch.tensor([1, 2]), True), (np.array([1, 2]), True), (None, False), (object(), False)],
+    ids=["tensor", "array", "None", "object"],
+)
+def test_the_tolist_hint_is_given_only_for_a_prompt_that_has_tolist(llm, prompt, hint):
+    with pytest.raises(TypeError, match="a prompt is a string") as refused:
+        llm.generate(["x", prompt])
+    assert ("ids.tolist()" in str(refused.value)) is hint
+    assert str(refused.value).startswith("prompt 1 of 2: ")
