@@ -683,6 +683,59 @@ def test_a_config_that_is_no_engine_config_is_refused_by_name(config):
         LLM("tiny", config=config)
 
 
+@pytest.mark.parametrize(
+    "device, name", [(torch.device("cpu"), "cpu"), (torch.device("cuda", 1), "cuda:1")], ids=str
+)
+def test_a_torch_device_is_taken_by_its_name_as_a_torch_dtype_is(device, name):
+    from minipaged.config import EngineConfig
+
+    assert EngineConfig(device=device).device == name
+    assert EngineConfig(dtype=torch.bfloat16).dtype == "bfloat16"
+
+
+class NoArguments:
+    pass
+
+
+class TwoArguments:
+    def __init__(self, num_gpu_blocks, num_cpu_blocks):
+        pass
+
+
+@pytest.mark.parametrize("manager", [NoArguments, TwoArguments, object, dict])
+def test_a_block_manager_class_without_blockmanagers_constructor_is_refused_by_its_name(manager):
+    """Before, the engine called it and a bare ``TypeError`` came from inside."""
+    with pytest.raises(TypeError) as refused:
+        LLM("tiny", block_manager_class=manager, num_gpu_blocks=8)
+    message = str(refused.value)
+    assert f"block_manager_class {manager.__name__} must take BlockManager's constructor" in message
+    assert "num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching" in message
+
+
+def test_a_block_manager_class_with_blockmanagers_constructor_runs():
+    from minipaged.block_manager import BlockManager
+
+    class Mine(BlockManager):
+        pass
+
+    llm = LLM("tiny", block_manager_class=Mine, num_gpu_blocks=8)
+    assert type(llm.engine.block_manager) is Mine
+    assert llm.generate("Emma", GREEDY)[0].outputs[0].token_ids
+
+
+def test_the_embedded_models_name_as_a_path_is_told_to_be_a_string(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="named by the string 'tiny', not a path"):
+        LLM(Path("tiny"))
+
+
+def test_speculative_json_text_that_is_not_json_names_the_setting():
+    with pytest.raises(ValueError, match=r"^speculative \(--speculative-config\) must be a JSON"):
+        LLM("tiny", speculative="ngram")
+
+
 def test_stop_tokens_past_the_vocabulary_are_refused(llm):
     with pytest.raises(ValueError, match=r"stop_token_ids \[5000\] lie outside"):
         llm.generate("Emma", SamplingParams(stop_token_ids=[5000]), show_progress=False)

@@ -27,6 +27,8 @@ def close_name(model: object) -> str:
     """``"; did you mean 'tiny'?"`` when ``model`` is no directory but spells an embedded
     model's name in other case or with a slip (``"Tiny"``, ``"tiny "``, ``"tinny"``); else
     ``""``."""
+    if not isinstance(model, str) and str(model) in EMBEDDED_MODELS:  # Path("tiny")
+        return f"; the embedded model is named by the string {str(model)!r}, not a path"
     spelled = str(model).strip().lower()
     close = difflib.get_close_matches(spelled, EMBEDDED_MODELS, n=1, cutoff=0.75)
     return f"; did you mean {close[0]!r}?" if close else ""

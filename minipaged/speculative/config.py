@@ -145,7 +145,7 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
             value = json.loads(value)
         except json.JSONDecodeError as error:
             raise ValueError(
-                f"--speculative-config must be a JSON object such as "
+                f"speculative (--speculative-config) must be a JSON object such as "
                 f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r} ({error})'
             ) from None
     if isinstance(value, dict):
