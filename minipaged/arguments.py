@@ -54,6 +54,9 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         self._typed: set[argparse.Action] = set()
         parsed, rest = super().parse_known_args(args, namespace)
+        leaf = not any(isinstance(a, argparse._SubParsersAction) for a in self._actions)
+        if rest and leaf:  # said here, by the subcommand they were typed to, not by the root
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
         self._check_pairs(parsed)
         # What was typed, for a check that needs the values too (a subcommand's, kept)
         typed = {action.dest for action in self._typed}

@@ -361,6 +361,33 @@ def test_the_commands_that_write_into_a_folder_check_it_where_it_is_typed():
     }
 
 
+def required_words(parser: argparse.ArgumentParser) -> list[str]:
+    """Words that give every required option and positional of ``parser`` a value."""
+    words = []
+    for action in parser._actions:
+        if action.option_strings and not action.required:
+            continue
+        if action.nargs in ("*", "?") or isinstance(action, argparse._HelpAction):
+            continue
+        value = EXAMPLES.get(name_of(action)) or (
+            [str(list(action.choices)[-1])] if action.choices else ["x"]
+        )
+        words += [*action.option_strings[-1:], *value]
+    return words
+
+
+@pytest.mark.parametrize(
+    ("words", "parser"), [pytest.param(w, p, id=" ".join(w)) for w, p in leaves(PARSER)]
+)
+def test_an_unknown_option_is_named_by_the_subcommand_it_was_typed_to(capsys, words, parser):
+    """argparse leaves an unknown word to the root parser, which named ``minipaged`` and its
+    ``--help``: the subcommand's own help is where the options it takes are."""
+    argv = [*words, *required_words(parser), "--no-such-option"]
+    line = assert_usage_error(argv, capsys, "--no-such-option", main=PARSER.parse_args)
+    assert line.startswith(f"minipaged {' '.join(words)}: unrecognized arguments")
+    assert line.endswith(f"see `minipaged {' '.join(words)} --help`")
+
+
 def test_a_huge_value_is_echoed_only_in_part(capsys):
     line = assert_usage_error(["generate", "--prompt", "x", "--preemption", HUGE], capsys)
     assert "characters ...]" in line and "--preemption" in line
