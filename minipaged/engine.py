@@ -126,6 +126,8 @@ class LLMEngine:
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
         self.in_callback: str | None = None  # whose callback runs now: see check_not_in_callback
+        # A step that raised partway: its number, the error's name, the requests then in flight
+        self.interrupted: tuple[int, str, list[SequenceGroup]] | None = None
 
     # -- requests --------------------------------------------------------------------------
 
@@ -196,6 +198,25 @@ class LLMEngine:
                 "instead of generate"
             )
 
+    def check_not_interrupted(self) -> None:
+        """Refuse a step while a request that was in flight when a step raised partway (Ctrl-C,
+        an error in a student's block manager) is still in flight: the step may have reserved
+        its slots, copied or swapped its blocks, and computed no token for them, so stepping on
+        would fail somewhere inside, or worse, run on. Aborting those requests releases their
+        blocks (``LLM.generate`` does it itself); then the engine steps again."""
+        if self.interrupted is None:
+            return
+        number, error, in_flight = self.interrupted
+        stuck = [g.request_id for g in in_flight if self.requests.get(g.request_id) is g]
+        if not stuck:
+            self.interrupted = None
+            return
+        raise RuntimeError(
+            f"step {number} was interrupted partway ({error}), and request(s) {stuck} were in "
+            "flight: they may hold slots for tokens never computed. Abort them "
+            "(engine.abort_request) to release their blocks, and the engine steps again"
+        )
+
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
         ids and text, or ``ValueError`` / ``RequestRejected`` naming the problem (``TypeError``
@@ -233,10 +254,22 @@ class LLMEngine:
         6. record: one ``StepOutput`` (``report``).
 
         ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
-        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them.
+        A step that raises partway leaves its requests half-stepped: the next is refused until
+        they are aborted (``check_not_interrupted``)."""
         self.check_not_in_callback("step")
         if not isinstance(snapshot, bool):  # before anything is scheduled
             raise TypeError(f"snapshot must be True or False, got {snapshot!r}")
+        self.check_not_interrupted()
+        number = self.step_count + 1
+        try:
+            return self._run_step(snapshot)
+        except BaseException as error:  # Ctrl-C, or an error inside any of the six parts
+            self.interrupted = (number, type(error).__name__, list(self.requests.values()))
+            raise
+
+    def _run_step(self, snapshot: bool) -> StepOutput:
+        """The six parts of ``step``, in order."""
         bm = self.block_manager
         plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
         self.step_count += 1

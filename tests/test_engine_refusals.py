@@ -350,3 +350,53 @@ def test_the_tolist_hint_is_given_only_for_a_prompt_that_has_tolist(llm, prompt,
         llm.generate(["x", prompt])
     assert ("ids.tolist()" in str(refused.value)) is hint
     assert str(refused.value).startswith("prompt 1 of 2: ")
+
+
+PARTS = {
+    "schedule": lambda e: (e.scheduler, "schedule"),
+    "run the model": lambda e: (e.runner, "execute"),
+    "sample": lambda e: (e.sampler, "sample"),
+    "free": lambda e: (e, "_release_finished"),
+}
+"""Where a step can be interrupted: each part after the one before changed the engine."""
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_step_interrupted_partway_refuses_to_step_until_its_requests_are_aborted(
+    llm, undisturbed, part
+):
+    """Before, the next step failed deep inside ("token_ids has 7 ids; sequence 0 will hold
+    8 tokens") or ran on over slots no token was computed for."""
+    engine = llm.engine
+    num_free = engine.block_manager.device.num_free
+    engine.add_request("Emma", SamplingParams(max_tokens=6), "b")
+    engine.step()
+    owner, name = PARTS[part](engine)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    setattr(owner, name, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    delattr(owner, name)  # the class's own method again
+    engine.add_request(*IN_FLIGHT)  # adding is allowed: it was not in flight then
+    with pytest.raises(RuntimeError, match=r"interrupted partway \(KeyboardInterrupt\).*\['b'\]"):
+        engine.step()
+    engine.abort_request("b")
+    assert run_to_the_end(engine) == {"a": undisturbed}
+    assert engine.block_manager.device.num_free == num_free
+
+
+def test_generate_after_a_step_it_ran_was_interrupted_runs_as_on_a_fresh_engine(llm):
+    params = SamplingParams(max_tokens=4, seed=1, ignore_eos=True)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    llm.engine.runner.execute = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(["It is", "Emma"], params)
+    del llm.engine.runner.execute
+    fresh = LLM("tiny", **POOL).generate(["It is"], params)
+    assert llm.generate(["It is"], params)[0].outputs[0].token_ids == fresh[0].outputs[0].token_ids
