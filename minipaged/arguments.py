@@ -234,11 +234,12 @@ def output_folder(what: str) -> Callable[[str], Path]:
     return parse
 
 
-def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
-    """An argparse type for the ``SamplingParams`` field ``name``: the typed word read as
-    ``kind``, then refused where it is typed by the field's own rule
-    (``sampling_rules.check_sampling_value``), so the command line and the library accept the
-    same values (``--temperature 0.001`` as ``SamplingParams(temperature=0.001)``: neither)."""
+def ruled_number(
+    kind: type[int] | type[float], check: Callable[[int | float], object]
+) -> Callable[[str], int | float]:
+    """An argparse type that reads the typed word as ``kind`` and refuses it where it is typed
+    by ``check``, a library rule that raises ``ValueError``: the command line and the library
+    then accept the same values, in the same words."""
     expected = "an integer" if kind is int else "a number"
 
     def parse(word: str) -> int | float:
@@ -247,13 +248,20 @@ def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], 
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {word!r}") from None
         try:
-            check_sampling_value(name, value)
+            check(value)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         return value
 
     parse.__name__ = "integer" if kind is int else "number"
     return parse
+
+
+def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type for the ``SamplingParams`` field ``name``, by the field's own rule
+    (``sampling_rules.check_sampling_value``): ``--temperature 0.001`` is refused as
+    ``SamplingParams(temperature=0.001)`` is."""
+    return ruled_number(kind, lambda value: check_sampling_value(name, value))
 
 
 def check_sequences_fit(n: int, beam_width: int | None, max_num_seqs: int) -> None:
@@ -277,23 +285,9 @@ def setting_integer(name: str) -> Callable[[str], int]:
 
 
 def setting_real(name: str) -> Callable[[str], float]:
-    """An argparse type for the real ``EngineConfig`` field ``name`` (``watermark``): the typed
-    word read as a number, then refused where it is typed by the field's own rule
-    (``config.check_setting``), its smallest positive value included."""
-
-    def parse(word: str) -> float:
-        try:
-            value = float(word)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {word!r}") from None
-        try:
-            check_setting(name, value)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    """An argparse type for the real ``EngineConfig`` field ``name`` (``watermark``), by the
+    field's own rule (``config.check_setting``), its smallest positive value included."""
+    return ruled_number(float, lambda value: check_setting(name, value))
 
 
 def setting_text(name: str) -> Callable[[str], str]:
