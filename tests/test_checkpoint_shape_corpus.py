@@ -110,3 +110,20 @@ def test_the_command_line_tells_an_inflated_config_in_one_line(copy, capsys):
 def test_the_matching_config_loads_and_generates(copy):
     outputs = LLM(copy, num_gpu_blocks=8).generate("It is", show_progress=False)
     assert outputs[0].outputs[0].token_ids
+
+
+def test_sharded_weights_are_counted_across_their_shards(copy):
+    """The layers and shapes are read from every shard the index lists, headers only."""
+    weights = load_file(copy / WEIGHTS_FILE)
+    (copy / WEIGHTS_FILE).unlink()
+    names = sorted(weights)
+    shard_of = {name: f"part-{i % 2}.safetensors" for i, name in enumerate(names)}
+    for shard in set(shard_of.values()):
+        save_file({n: weights[n] for n in names if shard_of[n] == shard}, copy / shard)
+    (copy / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shard_of}))
+    assert LLM(copy, num_gpu_blocks=8).generate("It is")[0].outputs[0].token_ids
+    edit_config(copy, num_hidden_layers=40)
+    with pytest.raises(
+        CheckpointError, match="says num_hidden_layers = 40, but the weights hold 4"
+    ):
+        LLM(copy)
