@@ -104,7 +104,10 @@ RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     ),
     "use_beam_search": (lambda v: isinstance(v, bool), "True or False"),
     "ignore_eos": (lambda v: isinstance(v, bool), "True or False"),
-    "stop_token_ids": (_token_ids, "a list of token ids"),
+    "stop_token_ids": (
+        _token_ids,
+        "a list of token ids (a tensor's or an array's as ids.tolist(), as for a prompt)",
+    ),
 }
 """Each field but ``seed``: whether a value is accepted, and what is, for the refusal."""
 

@@ -806,3 +806,10 @@ def test_a_damaged_model_file_is_refused_naming_it_before_the_weights_load(
         LLM(str(directory), backend="torch", num_gpu_blocks=16)
     message = str(refused.value)
     assert name in message and words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("ids", [np.array([1, 2]), torch.tensor([1, 2])], ids=["array", "tensor"])
+def test_stop_token_ids_of_an_array_are_told_to_use_tolist_as_a_prompt_is(ids):
+    with pytest.raises(ValueError, match=r"stop_token_ids must be .*ids\.tolist\(\)"):
+        SamplingParams(stop_token_ids=ids)
+    assert SamplingParams(stop_token_ids=ids.tolist()).stop_token_ids == (1, 2)
