@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from minipaged.config import EngineConfig, check_setting, settings_of
+from minipaged.python_numbers import MAX_COUNT
 from minipaged.sampling_rules import check_sampling_value
 
 USAGE_ERROR = 2
@@ -53,6 +54,9 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         self._typed: set[argparse.Action] = set()
         parsed, rest = super().parse_known_args(args, namespace)
+        leaf = not any(isinstance(a, argparse._SubParsersAction) for a in self._actions)
+        if rest and leaf:  # said here, by the subcommand they were typed to, not by the root
+            self.error(f"unrecognized arguments: {' '.join(rest)}")
         self._check_pairs(parsed)
         # What was typed, for a check that needs the values too (a subcommand's, kept)
         typed = {action.dest for action in self._typed}
@@ -123,15 +127,17 @@ def speculation_needs_one_sequence(
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type for an integer in [low, high] (no upper bound when ``high`` is None)."""
-    bounds = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+    """An argparse type for an integer in [low, high]; ``high`` None is ``MAX_COUNT``, the
+    largest count any setting holds, so no typed count overflows what it sizes."""
+    high = MAX_COUNT if high is None else high
+    bounds = f"between {low:,} and {high:,}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or (high is not None and value > high):
+        if value < low or value > high:
             raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:,}")
         return value
 
@@ -212,11 +218,28 @@ def output_file(what: str) -> Callable[[str], Path]:
     return parse
 
 
-def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
-    """An argparse type for the ``SamplingParams`` field ``name``: the typed word read as
-    ``kind``, then refused where it is typed by the field's own rule
-    (``sampling_rules.check_sampling_value``), so the command line and the library accept the
-    same values (``--temperature 0.001`` as ``SamplingParams(temperature=0.001)``: neither)."""
+def output_folder(what: str) -> Callable[[str], Path]:
+    """An argparse type for a folder the command will write into, made when missing
+    (``named_path``'s rules): refused where it is typed, before any work, when a file is in its
+    place."""
+    named = named_path(what)
+
+    def parse(value: str) -> Path:
+        folder = named(value)
+        if folder.exists() and not folder.is_dir():
+            raise argparse.ArgumentTypeError(f"{value} is a file: name {what}, or a new one")
+        return folder
+
+    parse.__name__ = "output_folder"
+    return parse
+
+
+def ruled_number(
+    kind: type[int] | type[float], check: Callable[[int | float], object]
+) -> Callable[[str], int | float]:
+    """An argparse type that reads the typed word as ``kind`` and refuses it where it is typed
+    by ``check``, a library rule that raises ``ValueError``: the command line and the library
+    then accept the same values, in the same words."""
     expected = "an integer" if kind is int else "a number"
 
     def parse(word: str) -> int | float:
@@ -225,13 +248,20 @@ def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], 
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {word!r}") from None
         try:
-            check_sampling_value(name, value)
+            check(value)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         return value
 
     parse.__name__ = "integer" if kind is int else "number"
     return parse
+
+
+def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type for the ``SamplingParams`` field ``name``, by the field's own rule
+    (``sampling_rules.check_sampling_value``): ``--temperature 0.001`` is refused as
+    ``SamplingParams(temperature=0.001)`` is."""
+    return ruled_number(kind, lambda value: check_sampling_value(name, value))
 
 
 def check_sequences_fit(n: int, beam_width: int | None, max_num_seqs: int) -> None:
@@ -252,6 +282,12 @@ def setting_integer(name: str) -> Callable[[str], int]:
     engine takes."""
     rule = settings_of()[name]
     return integer(int(rule.low or 0), rule.high and int(rule.high))
+
+
+def setting_real(name: str) -> Callable[[str], float]:
+    """An argparse type for the real ``EngineConfig`` field ``name`` (``watermark``), by the
+    field's own rule (``config.check_setting``), its smallest positive value included."""
+    return ruled_number(float, lambda value: check_setting(name, value))
 
 
 def setting_text(name: str) -> Callable[[str], str]:
@@ -315,7 +351,7 @@ def add_config_flags(parser: argparse.ArgumentParser, defaults: EngineConfig) ->
         elif rule.kind is int:
             kwargs["type"] = setting_integer(name)
         elif rule.kind is float:
-            kwargs["type"] = real(rule.low or 0.0, rule.high, below=rule.below)
+            kwargs["type"] = setting_real(name)
         else:
             kwargs["type"] = setting_text(name)
         said = "" if shown is False else f" (default: {shown})"  # a flag's False: it is off

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +30,22 @@ from minipaged.checkpoint_files import (
     read_json,
     read_weights,
 )
+from minipaged.checkpoint_tensors import (
+    HF_PREFIX,
+    IGNORED_SUFFIXES,
+    check_weights_match,
+    hf_name,
+    pack,
+    unpack,
+)
 from minipaged.device import check_device
-from minipaged.model import Llama, LlamaConfig, packed_projections
+from minipaged.model import Llama, LlamaConfig
 from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
 TOKENIZER_FILE = "tokenizer.json"
-
-HF_PREFIX = "model."
-"""HF nests everything but ``lm_head`` under ``model``: ``model.layers.0...`` is our
-``layers.0...``."""
-
-# Buffers that older checkpoints saved though they are recomputed from the config.
-_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
 def load_config(path: str | Path) -> LlamaConfig:
@@ -146,46 +146,22 @@ def load_model(
     device = check_device(device)
     directory = _existing_directory(path)
     config = load_config(directory)
+    check_weights_match(directory, config)  # every tensor there, of its shape: headers only
     with torch.device("meta"):  # shapes only: the real tensors come from the file
         model = Llama(config)
-    expected = {
-        name: tuple(param.shape)
-        for name, param in _unpack(model.state_dict(), config).items()
-        if not (config.tie_word_embeddings and name == "lm_head.weight")
-    }
-
     state: dict[str, torch.Tensor] = {}
     for file, tensors in read_weights(directory):
-        for hf_name, tensor in tensors.items():
-            name = hf_name.removeprefix(HF_PREFIX)
-            if name.endswith(_IGNORED_SUFFIXES) or (
+        for file_name, tensor in tensors.items():
+            name = file_name.removeprefix(HF_PREFIX)
+            if name.endswith(IGNORED_SUFFIXES) or (
                 config.tie_word_embeddings and name == "lm_head.weight"
             ):
                 continue
-            if name not in expected:
-                raise CheckpointError(
-                    f"{file}: unexpected tensor {hf_name!r}; config.json describes a Llama "
-                    f"with {config.num_hidden_layers} layers and no such parameter"
-                )
-            if tuple(tensor.shape) != expected[name]:
-                raise CheckpointError(
-                    f"{file}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, but "
-                    f"config.json implies {expected[name]}"
-                )
-            check_weight(file, hf_name, tensor)
+            check_weight(file, file_name, tensor)
             state[name] = tensor.to(dtype=dtype, device=device)
-    missing = [_hf_name(name) for name in expected if name not in state]
-    if missing:
-        shown = ", ".join(missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
-        raise CheckpointError(
-            f"{directory}: the weights lack {len(missing)} tensor(s) the config needs: {shown}"
-        )
-
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
-    model.load_state_dict(_pack(state, model.state_dict(), config), assign=True)
+    model.load_state_dict(pack(state, model.state_dict(), config), assign=True)
     if config.tie_word_embeddings:  # assign=True replaced both parameters: tie them again
         model.lm_head.weight = model.embed_tokens.weight
     return model.eval()
@@ -208,8 +184,8 @@ def save_model(
     config = model.config
 
     state = {
-        _hf_name(name): tensor.detach().to("cpu", torch.float32).contiguous()
-        for name, tensor in _unpack(model.state_dict(), config).items()
+        hf_name(name): tensor.detach().to("cpu", torch.float32).contiguous()
+        for name, tensor in unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
     # Each file whole or not at all, a link at its name replaced, never followed.
@@ -285,44 +261,6 @@ def _existing_directory(path: str | Path) -> Path:
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
     atomic_write.write_text(file, json.dumps(data, indent=2) + "\n")
-
-
-def _hf_parts(name: str, config: LlamaConfig) -> dict[str, int] | None:
-    """For a parameter of a packed projection (``layers.0.self_attn.qkv_proj.weight``), HF's
-    tensors that are stacked into it, in order, with their rows; None for any other."""
-    module_path, _, leaf = name.rpartition(".")
-    parent, _, module = module_path.rpartition(".")
-    parts = packed_projections(config).get(module)
-    if parts is None:
-        return None
-    return {f"{parent}.{part}.{leaf}": rows for part, rows in parts.items()}
-
-
-def _unpack(state: dict[str, torch.Tensor], config: LlamaConfig) -> dict[str, torch.Tensor]:
-    """Our ``state`` under HF's names (still without ``model.``): packed projections split."""
-    unpacked = {}
-    for name, tensor in state.items():
-        parts = _hf_parts(name, config)
-        if parts is None:
-            unpacked[name] = tensor
-        else:
-            unpacked.update(zip(parts, tensor.split(list(parts.values())), strict=True))
-    return unpacked
-
-
-def _pack(
-    state: dict[str, torch.Tensor], names: Iterable[str], config: LlamaConfig
-) -> dict[str, torch.Tensor]:
-    """Our parameters ``names`` from HF's tensors ``state``: packed projections stacked."""
-    packed = {}
-    for name in names:
-        parts = _hf_parts(name, config)
-        packed[name] = state[name] if parts is None else torch.cat([state[p] for p in parts])
-    return packed
-
-
-def _hf_name(name: str) -> str:
-    return name if name == "lm_head.weight" else HF_PREFIX + name
 
 
 def _flag(raw: dict[str, Any], key: str, file: Path) -> bool:

@@ -12,11 +12,12 @@ generate garbage (or trip the attention's overflow refusal with a scale it never
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 WEIGHTS_FILE = "model.safetensors"
@@ -31,8 +32,8 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file and the fix."""
 
 
-def read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
-    """Each weights file with its tensors: the single file, or every shard of the index."""
+def weight_files(directory: Path) -> list[Path]:
+    """The weights files of ``directory``: the single file, or every shard the index lists."""
     single, index = directory / WEIGHTS_FILE, directory / WEIGHTS_INDEX_FILE
     if single.exists():  # a folder in its place is refused below, by name
         files = [single]
@@ -46,18 +47,37 @@ def read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
             f"{directory} has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX_FILE}: minipaged reads "
             "safetensors weights (convert a pytorch_model.bin with transformers' save_pretrained)"
         )
-    loaded = []
     for file in files:
         if not file.is_file():
             raise no_file(file, "weights" if file == single else f"what {WEIGHTS_INDEX_FILE} lists")
-        try:
-            loaded.append((file, load_file(file)))
-        except (SafetensorError, OSError) as error:
-            raise CheckpointError(
-                f"{file} is not a readable safetensors file ({error}); it may be truncated or "
-                "corrupt: download or export it again"
-            ) from error
-    return loaded
+    return files
+
+
+def read_weights(directory: Path) -> list[tuple[Path, dict[str, torch.Tensor]]]:
+    """Each weights file with its tensors (``weight_files``)."""
+    return [(file, _opened(file, load_file)) for file in weight_files(directory)]
+
+
+def read_weight_shapes(directory: Path) -> list[tuple[Path, dict[str, tuple[int, ...]]]]:
+    """Each weights file with its tensors' shapes, read from the file's header alone: no
+    tensor is loaded, so a config can be checked against a checkpoint of any size at once."""
+
+    def shapes(file: Path) -> dict[str, tuple[int, ...]]:
+        with safe_open(file, framework="pt") as tensors:
+            return {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118 (no __iter__)
+
+    return [(file, _opened(file, shapes)) for file in weight_files(directory)]
+
+
+def _opened(file: Path, read: Callable[[Path], Any]) -> Any:
+    """``read(file)``, with a truncated or corrupt file refused by name."""
+    try:
+        return read(file)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(
+            f"{file} is not a readable safetensors file ({error}); it may be truncated or "
+            "corrupt: download or export it again"
+        ) from error
 
 
 def _shard_path(directory: Path, index: Path, shard: object) -> Path:

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
+import inspect
 import os
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from minipaged.memory import KV_DTYPE_BYTES
 from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
+from minipaged.setting_rules import Setting, check_rule, setting
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -41,39 +41,13 @@ FP8_NAMES = {"torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e5m2": "fp8_e5m2"}
 """An FP8 ``torch.dtype`` given as ``kv_cache_dtype`` stands for its name (by ``str``: no torch
 is imported here)."""
 
+MIN_WATERMARK = 2**-30
+"""The smallest positive ``watermark``: the watermark keeps ``int(watermark * P_max)`` blocks,
+and below $2^{-30}$ that is 0 blocks of every pool up to ``MAX_COUNT`` ($2^{31} - 1$) blocks,
+so a smaller positive share keeps nothing, as 0 does, while it reads as a watermark."""
+
 DEFAULT_KV_CACHE_BYTES = 256 * 2**20
 """The device pool's bytes when ``num_gpu_blocks`` is None (``default_num_gpu_blocks``)."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a field of ``EngineConfig`` accepts, read by its check and by its flag.
-
-    ``kind``: ``int``, ``float``, ``str``, ``bool``, or ``object`` for a field whose own
-    normalizer checks it; ``low`` / ``high``: inclusive bounds (``below``: ``high`` excluded);
-    ``choices``: the accepted strings; ``none``: what None means, when it is allowed;
-    ``flag``: whether the command lines offer it, as ``--name-with-dashes`` or ``flag_name``;
-    ``fix``: the way out, added to every refusal of this setting; ``pattern``: a regular
-    expression a string must match in full, and ``what`` the words that describe it."""
-
-    help: str
-    kind: type
-    low: float | None = None
-    high: float | None = None
-    below: bool = False
-    choices: tuple[str, ...] = ()
-    none: str | None = None
-    flag: bool = True
-    flag_name: str | None = None
-    metavar: str | None = None
-    fix: str = ""
-    pattern: str | None = None
-    what: str | None = None
-
-
-def setting(default: object, help: str, kind: type, **rules: object) -> object:
-    """A field of ``EngineConfig`` with its default and its ``Setting``."""
-    return field(default=default, metadata={"setting": Setting(help, kind, **rules)})
 
 
 @dataclass(frozen=True)
@@ -130,6 +104,8 @@ class EngineConfig:
         low=0,
         high=1,
         below=True,
+        smallest=MIN_WATERMARK,
+        fix="pass 0 to keep no block free",
     )
     prefix_caching: str | None = setting(
         None,
@@ -198,6 +174,7 @@ class EngineConfig:
         # Normalized here, once, before anyone reads them; a config never changes after this.
         take_python_numbers(self)  # np.int64(16) is 16
         normal = {
+            "device": _device_name(self.device),
             "dtype": _dtype_name(self.dtype),
             "kv_cache_dtype": FP8_NAMES.get(str(self.kv_cache_dtype), self.kv_cache_dtype),
             "speculative": speculative_config(self.speculative),
@@ -205,13 +182,9 @@ class EngineConfig:
         for name, value in normal.items():
             object.__setattr__(self, name, value)
         for each in dataclasses.fields(self):
-            _check(each.name, getattr(self, each.name), each.metadata["setting"])
+            check_rule(each.name, getattr(self, each.name), each.metadata["setting"])
         _check_model(self.model)
-        if self.block_manager_class is not None and not isinstance(self.block_manager_class, type):
-            raise TypeError(
-                "block_manager_class must be a class with BlockManager's constructor and "
-                f"methods (BlockManager or a student's), got {self.block_manager_class!r}"
-            )
+        _check_block_manager_class(self.block_manager_class)
         self._check_pairs()
 
     def _check_pairs(self) -> None:
@@ -307,77 +280,57 @@ def check_setting(name: str, value: object, resolved: bool = False) -> object:
     out), so None is refused."""
     rule = settings_of()[name]
     value = python_number(value)
-    _check(name, value, dataclasses.replace(rule, none=None) if resolved else rule)
+    check_rule(name, value, dataclasses.replace(rule, none=None) if resolved else rule)
     return value
-
-
-def _check(name: str, value: object, rule: Setting) -> None:
-    """Refuse ``value`` for the setting ``name`` unless ``rule`` accepts it."""
-    if (value is None and rule.none is not None) or rule.kind is object:
-        return  # None where allowed; an object field is judged by its own normalizer
-    if rule.kind is bool:
-        ok = isinstance(value, bool)
-    elif rule.kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)  # True is no block size
-    elif rule.kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = ok and math.isfinite(value)
-    else:
-        ok = isinstance(value, str)
-    if not ok:
-        wrong_kind = not isinstance(value, str | int | float)  # a list, a dict, None
-        raise (TypeError if wrong_kind else ValueError)(_refusal(name, value, rule))
-    if rule.choices and value not in rule.choices:
-        close = difflib.get_close_matches(value, rule.choices, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else ""
-        raise ValueError(_refusal(name, value, rule, hint))
-    too_high = rule.high is not None and (value > rule.high or (rule.below and value == rule.high))
-    if too_high or (rule.low is not None and value < rule.low):
-        raise ValueError(_refusal(name, value, rule))
-    if rule.pattern is not None and not re.fullmatch(rule.pattern, value):
-        raise ValueError(_refusal(name, value, rule))
-
-
-def _refusal(name: str, value: object, rule: Setting, hint: str = "") -> str:
-    """One line: the setting, what it accepts, the value, and the way out."""
-    ways = "; ".join(way for way in (hint, rule.fix) if way)
-    return f"{name} must be {_described(rule)}, got {value!r}" + (f"; {ways}" if ways else "")
-
-
-def _described(rule: Setting) -> str:
-    """What ``rule`` accepts, for an error message: "an integer from 1 to 4,096", ..."""
-    if rule.what is not None:
-        what = rule.what
-    elif rule.choices:
-        what = f"one of {', '.join(map(repr, rule.choices))}"
-    else:
-        what = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}[
-            rule.kind
-        ]
-        if rule.high is not None and rule.below:
-            what += f" from {_number(rule.low)} up to, not including, {_number(rule.high)}"
-        elif rule.high is not None:
-            what += f" from {_number(rule.low)} to {_number(rule.high)}"
-        elif rule.low is not None:
-            what += f" of at least {_number(rule.low)}"
-    return what + (" or None" if rule.none is not None else "")
-
-
-def _number(bound: float | None) -> str:
-    return f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
 
 
 def _dtype_name(dtype: object) -> object:
     """A ``torch.dtype`` by its name (``torch.float32`` is ``"float32"``); anything else as
-    given, for ``_check`` to judge. Duck-typed, so this module needs no torch."""
+    given, for ``check_rule`` to judge. Duck-typed, so this module needs no torch."""
     if type(dtype).__name__ == "dtype" and str(dtype).startswith("torch."):
         return str(dtype).removeprefix("torch.")
     return dtype
 
 
+def _device_name(device: object) -> object:
+    """A ``torch.device`` by its name (``torch.device("cuda", 0)`` is ``"cuda:0"``), as a
+    ``torch.dtype`` is taken by its name; anything else as given, for ``check_rule`` to judge."""
+    return str(device) if type(device).__name__ == "device" and hasattr(device, "type") else device
+
+
 def _json_model(model: object) -> object:
     """A model named by text stays as it is; a loaded one (a ``Llama``) is named by its type."""
     return model if model is None or isinstance(model, str | os.PathLike) else type(model).__name__
+
+
+MANAGER_ARGUMENTS = (
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "block_size",
+    "watermark",
+    "prefix_caching",
+)
+"""What the engine passes a block manager's constructor, in order (``LLMEngine.__init__``)."""
+
+
+def _check_block_manager_class(manager: object) -> None:
+    """A block manager class must take ``BlockManager``'s constructor arguments: refused here,
+    naming its signature, rather than as a ``TypeError`` from inside the engine."""
+    if manager is None:
+        return
+    fix = "(BlockManager or a student's)"
+    if not isinstance(manager, type):
+        raise TypeError(
+            "block_manager_class must be a class with BlockManager's constructor and methods "
+            f"{fix}, got {manager!r}"
+        )
+    try:
+        inspect.signature(manager).bind(*MANAGER_ARGUMENTS)
+    except (TypeError, ValueError) as error:  # ValueError: a signature Python cannot read
+        raise TypeError(
+            f"block_manager_class {manager.__name__} must take BlockManager's constructor "
+            f"arguments ({', '.join(MANAGER_ARGUMENTS)}) {fix}: {error}"
+        ) from None
 
 
 def _check_model(model: object) -> None:

@@ -28,7 +28,13 @@ from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.prompts import Prompt, check_stop_tokens, prompt_token_ids
-from minipaged.request_limits import RequestRejected, check_fits, check_request_id
+from minipaged.request_limits import (
+    RequestRejected,
+    automatic_id,
+    check_fits,
+    check_id_free,
+    check_request_id,
+)
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
 from minipaged.sequence import Sequence, SequenceGroup
@@ -119,17 +125,25 @@ class LLMEngine:
         self.step_count = 0
         self.requests: dict[str, SequenceGroup] = {}  # unfinished requests only
         self._arrivals = itertools.count()
+        self.in_callback: str | None = None  # whose callback runs now: see check_not_in_callback
+        # A step that raised partway: its number, the error's name, the requests then in flight
+        self.interrupted: tuple[int, str, list[SequenceGroup]] | None = None
 
     # -- requests --------------------------------------------------------------------------
 
     def add_request(
         self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
     ) -> str:
-        """Queue a request; it is admitted by a later ``step``. Raises ``ValueError`` for a
-        prompt that is empty, holds unknown token ids or does not fit the context, and
-        ``RequestRejected`` for one that needs more blocks than the device pool has."""
+        """Queue a request; it is admitted by a later ``step``, and its id is returned. Raises
+        ``ValueError`` for a prompt that is empty, holds unknown token ids or does not fit the
+        context, and ``RequestRejected`` for one that needs more blocks than the device pool
+        has. ``request_id`` follows vLLM's rule (``request_limits.check_id_free``): no two
+        requests in flight share an id, and the id of a finished or aborted request may be
+        used again. None picks the arrival number, skipping any id in flight."""
+        self.check_not_in_callback("add_request")
         if request_id is not None:  # before any event names it
             check_request_id(request_id, "pass None for an automatic one")
+            check_id_free(request_id, self.requests)
         params = params or SamplingParams()
         try:
             token_ids, text = self.check_request(prompt, params)
@@ -137,10 +151,8 @@ class LLMEngine:
             name = "new" if request_id is None else request_id
             self.block_manager.record(Refuse(name, rejected.num_blocks, rejected.limit))
             raise
-        if request_id is not None and request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use; pick another")
         arrival = next(self._arrivals)
-        request_id = str(arrival) if request_id is None else request_id
+        request_id = automatic_id(arrival, self.requests) if request_id is None else request_id
         # Each request's own seed, derived from the engine's: within a generator's 64 bits.
         derived = (self.seed * 1_000_003 + arrival) % 2**64
         seed = params.seed if params.seed is not None else derived
@@ -157,7 +169,11 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> None:
         """End an unfinished request now, wherever it is (waiting, running or swapped out):
-        its blocks are released and an ``Abort`` event is recorded for the next step."""
+        its blocks are released and an ``Abort`` event is recorded for the next step. One rule
+        for any other id: ``KeyError``, whether its request finished, was aborted already or
+        never existed (the engine keeps no finished requests, and an abort that found nothing
+        to end should not pass in silence)."""
+        self.check_not_in_callback("abort_request")
         check_request_id(request_id, "pass the id add_request returned")
         if request_id not in self.requests:
             raise KeyError(
@@ -167,6 +183,39 @@ class LLMEngine:
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches
             self.speculator.drop_branches(self.block_manager)
+
+    def check_not_in_callback(self, action: str) -> None:
+        """Refuse ``action`` (a call that changes the engine) while a caller that drives it is
+        inside its callback (``in_callback`` names it: ``LLM.generate``'s ``on_step``). That
+        caller owns the requests until it returns: a request added now would run with its
+        output lost, one aborted or stepped to its end would vanish from the caller's results.
+        Reading the engine (``has_unfinished``, the block manager's state) stays allowed."""
+        if self.in_callback is not None:
+            raise RuntimeError(
+                f"{action} from inside {self.in_callback}: the call that owns the engine's "
+                "requests until it returns would lose them; read the engine here, and change "
+                "it after that call returns, or drive llm.engine yourself (add_request, step) "
+                "instead of generate"
+            )
+
+    def check_not_interrupted(self) -> None:
+        """Refuse a step while a request that was in flight when a step raised partway (Ctrl-C,
+        an error in a student's block manager) is still in flight: the step may have reserved
+        its slots, copied or swapped its blocks, and computed no token for them, so stepping on
+        would fail somewhere inside, or worse, run on. Aborting those requests releases their
+        blocks (``LLM.generate`` does it itself); then the engine steps again."""
+        if self.interrupted is None:
+            return
+        number, error, in_flight = self.interrupted
+        stuck = [g.request_id for g in in_flight if self.requests.get(g.request_id) is g]
+        if not stuck:
+            self.interrupted = None
+            return
+        raise RuntimeError(
+            f"step {number} was interrupted partway ({error}), and request(s) {stuck} were in "
+            "flight: they may hold slots for tokens never computed. Abort them "
+            "(engine.abort_request) to release their blocks, and the engine steps again"
+        )
 
     def check_request(self, prompt: Prompt, params: SamplingParams) -> tuple[list[int], str | None]:
         """Everything ``add_request`` checks, without queuing anything: the prompt's token
@@ -205,9 +254,22 @@ class LLMEngine:
         6. record: one ``StepOutput`` (``report``).
 
         ``snapshot=False`` leaves the output's block state and sequences out (None): a caller
-        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them."""
+        that reads only tokens (``LLM.generate`` with nobody watching) does not pay for them.
+        A step that raises partway leaves its requests half-stepped: the next is refused until
+        they are aborted (``check_not_interrupted``)."""
+        self.check_not_in_callback("step")
         if not isinstance(snapshot, bool):  # before anything is scheduled
             raise TypeError(f"snapshot must be True or False, got {snapshot!r}")
+        self.check_not_interrupted()
+        number = self.step_count + 1
+        try:
+            return self._run_step(snapshot)
+        except BaseException as error:  # Ctrl-C, or an error inside any of the six parts
+            self.interrupted = (number, type(error).__name__, list(self.requests.values()))
+            raise
+
+    def _run_step(self, snapshot: bool) -> StepOutput:
+        """The six parts of ``step``, in order."""
         bm = self.block_manager
         plan = self.scheduler.schedule()  # 1, and 2: slots reserved, copy-on-write pairs listed
         self.step_count += 1

@@ -24,7 +24,7 @@ from minipaged import fp8
 from minipaged.attention_call import check_kv_scales
 from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
 from minipaged.device import check_device, check_pools_fit_on
-from minipaged.memory import ModelShape, binary_size
+from minipaged.memory import ModelShape, memory_amount
 from minipaged.python_numbers import python_numbers
 
 
@@ -282,7 +282,7 @@ class KVCache:
         total = self.num_blocks * self.bytes_per_block
         return (
             f"{name} (b = {b}): {self.num_blocks:,} blocks × {self.bytes_per_block:,} B "
-            f"= {binary_size(total)}, host {self.num_cpu_blocks:,} blocks"
+            f"= {memory_amount(total)}, host {self.num_cpu_blocks:,} blocks"
         )
 
     def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from minipaged import fp8
 from minipaged.checkpoint import load_config, load_model
 from minipaged.checkpoint_files import no_file
+from minipaged.checkpoint_tensors import check_weights_match
 from minipaged.config import EngineConfig
 from minipaged.device import check_device, check_pools_fit_on
 from minipaged.engine import LLMEngine, RequestRejected
@@ -129,8 +130,11 @@ class LLM:
         blocks released before the exception goes on: the engine is left as it was found.
         ``show_progress`` (default: when the output is a terminal; ``use_tqdm`` is vLLM's name
         for it) draws a progress bar over finished requests. ``on_step`` sees every
-        ``StepOutput``, events and block state included.
+        ``StepOutput``, events and block state included; it may read the engine, and a call
+        that would change it (``add_request``, ``abort_request``, ``step``, ``generate``) is
+        refused with ``RuntimeError`` (``LLMEngine.check_not_in_callback``).
         """
+        self.engine.check_not_in_callback("LLM.generate")
         show_progress = show_progress if use_tqdm is None else use_tqdm
         flag = show_progress is None or isinstance(show_progress, bool)
         if not flag or not (on_step is None or callable(on_step)):  # before anything queues
@@ -205,7 +209,11 @@ class LLM:
             while engine.has_unfinished():
                 step = engine.step(snapshot=on_step is not None)  # nobody else reads the state
                 if on_step is not None:
-                    on_step(step)
+                    engine.in_callback = "LLM.generate's on_step"
+                    try:
+                        on_step(step)
+                    finally:
+                        engine.in_callback = None
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
@@ -250,8 +258,12 @@ def check_kv_cache_fits(config: EngineConfig) -> None:
     """Refuse pools the memory free now would not hold, before anything is allocated or
     loaded: device and host blocks of BlockSizeBytes with the KV cache's $b$, the device's
     against ``config.device``'s free memory and the host's against the host's
-    (``device.check_pools_fit_on``: on the CPU both against the host's)."""
+    (``device.check_pools_fit_on``: on the CPU both against the host's). The checkpoint's
+    config.json is first checked against its weights' shapes (``check_weights_match``): the
+    pools are sized from it, so a config that inflates the layers is told as that, not as a
+    pool too large."""
     model = load_config(config.model)
+    check_weights_match(model_directory(config.model), model)
     shape = ModelShape(
         model.num_hidden_layers,
         model.num_attention_heads,

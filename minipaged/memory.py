@@ -193,20 +193,15 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 
-def binary_size(num_bytes: int) -> str:
-    """``num_bytes`` in the largest binary unit (GiB, MiB, KiB) that keeps it at 1 or more."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:,.1f} {unit}"
-    return f"{num_bytes:,} B"
-
-
 def memory_amount(num_bytes: int) -> str:
-    """``num_bytes`` as every refusal words an amount of memory: in the largest decimal unit
-    (GB, MB, kB) that keeps it at 1 or more, the source text's units, to one decimal
-    ("16.0 GB"), so two refusals about the same memory can be compared at a glance. (The TUI's
-    gauges show binary units, ``binary_size``, beside block counts that are powers of two.)"""
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+    """``num_bytes`` as the project words an amount of memory, everywhere a person reads one
+    (refusals, ``KVCache.describe``, the TUI's gauges, a trace's load budget): in the largest
+    binary unit (GiB, MiB, KiB) that keeps it at 1 or more, to one decimal ("16.0 GiB"), so two
+    amounts about the same memory can be compared at a glance. Binary, because the memory is:
+    pages, Linux's free-memory figure (in KiB), and the blocks of the models the docs use (8 KiB
+    for the tiny model's, 2 MiB for Llama-3-8B's at $B = 16$). The source text's decimal GB
+    appear where the docs reproduce its figures (``ModelShape.block_bytes``)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if num_bytes >= scale:
             return f"{num_bytes / scale:,.1f} {unit}"
     return f"{num_bytes:,} B"

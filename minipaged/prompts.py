@@ -47,10 +47,11 @@ def prompt_token_ids(
     else:
         token_ids, text = prompt, None
     if not isinstance(token_ids, list | tuple):
+        array = hasattr(token_ids, "tolist")  # a tensor or an array: its ids, in a list
         raise TypeError(
             "a prompt is a string, a list of token ids or {'prompt_token_ids': [...]}, "
-            f"got {type(token_ids).__name__} {token_ids!r:.60}; pass a tensor's or an "
-            "array's ids as a list (ids.tolist())"
+            f"got {type(token_ids).__name__} {token_ids!r:.60}"
+            + ("; pass a tensor's or an array's ids as a list (ids.tolist())" if array else "")
         )
     token_ids = [python_number(token) for token in token_ids]  # NumPy ints as ints
     if not token_ids and text:  # the tokenizer has no token for any of its characters

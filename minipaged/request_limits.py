@@ -1,11 +1,15 @@
 """What a request must be for an engine to take it, checked by ``LLMEngine.add_request``
 before anything is queued or recorded: an id that events, traces and the TUI can name
-(``check_request_id``), and a prompt and sampling that fit (``check_fits``): within the
-model's context, the scheduler's limits, and the blocks an empty device pool gives
-(``RequestRejected`` otherwise). A refused request queues nothing: the others run on.
+(``check_request_id``) and that no request in flight holds (``check_id_free``), and a prompt
+and sampling that fit (``check_fits``): within the model's context, the scheduler's limits,
+and the blocks an empty device pool gives (``RequestRejected`` otherwise). A refused request
+queues nothing: the others run on.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Collection
 
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.sampling import SamplingParams
@@ -45,6 +49,23 @@ def check_request_id(request_id: object, fix: str) -> None:
             f"trace line names it), got {len(request_id):,} starting {request_id[:40]!r}; "
             f"{fix}"
         )
+
+
+def check_id_free(request_id: str, in_flight: Collection[str]) -> None:
+    """The request-id rule (vLLM's): an id names at most one request in flight. An id that a
+    waiting, running or swapped-out request holds is refused; once that request finishes or
+    is aborted its id is free, and a new request may take it."""
+    if request_id in in_flight:
+        raise ValueError(
+            f"request id {request_id!r} is already in use by a request in flight; pick another, "
+            "or wait until that request finishes (or abort it)"
+        )
+
+
+def automatic_id(arrival: int, in_flight: Collection[str]) -> str:
+    """The id of a request added without one: its arrival number, or the next number no
+    request in flight holds (a caller may have named one of theirs ``"3"``)."""
+    return next(name for name in map(str, itertools.count(arrival)) if name not in in_flight)
 
 
 def check_fits(

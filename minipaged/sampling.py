@@ -194,11 +194,9 @@ def distributions(logits: Tensor, params: Sequence[SamplingParams]) -> Tensor:
     if min(top_p) < 1:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         # Keep a token while the mass before it is below top_p: the first always stays. A row
-        # with top_p = 1 keeps everything (rounding could push its mass past 1).
-        # float32's smallest normal for a smaller top_p, which float32 would round to 0 and so
-        # drop the first token too: either keeps exactly the most likely token
-        tiny = torch.finfo(torch.float32).tiny
-        cut = torch.tensor([max(p, tiny) if p < 1 else math.inf for p in top_p], device=device)
+        # with top_p = 1 keeps everything (rounding could push its mass past 1). top_p is at
+        # least float32's smallest normal (sampling_rules.MIN_TOP_P): never 0 there
+        cut = torch.tensor([p if p < 1 else math.inf for p in top_p], device=device)
         drop = sorted_probs.cumsum(-1) - sorted_probs >= cut[:, None]
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
     return probs

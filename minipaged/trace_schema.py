@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minipaged.memory import free_memory
+from minipaged.memory import free_memory, memory_amount
 from minipaged.trace_values import (
     TraceError,
     array,
@@ -88,13 +88,10 @@ class Budget:
     def afford(self, num_bytes: int, what: str) -> None:
         if num_bytes > self.left:
             raise TraceError(
-                f"{what} would take {_gib(num_bytes)} to load, more than the {_gib(self.left)} "
+                f"{what} would take {memory_amount(num_bytes)} to load, more than the "
+                f"{memory_amount(self.left)} "
                 "this machine has free for it"
             )
-
-
-def _gib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**30:.2f} GiB"
 
 
 @dataclass(frozen=True)

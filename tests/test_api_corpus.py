@@ -514,11 +514,11 @@ def test_a_block_manager_takes_numpy_and_torch_ids_as_the_ids_they_equal():
     assert manager.prefix_hits([5, 6, 7, 8, 9]) == manager.table(np.int64(0)).blocks[:1]
 
 
-@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-38])
-def test_a_top_p_float32_cannot_hold_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
-    """A top_p below float32's smallest normal is in (0, 1], so taken: it keeps exactly the
-    most likely token, as top_p = 1e-6 does, and never drops that one too (float32 would
-    round the cut to 0, and an empty distribution draws token 0)."""
+@pytest.mark.parametrize("top_p", [2.0**-126, 1e-30, 1e-6])
+def test_the_smallest_top_p_keeps_the_most_likely_token_as_any_tiny_one_does(top_p):
+    """top_p down to float32's smallest normal (``sampling_rules.MIN_TOP_P``; a smaller one is
+    refused) keeps exactly the most likely token, as top_p = 1e-6 does, and never drops that
+    one too (an empty distribution would draw token 0)."""
     from minipaged.sampling import sample
 
     logits = torch.randn(64, generator=torch.Generator().manual_seed(1))
@@ -683,6 +683,59 @@ def test_a_config_that_is_no_engine_config_is_refused_by_name(config):
         LLM("tiny", config=config)
 
 
+@pytest.mark.parametrize(
+    "device, name", [(torch.device("cpu"), "cpu"), (torch.device("cuda", 1), "cuda:1")], ids=str
+)
+def test_a_torch_device_is_taken_by_its_name_as_a_torch_dtype_is(device, name):
+    from minipaged.config import EngineConfig
+
+    assert EngineConfig(device=device).device == name
+    assert EngineConfig(dtype=torch.bfloat16).dtype == "bfloat16"
+
+
+class NoArguments:
+    pass
+
+
+class TwoArguments:
+    def __init__(self, num_gpu_blocks, num_cpu_blocks):
+        pass
+
+
+@pytest.mark.parametrize("manager", [NoArguments, TwoArguments, object, dict])
+def test_a_block_manager_class_without_blockmanagers_constructor_is_refused_by_its_name(manager):
+    """Before, the engine called it and a bare ``TypeError`` came from inside."""
+    with pytest.raises(TypeError) as refused:
+        LLM("tiny", block_manager_class=manager, num_gpu_blocks=8)
+    message = str(refused.value)
+    assert f"block_manager_class {manager.__name__} must take BlockManager's constructor" in message
+    assert "num_gpu_blocks, num_cpu_blocks, block_size, watermark, prefix_caching" in message
+
+
+def test_a_block_manager_class_with_blockmanagers_constructor_runs():
+    from minipaged.block_manager import BlockManager
+
+    class Mine(BlockManager):
+        pass
+
+    llm = LLM("tiny", block_manager_class=Mine, num_gpu_blocks=8)
+    assert type(llm.engine.block_manager) is Mine
+    assert llm.generate("Emma", GREEDY)[0].outputs[0].token_ids
+
+
+def test_the_embedded_models_name_as_a_path_is_told_to_be_a_string(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="named by the string 'tiny', not a path"):
+        LLM(Path("tiny"))
+
+
+def test_speculative_json_text_that_is_not_json_names_the_setting():
+    with pytest.raises(ValueError, match=r"^speculative \(--speculative-config\) must be a JSON"):
+        LLM("tiny", speculative="ngram")
+
+
 def test_stop_tokens_past_the_vocabulary_are_refused(llm):
     with pytest.raises(ValueError, match=r"stop_token_ids \[5000\] lie outside"):
         llm.generate("Emma", SamplingParams(stop_token_ids=[5000]), show_progress=False)
@@ -753,3 +806,10 @@ def test_a_damaged_model_file_is_refused_naming_it_before_the_weights_load(
         LLM(str(directory), backend="torch", num_gpu_blocks=16)
     message = str(refused.value)
     assert name in message and words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("ids", [np.array([1, 2]), torch.tensor([1, 2])], ids=["array", "tensor"])
+def test_stop_token_ids_of_an_array_are_told_to_use_tolist_as_a_prompt_is(ids):
+    with pytest.raises(ValueError, match=r"stop_token_ids must be .*ids\.tolist\(\)"):
+        SamplingParams(stop_token_ids=ids)
+    assert SamplingParams(stop_token_ids=ids.tolist()).stop_token_ids == (1, 2)

@@ -19,17 +19,31 @@ USAGE = 2
 
 HUGE = "x" * 100_000
 BAD_VALUES = {
-    "integer": ["", "   ", "2.5", "nan", "1e400", "ten", "a\x00b", "1" * 5000 + "x", HUGE],
-    "number": ["", "   ", "nan", "inf", "1e400", "ten", "a\x00b", HUGE],
+    "integer": [
+        "",
+        "   ",
+        "2.5",
+        "nan",
+        "1e400",
+        "ten",
+        "a\x00b",
+        "1" * 5000 + "x",
+        "9" * 40,
+        HUGE,
+    ],
+    "number": ["", "   ", "nan", "inf", "1e400", "1e300", "-1e300", "ten", "a\x00b", HUGE],
     "text": ["", "   ", "a\x00b"],
     "path": ["", "   ", "a\x00b"],
     "output_file": ["", "   ", "a\x00b"],
+    "output_folder": ["", "   ", "a\x00b"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
     "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
-or ``choices`` for an option with a list of them."""
+or ``choices`` for an option with a list of them. Every number has an upper bound: a finite
+1e300 overflowed ``simulate --hbm-gb``'s budget in bytes, and an integer past ``MAX_COUNT``
+sizes nothing any run can hold."""
 
 FREE_TEXT = {
     ("generate", "--prompt"): "any text is a prompt (an empty one is refused by the engine)",
@@ -322,6 +336,56 @@ def test_the_commands_that_write_a_file_check_it_where_it_is_typed():
     writers = {(" ".join(p.values[0]), name_of(p.values[1])) for p in OUTPUT_FILES}
     assert {("trace record", "file"), ("tui", "--screenshot")} <= writers
     assert {("exercises check", "--json"), ("exercises check", "--gradescope")} <= writers
+
+
+OUTPUT_FOLDERS = [
+    pytest.param(words, action, id=f"{' '.join(words)} {name_of(action)}")
+    for words, action in valued_options()
+    if kind_of(action) == "output_folder"
+]
+
+
+@pytest.mark.parametrize(("words", "action"), OUTPUT_FOLDERS)
+def test_a_folder_to_write_into_is_refused_before_any_work_when_a_file_is_there(
+    capsys, tmp_path, words, action
+):
+    (tmp_path / "results.txt").write_text("x")
+    target = tmp_path / "results.txt"
+    line = assert_usage_error([*words, name_of(action), str(target)], capsys, str(target))
+    assert "is a file" in line
+
+
+def test_the_commands_that_write_into_a_folder_check_it_where_it_is_typed():
+    assert ("bench", "--out") in {
+        (" ".join(p.values[0]), name_of(p.values[1])) for p in OUTPUT_FOLDERS
+    }
+
+
+def required_words(parser: argparse.ArgumentParser) -> list[str]:
+    """Words that give every required option and positional of ``parser`` a value."""
+    words = []
+    for action in parser._actions:
+        if action.option_strings and not action.required:
+            continue
+        if action.nargs in ("*", "?") or isinstance(action, argparse._HelpAction):
+            continue
+        value = EXAMPLES.get(name_of(action)) or (
+            [str(list(action.choices)[-1])] if action.choices else ["x"]
+        )
+        words += [*action.option_strings[-1:], *value]
+    return words
+
+
+@pytest.mark.parametrize(
+    ("words", "parser"), [pytest.param(w, p, id=" ".join(w)) for w, p in leaves(PARSER)]
+)
+def test_an_unknown_option_is_named_by_the_subcommand_it_was_typed_to(capsys, words, parser):
+    """argparse leaves an unknown word to the root parser, which named ``minipaged`` and its
+    ``--help``: the subcommand's own help is where the options it takes are."""
+    argv = [*words, *required_words(parser), "--no-such-option"]
+    line = assert_usage_error(argv, capsys, "--no-such-option", main=PARSER.parse_args)
+    assert line.startswith(f"minipaged {' '.join(words)}: unrecognized arguments")
+    assert line.endswith(f"see `minipaged {' '.join(words)} --help`")
 
 
 def test_a_huge_value_is_echoed_only_in_part(capsys):

@@ -45,6 +45,11 @@ def too_long(engine):
 BAD_CALLS = {
     # name: (the call on the engine, the exception, words of its message)
     "a duplicate id": (lambda e: e.add_request("x", None, "a"), ValueError, "already in use"),
+    "a duplicate id of a request too large to run": (
+        lambda e: e.add_request("x", SamplingParams(max_tokens=400), "a"),
+        ValueError,
+        "already in use by a request in flight",
+    ),
     "an int id": (lambda e: e.add_request("x", None, 5), TypeError, "request_id must be a str"),
     "a blank id": (lambda e: e.add_request("x", None, "  "), ValueError, "must name the request"),
     "an id of a megabyte": (
@@ -230,12 +235,54 @@ def test_an_id_of_the_longest_length_is_taken_and_runs(llm):
     assert longest in run_to_the_end(engine)
 
 
-def test_an_abort_of_a_finished_request_says_it_finished(llm):
-    engine = llm.engine
-    engine.add_request("It is", SamplingParams(max_tokens=2), "done")
+def finished(engine, request_id):
+    engine.add_request("It is", SamplingParams(max_tokens=2), request_id)
     run_to_the_end(engine)
-    with pytest.raises(KeyError, match="it finished, was aborted or never existed"):
-        engine.abort_request("done")
+
+
+def aborted(engine, request_id):
+    engine.add_request("It is", SamplingParams(max_tokens=2), request_id)
+    engine.step()
+    engine.abort_request(request_id)
+    run_to_the_end(engine)
+
+
+GONE = {"finished": finished, "aborted": aborted, "never added": lambda engine, request_id: None}
+"""The ways an id can name no request in flight: one rule for each of add and abort."""
+
+
+@pytest.mark.parametrize("how", GONE)
+def test_an_abort_of_an_id_no_request_in_flight_holds_is_one_refusal(llm, undisturbed, how):
+    engine = llm.engine
+    GONE[how](engine, "gone")
+    engine.add_request(*IN_FLIGHT)
+    engine.step()
+    before = state(engine)
+    with pytest.raises(KeyError, match="'gone': it finished, was aborted or never existed"):
+        engine.abort_request("gone")
+    assert state(engine) == before
+    assert run_to_the_end(engine) == {"a": undisturbed}
+
+
+@pytest.mark.parametrize("how", GONE)
+def test_an_id_no_request_in_flight_holds_may_name_a_new_request(llm, how):
+    """vLLM's rule: ids are unique among requests in flight only."""
+    engine = llm.engine
+    GONE[how](engine, "again")
+    params = SamplingParams(max_tokens=3, seed=1, ignore_eos=True)
+    assert engine.add_request("It is", params, "again") == "again"
+    assert list(run_to_the_end(engine)) == ["again"]
+
+
+@pytest.mark.parametrize("taken", [["0"], ["1"], ["1", "2"], ["0", "1", "2", "3"]])
+def test_an_automatic_id_never_takes_an_id_in_flight(llm, taken):
+    """The caller named theirs as the engine numbers its own: the numbers skip them."""
+    engine = llm.engine
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    named = [engine.add_request("It is", params, request_id) for request_id in taken]
+    automatic = [engine.add_request("It is", params) for _ in range(3)]
+    assert len(set(named + automatic)) == len(taken) + 3
+    assert sorted(run_to_the_end(engine)) == sorted(named + automatic)
 
 
 def test_max_tokens_zero_is_refused_before_any_request_exists():
@@ -251,3 +298,105 @@ def test_a_stop_token_ends_the_sequence_it_was_sampled_in(llm):
     stopped = llm.generate(["It is"], params)[0].outputs[0]
     assert stopped.token_ids == tokens[: tokens.index(stop) + 1]
     assert stopped.finish_reason == "stop"
+
+
+IN_CALLBACK = {
+    "add_request": lambda llm: llm.engine.add_request("Jane", SamplingParams(max_tokens=2)),
+    "abort_request": lambda llm: llm.engine.abort_request(next(iter(llm.engine.requests))),
+    "step": lambda llm: llm.engine.step(),
+    "LLM.generate": lambda llm: llm.generate("Jane", SamplingParams(max_tokens=2)),
+}
+"""What an ``on_step`` callback must not do while ``generate`` owns the engine's requests: a
+request added there ran with its output lost, and one aborted there made ``generate`` fail
+with a bare ``KeyError`` looking for its output."""
+
+
+@pytest.mark.parametrize("action", IN_CALLBACK)
+def test_a_callback_that_would_change_the_engine_is_refused_and_the_engine_is_left_clean(
+    llm, action
+):
+    engine = llm.engine
+    num_free = engine.block_manager.device.num_free
+    params = SamplingParams(max_tokens=3, seed=1, ignore_eos=True)
+
+    def meddle(output):
+        assert engine.has_unfinished() and engine.block_manager.snapshot()  # reading is fine
+        IN_CALLBACK[action](llm)
+
+    with pytest.raises(RuntimeError, match=rf"^{action} from inside LLM.generate's on_step"):
+        llm.generate(["It is", "Emma"], params, on_step=meddle)
+    assert not engine.requests and engine.block_manager.device.num_free == num_free
+    assert engine.in_callback is None
+    fresh = LLM("tiny", **POOL).generate(["It is"], params)
+    assert llm.generate(["It is"], params)[0].outputs[0].token_ids == fresh[0].outputs[0].token_ids
+
+
+def test_a_callback_that_only_reads_the_engine_sees_every_step():
+    llm = LLM("tiny", **POOL)
+    seen = []
+    llm.generate(["It is"], SamplingParams(max_tokens=3), on_step=lambda o: seen.append(o.step))
+    assert seen == sorted(seen) and len(seen) >= 3
+    llm.engine.add_request("Emma", SamplingParams(max_tokens=2))  # after generate: allowed
+    assert run_to_the_end(llm.engine)
+
+
+@pytest.mark.parametrize(
+    "prompt, hint",
+    [(torch.tensor([1, 2]), True), (np.array([1, 2]), True), (None, False), (object(), False)],
+    ids=["tensor", "array", "None", "object"],
+)
+def test_the_tolist_hint_is_given_only_for_a_prompt_that_has_tolist(llm, prompt, hint):
+    with pytest.raises(TypeError, match="a prompt is a string") as refused:
+        llm.generate(["x", prompt])
+    assert ("ids.tolist()" in str(refused.value)) is hint
+    assert str(refused.value).startswith("prompt 1 of 2: ")
+
+
+PARTS = {
+    "schedule": lambda e: (e.scheduler, "schedule"),
+    "run the model": lambda e: (e.runner, "execute"),
+    "sample": lambda e: (e.sampler, "sample"),
+    "free": lambda e: (e, "_release_finished"),
+}
+"""Where a step can be interrupted: each part after the one before changed the engine."""
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_step_interrupted_partway_refuses_to_step_until_its_requests_are_aborted(
+    llm, undisturbed, part
+):
+    """Before, the next step failed deep inside ("token_ids has 7 ids; sequence 0 will hold
+    8 tokens") or ran on over slots no token was computed for."""
+    engine = llm.engine
+    num_free = engine.block_manager.device.num_free
+    engine.add_request("Emma", SamplingParams(max_tokens=6), "b")
+    engine.step()
+    owner, name = PARTS[part](engine)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    setattr(owner, name, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    delattr(owner, name)  # the class's own method again
+    engine.add_request(*IN_FLIGHT)  # adding is allowed: it was not in flight then
+    with pytest.raises(RuntimeError, match=r"interrupted partway \(KeyboardInterrupt\).*\['b'\]"):
+        engine.step()
+    engine.abort_request("b")
+    assert run_to_the_end(engine) == {"a": undisturbed}
+    assert engine.block_manager.device.num_free == num_free
+
+
+def test_generate_after_a_step_it_ran_was_interrupted_runs_as_on_a_fresh_engine(llm):
+    params = SamplingParams(max_tokens=4, seed=1, ignore_eos=True)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    llm.engine.runner.execute = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(["It is", "Emma"], params)
+    del llm.engine.runner.execute
+    fresh = LLM("tiny", **POOL).generate(["It is"], params)
+    assert llm.generate(["It is"], params)[0].outputs[0].token_ids == fresh[0].outputs[0].token_ids

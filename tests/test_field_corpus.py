@@ -2,7 +2,7 @@
 ``SpeculativeConfig``, ``ModelShape``, ``LlamaConfig``) refuses, when the object is made, each
 value no run can use: a bool for a number, a float for a count, text that spells a number, NaN
 and infinities, a count past ``MAX_COUNT`` (block ids and lengths are int32), a real number
-past its range, and a tiny positive one that underflows where it must not be 0. A NumPy
+past its range, and a tiny one (1e-300, either sign) that means nothing but 0. A NumPy
 scalar is the number it equals. Generated over the dataclasses' fields: a new field without an
 entry in ``KINDS`` fails ``test_every_field_has_a_kind``, and its kind's corpus then runs."""
 
@@ -112,7 +112,17 @@ KINDS = {
 NOT_A_NUMBER = [True, False, "16", "0.5", "1e3", b"1", 1 + 0j, [1], math.nan]
 REFUSED = {
     "count": [*NOT_A_NUMBER, 1.5, 2.0, math.inf, 10**30, MAX_COUNT + 1, 2**63, np.float64(2.0)],
-    "real": [*NOT_A_NUMBER, math.inf, -math.inf, 1e300, 10**300, np.float64(1e300)],
+    "real": [
+        *NOT_A_NUMBER,
+        math.inf,
+        -math.inf,
+        1e300,
+        10**300,
+        np.float64(1e300),
+        1e-300,
+        -1e-300,
+        5e-324,
+    ],
     "seed": [*NOT_A_NUMBER, 1.5, -1, 2**64, math.inf],
     "token id": [True, "1", 1.5, -1, 10**30, math.nan],
     "flag": [1, 0, "True", "", None, 1.0, np.int64(1)],
@@ -120,9 +130,9 @@ REFUSED = {
 }
 """What each kind of field must refuse, whatever its range."""
 
-UNDERFLOWS = {"temperature", "rms_norm_eps", "rope_theta"}
-"""Real fields where a tiny positive value rounds to a number the run cannot divide by or
-raise to (every other real field means the same at 1e-300 as at 0, and takes it)."""
+FIELD_BASE = {(SamplingParams, "length_penalty"): dict(use_beam_search=True, beam_width=2)}
+"""Fields that another field must enable before they are judged alone: a length penalty
+without beam search is refused for that, whatever its value."""
 
 
 def fields_of_kind(*kinds: str) -> list[tuple[type, str]]:
@@ -137,7 +147,7 @@ def fields_of_kind(*kinds: str) -> list[tuple[type, str]]:
 def refusal_of(cls: type, name: str, value: object) -> Exception | None:
     """The error making ``cls`` with ``name=value`` raises, or None when it is accepted."""
     try:
-        cls(**{**BASE[cls], name: value})
+        cls(**{**BASE[cls], **FIELD_BASE.get((cls, name), {}), name: value})
     except (ValueError, TypeError) as error:
         return error
     return None
@@ -156,7 +166,6 @@ CASES = [
     for name, kind in fields.items()
     for value in REFUSED.get(kind, [])
 ]
-CASES += [(cls, name, 1e-300) for cls, name in fields_of_kind("real") if name in UNDERFLOWS]
 
 
 @pytest.mark.parametrize(
@@ -203,3 +212,38 @@ def test_a_real_hyperparameter_bound_is_where_the_model_stops_working():
     assert LlamaConfig(**llama, rms_norm_eps=tiny).rms_norm_eps == tiny
     assert refusal_of(LlamaConfig, "rms_norm_eps", tiny / 2) is not None
     assert type(LlamaConfig(**llama, rope_theta=10000).rope_theta) is float
+
+
+def test_each_smallest_real_value_is_where_it_starts_to_mean_more_than_0():
+    """top_p at float32's smallest normal is still a float32 number above 0; the smallest
+    watermark keeps one block of the largest pool, and half of it none; the smallest length
+    penalty moves the largest length's divisor off 1.0, and half of it does not."""
+    from minipaged.beam_search import normalized
+    from minipaged.config import MIN_WATERMARK
+    from minipaged.sampling_rules import MIN_LENGTH_PENALTY, MIN_TOP_P
+
+    assert np.float32(MIN_TOP_P) > 0 and np.float32(MIN_TOP_P / 2**24) == 0
+    assert SamplingParams(top_p=MIN_TOP_P).top_p == MIN_TOP_P
+    assert int(MIN_WATERMARK * MAX_COUNT) == 1 and int(MIN_WATERMARK / 2 * MAX_COUNT) == 0
+    assert EngineConfig(watermark=MIN_WATERMARK).watermark == MIN_WATERMARK
+    for sign in (1, -1):
+        assert MAX_COUNT ** (sign * MIN_LENGTH_PENALTY) != 1.0
+        assert MAX_COUNT ** (sign * MIN_LENGTH_PENALTY / 4) in (1.0, np.nextafter(1.0, 0))
+    assert normalized(-2.0, MAX_COUNT, MIN_LENGTH_PENALTY) != -2.0
+
+
+def test_the_largest_length_penalty_ranks_the_longest_least_likely_beam_finitely():
+    """A beam of ``MAX_COUNT`` tokens, each as unlikely as float32 lets a token be: its
+    normalized score is finite and non-zero at the bound, of either sign, and one past the
+    bound it is not (the bound is as large as it can be)."""
+    from minipaged.beam_search import normalized
+    from minipaged.sampling_rules import MAX_LENGTH_PENALTY, MAX_TOKEN_NATS
+
+    worst = -MAX_TOKEN_NATS * MAX_COUNT
+    for alpha in (MAX_LENGTH_PENALTY, -MAX_LENGTH_PENALTY):
+        assert math.isfinite(normalized(worst, MAX_COUNT, alpha))
+        assert normalized(worst, MAX_COUNT, alpha) != 0
+        assert SamplingParams(use_beam_search=True, beam_width=2, length_penalty=alpha)
+    past = -(MAX_LENGTH_PENALTY + 1)
+    assert not math.isfinite(normalized(worst, MAX_COUNT, past))
+    assert "length_penalty" in str(refusal_of(SamplingParams, "length_penalty", past))

@@ -106,7 +106,7 @@ def test_pools_no_memory_holds_are_refused_naming_their_bytes_before_any_is_made
     every layer's views) would not fit: refused with their bytes and the settings that lower
     them, where torch would fail mid-allocation or the OS would end the process."""
     sizes = {**SIZES, "num_cpu_blocks": 1, name: HUGE[name]}
-    with pytest.raises(ValueError, match=r"the KV cache would take [\d,.]+ GB \([\d,]+ bytes"):
+    with pytest.raises(ValueError, match=r"the KV cache would take [\d,.]+ [GMK]iB \([\d,]+ bytes"):
         KVCache(**sizes, device=device)
 
 

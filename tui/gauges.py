@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rich.console import RenderableType
 from rich.text import Text
 
-from minipaged.memory import binary_size
+from minipaged.memory import memory_amount
 from minipaged.stats import slot_usage
 from tui.pane import Pane
 from tui.timeline import Frame
@@ -84,7 +84,7 @@ class Gauges(Pane):
             lines.append(row("", f"{len(device) - used} free, {shared} shared (R>1)"))
             if self.kv is not None:
                 block = self.kv.bytes_per_block
-                held = f"{binary_size(used * block)}/{binary_size(len(device) * block)}"
+                held = f"{memory_amount(used * block)}/{memory_amount(len(device) * block)}"
                 lines.append(row("bytes", f"{held} {self.kv.dtype} b={self.kv.b}"))
         lines.append(row("waste", f"{allocated - filled}/{allocated} slots empty ({waste:.0%})"))
         host = state.host_refcounts

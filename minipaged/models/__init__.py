@@ -27,6 +27,8 @@ def close_name(model: object) -> str:
     """``"; did you mean 'tiny'?"`` when ``model`` is no directory but spells an embedded
     model's name in other case or with a slip (``"Tiny"``, ``"tiny "``, ``"tinny"``); else
     ``""``."""
+    if not isinstance(model, str) and str(model) in EMBEDDED_MODELS:  # Path("tiny")
+        return f"; the embedded model is named by the string {str(model)!r}, not a path"
     spelled = str(model).strip().lower()
     close = difflib.get_close_matches(spelled, EMBEDDED_MODELS, n=1, cutoff=0.75)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -38,8 +40,14 @@ def check_model_directory(model: str | Path) -> Path:
     directory = model_directory(model)
     if not directory.is_dir():
         raise FileNotFoundError(
-            f'--model {model}: no such directory; pass "tiny" or a Hugging Face Llama '
+            f'--model {model}: {no_directory(directory)}; pass "tiny" or a Hugging Face Llama '
             "directory holding config.json, model.safetensors and tokenizer.json"
             + close_name(model)
         )
     return directory
+
+
+def no_directory(path: Path) -> str:
+    """Why ``path``, which is no directory, cannot be a model's: a file (a config.json or the
+    weights named in place of their folder) or nothing at all."""
+    return "a file, not a directory" if path.exists() else "no such directory"

@@ -111,7 +111,7 @@ class SpeculativeConfig:
 def _check_draft_model(model: object) -> None:
     """A draft model is a name or directory that is there, or a loaded ``Llama``."""
     if isinstance(model, str | os.PathLike):
-        from minipaged.models import model_directory
+        from minipaged.models import model_directory, no_directory
 
         if not str(model).strip():
             raise ValueError(
@@ -120,9 +120,9 @@ def _check_draft_model(model: object) -> None:
             )
         if not model_directory(model).is_dir():
             raise FileNotFoundError(
-                f"speculative draft_model {str(model)!r}: no such directory; pass an embedded "
-                "model's name ('tiny-draft') or a Hugging Face Llama directory holding "
-                "config.json and model.safetensors"
+                f"speculative draft_model {str(model)!r}: {no_directory(model_directory(model))}"
+                "; pass an embedded model's name ('tiny-draft') or a Hugging Face Llama "
+                "directory holding config.json and model.safetensors"
             )
         return
     # A loaded Llama means minipaged.model is imported already; importing it here would make
@@ -145,7 +145,7 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
             value = json.loads(value)
         except json.JSONDecodeError as error:
             raise ValueError(
-                f"--speculative-config must be a JSON object such as "
+                f"speculative (--speculative-config) must be a JSON object such as "
                 f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r} ({error})'
             ) from None
     if isinstance(value, dict):

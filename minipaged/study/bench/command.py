@@ -10,17 +10,24 @@ import sys
 from minipaged.arguments import (
     excludes,
     integer,
-    named_path,
+    output_folder,
     real,
     setting_integer,
     setting_text,
     text,
 )
 from minipaged.config import settings_of
-from minipaged.memory import free_memory
+from minipaged.memory import free_memory, memory_amount
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
+
+
+MAX_GB = 10**6
+"""The most GB ``--hbm-gb`` and ``--weights-gb`` take: a million, past any machine whose blocks
+the simulator could hold (``check_fits`` refuses what this one cannot), and far below where
+the budget in bytes, (HBM - weights) x 10^9, stops being a finite number (1e300 raised an
+``OverflowError``)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -33,10 +40,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--model", choices=PRESET_NAMES, default="llama-3-8b", help="shape preset")
     sim.add_argument(
-        "--hbm-gb", type=real(0, above=True), default=80.0, help="GPU memory, decimal GB"
+        "--hbm-gb", type=real(0, MAX_GB, above=True), default=80.0, help="GPU memory, decimal GB"
     )
     sim.add_argument(
-        "--weights-gb", type=real(0), default=None, help="weights, decimal GB; None: BF16 size"
+        "--weights-gb",
+        type=real(0, MAX_GB),
+        default=None,
+        help="weights, decimal GB; None: BF16 size",
     )
     sim.add_argument(
         "--workload",
@@ -90,7 +100,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="tiny sizes: seconds, for tests")
     bench.add_argument(
         "--out",
-        type=named_path("a folder"),
+        type=output_folder("a folder"),
         default=None,
         help="folder for plots and index.md; unset: docs/results when run from the repository "
         "root, no files anywhere else",
@@ -172,7 +182,7 @@ def check_fits(args: argparse.Namespace) -> None:
     if free is not None and need > free // 2:
         raise ValueError(
             f"this simulation would hold {blocks:,} blocks of B = {args.block_size} and "
-            f"{sequences:,} sequences, about {need / 1e9:,.1f} GB, but {free / 1e9:,.1f} GB "
+            f"{sequences:,} sequences, about {memory_amount(need)}, but {memory_amount(free)} "
             "are free (the simulator uses at most half); lower --hbm-gb or --requests, or "
             "raise --block-size"
         )
