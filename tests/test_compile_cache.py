@@ -59,8 +59,8 @@ out = decode(one, decode_fields(torch.float8_e4m3fn), halves, scratch)
 print(json.dumps({"out": out.tolist(), "hits": sum(decode.stats.cache_hits.values())}))
 """
 """A fresh process that decodes an FP8 row holding 1 everywhere through the probe (which
-multiplies back the power of two ``decoded_row`` leaves out, so its output is 1 everywhere), and prints the output and how many of its compilations came from the
-cache."""
+multiplies back the power of two ``decoded_row`` leaves out, so its output is 1 everywhere),
+and prints the output and how many of its compilations came from the cache."""
 
 
 def copy_of_the_package(tmp_path: Path) -> Path:
