@@ -38,6 +38,13 @@ from figures_pools import external_fragmentation, vattention_mapping  # noqa: E4
 
 FIGURES = DOCS / "assets" / "figures"
 
+CONTIGUOUS_LENGTHS = (37, 90, 12, 61)
+"""The four sequences ``contiguous_vs_paged`` stores, in tokens (kv-memory.md names them)."""
+V2_LENGTH, V2_PARTITION_SIZE = 200, 64
+"""The sequence ``v2_partitions`` splits and its partitions, in tokens (online-softmax.md)."""
+TIMELINE_SLOTS, TIMELINE_MAX_LEN = 1024, 320
+"""The pool ``waste_timeline`` shares between its requests, and their $L_{\\max}$ (waste.md)."""
+
 
 def kv_per_layer():
     """§1: a token's keys and values, layer by layer: $2 N_{KV} d_h b$ bytes per layer, summed
@@ -77,7 +84,7 @@ def kv_per_layer():
 def contiguous_vs_paged():
     """§1–§3: the same four sequences stored contiguously (each reserves $L_{\\max}$) and in
     blocks of $B$ (each wastes at most $B - 1$ slots)."""
-    lengths, max_len, block_size = [37, 90, 12, 61], 128, 16
+    lengths, max_len, block_size = CONTIGUOUS_LENGTHS, 128, 16
     fig, axes = plt.subplots(2, 1, figsize=(WIDTH_IN, 3.4), sharex=True)
     static, paged = axes
     x = 0
@@ -116,7 +123,7 @@ def waste_timeline():
     start (internal and reservation waste), Orca grows by $\\Delta L$ (reservation waste
     only), paging by blocks of $B$ (at most $B - 1$ per sequence). Every number comes from the
     study's allocators."""
-    capacity, max_len, delta, block_size = 1024, 320, 128, 16
+    capacity, max_len, delta, block_size = TIMELINE_SLOTS, TIMELINE_MAX_LEN, 128, 16
     prompts = {0: 40, 1: 100, 2: 60}
     steps = 200
     kinds = {
@@ -202,7 +209,8 @@ def v2_partitions():
     from minipaged import attention
 
     torch.manual_seed(0)
-    length, block_size, partition_size, head_dim = 200, 16, 64, 8
+    length, partition_size = V2_LENGTH, V2_PARTITION_SIZE
+    block_size, head_dim = 16, 8
     blocks = memory.num_logical_blocks(length, block_size)
     keys = torch.randn(blocks, 1, block_size, head_dim)
     values = torch.randn(blocks, 1, block_size, head_dim)
