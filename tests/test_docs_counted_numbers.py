@@ -20,7 +20,7 @@ import re
 
 import pytest
 from test_docs import DOCS, NOT_PROSE, OUTPUT_INFO, SHELL_OUTPUT_INFO, fence_spans, numbers_in
-from test_docs_measured_numbers import GENERATED, HARDWARE, INPUT, PAPER, fenced_lines
+from test_docs_measured_numbers import GENERATED, HARDWARE, INPUT, ONE_OFF, PAPER, fenced_lines
 
 OUTPUTS = (OUTPUT_INFO, SHELL_OUTPUT_INFO)
 
@@ -28,8 +28,13 @@ COUNT_NOUNS = (
     r"blocks?|slots?|tokens?|sequences?|requests?|samples?|steps?|layers?|heads?|threads?"
     r"|rounds?|partitions?"
 )
-# "a pool of 12 blocks", "a 10-token prompt"; not an exercise's number ("01 block-table").
-COUNTED = re.compile(rf"(?<![\w.{{§/#-])(?!0\d)\d[\d,]*[\s-](?:{COUNT_NOUNS})\b")
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+"""How a page writes a small count in words."""
+# "a pool of 12 blocks", "a 10-token prompt", "five steps"; not an exercise's number ("01
+# block-table"), nor one or two of a thing, which prose says of anything ("one token a step").
+COUNTED = re.compile(
+    rf"(?i:(?<![\w.{{§/#-])(?!0\d)\d[\d,]*|\b(?:{'|'.join(WORDS[3:])}))[\s-](?:{COUNT_NOUNS})\b"
+)
 HARDWARE_WARP = HARDWARE + " (a warp is 32 threads)"
 
 # A count the page states about something it does not run: each with its reason.
@@ -46,12 +51,19 @@ ALLOWED_COUNTS = {
     ("how-to/load-a-hugging-face-checkpoint.md", "40 layers"): INPUT + " (a broken config)",
     ("reference/concepts.md", "32 threads"): HARDWARE_WARP,
     ("tutorials/swap-or-recompute.md", "64 tokens"): PAPER + " (the vLLM paper's block sizes)",
+    ("explanation/comparison.md", "Three requests"): INPUT + " (the workload the page replays)",
+    ("explanation/comparison.md", "three sequences"): INPUT + " (that workload, sections up)",
+    ("explanation/online-softmax.md", "six tokens"): INPUT + " (the example's list of values)",
+    ("explanation/waste.md", "Six sample"): INPUT + " (the example's lengths)",
+    ("explanation/waste.md", "four sequences"): INPUT + " (the example's list of prompts)",
+    ("how-to/teach-with-the-exercises.md", "ten steps"): ONE_OFF + " (how TAB_MB was measured)",
+    ("tutorials/share-a-prefix.md", "four requests"): INPUT + " (the example's prompts)",
+    ("tutorials/share-a-prefix.md", "Four requests"): INPUT + " (the example's prompts)",
+    ("tutorials/swap-or-recompute.md", "three requests"): INPUT + " (the example's prompts)",
+    ("tutorials/swap-or-recompute.md", "Three requests"): INPUT + " (the example's prompts)",
+    ("tutorials/swap-or-recompute.md", "four requests"): INPUT + " (tests/test_engine.py's)",
     ("tutorials/fork-and-copy-on-write.md", "1,000-token"): INPUT,
 }
-
-
-WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-"""How a page writes a small count in words."""
 
 
 def demo_manager(steps: int):
@@ -98,6 +110,7 @@ def demo_phrases() -> list[str]:
         f"a pool of {pools.device.num_blocks} blocks of $B = {pools.block_size}$ tokens",
         f"host pool of {pools.host.num_blocks} blocks",
         f"allocates a {pools.table(0).num_tokens}-token prompt",
+        f"forks it into {WORDS[len(demo_manager(steps=2).tables)]} samples",
     ]
 
 
@@ -120,6 +133,7 @@ def pressure_phrases() -> list[str]:
         f"scenarios run {WORDS[requests]} requests in a pool of {pool} blocks",
         f"$L = {first[0]}$, {', '.join(first[1:])} and {last} for seqs",
         f"prefilled again with {', '.join(first)} and {last} tokens",
+        f"all {WORDS[len(shown)]} sequences",
     ]
 
 
@@ -155,6 +169,17 @@ def waste_phrases() -> list[str]:
     ]
 
 
+def fragmentation_phrases() -> list[str]:
+    import figures_pools  # docs/, on the path test_docs gives it
+
+    pool, requests = figures_pools.POOL, WORDS[len(figures_pools.BUFFERS)]
+    return [
+        f"in a pool of {pool:,} slots. {requests.capitalize()} requests took buffers",
+        f"a new request of {figures_pools.REQUEST} slots",
+        f"in blocks of $B = {figures_pools.BLOCK}$",
+    ]
+
+
 def v2_phrases() -> list[str]:
     length, size = figures().V2_LENGTH, figures().V2_PARTITION_SIZE
     return [
@@ -177,7 +202,11 @@ def threads_phrases() -> list[str]:
 
 def contiguous_phrases() -> list[str]:
     *first, last = figures().CONTIGUOUS_LENGTHS
-    return [f"Four sequences of {', '.join(map(str, first))} and {last} tokens"]
+    count = WORDS[len(first) + 1]
+    return [
+        f"{count.capitalize()} sequences of {', '.join(map(str, first))} and {last} tokens",
+        f"The same {count} sequences",
+    ]
 
 
 def partition_phrases() -> list[str]:
@@ -214,9 +243,21 @@ CHECKED = {
     ("explanation/waste.md", "20 slots"): waste_phrases,
     ("explanation/comparison.md", "1,000 requests"): memory_bench_phrases,
     ("tutorials/fork-and-copy-on-write.md", "6-token"): parallel_phrases,
+    ("tutorials/fork-and-copy-on-write.md", "four samples"): parallel_phrases,
+    ("reference/cli.md", "three samples"): demo_phrases,
+    ("tutorials/swap-or-recompute.md", "three sequences"): pressure_phrases,
+    ("explanation/waste.md", "Five requests"): fragmentation_phrases,
+    ("explanation/kv-memory.md", "Four sequences"): contiguous_phrases,
+    ("explanation/kv-memory.md", "four sequences"): contiguous_phrases,
     ("tutorials/watch-one-query-attend.md", "12 tokens"): partition_phrases,
     ("reference/concepts.md", "2,048-token"): vocabulary_phrases,
 }
+
+
+def as_digits(count: str) -> set[str]:
+    """The number of a count, in digits: ``{"4"}`` for "four samples" or "4 samples"."""
+    word = count.split()[0].split("-")[0].lower()
+    return {str(WORDS.index(word))} if word in WORDS else numbers_in(count)
 
 
 def counts_in(markdown: str, page: str) -> list[tuple[int, str]]:
@@ -240,7 +281,7 @@ def counts_in(markdown: str, page: str) -> list[tuple[int, str]]:
         for n, line in enumerate(lines)
         if n not in inside
         for match in COUNTED.finditer(NOT_PROSE.sub(" ", line))
-        if numbers_in(match[0]).isdisjoint(in_code.get(sections[n], ()))
+        if as_digits(match[0]).isdisjoint(in_code.get(sections[n], ()))
     ]
 
 
@@ -290,9 +331,11 @@ def test_every_checked_count_is_what_the_code_says(read) -> None:
 def test_the_count_check_finds_a_count_the_page_does_not_run() -> None:
     page = """A pool of 12 blocks, a 10-token prompt, then 24 tokens more, in 3 steps.
 It was exercise 01 block-table arithmetic; {{ n }} blocks; `4 blocks`; $5$ blocks.
+Four samples over five steps, one token a step.
 
 ```python
 bm.allocate(0, 24)
+fork(n=4)
 ```
 
 ## Later
@@ -303,5 +346,6 @@ Then 24 tokens more.
         "12 blocks",
         "10-token",
         "3 steps",
+        "five steps",
         "24 tokens",
     ]
