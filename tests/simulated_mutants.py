@@ -1,8 +1,8 @@
 """Grade kernel mutants in Numba's CUDA simulator, all in this one process:
-``python tests/simulated_mutants.py NUMBER:FOLDER:FIRST ...`` prints, as JSON, each folder's
+``python tests/simulated_mutants.py NUMBER:FOLDER[:FIRST] ...`` prints, as JSON, each folder's
 failed criteria with their messages, up to the first failure (``run_criteria``'s
-``first_failure``), trying the criterion named ``FIRST`` (which may be empty) before the
-others, in their order.
+``first_failure``), trying the criterion named ``FIRST``, where given, before the others, in
+their order.
 
 A grading child would start a simulating interpreter for every mutant (torch and Numba
 imported again each time, seconds under load) and send every kernel argument over its pipe;
@@ -33,7 +33,8 @@ def main(arguments: list[str]) -> None:
     simulator.shared_memory_garbage = True
     failed = {}
     for argument in arguments:
-        number, folder, first = argument.split(":")
+        number, _, rest = argument.partition(":")
+        folder, _, first = rest.partition(":")
         ex = EXERCISES[int(number)]
         student = load_folder(Path(folder), tuple(ex.solution))
         simulated = [c for c in ex.criteria() if c.runs_in == "simulator"]
