@@ -1,6 +1,7 @@
-"""Every count of blocks, slots, tokens, requests, threads ... that the site states about
-something code decides comes from that code: the kind of number ``test_docs_measured_numbers``
-does not see, since it has no unit ("a pool of 12 blocks", "a 10-token prompt").
+"""Every count of blocks, slots, tokens, requests, threads ... and every limit that the site
+states about something code decides comes from that code: the kind of number
+``test_docs_measured_numbers`` does not see, since it has no unit ("a pool of 12 blocks", "a
+10-token prompt", "forks it into three samples", "at most 1024").
 
 A count in a page's prose is accounted for when
 
@@ -20,7 +21,15 @@ import re
 
 import pytest
 from test_docs import DOCS, NOT_PROSE, OUTPUT_INFO, SHELL_OUTPUT_INFO, fence_spans, numbers_in
-from test_docs_measured_numbers import GENERATED, HARDWARE, INPUT, ONE_OFF, PAPER, fenced_lines
+from test_docs_measured_numbers import (
+    GENERATED,
+    HARDWARE,
+    INPUT,
+    ONE_OFF,
+    PAPER,
+    SOURCE_TEXT,
+    fenced_lines,
+)
 
 OUTPUTS = (OUTPUT_INFO, SHELL_OUTPUT_INFO)
 
@@ -35,6 +44,9 @@ WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 COUNTED = re.compile(
     rf"(?i:(?<![\w.{{§/#-])(?!0\d)\d[\d,]*|\b(?:{'|'.join(WORDS[3:])}))[\s-](?:{COUNT_NOUNS})\b"
 )
+# A limit: "max_tree_nodes (at most 1024)", "up to 55%"; the code that sets one is what the
+# reader is told about.
+LIMITED = re.compile(r"\b(?:at most|up to|no more than|at least) \d[\d,]*(?:\.\d+)?%?")
 HARDWARE_WARP = HARDWARE + " (a warp is 32 threads)"
 
 # A count the page states about something it does not run: each with its reason.
@@ -51,6 +63,8 @@ ALLOWED_COUNTS = {
     ("how-to/load-a-hugging-face-checkpoint.md", "40 layers"): INPUT + " (a broken config)",
     ("reference/concepts.md", "32 threads"): HARDWARE_WARP,
     ("tutorials/swap-or-recompute.md", "64 tokens"): PAPER + " (the vLLM paper's block sizes)",
+    ("explanation/comparison.md", "up to 55%"): SOURCE_TEXT,
+    ("explanation/copy-on-write.md", "up to 55%"): SOURCE_TEXT,
     ("explanation/comparison.md", "Three requests"): INPUT + " (the workload the page replays)",
     ("explanation/comparison.md", "three sequences"): INPUT + " (that workload, sections up)",
     ("explanation/online-softmax.md", "six tokens"): INPUT + " (the example's list of values)",
@@ -180,6 +194,12 @@ def fragmentation_phrases() -> list[str]:
     ]
 
 
+def tree_limit_phrases() -> list[str]:
+    from minipaged.speculative.config import MAX_TREE_NODES
+
+    return [f"`max_tree_nodes` (at most {MAX_TREE_NODES})"]
+
+
 def v2_phrases() -> list[str]:
     length, size = figures().V2_LENGTH, figures().V2_PARTITION_SIZE
     return [
@@ -245,6 +265,7 @@ CHECKED = {
     ("tutorials/fork-and-copy-on-write.md", "6-token"): parallel_phrases,
     ("tutorials/fork-and-copy-on-write.md", "four samples"): parallel_phrases,
     ("reference/cli.md", "three samples"): demo_phrases,
+    ("reference/cli.md", "at most 1024"): tree_limit_phrases,
     ("tutorials/swap-or-recompute.md", "three sequences"): pressure_phrases,
     ("explanation/waste.md", "Five requests"): fragmentation_phrases,
     ("explanation/kv-memory.md", "Four sequences"): contiguous_phrases,
@@ -280,7 +301,8 @@ def counts_in(markdown: str, page: str) -> list[tuple[int, str]]:
         (n + 1, match[0])
         for n, line in enumerate(lines)
         if n not in inside
-        for match in COUNTED.finditer(NOT_PROSE.sub(" ", line))
+        for pattern in (COUNTED, LIMITED)
+        for match in pattern.finditer(NOT_PROSE.sub(" ", line))
         if as_digits(match[0]).isdisjoint(in_code.get(sections[n], ()))
     ]
 
@@ -331,7 +353,7 @@ def test_every_checked_count_is_what_the_code_says(read) -> None:
 def test_the_count_check_finds_a_count_the_page_does_not_run() -> None:
     page = """A pool of 12 blocks, a 10-token prompt, then 24 tokens more, in 3 steps.
 It was exercise 01 block-table arithmetic; {{ n }} blocks; `4 blocks`; $5$ blocks.
-Four samples over five steps, one token a step.
+Four samples over five steps, one token a step, a tree of at most 64 nodes.
 
 ```python
 bm.allocate(0, 24)
@@ -347,5 +369,6 @@ Then 24 tokens more.
         "10-token",
         "3 steps",
         "five steps",
+        "at most 64",
         "24 tokens",
     ]
