@@ -118,6 +118,14 @@ def figures():
     return load_figures()
 
 
+def tiny_tokenizer():
+    """The embedded tiny model's tokenizer, which the TUI's scenarios and the CLI use."""
+    from minipaged.models import EMBEDDED_MODELS
+    from minipaged.tokenizer import Tokenizer
+
+    return Tokenizer(EMBEDDED_MODELS["tiny"])
+
+
 def demo_phrases() -> list[str]:
     pools = demo_manager(steps=1)
     return [
@@ -129,11 +137,9 @@ def demo_phrases() -> list[str]:
 
 
 def chunked_phrases() -> list[str]:
-    from minipaged.models import EMBEDDED_MODELS
-    from minipaged.tokenizer import Tokenizer
     from tui.scenarios import LONG_PROMPT
 
-    return [f"shows an {len(Tokenizer(EMBEDDED_MODELS['tiny']).encode(LONG_PROMPT))}-token prompt"]
+    return [f"shows an {len(tiny_tokenizer().encode(LONG_PROMPT))}-token prompt"]
 
 
 def pressure_phrases() -> list[str]:
@@ -152,12 +158,10 @@ def pressure_phrases() -> list[str]:
 
 
 def parallel_phrases() -> list[str]:
-    from minipaged.models import EMBEDDED_MODELS
-    from minipaged.tokenizer import Tokenizer
     from tui.scenarios import SCENARIOS
 
     (request,) = SCENARIOS["parallel"].requests
-    prompt = len(Tokenizer(EMBEDDED_MODELS["tiny"]).encode(request.prompt))
+    prompt = len(tiny_tokenizer().encode(request.prompt))
     return [f"{WORDS[request.params.n]} samples of a {prompt}-token prompt"]
 
 
@@ -235,12 +239,8 @@ def partition_phrases() -> list[str]:
 
 
 def vocabulary_phrases() -> list[str]:
-    from minipaged.models import EMBEDDED_MODELS
-    from minipaged.tokenizer import Tokenizer
 
-    return [
-        f"a {Tokenizer(EMBEDDED_MODELS['tiny']).tokenizer.get_vocab_size():,}-token byte-level BPE"
-    ]
+    return [f"a {tiny_tokenizer().tokenizer.get_vocab_size():,}-token byte-level BPE"]
 
 
 # A count the page states about code it does not run on the page: what the code says, read
