@@ -32,7 +32,7 @@ from test_site_browser import (  # noqa: F401 (its checks, collected here too)
     failures,
     launched_chromium,
     other_width,
-    test_a_formula_or_code_block_wider_than_its_box_scrolls_and_shows_that_more_follows,
+    test_a_formula_code_block_or_table_wider_than_its_box_scrolls_and_shows_that_more_follows,
     test_every_equation_is_drawn_with_a_real_size,
     test_every_image_says_in_words_what_it_shows,
     test_every_link_to_a_place_in_a_page_finds_it,
