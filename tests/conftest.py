@@ -56,7 +56,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # test_tui_exercise.py runs --solution for one exercise, not five (19 s of CPU less): about
 # 40 s, still above test_trace_corpus.py. test_compile_cache.py compiles a one-line function
 # instead of the v1 twin, twice (23 s of CPU, its children's counted, became 12 s): it went
-# to the list's end.
+# to the list's end. Run alone, niced, on a loaded machine (CPU s, children counted / wall s):
+# test_bench.py 28.5/121, test_tui_serve.py 17.3/84, test_grader_mutants.py 26.5/59 once its
+# slowest kernel mutants try first the criterion that catches them, test_tui.py 16.9/64 and
+# test_tui_story.py 13.4/61: the story went below the four.
 LONGEST_FIRST = (
     "test_exercises.py",
     "test_site_browser.py",
@@ -69,11 +72,11 @@ LONGEST_FIRST = (
     "test_student_run.py",
     "test_grader_hostile.py",
     "test_grader_student_answers.py",
-    "test_tui_story.py",
     "test_bench.py",
     "test_tui_serve.py",
     "test_grader_mutants.py",
     "test_tui.py",
+    "test_tui_story.py",
     "test_tui_projection.py",
     "test_site_from_disk.py",
     "test_cli_fuzz.py",
