@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from minipaged import attention, backend
-from minipaged.study.bench import Options, bandwidth, cpu_clock, huge_pages, plot, rounds
+from minipaged import attention, backend, huge_pages
+from minipaged.study.bench import Options, bandwidth, cpu_clock, plot, rounds
 from minipaged.study.bench.kernel_inputs import FP8_DTYPE, SHAPE, decode_inputs
 from minipaged.study.report import Column, Report, View
 
