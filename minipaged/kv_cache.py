@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from minipaged import fp8
+from minipaged import fp8, huge_pages
 from minipaged.attention_call import check_kv_scales
 from minipaged.contract import HALF_POOL_DTYPES, POOL_DTYPES, check_block_pairs, check_write
 from minipaged.device import check_device, check_pools_fit_on
@@ -161,6 +161,14 @@ def check_pools_fit(sizes: dict[str, int], dtype: torch.dtype, device: torch.dev
     )
 
 
+def pool_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A pool of zeros: on 2 MiB pages on a CPU (``huge_pages.zeros_on_huge_pages``), by
+    ``torch.zeros`` on any other device."""
+    if device.type == "cpu":
+        return huge_pages.zeros_on_huge_pages(shape, dtype)
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 class KVCache:
     """Key and value pools for every layer, on the compute device, plus a host pool for swapping.
 
@@ -235,9 +243,13 @@ class KVCache:
 
         block_shape = (num_kv_heads, block_size, head_dim)
         # One tensor per kind holds every layer, so a copy or swap moves block p in all layers
-        # with one indexing operation; key[layer] and value[layer] are views into it.
-        self._key = torch.zeros(num_layers, num_blocks, *block_shape, dtype=dtype, device=device)
-        self._value = torch.zeros_like(self._key)  # [N_L, num_blocks, num_kv_heads, B, head_dim]
+        # with one indexing operation; key[layer] and value[layer] are views into it. On a CPU
+        # they lie on 2 MiB pages, as a GPU maps its memory: a kernel that jumps from block to
+        # block through a table then finds each block's page without a page-table walk
+        # (minipaged.huge_pages says why)
+        shape = (num_layers, num_blocks, *block_shape)  # [N_L, num_blocks, N_KV, B, head_dim]
+        self._key = pool_zeros(shape, dtype, self.device)
+        self._value = pool_zeros(shape, dtype, self.device)
         pinned = self.device.type == "cuda"
         self._host_key = torch.zeros(
             num_layers, num_cpu_blocks, *block_shape, dtype=dtype, pin_memory=pinned

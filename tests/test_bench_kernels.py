@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 
 from minipaged import attention
-from minipaged.study.bench import Options, bandwidth, kernels, rounds
+from minipaged.study.bench import Options, bandwidth, cpu_clock, kernels, rounds
 from minipaged.study.report import Report
 
 QUICK = Options(quick=True)
@@ -301,9 +301,9 @@ def test_each_timed_call_starts_from_the_same_state_whatever_ran_before_it():
         state["warm"] = False
 
     paths = {"a": work, "b": lambda: work(), "stream": clear}
-    biased = rounds.time_rounds(paths, "cpu", 9, 9)
+    biased = rounds.time_rounds(paths, "cpu", 9, 9, clock=cpu_clock.wall_seconds)
     assert max(np.divide(biased["a"], biased["b"])) > 1.5  # a round that ran a before b
-    fair = rounds.time_rounds(paths, "cpu", 9, 9, before_each=clear)
+    fair = rounds.time_rounds(paths, "cpu", 9, 9, before_each=clear, clock=cpu_clock.wall_seconds)
     assert rounds.paired_ratio(fair["a"], fair["b"]) == pytest.approx(1.0, abs=0.2)
 
 
@@ -328,10 +328,11 @@ def test_a_path_timed_second_of_a_pair_is_not_favoured_by_its_place_in_the_round
 
     names = {"sdpa": False, "a": True, "b": True, "stream": False}
     paths = {name: path(name, twin) for name, twin in names.items()}
-    times = rounds.time_rounds(paths, "cpu", 4, 50, settled=lambda times: True)
+    sleeps = {"settled": lambda times: True, "clock": cpu_clock.wall_seconds}  # sleeps: wall
+    times = rounds.time_rounds(paths, "cpu", 4, 50, **sleeps)
     assert len(times["a"]) == 4
     assert rounds.paired_ratio(times["a"], times["b"]) == pytest.approx(1.0, abs=0.1)
-    odd = rounds.time_rounds(paths, "cpu", 3, 50, settled=lambda times: True)
+    odd = rounds.time_rounds(paths, "cpu", 3, 50, **sleeps)
     assert len(odd["a"]) == 4  # a settled run stops after an even count of rounds
 
 

@@ -1,5 +1,5 @@
 """``bench kernels`` puts every path's keys and values on 2 MiB pages where Linux grants them
-(``minipaged.study.bench.huge_pages``): the copies hold the same values, start on a 2 MiB
+(``minipaged.huge_pages``): the copies hold the same values, start on a 2 MiB
 boundary, and fall back to ordinary memory where the system cannot."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from minipaged.study.bench import huge_pages, kernels
+from minipaged import huge_pages, kv_cache
+from minipaged.contract import POOL_DTYPES
+from minipaged.kv_cache import KVCache
+from minipaged.llm import LLM
+from minipaged.sampling import SamplingParams
+from minipaged.study.bench import kernels
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -68,3 +73,39 @@ def test_every_key_and_value_the_cpu_bench_reads_lies_on_huge_pages():
 def test_the_note_says_whether_linux_granted_the_pages():
     assert "Linux mapped 6 to 8 MiB" in huge_pages.note([8 * 2**20, 6 * 2**20])
     assert "4 KiB pages" in huge_pages.note([6 * 2**20, 0])
+
+
+def kv_pools(cache: KVCache) -> list[torch.Tensor]:
+    return [*cache.key, *cache.value]
+
+
+@pytest.mark.parametrize("dtype", POOL_DTYPES, ids=str)
+def test_the_engines_cpu_pools_start_on_a_huge_page_and_hold_zeros(dtype):
+    cache = KVCache(2, 40, 2, 16, 8, dtype=dtype)
+    for whole in (cache._key, cache._value):
+        assert whole.data_ptr() % huge_pages.HUGE_PAGE == 0
+        assert whole.is_contiguous() and whole.shape == (2, 40, 2, 16, 8)
+        assert not whole.float().any()
+    assert cache._key.data_ptr() != cache._value.data_ptr()
+
+
+def test_a_cache_on_meta_allocates_no_memory_to_map():
+    assert KVCache(1, 4, 1, 4, 8, device="meta").key[0].is_meta
+
+
+def test_the_engine_generates_the_same_tokens_from_pools_on_huge_pages(monkeypatch):
+    """The tiny model's greedy tokens, pools on 2 MiB pages (the engine's own) against pools
+    from ``torch.zeros``: the memory under the pools changes nothing the engine computes."""
+    prompts = [[3, 4, 5, 6, 7, 8, 9, 10, 11], [12, 13]]
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+    def tokens() -> tuple[list[list[int]], list[torch.Tensor]]:
+        llm = LLM("tiny", block_size=4, num_gpu_blocks=32, num_cpu_blocks=0)
+        outputs = llm.generate(prompts, params)
+        return [out.outputs[0].token_ids for out in outputs], kv_pools(llm.engine.kv_cache)
+
+    on_huge_pages, pools = tokens()
+    assert pools[0].data_ptr() % huge_pages.HUGE_PAGE == 0  # layer 0 opens the key pool
+    zeros = lambda shape, dtype, device: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+    monkeypatch.setattr(kv_cache, "pool_zeros", zeros)
+    assert tokens()[0] == on_huge_pages

@@ -64,8 +64,8 @@ WORDED_ELSEWHERE = {
     ("minipaged/study/bench/memory.py", "budget / 1000000000.0"): "the source text's GB of HBM",
     ("minipaged/grader/runtime_code.py", "MAX_RECORDED // 2 ** 20"): "a limit, in its unit",
     ("minipaged/grader/disk_quota.py", "self.allowed / 2 ** 30"): "--disk-limit's own unit",
-    ("minipaged/study/bench/huge_pages.py", "min(mapped) / 2 ** 20"): "huge pages of 2 MiB",
-    ("minipaged/study/bench/huge_pages.py", "max(mapped) / 2 ** 20"): "huge pages of 2 MiB",
+    ("minipaged/huge_pages.py", "min(mapped) / 2 ** 20"): "huge pages of 2 MiB",
+    ("minipaged/huge_pages.py", "max(mapped) / 2 ** 20"): "huge pages of 2 MiB",
 }
 """f-string values that scale a number by a unit of bytes without ``memory_amount``, each
 with why: none of them is an amount of free or used memory a person compares."""

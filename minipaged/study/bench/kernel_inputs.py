@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minipaged import fp8, memory
-from minipaged.study.bench import huge_pages
+from minipaged import fp8, huge_pages, memory
 
 SHAPE = memory.PRESETS["llama-3-8b"]
 

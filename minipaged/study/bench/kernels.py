@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from minipaged import attention, backend
-from minipaged.study.bench import Options, bandwidth, huge_pages, plot, rounds
+from minipaged import attention, backend, huge_pages
+from minipaged.study.bench import Options, bandwidth, cpu_clock, plot, rounds
 from minipaged.study.bench.kernel_inputs import FP8_DTYPE, SHAPE, decode_inputs
 from minipaged.study.report import Column, Report, View
 
@@ -190,6 +190,15 @@ PATHS = {"sdpa": "SDPA", "loop": "loop ref", "vectorized": "vectorized ref"}
 REFERENCES = ("loop", "vectorized")
 """The paths written to be read: minipaged's PyTorch references."""
 
+CLOCK_WORDS = {
+    cpu_clock.thread_seconds: "on one thread by its CPU time (minipaged.study.bench.cpu_clock: "
+    "what the call took of the core, not the time other programs held it), on more by the "
+    "wall clock",
+    rounds.synchronized_wall_seconds: "by the wall clock, from an idle GPU to the call's "
+    "last kernel done",
+}
+"""How the notes say each call was timed, by the clock a row on one thread used."""
+
 RIGHT = "{:s}"
 """The format of a column of ready-made strings that lines up on the right, as numbers do."""
 
@@ -305,7 +314,8 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
     return [
         f"Measured on {options.device} with {' and '.join(map(str, thread_counts))} thread(s) "
         f"(column 'threads'), medians of {counts} interleaved rounds after a warm-up (column "
-        "'rounds'): each round calls every path once, in the reverse of the last round's "
+        f"'rounds'), each call timed {CLOCK_WORDS[rounds.device_clock(options.device, 1)]}: "
+        "each round calls every path once, in the reverse of the last round's "
         "order, so a change in the machine's load touches all of them alike and each of two "
         "paths runs second as often as first, and each ratio is the median of the rounds' own "
         "ratios. "

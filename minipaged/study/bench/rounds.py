@@ -7,6 +7,9 @@ median is comes from the rounds themselves: ``spread`` resamples them (a bootstr
 half the width of the interval that holds 95% of the resampled medians. A run takes rounds
 until the ratios it must settle are within ``PRECISION`` of their value (``settled``), at
 least ``MIN_ROUNDS`` and at most ``MAX_ROUNDS``: few on a quiet machine, more on a busy one.
+Each call is timed by ``device_clock``: on a CPU, on one thread, the thread's CPU time, which
+leaves out the time other work held its core (``cpu_clock`` says why, and why not on more
+threads); otherwise the wall clock.
 
 Why a call's neighbour matters, and what removes it: on this two-core machine, whichever of
 two twin calls over different keys and values came second in a round ran 5 to 13% faster (at
@@ -40,6 +43,8 @@ from collections.abc import Callable, Collection
 import numpy as np
 import torch
 
+from minipaged.study.bench import cpu_clock
+
 MIN_ROUNDS = 10
 """The fewest rounds a full run takes, whatever the spread says after fewer: even, as a run
 that settles stops only after an even count, each order of the paths as often as the other."""
@@ -65,20 +70,23 @@ def time_rounds(
     settled: Callable[[Times], bool] = lambda times: True,
     only_first: Collection[str] = (),
     before_each: Callable[[], object] = lambda: None,
+    clock: cpu_clock.Clock | None = None,
 ) -> Times:
-    """Each path's wall time in every round, after one warm-up call each (first-call
+    """Each path's time (``clock``) in every round, after one warm-up call each (first-call
     allocation and, on a GPU, compilation). Each round takes the paths in the reverse of the
     last one's order. Rounds go on past ``min_rounds`` until ``settled(times)`` after an even
     count, or ``max_rounds``; the paths named in ``only_first`` (slow ones that no
     settling ratio needs) take part in the first ``min_rounds`` only, so their lists are
     shorter, and a ratio with them pairs those first rounds. ``before_each`` runs, untimed,
     before every timed call, so that each call starts from the state it leaves rather than
-    from what the path before it in the round left (``bandwidth.cache_evictor``)."""
+    from what the path before it in the round left (``bandwidth.cache_evictor``). ``clock``
+    runs a call and gives its seconds; by default ``device_clock(device, torch's threads)``."""
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(
             f"rounds must satisfy 1 <= min_rounds <= max_rounds, got {min_rounds} and "
             f"{max_rounds}: give at least one round, and a maximum no smaller than the minimum"
         )
+    clock = clock or device_clock(device, torch.get_num_threads())
     for fn in paths.values():
         fn()
     times: Times = {name: [] for name in paths}
@@ -88,17 +96,30 @@ def time_rounds(
             if name in only_first and len(times[name]) >= min_rounds:
                 continue
             before_each()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock(fn))
         order.reverse()  # every pair of paths is timed in both orders, round by round
         rounds = max(len(t) for t in times.values())
         if rounds >= max_rounds or (rounds >= min_rounds and rounds % 2 == 0 and settled(times)):
             return times
+
+
+def device_clock(device: str, threads: int) -> cpu_clock.Clock:
+    """How a run on ``device`` with torch on ``threads`` threads times a call: on a GPU the
+    wall clock, the host waiting for the device before and after (the host's CPU clocks do not
+    see a GPU's work); on a CPU ``cpu_clock.for_threads``: the thread's CPU time on one thread,
+    which leaves out the time other work held its core, the wall clock on more."""
+    if device == "cuda":
+        return synchronized_wall_seconds
+    return cpu_clock.for_threads(threads)
+
+
+def synchronized_wall_seconds(call: Callable[[], object]) -> float:
+    """A GPU call's wall time: from an idle device to the call's last kernel done."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def median_ms(times: list[float]) -> float:

@@ -1,5 +1,7 @@
-"""``on_huge_pages(tensor)``: a copy of a CPU tensor in memory the operating system is asked to
-map in 2 MiB pages (Linux's transparent huge pages) instead of 4 KiB ones.
+"""``zeros_on_huge_pages(shape, dtype)`` and ``on_huge_pages(tensor)``: a CPU tensor of zeros, or
+a copy of one, in memory the operating system is asked to map in 2 MiB pages (Linux's
+transparent huge pages) instead of 4 KiB ones. The engine's ``KVCache`` makes its CPU pools
+this way, and ``bench kernels`` every key and value it times.
 
 Why a twin's pools want it. A core finds the physical page of an address through its TLB, a
 small cache of page-table entries; a miss walks the page tables, and each level of the walk is
@@ -28,6 +30,7 @@ huge pages only where ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``alway
 
 from __future__ import annotations
 
+import math
 import mmap
 from pathlib import Path
 
@@ -42,21 +45,26 @@ MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 SMAPS = Path("/proc/self/smaps_rollup")
 
 
-def on_huge_pages(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of CPU ``tensor`` whose memory starts on a 2 MiB boundary and was
-    advised to be mapped in huge pages before anything was written to it. The memory is a
-    mapping of its own (``mmap``), so no page of it was touched before the advice, as memory
-    the allocator hands out again would be; the copy holds the whole mapping (less than two
-    huge pages more than it needs)."""
-    nbytes = tensor.numel() * tensor.element_size()
+def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous CPU tensor of zeros whose memory starts on a 2 MiB boundary and was advised
+    to be mapped in huge pages before anything was written to it. The memory is a mapping of
+    its own (``mmap``), so no page of it was touched before the advice, as memory the
+    allocator hands out again would be, and it reads as zeros until written (the system maps
+    each page on first touch). The tensor holds the whole mapping (less than two huge pages
+    more than it needs)."""
+    nbytes = math.prod(shape) * dtype.itemsize
     advised = -(-nbytes // HUGE_PAGE) * HUGE_PAGE  # whole huge pages
     region = private_mapping(advised + HUGE_PAGE)
     buffer = torch.frombuffer(region, dtype=torch.uint8)  # shares it, and keeps it alive
     start = -buffer.data_ptr() % HUGE_PAGE  # the first 2 MiB boundary in the mapping
     if nbytes and MADV_HUGEPAGE is not None:
         region.madvise(MADV_HUGEPAGE, start, advised)
-    copy = buffer[start : start + nbytes].view(tensor.dtype).view(tensor.shape)
-    return copy.copy_(tensor)
+    return buffer[start : start + nbytes].view(dtype).view(shape)
+
+
+def on_huge_pages(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of CPU ``tensor`` on huge pages (``zeros_on_huge_pages``), contiguous."""
+    return zeros_on_huge_pages(tuple(tensor.shape), tensor.dtype).copy_(tensor)
 
 
 def private_mapping(nbytes: int) -> mmap.mmap:
@@ -93,6 +101,6 @@ def note(mapped: list[int]) -> str:
     )
     return (
         "Every path's keys and values were asked for 2 MiB pages, in order and shuffled alike, "
-        "as a GPU maps its memory in large pages (minipaged.study.bench.huge_pages); "
+        "as a GPU maps its memory in large pages (minipaged.huge_pages); "
         f"{granted}."
     )
