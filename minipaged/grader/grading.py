@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minipaged.grader.child_errors import (
+    Blocked,
     ChildGone,
-    DeviceUnusable,
     StudentBaseException,
     StudentExit,
     StudentStopIteration,
@@ -160,7 +160,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
     outcome, message = PASS, ""
     try:
         if child.blocked:
-            raise DeviceUnusable(child.blocked)
+            raise child.blocked
         if child.broken:
             raise ChildGone(child.broken)
         if child.alive:
@@ -173,7 +173,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
             criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
         message = explained(criterion, error, RemoteStudent(child))
-        outcome = BLOCKED if isinstance(error, DeviceUnusable) else FAIL
+        outcome = BLOCKED if isinstance(error, Blocked) else FAIL
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 
