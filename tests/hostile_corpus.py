@@ -554,6 +554,100 @@ timer calls after the answer, seen in ``/proc`` as a signal the worker now catch
 exercise 02 decref that freed its block from a SIGALRM handler failed other criteria, each
 with a wrong value, none naming the handler)."""
 
+TIMER = (
+    "libc = ctypes.CDLL(None)\ntimer = ctypes.c_void_p()\n"
+    "event = (ctypes.c_int * 16)(0, 0, {signal}, 0)  # sigevent: value, signo, SIGEV_SIGNAL\n"
+    "libc.timer_create(1, event, ctypes.byref(timer))  # CLOCK_MONOTONIC\n"
+    "libc.timer_settime(timer, 0, (ctypes.c_long * 4)(0, 0, {seconds}, 50_000_000), None)\n"
+)
+"""A POSIX timer through libc's ``timer_create``, sending ``{signal}`` once, ``{seconds}`` and
+50 ms from now."""
+
+LATER_ROUTES = HandIn(
+    "later-by-other-routes",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-ctypes-thread-that-ends-soon-after-the-answer",
+            "return j = floor(t / B)",
+            "import ctypes, os\nif os.environ.setdefault('ONCE_J', '1') == '1':\n"
+            "    os.environ['ONCE_J'] = '2'  # the first call only: each waits out its thread\n"
+            "    libc = ctypes.CDLL(None)\n    handle = ctypes.c_ulong()\n"
+            "    nap = ctypes.cast(libc.usleep, ctypes.c_void_p)\n"
+            "    libc.pthread_create(ctypes.byref(handle), None, nap, ctypes.c_void_p(200_000))\n"
+            "    libc.pthread_detach(handle)\nreturn t // block_size",
+            ("logical_block",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-hidden-thread-that-ends-soon-after-the-answer",
+            "return o = t mod B",
+            "import _thread, os, sys, time\nif os.environ.setdefault('ONCE_O', '1') == '1':\n"
+            "    os.environ['ONCE_O'] = '2'\n    started, real = [], sys._current_exceptions\n"
+            "    def nap():\n        started.append(_thread.get_ident())\n        time.sleep(0.2)\n"
+            "    _thread.start_new_thread(nap, ())\n    while not started:\n"
+            "        time.sleep(0.001)\n    sys._current_exceptions = lambda: {\n"
+            "        k: v for k, v in real().items() if k not in started}\n"
+            "    sys._current_frames = sys._current_exceptions\nreturn t % block_size",
+            ("block_offset",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-real-time-signal-a-timer-sends-later",
+            "return M = ceil(L / B)",
+            "import ctypes, signal\nlate = []\n"
+            "signal.signal(signal.SIGRTMIN + 2, lambda *_: late.append(1))\n"
+            + TIMER.format(signal="signal.SIGRTMIN + 2", seconds=0)
+            + "return -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code left a handler for SIGRTMIN+2 and a timer set with timer_create (timer 0, "
+            "sending SIGRTMIN+2)",
+        ),
+        Attack(
+            "a-handler-set-through-libc",
+            "keys and values, for every layer and KV head",
+            "import ctypes, signal\nlibc = ctypes.CDLL(None)\n"
+            "libc.signal(signal.SIGRTMIN + 3, ctypes.cast(libc.getpid, ctypes.c_void_p))\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "your code left a handler for SIGRTMIN+3 installed",
+        ),
+        Attack(
+            "a-timer-for-a-signal-no-handler-catches",
+            "M_KV(L)",
+            "import ctypes, signal\n"
+            + TIMER.format(signal="signal.SIGWINCH", seconds=60)
+            + "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+            " * num_tokens",
+            ("kv_bytes",),
+            "your code left a timer set with timer_create (timer 0, sending SIGWINCH)",
+        ),
+        Attack(
+            "a-sigchld-handler-a-process-calls-later",
+            "one block, all layers",
+            "import os, signal, time\nlate = []\n"
+            "signal.signal(signal.SIGCHLD, lambda *_: late.append(1))\n"
+            "if os.fork() == 0:\n    time.sleep(0.1)\n    os._exit(0)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left a handler for SIGCHLD installed",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT
+    | {
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+    },
+)
+"""What acts after a call by routes the grader watched too narrowly: a thread with no Python
+thread state the child sees (ctypes, ``_thread`` hidden) that ended within the old 0.5 s grace,
+a real-time signal's handler, a handler set through libc, a POSIX timer, a ``SIGCHLD`` handler a
+process of the call's runs later. Each passed: the grader gave every thread 0.5 s to end and
+watched six signals' handlers and no timer."""
+
 DISK = HandIn(
     "filling-the-disk",
     1,
@@ -1407,6 +1501,7 @@ HAND_INS = (
     LEFT_RUNNING,
     THREAD_AT_IMPORT,
     HIDDEN_THREADS,
+    LATER_ROUTES,
     DISK,
     SHADOW,
     SOLUTION,

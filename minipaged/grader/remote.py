@@ -38,11 +38,13 @@ from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.left_running import (
+    GRACE_SECONDS,
     UNLISTED,
+    Later,
     LeftRunning,
-    caught,
     handler_left,
     handlers_left,
+    later,
     left_running,
     processes_left,
     tasks,
@@ -83,7 +85,7 @@ class GradingChild:
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self._before: frozenset[int] | None = None  # the worker's threads before a request
-        self._caught: int | None = None  # and the signals it caught then (``caught``)
+        self._later: Later | None = None  # and its handlers and timers then (``later``)
         self.judge = Judge(number)  # of what the student's code compiles at run time
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
@@ -228,7 +230,7 @@ class GradingChild:
         deadline = min((end for end in ends if end is not None), default=None)
         try:
             self._before = tasks(self.worker) if self.worker is not None else None
-            self._caught = caught(self.worker) if self.worker is not None else None
+            self._later = later(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -273,7 +275,8 @@ class GradingChild:
         left = str(told)[:400] if told else ""
         try:
             if not left and self.worker is not None and self.process is not None:
-                left = tasks_left(self.worker, self._before, *UNLISTED)
+                grace = GRACE_SECONDS if self.runs_in == "simulator" else 0.0
+                left = tasks_left(self.worker, self._before, *UNLISTED, grace)
                 left = left or processes_left(self.process.pid, self.worker)
         except BaseException:  # interrupted while it waits: what it waited for is not seen
             self.stop()
@@ -281,7 +284,7 @@ class GradingChild:
         if left:
             self.stop()
             raise left_running("your code", left)
-        if self.worker is not None and (installed := handlers_left(self.worker, self._caught)):
+        if self.worker is not None and (installed := handlers_left(self.worker, self._later)):
             self.stop()
             raise handler_left("your code", installed)
 
