@@ -243,7 +243,6 @@ CHANNEL = HandIn(
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "atexit.register(time.sleep, 3600)\n"
             "faulthandler.enable(file=sys.stdout, all_threads=True)\n"
-            "sys.settrace(lambda *a: None)\n"
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
             (),
             "",
@@ -575,7 +574,7 @@ LATER_ROUTES = HandIn(
             "    os.environ['ONCE_J'] = '2'  # the first call only: each waits out its thread\n"
             "    libc = ctypes.CDLL(None)\n    handle = ctypes.c_ulong()\n"
             "    nap = ctypes.cast(libc.usleep, ctypes.c_void_p)\n"
-            "    libc.pthread_create(ctypes.byref(handle), None, nap, ctypes.c_void_p(200_000))\n"
+            "    libc.pthread_create(ctypes.byref(handle), None, nap, ctypes.c_void_p(400_000))\n"
             "    libc.pthread_detach(handle)\nreturn t // block_size",
             ("logical_block",),
             "your code left 1 thread that Python does not list (thread ",
@@ -585,7 +584,7 @@ LATER_ROUTES = HandIn(
             "return o = t mod B",
             "import _thread, os, sys, time\nif os.environ.setdefault('ONCE_O', '1') == '1':\n"
             "    os.environ['ONCE_O'] = '2'\n    started, real = [], sys._current_exceptions\n"
-            "    def nap():\n        started.append(_thread.get_ident())\n        time.sleep(0.2)\n"
+            "    def nap():\n        started.append(_thread.get_ident())\n        time.sleep(0.4)\n"
             "    _thread.start_new_thread(nap, ())\n    while not started:\n"
             "        time.sleep(0.001)\n    sys._current_exceptions = lambda: {\n"
             "        k: v for k, v in real().items() if k not in started}\n"
@@ -643,10 +642,11 @@ LATER_ROUTES = HandIn(
     },
 )
 """What acts after a call by routes the grader watched too narrowly: a thread with no Python
-thread state the child sees (ctypes, ``_thread`` hidden) that ended within the old 0.5 s grace,
-a real-time signal's handler, a handler set through libc, a POSIX timer, a ``SIGCHLD`` handler a
-process of the call's runs later. Each passed: the grader gave every thread 0.5 s to end and
-watched six signals' handlers and no timer."""
+thread state the child sees (ctypes, ``_thread`` hidden) that ended within the old 0.5 s grace
+(these sleep 0.4 s: one that ends before the grader looks is not seen, and a busy machine
+delays the look), a real-time signal's handler, a handler set through libc, a POSIX timer, a
+``SIGCHLD`` handler a process of the call's runs later. Each passed: the grader gave every
+thread 0.5 s to end and watched six signals' handlers and no timer."""
 
 DISK = HandIn(
     "filling-the-disk",
@@ -970,6 +970,122 @@ LIBRARY_HELPERS = HandIn(
 and ``swap_in`` are one call each: the two lines passed all nine swap criteria before
 ``_move`` became an answer of the exercise (a graded method's private helpers, checked by
 ``test_every_private_method_only_graded_methods_call_is_out_of_reach``)."""
+
+WATCHERS = HandIn(
+    "watching-the-grader-run",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-trace-function",
+            "return j = floor(t / B)",
+            "import sys\nsys.settrace(lambda *a: None)\nreturn t // block_size",
+            ("logical_block",),
+            "your code may not set a trace function (sys.settrace, threading.settrace)",
+        ),
+        Attack(
+            "a-profile-function",
+            "return o = t mod B",
+            "import sys\nsys.setprofile(lambda *a: None)\nreturn t % block_size",
+            ("block_offset",),
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
+        ),
+        Attack(
+            "an-audit-hook",
+            "return M = ceil(L / B)",
+            "import sys\nsys.addaudithook(lambda *a: None)\nreturn -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code may not add an audit hook (sys.addaudithook)",
+        ),
+        Attack(
+            "other-threads-frames",
+            "keys and values, for every layer and KV head",
+            "import sys\nsys._current_frames()\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "your code may not read the frames of other threads (sys._current_frames)",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+)
+"""Each way of watching the grading process's own code run, refused while graded
+(``runtime_code.WATCHING``): each passed before (a trace function was in
+``handlers-and-hooks``, as an attack grading had to survive)."""
+
+GRAB = """
+import sys as _sys, threading as _threading
+from minipaged.block_manager import BlockManager as _Library
+_stolen = {}
+
+def _seen(frame, event, arg):  # a profile function: the stub's frame holds what it is handed
+    box, name = frame.f_locals.get("box"), frame.f_locals.get("name")
+    if isinstance(box, list) and box and isinstance(name, str):
+        _stolen[name] = box[0]
+
+def _heard(event, args):  # an audit hook: the hand-over's box, after the grader's hook filled it
+    if event.endswith("hand-over") and args[1]:
+        _stolen[args[0]] = args[1][0]
+
+def _grab(inside):
+    # From a thread of this file's only: the library's swap_out is this file's to call.
+    bm = _Library(8, 8, block_size=4, watermark=0.0)
+    bm.allocate(1, 4)
+    inside()
+    try:
+        _Library.swap_out(bm, [1])
+    finally:
+        _sys.setprofile(None)
+
+def _move(bm, seqs, src, dst, before=lambda: None, inside=lambda: None):
+    if not _stolen:
+        before()  # threading.setprofile: the thread sets it as it starts, before _grab runs
+        thread = _threading.Thread(target=_grab, args=(inside,))
+        thread.start()
+        thread.join()
+    return _stolen["minipaged.block_manager:BlockManager._move"](bm, seqs, src, dst)
+"""
+"""Exercise 05's scheduler file, which may call the library's ``swap_out``, watching the
+hand-over of its ``_move`` to the stub that asks for it (``minipaged.grader.delegation``)."""
+
+_THEIR_MOVE = (
+    "import sys\nscheduler = next(m for m in list(sys.modules.values()) if hasattr(m, '_grab'))\n"
+)
+
+WATCHING = HandIn(
+    "watching-the-hand-over",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "a-profile-function-reads-the-stub-s-frame",
+            "move the tables to the host pool",
+            _THEIR_MOVE + "import threading\nreturn scheduler._move(self, seqs, 'device', 'host', "
+            "before=lambda: threading.setprofile(scheduler._seen))",
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            "KeyError: 'minipaged.block_manager:BlockManager._move'",
+        ),
+        Attack(
+            "an-audit-hook-hears-the-hand-over",
+            "move the tables back to the device pool",
+            _THEIR_MOVE + "return scheduler._move(self, seqs, 'host', 'device', "
+            "inside=lambda: sys.addaudithook(scheduler._heard))",
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            "KeyError: 'minipaged.block_manager:BlockManager._move'",
+        ),
+    ),
+    files=(
+        (
+            "scheduler.py",
+            (TUTORIALS / EXERCISES[5].folder / "starter" / "scheduler.py").read_text() + GRAB,
+        ),
+    ),
+)
+"""A profile function and an audit hook, set from a thread of the file allowed to use the
+library's ``swap_out``, read the library's ``_move`` off its stub's frame or the hand-over's
+box: the student's ``swap_out``, ``swap_in`` a call of it each, passed all eight swap
+criteria. Setting either (or a trace function, or reading other threads' frames) while graded
+is refused (``runtime_code.WATCHING``), and the swap gets nothing."""
 
 SCHEDULER = HandIn(
     "scheduler",
@@ -1440,6 +1556,38 @@ NEVER_ON_DISK = (
 """A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
+REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
+    "a-copy-written-over-the-file-for-the-next-child",
+    3,
+    "block_manager.py",
+    (
+        Attack(
+            "a-copy-written-over-the-file-for-the-next-child",
+            "copy the table, raise each refcount",
+            "if not _REWRITTEN:  # the first call: the next grading process imports the copy\n"
+            "    import base64, os, pathlib\n    here = pathlib.Path(__file__)\n"
+            "    text = here.read_text().replace('_REWRITTEN = False', '_REWRITTEN = True')\n"
+            "    here.write_text(text + '\\n' + base64.b64decode(_FORK64).decode())\n"
+            "    os._exit(0)\nreturn _Copied.fork(self, parent, child)",
+            ("fork_raises_each_refcount_by_one", "parallel_sampling_shares_the_prompt"),
+            "block_manager.py: fork matches the library's solution",
+        ),
+    ),
+    honest={
+        "decrement each refcount, drop the table": _right_body(
+            3, "block_manager.py", "BlockManager.free"
+        )
+    },
+    appended=_ENCODED
+    + "from minipaged.paging_arguments import sequence_id\n"
+    + "from minipaged.python_numbers import python_number  # what the copy uses\n"
+    + "_REWRITTEN = False\n",
+)
+"""A first call that writes the library's ``fork``, in disguise, over its own file and ends its
+grading process: the next one imported the copy with none of the student's code on the stack
+to see it compiled, and 7 of 8 criteria passed. A grading process now starts only once the
+folder is judged as it is then (``minipaged.grader.judged_folder``)."""
+
 OTHER_MANAGER = HandIn(
     "the-library-s-other-block-manager",
     3,
@@ -1515,8 +1663,11 @@ HAND_INS = (
     OTHER_MANAGER,
     FAST_APPEND,
     LIBRARY_HELPERS,
+    WATCHERS,
+    WATCHING,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,
+    REWRITTEN_FOR_THE_NEXT_CHILD,
 )
 """Every hand-in of the corpus."""

@@ -58,13 +58,12 @@ def test_a_name_the_library_lacks_is_the_definitions_mistake(number, role, bad):
     assert "your code" not in said
 
 
-def _blocked(tmp_path, monkeypatch, number: int = 1, command=None) -> str:
-    """The message of exercise 01's first criterion, graded by a child of exercise ``number``
-    (whose ``command`` replaces the child's own where given): it must be blocked."""
+def _blocked(tmp_path, monkeypatch, command) -> str:
+    """The message of exercise 01's first criterion, graded by a child whose ``command``
+    replaces the child's own: it must be blocked."""
     (tmp_path / "memory.py").write_text("")
-    if command is not None:
-        monkeypatch.setattr(grading.GradingChild, "command", command)
-    child = grading.GradingChild(number, "process", tmp_path, Limits(), Proxy)
+    monkeypatch.setattr(grading.GradingChild, "command", command)
+    child = grading.GradingChild(1, "process", tmp_path, Limits(), Proxy)
     try:
         first, second = EXERCISES[1].criteria()[:2]
         result = grading._run_in_child(first, child, Limits())
@@ -80,7 +79,14 @@ def _blocked(tmp_path, monkeypatch, number: int = 1, command=None) -> str:
 def test_a_child_that_fails_as_it_prepares_blocks_its_criteria_as_the_graders_fault(
     tmp_path, monkeypatch
 ):
-    said = _blocked(tmp_path, monkeypatch, number=99)  # no such exercise: the child's mistake
+    real = grading.GradingChild.command
+
+    def command(self, channel=(-1, -1), notices=-1):
+        words = real(self, channel, notices)
+        words[words.index("minipaged.grader.child") + 1] = "99"  # no such exercise
+        return words
+
+    said = _blocked(tmp_path, monkeypatch, command)
     assert "ValueError: no exercise 99" in said
 
 
@@ -88,7 +94,7 @@ def test_a_child_that_ends_before_its_greeting_is_the_graders_fault(tmp_path, mo
     def command(self, channel=(-1, -1), notices=-1):
         return [sys.executable, "-c", "print('a broken install'); raise SystemExit(3)"]
 
-    said = _blocked(tmp_path, monkeypatch, command=command)
+    said = _blocked(tmp_path, monkeypatch, command)
     assert "it ended, exit status 3" in said and "a broken install" in said
 
 
@@ -97,6 +103,5 @@ def test_a_child_that_babbles_before_its_greeting_is_the_graders_fault(tmp_path,
         junk = f"import os, time; os.write({channel[1]}, b'junk' * 8); time.sleep(5)"
         return [sys.executable, "-c", junk]
 
-    monkeypatch.setattr(grading.GradingChild, "command", command)
-    said = _blocked(tmp_path, monkeypatch)
+    said = _blocked(tmp_path, monkeypatch, command)
     assert "it sent something the grader cannot read" in said

@@ -27,16 +27,11 @@ LIBC = ctypes.CDLL(None)
 
 
 NOT_LATER = {
-    signal.SIGSEGV,
-    signal.SIGBUS,
-    signal.SIGFPE,
-    signal.SIGILL,
-    signal.SIGTRAP,
-    signal.SIGSYS,
-    signal.SIGABRT,
-    signal.SIGWINCH,  # Numba's CUDA module catches it as it loads
+    getattr(signal, f"SIG{n}")
+    for n in ["SEGV", "BUS", "FPE", "ILL", "TRAP", "SYS", "ABRT", "WINCH"]
 }
-"""The signals a handler may be left for: the faults, which the running code raises itself."""
+"""The signals a handler may be left for: the faults, which the running code raises itself, and
+SIGWINCH, which Numba's CUDA module catches as it loads."""
 
 CATCHABLE = [
     n for n in range(1, signal.SIGRTMAX + 1) if n not in (signal.SIGKILL, signal.SIGSTOP, 32, 33)
@@ -99,7 +94,7 @@ def test_a_native_thread_still_listed_after_a_joined_thread_would_have_exited_is
 
 def test_a_simulators_child_gives_its_threads_the_grace():
     before = tasks(os.getpid())
-    _native_thread(GRACE_SECONDS / 4)
+    _native_thread(GRACE_SECONDS / 5)
     assert tasks_left(os.getpid(), before, grace=GRACE_SECONDS) == ""
 
 

@@ -316,6 +316,7 @@ def _prepare(args: argparse.Namespace) -> str:
     from minipaged.grader.exercises import exercise
     from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
+    from minipaged.grader.student import import_from_source
 
     ex = exercise(args.number)
     hidden = []
@@ -323,6 +324,7 @@ def _prepare(args: argparse.Namespace) -> str:
         tell = teller(args.notices)
         guard(ex, args.path, refusal(tell))
         watch(args.path, tell)
+        import_from_source([args.path, args.temp])
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)

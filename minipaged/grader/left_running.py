@@ -34,10 +34,12 @@ What the grader guarantees: it asks its next question only once every thread and
 call started has ended, so nothing a student's code left running acts while the grader reads,
 and every read after a call sees all it did. What it cannot: see a thread that the child's look
 misses (hidden from it, or started through ctypes, ``_thread`` or a C extension, with no Python
-thread state the child sees) and that ends within ``EXITING_SECONDS`` after the answer (within
-``GRACE_SECONDS`` in a simulator's child). Such a thread acts between the answer and the next
-question, on the student's own objects, and what it does is what the call could have done
-before returning: the answer the grader holds was copied before it, and the next read sees it.
+thread state the child sees) and that ends before the grader's look: within
+``EXITING_SECONDS`` of it (``GRACE_SECONDS`` in a simulator's child), and on a busy machine,
+where the grader may run only a while after the answer was sent, that while too. Such a
+thread acts between the answer and the next question, on the student's own objects, and what
+it does is what the call could have done before returning: the answer the grader holds was
+copied before it, and the next read sees it.
 
 Code that runs later with no thread of its own is watched as well: a handler for a signal
 (``signal.signal``, or ``sigaction`` through ctypes, real-time signals included) and a POSIX
@@ -178,6 +180,7 @@ def tasks_left(
         return sorted(set(found) - pools)
 
     found = _waited(fresh, max(grace, EXITING_SECONDS))
+    found = [t for t in found if _state(worker, t) not in "ZX"]  # ended as the wait did
     if not found:
         return ""
     named = "; ".join(f"{_thread_name(worker, t)}, {_state_word(worker, t)}" for t in found[:3])
