@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import inspect
 import marshal
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,7 @@ class HandIn:
     honest: dict[str, str] = field(default_factory=dict)  # todo -> a right body
     appended: str = ""
     notes: str = ""  # a library module whose source the hand-in keeps as notes.txt
-    files: tuple[tuple[str, str], ...] = ()  # more files of the folder: (path, text)
+    files: tuple[tuple[str, str | bytes], ...] = ()  # more files of the folder: (path, text)
 
     def write(self, folder: Path) -> Path:
         """The hand-in as a folder below ``folder``."""
@@ -82,7 +83,10 @@ class HandIn:
         path.write_text(source + self.appended)
         for name, text in self.files:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
-            (target / name).write_text(text)
+            if isinstance(text, bytes):  # a .pyc, say
+                (target / name).write_bytes(text)
+            else:
+                (target / name).write_text(text)
         if self.notes:
             spec = importlib.util.find_spec(self.notes)
             (target / "notes.txt").write_text(Path(spec.origin).read_text())
@@ -1063,7 +1067,7 @@ WATCHING = HandIn(
             _THEIR_MOVE + "import threading\nreturn scheduler._move(self, seqs, 'device', 'host', "
             "before=lambda: threading.setprofile(scheduler._seen))",
             ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
-            "KeyError: 'minipaged.block_manager:BlockManager._move'",
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
         ),
         Attack(
             "an-audit-hook-hears-the-hand-over",
@@ -1071,7 +1075,7 @@ WATCHING = HandIn(
             _THEIR_MOVE + "return scheduler._move(self, seqs, 'host', 'device', "
             "inside=lambda: sys.addaudithook(scheduler._heard))",
             ("swap_in_refuses_a_sequence_on_the_device",),
-            "KeyError: 'minipaged.block_manager:BlockManager._move'",
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
         ),
     ),
     files=(
@@ -1085,7 +1089,10 @@ WATCHING = HandIn(
 library's ``swap_out``, read the library's ``_move`` off its stub's frame or the hand-over's
 box: the student's ``swap_out``, ``swap_in`` a call of it each, passed all eight swap
 criteria. Setting either (or a trace function, or reading other threads' frames) while graded
-is refused (``runtime_code.WATCHING``), and the swap gets nothing."""
+is refused (``runtime_code.WATCHING``), and the swap gets nothing; the refusal, met in a thread
+that ends with it, fails the call all the same (``notices.IN_A_THREAD``; it read "KeyError"
+before). Every swap criterion calls ``swap_out`` first, so the hook's route is refused here
+only as ``watching-the-grader-run`` shows it."""
 
 SCHEDULER = HandIn(
     "scheduler",
@@ -1556,6 +1563,53 @@ NEVER_ON_DISK = (
 """A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
+
+def _unchecked_pyc(source: str) -> bytes:
+    """A ``.pyc`` of ``source`` that Python uses whatever its source file holds: hash-based,
+    never checked (PEP 552's flags 0b01)."""
+    code = marshal.dumps(compile(source, "allocator.py", "exec"))
+    return importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + bytes(8) + code
+
+
+def _allocator_in_disguise() -> str:
+    """The library's allocator, its docstrings dropped and its private names changed."""
+    source = inspect.getsource(importlib.import_module("minipaged.allocator"))
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = node.body if isinstance(node, ast.FunctionDef | ast.ClassDef) else [None]
+        if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", 0), str):
+            body[0] = ast.Pass()
+    return (
+        ast.unparse(tree).replace("self._refcounts", "self._rc").replace("self._free", "self._fl")
+    )
+
+
+BYTECODE_BESIDE_THE_STARTER = HandIn(
+    "bytecode-beside-the-starter",
+    2,
+    "allocator.py",
+    (
+        Attack(
+            "an-unchecked-pyc-in-pycache",
+            "store R[p] for every block, and the free list",
+            "raise NotImplementedError(  # the starter's line, untouched\n"
+            "    'exercise 02: store R[p] for every block, and the free list')",
+            ("new_pool_is_all_free", "allocate_takes_the_first_free_block"),
+            "not written yet: exercise 02: store R[p] for every block",
+        ),
+    ),
+    files=(
+        (
+            f"__pycache__/allocator.{sys.implementation.cache_tag}.pyc",
+            _unchecked_pyc(_allocator_in_disguise()),
+        ),
+    ),
+)
+"""The starter's ``allocator.py`` untouched, and in its ``__pycache__`` an unchecked hash-based
+``.pyc`` of the library's allocator in disguise, which Python imports whatever the source says:
+all 8 criteria passed, the source the grader judged being the starter. A student's file is now
+imported from its source alone (``minipaged.grader.student.SourceOnly``)."""
+
 REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
     "a-copy-written-over-the-file-for-the-next-child",
     3,
@@ -1669,5 +1723,6 @@ HAND_INS = (
     WASTES,
     *NEVER_ON_DISK,
     REWRITTEN_FOR_THE_NEXT_CHILD,
+    BYTECODE_BESIDE_THE_STARTER,
 )
 """Every hand-in of the corpus."""
