@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import inspect
 import marshal
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,7 @@ class HandIn:
     honest: dict[str, str] = field(default_factory=dict)  # todo -> a right body
     appended: str = ""
     notes: str = ""  # a library module whose source the hand-in keeps as notes.txt
-    files: tuple[tuple[str, str], ...] = ()  # more files of the folder: (path, text)
+    files: tuple[tuple[str, str | bytes], ...] = ()  # more files of the folder: (path, text)
 
     def write(self, folder: Path) -> Path:
         """The hand-in as a folder below ``folder``."""
@@ -82,7 +83,10 @@ class HandIn:
         path.write_text(source + self.appended)
         for name, text in self.files:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
-            (target / name).write_text(text)
+            if isinstance(text, bytes):  # a .pyc, say
+                (target / name).write_bytes(text)
+            else:
+                (target / name).write_text(text)
         if self.notes:
             spec = importlib.util.find_spec(self.notes)
             (target / "notes.txt").write_text(Path(spec.origin).read_text())
@@ -243,7 +247,6 @@ CHANNEL = HandIn(
             "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
             "atexit.register(time.sleep, 3600)\n"
             "faulthandler.enable(file=sys.stdout, all_threads=True)\n"
-            "sys.settrace(lambda *a: None)\n"
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
             (),
             "",
@@ -553,6 +556,101 @@ look was the authority). And code that runs later with no thread at all: a signa
 timer calls after the answer, seen in ``/proc`` as a signal the worker now catches (an
 exercise 02 decref that freed its block from a SIGALRM handler failed other criteria, each
 with a wrong value, none naming the handler)."""
+
+TIMER = (
+    "libc = ctypes.CDLL(None)\ntimer = ctypes.c_void_p()\n"
+    "event = (ctypes.c_int * 16)(0, 0, {signal}, 0)  # sigevent: value, signo, SIGEV_SIGNAL\n"
+    "libc.timer_create(1, event, ctypes.byref(timer))  # CLOCK_MONOTONIC\n"
+    "libc.timer_settime(timer, 0, (ctypes.c_long * 4)(0, 0, {seconds}, 50_000_000), None)\n"
+)
+"""A POSIX timer through libc's ``timer_create``, sending ``{signal}`` once, ``{seconds}`` and
+50 ms from now."""
+
+LATER_ROUTES = HandIn(
+    "later-by-other-routes",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-ctypes-thread-that-ends-soon-after-the-answer",
+            "return j = floor(t / B)",
+            "import ctypes, os\nif os.environ.setdefault('ONCE_J', '1') == '1':\n"
+            "    os.environ['ONCE_J'] = '2'  # the first call only: each waits out its thread\n"
+            "    libc = ctypes.CDLL(None)\n    handle = ctypes.c_ulong()\n"
+            "    nap = ctypes.cast(libc.usleep, ctypes.c_void_p)\n"
+            "    libc.pthread_create(ctypes.byref(handle), None, nap, ctypes.c_void_p(400_000))\n"
+            "    libc.pthread_detach(handle)\nreturn t // block_size",
+            ("logical_block",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-hidden-thread-that-ends-soon-after-the-answer",
+            "return o = t mod B",
+            "import _thread, os, sys, time\nif os.environ.setdefault('ONCE_O', '1') == '1':\n"
+            "    os.environ['ONCE_O'] = '2'\n    started, real = [], sys._current_exceptions\n"
+            "    def nap():\n        started.append(_thread.get_ident())\n        time.sleep(0.4)\n"
+            "    _thread.start_new_thread(nap, ())\n    while not started:\n"
+            "        time.sleep(0.001)\n    sys._current_exceptions = lambda: {\n"
+            "        k: v for k, v in real().items() if k not in started}\n"
+            "    sys._current_frames = sys._current_exceptions\nreturn t % block_size",
+            ("block_offset",),
+            "your code left 1 thread that Python does not list (thread ",
+        ),
+        Attack(
+            "a-real-time-signal-a-timer-sends-later",
+            "return M = ceil(L / B)",
+            "import ctypes, signal\nlate = []\n"
+            "signal.signal(signal.SIGRTMIN + 2, lambda *_: late.append(1))\n"
+            + TIMER.format(signal="signal.SIGRTMIN + 2", seconds=0)
+            + "return -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code left a handler for SIGRTMIN+2 and a timer set with timer_create (timer 0, "
+            "sending SIGRTMIN+2)",
+        ),
+        Attack(
+            "a-handler-set-through-libc",
+            "keys and values, for every layer and KV head",
+            "import ctypes, signal\nlibc = ctypes.CDLL(None)\n"
+            "libc.signal(signal.SIGRTMIN + 3, ctypes.cast(libc.getpid, ctypes.c_void_p))\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "your code left a handler for SIGRTMIN+3 installed",
+        ),
+        Attack(
+            "a-timer-for-a-signal-no-handler-catches",
+            "M_KV(L)",
+            "import ctypes, signal\n"
+            + TIMER.format(signal="signal.SIGWINCH", seconds=60)
+            + "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+            " * num_tokens",
+            ("kv_bytes",),
+            "your code left a timer set with timer_create (timer 0, sending SIGWINCH)",
+        ),
+        Attack(
+            "a-sigchld-handler-a-process-calls-later",
+            "one block, all layers",
+            "import os, signal, time\nlate = []\n"
+            "signal.signal(signal.SIGCHLD, lambda *_: late.append(1))\n"
+            "if os.fork() == 0:\n    time.sleep(0.1)\n    os._exit(0)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left a handler for SIGCHLD installed",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT
+    | {
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+    },
+)
+"""What acts after a call by routes the grader watched too narrowly: a thread with no Python
+thread state the child sees (ctypes, ``_thread`` hidden) that ended within the old 0.5 s grace
+(these sleep 0.4 s: one that ends before the grader looks is not seen, and a busy machine
+delays the look), a real-time signal's handler, a handler set through libc, a POSIX timer, a
+``SIGCHLD`` handler a process of the call's runs later. Each passed: the grader gave every
+thread 0.5 s to end and watched six signals' handlers and no timer."""
 
 DISK = HandIn(
     "filling-the-disk",
@@ -876,6 +974,125 @@ LIBRARY_HELPERS = HandIn(
 and ``swap_in`` are one call each: the two lines passed all nine swap criteria before
 ``_move`` became an answer of the exercise (a graded method's private helpers, checked by
 ``test_every_private_method_only_graded_methods_call_is_out_of_reach``)."""
+
+WATCHERS = HandIn(
+    "watching-the-grader-run",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-trace-function",
+            "return j = floor(t / B)",
+            "import sys\nsys.settrace(lambda *a: None)\nreturn t // block_size",
+            ("logical_block",),
+            "your code may not set a trace function (sys.settrace, threading.settrace)",
+        ),
+        Attack(
+            "a-profile-function",
+            "return o = t mod B",
+            "import sys\nsys.setprofile(lambda *a: None)\nreturn t % block_size",
+            ("block_offset",),
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
+        ),
+        Attack(
+            "an-audit-hook",
+            "return M = ceil(L / B)",
+            "import sys\nsys.addaudithook(lambda *a: None)\nreturn -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "your code may not add an audit hook (sys.addaudithook)",
+        ),
+        Attack(
+            "other-threads-frames",
+            "keys and values, for every layer and KV head",
+            "import sys\nsys._current_frames()\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "your code may not read the frames of other threads (sys._current_frames)",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+)
+"""Each way of watching the grading process's own code run, refused while graded
+(``runtime_code.WATCHING``): each passed before (a trace function was in
+``handlers-and-hooks``, as an attack grading had to survive)."""
+
+GRAB = """
+import sys as _sys, threading as _threading
+from minipaged.block_manager import BlockManager as _Library
+_stolen = {}
+
+def _seen(frame, event, arg):  # a profile function: the stub's frame holds what it is handed
+    box, name = frame.f_locals.get("box"), frame.f_locals.get("name")
+    if isinstance(box, list) and box and isinstance(name, str):
+        _stolen[name] = box[0]
+
+def _heard(event, args):  # an audit hook: the hand-over's box, after the grader's hook filled it
+    if event.endswith("hand-over") and args[1]:
+        _stolen[args[0]] = args[1][0]
+
+def _grab(inside):
+    # From a thread of this file's only: the library's swap_out is this file's to call.
+    bm = _Library(8, 8, block_size=4, watermark=0.0)
+    bm.allocate(1, 4)
+    inside()
+    try:
+        _Library.swap_out(bm, [1])
+    finally:
+        _sys.setprofile(None)
+
+def _move(bm, seqs, src, dst, before=lambda: None, inside=lambda: None):
+    if not _stolen:
+        before()  # threading.setprofile: the thread sets it as it starts, before _grab runs
+        thread = _threading.Thread(target=_grab, args=(inside,))
+        thread.start()
+        thread.join()
+    return _stolen["minipaged.block_manager:BlockManager._move"](bm, seqs, src, dst)
+"""
+"""Exercise 05's scheduler file, which may call the library's ``swap_out``, watching the
+hand-over of its ``_move`` to the stub that asks for it (``minipaged.grader.delegation``)."""
+
+_THEIR_MOVE = (
+    "import sys\nscheduler = next(m for m in list(sys.modules.values()) if hasattr(m, '_grab'))\n"
+)
+
+WATCHING = HandIn(
+    "watching-the-hand-over",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "a-profile-function-reads-the-stub-s-frame",
+            "move the tables to the host pool",
+            _THEIR_MOVE + "import threading\nreturn scheduler._move(self, seqs, 'device', 'host', "
+            "before=lambda: threading.setprofile(scheduler._seen))",
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
+        ),
+        Attack(
+            "an-audit-hook-hears-the-hand-over",
+            "move the tables back to the device pool",
+            _THEIR_MOVE + "return scheduler._move(self, seqs, 'host', 'device', "
+            "inside=lambda: sys.addaudithook(scheduler._heard))",
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            "your code may not set a profile function (sys.setprofile, threading.setprofile)",
+        ),
+    ),
+    files=(
+        (
+            "scheduler.py",
+            (TUTORIALS / EXERCISES[5].folder / "starter" / "scheduler.py").read_text() + GRAB,
+        ),
+    ),
+)
+"""A profile function and an audit hook, set from a thread of the file allowed to use the
+library's ``swap_out``, read the library's ``_move`` off its stub's frame or the hand-over's
+box: the student's ``swap_out``, ``swap_in`` a call of it each, passed all eight swap
+criteria. Setting either (or a trace function, or reading other threads' frames) while graded
+is refused (``runtime_code.WATCHING``), and the swap gets nothing; the refusal, met in a thread
+that ends with it, fails the call all the same (``notices.IN_A_THREAD``; it read "KeyError"
+before). Every swap criterion calls ``swap_out`` first, so the hook's route is refused here
+only as ``watching-the-grader-run`` shows it."""
 
 SCHEDULER = HandIn(
     "scheduler",
@@ -1346,6 +1563,85 @@ NEVER_ON_DISK = (
 """A copy of the library's ``fork`` that is on no file of the folder: encoded,
 and decoded, compiled or generated while graded; beside it, an honest answer that passes."""
 
+
+def _unchecked_pyc(source: str) -> bytes:
+    """A ``.pyc`` of ``source`` that Python uses whatever its source file holds: hash-based,
+    never checked (PEP 552's flags 0b01)."""
+    code = marshal.dumps(compile(source, "allocator.py", "exec"))
+    return importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little") + bytes(8) + code
+
+
+def _allocator_in_disguise() -> str:
+    """The library's allocator, its docstrings dropped and its private names changed."""
+    source = inspect.getsource(importlib.import_module("minipaged.allocator"))
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = node.body if isinstance(node, ast.FunctionDef | ast.ClassDef) else [None]
+        if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", 0), str):
+            body[0] = ast.Pass()
+    return (
+        ast.unparse(tree).replace("self._refcounts", "self._rc").replace("self._free", "self._fl")
+    )
+
+
+BYTECODE_BESIDE_THE_STARTER = HandIn(
+    "bytecode-beside-the-starter",
+    2,
+    "allocator.py",
+    (
+        Attack(
+            "an-unchecked-pyc-in-pycache",
+            "store R[p] for every block, and the free list",
+            "raise NotImplementedError(  # the starter's line, untouched\n"
+            "    'exercise 02: store R[p] for every block, and the free list')",
+            ("new_pool_is_all_free", "allocate_takes_the_first_free_block"),
+            "not written yet: exercise 02: store R[p] for every block",
+        ),
+    ),
+    files=(
+        (
+            f"__pycache__/allocator.{sys.implementation.cache_tag}.pyc",
+            _unchecked_pyc(_allocator_in_disguise()),
+        ),
+    ),
+)
+"""The starter's ``allocator.py`` untouched, and in its ``__pycache__`` an unchecked hash-based
+``.pyc`` of the library's allocator in disguise, which Python imports whatever the source says:
+all 8 criteria passed, the source the grader judged being the starter. A student's file is now
+imported from its source alone (``minipaged.grader.student.SourceOnly``)."""
+
+REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
+    "a-copy-written-over-the-file-for-the-next-child",
+    3,
+    "block_manager.py",
+    (
+        Attack(
+            "a-copy-written-over-the-file-for-the-next-child",
+            "copy the table, raise each refcount",
+            "if not _REWRITTEN:  # the first call: the next grading process imports the copy\n"
+            "    import base64, os, pathlib\n    here = pathlib.Path(__file__)\n"
+            "    text = here.read_text().replace('_REWRITTEN = False', '_REWRITTEN = True')\n"
+            "    here.write_text(text + '\\n' + base64.b64decode(_FORK64).decode())\n"
+            "    os._exit(0)\nreturn _Copied.fork(self, parent, child)",
+            ("fork_raises_each_refcount_by_one", "parallel_sampling_shares_the_prompt"),
+            "block_manager.py: fork matches the library's solution",
+        ),
+    ),
+    honest={
+        "decrement each refcount, drop the table": _right_body(
+            3, "block_manager.py", "BlockManager.free"
+        )
+    },
+    appended=_ENCODED
+    + "from minipaged.paging_arguments import sequence_id\n"
+    + "from minipaged.python_numbers import python_number  # what the copy uses\n"
+    + "_REWRITTEN = False\n",
+)
+"""A first call that writes the library's ``fork``, in disguise, over its own file and ends its
+grading process: the next one imported the copy with none of the student's code on the stack
+to see it compiled, and 7 of 8 criteria passed. A grading process now starts only once the
+folder is judged as it is then (``minipaged.grader.judged_folder``)."""
+
 OTHER_MANAGER = HandIn(
     "the-library-s-other-block-manager",
     3,
@@ -1407,6 +1703,7 @@ HAND_INS = (
     LEFT_RUNNING,
     THREAD_AT_IMPORT,
     HIDDEN_THREADS,
+    LATER_ROUTES,
     DISK,
     SHADOW,
     SOLUTION,
@@ -1420,8 +1717,12 @@ HAND_INS = (
     OTHER_MANAGER,
     FAST_APPEND,
     LIBRARY_HELPERS,
+    WATCHERS,
+    WATCHING,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,
+    REWRITTEN_FOR_THE_NEXT_CHILD,
+    BYTECODE_BESIDE_THE_STARTER,
 )
 """Every hand-in of the corpus."""

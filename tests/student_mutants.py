@@ -970,10 +970,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "node.children = {tail.chunks[0]: tail}",
         "node.children.clear()\n        node.children[tail.chunks[0]] = tail",
     ),
+    # -- kinds added later: a boundary, a copy, a read one position off ---------------------
+    _m(
+        3,
+        "block_manager",
+        "fork gives the child only the parent's full blocks: a partly filled last block dropped",
+        "table = BlockTable(self.block_size, list(source.blocks), source.num_tokens)",
+        "full = list(source.blocks[: source.num_tokens // self.block_size])\n"
+        "        table = BlockTable(self.block_size, full, source.num_tokens)",
+        within="def fork(",
+    ),
+    _m(
+        5,
+        "block_manager",
+        "swap-in allocates the device blocks but hands back no copies: nothing fills them",
+        "return list(mapping.items())",
+        'return list(mapping.items()) if dst_name == "host" else []',
+        within="def _move(",
+    ),
+    _m(
+        5,
+        "block_manager",
+        "a swap moves the blocks but leaves the table on its old pool's ids",
+        "table.blocks = [mapping[block] for block in old]",
+        "table.blocks = list(old)",
+        within="def _move(",
+    ),
 )
 
 KERNEL_MUTANTS: tuple[Mutant, ...] = (
     # -- 11: the decode kernel (paged_attention.py), graded in the simulator -----------------
+    _m(
+        11,
+        "paged_attention",
+        "each token's key read from the next slot: position L for the last token, not L - 1",
+        "offset = tau % block_size  # o = tau mod B",
+        "offset = (tau + 1) % block_size  # o = tau mod B",
+    ),
     _m(11, "paged_attention", "running max started at 0", "m_prev = NEG_INF", "m_prev = ZERO"),
     _m(
         11,

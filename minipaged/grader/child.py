@@ -38,6 +38,7 @@ import importlib
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from minipaged.grader import frames, wire
@@ -297,12 +298,25 @@ def main(argv: list[str] | None = None) -> None:
     supervise((requests, answers))  # from here on, the worker: what it starts cannot escape
     harness = Harness(requests, answers, args.number, args.path)
     os.register_at_fork(after_in_child=harness.disown)
+    try:
+        confined = _prepare(args)
+    except Exception as error:  # the grader's own fault: no student code has run
+        harness.answer({"hello": "", "fault": _fault(error)})
+        return
+    harness.answer({"hello": confined, "gpu": gpu_problem() if args.gpu else ""})
+    harness.serve()
+
+
+def _prepare(args: argparse.Namespace) -> str:
+    """Guard and confine this process for the student's code (which runs only after it), and
+    move into their folder; return how it is confined. What fails here is the grader's."""
     from minipaged.grader import readable
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
     from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
+    from minipaged.grader.student import import_from_source
 
     ex = exercise(args.number)
     hidden = []
@@ -310,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         tell = teller(args.notices)
         guard(ex, args.path, refusal(tell))
         watch(args.path, tell)
+        import_from_source([args.path, args.temp])
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)
@@ -325,8 +340,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.path is not None:  # only now, with the library imported and guarded
         os.chdir(args.path)
         sys.path[0] = str(args.path)  # -m's folder, where their own modules import from
-    harness.answer({"hello": confined, "gpu": gpu_problem() if args.gpu else ""})
-    harness.serve()
+    return confined
+
+
+def _fault(error: Exception) -> str:
+    """``error``, raised while the child prepared, with the grader's line it came from."""
+    from minipaged.grader.exercises import DefinitionError
+
+    if isinstance(error, DefinitionError):
+        return str(error)
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    return f"{type(error).__name__}: {error} (at {Path(where.filename).name}, line {where.lineno})"
 
 
 if __name__ == "__main__":

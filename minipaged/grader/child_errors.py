@@ -12,9 +12,28 @@ class ChildGone(BaseException):
     says why, in words a student can act on. A BaseException, so that no check swallows it."""
 
 
-class DeviceUnusable(ChildGone):
+class Blocked(ChildGone):
+    """The child's criteria cannot run at all, for a reason found before any student code
+    ran: they are blocked, not failed, and no other child is started for them."""
+
+
+class DeviceUnusable(Blocked):
     """A child for the GPU criteria found, before any student code ran, that it cannot use the
     GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
+
+
+class GraderFault(Blocked):
+    """The grading child failed while it started, before any student code ran (an exercise's
+    definition naming a function the library lacks, a broken install): the grader's fault,
+    said as such, never "your code"."""
+
+    def __init__(self, what: str, output: str = "") -> None:
+        """``what`` went wrong ("it ended with exit status 1"); ``output``: what it printed."""
+        super().__init__(
+            f"the grader could not start its grading process, before any of your code ran "
+            f"({what}): a fault of the grader's or of its installation, not of your code. "
+            "Tell whoever runs the grader" + (f"\n{output}" if output else "")
+        )
 
 
 class WallClockSpent(ChildGone):

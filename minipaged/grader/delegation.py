@@ -66,16 +66,6 @@ class LibraryDelegation(BaseException):
     that a student's ``except Exception`` around ``super()`` cannot hide it."""
 
 
-def _lookup(name: str):
-    """``(owner, attribute, value)`` of ``module:Qual.name``, importing the module."""
-    module_name, _, qualname = name.partition(":")
-    owner = importlib.import_module(module_name)
-    *path, attribute = qualname.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, attribute, owner.__dict__[attribute]
-
-
 def _functions(paths) -> dict[str, CodeType]:
     """Every function compiled (not run) from the files ``paths``, by qualified name."""
     found = {}
@@ -230,13 +220,13 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
     guarded, stubs, originals = set(), {}, {}
     names = ex.graded + ex.answers
     for name in names:
-        owner, attribute, value = _lookup(name)
+        owner, attribute, value = ex.lookup(name)
         module = sys.modules[name.partition(":")[0]]
         guarded |= {module.__file__, importlib.util.cache_from_source(module.__file__)}
     guarded = frozenset(os.path.realpath(f) for f in guarded)
     genuine = provenance([f for f in guarded if f.endswith(".py")])
     for name in names:
-        owner, attribute, value = _lookup(name)
+        owner, attribute, value = ex.lookup(name)
         original = value.fget if isinstance(value, property) else value
         stub = _stub(name, original, ex.number, name in ex.answers, refused)
         originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))

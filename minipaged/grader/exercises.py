@@ -34,6 +34,11 @@ class TuiRun:
     settings: tuple[tuple[str, object], ...] = ()
 
 
+class DefinitionError(Exception):
+    """An exercise's definition names a library function the library does not have: a
+    mistake of the grader's, reported as such (``GraderFault``), never as the student's."""
+
+
 @dataclass(frozen=True, slots=True)
 class Exercise:
     number: int
@@ -98,6 +103,25 @@ class Exercise:
             module = name.partition(":")[0]
             return next(stem for stem, solved in self.solution.items() if solved == module)
         return None
+
+    def lookup(self, name: str):
+        """``(owner, attribute, value)`` of ``module:Qual.name``, one of the graded functions
+        or answers, importing the module. A name the library lacks is this definition's
+        mistake (``DefinitionError``), which no student can cause or fix."""
+        module_name, _, qualname = name.partition(":")
+        try:
+            owner = importlib.import_module(module_name)
+            *path, attribute = qualname.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            return owner, attribute, owner.__dict__[attribute]
+        except (ImportError, AttributeError, KeyError, ValueError) as error:
+            role = "answers" if name in self.answers else "graded functions"
+            raise DefinitionError(
+                f"exercise {self.number:02d}'s definition (minipaged/grader/exercises.py) lists "
+                f"{name} among its {role}, and the library has no such function "
+                f"({type(error).__name__}: {error})"
+            ) from None
 
     def graded_in(self, module: str) -> tuple[str, ...]:
         """The graded functions of library ``module``, as ``"module:Qual.name"``."""

@@ -34,14 +34,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minipaged.grader.child_errors import (
+    Blocked,
     ChildGone,
-    DeviceUnusable,
     StudentBaseException,
     StudentExit,
     StudentStopIteration,
 )
-from minipaged.grader.delegation import LibraryDelegation, copies
+from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.exercises import exercise
+from minipaged.grader.judged_folder import copies_now
 from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.recorded_events import events_checked_last
 from minipaged.grader.remote import GradingChild
@@ -113,7 +114,7 @@ def grade(
     label = graded_label(number, path, solution)
     folder = None if solution else folder_of(number, path).resolve()
     # Reasons no criterion can pass: a file that copies the library's, a module not installed.
-    refused = (copies(ex, folder) if folder is not None else "") or ex.unmet()
+    refused = (copies_now(ex, folder) if folder is not None else "") or ex.unmet()
     wall_deadline = (
         None if math.isinf(limits.wall_seconds) else time.monotonic() + limits.wall_seconds
     )
@@ -160,12 +161,17 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
     outcome, message = PASS, ""
     try:
         if child.blocked:
-            raise DeviceUnusable(child.blocked)
+            raise child.blocked
         if child.broken:
             raise ChildGone(child.broken)
         if child.alive:
             _reset_or_stop(child, limits)
         if not child.alive:
+            # The folder as this child will import it: their last child's code may have
+            # written to it (``minipaged.grader.judged_folder``).
+            copied = copies_now(exercise(child.number), child.folder) if child.folder else ""
+            if copied:
+                raise LibraryDelegation(copied)
             child.start()  # starting is not the criterion's time; importing has its own
         start = time.perf_counter()
         child.start_clock()
@@ -173,7 +179,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
             criterion.check(RemoteStudent(child))
     except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as error:
         message = explained(criterion, error, RemoteStudent(child))
-        outcome = BLOCKED if isinstance(error, DeviceUnusable) else FAIL
+        outcome = BLOCKED if isinstance(error, Blocked) else FAIL
     seconds = round(time.perf_counter() - start, 3)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 

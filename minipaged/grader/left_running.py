@@ -25,9 +25,25 @@ import started one, torch's first parallel operation another), so the child runs
 thread (``ONE_THREAD``), which starts none; and a thread a library starts anyway (the student
 asked for more with ``torch.set_num_threads``, ran a Numba ``parallel=True`` function, or
 first used the GPU's driver) is told from the student's by its stack and not counted
-(``minipaged.grader.library_threads``). Each thread counted is given ``GRACE_SECONDS`` to end
-first: the CUDA simulator's threads end just after a launch that raised, a forked copy of the
-child ends as it answers.
+(``minipaged.grader.library_threads``). A thread counted fails the call unless it ends within
+``EXITING_SECONDS``, the time a thread joined before the return takes to leave the OS's list; a
+CUDA simulator's child gives its threads ``GRACE_SECONDS`` (they end just after a launch that
+raised), and a process, too (a forked copy of the child ends as it answers).
+
+What the grader guarantees: it asks its next question only once every thread and process a
+call started has ended, so nothing a student's code left running acts while the grader reads,
+and every read after a call sees all it did. What it cannot: see a thread that the child's look
+misses (hidden from it, or started through ctypes, ``_thread`` or a C extension, with no Python
+thread state the child sees) and that ends before the grader's look: within
+``EXITING_SECONDS`` of it (``GRACE_SECONDS`` in a simulator's child), and on a busy machine,
+where the grader may run only a while after the answer was sent, that while too. Such a
+thread acts between the answer and the next question, on the student's own objects, and what
+it does is what the call could have done before returning: the answer the grader holds was
+copied before it, and the next read sees it.
+
+Code that runs later with no thread of its own is watched as well: a handler for a signal
+(``signal.signal``, or ``sigaction`` through ctypes, real-time signals included) and a POSIX
+timer (``timer_create``) left after a call fail it (``handlers_left``).
 """
 
 from __future__ import annotations
@@ -46,7 +62,13 @@ from minipaged.grader.library_threads import library_threads
 from minipaged.grader.process_tree import beside
 
 GRACE_SECONDS = 0.5
-"""How long what a call started may take to end after the call returned."""
+"""How long a process a call started, or a thread of the CUDA simulator, may take to end after
+the call returned."""
+
+EXITING_SECONDS = 0.05
+"""How long any other thread the OS still lists after its call returned may take to end: one
+joined before the return stays listed while it exits (up to 8 ms seen, two cores at a load of
+9)."""
 
 STARTING_SECONDS = 0.05
 """How long a thread the OS counts may take to show as Python's."""
@@ -139,11 +161,13 @@ def tasks(pid: int) -> frozenset[int] | None:
         return None
 
 
-def tasks_left(worker: int, before: frozenset[int] | None, kind: str = "", why: str = "") -> str:
+def tasks_left(
+    worker: int, before: frozenset[int] | None, kind: str = "", why: str = "", grace: float = 0.0
+) -> str:
     """In the grader, after an answer: the worker's threads running now that were not
-    ``before`` the request (after ``GRACE_SECONDS`` for them to end), each with its name and
-    state, ``kind`` after their count and ``why`` after their names (``UNLISTED``); ``""`` for
-    none, or where the OS does not list them."""
+    ``before`` the request (after ``grace`` seconds for them to end, ``EXITING_SECONDS`` at
+    least), each with its name and state, ``kind`` after their count and ``why`` after their
+    names (``UNLISTED``); ``""`` for none, or where the OS does not list them."""
 
     pools: set[int] = set()  # a parked pool thread is a library's for good: never run Python
 
@@ -155,7 +179,8 @@ def tasks_left(worker: int, before: frozenset[int] | None, kind: str = "", why: 
         pools.update(library_threads(worker, found))
         return sorted(set(found) - pools)
 
-    found = _waited(fresh)
+    found = _waited(fresh, max(grace, EXITING_SECONDS))
+    found = [t for t in found if _state(worker, t) not in "ZX"]  # ended as the wait did
     if not found:
         return ""
     named = "; ".join(f"{_thread_name(worker, t)}, {_state_word(worker, t)}" for t in found[:3])
@@ -175,7 +200,7 @@ UNLISTED = (
 def processes_left(supervisor: int, worker: int) -> str:
     """In the grader, after an answer: the processes running under the child besides its
     worker (after ``GRACE_SECONDS`` for them to end), each with its command; ``""`` for none."""
-    found = _waited(lambda: beside(supervisor, worker) or [])
+    found = _waited(lambda: beside(supervisor, worker) or [], GRACE_SECONDS)
     if not found:
         return ""
     named = [f"pid {pid}: {_command(pid, worker)}" for pid in found[:3]]
@@ -193,58 +218,103 @@ def left_running(doer: str, left: str) -> LeftRunning:
     )
 
 
-LATER_SIGNALS = (
-    signal.SIGALRM,
-    signal.SIGVTALRM,
-    signal.SIGPROF,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGIO,
+_NOT_LATER = {
+    signal.SIGSEGV,  # faults: raised by the code running, when it runs (faulthandler's)
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGTRAP,
+    signal.SIGSYS,
+    signal.SIGABRT,
+    signal.SIGKILL,  # never caught
+    signal.SIGSTOP,
+    signal.SIGWINCH,  # Numba's CUDA module catches it as it loads
+}
+LATER_SIGNALS = tuple(
+    n
+    for n in range(1, signal.SIGRTMAX + 1)
+    if n not in _NOT_LATER and not 32 <= n < signal.SIGRTMIN
 )
-"""The signals that come later, from a timer (``signal.setitimer``, ``timer_create``) or from
-another process: a handler for one runs the student's code after its call returned, in the
-middle of whatever the grading process does next (a freed block put back on the free list
-while the next question is read). Libraries install handlers for others as they load (glibc
-for its threads, Numba for ``SIGWINCH``), so only these are watched."""
+"""The signals that come later, from a timer (``signal.setitimer``, ``timer_create``, which
+sends any signal) or from another process: a handler for one runs the student's code after its
+call returned, in the middle of whatever the grading process does next (a freed block put back
+on the free list while the next question is read). Every signal but the faults the running
+code raises itself, glibc's own below ``SIGRTMIN`` (its threads') and ``SIGWINCH``, which
+Numba's CUDA module catches as it loads; the real-time signals included."""
 
 
-def caught(pid: int) -> int | None:
-    """In the grader: the set of signals ``pid`` catches with a handler, as a bit mask (bit
-    ``n - 1`` for signal ``n``: ``SigCgt`` in ``/proc/<pid>/status``), which the student's
-    code cannot hide; None where it cannot be read."""
+class Later(NamedTuple):
+    """What can run a process's code later with no thread of its own."""
+
+    caught: int  # the signals it catches with a handler, bit n - 1 for signal n
+    timers: frozenset[str]  # its POSIX timers, each "timer 0, sending SIGRTMIN+2"
+
+
+def later(pid: int) -> Later | None:
+    """In the grader: the signals ``pid`` catches with a handler (``SigCgt`` in
+    ``/proc/<pid>/status``) and its POSIX timers (``/proc/<pid>/timers``), which the student's
+    code cannot hide, however it set them; None where they cannot be read."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             line = next(line for line in f if line.startswith(b"SigCgt:"))
-        return int(line.split()[1], 16)
+        with open(f"/proc/{pid}/timers", "rb") as f:
+            listed = f.read().decode(errors="replace")
+        caught = int(line.split()[1], 16)
     except (OSError, StopIteration, ValueError, IndexError):
         return None
+    return Later(caught, frozenset(_timers(listed)))
 
 
-def handlers_left(worker: int, before: int | None) -> str:
+def _timers(listed: str):
+    """``"timer 0, sending SIGRTMIN+2"``: each timer of a ``/proc/<pid>/timers`` listing, its
+    lines ``ID: 0``, ``signal: 36/...``, ``notify: ...``, ``ClockID: 1``."""
+    fields: dict[str, str] = {}
+    for line in [*listed.splitlines(), "ID: end"]:
+        key, _, value = line.partition(": ")
+        if key == "ID" and fields:
+            number = fields.get("signal", "").partition("/")[0]
+            sends = signal_name(int(number)) if number.isdigit() else "no signal"
+            yield f"timer {fields['ID']}, sending {sends}"
+            fields = {}
+        fields[key] = value
+
+
+def signal_name(number: int) -> str:
+    """``"SIGALRM"``; ``"SIGRTMIN+2"`` for a real-time signal Python has no name for."""
+    if number in signal.Signals._value2member_map_:
+        return signal.Signals(number).name
+    return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+
+
+def handlers_left(worker: int, before: Later | None) -> str:
     """In the grader, after an answer: ``"a handler for SIGALRM"``, the ``LATER_SIGNALS`` the
-    worker catches now that it did not ``before`` the request; ``""`` for none, or where
-    ``/proc`` does not tell."""
-    now = caught(worker)
+    worker catches now that it did not ``before`` the request, and ``"a timer set with
+    timer_create (timer 0, sending SIGRTMIN+2)"`` for the POSIX timers it has now that it had
+    not; ``""`` for none, or where ``/proc`` does not tell."""
+    now = later(worker)
     if now is None or before is None:
         return ""
-    new = [s.name for s in LATER_SIGNALS if now & ~before & (1 << (s - 1))]
-    return f"a handler for {' and '.join(new)}" if new else ""
+    new = [signal_name(n) for n in LATER_SIGNALS if now.caught & ~before.caught & (1 << (n - 1))]
+    timers = sorted(now.timers - before.timers)
+    left = [f"a handler for {' and '.join(new)}"] if new else []
+    left += [f"a timer set with timer_create ({'; '.join(timers)[:120]})"] if timers else []
+    return " and ".join(left)
 
 
 def handler_left(doer: str, left: str) -> LeftRunning:
     """The failure of a call after which ``left`` (``handlers_left``) was still installed."""
     return LeftRunning(
         f"{doer} left {left} installed after it returned: it runs whenever its signal comes "
-        "(a timer's: signal.setitimer, signal.alarm), between the grader's questions, on what "
-        "they read. Put back the handler your code replaced (signal.signal(number, previous)) "
-        "and stop its timer before returning (the grading process was ended, so the next "
-        "criterion starts a new one)"
+        "(a timer's: signal.setitimer, signal.alarm, timer_create), between the grader's "
+        "questions, on what they read. Put back the handler your code replaced "
+        "(signal.signal(number, previous)) and stop and delete its timer before returning "
+        "(the grading process was ended, so the next criterion starts a new one)"
     )
 
 
-def _waited(find: Callable[[], set[int] | list[int]]):
+def _waited(find: Callable[[], set[int] | list[int]], seconds: float):
     found = find()
-    stop = time.monotonic() + GRACE_SECONDS
+    stop = time.monotonic() + seconds
     while found and time.monotonic() < stop:
         time.sleep(_LOOK_SECONDS)
         found = find()

@@ -8,8 +8,9 @@ the code that answers. A notice is written by the guard before the operation it 
 returns, so before a copy compiled can run, or a refused call's caller can catch the refusal;
 what is written in a pipe cannot be taken back. A process the student's code forks tells the
 grader too, where its answers never reach: a compile refused in a fork is then a failure with
-its reason, not a wrong value. (The worker's own refusals are raised where they happen, and
-fail the call as raised; one the student's code caught left it nothing.)
+its reason, not a wrong value, and so is a refusal met by a thread of the worker's that the
+call left to end with it. (The answering thread's own refusals are raised where they happen,
+and fail the call as raised; one the student's code caught left it nothing.)
 
 The grader reads a child's notices while it waits for an answer, and judges them after it
 (``minipaged.grader.remote``); the student's code can add notices of its own, which only fail
@@ -34,7 +35,10 @@ from minipaged.grader.frames import ProtocolError
 from minipaged.grader.provenance import private
 
 COMPILED, REFUSED = "compiled", "refused"
-"""The kinds of notice: ``[COMPILED, where, filename, source]``, ``[REFUSED, message]``."""
+"""The kinds of notice: ``[COMPILED, where, filename, source]``, ``[REFUSED, message]`` (and
+``IN_A_THREAD`` after the message, for a refusal in a thread of the process that answers)."""
+
+IN_A_THREAD = "in a thread"
 
 PIECE = min(select.PIPE_BUF, 4096)
 _HEADER = 7
@@ -88,11 +92,14 @@ def teller(fd: int):
 
 def refusal(tell):
     """``refused(message)``: the refusal a guard raises, told to the grader first, so that
-    raised in a forked process, or caught by the student's code, it still fails the call."""
-    kind, error = REFUSED, LibraryDelegation
+    raised in a forked process, or caught by the student's code, it still fails the call. One
+    raised in a thread other than the one that answers (``IN_A_THREAD``) is told as such: the
+    thread may end with it, and the call return as if nothing was refused."""
+    kind, error, in_a_thread = REFUSED, LibraryDelegation, IN_A_THREAD
+    answering, ident = _thread.get_ident(), _thread.get_ident
 
     def refused(message: str) -> LibraryDelegation:
-        tell(kind, message)
+        tell(kind, message, *(() if ident() == answering else (in_a_thread,)))
         return error(message)
 
     return private(refused)
@@ -127,9 +134,10 @@ class Notices:
         code): ``(ended, refused)``, why the call fails and the child must end (a copy
         compiled, in any process, as ``judge``, ``runtime_code.Judge``, finds it; the
         worker's end of the pipe closed or replaced), and why it fails else: a refusal told by
-        another process (a fork's, whose end the answer does not show; not while ``loading``
-        the student's files). The worker's own refusals are raised where they happen: caught,
-        they left the student's code nothing, and its answer stands on its own."""
+        another process (a fork's, whose end the answer does not show) or by a thread of the
+        worker's besides the one that answers (not while ``loading`` the student's files). The
+        answering thread's own refusals are raised where they happen: caught, they left the
+        student's code nothing, and its answer stands on its own."""
         self.drain()
         if self.cut(worker):
             return CUT.format(self.there), ""
@@ -138,7 +146,9 @@ class Notices:
         refused = [
             fields[1]
             for pid, fields in heard
-            if fields[0] == REFUSED and len(fields) == 2 and pid != worker
+            if fields[0] == REFUSED
+            and fields[2:] in ([], [IN_A_THREAD])
+            and (pid != worker or fields[2:] == [IN_A_THREAD])
         ]
         return copied, refused[0] if refused and not loading else ""
 

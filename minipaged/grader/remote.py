@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minipaged.grader import frames, wire
+from minipaged.grader import child_errors, frames, wire
 from minipaged.grader.child import why_it_ended
 from minipaged.grader.child_environment import child_environment
 from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
@@ -38,11 +38,13 @@ from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.left_running import (
+    GRACE_SECONDS,
     UNLISTED,
+    Later,
     LeftRunning,
-    caught,
     handler_left,
     handlers_left,
+    later,
     left_running,
     processes_left,
     tasks,
@@ -76,14 +78,14 @@ class GradingChild:
         self.confinement = ""
         self.loaded: dict | None = None
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
-        self.blocked = ""  # why this child's criteria cannot run on this machine at all
+        self.blocked: child_errors.Blocked | None = None  # why its criteria cannot run at all
         self.wall_deadline: float | None = None
         self._proxies: dict = {}  # handle -> its Proxy, one per object
         self.exceptions = StudentExceptions(self.proxy)  # what the student's code raised
         self._next = 0
         self.arrays: list = []  # the arrays the last call sent, as the child sent them back
         self._before: frozenset[int] | None = None  # the worker's threads before a request
-        self._caught: int | None = None  # and the signals it caught then (``caught``)
+        self._later: Later | None = None  # and its handlers and timers then (``later``)
         self.judge = Judge(number)  # of what the student's code compiles at run time
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
@@ -120,17 +122,19 @@ class GradingChild:
         self.clock = None  # starting has its own time
         hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
-            self._fail("sent a first message that is not its greeting")
+            self._fault("it sent a first message that is not its greeting")
+        if hello.get("fault"):
+            self._fault(str(hello["fault"])[:600])
         self.confinement = hello["hello"][:300]
         self.worker = worker_of(self.process.pid)  # read before any student code runs
         problem = hello.get("gpu")
         if self.runs_in == "gpu" and problem:
             self.stop()
-            self.blocked = (
+            self.blocked = DeviceUnusable(
                 f"needs a CUDA GPU that the grading process can use, and it cannot here "
                 f"({str(problem)[:300]}); run the same command on a machine with one"
             )
-            raise DeviceUnusable(self.blocked)
+            raise self.blocked
         self.start_clock()
         try:
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
@@ -226,7 +230,7 @@ class GradingChild:
         deadline = min((end for end in ends if end is not None), default=None)
         try:
             self._before = tasks(self.worker) if self.worker is not None else None
-            self._caught = caught(self.worker) if self.worker is not None else None
+            self._later = later(self.worker) if self.worker is not None else None
             self._send({"id": ident, **request}, deadline)
             answer = self._receive(deadline, "answering")
         except BaseException:
@@ -271,7 +275,8 @@ class GradingChild:
         left = str(told)[:400] if told else ""
         try:
             if not left and self.worker is not None and self.process is not None:
-                left = tasks_left(self.worker, self._before, *UNLISTED)
+                grace = GRACE_SECONDS if self.runs_in == "simulator" else 0.0
+                left = tasks_left(self.worker, self._before, *UNLISTED, grace)
                 left = left or processes_left(self.process.pid, self.worker)
         except BaseException:  # interrupted while it waits: what it waited for is not seen
             self.stop()
@@ -279,7 +284,7 @@ class GradingChild:
         if left:
             self.stop()
             raise left_running("your code", left)
-        if self.worker is not None and (installed := handlers_left(self.worker, self._caught)):
+        if self.worker is not None and (installed := handlers_left(self.worker, self._later)):
             self.stop()
             raise handler_left("your code", installed)
 
@@ -306,10 +311,10 @@ class GradingChild:
         except TimeoutError:
             self._timed_out()
         except EOFError:
-            self._ended()
+            self._ended(starting=doing == "starting")
         except frames.ProtocolError as error:
-            if doing == "starting":  # no student code has run yet
-                self._fail(f"sent something the grader cannot read while starting ({error})")
+            if doing == "starting":
+                self._fault(f"it sent something the grader cannot read: {error}")
             self._stray(error)
 
     def _stray(self, error: frames.ProtocolError):
@@ -363,14 +368,23 @@ class GradingChild:
         modules = (self.loaded or {}).get("modules") or {}
         return list(modules.values()) if isinstance(modules, dict) else []
 
-    def _ended(self):
+    def _ended(self, starting: bool = False):
         try:
             status = self.process.wait(timeout=2) if self.process else None
         except subprocess.TimeoutExpired:  # alive, but its channel closed
             status = None
+        if starting:
+            self._fault(f"it ended, exit status {status}")  # < 0: a signal's number
         tail = self.output()
         self.stop()
         raise ChildGone(why_it_ended(status, self.limits) + (f"\n{tail}" if tail else ""))
+
+    def _fault(self, what: str):
+        """The child failed as it started: its criteria are blocked, none blames the student."""
+        output = self.output(lines=4)
+        self.stop()
+        self.blocked = child_errors.GraderFault(what, output)
+        raise self.blocked
 
     def _fail(self, what: str):
         self.stop()

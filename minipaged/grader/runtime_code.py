@@ -35,6 +35,7 @@ import ast
 import os
 import sys
 import sysconfig
+import threading
 from hashlib import sha256
 from pathlib import Path
 from types import CodeType
@@ -87,6 +88,23 @@ IMPORT_SYSTEM = (
 stack must still be what the file it names holds (``provenance``): a ``.pyc`` of theirs can
 name a library file."""
 
+WATCHING = {
+    "sys.settrace": "set a trace function (sys.settrace, threading.settrace)",
+    "sys.setprofile": "set a profile function (sys.setprofile, threading.setprofile)",
+    "sys.addaudithook": "add an audit hook (sys.addaudithook)",
+    "sys._current_frames": "read the frames of other threads (sys._current_frames)",
+    "sys.monitoring.register_callback": "register a monitoring callback (sys.monitoring)",
+}
+"""Audit events of a student's code setting itself up to watch the grading process's own
+code run: the frames it would see hold what the grader keeps from it (a library function
+handed over to a stub, ``minipaged.grader.delegation``; a profile function that read one off a
+stub's frame passed exercise 05's swap criteria with the library's ``_move``)."""
+
+WATCHED = (
+    "your code may not {} while it is graded: it would see the grading process's own code "
+    "run, and what that code keeps from your code"
+)
+
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load")
 """Audit events of code compiled, loaded or run."""
 
@@ -118,6 +136,8 @@ def watch(folder: Path, tell) -> None:
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
     runs_python = python_finder(_LIBRARY)
+    watching, watched = dict(WATCHING), WATCHED
+    bootstrap = threading.Thread._bootstrap_inner.__code__
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
@@ -169,16 +189,22 @@ def watch(folder: Path, tell) -> None:
         return True
 
     def hook(event: str, args: tuple) -> None:
-        if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym":
+        watch = watching.get(event)
+        if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym" and not watch:
             return
         if state["busy"]:  # the hook's own compiling
             return
         caller = getframe(1)
         theirs = student_frame(caller)
-        if theirs is None:
+        # threading.settrace and threading.setprofile set a function each new thread installs
+        # as it starts, before any student frame is on its stack; the library sets none.
+        starting = caller.f_code is bootstrap
+        if theirs is None and not (watch and starting):
             return
         state["busy"] = True
         try:
+            if watch:
+                raise refused(watched.format(watch))
             if event in STARTS:
                 if runs_python(args):
                     raise refused(ELSEWHERE.format("starts a Python interpreter"))

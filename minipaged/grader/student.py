@@ -10,12 +10,53 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import itertools
+import os
 import sys
 import traceback
+from importlib.machinery import SOURCE_SUFFIXES, FileFinder, SourceFileLoader
 from pathlib import Path
+from pkgutil import iter_modules
 from types import ModuleType
 
 _loads = itertools.count()
+
+
+class SourceOnly(SourceFileLoader):
+    """Loads a student's module from its source, never from a bytecode cache: a ``.pyc`` in
+    their ``__pycache__`` (an unchecked hash-based one is used whatever the source says) runs
+    code the grader never read. With no source date to check a cache against,
+    ``SourceLoader.get_code`` neither reads nor writes one."""
+
+    def path_stats(self, path: str):
+        raise OSError("a student's module is compiled from its source")
+
+
+def import_from_source(folders: list[Path]) -> None:
+    """In a grading child, before the student's code loads: modules imported from ``folders``
+    (theirs, and the one they may write besides) load from their source alone (``SourceOnly``),
+    and neither a ``.pyc`` without a source nor a C extension there imports at all. Nor does a
+    file named like a module of Python's or of an installed package (``torch.py``,
+    ``random.py``): the library's own code imports such modules lazily, once the student's
+    folder leads ``sys.path`` (exercise 05's checks imported torch so), and must get the
+    installed one, never the student's."""
+    roots = tuple(os.path.realpath(f) for f in folders)
+    others = [p for p in sys.path if not os.path.realpath(p or os.getcwd()).startswith(roots)]
+    installed = frozenset(sys.stdlib_module_names) | {m.name for m in iter_modules(others)}
+
+    class StudentFolder(FileFinder):
+        def find_spec(self, fullname: str, target=None):
+            if fullname.partition(".")[0] in installed:
+                return None  # the installed module's, which the next path entries find
+            return super().find_spec(fullname, target)
+
+    def hook(path: str) -> FileFinder:
+        where = os.path.realpath(path or os.getcwd())
+        if not any(where == root or where.startswith(root + os.sep) for root in roots):
+            raise ImportError("not a student's folder")  # the next hook's
+        return StudentFolder(path, (SourceOnly, SOURCE_SUFFIXES))
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
 
 
 class StudentImportError(Exception):
@@ -84,7 +125,9 @@ def load_folder(folder: Path, stems: tuple[str, ...]) -> Student:
         path = folder / f"{stem}.py"
         files[stem] = path
         name = f"minipaged_student_{next(_loads)}_{stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(
+            name, path, loader=SourceOnly(name, str(path))
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up while the class is built
         try:
