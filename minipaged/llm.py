@@ -21,7 +21,7 @@ from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
-from minipaged.prompts import Prompt
+from minipaged.prompts import Prompt, check_tokenizer_fits
 from minipaged.sampling import SamplingParams
 from minipaged.tokenizer import Tokenizer
 
@@ -95,6 +95,7 @@ class LLM:
             raise no_file(tokenizer_file, "the tokenizer")
         has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
         self.tokenizer = Tokenizer(path) if has_tokenizer else None
+        check_tokenizer_fits(self.tokenizer, load_config(path).vocab_size)  # before the weights
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
