@@ -137,9 +137,15 @@ READERS = {
     "device": ("--device", ("fork", "kernels", "engine", "block-size", "speculative", "chunked")),
     "kv_cache_dtype": ("--kv-cache-dtype", ("memory",)),
     "seed": ("--seed", ("memory", "sharing", "kernels", "engine", "block-size", "kv-dtype")),
+    "threads": ("--threads", ("fork", "engine", "block-size", "tui", "speculative", "chunked")),
 }
 """The benchmarks that read each option (its ``dest``: its flag, its readers); the others
-ignore it, so an option typed beside none of its readers is refused (``check_read``)."""
+ignore it, so an option typed beside none of its readers is refused (``check_read``).
+``--threads`` is read by the benchmarks that time on torch's thread count; memory and sharing
+time nothing, kv-dtype measures error, not time, and kernels times 1 and 2 threads itself."""
+
+READ_BY_EVERY_BENCHMARK = ("names", "quick", "out", "json")
+"""The options every benchmark reads: which to run, their size, where files and tables go."""
 
 
 def check_read(names: list[str], typed: frozenset[str]) -> None:
