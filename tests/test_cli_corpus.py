@@ -38,6 +38,7 @@ BAD_VALUES = {
     "output_folder": ["", "   ", "a\x00b"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
+    "host_flag": ["", "   ", "a\x00b", "http://localhost", "localhost:8000", "[::1]", HUGE],
     "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
