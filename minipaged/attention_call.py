@@ -104,7 +104,7 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
         scales_read = ()
         if isinstance(query, Tensor) and isinstance(key_pool, Tensor) and key_pool.dim() == 4:
             scales_read = check_kv_scales(
-                query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale
+                query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale, key_pool.device
             )
         kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
         token = _scales_read.set(scales_read)
@@ -152,12 +152,14 @@ def check_kv_scales(
     num_kv_heads: int,
     k_scale: object = None,
     v_scale: object = None,
+    device: torch.device | None = None,
 ) -> tuple[tuple[Tensor, tuple[float, ...]], ...]:
     """Refuse ``k_scale`` / ``v_scale`` unless each is ``[num_kv_heads]`` positive finite
     numbers (``fp8.check_scale_values``, the rule's one home) for a pool of ``pool_dtype``
     narrower than ``compute_dtype``, the query's or the written keys' (the module's
-    docstring). Returns each scale it read with its values (read once, ``tolist``); under
-    ``engine_attention`` none is read."""
+    docstring), in a float dtype no wider than float32, on the pools' ``device``. Returns each
+    scale it read with its values (read once, ``tolist``); under ``engine_attention`` none is
+    read (its shape, dtype and device are still checked: they cost no read)."""
     given = {name: s for name, s in (("k_scale", k_scale), ("v_scale", v_scale)) if s is not None}
     if not given:
         return ()
@@ -180,6 +182,16 @@ def check_kv_scales(
             raise ValueError(
                 f"{name} must be [num_kv_heads] = [{num_kv_heads}], one scale per KV head, got "
                 f"shape {list(scale.shape)}"
+            )
+        if scale.dtype == torch.float64:  # torch's own refusal came from deep in the call
+            raise TypeError(
+                f"{name} is float64, but attention computes in float32 and a float64 scale "
+                f"would turn the call to float64; pass {name}.float()"
+            )
+        if device is not None and scale.device != device:
+            raise ValueError(
+                f"{name} is on {scale.device}, but the pools are on {device}: a scale is read "
+                f"beside the keys and values it scales; pass {name}.to({str(device)!r})"
             )
         if _values_checked.get():  # engine_attention's are the cache's, checked once
             read.append((scale, tuple(scale.tolist())))
