@@ -23,6 +23,7 @@ from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.prompts import Prompt, check_tokenizer_fits
 from minipaged.sampling import SamplingParams
+from minipaged.speculative.speculator import check_speculation_fits
 from minipaged.tokenizer import Tokenizer
 
 
@@ -95,7 +96,10 @@ class LLM:
             raise no_file(tokenizer_file, "the tokenizer")
         has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
         self.tokenizer = Tokenizer(path) if has_tokenizer else None
-        check_tokenizer_fits(self.tokenizer, load_config(path).vocab_size)  # before the weights
+        shape = load_config(path)  # checks of what the weights will meet, before they load
+        check_tokenizer_fits(self.tokenizer, shape.vocab_size)
+        if config.speculative is not None:
+            check_speculation_fits(config.speculative, shape)
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
