@@ -3,6 +3,8 @@ carries over: ``LLM(model=...).generate(prompts, SamplingParams(...))``."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -222,6 +224,25 @@ class LLM:
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
+
+
+def _settings_signature() -> inspect.Signature:
+    """``LLM``'s signature as ``help(LLM)`` and ``inspect.signature`` show it: ``model``, then
+    ``config`` and every other ``EngineConfig`` field by keyword, with its default. ``__init__``
+    takes the fields as ``**settings``, so a new field is a new keyword with no edit here."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    model = inspect.Parameter(
+        "model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="str | Path"
+    )
+    config = inspect.Parameter("config", keyword, default=None, annotation="EngineConfig")
+    fields = [f for f in dataclasses.fields(EngineConfig) if f.name != "model"]
+    settings = [
+        inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type) for f in fields
+    ]
+    return inspect.Signature([model, config, *settings])
+
+
+LLM.__signature__ = _settings_signature()
 
 
 def prompt_list(prompts) -> list[Prompt]:
