@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from minipaged.contract import NARROWER_POOL_DTYPES
+from minipaged.contract import HALF_POOL_DTYPES, NARROWER_POOL_DTYPES
 from minipaged.fp8 import check_scale_values
 from minipaged.python_numbers import python_number_arguments
 
@@ -106,6 +106,7 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
             scales_read = check_kv_scales(
                 query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale, key_pool.device
             )
+            k_scale, v_scale = unit_scales(query, key_pool, k_scale, v_scale)
         kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
         token = _scales_read.set(scales_read)
         try:
@@ -125,6 +126,18 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
     signature = inspect.signature(function)
     numbers = (name for name in NUMBER_ARGUMENTS if name in signature.parameters)
     return python_number_arguments(*numbers)(checked)
+
+
+def unit_scales(query: Tensor, key_pool: Tensor, *scales: Tensor | None) -> tuple:
+    """``scales`` with 1 for each one not given, when the pools are 16-bit under a float32
+    query: such a pool stores $k / s$, and with no $s$ given it holds $k$ itself, read widened
+    to float32 (``NARROWER_POOL_DTYPES``). Handed to torch as it is, a 16-bit pool beside a
+    float32 query failed inside ``scaled_dot_product_attention`` ("Expected query, key, and
+    value to have the same dtype"). Any other pool is returned with its scales unchanged."""
+    if key_pool.dtype not in HALF_POOL_DTYPES or query.dtype != torch.float32:
+        return scales
+    ones = torch.ones(key_pool.shape[1], device=key_pool.device)
+    return tuple(ones if scale is None else scale for scale in scales)
 
 
 def scale_values(scale: Tensor) -> tuple[float, ...]:

@@ -226,3 +226,39 @@ def test_an_engine_step_reads_no_scale_back_and_a_direct_call_reads_each_once(
     assert speculative is None or llm.engine.speculator.num_verify_passes > 0
     attend(attention.paged_attention_decode, torch.ones(2), "k_scale")
     assert reads == ["k_scale", "v_scale"]
+
+
+HALF_READS = {  # each reads 16-bit pools under a float32 query, its scales given by keyword
+    "decode": lambda q, k, v, t, lens, **s: attention.paged_attention_decode(
+        q, k, v, t, lens, 0.35, 4, **s
+    ),
+    "decode_loop": lambda q, k, v, t, lens, **s: attention.paged_attention_decode_loop(
+        q, k, v, t, lens, 0.35, 4, **s
+    ),
+    "decode_partitioned": lambda q, k, v, t, lens, **s: (
+        attention.paged_attention_decode_partitioned(q, k, v, t, lens, 0.35, 4, 4, **s)
+    ),
+    "prefill": lambda q, k, v, t, lens, **s: attention.paged_attention_prefill(
+        q, k, v, t, lens, torch.ones_like(lens), 0.35, 4, **s
+    ),
+}
+
+
+@pytest.mark.parametrize("given", ["none", "k_scale", "v_scale"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("call", HALF_READS)
+def test_a_16_bit_pool_without_its_scales_is_read_widened_with_a_scale_of_1(call, dtype, given):
+    """A 16-bit pool under a float32 query stores k / s; a scale not given is 1, and the pool
+    is read in float32 as given. Without scales it failed inside torch ("Expected query, key,
+    and value to have the same dtype")."""
+    torch.manual_seed(0)
+    query, keys, values = torch.randn(2, 4, 8), torch.randn(4, 2, 4, 8), torch.randn(4, 2, 4, 8)
+    tables, lens = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), torch.tensor([6, 5])
+    half = keys.to(dtype), values.to(dtype)
+    scales = {} if given == "none" else {given: torch.full((2,), 2.0)}
+    got = HALF_READS[call](query, *half, tables, lens, **scales)
+    widened = [pool.float() for pool in half]
+    if given != "none":
+        widened[given == "v_scale"] *= 2.0
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, HALF_READS[call](query, *widened, tables, lens))
