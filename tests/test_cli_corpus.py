@@ -39,7 +39,8 @@ BAD_VALUES = {
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
     "host_flag": ["", "   ", "a\x00b", "http://localhost", "localhost:8000", "[::1]", HUGE],
-    "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
+    "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE]
+    + ["²x40", "120x٤٠", "9" * 5000 + "x40"],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
 or ``choices`` for an option with a list of them. Every number has an upper bound: a finite
@@ -423,6 +424,14 @@ def test_exercises_init_says_the_folder_as_a_shell_reads_it_back(
     status, out, _ = run(["exercises", "init", "1", name], capsys)
     assert status == 0 and (tmp_path / name / "README.md").is_file()
     assert f"then inside {shlex.quote(name)} run" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("size", ["²x40", "120x٤٠", "9" * 5000 + "x40", "40x" + "1" * 10])
+def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(capsys, size):
+    """``str.isdigit`` says yes to "²" and to 5,000 nines, and ``int`` then raised: argparse
+    said only "invalid size value" and echoed the whole value."""
+    line = assert_usage_error(["tui", "--size", size, "--screenshot", "x.svg"], capsys, "--size")
+    assert "must look like 120x40" in line and len(line) < 300
 
 
 EXERCISE_ACTIONS = {"init": "init N DIR", "hint": "hint N", "check": "check N [DIR]"}
