@@ -427,10 +427,13 @@ def test_exercises_init_says_the_folder_as_a_shell_reads_it_back(
 
 
 @pytest.mark.parametrize("size", ["²x40", "120x٤٠", "9" * 5000 + "x40", "40x" + "1" * 10])
-def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(capsys, size):
+def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(
+    capsys, tmp_path, size
+):
     """``str.isdigit`` says yes to "²" and to 5,000 nines, and ``int`` then raised: argparse
     said only "invalid size value" and echoed the whole value."""
-    line = assert_usage_error(["tui", "--size", size, "--screenshot", "x.svg"], capsys, "--size")
+    shot = str(tmp_path / "x.svg")
+    line = assert_usage_error(["tui", "--size", size, "--screenshot", shot], capsys, "--size")
     assert "must look like 120x40" in line and len(line) < 300
 
 
