@@ -18,6 +18,9 @@ from minipaged.arguments import LONGEST_MESSAGE
 USAGE = 2
 
 HUGE = "x" * 100_000
+UNWRITABLE = ["/proc/minipaged-out"] if Path("/proc/self").is_dir() else []
+"""A path in a folder no file can be made in, even by root: refused where it is typed, not
+after the benchmark, grading or run whose output it was to hold."""
 BAD_VALUES = {
     "integer": [
         "",
@@ -34,8 +37,8 @@ BAD_VALUES = {
     "number": ["", "   ", "nan", "inf", "1e400", "1e300", "-1e300", "ten", "a\x00b", HUGE],
     "text": ["", "   ", "a\x00b"],
     "path": ["", "   ", "a\x00b"],
-    "output_file": ["", "   ", "a\x00b"],
-    "output_folder": ["", "   ", "a\x00b"],
+    "output_file": ["", "   ", "a\x00b", *UNWRITABLE],
+    "output_folder": ["", "   ", "a\x00b", *UNWRITABLE, "/etc/hostname/under-a-file"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
     "host_flag": ["", "   ", "a\x00b", "http://localhost", "localhost:8000", "[::1]", HUGE],
@@ -435,6 +438,41 @@ def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(
     shot = str(tmp_path / "x.svg")
     line = assert_usage_error(["tui", "--size", size, "--screenshot", shot], capsys, "--size")
     assert "must look like 120x40" in line and len(line) < 300
+
+
+@pytest.mark.skipif(not UNWRITABLE, reason="needs Linux's /proc, where no file can be made")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "memory", "--quick", "--out", "/proc/minipaged-out/plots"],
+        ["trace", "record", "/proc/minipaged.jsonl", "--prompt", "Emma"],
+        ["tui", "--screenshot", "/proc/minipaged.svg"],
+        ["exercises", "check", "1", "--solution", "--json", "/proc/minipaged.json"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_an_output_no_file_can_be_made_for_is_refused_before_the_work(capsys, argv):
+    line = assert_usage_error(argv, capsys, "cannot write /proc/minipaged")
+    assert "no file can be made in /proc" in line
+
+
+def test_the_writability_probe_leaves_nothing_behind(capsys, tmp_path):
+    from minipaged.arguments import output_file, output_folder
+
+    assert output_file("a trace")(str(tmp_path / "run.jsonl")) == tmp_path / "run.jsonl"
+    assert output_folder("a folder")(str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not UNWRITABLE, reason="needs Linux's /proc, where no file can be made")
+def test_a_file_that_cannot_be_made_is_named_as_asked_not_by_its_temporary_name():
+    """The library's own writes (``atomic_write``) said "/proc/.run.jsonl.uv7dng5g: No such
+    file or directory", a name the user never gave."""
+    from minipaged import atomic_write
+
+    with pytest.raises(OSError) as refused:
+        atomic_write.Replacement(Path("/proc/minipaged.jsonl"))
+    assert refused.value.filename == "/proc/minipaged.jsonl"
 
 
 EXERCISE_ACTIONS = {"init": "init N DIR", "hint": "hint N", "check": "check N [DIR]"}
