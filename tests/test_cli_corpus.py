@@ -611,6 +611,13 @@ def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, no_benchmark_
     assert_usage_error(argv, capsys, "leave")
 
 
+@pytest.mark.parametrize(
+    "names", [["memory", "memory"], ["sharing", "memory", "sharing"]], ids=" ".join
+)
+def test_bench_refuses_a_benchmark_named_twice_before_any_runs(capsys, no_benchmark_runs, names):
+    assert_usage_error(["bench", *names, "--quick"], capsys, names[-1], "more than once")
+
+
 def a_failing_demo(args):
     raise RuntimeError("planted failure")
 

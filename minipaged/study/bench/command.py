@@ -234,6 +234,9 @@ def bench(args: argparse.Namespace) -> int:
     unknown = [name for name in args.names if name not in SUBBENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
+    twice = sorted({name for name in args.names if args.names.count(name) > 1})
+    if twice:  # it would run, and print its table, twice
+        raise ValueError(f"{', '.join(twice)} named more than once: name each benchmark once")
     check_read(args.names or list(SUBBENCHMARKS), getattr(args, "typed", frozenset()))
     torch.set_num_threads(args.threads)
     options = Options(
