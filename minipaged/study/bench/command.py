@@ -66,7 +66,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "the real block manager (K = 4 and 1,000 requests at 80 GB take seconds)",
     )
     sim.add_argument(
-        "--block-size", type=integer(1, 8192), default=16, help="B of the paged allocator"
+        "--block-size",
+        type=setting_integer("block_size"),
+        default=16,
+        help="B of the paged allocator",
     )
     sim.add_argument(
         "--delta", type=integer(1, 8192), default=256, help="ΔL of the Orca-style allocator"
