@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import IO
 
 
+def check_can_make_files(folder: Path) -> None:
+    """Raise ``OSError`` unless a file can be made in ``folder`` (read-only, or ``/proc``'s,
+    cannot), by making one and removing it at once: the file system answers as it will for
+    the write itself, where ``os.access`` says yes to root everywhere."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".minipaged-probe.")
+    os.close(fd)
+    os.unlink(probe)
+
+
 class Replacement:
     """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``."""
 
@@ -32,7 +41,10 @@ class Replacement:
         if self.path.is_dir():
             raise IsADirectoryError(f"cannot write {self.path}: it is a folder; name a file")
         self.was_link = self.path.is_symlink()
-        fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
+        try:
+            fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
+        except OSError as error:  # named by the path asked for, not the temporary one
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
         encoding = None if "b" in mode else "utf-8"
         self.file: IO = os.fdopen(fd, mode, encoding=encoding)
         self.published = False

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from minipaged.contract import NARROWER_POOL_DTYPES
+from minipaged.contract import HALF_POOL_DTYPES, NARROWER_POOL_DTYPES
 from minipaged.fp8 import check_scale_values
 from minipaged.python_numbers import python_number_arguments
 
@@ -104,8 +104,9 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
         scales_read = ()
         if isinstance(query, Tensor) and isinstance(key_pool, Tensor) and key_pool.dim() == 4:
             scales_read = check_kv_scales(
-                query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale
+                query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale, key_pool.device
             )
+            k_scale, v_scale = unit_scales(query, key_pool, k_scale, v_scale)
         kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
         token = _scales_read.set(scales_read)
         try:
@@ -125,6 +126,18 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
     signature = inspect.signature(function)
     numbers = (name for name in NUMBER_ARGUMENTS if name in signature.parameters)
     return python_number_arguments(*numbers)(checked)
+
+
+def unit_scales(query: Tensor, key_pool: Tensor, *scales: Tensor | None) -> tuple:
+    """``scales`` with 1 for each one not given, when the pools are 16-bit under a float32
+    query: such a pool stores $k / s$, and with no $s$ given it holds $k$ itself, read widened
+    to float32 (``NARROWER_POOL_DTYPES``). Handed to torch as it is, a 16-bit pool beside a
+    float32 query failed inside ``scaled_dot_product_attention`` ("Expected query, key, and
+    value to have the same dtype"). Any other pool is returned with its scales unchanged."""
+    if key_pool.dtype not in HALF_POOL_DTYPES or query.dtype != torch.float32:
+        return scales
+    ones = torch.ones(key_pool.shape[1], device=key_pool.device)
+    return tuple(ones if scale is None else scale for scale in scales)
 
 
 def scale_values(scale: Tensor) -> tuple[float, ...]:
@@ -152,12 +165,14 @@ def check_kv_scales(
     num_kv_heads: int,
     k_scale: object = None,
     v_scale: object = None,
+    device: torch.device | None = None,
 ) -> tuple[tuple[Tensor, tuple[float, ...]], ...]:
     """Refuse ``k_scale`` / ``v_scale`` unless each is ``[num_kv_heads]`` positive finite
     numbers (``fp8.check_scale_values``, the rule's one home) for a pool of ``pool_dtype``
     narrower than ``compute_dtype``, the query's or the written keys' (the module's
-    docstring). Returns each scale it read with its values (read once, ``tolist``); under
-    ``engine_attention`` none is read."""
+    docstring), in a float dtype no wider than float32, on the pools' ``device``. Returns each
+    scale it read with its values (read once, ``tolist``); under ``engine_attention`` none is
+    read (its shape, dtype and device are still checked: they cost no read)."""
     given = {name: s for name, s in (("k_scale", k_scale), ("v_scale", v_scale)) if s is not None}
     if not given:
         return ()
@@ -180,6 +195,16 @@ def check_kv_scales(
             raise ValueError(
                 f"{name} must be [num_kv_heads] = [{num_kv_heads}], one scale per KV head, got "
                 f"shape {list(scale.shape)}"
+            )
+        if scale.dtype == torch.float64:  # torch's own refusal came from deep in the call
+            raise TypeError(
+                f"{name} is float64, but attention computes in float32 and a float64 scale "
+                f"would turn the call to float64; pass {name}.float()"
+            )
+        if device is not None and scale.device != device:
+            raise ValueError(
+                f"{name} is on {scale.device}, but the pools are on {device}: a scale is read "
+                f"beside the keys and values it scales; pass {name}.to({str(device)!r})"
             )
         if _values_checked.get():  # engine_attention's are the cache's, checked once
             read.append((scale, tuple(scale.tolist())))

@@ -27,7 +27,7 @@ from minipaged.memory import ModelShape
 from minipaged.model import Llama
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
-from minipaged.prompts import Prompt, check_stop_tokens, prompt_token_ids
+from minipaged.prompts import Prompt, check_stop_tokens, check_tokenizer_fits, prompt_token_ids
 from minipaged.request_limits import (
     RequestRejected,
     automatic_id,
@@ -65,6 +65,7 @@ class LLMEngine:
         the exercises, to watch it run the real model. An FP8 ``kv_cache_dtype`` starts with
         scales of 1; ``LLM`` calibrates them."""
         config = (config or EngineConfig()).replace(**settings)
+        check_tokenizer_fits(tokenizer, model.config.vocab_size)
         param = next(model.parameters())
         check_fp8_model(
             config.kv_cache_dtype, str(param.dtype).removeprefix("torch."), config.backend

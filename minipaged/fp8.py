@@ -114,6 +114,11 @@ def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | fl
         scale = python_number(scale)  # np.float32(0.5) is 0.5, and so is torch.tensor(0.5)
     if isinstance(scale, int) and not isinstance(scale, bool):
         scale = float(scale)
+    if isinstance(scale, Tensor) and scale.is_meta:
+        raise ValueError(
+            f"{name} is on the meta device, which holds shapes but no values: build it on the "
+            "device of the keys and values"
+        )
     if isinstance(scale, Tensor) and scale.is_floating_point():
         values = scale.flatten().tolist()
     elif isinstance(scale, float):
@@ -127,18 +132,28 @@ def check_scales(scale: object, name: str, *, zero: bool = False) -> Tensor | fl
     return scale
 
 
+SCALE_RANGE = (2.0**-149, torch.finfo(torch.float32).max)
+"""The positive numbers float32 holds, smallest (a subnormal) to largest: scales are kept and
+applied in float32, so a float64 scale past either end would become 0 or inf there."""
+
+
 def check_scale_values(values: Iterable[float], name: str, *, zero: bool = False) -> None:
-    """Every one of ``values``, a scale's numbers already read, is positive and finite (0 too
-    when ``zero``); else ``ValueError`` naming ``name`` and the first that is not."""
-    bad = [v for v in values if not ((v >= 0 if zero else v > 0) and v < math.inf)]
-    if bad:  # NaN fails both comparisons
+    """Every one of ``values``, a scale's numbers already read, is positive and finite in
+    float32 (``SCALE_RANGE``; 0 too when ``zero``); else ``ValueError`` naming ``name`` and
+    the first that is not."""
+    low, high = SCALE_RANGE
+    bad = [v for v in values if not ((v == 0 if zero else False) or low <= v <= high)]
+    if bad:  # NaN fails every comparison
         what = (
             "non-negative and finite (a head's largest |x|)"
             if zero
             else "positive and finite (a head's largest |x| over the format's largest value, "
             "times headroom: minipaged.fp8.scale_for)"
         )
-        raise ValueError(f"{name} must be {what}, got {bad[0]}")
+        raise ValueError(
+            f"{name} must be {what} in float32, where scales are kept ({low:.3g} to "
+            f"{high:.3g}), got {bad[0]}"
+        )
 
 
 def dequantize(x: Tensor, scale: Tensor | float | None) -> Tensor:

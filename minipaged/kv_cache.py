@@ -79,7 +79,7 @@ def quantize_kv(
     pools' dtype when it is another float (a float16 cache under a float32 model), else
     unchanged. The one place a write quantizes, for the reference and the kernels alike."""
     if isinstance(key, Tensor) and key.dim() == 3:  # else check_write refuses it, by name
-        check_kv_scales(key.dtype, pool_dtype, key.shape[1], k_scale, v_scale)
+        check_kv_scales(key.dtype, pool_dtype, key.shape[1], k_scale, v_scale, key.device)
     if key.dtype == pool_dtype:
         return key, value
     narrower = key.dtype == torch.float32 and pool_dtype in HALF_POOL_DTYPES

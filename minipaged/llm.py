@@ -3,6 +3,8 @@ carries over: ``LLM(model=...).generate(prompts, SamplingParams(...))``."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -21,8 +23,9 @@ from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
-from minipaged.prompts import Prompt
+from minipaged.prompts import Prompt, check_tokenizer_fits
 from minipaged.sampling import SamplingParams
+from minipaged.speculative.speculator import check_speculation_fits
 from minipaged.tokenizer import Tokenizer
 
 
@@ -95,6 +98,10 @@ class LLM:
             raise no_file(tokenizer_file, "the tokenizer")
         has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
         self.tokenizer = Tokenizer(path) if has_tokenizer else None
+        shape = load_config(path)  # checks of what the weights will meet, before they load
+        check_tokenizer_fits(self.tokenizer, shape.vocab_size)
+        if config.speculative is not None:
+            check_speculation_fits(config.speculative, shape)
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
@@ -217,6 +224,25 @@ class LLM:
                 for output in step.finished:
                     results[output.request_id] = output
                     progress.advance(task)
+
+
+def _settings_signature() -> inspect.Signature:
+    """``LLM``'s signature as ``help(LLM)`` and ``inspect.signature`` show it: ``model``, then
+    ``config`` and every other ``EngineConfig`` field by keyword, with its default. ``__init__``
+    takes the fields as ``**settings``, so a new field is a new keyword with no edit here."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    model = inspect.Parameter(
+        "model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="str | Path"
+    )
+    config = inspect.Parameter("config", keyword, default=None, annotation="EngineConfig")
+    fields = [f for f in dataclasses.fields(EngineConfig) if f.name != "model"]
+    settings = [
+        inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type) for f in fields
+    ]
+    return inspect.Signature([model, config, *settings])
+
+
+LLM.__signature__ = _settings_signature()
 
 
 def prompt_list(prompts) -> list[Prompt]:

@@ -9,7 +9,7 @@ that does not belong to the checkpoint).
 from __future__ import annotations
 
 from minipaged.python_numbers import python_number
-from minipaged.tokenizer import Tokenizer
+from minipaged.tokenizer import Tokenizer, TokenizerError
 
 Prompt = str | list[int] | dict
 
@@ -75,6 +75,20 @@ def prompt_token_ids(
             "ints (tensor.tolist() for a tensor's)"
         )
     return token_ids, text
+
+
+def check_tokenizer_fits(tokenizer: Tokenizer | None, vocab: int) -> None:
+    """Refuse, where a model and a tokenizer are put together, a tokenizer whose vocabulary is
+    larger than the model's embedding ($V$ rows): it can encode text to ids of $V$ or more,
+    which the model has no row for. A smaller one is fine (checkpoints often pad $V$ to a round
+    number)."""
+    if tokenizer is not None and tokenizer.vocab_size > vocab:
+        raise TokenizerError(
+            f"the tokenizer has {tokenizer.vocab_size:,} tokens but the model's embedding has "
+            f"{vocab:,} rows (vocab_size in config.json): the tokenizer.json does not belong to "
+            "this checkpoint; put the model's own tokenizer.json beside its weights, or pass "
+            "skip_tokenizer_init=True and give prompts as token ids"
+        )
 
 
 def check_stop_tokens(stop_token_ids: tuple[int, ...], vocab: int) -> None:

@@ -18,6 +18,9 @@ from minipaged.arguments import LONGEST_MESSAGE
 USAGE = 2
 
 HUGE = "x" * 100_000
+UNWRITABLE = ["/proc/minipaged-out"] if Path("/proc/self").is_dir() else []
+"""A path in a folder no file can be made in, even by root: refused where it is typed, not
+after the benchmark, grading or run whose output it was to hold."""
 BAD_VALUES = {
     "integer": [
         "",
@@ -34,11 +37,13 @@ BAD_VALUES = {
     "number": ["", "   ", "nan", "inf", "1e400", "1e300", "-1e300", "ten", "a\x00b", HUGE],
     "text": ["", "   ", "a\x00b"],
     "path": ["", "   ", "a\x00b"],
-    "output_file": ["", "   ", "a\x00b"],
-    "output_folder": ["", "   ", "a\x00b"],
+    "output_file": ["", "   ", "a\x00b", *UNWRITABLE],
+    "output_folder": ["", "   ", "a\x00b", *UNWRITABLE, "/etc/hostname/under-a-file"],
     "choices": ["", "   ", "a\x00b", "Ελίζαβετ", HUGE],
     "origin_flag": ["", "   ", "a\x00b", "*", "javascript:alert(1)", "https://x.org/p", HUGE],
-    "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE],
+    "host_flag": ["", "   ", "a\x00b", "http://localhost", "localhost:8000", "[::1]", HUGE],
+    "size": ["", "x", "120", "0x40", "120x0", "-5x40", "1e3x40", "120x40x2", "100000x100000", HUGE]
+    + ["²x40", "120x٤٠", "9" * 5000 + "x40"],
 }
 """Values each kind of option refuses, by the name of its argparse type (``minipaged.arguments``),
 or ``choices`` for an option with a list of them. Every number has an upper bound: a finite
@@ -52,9 +57,6 @@ FREE_TEXT = {
     ("tui", "--keys"): "key names, checked against the key map by tui.command.screenshot_keys",
     ("bench", "names"): "benchmark names, checked against the benchmarks before any runs",
     ("exercises init", "directory"): "a folder to create, checked by the grader's init",
-    ("exercises init", "number"): "an exercise number, checked against the exercises",
-    ("exercises hint", "number"): "as init's",
-    ("exercises check", "number"): "as init's",
     ("exercises check", "--memory-limit"): "GiB or inf, checked by grader.time_limit.limits_from",
     ("exercises check", "--time-limit"): "seconds or inf, as --memory-limit",
 }
@@ -427,6 +429,84 @@ def test_exercises_init_says_the_folder_as_a_shell_reads_it_back(
     assert f"then inside {shlex.quote(name)} run" in " ".join(out.split())
 
 
+@pytest.mark.parametrize("size", ["²x40", "120x٤٠", "9" * 5000 + "x40", "40x" + "1" * 10])
+def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(
+    capsys, tmp_path, size
+):
+    """``str.isdigit`` says yes to "²" and to 5,000 nines, and ``int`` then raised: argparse
+    said only "invalid size value" and echoed the whole value."""
+    shot = str(tmp_path / "x.svg")
+    line = assert_usage_error(["tui", "--size", size, "--screenshot", shot], capsys, "--size")
+    assert "must look like 120x40" in line and len(line) < 300
+
+
+@pytest.mark.skipif(not UNWRITABLE, reason="needs Linux's /proc, where no file can be made")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "memory", "--quick", "--out", "/proc/minipaged-out/plots"],
+        ["trace", "record", "/proc/minipaged.jsonl", "--prompt", "Emma"],
+        ["tui", "--screenshot", "/proc/minipaged.svg"],
+        ["exercises", "check", "1", "--solution", "--json", "/proc/minipaged.json"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_an_output_no_file_can_be_made_for_is_refused_before_the_work(capsys, argv):
+    line = assert_usage_error(argv, capsys, "cannot write /proc/minipaged")
+    assert "no file can be made in /proc" in line
+
+
+def test_the_writability_probe_leaves_nothing_behind(capsys, tmp_path):
+    from minipaged.arguments import output_file, output_folder
+
+    assert output_file("a trace")(str(tmp_path / "run.jsonl")) == tmp_path / "run.jsonl"
+    assert output_folder("a folder")(str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not UNWRITABLE, reason="needs Linux's /proc, where no file can be made")
+def test_a_file_that_cannot_be_made_is_named_as_asked_not_by_its_temporary_name():
+    """The library's own writes (``atomic_write``) said "/proc/.run.jsonl.uv7dng5g: No such
+    file or directory", a name the user never gave."""
+    from minipaged import atomic_write
+
+    with pytest.raises(OSError) as refused:
+        atomic_write.Replacement(Path("/proc/minipaged.jsonl"))
+    assert refused.value.filename == "/proc/minipaged.jsonl"
+
+
+EXERCISE_ACTIONS = {"init": "init N DIR", "hint": "hint N", "check": "check N [DIR]"}
+
+
+@pytest.mark.parametrize("action", EXERCISE_ACTIONS)
+@pytest.mark.parametrize("first", ["ex03", "./work", "/tmp", "three", "3.0", ""])
+def test_a_folder_typed_where_the_exercise_number_goes_is_told_the_order(
+    capsys, tmp_path, action, first
+):
+    """``exercises check DIR N`` (the folder first) said "invalid int value"; now the line
+    names N, what was typed, and the order, and nothing is made or graded."""
+    argv = ["exercises", action, first, *(["3"] if action != "hint" else [])]
+    line = assert_usage_error(argv, capsys, f"exercises {action}", "argument N")
+    assert f"got {first!r}" in line and f"`minipaged exercises {EXERCISE_ACTIONS[action]}`" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("number", ["0", "-1", "14", "99", "9" * 30])
+@pytest.mark.parametrize("action", EXERCISE_ACTIONS)
+def test_a_number_that_is_no_exercise_is_refused_where_it_is_typed(capsys, action, number):
+    argv = ["exercises", action, number, *(["somewhere"] if action == "init" else [])]
+    line = assert_usage_error(argv, capsys, f"no exercise {number}", "the exercises are 1..")
+    assert "argument N" in line
+
+
+def test_a_missing_folder_given_after_the_number_is_named_as_given(capsys, tmp_path):
+    """``check N DIR`` with no DIR there: the line names the folder, without telling the
+    student to use a flag they did not type."""
+    gone = tmp_path / "gone"
+    line = assert_usage_error(["exercises", "check", "3", str(gone)], capsys, str(gone))
+    assert "is no folder" in line and "--path" not in line
+
+
 # -- refusals that must come before the work (or the screen) is taken -----------------------
 
 TOO_LATE = {
@@ -446,36 +526,96 @@ def test_the_tui_refuses_a_request_it_could_never_run_before_the_app_starts(caps
     assert not shot.exists()
 
 
-def test_bench_knows_which_benchmarks_read_each_option():
-    """``READERS`` against the source: a benchmark reads an option where it says
-    ``options.<dest>``, so an option added to one is refused nowhere it is read."""
+def reads(module_name: str) -> set[str]:
+    """The options a benchmark's module reads: each ``options.<dest>`` in its source, and
+    ``threads`` where it times on torch's thread count (times something, or asks for the count,
+    and never sets its own)."""
     import importlib
     import inspect
     import re
 
+    source = inspect.getsource(importlib.import_module(module_name))
+    read = set(re.findall(r"options\.(\w+)", source))
+    times = "get_num_threads()" in source or "perf_counter" in source
+    if times and "set_num_threads(" not in source:
+        read.add("threads")
+    return read
+
+
+def test_bench_knows_which_benchmarks_read_each_option():
+    """``READERS`` against the source: a benchmark reads an option where it says
+    ``options.<dest>``, so an option added to one is refused nowhere it is read."""
     from minipaged.study.bench import SUBBENCHMARKS
     from minipaged.study.bench.command import READERS
 
     for name, module in SUBBENCHMARKS.items():
-        source = inspect.getsource(importlib.import_module(module))
-        read = set(re.findall(r"options\.(\w+)", source))
         for dest, (_, readers) in READERS.items():
-            assert (dest in read) == (name in readers), f"{name} and options.{dest}"
+            assert (dest in reads(module)) == (name in readers), f"{name} and {dest}"
+
+
+def test_every_bench_option_is_read_by_every_benchmark_or_has_its_readers_named():
+    """A new ``bench`` option must say who reads it, or it is accepted beside benchmarks that
+    ignore it (``bench memory --threads 4`` was)."""
+    from minipaged.study.bench.command import READ_BY_EVERY_BENCHMARK, READERS
+
+    bench = dict(leaves(PARSER))[("bench",)]
+    dests = {action.dest for action in bench._actions} - {"help"}
+    assert dests == set(READERS) | set(READ_BY_EVERY_BENCHMARK)
+
+
+def bench_ignoring_cases():
+    """``bench NAME FLAG VALUE`` for every option and every benchmark that does not read it."""
+    from minipaged.study.bench import SUBBENCHMARKS
+    from minipaged.study.bench.command import READERS
+
+    bench = dict(leaves(PARSER))[("bench",)]
+    for action in bench._actions:
+        if action.dest not in READERS:
+            continue
+        flag, readers = READERS[action.dest]
+        value = action.choices[0] if action.choices else str(action.default)
+        for name in SUBBENCHMARKS:
+            if name not in readers:
+                yield pytest.param([name, flag, value], id=f"{name} {flag}")
+
+
+@pytest.fixture
+def no_benchmark_runs(monkeypatch):
+    """A refusal that fails to come must not run minutes of benchmarks (and write the docs'
+    results page): running one fails the test at once."""
+    import minipaged.study.bench as benchmarks
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a benchmark ran")
+
+    monkeypatch.setattr(benchmarks, "run_many", ran)
+
+
+@pytest.mark.parametrize("argv", list(bench_ignoring_cases()))
+def test_bench_refuses_an_option_the_chosen_benchmark_ignores_before_any_runs(
+    capsys, no_benchmark_runs, argv
+):
+    assert_usage_error(["bench", *argv], capsys, argv[1], "leave")
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["bench", "memory", "--backend", "torch"],
-        ["bench", "sharing", "--model", "tiny"],
         ["bench", "memory", "sharing", "--device", "cpu"],
-        ["bench", "engine", "--kv-cache-dtype", "fp8_e4m3"],
-        ["bench", "tui", "--seed", "3"],
+        ["bench", "memory", "kernels", "--threads", "2"],
+        ["bench", "--seed", "3", "tui"],
     ],
     ids=" ".join,
 )
-def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, argv):
-    assert_usage_error(argv, capsys, argv[-2], "leave")
+def test_bench_refuses_an_option_no_chosen_benchmark_reads(capsys, no_benchmark_runs, argv):
+    assert_usage_error(argv, capsys, "leave")
+
+
+@pytest.mark.parametrize(
+    "names", [["memory", "memory"], ["sharing", "memory", "sharing"]], ids=" ".join
+)
+def test_bench_refuses_a_benchmark_named_twice_before_any_runs(capsys, no_benchmark_runs, names):
+    assert_usage_error(["bench", *names, "--quick"], capsys, names[-1], "more than once")
 
 
 def a_failing_demo(args):

@@ -2,9 +2,10 @@
 ``KVCache.set_scales``, a cache write's and every attention entry point's ``k_scale`` /
 ``v_scale``), or the largest magnitude a scale is made from, refuses 0, a negative, an infinite
 and a NaN one by name in the one rule's words (``fp8.check_scales``), as a Python number or
-anywhere in a tensor, and a dtype that is no FP8 format. The engine reads none of its own
-scales back (``attention_call.engine_attention``): it checked them once, at
-``KVCache.set_scales``."""
+anywhere in a tensor, and a dtype that is no FP8 format; so is a scale float32 (where scales
+are kept) cannot hold, a float64 per-head scale, and one on another device than the pools.
+The engine reads none of its own scales back (``attention_call.engine_attention``): it
+checked them once, at ``KVCache.set_scales``."""
 
 from __future__ import annotations
 
@@ -85,6 +86,54 @@ def test_a_scale_that_is_not_positive_and_finite_is_refused_naming_it(call, valu
         SCALE_CALLS[call](scale)
     assert str(refusal.value).startswith(f"{name} must be positive and finite (a head's largest")
     assert str(refusal.value).endswith(f"got {value}")
+
+
+PAST_FLOAT32 = [1e300, 3.5e38, 1e-300, 2.0**-151]
+"""Positive and finite as Python floats, but 0 or inf once kept in float32, where scales are:
+a float64 1e300 was taken by ``KVCache.set_scales`` and stored as inf."""
+
+RANGE_CASES = [
+    (call, value, form)
+    for call in SCALE_CALLS
+    for value in PAST_FLOAT32
+    for form in ("number", "float64 tensor")
+    if (form == "number" and not call.startswith(("KVCache", *PER_HEAD)))
+    or (form != "number" and not call.startswith(PER_HEAD))  # float64 per head: see below
+]
+
+
+@pytest.mark.parametrize(("call", "value", "form"), RANGE_CASES)
+def test_a_scale_float32_cannot_hold_is_refused_naming_the_range(call, value, form):
+    scale = value if form == "number" else as_tensor(call, 0.5).double()
+    if form != "number":
+        scale.view(-1)[-1] = value
+    with pytest.raises(ValueError, match=r"must be positive and finite .* in float32, where "):
+        SCALE_CALLS[call](scale)
+
+
+@pytest.mark.parametrize("value", [2.0**-149, torch.finfo(torch.float32).max, 1e-30, 1e30])
+@pytest.mark.parametrize("call", ["quantize", "dequantize", "error_bound"])
+def test_a_scale_float32_holds_is_taken_however_small_or_large(call, value):
+    SCALE_CALLS[call](value)
+
+
+@pytest.mark.parametrize("call", [c for c in SCALE_CALLS if c.startswith(PER_HEAD)])
+def test_a_float64_per_head_scale_is_refused_before_torch_mixes_dtypes(call):
+    """torch refused the mix from deep inside the reference ("Expected query, key, and value
+    to have the same dtype"); the refusal now names the scale and the cast."""
+    name = call.split()[-1]
+    with pytest.raises(TypeError, match=rf"{name} is float64, .* pass {name}.float\(\)"):
+        SCALE_CALLS[call](torch.full((2,), 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("call", SCALE_CALLS)
+def test_a_scale_on_another_device_is_refused_naming_both_devices(call):
+    """The meta device stands in for another device here (a CPU-only machine has no other):
+    a per-head scale must sit with the pools, and nothing reads values off the meta device
+    (it was a NotImplementedError from inside torch)."""
+    shape = (2, 2) if "KVCache" in call else (2,) if call.startswith(PER_HEAD) else (8,)
+    with pytest.raises(ValueError, match=r"meta"):
+        SCALE_CALLS[call](torch.full(shape, 0.5, device="meta"))
 
 
 NO_NUMBERS = [  # dequantize takes None: a pool with no scale (the model's dtype, or 1)
@@ -177,3 +226,39 @@ def test_an_engine_step_reads_no_scale_back_and_a_direct_call_reads_each_once(
     assert speculative is None or llm.engine.speculator.num_verify_passes > 0
     attend(attention.paged_attention_decode, torch.ones(2), "k_scale")
     assert reads == ["k_scale", "v_scale"]
+
+
+HALF_READS = {  # each reads 16-bit pools under a float32 query, its scales given by keyword
+    "decode": lambda q, k, v, t, lens, **s: attention.paged_attention_decode(
+        q, k, v, t, lens, 0.35, 4, **s
+    ),
+    "decode_loop": lambda q, k, v, t, lens, **s: attention.paged_attention_decode_loop(
+        q, k, v, t, lens, 0.35, 4, **s
+    ),
+    "decode_partitioned": lambda q, k, v, t, lens, **s: (
+        attention.paged_attention_decode_partitioned(q, k, v, t, lens, 0.35, 4, 4, **s)
+    ),
+    "prefill": lambda q, k, v, t, lens, **s: attention.paged_attention_prefill(
+        q, k, v, t, lens, torch.ones_like(lens), 0.35, 4, **s
+    ),
+}
+
+
+@pytest.mark.parametrize("given", ["none", "k_scale", "v_scale"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("call", HALF_READS)
+def test_a_16_bit_pool_without_its_scales_is_read_widened_with_a_scale_of_1(call, dtype, given):
+    """A 16-bit pool under a float32 query stores k / s; a scale not given is 1, and the pool
+    is read in float32 as given. Without scales it failed inside torch ("Expected query, key,
+    and value to have the same dtype")."""
+    torch.manual_seed(0)
+    query, keys, values = torch.randn(2, 4, 8), torch.randn(4, 2, 4, 8), torch.randn(4, 2, 4, 8)
+    tables, lens = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), torch.tensor([6, 5])
+    half = keys.to(dtype), values.to(dtype)
+    scales = {} if given == "none" else {given: torch.full((2,), 2.0)}
+    got = HALF_READS[call](query, *half, tables, lens, **scales)
+    widened = [pool.float() for pool in half]
+    if given != "none":
+        widened[given == "v_scale"] *= 2.0
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, HALF_READS[call](query, *widened, tables, lens))

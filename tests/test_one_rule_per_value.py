@@ -198,3 +198,41 @@ def test_every_seed_flag_takes_what_the_engine_takes(words, parser, word, capsys
 def test_the_seed_flags_found_include_the_benchmarks_and_the_engines():
     found = {words for words, _ in seed_flags()}
     assert {("generate",), ("simulate",), ("bench",), ("tui",), ("trace", "record")} <= found
+
+
+def integer_setting_flags():
+    """``(words, flag, rule)`` for every flag of every subcommand that fills an integer
+    ``EngineConfig`` setting by its name (``dest``), the engine's own flags and the others
+    (``simulate --block-size``, ``bench --seed``)."""
+    from minipaged.config import settings_of
+
+    for words, parser in leaves(build_parser()):
+        for action in parser._actions:
+            rule = settings_of().get(action.dest)
+            if action.option_strings and rule is not None and rule.kind is int:
+                yield pytest.param(
+                    action, rule, id=f"{' '.join(words)} {action.option_strings[-1]}"
+                )
+
+
+@pytest.mark.parametrize(("action", "rule"), list(integer_setting_flags()))
+def test_every_integer_setting_flag_takes_the_settings_range_and_no_more(action, rule):
+    """``simulate --block-size 8192`` was taken by the flag and then refused by the library
+    (which stops at 4,096) in the library's words, naming no flag."""
+
+    def taken(word: int) -> bool:
+        try:
+            action.type(str(word))
+        except argparse.ArgumentTypeError:
+            return False
+        return True
+
+    low = int(rule.low or 0)
+    assert taken(low) and not taken(low - 1)
+    if rule.high is not None:
+        assert taken(int(rule.high)) and not taken(int(rule.high) + 1)
+
+
+def test_the_integer_setting_flags_found_include_simulates_block_size():
+    found = {param.id for param in integer_setting_flags()}
+    assert {"simulate --block-size", "generate --block-size", "bench --seed"} <= found

@@ -4,6 +4,7 @@ the defaults and choices they state, and does the stage's work."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -32,6 +33,22 @@ def test_llm_takes_every_setting_the_design_names_with_its_default(name):
     rule = settings_of()[name]
     for value in values:
         assert value is None or not rule.choices or value in rule.choices
+
+
+def test_llms_signature_shows_every_setting_with_the_designs_default():
+    """``help(LLM)`` and ``inspect.signature(LLM)``, what a peer reads first, show DESIGN.md's
+    ``LLM(model=..., block_size=16, num_gpu_blocks=None, ...)``, not ``**settings``; and every
+    setting the signature shows is one ``LLM`` takes."""
+    from minipaged.config import EngineConfig
+
+    parameters = inspect.signature(LLM).parameters
+    for name, (default, _) in DESIGN_SETTINGS.items():
+        assert name in parameters and parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+        if default is not None or name in ("num_gpu_blocks", "prefix_caching"):
+            assert parameters[name].default == default, name
+    assert next(iter(parameters)) == "model"
+    shown = set(parameters) - {"model", "config"}
+    assert shown == {f.name for f in dataclasses.fields(EngineConfig)} - {"model"}
 
 
 def test_the_pipeline_has_its_sampler_stage_after_the_model():

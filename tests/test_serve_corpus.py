@@ -100,3 +100,45 @@ def test_the_command_line_checks_the_port_before_the_server_starts(capsys, monke
         status, _, err = run(["tui", "--serve", "--port", port], capsys)
     assert status != 0 and started == []
     assert err.strip().count("\n") == 0 and f"port {port}" in err and "--port" in err
+
+
+MISPLACED_HOST = {
+    "http://localhost": "not a URL",
+    "https://course.example.org": "not a URL",
+    "localhost/app": "not a URL",
+    "localhost:8000": "--host localhost --port 8000",
+    "0.0.0.0:9000": "--host 0.0.0.0 --port 9000",
+    ":8000": "--host 127.0.0.1 --port 8000",
+    "[::1]": "without brackets",
+    "[::1]:8765": "without brackets",
+}
+
+
+@pytest.mark.parametrize("value", MISPLACED_HOST)
+def test_a_host_with_a_scheme_port_or_brackets_is_told_where_each_part_goes(capsys, value):
+    """Each only failed to resolve ("no such address"); now the line says which part goes
+    to --host and which to --port, before anything listens."""
+    line = assert_usage_error(["tui", "--serve", "--host", value], capsys, "--host")
+    assert MISPLACED_HOST[value] in line
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "localhost", "0.0.0.0", "::1", "fe80::1", "a-b.c"])
+def test_an_address_or_a_host_name_alone_is_taken_as_typed(value):
+    from tui.serve import host_flag
+
+    assert host_flag(value) == value
+
+
+def test_a_resolver_error_is_said_in_its_own_words_not_as_an_unknown_errno(monkeypatch):
+    """``create_server`` raises getaddrinfo's errors as ``OSError`` with a negative errno (-9
+    for an IPv6 address on a machine without IPv6), which ``os.strerror`` calls "Unknown
+    error -9"."""
+    why = "Address family for hostname not supported"
+
+    def refuses(address):
+        raise OSError(-9, f"{why} (while attempting to bind on address ('::1', 8765))")
+
+    monkeypatch.setattr(socket, "create_server", refuses)
+    with pytest.raises(ValueError, match=rf"::1 port 8765 \({why}\): if the port") as refused:
+        check_can_listen("::1", 8765)
+    assert "Unknown error" not in str(refused.value)

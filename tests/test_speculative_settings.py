@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minipaged import cli, invariants
+from minipaged import LLM, cli, invariants
 from minipaged.engine import LLMEngine
 from minipaged.sampling import SamplingParams
 from minipaged.speculative import SpeculativeConfig
@@ -213,7 +213,8 @@ def test_ngram_drafting_of_a_wide_tree_is_bounded_by_the_cap():
 
 @pytest.mark.parametrize(("max_tokens", "context"), [(1_000_000, 24), (3, 2048), (5, 2048)])
 def test_no_tree_drafts_past_max_tokens_or_the_models_context(max_tokens, context):
-    """A depth of 1,024 (the deepest any tree reaches) is capped by what the request may still
+    """A depth of 1,024 (the deepest any tree reaches), or of the context less one, is capped
+    by what the request may still
     write: the tokens left to max_tokens and to the context's end (one of them kept for the
     bonus token), so no guess is drafted that could never be kept; the output stops where a
     plain run would."""
@@ -221,7 +222,8 @@ def test_no_tree_drafts_past_max_tokens_or_the_models_context(max_tokens, contex
 
     model = small_llama(16, seed=5)
     model.config = replace(model.config, max_position_embeddings=context)
-    config = SpeculativeConfig(num_speculative_tokens=1024, branching=2, max_tree_nodes=64)
+    depth = min(1024, context - 1)  # the deepest the context allows (check_speculation_fits)
+    config = SpeculativeConfig(num_speculative_tokens=depth, branching=2, max_tree_nodes=64)
     engine = LLMEngine(model, block_size=4, num_gpu_blocks=256, speculative=config)
     prompt = list(range(1, 12))
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
@@ -238,3 +240,73 @@ def test_no_tree_drafts_past_max_tokens_or_the_models_context(max_tokens, contex
         written = max([written, *lengths])
     assert depths and all(depth <= room - 1 for depth, room in depths), depths
     assert written == min(max_tokens, context - len(prompt))
+
+
+def no_weights_load(monkeypatch):
+    """Make loading any weights fail the test: the refusals below come from config.json."""
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr("minipaged.llm.load_model", loaded)
+    monkeypatch.setattr("minipaged.speculative.speculator.load_model", loaded)
+
+
+@pytest.mark.parametrize("depth", [512, 513, 1024])
+def test_a_draft_as_deep_as_the_context_is_refused_before_any_weights_load(monkeypatch, depth):
+    """The tiny model's context is 512 tokens: a depth of 512 or more could never be drafted
+    (one prompt token leaves 511 to write), and was cut every step without a word."""
+    no_weights_load(monkeypatch)
+    speculative = {"method": "ngram", "num_speculative_tokens": depth}
+    with pytest.raises(
+        ValueError,
+        match=f"={depth:,} drafts as deep as the model's context of 512 tokens.*lower it below 512",
+    ) as refused:
+        LLM("tiny", speculative=speculative)
+    assert one_line(refused.value)
+
+
+def test_a_draft_one_shorter_than_the_context_is_taken():
+    assert LLM("tiny", speculative={"method": "ngram", "num_speculative_tokens": 511}).engine
+
+
+def test_an_engine_built_on_a_model_of_a_shorter_context_refuses_the_depth():
+    from dataclasses import replace
+
+    model = small_llama(16, seed=5)
+    model.config = replace(model.config, max_position_embeddings=8)
+    with pytest.raises(ValueError, match="=8 drafts as deep as the model's context of 8"):
+        LLMEngine(model, speculative=SpeculativeConfig(num_speculative_tokens=8))
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused_from_its_config(tmp_path, monkeypatch):
+    """Its config.json says so: neither the target's weights nor the draft's load first."""
+    import json
+    import shutil
+
+    from minipaged.models import model_directory
+
+    draft = tmp_path / "draft"
+    shutil.copytree(model_directory("tiny-draft"), draft)
+    config = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps(config | {"vocab_size": 4096}))
+    no_weights_load(monkeypatch)
+    speculative = {"method": "draft", "draft_model": str(draft)}
+    with pytest.raises(
+        ValueError, match="draft model's vocabulary has 4,096 tokens but the target's has 2,048"
+    ):
+        LLM("tiny", speculative=speculative)
+
+
+def test_a_loaded_draft_model_of_another_vocabulary_is_refused_by_the_engine():
+    target, draft = small_llama(16, seed=5), small_llama(32, seed=6)
+    speculative = SpeculativeConfig("draft", draft_model=draft)
+    with pytest.raises(ValueError, match="has 32 tokens but the target's has 16"):
+        LLMEngine(target, speculative=speculative)
+
+
+def test_the_command_line_refuses_a_draft_past_the_context_in_one_line(capsys):
+    flag = '{"method": "ngram", "num_speculative_tokens": 600}'
+    status = cli.main(["generate", "--prompt", "Emma", "--speculative-config", flag])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "context of 512" in err

@@ -62,3 +62,60 @@ def test_an_id_past_the_vocabulary_has_no_text(token):
 )
 def test_numpy_and_torch_ids_decode_as_the_integers_they_equal(ids):
     assert TOKENIZER.decode(ids) == TOKENIZER.decode([65, 66])
+
+
+def _checkpoint_with_tokens_added(tmp_path, added: int):
+    """The tiny checkpoint with ``added`` tokens put on its tokenizer: ``added`` > 0 makes a
+    tokenizer larger than the model's embedding of 2,048 rows."""
+    import shutil
+
+    from tokenizers import Tokenizer as HFTokenizer
+
+    folder = tmp_path / f"tiny-plus-{added}"
+    shutil.copytree(model_directory("tiny"), folder)
+    grown = HFTokenizer.from_file(str(folder / "tokenizer.json"))
+    grown.add_tokens([f"<extra{i}>" for i in range(added)])
+    grown.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.mark.parametrize("added", [1, 100])
+def test_a_tokenizer_larger_than_the_embedding_is_refused_when_the_llm_is_built(tmp_path, added):
+    from minipaged import LLM
+    from minipaged.tokenizer import TokenizerError
+
+    folder = _checkpoint_with_tokens_added(tmp_path, added)
+    size = f"{2048 + added:,}"
+    with pytest.raises(
+        TokenizerError,
+        match=f"tokenizer has {size} tokens but the model's "
+        "embedding has 2,048 rows.*skip_tokenizer_init=True",
+    ):
+        LLM(str(folder))
+
+
+def test_a_tokenizer_as_large_as_the_embedding_or_one_skipped_is_accepted(tmp_path):
+    from minipaged import LLM
+
+    assert LLM(str(_checkpoint_with_tokens_added(tmp_path, 0))).tokenizer.vocab_size == 2048
+    assert LLM(str(_checkpoint_with_tokens_added(tmp_path, 5)), skip_tokenizer_init=True)
+
+
+def test_an_engine_given_a_tokenizer_larger_than_its_model_is_refused(tmp_path):
+    from minipaged import LLM
+    from minipaged.engine import LLMEngine
+    from minipaged.tokenizer import TokenizerError
+
+    model = LLM("tiny").model
+    grown = Tokenizer(_checkpoint_with_tokens_added(tmp_path, 1))
+    with pytest.raises(TokenizerError, match="2,049 tokens but the model's embedding has 2,048"):
+        LLMEngine(model, grown)
+
+
+def test_the_command_line_refuses_the_pair_in_one_line_with_status_1(tmp_path, capsys):
+    from minipaged.cli import main
+
+    folder = _checkpoint_with_tokens_added(tmp_path, 3)
+    assert main(["generate", "--model", str(folder), "--prompt", "It is"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "2,051 tokens" in err and "2,048 rows" in err

@@ -285,7 +285,9 @@ def parse_size(size: str) -> tuple[int, int]:
     """An argparse type for ``--size``: ``WIDTHxHEIGHT`` in cells, each from 1 to ``MAX_SIZE``,
     refused where it is typed."""
     width, _, height = size.lower().partition("x")
-    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+    # int() raises on "²" (a digit to isdigit) and on thousands of digits: ASCII, and short
+    numbers = all(part.isascii() and part.isdigit() and len(part) <= 9 for part in (width, height))
+    if not (numbers and int(width) > 0 and int(height) > 0):
         raise argparse.ArgumentTypeError(f"must look like 120x40 (WIDTHxHEIGHT), got {size!r:.60}")
     if int(width) > MAX_SIZE[0] or int(height) > MAX_SIZE[1]:
         raise argparse.ArgumentTypeError(

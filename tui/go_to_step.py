@@ -37,13 +37,26 @@ class GoToStep(ModalScreen[int | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
-        if (
-            text.lstrip("-").isdigit()
-            and int(text) >= 0
-            and (not self.finished or int(text) <= self.last)
-        ):
-            self.dismiss(int(text))
+        step = step_asked(text, self.last, self.finished)
+        if step is not None:
+            self.dismiss(step)
             return
         box = self.query_one(Input)
-        box.border_title = f"no step {text or '(empty)'}; {self.prompt()}"
+        shown = text if len(text) <= MAX_DIGITS else f"{text[:MAX_DIGITS]}..."
+        box.border_title = f"no step {shown or '(empty)'}; {self.prompt()}"
         box.value = ""
+
+
+MAX_DIGITS = 18
+"""Digits a step number may have: more than any run records (and ``int`` refuses a string of
+more than 4,300 digits with a ``ValueError``, which would end the session)."""
+
+
+def step_asked(text: str, last: int, finished: bool) -> int | None:
+    """The step ``text`` names, or None when it names none of the run's: not a number, below
+    0, past ``last`` of a ``finished`` run (a live run records on), or longer than
+    ``MAX_DIGITS``."""
+    if not (text.isdigit() and text.isascii() and len(text) <= MAX_DIGITS):
+        return None
+    step = int(text)
+    return step if not finished or step <= last else None

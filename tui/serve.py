@@ -43,7 +43,7 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
     serve = server.add_argument("--serve", action="store_true", help="serve the app to browsers")
     host = server.add_argument(
         "--host",
-        type=text("an address"),  # "" would listen on every address, as 0.0.0.0 does
+        type=host_flag,  # "" would listen on every address, as 0.0.0.0 does
         default="127.0.0.1",
         help="the address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or one "
         "of its addresses) lets every machine that reaches it open the app",
@@ -71,6 +71,31 @@ def add_arguments(tui: argparse.ArgumentParser) -> argparse.Action:
     for flag in (host, port, origin, sessions):
         requires(flag, serve)
     return serve
+
+
+def host_flag(value: str) -> str:
+    """An argparse type for ``--host``: an address or a host name alone (``text``'s rules).
+    A URL, a host with its port, or an IPv6 address in brackets is refused where it is typed,
+    saying which part goes where: each would only fail to resolve, with the system's words."""
+    host = text("an address")(value)
+    shown = f"{value!r:.80}"
+    port = host.rpartition(":")[2]
+    if "://" in host or "/" in host:
+        raise argparse.ArgumentTypeError(
+            f"takes an address, not a URL, got {shown}: give the host alone (--host localhost, "
+            "--host 0.0.0.0) and the port with --port"
+        )
+    if host.startswith("[") or host.endswith("]"):
+        raise argparse.ArgumentTypeError(
+            f"takes an IPv6 address without brackets, got {shown}: --host ::1, and the port "
+            "with --port"
+        )
+    if host.count(":") == 1 and port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"takes the address without its port, got {shown}: --host "
+            f"{host.rpartition(':')[0] or '127.0.0.1'} --port {port}"
+        )
+    return host
 
 
 def command_for(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
@@ -118,7 +143,10 @@ def check_can_listen(host: str, port: int) -> None:
         with socket.create_server((host, port)):
             pass
     except OSError as error:  # the system's words without create_server's "(while ...)"
-        why = os.strerror(error.errno) if error.errno else str(error)
+        # A negative errno is getaddrinfo's (EAI_*), which os.strerror does not know
+        words = error.strerror or str(error)
+        why = os.strerror(error.errno) if error.errno and error.errno > 0 else words
+        why = why.split(" (while attempting")[0]
         raise ValueError(
             f"cannot listen on {host} port {port} ({why}): if the port "
             "is in use or reserved, pick another with --port; if the address is not this "

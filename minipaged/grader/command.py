@@ -23,6 +23,7 @@ import json
 import math
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -77,7 +78,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "into DIR (created; it must not hold the files already), then, inside DIR, check them "
         "with `minipaged exercises check N`.",
     )
-    init.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    init.add_argument(
+        "number",
+        type=exercise_number("init N DIR"),
+        metavar="N",
+        help=f"the exercise, 1 to {max(EXERCISES)}",
+    )
     init.add_argument("directory", metavar="DIR", help="where to put the files")
     init.add_argument("--site-url", **_SITE_URL_OPTION)
     hint = actions.add_parser(
@@ -86,7 +92,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Print the hints of exercise N: the README's own (tier 1), or the second "
         "tier, kept out of the README, to read only after trying the first.",
     )
-    hint.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    hint.add_argument(
+        "number",
+        type=exercise_number("hint N"),
+        metavar="N",
+        help=f"the exercise, 1 to {max(EXERCISES)}",
+    )
     hint.add_argument(
         "--tier", type=integer(1, 2), default=1, help="1 (the README's hints) or 2 (more)"
     )
@@ -98,7 +109,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "your functions and the grader judges what they return. Exit status 0 "
         "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
     )
-    check.add_argument("number", type=int, help=f"the exercise, 1 to {max(EXERCISES)}")
+    check.add_argument(
+        "number",
+        type=exercise_number("check N [DIR]"),
+        metavar="N",
+        help=f"the exercise, 1 to {max(EXERCISES)}",
+    )
     check.add_argument(
         "directory",
         nargs="?",
@@ -168,6 +184,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"most {MAX_SECONDS:g} (a day); CPU time is capped at {CPU_PER_WALL:g} times that; inf "
         f"for no limit; each check still stops after {defaults.check_seconds:g} s",
     )
+
+
+def exercise_number(usage: str) -> Callable[[str], int]:
+    """An argparse type for the number N of an exercise, refused where it is typed when it
+    names none. ``usage`` is the action's words (``check N [DIR]``), shown when N is not a
+    number: most often the folder typed first, and N after it."""
+
+    def parse(word: str) -> int:
+        try:
+            number = int(word)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"N is the exercise's number, 1 to {max(EXERCISES)}, got {word!r:.60}; it comes "
+                f"first: `minipaged exercises {usage}` (`minipaged exercises list` shows them)"
+            ) from None
+        try:
+            exercise(number)
+        except ValueError as error:  # its words: the exercises there are
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return number
+
+    parse.__name__ = "integer"
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,8 +43,8 @@ def folder_of(number: int, path: Path | None = None) -> Path:
     missing = missing_files(number, folder)
     if missing:
         raise FileNotFoundError(
-            f"{folder} {missing}: pass --path with the folder holding exercise {number:02d}'s "
-            f"files (make one with `minipaged exercises init {number} DIR`)"
+            f"{folder} {missing}: give the folder that holds exercise {number:02d}'s files "
+            f"(make one with `minipaged exercises init {number} DIR`)"
         )
     return folder
 

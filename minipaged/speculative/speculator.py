@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from minipaged.block_manager import BlockManager
-from minipaged.checkpoint import load_model
+from minipaged.checkpoint import load_config, load_model
 from minipaged.decoding import Sampler
 from minipaged.kv_cache import KVCache
-from minipaged.model import Llama
+from minipaged.model import Llama, LlamaConfig
 from minipaged.models import model_directory
 from minipaged.scheduler import ScheduledSeq, SchedulerOutput
 from minipaged.sequence import SequenceGroup
@@ -45,21 +45,40 @@ class Drafted:
     branches: Branches
 
 
+def check_speculation_fits(config: SpeculativeConfig, target: LlamaConfig) -> None:
+    """Refuse, from the models' ``config.json`` alone (before any weights load), speculation
+    the target cannot run: a draft as deep as its context, where one token of prompt leaves
+    ``max_position_embeddings - 1`` to write (the setting would be cut every step, without a
+    word), or a draft model of another vocabulary (its token ids would mean other tokens)."""
+    context = target.max_position_embeddings
+    if config.num_speculative_tokens >= context:
+        raise ValueError(
+            f"speculative num_speculative_tokens={config.num_speculative_tokens:,} drafts as "
+            f"deep as the model's context of {context:,} tokens, past what any sequence can "
+            f"write after its prompt; lower it below {context:,}"
+        )
+    if config.method != "draft":
+        return
+    draft = config.draft_model
+    shape = draft.config if isinstance(draft, Llama) else load_config(model_directory(draft))
+    if shape.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"the draft model's vocabulary has {shape.vocab_size:,} tokens but the target's "
+            f"has {target.vocab_size:,}: a draft model must share the target's tokenizer; "
+            "give a draft_model trained with it, or method 'ngram'"
+        )
+
+
 def make_drafter(config: SpeculativeConfig, target: Llama) -> Drafter:
-    """The drafter ``config`` names. A draft model is loaded like the target (same dtype and
-    device) and must share its vocabulary: its token ids mean the target's tokens."""
+    """The drafter ``config`` names (``check_speculation_fits`` first). A draft model is
+    loaded like the target (same dtype and device)."""
+    check_speculation_fits(config, target.config)
     if config.method == "ngram":
         return NgramDrafter(config.ngram_max, config.ngram_min)
     draft = config.draft_model
     if not isinstance(draft, Llama):
         param = next(target.parameters())
         draft = load_model(model_directory(draft), dtype=param.dtype, device=param.device)
-    if draft.config.vocab_size != target.config.vocab_size:
-        raise ValueError(
-            f"the draft model's vocabulary has {draft.config.vocab_size} tokens but the "
-            f"target's has {target.config.vocab_size}: a draft model must share the target's "
-            "tokenizer"
-        )
     return DraftModelDrafter(draft)
 
 

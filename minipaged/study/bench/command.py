@@ -66,7 +66,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "the real block manager (K = 4 and 1,000 requests at 80 GB take seconds)",
     )
     sim.add_argument(
-        "--block-size", type=integer(1, 8192), default=16, help="B of the paged allocator"
+        "--block-size",
+        type=setting_integer("block_size"),
+        default=16,
+        help="B of the paged allocator",
     )
     sim.add_argument(
         "--delta", type=integer(1, 8192), default=256, help="ΔL of the Orca-style allocator"
@@ -137,9 +140,15 @@ READERS = {
     "device": ("--device", ("fork", "kernels", "engine", "block-size", "speculative", "chunked")),
     "kv_cache_dtype": ("--kv-cache-dtype", ("memory",)),
     "seed": ("--seed", ("memory", "sharing", "kernels", "engine", "block-size", "kv-dtype")),
+    "threads": ("--threads", ("fork", "engine", "block-size", "tui", "speculative", "chunked")),
 }
 """The benchmarks that read each option (its ``dest``: its flag, its readers); the others
-ignore it, so an option typed beside none of its readers is refused (``check_read``)."""
+ignore it, so an option typed beside none of its readers is refused (``check_read``).
+``--threads`` is read by the benchmarks that time on torch's thread count; memory and sharing
+time nothing, kv-dtype measures error, not time, and kernels times 1 and 2 threads itself."""
+
+READ_BY_EVERY_BENCHMARK = ("names", "quick", "out", "json")
+"""The options every benchmark reads: which to run, their size, where files and tables go."""
 
 
 def check_read(names: list[str], typed: frozenset[str]) -> None:
@@ -228,6 +237,9 @@ def bench(args: argparse.Namespace) -> int:
     unknown = [name for name in args.names if name not in SUBBENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; choose from {', '.join(SUBBENCHMARKS)}")
+    twice = sorted({name for name in args.names if args.names.count(name) > 1})
+    if twice:  # it would run, and print its table, twice
+        raise ValueError(f"{', '.join(twice)} named more than once: name each benchmark once")
     check_read(args.names or list(SUBBENCHMARKS), getattr(args, "typed", frozenset()))
     torch.set_num_threads(args.threads)
     options = Options(
