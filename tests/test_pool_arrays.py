@@ -135,13 +135,22 @@ def test_a_scale_changed_in_place_is_read_anew(scale, kernel):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_scale_of_another_dtype_reads_as_its_float32_rounding(dtype, kernel):
     call = arguments(FP8)
-    wide = {**call, "k_scale": (call["k_scale"] * 1.0001).to(dtype)}
-    wide["v_scale"] = (call["v_scale"] / 3).to(dtype)
-    rounded = {**wide, "k_scale": wide["k_scale"].float(), "v_scale": wide["v_scale"].float()}
-    assert torch.equal(run(kernel, wide), run(kernel, rounded))
+    narrow = {**call, "k_scale": (call["k_scale"] * 1.0001).to(dtype)}
+    narrow["v_scale"] = (call["v_scale"] / 3).to(dtype)
+    rounded = {**narrow, "k_scale": narrow["k_scale"].float(), "v_scale": narrow["v_scale"].float()}
+    assert torch.equal(run(kernel, narrow), run(kernel, rounded))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_float64_scale_is_refused_as_on_every_path(kernel):
+    """One rule with the reference (``attention_call.check_kv_scales``): a float64 scale would
+    turn the reference's call to float64, so every path refuses it, naming the fix."""
+    call = arguments(FP8)
+    with pytest.raises(TypeError, match=r"k_scale is float64.*k_scale\.float\(\)"):
+        run(kernel, {**call, "k_scale": call["k_scale"].double()})
 
 
 def test_a_scale_off_the_host_is_handed_on_without_reading_its_values():
