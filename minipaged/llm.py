@@ -21,6 +21,7 @@ from minipaged.device import check_device, check_pools_fit_on
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import ModelShape
+from minipaged.model import LlamaConfig
 from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.prompts import Prompt, check_tokenizer_fits
@@ -89,7 +90,7 @@ class LLM:
         config = (config or EngineConfig()).replace(**settings)
         check_device(config.device)
         path = model_directory(config.model)
-        check_kv_cache_fits(config)  # pools that fit no memory: before any is made
+        model_config = check_kv_cache_fits(config)  # pools that fit no memory: before any is made
         # Read before the weights, which can take a minute: a bad tokenizer.json is refused
         # first. A checkpoint saved with save_pretrained alone has no tokenizer.json: it runs
         # on token ids, as with skip_tokenizer_init, and a text prompt is refused naming it.
@@ -98,10 +99,9 @@ class LLM:
             raise no_file(tokenizer_file, "the tokenizer")
         has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
         self.tokenizer = Tokenizer(path) if has_tokenizer else None
-        shape = load_config(path)  # checks of what the weights will meet, before they load
-        check_tokenizer_fits(self.tokenizer, shape.vocab_size)
+        check_tokenizer_fits(self.tokenizer, model_config.vocab_size)  # before the weights load
         if config.speculative is not None:
-            check_speculation_fits(config.speculative, shape)
+            check_speculation_fits(config.speculative, model_config)
         self.config = config
         self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
@@ -280,14 +280,14 @@ def params_list(sampling_params, count: int) -> list[SamplingParams]:
     return list(sampling_params)
 
 
-def check_kv_cache_fits(config: EngineConfig) -> None:
+def check_kv_cache_fits(config: EngineConfig) -> LlamaConfig:
     """Refuse pools the memory free now would not hold, before anything is allocated or
     loaded: device and host blocks of BlockSizeBytes with the KV cache's $b$, the device's
     against ``config.device``'s free memory and the host's against the host's
     (``device.check_pools_fit_on``: on the CPU both against the host's). The checkpoint's
     config.json is first checked against its weights' shapes (``check_weights_match``): the
     pools are sized from it, so a config that inflates the layers is told as that, not as a
-    pool too large."""
+    pool too large. Returns that config, for the other checks made before the weights load."""
     model = load_config(config.model)
     check_weights_match(model_directory(config.model), model)
     shape = ModelShape(
@@ -306,3 +306,4 @@ def check_kv_cache_fits(config: EngineConfig) -> None:
         (host * block_bytes, f"{host:,} host blocks {of_b}"),
         "lower num_gpu_blocks, num_cpu_blocks or block_size (--num-gpu-blocks, ...)",
     )
+    return model
