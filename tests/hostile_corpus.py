@@ -1052,8 +1052,9 @@ def _move(bm, seqs, src, dst, before=lambda: None, inside=lambda: None):
 """Exercise 05's scheduler file, which may call the library's ``swap_out``, watching the
 hand-over of its ``_move`` to the stub that asks for it (``minipaged.grader.delegation``)."""
 
-_THEIR_MOVE = (
-    "import sys\nscheduler = next(m for m in list(sys.modules.values()) if hasattr(m, '_grab'))\n"
+_THEIR_MOVE = (  # by its own names: torch.ops' namespaces answer every attribute
+    "import sys\nscheduler = next(\n"
+    "    m for m in list(sys.modules.values()) if '_grab' in getattr(m, '__dict__', {})\n)\n"
 )
 
 WATCHING = HandIn(

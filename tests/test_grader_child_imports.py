@@ -1,15 +1,19 @@
 """What a grading child pays for before it grades: it imports the library modules its exercise
 hides (``Exercise.hidden``, guarded before the student's code loads). Torch's import takes
 seconds of CPU, so an exercise that grades no tensor code must not pull it in through an
-annotation: exercise 05's scheduler once did, through ``minipaged.sequence``, and every
-exercise 05 grading (a student's, and the suite's dozens) paid for it."""
+annotation: exercise 05's scheduler once did, through ``minipaged.sequence``. (Exercise 05's
+checks import torch themselves, through ``minipaged.sampling``: the child loads them before the
+student's files, on the grader's time, as it does every exercise's checks.)"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from minipaged.grader.exercises import EXERCISES
+import pytest
+
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
+from minipaged.grader.grading import grade
 
 WITHOUT_TENSORS = (1, 2, 3, 4, 5, 6, 12, 13)
 """The exercises on the allocator's, the scheduler's and the caches' side: no tensor code."""
@@ -39,3 +43,27 @@ def test_the_probe_sees_torch_where_an_exercise_grades_tensors():
     """The probe can fail: exercise 07's attention needs torch."""
     done = probe((7,))
     assert "exercise 07: importing minipaged.attention imports torch" in done.stderr
+
+
+CHECKS_LOADED = """
+import sys as _sys
+if "{checks}" not in _sys.modules:
+    raise ImportError("the grader's checks were not loaded before this file")
+"""
+
+
+@pytest.mark.parametrize("number", (1, 5))
+def test_the_checks_load_before_the_students_files(number, tmp_path):
+    """Importing a student's files is timed (``check_seconds``); the exercise's checks, which
+    the child imports anyway, load before it, so their cost (exercise 05's: torch) is not
+    charged to the student's import. A hand-in whose file imported the checks timed out at
+    the suite's 4 s limit on a busy machine when it was."""
+    ex = EXERCISES[number]
+    folder = tmp_path / "hand-in"
+    folder.mkdir()
+    for name in ex.files:
+        text = (TUTORIALS / ex.folder / "starter" / name).read_text()
+        (folder / name).write_text(text + CHECKS_LOADED.format(checks=ex.checks))
+    report = grade(number, folder, first_failure=True)
+    said = [r.message for r in report.results]
+    assert not any("were not loaded before" in m for m in said), said

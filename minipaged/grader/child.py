@@ -328,6 +328,10 @@ def _prepare(args: argparse.Namespace) -> str:
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]
         hidden = readable.hidden_files(mirrored)
+    # The checks load now, on the grader's time (exercise 05's pull in torch, seconds of CPU):
+    # importing the student's files then costs their own code's time, even where a file
+    # imports the checks (to change them, which ``tampering`` sees).
+    importlib.import_module(ex.checks)
     places = readable.roots(args.path, args.temp)
     rules = readable.read_rules(places, hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])
