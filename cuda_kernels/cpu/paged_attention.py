@@ -112,7 +112,15 @@ def attend(q, acc, key_pool, value_pool, table, kv_head, start, end, scale, fiel
                 probs[group - 1, thread] = score * scale
 
         for g in range(group):  # the block reductions, one query head at a time
-            m_curr = max(m_prev[g], probs[g, :tokens].max())  # finite: token `first` < end
+            # m_curr = max(m_prev, the round's scores), by compare and select: ndarray.max()
+            # tests each value for NaN and stops at one, a branch per value that kept it out of
+            # SIMD lanes (28 against 8 ns for 32 scores; both twins 1-4% faster, paired rounds,
+            # one thread). A NaN score is passed over here, but its e^{s - m} is NaN and
+            # reaches l and acc, so the row still ends NaN
+            m_curr = m_prev[g]
+            for thread in range(tokens):
+                score = probs[g, thread]
+                m_curr = score if score > m_curr else m_curr
             p_prev = math.exp(m_prev[g] - m_curr)  # rescales what was summed under the old max
             total = ZERO
             for thread in range(tokens):  # the round's exps at once, in SIMD lanes (simd_exp)
