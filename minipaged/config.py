@@ -31,6 +31,11 @@ from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbe
 from minipaged.setting_rules import Setting, check_rule, setting
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
+DEVICE_INDEX = r"(0|[1-9][0-9]?|1[01][0-9]|12[0-7])"
+"""A device number as torch spells it: no sign, no leading zero, at most 127 (torch keeps it
+in 8 bits: ``torch.device("cuda:128")`` is ``cuda:-128``). Every CPU number is the one CPU:
+``torch.zeros(1, device="cpu:1").device`` is ``cpu``."""
+
 DTYPES = ("float32", "float16", "bfloat16")
 """The weights' dtypes ``dtype`` names (a ``torch.dtype`` among them is taken by its name)."""
 
@@ -63,8 +68,8 @@ class EngineConfig:
         "cpu",
         "where the model and its KV cache live",
         str,
-        pattern=r"cpu|cuda(:[0-9]+)?",
-        what="'cpu', 'cuda' or 'cuda:N'",
+        pattern=rf"(cpu|cuda)(:{DEVICE_INDEX})?",
+        what="'cpu', 'cuda', 'cpu:N' or 'cuda:N' (N from 0 to 127, as torch numbers devices)",
     )
     skip_tokenizer_init: bool = setting(
         False,
