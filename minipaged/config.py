@@ -200,19 +200,12 @@ class EngineConfig:
                 "num_cpu_blocks some blocks, or use preemption='recompute'"
             )
         check_fp8_model(self.kv_cache_dtype, self.dtype, self.backend)
-        if self.long_prefill_token_threshold and not self.enable_chunked_prefill:
-            raise ValueError(
-                f"long_prefill_token_threshold={self.long_prefill_token_threshold} caps a "
-                "prefill chunk, but chunked prefill is off; pass enable_chunked_prefill=True "
-                "(--enable-chunked-prefill), or leave the threshold at 0"
-            )
-        budget = self.max_num_batched_tokens
-        if budget is not None and budget < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens={budget} is below max_num_seqs={self.max_num_seqs}: "
-                "every running sequence decodes one token a step; raise the budget or lower "
-                "max_num_seqs"
-            )
+        check_token_budget(
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            self.enable_chunked_prefill,
+            self.long_prefill_token_threshold,
+        )
 
     def pool_sizes(self, block_bytes: int, max_context: int) -> tuple[int, int]:
         """``(num_gpu_blocks, num_cpu_blocks)`` with None resolved, for blocks of
@@ -273,6 +266,41 @@ def check_fp8_model(kv_cache_dtype: str, dtype: str, backend: str) -> None:
             f"kv_cache_dtype={kv_cache_dtype!r} with a {dtype} model: the reference attention "
             "dequantizes an FP8 cache to float32, so the model must be float32 too; pass "
             "dtype='float32', or kv_cache_dtype='auto'"
+        )
+
+
+def check_token_budget(
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    enable_chunked_prefill: bool,
+    long_prefill_token_threshold: int,
+) -> None:
+    """Refuse scheduler settings that each pass their own rule but mean nothing together, naming
+    both values: a threshold with chunking off, or above the step's token budget (a chunk
+    never exceeds the budget, so such a threshold caps nothing); a budget below one decode per
+    sequence. ``EngineConfig`` checks the budget it is given, ``Scheduler`` the one it runs on
+    (None resolved from the model's context)."""
+    threshold, budget = long_prefill_token_threshold, max_num_batched_tokens
+    if threshold and not enable_chunked_prefill:
+        raise ValueError(
+            f"long_prefill_token_threshold={threshold} caps a prefill chunk, but chunked "
+            "prefill is off; pass enable_chunked_prefill=True (--enable-chunked-prefill), or "
+            "leave the threshold at 0"
+        )
+    if budget is None:
+        return
+    if threshold > budget:
+        raise ValueError(
+            f"long_prefill_token_threshold={threshold} is above max_num_batched_tokens={budget}"
+            ", the most tokens one step computes, so it caps nothing; pass a threshold of at "
+            f"most {budget} (--long-prefill-token-threshold), 0 for none, or raise "
+            "max_num_batched_tokens (--max-num-batched-tokens)"
+        )
+    if budget < max_num_seqs:
+        raise ValueError(
+            f"max_num_batched_tokens={budget} is below max_num_seqs={max_num_seqs}: every "
+            "running sequence decodes one token a step; raise the budget "
+            "(--max-num-batched-tokens) or lower max_num_seqs (--max-num-seqs)"
         )
 
 
