@@ -110,7 +110,8 @@ class LLM:
         if config.speculative is not None:
             check_speculation_fits(config.speculative, model_config)
         self.config = config
-        self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
+        dtype = getattr(torch, config.dtype)  # config.json as read and checked above
+        self.model = load_model(path, dtype, config.device, config=model_config)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype
