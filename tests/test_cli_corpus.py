@@ -429,7 +429,7 @@ def test_exercises_init_says_the_folder_as_a_shell_reads_it_back(
     assert f"then inside {shlex.quote(name)} run" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("size", ["²x40", "120x٤٠", "9" * 5000 + "x40", "40x" + "1" * 10])
+@pytest.mark.parametrize("size", ["²x40", "120x٤٠", "9" * 5000 + "x40", "+40x40"])
 def test_a_size_of_digits_int_cannot_read_is_told_the_form_not_invalid_value(
     capsys, tmp_path, size
 ):

@@ -34,6 +34,7 @@ from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
+from minipaged.typed_integers import read_integer
 
 REPORT_NAME = "report.json"
 UNSAVED = 3
@@ -198,7 +199,7 @@ def exercise_number(usage: str) -> Callable[[str], int]:
 
     def parse(word: str) -> int:
         try:
-            number = int(word)
+            number = read_integer(word)  # the one rule for a typed integer
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"N is the exercise's number, 1 to {max(EXERCISES)}, got {word!r:.60}; it comes "
