@@ -36,6 +36,7 @@ from minipaged.arguments import (
     text,
 )
 from minipaged.config import EngineConfig
+from minipaged.environment import check_environment
 
 FILE_ERRORS = (
     ("minipaged.checkpoint", "CheckpointError"),
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     command, previous = "", None
     try:
         show_traceback = _traceback_wanted()  # a bad value is refused before any work
+        check_environment()
     except ValueError as error:
         say("", str(error))
         return USAGE_ERROR
