@@ -1,6 +1,6 @@
 """``minipaged simulate`` with a KV cache too small for its workload: refused in one line that
 names the flags that give the cache room, each a real flag of ``simulate``; a cache smaller
-than the workload's longest sequence (a vAttention page larger than the budget maps none)
+than the workload's largest request holds (a vAttention page larger than the budget maps none)
 is refused before any allocator runs. Generated over the flags that size the cache."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ UP_FRONT = [
     ["--weights-gb", "79.99"],
     ["--hbm-gb", "16.2", "--workload", "chat"],
     ["--hbm-gb", "16.1", "--kv-cache-dtype", "fp8_e4m3"],
+    ["--n", "1024"],  # a request of 1,024 samples holds more than the whole cache
+    ["--beam-width", "1024", "--hbm-gb", "17"],
 ]
 AT_RUN_TIME = [  # the longest sequence fits, but static's L_max buffers or a request's beams do not
     ["--hbm-gb", "16.5"],
@@ -56,7 +58,7 @@ def test_a_cache_smaller_than_the_longest_sequence_is_refused_before_any_run(
 
     monkeypatch.setattr(simulator.Simulation, "run", no_run)
     message = refusal(capsys, flags)
-    assert "which could never finish" in message
+    assert "so it could never finish" in message
     check_names_real_flags(message, "--page-kb" if "--page-kb" in flags else "--hbm-gb")
 
 
