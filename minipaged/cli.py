@@ -44,6 +44,8 @@ FILE_ERRORS = (
     ("minipaged.trace", "TraceError"),
 )
 """ValueErrors that mean a file exists but is broken: a failure (1), not bad usage (2)."""
+OUTPUT_CLOSED = 1
+"""The status when whoever read the output closed it: 1, as rich's console exits then."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say(command, "interrupted (Ctrl-C)")
         return INTERRUPTED
+    except BrokenPipeError:  # the reader closed stdout (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return OUTPUT_CLOSED
     except Exception as error:
         if show_traceback:
             raise

@@ -101,3 +101,26 @@ def test_a_file_that_cannot_be_written_ends_the_command_non_zero_naming_it(
     assert lines, f"{case} did not say why: {said[-600:]}"
     assert expected in lines[-1], f"{case} did not name {expected}: {lines[-1]}"
     assert "Traceback" not in said
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["demo", "--no-pause"], ["exercises", "list"], ["simulate", "--requests", "3", "--json"]],
+    ids=" ".join,
+)
+def test_a_reader_that_closes_the_output_ends_the_command_quietly(words):
+    """``minipaged ... | head -1``: the reader leaves after one line; the command stops with
+    no error on the terminal (``simulate --json`` said "[Errno 32] Broken pipe"), and with
+    status 1 unless all it wrote fitted in the pipe before the reader left."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", "import sys; from minipaged import cli; sys.exit(cli.main())"]
+    process = subprocess.Popen(
+        [*command, *words], stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+    )
+    process.stdout.read(1)
+    process.stdout.close()  # the reader is gone; the command writes on
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=300) in (0, cli.OUTPUT_CLOSED)
+    assert error == ""
