@@ -62,3 +62,15 @@ def test_a_kernel_backend_is_refused_before_numba_reads_it(backend, monkeypatch)
         kernels_for(backend)
     monkeypatch.delenv("NUMBA_NUM_THREADS")
     assert kernels_for("torch") is None
+
+
+def test_bench_threads_and_numba_threads_have_one_bound():
+    import argparse
+
+    from tests.test_cli_corpus import leaves
+
+    bench = next(parser for words, parser in leaves(cli.build_parser()) if words == ("bench",))
+    threads = next(a for a in bench._actions if "--threads" in a.option_strings)
+    assert threads.type(str(MAX_THREADS)) == MAX_THREADS
+    with pytest.raises(argparse.ArgumentTypeError, match=f"between 1 and {MAX_THREADS:,}"):
+        threads.type(str(MAX_THREADS + 1))
