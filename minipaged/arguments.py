@@ -19,7 +19,7 @@ from minipaged import atomic_write
 from minipaged.config import EngineConfig, check_setting, settings_of
 from minipaged.python_numbers import MAX_COUNT
 from minipaged.sampling_rules import check_sampling_value
-from minipaged.typed_integers import integer_between, read_integer
+from minipaged.typed_numbers import integer_between, read_integer, read_real
 
 USAGE_ERROR = 2
 """Exit status for bad usage: a flag, value or combination the command does not accept."""
@@ -155,7 +155,7 @@ def real(
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = read_real(text)  # the one rule for a typed number
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
@@ -259,7 +259,7 @@ def ruled_number(
 
     def parse(word: str) -> int | float:
         try:
-            value = read_integer(word) if kind is int else float(word)
+            value = read_integer(word) if kind is int else read_real(word)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {word!r}") from None
         try:

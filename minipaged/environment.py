@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from minipaged.typed_integers import integer_between
+from minipaged.typed_numbers import integer_between
 
 MAX_THREADS = 1024
 """The most threads a pool may be asked for: past any machine's cores that minipaged runs on,

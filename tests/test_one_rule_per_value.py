@@ -2,7 +2,7 @@
 sampling flag is what ``SamplingParams`` accepts for its field (both ask
 ``minipaged.sampling_rules``), a request's seed is the engine's kind of seed, and a typed
 integer is read one way by every flag, the TUI's go-to-step box and ``tui --size``
-(``minipaged.typed_integers``). Generated over
+(``minipaged.typed_numbers``). Generated over
 every sampling flag of every subcommand and a set of edge values, so a new flag or a rule
 changed on one side only shows up here."""
 
@@ -18,7 +18,7 @@ from minipaged import SamplingParams
 from minipaged.cli import build_parser
 from minipaged.config import EngineConfig
 from minipaged.python_numbers import MAX_COUNT
-from minipaged.typed_integers import integer_between, read_integer
+from minipaged.typed_numbers import integer_between, read_integer, read_real
 from tests.test_cli_corpus import leaves
 from tui.command import MAX_SIZE, parse_size
 from tui.go_to_step import step_asked
@@ -298,3 +298,33 @@ def test_each_side_of_a_size_is_read_by_the_one_rule(word):
         read = typed(parse_size, size)
         expected = typed(lambda text, high=high: integer_between(text, 1, high), word)
         assert (read and read[side]) == expected, f"--size {size!r:.30}: {read}"
+
+
+REAL_WORDS = ["0", "1.5", "-1.5", ".5", "5.", "1e3", "1E-3", "+1.5", " 1.5", "1.5 ", "١.٥", "٨٠"]
+REAL_WORDS += ["1_0.5", "0x1p3", "1e", "e3", ".", "-", "", "inf", "nan", "1e400", "1,5"]
+"""Real numbers as a person may type them, in every spelling Python's ``float`` reads or not."""
+
+
+def real_rule_reads(word: str) -> float | None:
+    try:
+        return read_real(word)
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("word", REAL_WORDS, ids=repr)
+def test_every_number_flag_reads_a_word_as_the_one_rule_does(word):
+    value = real_rule_reads(word)
+    flags = [
+        (words, action)
+        for words, parser in leaves(build_parser())
+        for action in parser._actions
+        if getattr(action.type, "__name__", "") == "number"
+    ]
+    assert flags
+    for words, action in flags:
+        taken = typed(action.type, word)
+        where = f"minipaged {' '.join(words)} {action.option_strings[0]} {word!r}"
+        assert taken is None or taken == value, f"{where} read {taken}, the rule {value}"
+        if value is None:
+            assert taken is None, f"{where} was taken; the rule reads no number there"

@@ -28,7 +28,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
-from minipaged.typed_integers import read_integer
+from minipaged.typed_numbers import read_integer
 from tui import serve
 from tui.engine_config import TUI_CONFIG
 

@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input
 
 from minipaged.python_numbers import MAX_COUNT
-from minipaged.typed_integers import integer_between
+from minipaged.typed_numbers import integer_between
 
 SHOWN = 18
 """Characters of a refused entry the box's title repeats (a paste may be thousands)."""
@@ -55,7 +55,7 @@ class GoToStep(ModalScreen[int | None]):
 
 def step_asked(text: str, last: int, finished: bool) -> int | None:
     """The step ``text`` names, or None when it names none of the run's: ``--steps``'s rule (a
-    typed integer from 0 to ``MAX_COUNT``, ``minipaged.typed_integers``), and not past
+    typed integer from 0 to ``MAX_COUNT``, ``minipaged.typed_numbers``), and not past
     ``last`` of a ``finished`` run (a live run records on). Never raises: an exception in a
     Textual handler would end the session."""
     try:

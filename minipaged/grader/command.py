@@ -34,7 +34,7 @@ from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
-from minipaged.typed_integers import read_integer
+from minipaged.typed_numbers import read_integer
 
 REPORT_NAME = "report.json"
 UNSAVED = 3
