@@ -19,6 +19,7 @@ from minipaged import atomic_write
 from minipaged.config import EngineConfig, check_setting, settings_of
 from minipaged.python_numbers import MAX_COUNT
 from minipaged.sampling_rules import check_sampling_value
+from minipaged.typed_numbers import integer_between, read_integer, read_real
 
 USAGE_ERROR = 2
 """Exit status for bad usage: a flag, value or combination the command does not accept."""
@@ -131,16 +132,12 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type for an integer in [low, high]; ``high`` None is ``MAX_COUNT``, the
     largest count any setting holds, so no typed count overflows what it sizes."""
     high = MAX_COUNT if high is None else high
-    bounds = f"between {low:,} and {high:,}"
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low or value > high:
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:,}")
-        return value
+            return integer_between(text, low, high)  # the one rule for a typed integer
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
 
     parse.__name__ = "integer"
     return parse
@@ -158,7 +155,7 @@ def real(
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = read_real(text)  # the one rule for a typed number
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
@@ -262,7 +259,7 @@ def ruled_number(
 
     def parse(word: str) -> int | float:
         try:
-            value = kind(word)
+            value = read_integer(word) if kind is int else read_real(word)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {word!r}") from None
         try:

@@ -27,6 +27,7 @@ from torch import Tensor
 from minipaged import attention, memory
 from minipaged.attention import NO_BLOCK
 from minipaged.contract import check_query_lens, table_too_short
+from minipaged.environment import check_environment
 from minipaged.fp8 import is_fp8
 from minipaged.kv_cache import quantize_kv, write_kv
 
@@ -118,6 +119,8 @@ def kernels_for(backend: str) -> ModuleType | None:
     kernel modules have the same names: ``paged_attention_decode``,
     ``paged_attention_decode_v2``, ``reshape_and_cache``, ``copy_blocks``, ``swap_blocks``."""
     check_backend(backend)
+    if backend in ("numba", "numba-cpu"):
+        check_environment()  # before numba reads it, at its first import
     if backend == "numba":
         try:
             import cuda_kernels

@@ -133,7 +133,11 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
 
 
 def load_model(
-    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    *,
+    config: LlamaConfig | None = None,
 ) -> Llama:
     """Build a ``Llama`` from a Hugging Face directory (or embedded model name, see
     ``model_directory``), weights cast to ``dtype``.
@@ -141,12 +145,17 @@ def load_model(
     Every parameter must be present with HF's name and shape; a tied model needs no
     ``lm_head.weight`` (one that is present is ignored, as HF does). Raises
     ``CheckpointError`` naming the file for a missing or corrupt file, a missing or
-    unexpected tensor, or a shape that disagrees with ``config.json``.
+    unexpected tensor, or a shape that disagrees with ``config.json``. ``config``: the
+    directory's ``config.json`` as the caller read it (``load_config``) and checked against
+    the weights' headers (``check_weights_match``), as ``LLM`` does before it sizes the pools;
+    read and checked here when None. Either way the model is built from the one reading that
+    was checked: a second reading could differ from the first (a file rewritten meanwhile).
     """
     device = check_device(device)
     directory = _existing_directory(path)
-    config = load_config(directory)
-    check_weights_match(directory, config)  # every tensor there, of its shape: headers only
+    if config is None:
+        config = load_config(directory)
+        check_weights_match(directory, config)  # every tensor there, of its shape: headers only
     with torch.device("meta"):  # shapes only: the real tensors come from the file
         model = Llama(config)
     state: dict[str, torch.Tensor] = {}

@@ -36,6 +36,7 @@ from minipaged.arguments import (
     text,
 )
 from minipaged.config import EngineConfig
+from minipaged.environment import check_environment
 
 FILE_ERRORS = (
     ("minipaged.checkpoint", "CheckpointError"),
@@ -43,6 +44,8 @@ FILE_ERRORS = (
     ("minipaged.trace", "TraceError"),
 )
 """ValueErrors that mean a file exists but is broken: a failure (1), not bad usage (2)."""
+OUTPUT_CLOSED = 1
+"""The status when whoever read the output closed it: 1, as rich's console exits then."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     command, previous = "", None
     try:
         show_traceback = _traceback_wanted()  # a bad value is refused before any work
+        check_environment()
     except ValueError as error:
         say("", str(error))
         return USAGE_ERROR
@@ -315,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say(command, "interrupted (Ctrl-C)")
         return INTERRUPTED
+    except BrokenPipeError:  # the reader closed stdout (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return OUTPUT_CLOSED
     except Exception as error:
         if show_traceback:
             raise

@@ -31,6 +31,11 @@ from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbe
 from minipaged.setting_rules import Setting, check_rule, setting
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
 
+DEVICE_INDEX = r"(0|[1-9][0-9]?|1[01][0-9]|12[0-7])"
+"""A device number as torch spells it: no sign, no leading zero, at most 127 (torch keeps it
+in 8 bits: ``torch.device("cuda:128")`` is ``cuda:-128``). Every CPU number is the one CPU:
+``torch.zeros(1, device="cpu:1").device`` is ``cpu``."""
+
 DTYPES = ("float32", "float16", "bfloat16")
 """The weights' dtypes ``dtype`` names (a ``torch.dtype`` among them is taken by its name)."""
 
@@ -63,8 +68,8 @@ class EngineConfig:
         "cpu",
         "where the model and its KV cache live",
         str,
-        pattern=r"cpu|cuda(:[0-9]+)?",
-        what="'cpu', 'cuda' or 'cuda:N'",
+        pattern=rf"(cpu|cuda)(:{DEVICE_INDEX})?",
+        what="'cpu', 'cuda', 'cpu:N' or 'cuda:N' (N from 0 to 127, as torch numbers devices)",
     )
     skip_tokenizer_init: bool = setting(
         False,
@@ -195,19 +200,12 @@ class EngineConfig:
                 "num_cpu_blocks some blocks, or use preemption='recompute'"
             )
         check_fp8_model(self.kv_cache_dtype, self.dtype, self.backend)
-        if self.long_prefill_token_threshold and not self.enable_chunked_prefill:
-            raise ValueError(
-                f"long_prefill_token_threshold={self.long_prefill_token_threshold} caps a "
-                "prefill chunk, but chunked prefill is off; pass enable_chunked_prefill=True "
-                "(--enable-chunked-prefill), or leave the threshold at 0"
-            )
-        budget = self.max_num_batched_tokens
-        if budget is not None and budget < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens={budget} is below max_num_seqs={self.max_num_seqs}: "
-                "every running sequence decodes one token a step; raise the budget or lower "
-                "max_num_seqs"
-            )
+        check_token_budget(
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            self.enable_chunked_prefill,
+            self.long_prefill_token_threshold,
+        )
 
     def pool_sizes(self, block_bytes: int, max_context: int) -> tuple[int, int]:
         """``(num_gpu_blocks, num_cpu_blocks)`` with None resolved, for blocks of
@@ -268,6 +266,41 @@ def check_fp8_model(kv_cache_dtype: str, dtype: str, backend: str) -> None:
             f"kv_cache_dtype={kv_cache_dtype!r} with a {dtype} model: the reference attention "
             "dequantizes an FP8 cache to float32, so the model must be float32 too; pass "
             "dtype='float32', or kv_cache_dtype='auto'"
+        )
+
+
+def check_token_budget(
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    enable_chunked_prefill: bool,
+    long_prefill_token_threshold: int,
+) -> None:
+    """Refuse scheduler settings that each pass their own rule but mean nothing together, naming
+    both values: a threshold with chunking off, or above the step's token budget (a chunk
+    never exceeds the budget, so such a threshold caps nothing); a budget below one decode per
+    sequence. ``EngineConfig`` checks the budget it is given, ``Scheduler`` the one it runs on
+    (None resolved from the model's context)."""
+    threshold, budget = long_prefill_token_threshold, max_num_batched_tokens
+    if threshold and not enable_chunked_prefill:
+        raise ValueError(
+            f"long_prefill_token_threshold={threshold} caps a prefill chunk, but chunked "
+            "prefill is off; pass enable_chunked_prefill=True (--enable-chunked-prefill), or "
+            "leave the threshold at 0"
+        )
+    if budget is None:
+        return
+    if threshold > budget:
+        raise ValueError(
+            f"long_prefill_token_threshold={threshold} is above max_num_batched_tokens={budget}"
+            ", the most tokens one step computes, so it caps nothing; pass a threshold of at "
+            f"most {budget} (--long-prefill-token-threshold), 0 for none, or raise "
+            "max_num_batched_tokens (--max-num-batched-tokens)"
+        )
+    if budget < max_num_seqs:
+        raise ValueError(
+            f"max_num_batched_tokens={budget} is below max_num_seqs={max_num_seqs}: every "
+            "running sequence decodes one token a step; raise the budget "
+            "(--max-num-batched-tokens) or lower max_num_seqs (--max-num-seqs)"
         )
 
 

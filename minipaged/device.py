@@ -11,11 +11,14 @@ from minipaged.memory import check_fits, free_memory
 def check_device(device: str | torch.device) -> torch.device:
     """``device`` as a ``torch.device``, refused with a ``ValueError`` unless it is the CPU or
     a CUDA device this machine has (torch itself fails with an ``AssertionError`` deep inside
-    the first copy)."""
+    the first copy). ``cpu:N`` is the CPU, as torch places tensors there: the result is then
+    ``cpu``, so that it compares equal to every CPU tensor's device."""
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:  # torch's message lists every device type
         raise ValueError(f"device {device!r} is not a device name; use 'cpu' or 'cuda'") from error
+    if isinstance(device, str) and str(resolved) != device:  # torch wrapped a number over 127
+        raise ValueError(f"device {device!r}: device numbers go from 0 to 127; use 'cuda:N'")
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(
@@ -27,7 +30,9 @@ def check_device(device: str | torch.device) -> torch.device:
                 f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
                 "device(s), numbered from 0"
             )
-    elif resolved.type != "cpu":
+    elif resolved.type == "cpu":
+        return torch.device("cpu")
+    else:
         raise ValueError(f"device {device!r}: minipaged runs on 'cpu' or 'cuda'")
     return resolved
 

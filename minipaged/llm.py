@@ -16,7 +16,7 @@ from minipaged import fp8
 from minipaged.checkpoint import load_config, load_model
 from minipaged.checkpoint_files import no_file
 from minipaged.checkpoint_tensors import check_weights_match
-from minipaged.config import EngineConfig
+from minipaged.config import EngineConfig, check_token_budget
 from minipaged.device import check_device, check_pools_fit_on
 from minipaged.engine import LLMEngine, RequestRejected
 from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
@@ -100,10 +100,18 @@ class LLM:
         has_tokenizer = tokenizer_file.is_file() and not config.skip_tokenizer_init
         self.tokenizer = Tokenizer(path) if has_tokenizer else None
         check_tokenizer_fits(self.tokenizer, model_config.vocab_size)  # before the weights load
+        budget = config.token_budget(model_config.max_position_embeddings)  # None resolved
+        check_token_budget(
+            config.max_num_seqs,
+            budget,
+            config.enable_chunked_prefill,
+            config.long_prefill_token_threshold,
+        )
         if config.speculative is not None:
             check_speculation_fits(config.speculative, model_config)
         self.config = config
-        self.model = load_model(path, dtype=getattr(torch, config.dtype), device=config.device)
+        dtype = getattr(torch, config.dtype)  # config.json as read and checked above
+        self.model = load_model(path, dtype, config.device, config=model_config)
         self.engine = LLMEngine(self.model, self.tokenizer, config)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype

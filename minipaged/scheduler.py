@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.chunked_prefill import StepBudget, chunk_event, chunk_size, extend, room_for
-from minipaged.config import check_setting
+from minipaged.config import check_setting, check_token_budget
 from minipaged.events import Abort, Preempt, Recompute
 from minipaged.sequence import Sequence, SequenceGroup, Status
 
@@ -123,6 +123,9 @@ class Scheduler:
         }
         for name, value in settings.items():  # the rules of EngineConfig's fields
             setattr(self, name, check_setting(name, value, resolved=True))  # np.int64(4) is 4
+        check_token_budget(
+            **{name: getattr(self, name) for name in settings if name != "preemption"}
+        )
         if not all(hasattr(block_manager, verb) for verb in ("can_allocate", "allocate", "free")):
             raise TypeError(
                 "block_manager must be a BlockManager (or a class with its methods), got "

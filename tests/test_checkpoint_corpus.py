@@ -113,3 +113,46 @@ def test_a_missing_directory_unlike_any_model_name_gets_no_guess(tmp_path):
     with pytest.raises(CheckpointError) as refused:
         LLM(str(tmp_path / "llama"))
     assert "did you mean" not in str(refused.value)
+
+
+def test_llm_reads_config_json_and_each_weights_header_once(copy, monkeypatch):
+    from pathlib import Path
+
+    from minipaged import checkpoint_files
+
+    reads: list[str] = []
+    read_text, safe_open = Path.read_text, checkpoint_files.safe_open
+
+    def counted_read_text(self, *args, **kwargs):
+        reads.append(self.name)
+        return read_text(self, *args, **kwargs)
+
+    def counted_safe_open(file, *args, **kwargs):
+        reads.append(f"header of {Path(file).name}")
+        return safe_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted_read_text)
+    monkeypatch.setattr(checkpoint_files, "safe_open", counted_safe_open)
+    LLM(str(copy), num_gpu_blocks=8)
+    assert reads.count("config.json") == 1, reads
+    assert reads.count(f"header of {WEIGHTS_FILE}") == 1, reads
+
+
+def test_llm_builds_the_model_from_the_config_it_checked(copy, monkeypatch):
+    """config.json rewritten after LLM checked it against the weights: the model is built from
+    the reading that was checked, not from the new file (which no tensor matches)."""
+    import minipaged.llm
+
+    checked = minipaged.llm.check_kv_cache_fits
+
+    def then_rewritten(config):
+        model_config = checked(config)
+        raw = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+        raw["num_hidden_layers"] += 5
+        (copy / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+        return model_config
+
+    monkeypatch.setattr(minipaged.llm, "check_kv_cache_fits", then_rewritten)
+    llm = LLM(str(copy), num_gpu_blocks=8)
+    assert llm.model.config.num_hidden_layers == len(llm.model.layers)
+    assert llm.model.config.num_hidden_layers == load_model(TINY).config.num_hidden_layers

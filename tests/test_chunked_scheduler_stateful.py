@@ -53,7 +53,7 @@ class ChunkedScheduler(RuleBasedStateMachine):
             enable_chunked_prefill=True,
             max_num_batched_tokens=budget,
             max_num_seqs=min(budget, 4),
-            long_prefill_token_threshold=cap,
+            long_prefill_token_threshold=min(cap, budget),  # above the budget: refused
             backend="torch",
         )
         self.chunk_end: dict[int, int] = {}  # seq id -> where its last chunk ended

@@ -354,6 +354,8 @@ def _refusals(tmp_path: Path) -> dict[str, tuple]:
         "under a file": (lambda: handout.init(1, tmp_path / "file" / "ex01"), "file"),
         "folder taken": (lambda: handout.init(1, tmp_path / "taken"), "memory.py"),
         "link nowhere": (lambda: handout.rewrite_link("../../x.toml", "01-x"), "'../../x.toml'"),
+        "inside the library": (lambda: handout.init(1, Path(handout.__file__).parent), "grader"),
+        "no file can be made": (lambda: handout.init(1, "/proc/minipaged/ex01"), "/proc"),
     }
 
 

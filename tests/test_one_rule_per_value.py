@@ -1,6 +1,8 @@
 """A value checked in two places is checked by one rule: what the command line accepts for a
 sampling flag is what ``SamplingParams`` accepts for its field (both ask
-``minipaged.sampling_rules``), and a request's seed is the engine's kind of seed. Generated over
+``minipaged.sampling_rules``), a request's seed is the engine's kind of seed, and a typed
+integer is read one way by every flag, the TUI's go-to-step box and ``tui --size``
+(``minipaged.typed_numbers``). Generated over
 every sampling flag of every subcommand and a set of edge values, so a new flag or a rule
 changed on one side only shows up here."""
 
@@ -15,7 +17,11 @@ import pytest
 from minipaged import SamplingParams
 from minipaged.cli import build_parser
 from minipaged.config import EngineConfig
+from minipaged.python_numbers import MAX_COUNT
+from minipaged.typed_numbers import integer_between, read_integer, read_real
 from tests.test_cli_corpus import leaves
+from tui.command import MAX_SIZE, parse_size
+from tui.go_to_step import step_asked
 
 FLAG_FIELDS = {
     "--max-tokens": "max_tokens",
@@ -236,3 +242,89 @@ def test_every_integer_setting_flag_takes_the_settings_range_and_no_more(action,
 def test_the_integer_setting_flags_found_include_simulates_block_size():
     found = {param.id for param in integer_setting_flags()}
     assert {"simulate --block-size", "generate --block-size", "bench --seed"} <= found
+
+
+INTEGER_WORDS = ["0", "7", "-0", "-3", "007", "+3", " 3", "3 ", "3\n", "1_0", "٣", "²", "3.0"]
+INTEGER_WORDS += ["1e3", "0x10", "", "-", str(MAX_COUNT), str(MAX_COUNT + 1), "9" * 4300]
+INTEGER_WORDS += ["9" * 4301, "\x00", "1\x002"]
+"""Integers as a person may type them, in every spelling Python's ``int`` reads or refuses."""
+
+
+def rule_reads(word: str) -> int | None:
+    try:
+        return read_integer(word)
+    except ValueError:
+        return None
+
+
+def integer_flags():
+    """``(subcommand words, action)`` for every flag typed as an integer."""
+    return [
+        (words, action)
+        for words, parser in leaves(build_parser())
+        for action in parser._actions
+        if getattr(action.type, "__name__", "") == "integer"
+    ]
+
+
+def typed(parse, word: str):
+    """What ``parse`` makes of ``word``, or None where it refuses it."""
+    try:
+        return parse(word)
+    except (argparse.ArgumentTypeError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("word", INTEGER_WORDS, ids=lambda word: repr(word[:12]))
+def test_every_integer_flag_reads_a_word_as_the_one_rule_does(word):
+    value = rule_reads(word)
+    for words, action in integer_flags():
+        taken = typed(action.type, word)
+        where = f"minipaged {' '.join(words)} {action.option_strings or action.dest} {word!r:.20}"
+        assert taken is None or taken == value, f"{where} read {taken}, the rule {value}"
+        if value is None:
+            assert taken is None, f"{where} was taken; the rule reads no integer there"
+
+
+@pytest.mark.parametrize("word", INTEGER_WORDS, ids=lambda word: repr(word[:12]))
+def test_the_go_to_step_box_takes_the_steps_that_steps_takes(word):
+    steps = next(a for w, a in integer_flags() if w == ("tui",) and "--steps" in a.option_strings)
+    assert step_asked(word, last=MAX_COUNT, finished=True) == typed(steps.type, word)
+
+
+@pytest.mark.parametrize("word", INTEGER_WORDS, ids=lambda word: repr(word[:12]))
+def test_each_side_of_a_size_is_read_by_the_one_rule(word):
+    for size, side, high in ((f"{word}x40", 0, MAX_SIZE[0]), (f"40x{word}", 1, MAX_SIZE[1])):
+        read = typed(parse_size, size)
+        expected = typed(lambda text, high=high: integer_between(text, 1, high), word)
+        assert (read and read[side]) == expected, f"--size {size!r:.30}: {read}"
+
+
+REAL_WORDS = ["0", "1.5", "-1.5", ".5", "5.", "1e3", "1E-3", "+1.5", " 1.5", "1.5 ", "١.٥", "٨٠"]
+REAL_WORDS += ["1_0.5", "0x1p3", "1e", "e3", ".", "-", "", "inf", "nan", "1e400", "1,5"]
+"""Real numbers as a person may type them, in every spelling Python's ``float`` reads or not."""
+
+
+def real_rule_reads(word: str) -> float | None:
+    try:
+        return read_real(word)
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("word", REAL_WORDS, ids=repr)
+def test_every_number_flag_reads_a_word_as_the_one_rule_does(word):
+    value = real_rule_reads(word)
+    flags = [
+        (words, action)
+        for words, parser in leaves(build_parser())
+        for action in parser._actions
+        if getattr(action.type, "__name__", "") == "number"
+    ]
+    assert flags
+    for words, action in flags:
+        taken = typed(action.type, word)
+        where = f"minipaged {' '.join(words)} {action.option_strings[0]} {word!r}"
+        assert taken is None or taken == value, f"{where} read {taken}, the rule {value}"
+        if value is None:
+            assert taken is None, f"{where} was taken; the rule reads no number there"

@@ -28,6 +28,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
+from minipaged.typed_numbers import read_integer
 from tui import serve
 from tui.engine_config import TUI_CONFIG
 
@@ -284,17 +285,19 @@ MAX_SIZE = (1000, 500)
 def parse_size(size: str) -> tuple[int, int]:
     """An argparse type for ``--size``: ``WIDTHxHEIGHT`` in cells, each from 1 to ``MAX_SIZE``,
     refused where it is typed."""
-    width, _, height = size.lower().partition("x")
-    # int() raises on "²" (a digit to isdigit) and on thousands of digits: ASCII, and short
-    numbers = all(part.isascii() and part.isdigit() and len(part) <= 9 for part in (width, height))
-    if not (numbers and int(width) > 0 and int(height) > 0):
+    parts = size.lower().partition("x")[::2]
+    try:  # each side by the one rule for a typed integer
+        width, height = (read_integer(part) for part in parts)
+    except ValueError:
+        width = height = 0
+    if not (width > 0 and height > 0):
         raise argparse.ArgumentTypeError(f"must look like 120x40 (WIDTHxHEIGHT), got {size!r:.60}")
-    if int(width) > MAX_SIZE[0] or int(height) > MAX_SIZE[1]:
+    if width > MAX_SIZE[0] or height > MAX_SIZE[1]:
         raise argparse.ArgumentTypeError(
             f"must be at most {MAX_SIZE[0]}x{MAX_SIZE[1]} cells (WIDTHxHEIGHT, a "
             f"terminal's), got {size!r:.60}; 120x40 is a laptop's terminal"
         )
-    return int(width), int(height)
+    return width, height
 
 
 parse_size.__name__ = "size"

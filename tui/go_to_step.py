@@ -10,6 +10,12 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Input
 
+from minipaged.python_numbers import MAX_COUNT
+from minipaged.typed_numbers import integer_between
+
+SHOWN = 18
+"""Characters of a refused entry the box's title repeats (a paste may be thousands)."""
+
 
 class GoToStep(ModalScreen[int | None]):
     """Asks for a step from 0 to ``last``; dismisses with it, or with None when escaped. A
@@ -42,21 +48,18 @@ class GoToStep(ModalScreen[int | None]):
             self.dismiss(step)
             return
         box = self.query_one(Input)
-        shown = text if len(text) <= MAX_DIGITS else f"{text[:MAX_DIGITS]}..."
+        shown = text if len(text) <= SHOWN else f"{text[:SHOWN]}..."
         box.border_title = f"no step {shown or '(empty)'}; {self.prompt()}"
         box.value = ""
 
 
-MAX_DIGITS = 18
-"""Digits a step number may have: more than any run records (and ``int`` refuses a string of
-more than 4,300 digits with a ``ValueError``, which would end the session)."""
-
-
 def step_asked(text: str, last: int, finished: bool) -> int | None:
-    """The step ``text`` names, or None when it names none of the run's: not a number, below
-    0, past ``last`` of a ``finished`` run (a live run records on), or longer than
-    ``MAX_DIGITS``."""
-    if not (text.isdigit() and text.isascii() and len(text) <= MAX_DIGITS):
+    """The step ``text`` names, or None when it names none of the run's: ``--steps``'s rule (a
+    typed integer from 0 to ``MAX_COUNT``, ``minipaged.typed_numbers``), and not past
+    ``last`` of a ``finished`` run (a live run records on). Never raises: an exception in a
+    Textual handler would end the session."""
+    try:
+        step = integer_between(text, 0, MAX_COUNT)
+    except ValueError:
         return None
-    step = int(text)
     return step if not finished or step <= last else None

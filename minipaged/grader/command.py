@@ -12,8 +12,8 @@ edits in place; ``--path DIR`` for a copy elsewhere; ``--solution`` for the libr
 modules. It runs the student's code in a child process with time and memory limits, prints
 pass / fail / blocked per criterion with what was wrong and the points, writes a JSON report
 (and, with ``--gradescope``, Gradescope's ``results.json``), and exits 0 when no criterion
-failed, 1 otherwise. ``--batch DIR`` grades every sub-folder of ``DIR`` and writes a
-gradebook beside it (``minipaged.grader.gradebook``).
+failed, 1 otherwise, 3 when a report could not be written. ``--batch DIR`` grades every
+sub-folder of ``DIR`` and writes a gradebook beside it (``minipaged.grader.gradebook``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,13 @@ from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
+from minipaged.typed_numbers import read_integer
 
 REPORT_NAME = "report.json"
+UNSAVED = 3
+"""``check``'s exit status when the grade was printed but a report could not be written: not
+0, so a script that reads the report does not go on without one, and not 1, a failed
+criterion."""
 MIN_MEMORY_GIB = 1.0
 """Less address space than this and the grading child cannot start Python and torch."""
 MAX_SECONDS = 86_400.0
@@ -107,7 +112,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Your code runs in a child process with a memory limit, a CPU-time limit "
         "and a wall-clock limit, confined by Landlock where Linux has it; the child only runs "
         "your functions and the grader judges what they return. Exit status 0 "
-        "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise.",
+        "when no criterion failed (blocked ones, which need a GPU, do not count), 1 otherwise, "
+        f"{UNSAVED} when a report could not be written.",
     )
     check.add_argument(
         "number",
@@ -193,7 +199,7 @@ def exercise_number(usage: str) -> Callable[[str], int]:
 
     def parse(word: str) -> int:
         try:
-            number = int(word)
+            number = read_integer(word)  # the one rule for a typed integer
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"N is the exercise's number, 1 to {max(EXERCISES)}, got {word!r:.60}; it comes "
@@ -277,17 +283,19 @@ def _run(args: argparse.Namespace) -> int:
         from minipaged.grader.gradebook import gradescope
 
         written.append((args.gradescope, gradescope(report.to_dict())))
-    for path, document in written:
-        _save(console, args.number, path, document)
+    saved = [_save(console, args.number, path, document) for path, document in written]
+    if not all(saved):  # the grade is printed above, but a file asked for is missing
+        return UNSAVED
     return 0 if report.passed else 1
 
 
-def _save(console: Console, number: int, target: Path, document: dict) -> None:
+def _save(console: Console, number: int, target: Path, document: dict) -> bool:
     """Write ``document`` as JSON to ``target`` (whole, replacing and never following a link
-    there), and say where; or say why it could not be written."""
+    there), and say where; or say why it could not be written, and return False."""
     try:
         note = atomic_write.write_text(target, json.dumps(document, indent=2) + "\n")
         console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
+        return True
     except OSError as error:  # an installed package's starter folder is not writable
         console.print(
             f"no report written ({error.strerror or error}: {target}); copy the exercise "
@@ -295,6 +303,7 @@ def _save(console: Console, number: int, target: Path, document: dict) -> None:
             markup=False,
             highlight=False,
         )
+        return False
 
 
 def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:

@@ -21,6 +21,8 @@ to ask for it.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
 import posixpath
 import re
@@ -29,7 +31,11 @@ import urllib.parse
 from pathlib import Path
 
 from minipaged import atomic_write
+from minipaged.arguments import check_can_write_in
 from minipaged.grader.exercises import exercise
+
+PACKAGES = ("minipaged", "tui", "cuda_kernels")
+"""The project's import packages: no exercise is copied into one."""
 
 SITE_URL = "https://example.org/minipaged/"
 """Where the project's site is published: the default of ``site_url`` in ``mkdocs.yml`` (a
@@ -142,6 +148,12 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
             )
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, not a folder: choose a new or empty folder")
+    check_outside_the_library(directory)
+    nearest = next(folder for folder in (directory, *directory.parents) if folder.exists())
+    try:  # an unwritable place: refused before any folder is made
+        check_can_write_in(nearest, str(directory))
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(str(error)) from None
     readme = ex.starter.parent / "README.md"
     sources = [readme] + [ex.starter / name for name in ex.files]
     clashes = [s.name for s in sources if os.path.lexists(directory / s.name)]
@@ -155,9 +167,31 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
     contents = [(readme.name, text.encode("utf-8"))]
     contents += [(source.name, source.read_bytes()) for source in sources[1:]]
     directory.mkdir(parents=True, exist_ok=True)
-    for name, data in contents:
-        atomic_write.create(directory / name, data)
+    made: list[Path] = []
+    try:
+        for name, data in contents:
+            atomic_write.create(directory / name, data)
+            made.append(directory / name)
+    finally:  # a full disk partway: no half copy, which a second init would refuse
+        for file in made if len(made) < len(contents) else ():
+            file.unlink(missing_ok=True)
     return [name for name, _ in contents]
+
+
+def check_outside_the_library(directory: Path) -> None:
+    """Refuse a folder inside the project's own packages (``minipaged``, ``tui``,
+    ``cuda_kernels``, installed or in a checkout): a student's copy there sits among the
+    library's modules, and a reinstall deletes it. (Found without importing them.)"""
+    where = directory.resolve()
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for package in map(Path, spec.submodule_search_locations or ()) if spec else ():
+            if where == package.resolve() or package.resolve() in where.parents:
+                raise ValueError(
+                    f"{directory} is inside the {name} package ({package}): a copy there would "
+                    "sit among the library's modules and go with a reinstall; choose a folder "
+                    "of your own, such as ~/minipaged-exercises"
+                )
 
 
 def hints(number: int, tier: int = 1) -> str:

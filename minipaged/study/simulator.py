@@ -42,6 +42,7 @@ from rich.progress import (
 )
 
 from minipaged.study.baselines import KVAllocator
+from minipaged.study.room_to_run import check_room, more_room
 from minipaged.study.workloads import Request
 
 
@@ -186,7 +187,7 @@ class Simulation:
                         f"a request of {len(group.lengths)} sequence(s) of up to "
                         f"{max(group.finals)} tokens does not fit the empty KV cache of "
                         f"{self.alloc.capacity} slots under {self.alloc.name}; "
-                        "give the cache more memory"
+                        f"{more_room(self.alloc)}"
                     )
                 return
             self.waiting.popleft()
@@ -291,7 +292,7 @@ class Simulation:
                 raise ValueError(  # would be re-admitted and refused forever
                     f"a request of {len(group.lengths)} sequence(s) at {max(group.lengths)} "
                     f"tokens cannot grow even alone in the KV cache of {self.alloc.capacity} "
-                    f"slots under {self.alloc.name}; give the cache more memory"
+                    f"slots under {self.alloc.name}; {more_room(self.alloc)}"
                 )
             group.alone_refused_at = list(group.lengths)
         self._evict(victim)
@@ -375,7 +376,9 @@ def _rank_weights(k: int) -> list[float]:
 def simulate(
     allocators: list[KVAllocator], requests: list[Request], seed: int = 0, show_progress=None
 ) -> list[SimResult]:
-    """Replay ``requests`` on each allocator in turn, with a progress bar over requests."""
+    """Replay ``requests`` on each allocator in turn, with a progress bar over requests; a
+    cache that could never finish the workload is refused first (``room_to_run``)."""
+    check_room(allocators, requests)
     console = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),

@@ -17,6 +17,7 @@ from minipaged.arguments import (
     text,
 )
 from minipaged.config import settings_of
+from minipaged.environment import MAX_THREADS
 from minipaged.memory import free_memory, memory_amount
 from minipaged.study.bench import SUBBENCHMARKS
 
@@ -128,7 +129,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_kv_cache_dtype(bench)
     bench.add_argument(
         "--threads",
-        type=integer(1, 1024),
+        type=integer(1, MAX_THREADS),  # NUMBA_NUM_THREADS's bound: one rule for a thread count
         default=1,
         help="torch threads (1: stable timings on busy cores)",
     )
