@@ -59,7 +59,7 @@ from minipaged.grader.report import (
     shortened,
 )
 from minipaged.grader.student import Student, StudentImportError
-from minipaged.grader.student_folder import folder_of, graded_label
+from minipaged.grader.student_folder import folder_of, graded_label, shadowed_files
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 CHECK_SECONDS = 30.0
@@ -151,6 +151,7 @@ def grade(
         say_each_cause_once([replace(results[c], points=given[c.name]) for c in criteria]),
         confinement,
         seconds=round(time.monotonic() - started, 3),
+        notes=tuple(shadowed_files(number, folder)) if folder is not None else (),
     )
 
 
