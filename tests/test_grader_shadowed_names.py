@@ -12,6 +12,7 @@ import pytest
 from exercise01_answers import answered
 from rich.console import Console
 
+from minipaged.grader.gradebook import gradescope
 from minipaged.grader.grading import grade
 from minipaged.grader.report import PASS
 from minipaged.grader.student_folder import shadowed_files
@@ -58,6 +59,7 @@ def test_the_report_tells_it_beside_the_failure_it_causes(tmp_path):
     report.render(Console(file=printed, width=200, color_system=None))
     assert "note: your numpy.py is not what `import numpy` loads" in printed.getvalue()
     assert report.to_dict()["notes"] == list(report.notes)
+    assert f"\nnote: {report.notes[0]}" in gradescope(report.to_dict())["output"]
 
 
 def test_a_file_nothing_imports_and_the_students_own_modules_say_nothing(tmp_path):
