@@ -996,6 +996,37 @@ MUTANTS: tuple[Mutant, ...] = (
         "table.blocks = list(old)",
         within="def _move(",
     ),
+    _m(
+        3,
+        "block_manager",
+        "fork shares the last block without raising its refcount",
+        "for j, block in enumerate(table.blocks):\n            self.record(events.Incref",
+        "for j, block in enumerate(table.blocks[:-1]):\n            self.record(events.Incref",
+        within="def fork(",
+    ),
+    _m(
+        7,
+        "attention",
+        "the running max not carried to the next block: each block rescaled against -inf",
+        "            m_prev = m_curr\n",
+        "",
+        within="def paged_attention_decode_loop(",
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "match cuts the query into blocks with its partly filled tail, compared as a prefix",
+        "return self._walk(full_blocks(token_ids, self.block_size))[2]",
+        "size = self.block_size\n"
+        "        chunks = [tuple(token_ids[i : i + size]) for i in range(0, len(token_ids), size)]"
+        "\n        return self._walk(chunks)[2]",
+        also=(
+            (
+                "and node.chunks[k] == chunks[len(matched)]\n",
+                "and node.chunks[k][: len(chunks[len(matched)])] == chunks[len(matched)]\n",
+            ),
+        ),
+    ),
 )
 
 KERNEL_MUTANTS: tuple[Mutant, ...] = (

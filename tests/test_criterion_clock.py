@@ -177,6 +177,35 @@ def _children(pid: int, thread: str) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{thread}/children").read_text().split()]
 
 
+def _grader_works(seconds: float) -> None:
+    """The checks' thread computes for ``seconds`` of its own CPU time (an expected value, a
+    hypothesis example, a Numba compile), however long a loaded machine makes that take."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("with_worker", (False, True), ids=("checks-only", "beside-a-worker"))
+def test_the_graders_own_work_is_not_the_students_time(with_worker):
+    """The grader computing for three times a criterion's seconds, while the student's code
+    waits (a worker that sleeps), leaves the criterion its time; sleeping past it afterwards
+    still ends it. No wall-clock allowance: the credit is the checks' thread's own time."""
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('on', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sleeper.stdout.readline() == "on\n"  # started: its own start is not waited for
+        clock = CriterionClock(0.2, sleeper.pid if with_worker else None)
+        _grader_works(0.6)
+        assert not clock.expired(), "the grader's own CPU time was charged to the student"
+        time.sleep(0.3)
+        assert clock.expired()
+    finally:
+        ended(sleeper)
+
+
 def test_nothing_runs_past_the_stretch(monkeypatch):
     monkeypatch.setattr(criterion_clock, "STRETCH", 2.0)
     *competitors, starved = (spinner(0) for _ in range(4))

@@ -7,6 +7,7 @@ student's files, on the grader's time, as it does every exercise's checks.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -67,3 +68,45 @@ def test_the_checks_load_before_the_students_files(number, tmp_path):
     report = grade(number, folder, first_failure=True)
     said = [r.message for r in report.results]
     assert not any("were not loaded before" in m for m in said), said
+
+
+LIBRARY_LOADED = """
+import sys as _sys
+_missing = [m for m in {loaded!r} if m not in _sys.modules]
+_early = [m for m in ("antigravity", "this", "helpers") if m in _sys.modules]
+if _missing or _early:
+    raise ImportError(f"not loaded before this file: {{_missing}}; loaded for it: {{_early}}")
+
+
+def _named_later():  # imports inside a function count too: the file names them
+    import antigravity  # not the library's: never imported for the student
+    import numpy.linalg
+    import this
+    import torch
+
+    import helpers  # the student's own module, not on the path before their files
+    from minipaged import attention
+    from minipaged.grader.properties import BlockManagerProgram
+{numba}
+"""
+
+
+def test_the_library_modules_a_students_file_names_load_before_it(tmp_path):
+    """An exercise 01 hand-in that names torch, numpy, Numba and library modules finds them
+    loaded as its import starts (their import is the library's work, seconds of CPU, not the
+    student's timed import), and finds nothing else loaded for it: a module outside the
+    library's packages may do anything as it loads, and is the student's to import."""
+    loaded = ["torch", "numpy.linalg", "minipaged.attention", "minipaged.grader.properties"]
+    numba = ""
+    if importlib.util.find_spec("numba") is not None:
+        loaded.append("numba")
+        numba = "    from numba import njit\n"
+    ex = EXERCISES[1]
+    folder = tmp_path / "hand-in"
+    folder.mkdir()
+    text = (TUTORIALS / ex.folder / "starter" / "memory.py").read_text()
+    (folder / "memory.py").write_text(text + LIBRARY_LOADED.format(loaded=loaded, numba=numba))
+    report = grade(1, folder, first_failure=True)
+    said = [r.message for r in report.results]
+    assert not any("loaded before this file" in m for m in said), said
+    assert "still running" not in said[0]

@@ -7,6 +7,8 @@
   it can run (a child process under time and memory limits, the CUDA simulator, or a GPU),
   judged here;
 - ``child``: the grading child, which runs a student's code and answers with what it returned;
+  ``library_imports``: the library's modules a student's files name, loaded before their
+  timed import;
 - ``remote`` and ``proxies``: starting, asking and ending a child, and stand-ins for the
   objects it keeps, so that the checks run here, unchanged; ``child_errors``: what a request
   raises when no answer comes;
@@ -26,7 +28,8 @@
 - ``student_run``: a student's block manager run on the model in a grading child, as a trace
   the TUI replays (the TUI's one way into the grader), and ``witness``, the events their
   code leaves out, derived from what it returned;
-- ``time_limit``: stopping a criterion that runs too long;
+- ``time_limit`` and ``criterion_clock``: stopping a criterion that runs too long, its time
+  the student's code's, not the machine's load nor the grader's own work;
 - ``command``: ``minipaged exercises list | init | check``.
 
 ``tutorials`` here links to the repository's ``tutorials/``, so that the READMEs and starter

@@ -314,6 +314,7 @@ def _prepare(args: argparse.Namespace) -> str:
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
+    from minipaged.grader.library_imports import load_library_imports
     from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
     from minipaged.grader.student import import_from_source
@@ -330,8 +331,11 @@ def _prepare(args: argparse.Namespace) -> str:
         hidden = readable.hidden_files(mirrored)
     # The checks load now, on the grader's time (exercise 05's pull in torch, seconds of CPU):
     # importing the student's files then costs their own code's time, even where a file
-    # imports the checks (to change them, which ``tampering`` sees).
+    # imports the checks (to change them, which ``tampering`` sees). So do the library's
+    # modules and its dependencies that their files name (``library_imports``).
     importlib.import_module(ex.checks)
+    if args.path is not None:
+        load_library_imports(args.path)
     places = readable.roots(args.path, args.temp)
     rules = readable.read_rules(places, hidden)
     writable = [args.temp] + ([args.path] if args.path is not None else [])

@@ -11,7 +11,11 @@ queue without running. So a criterion ends at
     start + seconds + credit
 
 where the credit is what the worker's main thread (which runs the student's code) and the
-grader's own thread (which runs the checks) waited since the criterion started. Linux adds a
+grader's own thread (which runs the checks) waited since the criterion started, and the CPU
+time the grader's own thread used meanwhile: building the expected values, hypothesis drawing
+its examples, Numba compiling a reference kernel, reading the child's answers are the grader's
+work, never the student's (on a machine twice as slow they take twice as long, and a right
+answer was once failed for them). Linux adds a
 wait to that count only when the thread next gets the CPU, so a thread starved for long shows
 none of it meanwhile: one seen runnable at two looks with no CPU time between them has waited
 at least the time between them (less what its other threads ran meanwhile), and that is
@@ -19,7 +23,8 @@ credited until the count catches up. Code that sleeps, is stopped or blocks on a
 no CPU, so it is stopped at ``seconds`` as on a quiet machine; code that computes forever is
 stopped once it has had ``seconds`` on a core.
 
-The wait may be for the student's own work, not for others':
+The grader's own CPU time is always credited. The wait may be for the student's own work, not
+for others':
 
 - the CPU time the worker's other threads and its ended children used meanwhile is taken off
   the credit (spinning threads buy nothing);
@@ -76,8 +81,16 @@ def waited(path: str) -> float:
     return int(fields[1]) / 1e9 if len(fields) > 1 else 0.0
 
 
+def ran_or_waited(path: str) -> float:
+    """Seconds the thread whose ``schedstat`` is at ``path`` has spent running or waiting for a
+    CPU (0 where it cannot be read)."""
+    fields = _fields(path)
+    return (int(fields[0]) + int(fields[1])) / 1e9 if len(fields) > 1 else 0.0
+
+
 class Counts(NamedTuple):
-    waited: float  # the worker's main thread and the checks' thread, waiting for a CPU
+    grader: float  # the checks' thread: running (the grader's own work) or waiting for a CPU
+    waited: float  # the worker's main thread, waiting for a CPU
     others: float  # CPU seconds of the worker's other threads and ended children
     ran: int = -1  # nanoseconds the worker's main thread has run (-1: unknown)
     runnable: bool = False  # whether the worker's main thread is running or waiting for a CPU
@@ -101,18 +114,19 @@ class CriterionClock:
         self.next_look = self.start + LOOK_SECONDS
 
     def _counts(self) -> Counts:
-        wait = waited(self.checks)
+        grader = ran_or_waited(self.checks)
         if self.worker is None:
-            return Counts(wait, 0.0)
+            return Counts(grader, 0.0, 0.0)
         main = _fields(f"/proc/{self.worker}/schedstat")  # run, wait (ns), timeslices
         process = _fields(f"/proc/{self.worker}/stat")
         if len(main) < 2 or len(process) < 15:
-            return Counts(wait, 0.0)
+            return Counts(grader, 0.0, 0.0)
         whole = _cpu(process, 11)  # every thread's, and the children's it reaped
         if self.supervisor not in (None, self.worker):  # and the orphans the supervisor reaped
             whole += _cpu(_fields(f"/proc/{self.supervisor}/stat"), 13)
         return Counts(
-            wait + int(main[1]) / 1e9,
+            grader,
+            int(main[1]) / 1e9,
             max(whole - int(main[0]) / 1e9, 0.0),
             ran=int(main[0]),
             runnable=process[0] == b"R",
@@ -133,6 +147,7 @@ class CriterionClock:
         if now < min(self.deadline, self.next_look):
             return False
         counts = self._counts()
+        self.credit += counts.grader - self.last.grader  # the grader's work is never the student's
         starved = 0.0  # a wait in progress, not yet in the counts
         if self.worker is None or self._alone():
             gained = (counts.waited - self.last.waited) - (counts.others - self.last.others)

@@ -216,9 +216,10 @@ def _cell(criterion: dict) -> int | str:
 
 def gradescope(report: dict) -> dict:
     """Gradescope's ``results.json`` for one report: one test per criterion (its name, score,
-    max_score, status and output). The submission's ``score`` is out of 100 over the criteria
-    that could run, so a criterion blocked for want of a GPU costs nothing; ``extra_data``
-    keeps what was graded, when, and by which minipaged."""
+    max_score, status and output), and the report's notes in its own output. The submission's
+    ``score`` is out of 100 over the criteria that could run, so a criterion blocked for want
+    of a GPU costs nothing; ``extra_data`` keeps what was graded, when, and by which
+    minipaged."""
     at_stake = report["max_score"]
     tests = [
         {
@@ -235,7 +236,8 @@ def gradescope(report: dict) -> dict:
         "score": round(100 * report["score"] / at_stake, 2) if at_stake else 0.0,
         "execution_time": round(report["seconds"]),
         "output": f"exercise {report['exercise']:02d}: {report['title']}; your code ran "
-        f"{report['confinement'] or 'in a grading process'}",
+        f"{report['confinement'] or 'in a grading process'}"
+        + "".join(f"\nnote: {note}" for note in report.get("notes", ())),
         "tests": tests,
         "extra_data": {
             key: report[key] for key in ("graded", "graded_at", "minipaged_version", "max_score")

@@ -59,7 +59,7 @@ from minipaged.grader.report import (
     shortened,
 )
 from minipaged.grader.student import Student, StudentImportError
-from minipaged.grader.student_folder import folder_of, graded_label
+from minipaged.grader.student_folder import folder_of, graded_label, shadowed_files
 from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
 
 CHECK_SECONDS = 30.0
@@ -151,6 +151,7 @@ def grade(
         say_each_cause_once([replace(results[c], points=given[c.name]) for c in criteria]),
         confinement,
         seconds=round(time.monotonic() - started, 3),
+        notes=tuple(shadowed_files(number, folder)) if folder is not None else (),
     )
 
 
@@ -202,7 +203,9 @@ def run_criteria(
     first_failure: bool = False,
 ) -> list[Result]:
     """Run ``criteria`` in this process on ``student``'s modules (trusted code: the tests'
-    stand-ins for a student's work); with ``first_failure``, only up to the first that fails."""
+    stand-ins for a student's work); with ``first_failure``, only up to the first that fails.
+    Each criterion has ``check_seconds`` of this process's CPU time, the checks' and the
+    code's together, however busy the machine is."""
     results = []
     for criterion in criteria:
         results.append(_run_one(criterion, student, check_seconds or CHECK_SECONDS))
@@ -215,7 +218,7 @@ def _run_one(criterion: Criterion, student: Student, check_seconds: float) -> Re
     start = time.perf_counter()
     outcome, message = PASS, ""
     try:
-        with time_limit(check_seconds), events_checked_last():
+        with time_limit(check_seconds, cpu=True), events_checked_last():  # not the machine's load
             criterion.check(student)
     except (Exception, SystemExit, TimeLimitExceeded) as error:  # not a KeyboardInterrupt
         outcome, message = FAIL, explained(criterion, error, student)

@@ -324,6 +324,7 @@ class Report:
     graded_at: str = field(default_factory=now)
     version: str = __version__
     seconds: float = 0.0  # the whole grading, wall clock
+    notes: tuple[str, ...] = ()  # what the student should know of their folder, one line each
 
     def count(self, outcome: str) -> int:
         return sum(1 for r in self.results if r.outcome == outcome)
@@ -354,6 +355,7 @@ class Report:
             "score": self.score,
             "max_score": self.max_score,
             "confinement": self.confinement,
+            "notes": list(self.notes),
             "counts": {o: self.count(o) for o in (PASS, FAIL, BLOCKED)},
             "criteria": [asdict(r) | {"score": r.score} for r in self.results],
         }
@@ -370,6 +372,8 @@ class Report:
         console.print(f"[dim]graded: {escape(printable(self.graded))}[/dim]", highlight=False)
         if self.confinement:
             console.print(f"[dim]your code ran {escape(self.confinement)}[/dim]", highlight=False)
+        for note in self.notes:
+            console.print(f"[yellow]note:[/yellow] {escape(printable(note))}", highlight=False)
         for r in self.results:
             label = f"[{style[r.outcome]}]{r.outcome.upper():8}[/{style[r.outcome]}]"
             console.print(f"  {label} {escape(r.statement)}", highlight=False)

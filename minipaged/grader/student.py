@@ -40,8 +40,7 @@ def import_from_source(folders: list[Path]) -> None:
     folder leads ``sys.path`` (exercise 05's checks imported torch so), and must get the
     installed one, never the student's."""
     roots = tuple(os.path.realpath(f) for f in folders)
-    others = [p for p in sys.path if not os.path.realpath(p or os.getcwd()).startswith(roots)]
-    installed = frozenset(sys.stdlib_module_names) | {m.name for m in iter_modules(others)}
+    installed = installed_modules(folders)
 
     class StudentFolder(FileFinder):
         def find_spec(self, fullname: str, target=None):
@@ -57,6 +56,15 @@ def import_from_source(folders: list[Path]) -> None:
 
     sys.path_hooks.insert(0, hook)
     sys.path_importer_cache.clear()
+
+
+def installed_modules(folders: list[Path]) -> frozenset[str]:
+    """The top-level names Python's own modules and the installed packages take: every module
+    on ``sys.path`` outside ``folders`` (a student's). A student's file of such a name is never
+    imported for it (``import_from_source``)."""
+    roots = tuple(os.path.realpath(f) for f in folders)
+    others = [p for p in sys.path if not os.path.realpath(p or os.getcwd()).startswith(roots)]
+    return frozenset(sys.stdlib_module_names) | {m.name for m in iter_modules(others)}
 
 
 class StudentImportError(Exception):

@@ -1,15 +1,19 @@
 """Where a student's work for an exercise is, and loading it: the folder ``exercises init``
 made (the student in it), a folder given with ``--path``, or in a source checkout the starter in
-``tutorials/``; what is missing from a folder, said so a student can fix it; and the work as
-a drop-in ``BlockManager`` for the TUI. The exercises themselves: ``minipaged.grader.exercises``."""
+``tutorials/``; what is missing from a folder, and what in it their imports cannot reach, said
+so a student can fix it; and the work as a drop-in ``BlockManager`` for the TUI. The exercises
+themselves: ``minipaged.grader.exercises``."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import sys
 from pathlib import Path
 
 from minipaged.grader.exercises import Exercise, exercise, manager_of
-from minipaged.grader.student import Student, load_folder, load_solution
+from minipaged.grader.library_imports import MAX_SOURCE_BYTES, named_modules
+from minipaged.grader.student import Student, installed_modules, load_folder, load_solution
 
 SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
 """Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
@@ -81,6 +85,40 @@ def _below(folder: Path, name: str) -> Path | None:
         if found:
             return found[0]
     return None
+
+
+def shadowed_files(number: int, folder: Path) -> list[str]:
+    """One line for each file (or package) of ``folder`` that the student's files import by a
+    name Python's own modules or an installed package already take (``numpy.py``, ``rich/``):
+    their import gets the installed module, never their file (``student.import_from_source``),
+    so a function they wrote there is missing however right it is. Exercise files, imported
+    by their path, are not among them."""
+    ex = exercise(number)
+    installed = installed_modules([folder])
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    named = set()
+    for path in entries:
+        with contextlib.suppress(OSError):
+            if path.suffix == ".py" and path.is_file() and path.stat().st_size <= MAX_SOURCE_BYTES:
+                source = path.read_text(errors="replace")
+                named |= {n.partition(".")[0] for n in named_modules(source)}
+    said = []
+    for path in entries:
+        stem = path.stem if path.suffix == ".py" else path.name
+        package = path.is_dir() and (path / "__init__.py").is_file()
+        if path.name in ex.files or not (package or path.suffix == ".py"):
+            continue
+        if stem in installed and stem in named:
+            whose = "Python's own module" if stem in sys.stdlib_module_names else "the installed"
+            said.append(
+                f"your {path.name}{'/' if package else ''} is not what `import {stem}` loads "
+                f"({whose} {stem} is): rename it, e.g. to my_{stem}{path.suffix}, and import "
+                f"my_{stem}"
+            )
+    return said
 
 
 def _missing(ex: Exercise, folder: Path) -> list[str]:

@@ -3,7 +3,13 @@ shrinking a long program for too long).
 
 A SIGALRM timer raises ``TimeLimitExceeded`` into whatever runs when it fires. It works on Unix in
 the main thread; elsewhere the block runs without a limit. Limits nest: an inner limit that
-would end after the enclosing one is not set, and the enclosing one keeps its deadline.
+would end after the enclosing one (of the same clock) is not set, and the enclosing one keeps
+its deadline.
+
+A limit counts wall-clock time, or with ``cpu`` the process's CPU time (a SIGPROF timer), which
+a busy machine does not eat: for trusted code run in the grader's own process
+(``grading.run_criteria``), where the checks' work and the code under test share one process
+and a loaded machine once stretched a right run of hypothesis's programs past 30 s of wall time.
 """
 
 from __future__ import annotations
@@ -25,12 +31,19 @@ class TimeLimitExceeded(BaseException):
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[TimeLimitExceeded | None]:
-    """Interrupt the block after ``seconds``. Yields the exception this limit raises (None when
-    no timer is set), so that a caller can tell its own limit from an enclosing one's."""
+def time_limit(seconds: float, cpu: bool = False) -> Iterator[TimeLimitExceeded | None]:
+    """Interrupt the block after ``seconds`` (of the process's CPU time, with ``cpu``). Yields the
+    exception this limit raises (None when no timer is set), so that a caller can tell its own
+    limit from an enclosing one's."""
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    outer_left = signal.getitimer(signal.ITIMER_REAL)[0] if usable else 0.0
-    if not usable or 0 < outer_left <= seconds:
+    if not usable:
+        yield None
+        return
+    timer, number = (
+        (signal.ITIMER_PROF, signal.SIGPROF) if cpu else (signal.ITIMER_REAL, signal.SIGALRM)
+    )
+    outer_left = signal.getitimer(timer)[0]
+    if 0 < outer_left <= seconds:
         yield None
         return
     expired = TimeLimitExceeded(seconds)
@@ -38,17 +51,18 @@ def time_limit(seconds: float) -> Iterator[TimeLimitExceeded | None]:
     def interrupt(signum, frame):
         # Python ignores an exception raised where it cannot propagate (a garbage-collector
         # callback, say): fire again shortly until one lands. Leaving the block disarms it.
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        signal.setitimer(timer, 0.05)
         raise expired
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    start = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(number, interrupt)
+    clock = time.process_time if cpu else time.monotonic
+    start = clock()
+    signal.setitimer(timer, seconds)
     try:
         yield expired
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(timer, 0)
+        signal.signal(number, previous)
         if outer_left:
-            left = outer_left - (time.monotonic() - start)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+            left = outer_left - (clock() - start)
+            signal.setitimer(timer, max(left, 0.001))
