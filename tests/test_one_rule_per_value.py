@@ -319,7 +319,7 @@ def test_every_number_flag_reads_a_word_as_the_one_rule_does(word):
         (words, action)
         for words, parser in leaves(build_parser())
         for action in parser._actions
-        if getattr(action.type, "__name__", "") == "number"
+        if getattr(action.type, "__name__", "") in ("number", "limit")  # limit: or inf
     ]
     assert flags
     for words, action in flags:
@@ -328,3 +328,16 @@ def test_every_number_flag_reads_a_word_as_the_one_rule_does(word):
         assert taken is None or taken == value, f"{where} read {taken}, the rule {value}"
         if value is None:
             assert taken is None, f"{where} was taken; the rule reads no number there"
+
+
+def test_no_flag_reads_a_number_by_pythons_own_rule():
+    """A flag typed ``int`` or ``float`` escapes the two tests above (they find the rule's
+    types by name) and reads "٨٠" or "1_0" as Python does: every number flag goes through
+    ``minipaged.typed_numbers``. ``exercises check --time-limit`` and ``--memory-limit`` did."""
+    builtin = [
+        f"minipaged {' '.join(words)} {action.option_strings or action.dest}"
+        for words, parser in leaves(build_parser())
+        for action in parser._actions
+        if action.type in (int, float, complex)
+    ]
+    assert builtin == []

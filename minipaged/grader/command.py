@@ -34,7 +34,7 @@ from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
-from minipaged.typed_numbers import read_integer
+from minipaged.typed_numbers import read_integer, read_real
 
 REPORT_NAME = "report.json"
 UNSAVED = 3
@@ -175,7 +175,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     defaults = Limits()
     check.add_argument(
         "--memory-limit",
-        type=float,
+        type=limit,
         metavar="GIB",
         help="address space the grading process may use, in GiB, at least "
         f"{MIN_MEMORY_GIB:g} and at most this machine's memory; inf for no limit (default: "
@@ -183,13 +183,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     check.add_argument(
         "--time-limit",
-        type=float,
+        type=limit,
         metavar="SECONDS",
         default=defaults.wall_seconds,
         help="wall-clock time the whole grading of one submission may take, in seconds, at "
         f"most {MAX_SECONDS:g} (a day); CPU time is capped at {CPU_PER_WALL:g} times that; inf "
         f"for no limit; each check still stops after {defaults.check_seconds:g} s",
     )
+
+
+def limit(word: str) -> float:
+    """An argparse type for ``--memory-limit`` / ``--time-limit``: a number by the one rule for
+    a typed number, or ``inf`` for no limit (``limits_from_flags`` checks it against the
+    machine). ``nan`` limits nothing and is refused here."""
+    try:
+        value = read_real(word)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(
+            f"expected a number (digits 0-9, a point, an exponent) or inf for no limit, "
+            f"got {word!r:.60}"
+        )
+    return value
+
+
+limit.__name__ = "limit"  # judged after parsing, against the machine (test_cli_corpus)
 
 
 def exercise_number(usage: str) -> Callable[[str], int]:
