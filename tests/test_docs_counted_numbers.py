@@ -1,13 +1,14 @@
 """Every count of blocks, slots, tokens, requests, threads ... and every limit that the site
 states about something code decides comes from that code: the kind of number
 ``test_docs_measured_numbers`` does not see, since it has no unit ("a pool of 12 blocks", "a
-10-token prompt", "forks it into three samples", "at most 1024").
+10-token prompt", "forks it into three samples", "the third block", "at most 1024").
 
 A count in a page's prose is accounted for when
 
-- the code of its section holds the number: an input the section hands its examples, or a
-  value they assert (``test_docs`` runs both), as in "a 20-token prompt" above
-  ``allocate(0, 20)``;
+- the code of its section uses the number as that kind of count (``tests/code_counts.py``): an
+  input the section hands its examples, or a value they assert (``test_docs`` runs both), as
+  "a 20-token prompt" above ``allocate(0, 20)``, whose parameter is ``num_tokens``. The same
+  20 as a sequence id, a loop's bound, a list's element or a comment witnesses nothing;
 - it is a ``{{ expression }}`` the build fills (docs/hooks/prose_values.py);
 - ``CHECKED`` reads it from the code the page describes but does not run (``minipaged demo``'s
   pool, a TUI scenario, a figure's inputs, a screenshot's numbers) and finds the page's words;
@@ -20,7 +21,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_docs import DOCS, NOT_PROSE, OUTPUT_INFO, SHELL_OUTPUT_INFO, fence_spans, numbers_in
+from checked_counts import CHECKED, ORDINALS, WORDS
+from code_counts import bindings, witnessed
+from test_docs import DOCS, NOT_PROSE, OUTPUT_INFO, SHELL_OUTPUT_INFO, fence_spans
 from test_docs_measured_numbers import (
     GENERATED,
     HARDWARE,
@@ -37,17 +40,19 @@ COUNT_NOUNS = (
     r"blocks?|slots?|tokens?|sequences?|requests?|samples?|steps?|layers?|heads?|threads?"
     r"|rounds?|partitions?"
 )
-WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-"""How a page writes a small count in words."""
-# "a pool of 12 blocks", "a 10-token prompt", "five steps"; not an exercise's number ("01
-# block-table"), nor one or two of a thing, which prose says of anything ("one token a step").
+# "a pool of 12 blocks", "a 10-token prompt", "two blocks", "the third block", "the 37th
+# token"; not an exercise's number ("01 block-table"), nor one of a thing, which prose says of
+# anything ("one token a step").
 COUNTED = re.compile(
-    rf"(?i:(?<![\w.{{§/#-])(?!0\d)\d[\d,]*|\b(?:{'|'.join(WORDS[3:])}))[\s-](?:{COUNT_NOUNS})\b"
+    rf"(?i:(?<![\w.{{§/#-])(?!0\d)\d[\d,]*(?:st|nd|rd|th)?"
+    rf"|\b(?:{'|'.join(WORDS[2:] + ORDINALS)}))[\s-](?:{COUNT_NOUNS})\b"
 )
 # A limit: "max_tree_nodes (at most 1024)", "up to 55%"; the code that sets one is what the
 # reader is told about.
 LIMITED = re.compile(r"\b(?:at most|up to|no more than|at least) \d[\d,]*(?:\.\d+)?%?")
 HARDWARE_WARP = HARDWARE + " (a warp is 32 threads)"
+ANY_RUN = "said of any run, not a count of this page's: a general statement"
+DIAGRAM = "a label of the diagram docs/figures.py writes (RADIX_MARKER); test_docs keeps it current"
 
 # A count the page states about something it does not run: each with its reason.
 ALLOWED_COUNTS = {
@@ -77,214 +82,60 @@ ALLOWED_COUNTS = {
     ("tutorials/swap-or-recompute.md", "Three requests"): INPUT + " (the example's prompts)",
     ("tutorials/swap-or-recompute.md", "four requests"): INPUT + " (tests/test_engine.py's)",
     ("tutorials/fork-and-copy-on-write.md", "1,000-token"): INPUT,
+    ("explanation/address-translation.md", "80 layers"): INPUT + " (Llama-3-70B's, the factor 80)",
+    ("explanation/address-translation.md", "two sequences"): ANY_RUN + " (what CoW is)",
+    ("explanation/comparison.md", "100 steps"): INPUT + " (new_tokens = 100, a token a step)",
+    ("explanation/comparison.md", "256 slots"): INPUT + " (delta=256: the text's ΔL)",
+    ("explanation/comparison.md", "32 tokens"): DIAGRAM,
+    ("explanation/comparison.md", "16 tokens"): DIAGRAM,
+    ("explanation/comparison.md", "8,192 token"): INPUT + " (capacity = 8192)",
+    ("explanation/comparison.md", "900 tokens"): INPUT + " (the example's prompts dictionary)",
+    ("explanation/comparison.md", "two sequences"): INPUT + " (vattn.admit's a and b)",
+    ("explanation/copy-on-write.md", "128 tokens"): INPUT + " (the example's range(128))",
+    ("explanation/copy-on-write.md", "8 tokens"): INPUT + " (40 mod 16, worked in the prose)",
+    ("explanation/copy-on-write.md", "Four samples"): INPUT + " (the example's seqs 0 to 3)",
+    ("explanation/cpu-and-cuda-kernels.md", "four sequences"): INPUT + " (a benchmark row's shape)",
+    ("explanation/cpu-and-cuda-kernels.md", "two sequences"): INPUT + " (seq_lens' two lengths)",
+    ("explanation/cpu-and-cuda-kernels.md", "two tokens"): ANY_RUN + " (the twin's loop, unrolled)",
+    ("explanation/fp8-kv-cache.md", "third layer"): INPUT
+    + " (largest[2], the index the page reads)",
+    ("explanation/online-softmax.md", "Two sequences"): INPUT + " (seq_lens' two lengths)",
+    ("explanation/online-softmax.md", "third block"): INPUT + " (maxima[2], the index it reads)",
+    ("explanation/online-softmax.md", "third partition"): INPUT + " (6 tokens, partitions of 2)",
+    ("explanation/waste.md", "300-slot"): INPUT + " (the figure's new request)",
+    ("explanation/waste.md", "4 blocks"): INPUT + " (allocate(seq, 64) at B = 16)",
+    ("explanation/waste.md", "80-layer"): SOURCE_TEXT,
+    ("explanation/waste.md", "two requests"): INPUT + " (the timeline figure's requests)",
+    ("how-to/teach-with-the-exercises.md", "two threads"): ANY_RUN + " (what a race is)",
+    ("reference/trace-format.md", "two-request"): INPUT + " (trace_bytes' two prompts)",
+    ("tutorials/fork-and-copy-on-write.md", "two steps"): PAPER + " (§5's steps 1 and 2)",
+    ("tutorials/fork-and-copy-on-write.md", "three steps"): ANY_RUN + " (a question to the reader)",
+    ("tutorials/read-the-kernel.md", "Two sequences"): INPUT + " (the example's seqs 0 and 1)",
+    ("tutorials/read-the-kernel.md", "third block"): INPUT + " (T = [0, 1, 4] in the output)",
+    ("tutorials/read-the-kernel.md", "two blocks"): INPUT + " (6 tokens at B = 4)",
+    ("tutorials/swap-or-recompute.md", "two requests"): INPUT + " (three requests, one preempted)",
+    ("tutorials/watch-a-block-table-grow.md", "three tokens"): INPUT + " (the example's range(3))",
+    ("tutorials/watch-a-block-table-grow.md", "two slots"): INPUT + " (positions 10 and 11)",
+    ("tutorials/watch-a-block-table-grow.md", "4 tokens"): INPUT + " (the example's range(4))",
+    ("explanation/waste.md", "three sequences"): INPUT + " (the example's seqs 0, 1 and 2)",
 }
 
 
-def demo_manager(steps: int):
-    """The block manager ``minipaged demo`` walks through, after its first ``steps`` steps."""
-    import io
-    from unittest import mock
-
-    from rich.console import Console
-
-    from minipaged import walkthrough
-
-    made = []
-
-    class Recorded(walkthrough.BlockManager):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            made.append(self)
-
-    with mock.patch.object(walkthrough, "BlockManager", Recorded):
-        walkthrough.run(Console(file=io.StringIO()), steps=steps)
-    return made[0]
-
-
-def screen_text(screenshot: str) -> str:
-    """The text of a TUI screenshot in docs/assets/screenshots/, spaces as spaces."""
-    import html
-
-    svg = (DOCS / "assets" / "screenshots" / screenshot).read_text(encoding="utf-8")
-    return html.unescape("".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))).replace(
-        "\xa0", " "
-    )
-
-
-def figures():
-    """docs/figures.py, whose functions draw the site's figures from the code."""
-    from test_docs import load_figures
-
-    return load_figures()
-
-
-def tiny_tokenizer():
-    """The embedded tiny model's tokenizer, which the TUI's scenarios and the CLI use."""
-    from minipaged.models import EMBEDDED_MODELS
-    from minipaged.tokenizer import Tokenizer
-
-    return Tokenizer(EMBEDDED_MODELS["tiny"])
-
-
-def demo_phrases() -> list[str]:
-    pools = demo_manager(steps=1)
-    return [
-        f"a pool of {pools.device.num_blocks} blocks of $B = {pools.block_size}$ tokens",
-        f"host pool of {pools.host.num_blocks} blocks",
-        f"allocates a {pools.table(0).num_tokens}-token prompt",
-        f"forks it into {WORDS[len(demo_manager(steps=2).tables)]} samples",
-    ]
-
-
-def chunked_phrases() -> list[str]:
-    from tui.scenarios import LONG_PROMPT
-
-    return [f"shows an {len(tiny_tokenizer().encode(LONG_PROMPT))}-token prompt"]
-
-
-def pressure_phrases() -> list[str]:
-    from tui.scenarios import SCENARIOS
-
-    (pool,) = {SCENARIOS[name].config.num_gpu_blocks for name in ("swap", "recompute")}
-    (requests,) = {len(SCENARIOS[name].requests) for name in ("swap", "recompute")}
-    shown = re.findall(r"s\d+\s+L=(\d+)", screen_text("recompute-step-29-tables.svg"))
-    *first, last = shown
-    return [
-        f"scenarios run {WORDS[requests]} requests in a pool of {pool} blocks",
-        f"$L = {first[0]}$, {', '.join(first[1:])} and {last} for seqs",
-        f"prefilled again with {', '.join(first)} and {last} tokens",
-        f"all {WORDS[len(shown)]} sequences",
-    ]
-
-
-def parallel_phrases() -> list[str]:
-    from tui.scenarios import SCENARIOS
-
-    (request,) = SCENARIOS["parallel"].requests
-    prompt = len(tiny_tokenizer().encode(request.prompt))
-    return [f"{WORDS[request.params.n]} samples of a {prompt}-token prompt"]
-
-
-def memory_bench_phrases() -> list[str]:
-    import inspect
-
-    from minipaged.study.bench.memory import simulate_report
-
-    defaults = inspect.signature(simulate_report).parameters
-    requests, gpu = defaults["num_requests"].default, defaults["hbm_gb"].default
-    return [f"the same at {requests:,} requests on an {gpu:g} GB GPU"]
-
-
-def waste_phrases() -> list[str]:
-    (waste,) = re.findall(
-        r"waste +(\d+/\d+) slots empty", screen_text("parallel-step-2-memory.svg")
-    )
-    empty, slots = waste.split("/")
-    slots_in_all, max_len = figures().TIMELINE_SLOTS, figures().TIMELINE_MAX_LEN
-    return [
-        f"a pool of {slots_in_all:,} slots, $L_{{\\max}} = {max_len}$",
-        f"the waste line, {empty} of {slots} slots empty",
-    ]
-
-
-def fragmentation_phrases() -> list[str]:
-    import figures_pools  # docs/, on the path test_docs gives it
-
-    pool, requests = figures_pools.POOL, WORDS[len(figures_pools.BUFFERS)]
-    return [
-        f"in a pool of {pool:,} slots. {requests.capitalize()} requests took buffers",
-        f"a new request of {figures_pools.REQUEST} slots",
-        f"in blocks of $B = {figures_pools.BLOCK}$",
-    ]
-
-
-def tree_limit_phrases() -> list[str]:
-    from minipaged.speculative.config import MAX_TREE_NODES
-
-    return [f"`max_tree_nodes` (at most {MAX_TREE_NODES})"]
-
-
-def v2_phrases() -> list[str]:
-    length, size = figures().V2_LENGTH, figures().V2_PARTITION_SIZE
-    return [
-        f"over {length} tokens, each partition of {size} tokens",
-        f"The last partition holds only {length % size} tokens",
-        f"the {WORDS[-(-length // size)]} v2 partitions of a {length}-token sequence",
-    ]
-
-
-def threads_phrases() -> list[str]:
-    from cuda_kernels import launch
-
-    threads = 4 * launch.WARP_SIZE  # NUM_THREADS on a GPU (the simulator runs fewer)
-    return [
-        f"$T = {threads}$",
-        f"a {threads}-thread block",
-        f"at {threads} threads per thread block",
-    ]
-
-
-def contiguous_phrases() -> list[str]:
-    *first, last = figures().CONTIGUOUS_LENGTHS
-    count = WORDS[len(first) + 1]
-    return [
-        f"{count.capitalize()} sequences of {', '.join(map(str, first))} and {last} tokens",
-        f"The same {count} sequences",
-    ]
-
-
-def partition_phrases() -> list[str]:
-    (size,) = re.findall(r"v2, (\d+) tokens a partition", screen_text("tour-attention-step-12.svg"))
-    return [f"partitions of {size} tokens"]
-
-
-def vocabulary_phrases() -> list[str]:
-
-    return [f"a {tiny_tokenizer().tokenizer.get_vocab_size():,}-token byte-level BPE"]
-
-
-# A count the page states about code it does not run on the page: what the code says, read
-# from the code (or from the screenshot the page shows, which test_docs keeps current), in
-# the words of the page; each phrase must be on the page.
-CHECKED = {
-    ("reference/cli.md", "12 blocks"): demo_phrases,
-    ("reference/cli.md", "8 blocks"): demo_phrases,
-    ("reference/cli.md", "10-token"): demo_phrases,
-    ("explanation/chunked-prefill.md", "80-token"): chunked_phrases,
-    ("tutorials/swap-or-recompute.md", "20 blocks"): pressure_phrases,
-    ("tutorials/swap-or-recompute.md", "17 tokens"): pressure_phrases,
-    ("explanation/online-softmax.md", "200 tokens"): v2_phrases,
-    ("explanation/online-softmax.md", "64 tokens"): v2_phrases,
-    ("explanation/online-softmax.md", "200-token"): v2_phrases,
-    ("explanation/online-softmax.md", "128-thread"): threads_phrases,
-    ("how-to/run-kernels-on-a-gpu.md", "128 threads"): threads_phrases,
-    ("explanation/kv-memory.md", "61 tokens"): contiguous_phrases,
-    ("explanation/waste.md", "1,024 slots"): waste_phrases,
-    ("explanation/waste.md", "20 slots"): waste_phrases,
-    ("explanation/comparison.md", "1,000 requests"): memory_bench_phrases,
-    ("tutorials/fork-and-copy-on-write.md", "6-token"): parallel_phrases,
-    ("tutorials/fork-and-copy-on-write.md", "four samples"): parallel_phrases,
-    ("reference/cli.md", "three samples"): demo_phrases,
-    ("reference/cli.md", "at most 1024"): tree_limit_phrases,
-    ("tutorials/swap-or-recompute.md", "three sequences"): pressure_phrases,
-    ("explanation/waste.md", "Five requests"): fragmentation_phrases,
-    ("explanation/kv-memory.md", "Four sequences"): contiguous_phrases,
-    ("explanation/kv-memory.md", "four sequences"): contiguous_phrases,
-    ("tutorials/watch-one-query-attend.md", "12 tokens"): partition_phrases,
-    ("reference/concepts.md", "2,048-token"): vocabulary_phrases,
-}
-
-
-def as_digits(count: str) -> set[str]:
-    """The number of a count, in digits: ``{"4"}`` for "four samples" or "4 samples"."""
+def as_number(count: str) -> int:
+    """The number of a count: 4 for "four samples", "4 samples" or "the fourth sample"; the
+    number of a limit ("at most 1,024") the same way."""
     word = count.split()[0].split("-")[0].lower()
-    return {str(WORDS.index(word))} if word in WORDS else numbers_in(count)
+    if word in WORDS:
+        return WORDS.index(word)
+    if word in ORDINALS:
+        return ORDINALS.index(word) + 3
+    return int(re.search(r"\d[\d,]*", count)[0].replace(",", ""))
 
 
 def counts_in(markdown: str, page: str) -> list[tuple[int, str]]:
     """``(line, "number noun")`` for each count in the prose that the code of its section
-    (up to the next heading) does not hold: a number written in a code block is an input
-    the section hands its examples, or a value they assert, and test_docs runs both. Code
+    (up to the next heading) does not use as that kind of count (tests/code_counts.py); a
+    limit ("at most 64"), which names no kind, needs its number bound to some name. Code
     further away is about something else ("9" in one example is no witness for "9 blocks"
     three sections on)."""
     lines = markdown.splitlines()
@@ -293,18 +144,24 @@ def counts_in(markdown: str, page: str) -> list[tuple[int, str]]:
     for n, line in enumerate(lines):
         section += n not in inside and line.startswith("#")
         sections.append(section)
-    in_code: dict[int, set[str]] = {}
+    bound: dict[int, set[tuple[int, str]]] = {}
     for span in fence_spans(lines, page):
         if span.info not in OUTPUTS:
-            in_code.setdefault(sections[span.line - 1], set()).update(numbers_in(span.source))
-    return [
-        (n + 1, match[0])
-        for n, line in enumerate(lines)
-        if n not in inside
-        for pattern in (COUNTED, LIMITED)
-        for match in pattern.finditer(NOT_PROSE.sub(" ", line))
-        if as_digits(match[0]).isdisjoint(in_code.get(sections[n], ()))
-    ]
+            bound.setdefault(sections[span.line - 1], set()).update(
+                bindings(span.language, span.source)
+            )
+    found = []
+    for n, line in enumerate(lines):
+        if n in inside:
+            continue
+        prose, code = NOT_PROSE.sub(" ", line), bound.get(sections[n], set())
+        for match in COUNTED.finditer(prose):
+            if not witnessed(as_number(match[0]), match[0], code):
+                found.append((n + 1, match.start(), match[0]))
+        for match in LIMITED.finditer(prose):
+            if "%" in match[0] or as_number(match[0]) not in {value for value, _ in code}:
+                found.append((n + 1, match.start(), match[0]))
+    return [(line, count) for line, _, count in sorted(found)]
 
 
 def counts_on_the_site() -> dict[tuple[str, str], list[int]]:
@@ -372,3 +229,56 @@ Then 24 tokens more.
         "at most 64",
         "24 tokens",
     ]
+
+
+def test_a_number_in_the_code_witnesses_only_the_count_it_is_used_as() -> None:
+    """Planted wrong counts that the same number in the code, used as something else, once let
+    pass: a sequence id, a loop's bound, a list's element, a comment, a diagram's label, a
+    factor; and the ways code does state a count, which still pass."""
+    wrong = """Three sequences, 3 blocks, a 7-token prompt, 4 layers, the third block,
+the 12th token, 5 samples, eight requests.
+
+```python
+bm.allocate(3, 20)                     # 7 tokens
+for _ in range(4):
+    bm.append_slot(0)
+table = [8, 12, 5]
+assert bm.table(0).blocks == [2, 0, 1]
+kv_bytes = 2 * 8 * 64
+```
+
+```mermaid
+flowchart LR
+    a["two sequences"]
+```
+"""
+    assert [count for _, count in counts_in(wrong, "planted.md")] == [
+        "Three sequences",
+        "3 blocks",
+        "7-token",
+        "4 layers",
+        "third block",
+        "12th token",
+        "5 samples",
+        "eight requests",
+        "two sequences",  # a diagram's label is prose: the mermaid fence binds nothing
+    ]
+    right = """Two sequences, 3 blocks, a 7-token prompt, 4 layers, the third block,
+the 12th token, 5 samples, eight requests, 9 threads, at most 64.
+
+```python
+bm = BlockManager(num_gpu_blocks=3, block_size=16)
+bm.allocate(0, 7)
+config = {"num_hidden_layers": 4}
+assert len(bm.table(0).blocks) == 3
+seq_lens = torch.tensor([12, 5])
+params = SamplingParams(n=5, max_tokens=12)
+num_requests = 8
+beam_width, max_tree_nodes = 2, 64
+```
+
+```bash
+minipaged bench --threads 9
+```
+"""
+    assert counts_in(right, "planted.md") == []

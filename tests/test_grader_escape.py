@@ -15,6 +15,7 @@ import pytest
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.process_tree import descendants, end_descendants
 from minipaged.grader.report import PASS
+from tests.stuck import STUCK_AFTER_S
 from tests.test_grader_integrity import RIGHT, _alive, messages, submission
 
 pytestmark = pytest.mark.skipif(
@@ -107,13 +108,15 @@ def test_the_sweep_finds_a_process_that_left_its_parent_s_session(tmp_path):
         ]
     )
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STUCK_AFTER_S
         while not _alive("66.25") and time.monotonic() < deadline:
             time.sleep(0.05)
         [sleeper] = _alive("66.25")
         assert sleeper in descendants(parent.pid)
         assert end_descendants(parent.pid) >= 1
-        time.sleep(0.1)
+        deadline = time.monotonic() + STUCK_AFTER_S
+        while _alive("66.25") and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _alive("66.25") == []
     finally:
         parent.kill()
@@ -141,14 +144,14 @@ def test_a_grader_killed_mid_grading_leaves_nothing_running(tmp_path):
         ]
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STUCK_AFTER_S
         while not _alive("67.25") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _alive("67.25"), "the student's import never started its sleeper"
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + STUCK_AFTER_S
     while _alive("67.25") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _alive("67.25") == []

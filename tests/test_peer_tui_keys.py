@@ -17,6 +17,7 @@ import time
 import pytest
 from textual.command import CommandPalette
 
+from tests.stuck import STUCK_AFTER_S
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
 
@@ -29,8 +30,8 @@ def anyio_backend():
     return "asyncio"
 
 
-async def until(pilot, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
+async def until(pilot, condition):
+    deadline = time.monotonic() + STUCK_AFTER_S
     while not condition():
         assert time.monotonic() < deadline, "the app did not get there in time"
         await pilot.pause(0.02)

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from dark_scheme import IN_SLATE, unreadable
+from stuck import STUCK_AFTER_S
 from test_docs import DOCS, GENERATED, SUB_FOLDERS, SUB_PATH, shared_site
 
 sync_api = pytest.importorskip(
@@ -217,18 +218,19 @@ def base_url(site: Path):
     )
     url = f"http://127.0.0.1:{port}{SUB_PATH}"
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + STUCK_AFTER_S
+        while True:
             try:
-                urllib.request.urlopen(url + "index.html", timeout=1).close()
+                urllib.request.urlopen(url + "index.html", timeout=STUCK_AFTER_S).close()
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"python -m http.server did not answer at {url}")
                 time.sleep(0.1)
-        else:
-            pytest.fail(f"python -m http.server did not answer at {url}")
         yield url
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        server.wait(timeout=STUCK_AFTER_S)
 
 
 @contextlib.contextmanager
@@ -305,7 +307,7 @@ def visit_all(browser, base: str, loads: list[tuple[str, int]]) -> list[Visit]:
             tab.wait_for_function(
                 "[...document.querySelectorAll('article .mermaid')].every("
                 "e => e.shadowRoot && e.shadowRoot.querySelector('svg'))",
-                timeout=10_000,
+                timeout=STUCK_AFTER_S * 1000,
             )
         record(tab, visits[-1], page)
         loaded, width = width, other_width(width)
@@ -341,7 +343,7 @@ def search(tab) -> tuple[int, list[str]]:
     # Typed key by key: Material searches on key events, and filling the box skips them.
     tab.keyboard.type(SEARCH_TERM, delay=20)
     try:
-        tab.wait_for_selector(".md-search-result__item", timeout=10_000)
+        tab.wait_for_selector(".md-search-result__item", timeout=STUCK_AFTER_S * 1000)
     except sync_api.TimeoutError:
         return 0, []
     items = tab.locator(".md-search-result__item")
@@ -477,7 +479,7 @@ def test_the_404_page_works_at_any_depth_under_the_sub_path(browser, base_url, s
     broken = []
     for link in sorted(set(own)):
         try:
-            urllib.request.urlopen(link, timeout=5).close()
+            urllib.request.urlopen(link, timeout=STUCK_AFTER_S).close()
         except OSError as error:
             broken.append(f"{link}: {error}")
     assert not broken, "the 404 page's links are broken:\n" + "\n".join(broken)

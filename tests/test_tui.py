@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from dataclasses import replace
 
 import pytest
 from rich.console import Console
+from textual.command import CommandList
 from textual.widgets import Static
 
 from minipaged import trace
 from minipaged.block_state import BlockState, TableState
 from minipaged.checkpoint import model_directory
+from tests.stuck import STUCK_AFTER_S
+from tests.tui_runs import until
 from tui import keymap
 from tui.app import PagedApp
 from tui.feed import StepFeed
@@ -42,14 +44,6 @@ SIZE = (120, 40)
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-async def until(pilot, condition, timeout: float = 20.0) -> None:
-    """Let the app run until ``condition()`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the app did not get there in time"
-        await pilot.pause(0.02)
 
 
 async def started(pilot) -> PagedApp:
@@ -106,7 +100,7 @@ async def test_stepping_forward_then_back_restores_the_identical_view():
 async def test_the_model_thread_computes_the_whole_run_ahead_without_a_key_press():
     async with PagedApp(SCENARIOS["several"]).run_test(size=SIZE) as pilot:
         app = await started(pilot)
-        await until(pilot, lambda: app.timeline.finished, timeout=60)
+        await until(pilot, lambda: app.timeline.finished)
         assert app.timeline.cursor == 0
         assert app.timeline.recorded > 10
 
@@ -148,7 +142,7 @@ async def test_the_scenario_picker_switches_the_run():
         app = await started(pilot)
         assert app.scenario.name == "swap"
         assert app.timeline.cursor == 0
-        assert old.stopped.wait(2), "the previous run's thread is still working"
+        assert old.stopped.wait(STUCK_AFTER_S), "the previous run's thread is still working"
 
 
 async def test_next_cow_lands_on_the_first_copy_on_write():
@@ -199,7 +193,7 @@ async def test_quitting_stops_the_model_thread():
         await started(pilot)
         feed = app.feed
         await pilot.press("q")
-    assert feed.stopped.wait(2), "the model thread kept running after quit"
+    assert feed.stopped.wait(STUCK_AFTER_S), "the model thread kept running after quit"
     assert app.worker.is_cancelled
 
 
@@ -318,7 +312,13 @@ async def test_the_command_palette_offers_the_jumps():
         app = await started(pilot)
         await pilot.press("ctrl+p")
         await pilot.press(*"next copy-on-write")
-        await pilot.pause(0.3)
+        hits = app.screen.query_one(CommandList)  # the palette searches in a worker
+
+        def found() -> bool:
+            first = hits.get_option_at_index(0).prompt if hits.option_count else ""
+            return "copy-on-write" in str(first)
+
+        await until(pilot, found)
         await pilot.press("enter")
         await until(pilot, lambda: app.timeline.cursor > 0)
         await settled(pilot)

@@ -24,8 +24,8 @@ from minipaged.attention import (
 from minipaged.attention_walk import walk
 from minipaged.checkpoint import model_directory
 from tests import test_tui
-from tests.test_tui import SIZE, panes, until
-from tests.tui_runs import recorded, replaying
+from tests.test_tui import SIZE, panes
+from tests.tui_runs import recorded, replaying, until
 from tui.attention_view import AttentionView
 from tui.command import screenshot_keys
 from tui.event_log import EventLog
@@ -364,9 +364,8 @@ async def test_the_hidden_event_log_does_not_wait_for_a_layout_while_the_view_is
         await pilot.pause(0.5)
         assert len(calls) < 5, f"the log's settle ran {len(calls)} times for one step"
         await pilot.press("a")
-        await pilot.pause(0.2)
         log = app.query_one(EventLog)
-        assert log.display and log.scroll_y == log.max_scroll_y > 0
+        await until(pilot, lambda: log.display and log.scroll_y == log.max_scroll_y > 0)
 
 
 def test_screenshot_keys_are_the_key_maps_and_a_wrong_one_is_named():

@@ -6,7 +6,6 @@ screen shows); past the palette's size the id tag carries identity and no colour
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from minipaged.checkpoint import model_directory
 from minipaged.engine import StepOutput
 from minipaged.events import Alloc, CowCopy, SwapIn, SwapOut
 from tests.colour_metrics import ciede2000, contrast, distance
+from tests.tui_runs import until
 from tui.app import PagedApp
 from tui.block_colours import MIN_DISTANCE, NEUTRAL, PALETTE, Colouring
 from tui.colours import SHARED
@@ -207,15 +207,10 @@ async def test_the_blocks_a_screen_shows_wear_colours_a_person_tells_apart(name,
     is at least MIN_DISTANCE apart, or one of them is neutral and carries its id."""
     app = PagedApp(SCENARIOS[name])
     async with app.run_test(size=(160, 50)) as pilot:
-        deadline = time.monotonic() + 120
-        while app.navigator is None:
-            assert time.monotonic() < deadline
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.navigator is not None, "the model did not load")
         for step in steps:
             app.seek_step(step)
-            while app.navigator.waiting is not None:
-                assert time.monotonic() < deadline
-                await pilot.pause(0.05)
+            await until(pilot, lambda: app.navigator.waiting is None, f"no step {step}")
             await pilot.pause()
             blocks = set(live(app.timeline.frame()))  # a free cell is drawn on the pane
             seen = {p: c for p, c in shown_colours(app).items() if p in blocks}

@@ -9,14 +9,13 @@ the bad numbers typed while the model still runs are tried on the live app."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Input
 
 from minipaged.checkpoint import model_directory
-from tests.tui_runs import replaying, whole_run
+from tests.tui_runs import replaying, until, whole_run
 from tui import keymap
 from tui.app import PagedApp
 from tui.go_to_step import GoToStep
@@ -97,10 +96,7 @@ async def test_g_goes_to_the_step_typed_and_refuses_one_past_the_run():
 async def test_bad_step_numbers_are_asked_again_and_the_live_run_goes_on():
     async with PagedApp(SCENARIOS["several"]).run_test(size=SIZE) as pilot:
         app = pilot.app
-        deadline = time.monotonic() + 120
-        while app.navigator is None:
-            assert time.monotonic() < deadline, "the model did not load"
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.navigator is not None, "the model did not load")
         await pilot.press("n", "n")
         cursor = app.timeline.cursor
         await pilot.press("g")
@@ -113,9 +109,7 @@ async def test_bad_step_numbers_are_asked_again_and_the_live_run_goes_on():
         await pilot.press("escape")
         assert app.timeline.cursor == cursor and app.error is None
         await pilot.press("n")
-        while app.navigator.waiting is not None:
-            assert time.monotonic() < deadline, "the run stopped"
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.navigator.waiting is None, "the run stopped")
         assert app.timeline.cursor == cursor + 1
 
 

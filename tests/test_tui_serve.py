@@ -23,6 +23,7 @@ import pytest
 from minipaged.checkpoint import model_directory
 from minipaged.cli import build_parser
 from minipaged.cli import main as cli_main
+from tests.stuck import STUCK_AFTER_S
 from tui.command import tui_parser
 from tui.origins import allowed_origin
 from tui.serve import (
@@ -148,7 +149,7 @@ async def guarded(**options):
     app = await server._make_app()
     async with test_utils.TestServer(app, port=port), aiohttp.ClientSession() as session:
         yield server, session, f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + STUCK_AFTER_S
         while server.sessions:  # each app's process is told to quit once its tab has gone
             assert time.monotonic() < deadline, "a session outlived its websocket"
             await asyncio.sleep(0.05)
@@ -195,7 +196,7 @@ async def test_past_the_session_cap_a_tab_is_told_why_and_no_app_starts():
     async with guarded(max_sessions=1) as (server, session, url):
         first = await handshake(session, url, url)
         second = await handshake(session, url, url)
-        message = await second.receive(timeout=10)
+        message = await second.receive(timeout=STUCK_AFTER_S)
         text = message.data.decode()
         assert "all 1 sessions are in use" in text and "--max-sessions" in text
         assert server.sessions == 1
@@ -212,8 +213,8 @@ async def test_the_page_names_the_address_the_browser_used():
             assert page.status == 400
 
 
-def wait_for_port(port: int, server: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+def wait_for_port(port: int, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + STUCK_AFTER_S  # a new process loads torch and the model
     while True:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -237,7 +238,7 @@ def served(port: int, *flags: str):
         yield server
     finally:
         server.terminate()  # the server tells each app to quit, and waits for it
-        server.wait(60)
+        server.wait(STUCK_AFTER_S)
 
 
 def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
@@ -251,7 +252,7 @@ def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
             "Sec-WebSocket-Version: 13\r\nOrigin: http://evil.example\r\n\r\n"
         )
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=STUCK_AFTER_S) as s:
             s.sendall(request.encode())
             status = s.recv(1024).decode().split("\r\n")[0]
         assert status.startswith("HTTP/1.1 403"), status
@@ -305,7 +306,7 @@ def shot(browser, port: int, scale: int, path: Path) -> tuple[Path, set[str]]:
     page.on("request", lambda request: hosts.add(urlparse(request.url).netloc))
     page.on("websocket", lambda ws: ws.on("framereceived", lambda f: received.append(str(f))))
     page.goto(f"http://127.0.0.1:{port}/")
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + STUCK_AFTER_S
     while "physical blocks" not in "".join(received):
         assert time.monotonic() < deadline, "the app's screen never arrived"
         page.wait_for_timeout(250)

@@ -10,12 +10,12 @@ the new screenshots and accept them with ``pytest tests/test_tui_snapshots.py
 from __future__ import annotations
 
 import inspect
-import time
 from pathlib import Path
 
 import pytest
 
 from minipaged.checkpoint import model_directory
+from tests.tui_runs import until
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
 
@@ -29,13 +29,6 @@ def app_for(name: str) -> PagedApp:
     app = PagedApp(SCENARIOS[name])
     app.animation_level = "none"
     return app
-
-
-async def until(pilot, condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the app did not get there in time"
-        await pilot.pause(0.02)
 
 
 def recorded_then(*keys: str, step: int | None = None):

@@ -10,14 +10,12 @@ test process (``tests/tui_runs.py``) instead of running the model again.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from rich.console import Console
 from rich.segment import Segment
 
 from minipaged.checkpoint import model_directory
-from tests.tui_runs import replaying
+from tests.tui_runs import replaying, until
 from tui.app import PagedApp
 from tui.event_log import EventLog
 from tui.inspector import Inspector
@@ -40,13 +38,6 @@ SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-async def until(pilot, condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the app did not get there in time"
-        await pilot.pause(0.02)
 
 
 async def recorded(pilot) -> PagedApp:

@@ -8,24 +8,27 @@ import time
 
 from minipaged.tokenizer import Tokenizer
 from minipaged.trace import Trace
+from tests.stuck import STUCK_AFTER_S
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
 from tui.speculative_frames import frames
 
-DEADLINE_S = 120  # loading the tiny model and recording a scenario, on a loaded machine
+
+async def until(pilot, condition, what: str = "the app did not get there") -> None:
+    """Let the app run until ``condition()`` holds; fail, saying ``what``, after
+    ``STUCK_AFTER_S`` seconds (tests/stuck.py). The wait every TUI test uses."""
+    deadline = time.monotonic() + STUCK_AFTER_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} in {STUCK_AFTER_S:g} s"
+        await pilot.pause(0.02)
 
 
 async def whole_run(pilot) -> PagedApp:
     """The pilot's app once the model has loaded and every step of its run is recorded."""
     app = pilot.app
-    deadline = time.monotonic() + DEADLINE_S
-    while app.navigator is None:
-        assert time.monotonic() < deadline, "the model did not load"
-        await pilot.pause(0.05)
+    await until(pilot, lambda: app.navigator is not None, "the model did not load")
     app.record_everything()
-    while not app.timeline.finished:
-        assert time.monotonic() < deadline, "the run was not recorded in time"
-        await pilot.pause(0.05)
+    await until(pilot, lambda: app.timeline.finished, "the run was not recorded")
     return app
 
 
