@@ -172,26 +172,33 @@ def check_kv_scales(
     narrower than ``compute_dtype``, the query's or the written keys' (the module's
     docstring), in a float dtype no wider than float32, on the pools' ``device``. Returns each
     scale it read with its values (read once, ``tolist``); under ``engine_attention`` none is
-    read (its shape, dtype and device are still checked: they cost no read)."""
-    given = {name: s for name, s in (("k_scale", k_scale), ("v_scale", v_scale)) if s is not None}
-    if not given:
+    read (its shape, dtype and device are still checked: they cost no read).
+
+    Every FP8 call pays this from cold caches, as a layer's attention runs, where each tensor
+    attribute or method read costs microseconds: each scale is asked for its dtype (which says
+    whether it is floating-point), shape, device and values, nothing more, and
+    ``engine_attention``'s setting is read once."""
+    if k_scale is None and v_scale is None:
         return ()
-    read = []
     if pool_dtype not in NARROWER_POOL_DTYPES or compute_dtype != torch.float32:
-        name = next(iter(given))
+        name = "k_scale" if k_scale is not None else "v_scale"
         raise ValueError(
             f"{name} is given, but the pools hold {pool_dtype} under {compute_dtype}: only a "
             f"narrower pool (FP8, or 16-bit under float32) stores k / k_scale, and this one "
             f"stores the keys and values themselves, so the scale would be ignored; pass "
             f"{name}=None, or quantize the pools to FP8 (minipaged.fp8.quantize)"
         )
-    for name, scale in given.items():
-        if not isinstance(scale, Tensor) or not scale.is_floating_point():
+    values_checked = _values_checked.get()  # engine_attention's are the cache's, checked once
+    read = []
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is None:
+            continue
+        if not isinstance(scale, Tensor) or not scale.dtype.is_floating_point:
             raise TypeError(
                 f"{name} must be a floating-point torch.Tensor [num_kv_heads], got "
                 f"{type(scale).__name__} {scale!r:.60}: build it with torch.tensor([...])"
             )
-        if tuple(scale.shape) != (num_kv_heads,):
+        if scale.shape != (num_kv_heads,):
             raise ValueError(
                 f"{name} must be [num_kv_heads] = [{num_kv_heads}], one scale per KV head, got "
                 f"shape {list(scale.shape)}"
@@ -206,9 +213,10 @@ def check_kv_scales(
                 f"{name} is on {scale.device}, but the pools are on {device}: a scale is read "
                 f"beside the keys and values it scales; pass {name}.to({str(device)!r})"
             )
-        if _values_checked.get():  # engine_attention's are the cache's, checked once
-            read.append((scale, tuple(scale.tolist())))
-            check_scale_values(read[-1][1], name)
+        if values_checked:
+            values = tuple(scale.tolist())
+            check_scale_values(values, name)
+            read.append((scale, values))
     return tuple(read)
 
 

@@ -6,6 +6,7 @@ tensors computes."""
 from __future__ import annotations
 
 import gc
+import re
 import weakref
 
 import pytest
@@ -15,7 +16,7 @@ pytest.importorskip("numba", reason="the kernels' wrappers need numba")
 
 from cuda_kernels import cpu, pool_arrays
 from cuda_kernels.decode_arguments import fp8_arguments
-from minipaged import fp8
+from minipaged import attention, fp8
 
 B, NUM_BLOCKS, NUM_KV_HEADS = 4, 8, 2
 POOL = (NUM_BLOCKS, NUM_KV_HEADS, B, 8)  # [num_blocks, N_KV, B, d_h]
@@ -151,6 +152,25 @@ def test_a_float64_scale_is_refused_as_on_every_path(kernel):
     call = arguments(FP8)
     with pytest.raises(TypeError, match=r"k_scale is float64.*k_scale\.float\(\)"):
         run(kernel, {**call, "k_scale": call["k_scale"].double()})
+
+
+WRONG_SHAPES = [(), (NUM_KV_HEADS - 1,), (NUM_KV_HEADS + 1,), (NUM_KV_HEADS, 1), (1, NUM_KV_HEADS)]
+"""Scale shapes that are not ``[num_kv_heads]``: a number, one head short or over (of the right
+rank, so only the length can tell), and the right count in two dimensions."""
+
+
+@pytest.mark.parametrize("shape", WRONG_SHAPES, ids=str)
+@pytest.mark.parametrize("name", ["k_scale", "v_scale"])
+@pytest.mark.parametrize("kernel", [*KERNELS, "reference"])
+def test_a_scale_not_one_per_kv_head_is_refused_naming_the_count(kernel, name, shape):
+    """Every path (the twins and the reference, ``attention_call.check_kv_scales``) refuses a
+    scale of any other shape before it runs, naming the count of KV heads, whichever of the
+    two scales it is: a short one would have the kernel read past its end."""
+    call = {**arguments(FP8), name: torch.full(shape, 0.02)}
+    path = attention.paged_attention_decode if kernel == "reference" else KERNELS[kernel]
+    refusal = rf"{name} must be \[num_kv_heads\] = \[{NUM_KV_HEADS}\]"
+    with pytest.raises(ValueError, match=refusal + ".*" + re.escape(f"got shape {list(shape)}")):
+        path(**call)
 
 
 def test_a_scale_off_the_host_is_handed_on_without_reading_its_values():
