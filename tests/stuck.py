@@ -10,4 +10,16 @@ cannot meet at any speed (an endless loop) or one with a wide margin, and keeps 
 out of it.
 """
 
+import time
+
 STUCK_AFTER_S = 120.0
+
+
+def eventually(condition, what: str) -> None:
+    """Return once ``condition()`` holds; fail naming ``what`` after ``STUCK_AFTER_S``. For a
+    state the code under test reaches soon but not at once (a killed process leaving
+    ``/proc``), where a fixed pause would pass on an idle machine and fail on a busy one."""
+    give_up = time.monotonic() + STUCK_AFTER_S
+    while not condition():
+        assert time.monotonic() < give_up, f"{what} after {STUCK_AFTER_S:g} s"
+        time.sleep(0.02)

@@ -193,9 +193,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def limit(word: str) -> float:
-    """An argparse type for ``--memory-limit`` / ``--time-limit``: a number by the one rule for
-    a typed number, or ``inf`` for no limit (``limits_from_flags`` checks it against the
-    machine). ``nan`` limits nothing and is refused here."""
+    """An argparse type for ``--memory-limit`` / ``--time-limit``: a number by the one rule
+    for a typed number, or ``inf`` for none (``limits_from_flags`` checks it); never ``nan``."""
     try:
         value = read_real(word)
     except ValueError:
