@@ -97,7 +97,12 @@ IN_SLATE = """async () => {
   still.textContent = "* { transition: none !important }";
   body.setAttribute("data-md-color-scheme", "slate");
   grounds.clear();
-  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  // Two frames, or half a second where no frame comes (a headless tab may draw none): an
+  // await that never ends would hold the test, and its worker, for good.
+  await new Promise(done => {
+    requestAnimationFrame(() => requestAnimationFrame(done));
+    setTimeout(done, 500);
+  });
   cues.push(...faintCues("slate"));
   text.push(...faintText("slate"));
   const page = backdrop(article);

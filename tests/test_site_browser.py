@@ -77,7 +77,11 @@ Element.prototype.attachShadow = function (init) {
 """
 # What a page shows once MathJax and mermaid are done.
 INSPECT = """async () => {
-  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  const STUCK_MS = STUCK_AFTER_MS;
+  // MathJax's typesetting, or STUCK_AFTER_S: math still raw then fails the page's checks,
+  // where a promise that never settles would hold the test for good.
+  if (window.MathJax && MathJax.startup) await Promise.race([
+    MathJax.startup.promise, new Promise(done => setTimeout(done, STUCK_MS))]);
   const article = document.querySelector("article");
   const prose = article.cloneNode(true);
   prose.querySelectorAll("pre, code, mjx-container, script, style, .mermaid, .headerlink")
@@ -161,7 +165,7 @@ INSPECT = """async () => {
     links: [...document.querySelectorAll("a[href]")].map(a => a.href),
     ids: [...document.querySelectorAll("[id]")].map(e => e.id),
   };
-}"""
+}""".replace("STUCK_AFTER_MS", str(int(STUCK_AFTER_S * 1000)))
 
 
 # How far past the window's right edge the page reaches at the start of the transitions a resize
