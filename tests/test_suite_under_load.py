@@ -115,3 +115,41 @@ async def until(pilot, condition, timeout: float = 20.0): ...
 """
     assert deadlines_in(planted) == [2, 3]
     assert short_waits_in(planted) == [(6, 10), (7, 2), (8, 30), (9, 5), (10, 10), (16, 20)]
+
+
+def unbounded_page_awaits_in(source: str) -> list[int]:
+    """Lines of ``source`` (page-side JavaScript in a test's strings) that await an animation
+    frame or a library's promise with no timer raced against it: Playwright's ``evaluate`` has
+    no timeout, and a headless tab may draw no frame at all, so such an await holds the test
+    and its worker for good (the site's browser fixture sat 22 minutes on one)."""
+    lines = source.splitlines()
+    return [
+        n
+        for n, line in enumerate(lines, 1)
+        if ("requestAnimationFrame(" in line or re.search(r"await .*\.promise\b", line))
+        and "setTimeout(" not in "\n".join(lines[max(n - 3, 0) : n + 3])
+    ]
+
+
+def test_no_page_side_await_can_wait_for_ever():
+    found = [
+        f"{path.name}:{line}"
+        for path in sources()
+        for line in unbounded_page_awaits_in(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"race a setTimeout against each: {found}"
+
+
+def test_the_page_scan_finds_an_await_with_no_timer_beside_it():
+    planted = """
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+  if (window.MathJax) await MathJax.startup.promise;
+  const x = 1;
+  const y = 2;
+  const z = 3;
+  await new Promise(done => {
+    requestAnimationFrame(done);
+    setTimeout(done, 500);
+  });
+"""
+    assert unbounded_page_awaits_in(planted) == [2, 3]
