@@ -74,12 +74,14 @@ def sources() -> list[Path]:
     return sorted(path for path in TESTS.glob("*.py") if path.name != Path(__file__).name)
 
 
+def found_in_sources(scan) -> list[str]:
+    """``file:line`` for each line of the suite's sources that ``scan`` (source -> lines)
+    names."""
+    return [f"{path.name}:{line}" for path in sources() for line in scan(path.read_text("utf-8"))]
+
+
 def test_no_test_gives_hypothesis_a_deadline():
-    found = [
-        f"{path.name}:{line}"
-        for path in sources()
-        for line in deadlines_in(path.read_text(encoding="utf-8"))
-    ]
+    found = found_in_sources(deadlines_in)
     assert not found, f"a deadline fails correct code on a busy machine: {found}"
 
 
@@ -132,11 +134,7 @@ def unbounded_page_awaits_in(source: str) -> list[int]:
 
 
 def test_no_page_side_await_can_wait_for_ever():
-    found = [
-        f"{path.name}:{line}"
-        for path in sources()
-        for line in unbounded_page_awaits_in(path.read_text(encoding="utf-8"))
-    ]
+    found = found_in_sources(unbounded_page_awaits_in)
     assert not found, f"race a setTimeout against each: {found}"
 
 
