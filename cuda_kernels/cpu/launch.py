@@ -18,6 +18,7 @@ import numba
 import numpy as np
 import torch
 
+from cuda_kernels.cpu.compile_cache import load_callees
 from cuda_kernels.fp8 import as_bytes
 
 NUM_THREADS = 32
@@ -57,10 +58,19 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     if numba.config.DISABLE_JIT:  # Numba's compiler off: the twin is its Python, to step through
         return kernel
+    callees_loaded(kernel)
     if threads == 1:
         return serial(kernel)
     numba.set_num_threads(threads)
     return kernel
+
+
+@functools.cache
+def callees_loaded(kernel: numba.core.registry.CPUDispatcher) -> None:
+    """Once a process, before ``kernel`` first runs: its callees' cached code loaded ahead of it,
+    so that a twin loaded from Numba's cache runs the code a fresh compilation runs
+    (``compile_cache.load_callees``)."""
+    load_callees(kernel)
 
 
 @functools.cache
