@@ -808,7 +808,7 @@ def test_hypothesis_failing_while_shrinking_reports_the_original_failure(monkeyp
 def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkeypatch):
     """Two runs give the same shrunk program, and a budget of one program still reports a
     failing program: the shortest seen, not the unshrunk one."""
-    from minipaged.grader import properties
+    from minipaged.grader import shrinking
 
     def report():
         with pytest.raises(AssertionError) as caught:
@@ -816,8 +816,55 @@ def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkey
         return str(caught.value)
 
     assert report() == report()
-    monkeypatch.setattr(properties, "SHRINK_RUNS", 1)
+    monkeypatch.setattr(shrinking, "SHRINK_RUNS", 1)
     assert "after this program:" in report()
+
+
+class _Shrunk:
+    """A stand-in state machine for ``shrinking.shrink``: its ``clock`` counts only what the
+    student's time counts (``CriterionClock``, here without a worker: the checks' own CPU time
+    is credited, their sleep is not), and ``last_program`` is the last one run."""
+
+    budget = None
+    last_program = ("the program that broke it",)
+
+    @staticmethod
+    def clock(seconds):
+        from minipaged.grader.criterion_clock import CriterionClock
+
+        return CriterionClock(seconds)
+
+
+def test_shrinking_time_is_the_students_not_the_graders_nor_the_machines(monkeypatch):
+    """Hypothesis shrinking on the grader's own CPU for 1.5 times the shrinking's seconds is not
+    cut short (on a loaded machine a wall-clock budget was); programs that sleep past it are,
+    and the failure first seen is reported."""
+    import time
+
+    from minipaged.grader import shrinking
+
+    monkeypatch.setattr(shrinking, "SHRINK_SECONDS", 0.2)
+    first = AssertionError("first")
+
+    def grader_works():
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            _Shrunk.budget.spend()  # a program starts
+            busy = time.thread_time() + 0.01
+            while time.thread_time() < busy:
+                pass
+        raise AssertionError("shrunk")
+
+    found, _ = shrinking.shrink(_Shrunk, grader_works, first, ["long"])
+    assert str(found) == "shrunk", "the grader's own work was charged to the shrinking's time"
+
+    def sleeps():
+        for _ in range(100):
+            _Shrunk.budget.spend()
+            time.sleep(0.01)
+        raise AssertionError("never reached")
+
+    assert shrinking.shrink(_Shrunk, sleeps, first, ["long"]) == (first, ["long"])
 
 
 @pytest.mark.slow
