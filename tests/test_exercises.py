@@ -947,3 +947,29 @@ def test_a_report_that_cannot_be_written_is_refused_before_grading(tmp_path, cap
     assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 2
     out, err = capsys.readouterr()
     assert "PASS" not in out and f"its folder {target.parent} is a file" in err
+
+
+@pytest.mark.parametrize("word", ["inf", "nan", "-inf", "0", "-1", "x", "", "2.5", "1e400"])
+def test_a_limit_is_real_s_number_or_inf_for_no_limit(word):
+    """``exercises check``'s ``limit`` type is ``arguments.real`` with ``inf`` taken: the same
+    number as ``real`` reads (or refuses) for every word but ``inf`` (and what overflows to
+    it), which it takes, and every refusal says ``inf`` may be given."""
+    import argparse
+    import math
+
+    from minipaged.arguments import real
+    from minipaged.grader.command import limit
+
+    def read(parse):
+        try:
+            return parse(word)
+        except argparse.ArgumentTypeError as refused:
+            return str(refused)
+
+    plain, either = read(real(0, above=True)), read(limit)
+    if either == math.inf:
+        assert isinstance(plain, str) and "finite" in plain, plain
+    elif isinstance(plain, float):
+        assert either == plain
+    else:
+        assert either.endswith(plain.partition(", got")[2]) and "or inf for no limit" in either
