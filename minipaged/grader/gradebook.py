@@ -46,7 +46,9 @@ GRADEBOOK = "gradebook"
 
 STARTUP_SECONDS = 300.0
 """Time a grading process may take beyond the submission's own limit (starting Python, torch,
-and a child per place its criteria run) before it is ended and its row says so."""
+and its grading children, whose starts ``--time-limit`` does not count: one per place its
+criteria run, and one more after each criterion that ends its child) before it is ended and
+its row says so."""
 
 PASSED, FAILED, MISSING, ERROR = "passed", "failed", "missing", "error"
 """A row's status: every criterion met; some failed; the files are not there; the grading
