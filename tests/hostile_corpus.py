@@ -537,7 +537,7 @@ HIDDEN_THREADS = HandIn(
             "signal.setitimer(signal.ITIMER_REAL, 0.05)\n"
             "return self.num_layers * self.block_bytes_per_layer(block_size)",
             ("block_bytes",),
-            "your code left a handler for SIGALRM installed after it returned",
+            "your code left a handler for SIGALRM",  # and its timer, while still armed
         ),
     ),
     passes=("slot",),

@@ -196,10 +196,6 @@ class GradingChild(ChildProcess):
         thread's line, where it tells of one), or an interval timer armed (the child's words)."""
         told = answer.get("left") if isinstance(answer, dict) else None
         left = str(told)[:400] if told else ""
-        timer = answer.get("later") if isinstance(answer, dict) else None
-        if timer:  # an interval timer, which /proc does not list: the child's word alone
-            self.stop()
-            raise handler_left("your code", str(timer)[:200])
         try:
             if not left and self.worker is not None and self.process is not None:
                 grace = GRACE_SECONDS if self.runs_in == "simulator" else 0.0
@@ -211,7 +207,11 @@ class GradingChild(ChildProcess):
         if left:
             self.stop()
             raise left_running("your code", left)
-        if self.worker is not None and (installed := handlers_left(self.worker, self._later)):
+        installed = handlers_left(self.worker, self._later) if self.worker is not None else ""
+        timer = answer.get("later") if isinstance(answer, dict) else None
+        if timer:  # an interval timer, which /proc does not list: the child's word alone
+            installed = " and ".join(filter(None, (installed, str(timer)[:200])))
+        if installed:
             self.stop()
             raise handler_left("your code", installed)
 
