@@ -144,25 +144,28 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 def real(
-    low: float, high: float | None = None, *, above: bool = False, below: bool = False
+    low: float, high: float | None = None, *, above: bool = False, below: bool = False, inf=""
 ) -> Callable[[str], float]:
     """An argparse type for a finite number in [low, high] (``above``: low excluded;
     ``below``: high excluded): ``inf`` and ``nan`` are refused, since no size, probability or
-    temperature is either."""
+    temperature is either; with ``inf`` (what it means: ``"for no limit"``), ``inf`` is taken,
+    and said so in every refusal."""
     opening = "above" if above else "at least"
     closing = "below" if below else "at most"
     bounds = f"{opening} {low:g}" + (f" and {closing} {high:g}" if high is not None else "")
+    or_inf = f" or inf {inf}" if inf else ""
 
     def parse(text: str) -> float:
         try:
             value = read_real(text)  # the one rule for a typed number
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number ({bounds}), got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a number{or_inf}, got {text!r}") from None
+        if not math.isfinite(value) and not (inf and value == math.inf):
+            finite = f"a finite number ({bounds}){or_inf}"
+            raise argparse.ArgumentTypeError(f"must be {finite}, got {text!r}")
         too_high = high is not None and (value > high or (below and value == high))
         if value < low or (above and value == low) or too_high:
-            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value:g}")
+            raise argparse.ArgumentTypeError(f"must be {bounds}{or_inf}, got {value:g}")
         return value
 
     parse.__name__ = "number"

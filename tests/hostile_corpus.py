@@ -537,7 +537,7 @@ HIDDEN_THREADS = HandIn(
             "signal.setitimer(signal.ITIMER_REAL, 0.05)\n"
             "return self.num_layers * self.block_bytes_per_layer(block_size)",
             ("block_bytes",),
-            "your code left a handler for SIGALRM installed after it returned",
+            "your code left a handler for SIGALRM",  # and its timer, while still armed
         ),
     ),
     passes=("slot",),
@@ -691,15 +691,39 @@ DISK = HandIn(
             ("kv_bytes_per_token",),
             "ValueError: seen: []",
         ),
+        Attack(
+            "an-interval-timer-whose-signal-ends-the-process-later",
+            "M_KV(L)",
+            "import signal\nsignal.setitimer(signal.ITIMER_VIRTUAL, 0.3)  # 0.3 s of its CPU\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes"
+            " * num_tokens",
+            ("kv_bytes",),
+            "your code left a timer set with signal.setitimer or signal.alarm (ITIMER_VIRTUAL)",
+        ),
+        Attack(
+            "an-alarm-no-handler-catches",
+            "one block, all layers",
+            "import signal\nsignal.alarm(30)\n"
+            "return self.num_layers * self.block_bytes_per_layer(block_size)",
+            ("block_bytes",),
+            "your code left a timer set with signal.setitimer or signal.alarm (ITIMER_REAL)",
+        ),
     ),
     passes=("slot",),
     appended=LIES + f"\nSECRET = {SECRET!r}\n",
-    honest=RIGHT_SLOT,
+    honest=RIGHT_SLOT
+    | {
+        "one block, one layer": (
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes"
+        ),
+    },
 )
 """Ending with what the student's code finds of the grader's environment: the whole of it
 reached the grading child, and what the code raises comes back in the report (``SECRET``,
 which the tests put in the grader's environment, now passes into no grading child:
-``minipaged.grader.child_environment``)."""
+``minipaged.grader.child_environment``). Then interval timers left armed whose signal no
+handler catches (``setitimer``, ``alarm``: /proc lists neither): each passed, and its signal
+ended the grading process in a later criterion, which was blamed."""
 
 # -- reaching the solution -------------------------------------------------------------------
 

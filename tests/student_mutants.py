@@ -894,6 +894,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "return math.ceil(num_tokens / block_size)",
     ),
     _m(
+        1,
+        "memory",
+        "slot without the table lookup: the logical block taken for the physical one",
+        "return _physical_block(block_table, t, block_size) * block_size + block_offset(",
+        "return logical_block(t, block_size) * block_size + block_offset(",
+    ),
+    _m(
+        1,
+        "memory",
+        "slot adds the offset to the block's number, not to its first row",
+        "return _physical_block(block_table, t, block_size) * block_size + block_offset(",
+        "return _physical_block(block_table, t, block_size) + block_offset(",
+    ),
+    _m(
         2,
         "allocator",
         "refcounts() hands out the allocator's own list, which the caller can change",

@@ -186,7 +186,7 @@ DIRECT_WRITE = re.compile(
     r"|\.savefig\((?!replacement\.file)|json\.dump\((?!.*sys\.stdout)"
 )
 PRIVATE_FOLDERS = {
-    "minipaged/grader/remote.py": "the child's output, in the grading folder mkdtemp made",
+    "minipaged/grader/child_process.py": "the child's output, in the grading folder mkdtemp made",
     "minipaged/grader/gradebook.py": "each grading's output, in the batch's TemporaryDirectory",
 }
 """Files that write only inside a temporary folder they made themselves, which no one else can

@@ -253,3 +253,61 @@ def test_a_right_answer_on_a_busy_machine_passes_and_a_loop_still_fails(tmp_path
     assert outcomes["block_offset"][0] == FAIL
     assert outcomes["block_offset"][1].startswith("still running after 1 s")
     assert time.monotonic() - start < 60
+
+
+def test_the_grading_childs_own_work_is_not_the_students_time(tmp_path, monkeypatch):
+    """Decoding a call's arguments is the grading child's work, not the student's: calls whose
+    arguments take the child 1.5 times the criterion's seconds of CPU to decode leave the
+    criterion its time (``CriterionClock.credit_harness``); a call that then sleeps past it is
+    still stopped. No wall-clock allowance: the credit is the child's own CPU time (the stretch
+    lifted, since the grader's encoding of those arguments, credited too, takes as long). A
+    clock started within the criterion (hypothesis's shrinking) is credited alike."""
+    from minipaged.grader.proxies import Proxy, RemoteStudent
+    from minipaged.grader.remote import GradingChild
+    from minipaged.grader.time_limit import TimeLimitExceeded
+
+    monkeypatch.setattr(criterion_clock, "STRETCH", 1000.0)
+    body = "import time; time.sleep(t) if type(t) is float else None; return 0"
+    folder = submission(tmp_path / "own", logical_block=body)
+    child = GradingChild(1, "process", folder.resolve(), Limits(check_seconds=0.3), Proxy)
+    try:
+        child.start()
+        student = RemoteStudent(child)
+        logical_block = student.memory.logical_block
+        child.start_clock()
+        shrinking = student.clock(0.3)  # hypothesis's, within the criterion: credited alike
+        tuples = [(i,) for i in range(20_000)]  # a tag each: decoded value by value
+        for _ in range(1000):
+            assert logical_block(tuples, 16) == 0  # the deadline passed here, uncredited
+            if child.clock.harness >= 1.5 * 0.3:
+                break
+        assert child.clock.harness >= 1.5 * 0.3
+        assert shrinking.harness == child.clock.harness and not shrinking.expired()
+        with pytest.raises(TimeLimitExceeded):
+            logical_block(30.0, 16)
+    finally:
+        child.close()
+
+
+def test_a_grading_childs_start_is_not_the_submissions_time(monkeypatch):
+    """``--time-limit`` (``Limits.wall_seconds``) is the submission's: a child that takes
+    longer than all of it to start (Python and the library importing, before any student code
+    runs; here a wrapper that sleeps first) leaves it whole for the student's code, and the
+    submission still has a deadline."""
+    from minipaged.grader.proxies import Proxy, RemoteStudent
+    from minipaged.grader.remote import GradingChild
+
+    real = GradingChild.command
+
+    def slow_start(self, channel=(-1, -1), notices=-1):
+        return ["sh", "-c", 'sleep 1.5; exec "$@"', "sh", *real(self, channel, notices)]
+
+    monkeypatch.setattr(GradingChild, "command", slow_start)
+    child = GradingChild(1, "process", None, Limits(wall_seconds=1.0), Proxy)
+    try:
+        child.wall_deadline = time.monotonic() + 1.0
+        child.start()  # the library's modules load: the submission's time, within its second
+        assert RemoteStudent(child).memory.logical_block(35, 16) == 2
+        assert time.monotonic() < child.wall_deadline < time.monotonic() + 1.0
+    finally:
+        child.close()

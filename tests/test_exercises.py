@@ -808,7 +808,7 @@ def test_hypothesis_failing_while_shrinking_reports_the_original_failure(monkeyp
 def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkeypatch):
     """Two runs give the same shrunk program, and a budget of one program still reports a
     failing program: the shortest seen, not the unshrunk one."""
-    from minipaged.grader import properties
+    from minipaged.grader import shrinking
 
     def report():
         with pytest.raises(AssertionError) as caught:
@@ -816,8 +816,55 @@ def test_shrinking_is_bounded_by_a_count_so_reports_do_not_depend_on_load(monkey
         return str(caught.value)
 
     assert report() == report()
-    monkeypatch.setattr(properties, "SHRINK_RUNS", 1)
+    monkeypatch.setattr(shrinking, "SHRINK_RUNS", 1)
     assert "after this program:" in report()
+
+
+class _Shrunk:
+    """A stand-in state machine for ``shrinking.shrink``: its ``clock`` counts only what the
+    student's time counts (``CriterionClock``, here without a worker: the checks' own CPU time
+    is credited, their sleep is not), and ``last_program`` is the last one run."""
+
+    budget = None
+    last_program = ("the program that broke it",)
+
+    @staticmethod
+    def clock(seconds):
+        from minipaged.grader.criterion_clock import CriterionClock
+
+        return CriterionClock(seconds)
+
+
+def test_shrinking_time_is_the_students_not_the_graders_nor_the_machines(monkeypatch):
+    """Hypothesis shrinking on the grader's own CPU for 1.5 times the shrinking's seconds is not
+    cut short (on a loaded machine a wall-clock budget was); programs that sleep past it are,
+    and the failure first seen is reported."""
+    import time
+
+    from minipaged.grader import shrinking
+
+    monkeypatch.setattr(shrinking, "SHRINK_SECONDS", 0.2)
+    first = AssertionError("first")
+
+    def grader_works():
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            _Shrunk.budget.spend()  # a program starts
+            busy = time.thread_time() + 0.01
+            while time.thread_time() < busy:
+                pass
+        raise AssertionError("shrunk")
+
+    found, _ = shrinking.shrink(_Shrunk, grader_works, first, ["long"])
+    assert str(found) == "shrunk", "the grader's own work was charged to the shrinking's time"
+
+    def sleeps():
+        for _ in range(100):
+            _Shrunk.budget.spend()
+            time.sleep(0.01)
+        raise AssertionError("never reached")
+
+    assert shrinking.shrink(_Shrunk, sleeps, first, ["long"]) == (first, ["long"])
 
 
 @pytest.mark.slow
@@ -900,3 +947,29 @@ def test_a_report_that_cannot_be_written_is_refused_before_grading(tmp_path, cap
     assert cli.main(["exercises", "check", "1", "--solution", "--json", str(target)]) == 2
     out, err = capsys.readouterr()
     assert "PASS" not in out and f"its folder {target.parent} is a file" in err
+
+
+@pytest.mark.parametrize("word", ["inf", "nan", "-inf", "0", "-1", "x", "", "2.5", "1e400"])
+def test_a_limit_is_real_s_number_or_inf_for_no_limit(word):
+    """``exercises check``'s ``limit`` type is ``arguments.real`` with ``inf`` taken: the same
+    number as ``real`` reads (or refuses) for every word but ``inf`` (and what overflows to
+    it), which it takes, and every refusal says ``inf`` may be given."""
+    import argparse
+    import math
+
+    from minipaged.arguments import real
+    from minipaged.grader.command import limit
+
+    def read(parse):
+        try:
+            return parse(word)
+        except argparse.ArgumentTypeError as refused:
+            return str(refused)
+
+    plain, either = read(real(0, above=True)), read(limit)
+    if either == math.inf:
+        assert isinstance(plain, str) and "finite" in plain, plain
+    elif isinstance(plain, float):
+        assert either == plain
+    else:
+        assert either.endswith(plain.partition(", got")[2]) and "or inf for no limit" in either

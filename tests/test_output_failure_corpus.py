@@ -40,9 +40,10 @@ def argv(case: str, tmp_path) -> tuple[list[str], str]:
     if case == "exercises check DIR (its report.json)":
         assert cli.main(["exercises", "init", "1", str(tmp_path / "mine")]) == 0
         return ["exercises", "check", "1", str(tmp_path / "mine")], "report.json"
-    if case == "exercises check --batch (its gradebook)":
+    if case.startswith("exercises check --batch"):
         assert cli.main(["exercises", "init", "1", str(tmp_path / "class" / "ada")]) == 0
-        return ["exercises", "check", "1", "--batch", str(tmp_path / "class")], "gradebook"
+        words = ["exercises", "check", "1", "--batch", str(tmp_path / "class")]
+        return words, "report.json" if "report.json" in case else "gradebook"
     if case == "exercises init DIR":
         return ["exercises", "init", "1", str(tmp_path / "new")], "new"
     if case == "trace record file":
@@ -58,8 +59,11 @@ def argv(case: str, tmp_path) -> tuple[list[str], str]:
 WITHOUT_A_FLAG = [
     "exercises check DIR (its report.json)",
     "exercises check --batch (its gradebook)",
+    "exercises check --batch (only a student's report.json)",
     "exercises init DIR",
 ]
+ONLY = {"exercises check --batch (only a student's report.json)": "report.json"}
+"""Cases where only the file of that name cannot be written: the batch's other outputs can."""
 CASES = [f"{words} {flag}" for words, flag in output_flags(cli.build_parser())] + WITHOUT_A_FLAG
 
 
@@ -74,13 +78,21 @@ def fill_the_disk(monkeypatch):
     """Call it, and every file ``atomic_write`` puts in place from then on fails as on a full
     disk (its temporary file was made: the flags' checks pass, then the space runs out)."""
 
-    def no_space(source, target, *args, **kwargs):
-        raise OSError(errno.ENOSPC, FULL, str(target))
+    def fill(only: str | None = None) -> list[str]:
+        """From now on, every file (``only``: every file of that name) fails to be put in
+        place; returns the list of the paths refused, filled as they are."""
+        refused = []
 
-    def fill() -> None:
+        def no_space(source, target, *args, **kwargs):
+            if only is not None and os.path.basename(target) != only:
+                return os.replace(source, target, *args, **kwargs)
+            refused.append(str(target))
+            raise OSError(errno.ENOSPC, FULL, str(target))
+
         fake = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os)})
         fake.replace, fake.link = no_space, no_space
         monkeypatch.setattr(atomic_write, "os", fake)
+        return refused
 
     return fill
 
@@ -90,13 +102,16 @@ def test_a_file_that_cannot_be_written_ends_the_command_non_zero_naming_it(
     case, tmp_path, capsys, fill_the_disk
 ):
     words, expected = argv(case, tmp_path)
-    fill_the_disk()
+    refused = fill_the_disk(ONLY.get(case))
     status = cli.main(words)
     printed = capsys.readouterr()
     said = printed.out + printed.err
     assert status != 0, f"{case} exited 0 though it wrote nothing:\n{said[-600:]}"
-    if case.startswith("exercises check") and "--batch" not in case:  # not 1, a failed criterion
+    if case.startswith("exercises check"):  # not 1, a failed criterion
         assert status == UNSAVED, f"{case} exited {status}"
+    if "--batch" in case:  # each output the batch could not write is named, its and theirs
+        unnamed = [path for path in refused if path not in said.replace("\n", "")]
+        assert refused and not unnamed, f"{case} did not name {unnamed}: {said[-600:]}"
     lines = [line for line in said.splitlines() if FULL in line]
     assert lines, f"{case} did not say why: {said[-600:]}"
     assert expected in lines[-1], f"{case} did not name {expected}: {lines[-1]}"

@@ -24,7 +24,9 @@ requests, one at a time, on a pair of pipes:
 
 Each answer is ``{"v": value}`` or ``{"raised": ...}`` (what the student's code raised, with
 the line of their file it came from), or ``{"left": ...}``: the threads the student's code left
-running after the request (``minipaged.grader.left_running``). Whatever a student's code
+running after the request (``minipaged.grader.left_running``); each also tells ``own``, the CPU
+seconds the child spent on it outside the student's code (``minipaged.grader.harness_time``).
+Whatever a student's code
 raises, ``BaseException``s included, is an answer, not the child's end. A process forked by
 student code closes the channel at once, so only this process ever answers on it. What the
 student's code prints goes to a file the grader shows, never to the channel.
@@ -43,7 +45,8 @@ from pathlib import Path
 
 from minipaged.grader import frames, wire
 from minipaged.grader.delegation import LibraryDelegation
-from minipaged.grader.left_running import running_threads, threads_left
+from minipaged.grader.harness_time import HarnessTime
+from minipaged.grader.left_running import itimers_left, running_threads, threads_left
 
 CHANNEL_LOST = 87
 """The exit status of a child whose channel to the grader is gone (closed by student code)."""
@@ -96,6 +99,7 @@ class Harness:
         self.student = None
         self.modules: set[int] = set()
         self.untouched = None  # the grader's names before the student's code loaded
+        self.meter = HarnessTime()  # this request's own work, to be told with its answer
 
     def disown(self) -> None:
         """In a process forked by student code: let go of the channel."""
@@ -125,15 +129,20 @@ class Harness:
                 answer = {"raised": self.raised(error)}
             if left := threads_left(before, self.folder):  # the grader ends this child
                 answer = {"left": left}
+            elif timer := itimers_left():  # so too for a timer whose signal comes later
+                answer = {"later": timer}
+            # The CPU this answer's encoding and writing takes goes with the next answer.
+            own, self.meter = self.meter.own(), HarnessTime()
             try:
-                self.answer({"id": ident, **answer})
+                self.answer({"id": ident, "own": own, **answer})
             except BaseException as error:  # e.g. a result that cannot travel
-                self.answer({"id": ident, "raised": self.raised(error)})
+                self.answer({"id": ident, "own": own, "raised": self.raised(error)})
 
     def handle(self, request: dict):
         op = request["op"]
         if op == "load":
-            return {"v": self.load(request.get("solution", False))}
+            with self.meter.theirs():
+                return {"v": self.load(request.get("solution", False))}
         if op == "reset":
             self.encoder.forget(self.modules)
             return {"v": None}
@@ -149,19 +158,28 @@ class Harness:
                 )
             helper = getattr(importlib.import_module(module), name)
             args, kwargs, arrays = self.arguments(request)
-            return self.with_arrays(helper(self.student, *args, **kwargs), arrays)
+            with self.meter.theirs():  # the helper's work beside their code is not told apart
+                result = helper(self.student, *args, **kwargs)
+            return self.with_arrays(result, arrays)
         target = self.encoder.objects[request["h"]]
         if op == "getattr":
-            return {"v": self.encoder.encode(getattr(target, request["name"]))}
+            with self.meter.theirs():
+                value = getattr(target, request["name"])
+            return {"v": self.encoder.encode(value)}
         if op == "repr":
-            return {"v": repr(target)[:2000]}
+            with self.meter.theirs():
+                return {"v": repr(target)[:2000]}
         if op == "list":
-            return {"v": self.encoder.encode(list(target))}
+            with self.meter.theirs():
+                value = list(target)
+            return {"v": self.encoder.encode(value)}
         if op == "call":
-            if "name" in request:
-                target = getattr(target, request["name"])
             args, kwargs, arrays = self.arguments(request)
-            return self.with_arrays(target(*args, **kwargs), arrays)
+            with self.meter.theirs():
+                if "name" in request:
+                    target = getattr(target, request["name"])
+                result = target(*args, **kwargs)
+            return self.with_arrays(result, arrays)
         raise ValueError(f"no operation {op!r}")
 
     def arguments(self, request: dict) -> tuple[list, dict, list]:

@@ -29,12 +29,12 @@ from pathlib import Path
 from rich.console import Console
 
 from minipaged import atomic_write
-from minipaged.arguments import integer, named_path, output_file
+from minipaged.arguments import integer, named_path, output_file, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import folder_of
-from minipaged.typed_numbers import read_integer, read_real
+from minipaged.typed_numbers import read_integer
 
 REPORT_NAME = "report.json"
 UNSAVED = 3
@@ -186,27 +186,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=limit,
         metavar="SECONDS",
         default=defaults.wall_seconds,
-        help="wall-clock time the whole grading of one submission may take, in seconds, at "
-        f"most {MAX_SECONDS:g} (a day); CPU time is capped at {CPU_PER_WALL:g} times that; inf "
-        f"for no limit; each check still stops after {defaults.check_seconds:g} s",
+        help="wall-clock seconds the grading of one submission may take, its processes' starts "
+        f"not counted, at most {MAX_SECONDS:g} (a day); CPU time is capped at {CPU_PER_WALL:g} "
+        f"times that; inf for no limit; each check stops after {defaults.check_seconds:g} s",
     )
 
 
-def limit(word: str) -> float:
-    """An argparse type for ``--memory-limit`` / ``--time-limit``: a number by the one rule
-    for a typed number, or ``inf`` for none (``limits_from_flags`` checks it); never ``nan``."""
-    try:
-        value = read_real(word)
-    except ValueError:
-        value = math.nan
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError(
-            f"expected a number (digits 0-9, a point, an exponent) or inf for no limit, "
-            f"got {word!r:.60}"
-        )
-    return value
-
-
+limit = real(0, above=True, inf="for no limit")
+"""An argparse type for ``--memory-limit`` / ``--time-limit``: a number above 0 by the one rule
+for a typed number, or ``inf`` for none; ``limits_from`` checks it against the machine."""
 limit.__name__ = "limit"  # judged after parsing, against the machine (test_cli_corpus)
 
 
@@ -349,9 +337,15 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
             progress.advance(task)
 
         rows = grade_batch(args.number, args.batch, limits, jobs, done)
-    paths = write_gradebook(args.number, args.batch, rows)
-    console.print(f"gradebook: {paths[0]} and {paths[1]}", highlight=False)
-    return 0
+    unsaved = [f"{row.student}'s report ({row.unsaved})" for row in rows if row.unsaved]
+    try:
+        paths = write_gradebook(args.number, args.batch, rows)
+        console.print(f"gradebook: {paths[0]} and {paths[1]}", highlight=False)
+    except OSError as error:
+        unsaved.append(f"the gradebook ({error})")
+    for what in unsaved:  # the grades are printed above, but files asked for are missing
+        console.print(printable(f"not written: {what}"), markup=False, highlight=False)
+    return UNSAVED if unsaved else 0
 
 
 def limits_from(memory_gib: float | None, seconds: float) -> Limits:

@@ -15,7 +15,9 @@ grader's own thread (which runs the checks) waited since the criterion started, 
 time the grader's own thread used meanwhile: building the expected values, hypothesis drawing
 its examples, Numba compiling a reference kernel, reading the child's answers are the grader's
 work, never the student's (on a machine twice as slow they take twice as long, and a right
-answer was once failed for them). Linux adds a
+answer was once failed for them). So is the grading child's own CPU time on each answered
+request, outside the student's code (decoding it, encoding the answer, looking for threads
+left running: ``credit_harness``), up to what the worker's main thread ran. Linux adds a
 wait to that count only when the thread next gets the CPU, so a thread starved for long shows
 none of it meanwhile: one seen runnable at two looks with no CPU time between them has waited
 at least the time between them (less what its other threads ran meanwhile), and that is
@@ -110,6 +112,8 @@ class CriterionClock:
         self.last_moment = self.start + STRETCH * seconds
         self.credit = 0.0
         self.last = self._counts()
+        self.ran_at_start = self.last.ran  # the worker's main thread's CPU (ns; -1: unknown)
+        self.harness = 0.0  # seconds of the grading child's own work credited so far
         self.starved_since: tuple[float, float] | None = None  # (look, others) not run since
         self.next_look = self.start + LOOK_SECONDS
 
@@ -131,6 +135,20 @@ class CriterionClock:
             ran=int(main[0]),
             runnable=process[0] == b"R",
         )
+
+    def credit_harness(self, seconds: float) -> None:
+        """Credit ``seconds`` that the grading child's harness says it spent on an answered
+        request outside the student's code (``minipaged.grader.harness_time``). The child's
+        word is the student's process's: no more is credited, in all, than its main thread has
+        run since the criterion started (nothing where that cannot be read)."""
+        fields = _fields(f"/proc/{self.worker}/schedstat") if self.worker is not None else []
+        if self.ran_at_start < 0 or len(fields) < 2:
+            return
+        ran = (int(fields[0]) - self.ran_at_start) / 1e9
+        credited = min(max(seconds, 0.0), max(ran - self.harness, 0.0))
+        self.harness += credited
+        self.credit += credited
+        self.deadline += credited
 
     def _alone(self) -> bool:
         """Whether the worker is the only process running under the supervisor (unknown:

@@ -106,6 +106,12 @@ class _AskTheStudent(BlockManagerProgram):
 
     graded: object = None  # the student, whose properties judge
 
+    @classmethod
+    def clock(cls, seconds: float):
+        """The student's time is their properties' (``BlockManagerProgram.clock``)."""
+        clock = getattr(cls.graded, "clock", None)
+        return clock(seconds) if clock is not None else None
+
     def _verdict(self, end: bool) -> None:
         verdict = _ask(type(self).graded, self.manager, self.kv, self.last_write, end)
         if verdict.crash:

@@ -46,7 +46,9 @@ GRADEBOOK = "gradebook"
 
 STARTUP_SECONDS = 300.0
 """Time a grading process may take beyond the submission's own limit (starting Python, torch,
-and a child per place its criteria run) before it is ended and its row says so."""
+and its grading children, whose starts ``--time-limit`` does not count: one per place its
+criteria run, and one more after each criterion that ends its child) before it is ended and
+its row says so."""
 
 PASSED, FAILED, MISSING, ERROR = "passed", "failed", "missing", "error"
 """A row's status: every criterion met; some failed; the files are not there; the grading
@@ -56,13 +58,15 @@ itself did not finish (its cause says why)."""
 @dataclass
 class Row:
     """One student's line of the gradebook: their folder's name, the status, why (for
-    ``missing`` and ``error``), the seconds their grading took, and their report."""
+    ``missing`` and ``error``), the seconds their grading took, their report, and why it could
+    not be written into their folder, if it could not (the batch then exits ``UNSAVED``)."""
 
     student: str
     status: str
     cause: str = ""
     seconds: float = 0.0
     report: dict = field(default_factory=dict)
+    unsaved: str = ""  # why their report.json could not be written, and its path
 
     @property
     def total(self) -> int:
@@ -159,17 +163,20 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
     report["student"] = folder.name
     failed = [c for c in report["criteria"] if c["outcome"] == FAIL]
     cause = f"{failed[0]['name']}: {failed[0]['message']}".splitlines()[0][:200] if failed else ""
+    unsaved = ""
     try:
         atomic_write.write_text(folder / "report.json", json.dumps(report, indent=2) + "\n")
     except OSError as error:  # a folder named report.json, a read-only folder: the grade stands
         cause = f"{cause}; " if cause else ""
         cause += f"report.json not written into the folder ({error.strerror or error})"
-    return Row(folder.name, FAILED if failed else PASSED, cause, seconds, report)
+        unsaved = f"{error.strerror or error}: {folder / 'report.json'}"
+    return Row(folder.name, FAILED if failed else PASSED, cause, seconds, report, unsaved)
 
 
 def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Path]:
     """Write ``gradebook.csv`` and ``gradebook.json`` beside ``root``, each whole or not at
-    all, replacing (never following) a symbolic link there; return their paths."""
+    all, replacing (never following) a symbolic link there; return their paths. Raises
+    ``OSError`` naming each that could not be written, and why, after trying both."""
     ex = exercise(number)
     points = ex.points()
     text = io.StringIO()
@@ -204,8 +211,14 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     }
     beside = root.resolve().parent
     csv_path, json_path = beside / f"{GRADEBOOK}.csv", beside / f"{GRADEBOOK}.json"
-    atomic_write.write_text(csv_path, text.getvalue())
-    atomic_write.write_text(json_path, json.dumps(book, indent=2) + "\n")
+    unsaved = []
+    for path, content in ((csv_path, text.getvalue()), (json_path, json.dumps(book, indent=2))):
+        try:  # each file tried, whatever became of the other
+            atomic_write.write_text(path, content + ("\n" if path == json_path else ""))
+        except OSError as error:
+            unsaved.append(f"{error.strerror or error}: {path}")
+    if unsaved:
+        raise OSError("; ".join(unsaved))
     return csv_path, json_path
 
 

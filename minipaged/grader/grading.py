@@ -12,12 +12,13 @@ The child runs under ``Limits``: an address-space limit (``RLIMIT_AS``), a CPU-t
 (``RLIMIT_CPU``) and a file-size limit, set by itself before any student code loads; each
 criterion has ``check_seconds`` of wall-clock time (stretched while its code still computes on a
 busy machine: ``minipaged.grader.criterion_clock``), and the whole submission
-``wall_seconds``; at either, the child and every process its code started is ended, whatever
-group or session it moved to (``minipaged.grader.process_tree``). Before the student's
-code loads, the library functions the exercise grades are stubbed out
-(``minipaged.grader.delegation``) and, where Linux offers Landlock, the child is confined to
-writing in the student's folder and a private temporary folder
-(``minipaged.grader.confinement``); the report says whether it was.
+``wall_seconds`` (not counting the children's starts: Python and the library importing,
+before any student code runs, are the grader's work); at either, the child and every process
+its code started is ended, whatever group or session it moved to
+(``minipaged.grader.process_tree``). Before the student's code loads, the library functions
+the exercise grades are stubbed out (``minipaged.grader.delegation``) and, where Linux offers
+Landlock, the child is confined to writing in the student's folder and a private temporary
+folder (``minipaged.grader.confinement``); the report says whether it was.
 
 The CUDA exercises' criteria run in a child with ``NUMBA_ENABLE_CUDASIM=1``: Numba picks the
 simulator when it is first imported, once per process. GPU criteria run in a child without it,
@@ -142,6 +143,7 @@ def grade(
                 results[criterion] = _run_in_child(criterion, child, limits)
             confinement = confinement or child.confinement
         finally:
+            wall_deadline = child.wall_deadline  # moved on by its starts, the grader's time
             child.close()
     given = ex.points()
     return Report(

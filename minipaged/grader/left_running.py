@@ -301,6 +301,21 @@ def handlers_left(worker: int, before: Later | None) -> str:
     return " and ".join(left)
 
 
+ITIMERS = {"ITIMER_REAL": 0, "ITIMER_VIRTUAL": 1, "ITIMER_PROF": 2}
+"""The interval timers of ``signal.setitimer`` (``signal.alarm`` sets ITIMER_REAL), by the
+numbers of setitimer(2): /proc lists none of them."""
+
+
+def itimers_left() -> str:
+    """In the child, after a request: ``"a timer set with signal.setitimer or signal.alarm
+    (ITIMER_VIRTUAL)"`` for each interval timer still armed; ``""`` for none. Left armed, its
+    signal comes during a later criterion, whose code it then stops (SIGVTALRM and SIGPROF end
+    a process that does not catch them): that criterion was blamed, this one passed."""
+    armed = [name for name, which in ITIMERS.items() if signal.getitimer(which)[0] > 0]
+    named = ", ".join(armed)
+    return f"a timer set with signal.setitimer or signal.alarm ({named})" if armed else ""
+
+
 def handler_left(doer: str, left: str) -> LeftRunning:
     """The failure of a call after which ``left`` (``handlers_left``) was still installed."""
     return LeftRunning(

@@ -16,6 +16,7 @@ of exercises 02 to 05.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import ClassVar
 
@@ -32,6 +33,7 @@ from hypothesis.stateful import (
 
 from minipaged import invariants
 from minipaged.block_manager import BlockManager
+from minipaged.grader import shrinking
 from minipaged.grader.program_steps import (
     Here,
     allocate,
@@ -43,19 +45,7 @@ from minipaged.grader.program_steps import (
     swap,
 )
 from minipaged.grader.report import note_call
-from minipaged.grader.time_limit import TimeLimitExceeded, time_limit
-
-SHRINK_RUNS = 300
-"""How many programs hypothesis may run while shrinking a failing one. A count, not a time, so
-that the program reported does not depend on how busy the machine is."""
-
-SHRINK_SECONDS = 20.0
-"""A safety net for programs so slow that even ``SHRINK_RUNS`` of them take too long."""
-
-
-class ShrinkBudgetSpent(BaseException):
-    """Stops hypothesis once it has run ``SHRINK_RUNS`` programs while shrinking (a
-    BaseException, so that hypothesis does not take it for a failure of the program)."""
+from minipaged.grader.shrinking import ShrinkBudget, first_assertion
 
 
 class SimulatedKV:
@@ -113,16 +103,19 @@ class BlockManagerProgram(RuleBasedStateMachine):
     student: object = Here(BlockManager)
     make = staticmethod(construct)
     last_program: ClassVar[list[str]] = []
-    runs_left: ClassVar[int | None] = None  # while shrinking: how many more programs may run
-    failures: ClassVar[list[tuple[list[str], AssertionError]]] = []  # seen while shrinking
+    budget: ClassVar[ShrinkBudget | None] = None  # while shrinking: what it may still spend
 
     def __init__(self) -> None:
-        cls = type(self)
-        if cls.runs_left is not None:
-            if cls.runs_left <= 0:
-                raise ShrinkBudgetSpent
-            cls.runs_left -= 1
+        if type(self).budget is not None:
+            type(self).budget.spend()
         super().__init__()
+
+    @classmethod
+    def clock(cls, seconds: float):
+        """A clock of ``seconds`` of the student's time where their code runs in a grading
+        child (``RemoteStudent.clock``); None where it runs in this process."""
+        clock = getattr(cls.student, "clock", None)
+        return clock(seconds) if clock is not None else None
 
     def check_invariants(self, *args, **kwargs):
         try:
@@ -133,8 +126,8 @@ class BlockManagerProgram(RuleBasedStateMachine):
 
     def _failed(self, error: AssertionError) -> None:
         """Keep the program that broke a property, for when shrinking stops early."""
-        if type(self).runs_left is not None:
-            type(self).failures.append((list(getattr(self, "program", [])), error))
+        if type(self).budget is not None:
+            type(self).budget.failures.append((list(getattr(self, "program", [])), error))
 
     def see(self, manager, kv: SimulatedKV, last_write: int | None) -> None:
         """Look at ``manager``, a manager of this process, as if a step had just left it so."""
@@ -332,38 +325,13 @@ def run_programs(
     except NotImplementedError:
         raise
     except Exception as error:
-        failure, program = _first_assertion(error) or error, cls.last_program
+        failure, program = first_assertion(error) or error, cls.last_program
     if shrink:
-        failure, program = _shrink(cls, max_examples, failure, program)
+        again = functools.partial(_run, cls, max_examples, shrink=True)
+        failure, program = shrinking.shrink(cls, again, failure, program)
     steps = "\n".join(f"  {line}" for line in program)
     failure.args = (f"{failure}\nafter this program:\n{steps}",) + failure.args[1:]
     raise failure
-
-
-def _shrink(cls, max_examples: int, failure: BaseException, program: list[str]):
-    """Run the same programs again, now letting hypothesis shrink the failing one, for at most
-    ``SHRINK_RUNS`` programs. Returns the shortest failure of the same kind as ``failure`` and
-    its program; the original ones when shrinking ends in anything else, such as hypothesis's
-    own ``FlakyStrategyDefinition`` (a student's code that behaves differently on a rerun)."""
-    cls.runs_left, cls.failures, finished = SHRINK_RUNS, [], None
-    try:
-        with time_limit(SHRINK_SECONDS) as budget:
-            _run(cls, max_examples, shrink=True)
-    except ShrinkBudgetSpent:
-        pass
-    except TimeLimitExceeded as error:
-        if error is not budget:
-            raise
-    except Exception as error:
-        finished = _first_assertion(error) or error
-    finally:
-        cls.runs_left = None
-    if finished is not None and type(finished) is type(failure):
-        return finished, cls.last_program
-    seen = [(len(p), i) for i, (p, e) in enumerate(cls.failures) if type(e) is type(failure)]
-    if seen:
-        program, failure = cls.failures[min(seen)[1]]
-    return failure, program
 
 
 def _run(cls: type[BlockManagerProgram], max_examples: int, shrink: bool) -> None:
@@ -379,15 +347,3 @@ def _run(cls: type[BlockManagerProgram], max_examples: int, shrink: bool) -> Non
         suppress_health_check=list(HealthCheck),
     )
     run_state_machine_as_test(cls, settings=config)
-
-
-def _first_assertion(error: BaseException) -> AssertionError | None:
-    """The earliest AssertionError that ``error`` was raised while handling, if any. When a
-    property fails, hypothesis still runs ``teardown``, which may crash on the broken state
-    (freeing a block twice, say); the property's failure is the one to report."""
-    first = None
-    while error is not None:
-        if isinstance(error, AssertionError):
-            first = error
-        error = error.__context__
-    return first

@@ -146,6 +146,11 @@ class RemoteStudent:
             raise AttributeError(f"no module {stem!r} under grading")
         return modules[stem]
 
+    def clock(self, seconds: float):
+        """A clock of ``seconds`` of the student's time in the child, running beside the
+        criterion's (``GradingChild.side_clock``)."""
+        return self._child.side_clock(seconds)
+
     def run(self, helper, *args, **kwargs):
         sent = _Arguments(args, kwargs)
         name = f"{helper.__module__}:{helper.__qualname__}"

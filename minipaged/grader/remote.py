@@ -1,4 +1,5 @@
-"""The grader's side of a grading child: start it, ask it, end it. The checks of a criterion
+"""The grader's side of a grading child: start it, ask it, time it (its process, pipes and end:
+``minipaged.grader.child_process``). The checks of a criterion
 run here, in the grader, unchanged, against stand-ins for the objects the child keeps
 (``minipaged.grader.proxies``): ``student.block_manager`` is a proxy of the module in the
 child, and every attribute, call or ``repr`` on a proxy is one request
@@ -17,26 +18,18 @@ starts a new child.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from minipaged.grader import child_errors, frames, wire
-from minipaged.grader.child import why_it_ended
-from minipaged.grader.child_environment import child_environment
 from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
+from minipaged.grader.child_process import ChildProcess
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
-from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.left_running import (
     GRACE_SECONDS,
     UNLISTED,
@@ -50,8 +43,7 @@ from minipaged.grader.left_running import (
     tasks,
     tasks_left,
 )
-from minipaged.grader.notices import Notices
-from minipaged.grader.process_tree import end_descendants, worker_of
+from minipaged.grader.process_tree import worker_of
 from minipaged.grader.runtime_code import Judge
 from minipaged.grader.student_exceptions import StudentExceptions
 from minipaged.grader.time_limit import TimeLimitExceeded
@@ -60,7 +52,7 @@ STARTUP_SECONDS = 300.0
 """How long a child may take to start (import the library, before any student code runs)."""
 
 
-class GradingChild:
+class GradingChild(ChildProcess):
     """One child process that runs one exercise's student code for the criteria that run in
     one place (``runs_in``): started, and started again after it dies, on demand."""
 
@@ -69,17 +61,16 @@ class GradingChild:
     ) -> None:
         """``stand_in(child, handle, classes)`` makes the grader's stand-in for an object the
         child keeps (``minipaged.grader.proxies.Proxy``)."""
-        self.number, self.runs_in, self.folder, self.limits = number, runs_in, folder, limits
+        super().__init__(number, runs_in, folder, limits)
         self.stand_in = stand_in
-        self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
-        self.process: subprocess.Popen | None = None
         self.clock: CriterionClock | None = None  # the running criterion's time
+        self._clocks: list[CriterionClock] = []  # it, and the clocks running within it
         self.worker: int | None = None  # the process that runs the student's code
         self.confinement = ""
         self.loaded: dict | None = None
         self.broken = ""  # why this code cannot be loaded at all: every criterion fails so
         self.blocked: child_errors.Blocked | None = None  # why its criteria cannot run at all
-        self.wall_deadline: float | None = None
+        self.wall_deadline: float | None = None  # the submission's, moved on by each start
         self._proxies: dict = {}  # handle -> its Proxy, one per object
         self.exceptions = StudentExceptions(self.proxy)  # what the student's code raised
         self._next = 0
@@ -87,39 +78,16 @@ class GradingChild:
         self._before: frozenset[int] | None = None  # the worker's threads before a request
         self._later: Later | None = None  # and its handlers and timers then (``later``)
         self.judge = Judge(number)  # of what the student's code compiles at run time
-        self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.copied = ""  # why this child was stopped: its student's code compiled a copy
-        self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
 
     # -- the process ---------------------------------------------------------------------
 
     def start(self) -> None:
         """Start a child and load the student's code in it, within the current deadline."""
-        shutil.rmtree(self.temp, ignore_errors=True)  # what the last child left is not ours
         self.copied = ""
-        self.temp.mkdir(mode=0o700, exist_ok=True)
-        self.quota.begin()
-        requests_read, self._requests = os.pipe()
-        self._answers, answers_write = os.pipe()
-        os.set_blocking(self._requests, False)
-        self.notices, notices_write = Notices.pipe()
-        command = self.command((requests_read, answers_write), notices_write)
-        with open(self.temp / "output.txt", "ab") as output:
-            self.process = subprocess.Popen(
-                command,
-                env=self._environment(),
-                cwd=self.temp,  # not the student's: their minipaged/ would shadow the library
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                pass_fds=(requests_read, answers_write, notices_write),
-                start_new_session=True,  # one process group to end, apart from the grader's
-            )
-        os.close(requests_read)
-        os.close(answers_write)
-        os.close(notices_write)
-        self._pidfd = os.pidfd_open(self.process.pid) if hasattr(os, "pidfd_open") else None
-        self.clock = None  # starting has its own time
+        launched = time.monotonic()
+        self.launch()
+        self.clock, self._clocks = None, []  # starting has its own time
         hello = self._receive(time.monotonic() + STARTUP_SECONDS, "starting")
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), str):
             self._fault("it sent a first message that is not its greeting")
@@ -135,6 +103,8 @@ class GradingChild:
                 f"({str(problem)[:300]}); run the same command on a machine with one"
             )
             raise self.blocked
+        if self.wall_deadline is not None:  # starting is the grader's work, not the submission's
+            self.wall_deadline += time.monotonic() - launched
         self.start_clock()
         try:
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
@@ -155,64 +125,12 @@ class GradingChild:
             self.broken = str(copied)
             raise
 
-    def command(self, channel: tuple[int, int] = (-1, -1), notices: int = -1) -> list[str]:
-        """The child's command line, its channel the file descriptors ``channel``, its pipe of
-        notices ``notices``. A GPU child gets no address-space limit: CUDA maps far more than
-        it uses."""
-        command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
-        command += ["--channel", f"{channel[0]},{channel[1]}", "--notices", str(notices)]
-        command += ["--temp", str(self.temp)]
-        command += ["--path", str(self.folder)] if self.folder is not None else []
-        command += ["--gpu"] if self.runs_in == "gpu" else []
-        memory = None if self.runs_in == "gpu" else self.limits.memory_gib
-        command += ["--memory-gib", str(memory)] if memory is not None else []
-        cpu = self.limits.cpu_seconds
-        command += ["--cpu-seconds", str(cpu)] if cpu is not None else []
-        return command
-
-    def _environment(self) -> dict[str, str]:
-        return child_environment(os.environ, self.temp, self.runs_in == "simulator")
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def stop(self) -> None:
-        """End the child and every process its code started, whatever group or session they
-        moved to (``minipaged.grader.process_tree``), and wait for the child a bounded time.
-        Never waits on what a grandchild still holds."""
-        if self.process is None:
-            return
-        # A time limit or a Ctrl-C that lands in here would leave the child running: they wait.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
-        try:
-            end_descendants(self.process.pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=10)
-            for fd in (self._requests, self._answers, self._pidfd, self.notices.fd):
-                if fd is not None:
-                    os.close(fd)
-            self.process = self._pidfd = self.loaded = self.notices = None
-            self._proxies = {}
-            self.exceptions.forget()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.temp, ignore_errors=True)
-
-    def output(self, lines: int = 6) -> str:
-        """The last ``lines`` lines the student's code (or Python, dying) printed."""
-        try:
-            with open(self.temp / "output.txt", "rb") as f:
-                f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.strip().splitlines()[-lines:])
+        """End the child (``ChildProcess.stop``), and forget every object it kept."""
+        super().stop()
+        self.loaded = None
+        self._proxies = {}
+        self.exceptions.forget()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -242,6 +160,11 @@ class GradingChild:
         self._left(answer)
         if not isinstance(answer, dict) or answer.get("id") != ident:
             self._fail("answered a question it was not asked")
+        own = answer.pop("own", None)
+        if type(own) not in (int, float) or not 0 <= own < float("inf"):
+            self._fail("sent an answer without the time it took (or not a number of seconds)")
+        for clock in self._clocks:  # the child's own work, never the student's time
+            clock.credit_harness(own)
         try:
             if "raised" in answer and len(answer) == 2:
                 raise self.exceptions.exception(answer["raised"])
@@ -270,7 +193,7 @@ class GradingChild:
     def _left(self, answer: Any) -> None:
         """After an answer: fail the call, and end the child, if the student's code left a
         thread or a process running, as ``/proc`` shows (the child's words name a Python
-        thread's line, where it tells of one)."""
+        thread's line, where it tells of one), or an interval timer armed (the child's words)."""
         told = answer.get("left") if isinstance(answer, dict) else None
         left = str(told)[:400] if told else ""
         try:
@@ -284,7 +207,11 @@ class GradingChild:
         if left:
             self.stop()
             raise left_running("your code", left)
-        if self.worker is not None and (installed := handlers_left(self.worker, self._later)):
+        installed = handlers_left(self.worker, self._later) if self.worker is not None else ""
+        timer = answer.get("later") if isinstance(answer, dict) else None
+        if timer:  # an interval timer, which /proc does not list: the child's word alone
+            installed = " and ".join(filter(None, (installed, str(timer)[:200])))
+        if installed:
             self.stop()
             raise handler_left("your code", installed)
 
@@ -335,11 +262,20 @@ class GradingChild:
     def start_clock(self, seconds: float | None = None) -> None:
         """A criterion (or a step of a TUI run) starts: it has ``seconds`` (by default
         ``check_seconds``), stretched while it computes on a busy machine (``CriterionClock``)."""
-        seconds = self.limits.check_seconds if seconds is None else seconds
+        self.clock = self._new_clock(self.limits.check_seconds if seconds is None else seconds)
+        self._clocks = [self.clock]
+
+    def side_clock(self, seconds: float) -> CriterionClock:
+        """A clock of ``seconds`` within the running criterion (hypothesis's shrinking), credited
+        as the criterion's is."""
+        clock = self._new_clock(seconds)
+        self._clocks.append(clock)
+        return clock
+
+    def _new_clock(self, seconds: float) -> CriterionClock:
         if self.process is None:
-            self.clock = CriterionClock(seconds)
-        else:
-            self.clock = CriterionClock(seconds, self.worker, self.process.pid)
+            return CriterionClock(seconds)
+        return CriterionClock(seconds, self.worker, self.process.pid)
 
     def _watch(self) -> None:
         """While waiting for an answer: the disk quota, and the criterion's time."""
@@ -367,31 +303,6 @@ class GradingChild:
     def _modules(self) -> list:
         modules = (self.loaded or {}).get("modules") or {}
         return list(modules.values()) if isinstance(modules, dict) else []
-
-    def _ended(self, starting: bool = False):
-        try:
-            status = self.process.wait(timeout=2) if self.process else None
-        except subprocess.TimeoutExpired:  # alive, but its channel closed
-            status = None
-        if starting:
-            self._fault(f"it ended, exit status {status}")  # < 0: a signal's number
-        tail = self.output()
-        self.stop()
-        raise ChildGone(why_it_ended(status, self.limits) + (f"\n{tail}" if tail else ""))
-
-    def _fault(self, what: str):
-        """The child failed as it started: its criteria are blocked, none blames the student."""
-        output = self.output(lines=4)
-        self.stop()
-        self.blocked = child_errors.GraderFault(what, output)
-        raise self.blocked
-
-    def _fail(self, what: str):
-        self.stop()
-        raise ChildGone(
-            f"the grading process {what}: does your code write to file descriptors it did not "
-            "open, or start threads or processes that do?"
-        )
 
     # -- values --------------------------------------------------------------------------
 
