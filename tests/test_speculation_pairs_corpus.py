@@ -23,6 +23,7 @@ from minipaged.models import model_directory
 from minipaged.speculative import SpeculativeConfig
 from minipaged.speculative.fits import check_speculation_fits
 from tests.test_speculative import small_llama
+from tests.test_speculative_settings import no_weights_load
 
 TARGET = LlamaConfig(64, 64, 128, 2, 4, 2, 512)
 
@@ -48,14 +49,6 @@ def test_a_depth_a_full_batch_leaves_no_budget_for_is_refused_naming_all_three(b
     ):
         assert named in message, (named, message)
     assert "\n" not in message
-
-
-def no_weights_load(monkeypatch):
-    def loaded(*args, **kwargs):
-        raise AssertionError("a model's weights loaded before speculation was checked")
-
-    monkeypatch.setattr("minipaged.llm.load_model", loaded)
-    monkeypatch.setattr("minipaged.speculative.speculator.load_model", loaded)
 
 
 def test_llm_and_the_engine_check_the_budget_pair(monkeypatch):
