@@ -29,6 +29,7 @@ from minipaged.paging_arguments import check_token_ids, prompt_length, sequence_
 from minipaged.prefix_cache import HashPrefixCache, PrefixCache
 from minipaged.python_numbers import python_number
 from minipaged.radix_cache import RadixCache
+from minipaged.watermark import watermark_blocks
 
 # Re-exported: the TUI, traces and exercises import these from here.
 __all__ = ["AllocStatus", "AppendResult", "BlockManager", "BlockState", "TableState"]
@@ -50,8 +51,8 @@ class BlockManager:
     table has $\\lceil L/B \\rceil$ blocks, all in one pool; a write never lands in a shared
     block; once every sequence is freed, every block is free.
 
-    ``watermark`` keeps that fraction of the device pool free when admitting new work, so
-    running sequences have room to grow before anyone must be preempted (as vLLM does).
+    ``watermark`` keeps $W$ = int(watermark * P_max) device blocks free when admitting new
+    work, so running sequences can grow before one is preempted (``minipaged.watermark``).
 
     ``prefix_caching`` (``"hash"`` or ``"radix"``) keeps full blocks findable by their tokens
     after their last holder lets go (``minipaged.prefix_cache``): a new sequence given its
@@ -75,7 +76,7 @@ class BlockManager:
         self.device = BlockAllocator(num_gpu_blocks, pool="device")
         # No swap space means no host pool: a pool has at least one block, so it is None.
         self.host = BlockAllocator(num_cpu_blocks, pool="host") if num_cpu_blocks else None
-        self.watermark_blocks = int(watermark * self.device.num_blocks)
+        self.watermark_blocks = watermark_blocks(watermark, self.device.num_blocks)
         self.prefix_cache: PrefixCache | None = None
         if prefix_caching is not None:
             self.prefix_cache = PREFIX_CACHES[prefix_caching](block_size)

@@ -30,6 +30,7 @@ from minipaged.memory import KV_DTYPE_BYTES
 from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
 from minipaged.setting_rules import Setting, check_rule, setting
 from minipaged.speculative.config import SpeculativeConfig, speculative_config
+from minipaged.watermark import DEFAULT_WATERMARK, watermark_blocks
 
 DEVICE_INDEX = r"(0|[1-9][0-9]?|1[01][0-9]|12[0-7])"
 """A device number as torch spells it: no sign, no leading zero, at most 127 (torch keeps it
@@ -103,8 +104,9 @@ class EngineConfig:
         fix="a 16-bit cache follows the model: pass dtype='float16' with kv_cache_dtype='auto'",
     )
     watermark: float = setting(
-        0.01,
-        "share of the device pool kept free when admitting new work",
+        DEFAULT_WATERMARK,
+        "share of the device pool kept free when admitting new work: int(share * blocks), "
+        "rounded down as in vLLM (the default keeps no block of a pool under 100)",
         float,
         low=0,
         high=1,
@@ -200,6 +202,8 @@ class EngineConfig:
                 "num_cpu_blocks some blocks, or use preemption='recompute'"
             )
         check_fp8_model(self.kv_cache_dtype, self.dtype, self.backend)
+        if self.num_gpu_blocks is not None:  # else checked once the pool is sized
+            watermark_blocks(self.watermark, self.num_gpu_blocks)
         check_token_budget(
             self.max_num_seqs,
             self.max_num_batched_tokens,
@@ -211,11 +215,13 @@ class EngineConfig:
         """``(num_gpu_blocks, num_cpu_blocks)`` with None resolved, for blocks of
         ``block_bytes`` and a model of ``max_context`` tokens: the device pool as many blocks
         as fit in 256 MiB and at least one full context, the host pool as large as the
-        device's. A narrower cache (FP8, $b = 1$) makes smaller blocks, hence more of them."""
+        device's. A narrower cache (FP8, $b = 1$) makes smaller blocks, hence more of them.
+        A watermark set by hand that keeps none of those blocks is refused here."""
         device = self.num_gpu_blocks
         if device is None:
             per_context = -(-max_context // self.block_size)
             device = max(DEFAULT_KV_CACHE_BYTES // block_bytes, per_context)
+            watermark_blocks(self.watermark, device)
         return device, device if self.num_cpu_blocks is None else self.num_cpu_blocks
 
     def as_json(self) -> dict[str, object]:

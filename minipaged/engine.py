@@ -24,7 +24,7 @@ from minipaged.decoding import Sampler, ranked
 from minipaged.events import Event, Finish, Refuse
 from minipaged.kv_cache import KVCache
 from minipaged.memory import ModelShape
-from minipaged.model import Llama
+from minipaged.model import Llama, LlamaConfig
 from minipaged.model_runner import ModelRunner
 from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutput
 from minipaged.prompts import Prompt, check_stop_tokens, check_tokenizer_fits, prompt_token_ids
@@ -55,6 +55,8 @@ class LLMEngine:
         model: Llama,
         tokenizer: Tokenizer | None = None,
         config: EngineConfig | None = None,
+        *,
+        draft_shape: LlamaConfig | None = None,
         **settings: object,
     ) -> None:
         """An engine for ``model`` built from ``config`` (``minipaged.config``; its defaults
@@ -63,7 +65,8 @@ class LLMEngine:
         ``skip_tokenizer_init`` say how ``LLM`` loads one. ``config.block_manager_class`` swaps
         in another manager with ``BlockManager``'s constructor and methods: a student's, from
         the exercises, to watch it run the real model. An FP8 ``kv_cache_dtype`` starts with
-        scales of 1; ``LLM`` calibrates them."""
+        scales of 1; ``LLM`` calibrates them. ``draft_shape``: a draft model's config.json as
+        ``LLM`` read and checked it (``minipaged.speculative.fits``), so it is not read again."""
         config = (config or EngineConfig()).replace(**settings)
         check_tokenizer_fits(tokenizer, model.config.vocab_size)
         param = next(model.parameters())
@@ -118,7 +121,10 @@ class LLMEngine:
         self.sampler = Sampler(frozenset(eos_ids - {None}), self.max_model_len)
         self.speculator = None
         if config.speculative is not None:
-            drafter = make_drafter(config.speculative, model)
+            budget = config.token_budget(self.max_model_len)
+            drafter = make_drafter(
+                config.speculative, model, budget, config.max_num_seqs, draft_shape
+            )
             self.speculator = Speculator(
                 config.speculative, drafter, model, self.kv_cache, self.sampler, self.backend
             )

@@ -26,7 +26,7 @@ from minipaged.models import model_directory
 from minipaged.outputs import RequestOutput, StepOutput
 from minipaged.prompts import Prompt, check_tokenizer_fits
 from minipaged.sampling import SamplingParams
-from minipaged.speculative.speculator import check_speculation_fits
+from minipaged.speculative.fits import check_speculation_fits
 from minipaged.tokenizer import Tokenizer
 
 
@@ -107,12 +107,14 @@ class LLM:
             config.enable_chunked_prefill,
             config.long_prefill_token_threshold,
         )
+        draft_shape = None  # the draft's config.json, read once here, passed to the engine
         if config.speculative is not None:
-            check_speculation_fits(config.speculative, model_config)
+            args = (config.speculative, model_config, budget, config.max_num_seqs)
+            draft_shape = check_speculation_fits(*args)
         self.config = config
         dtype = getattr(torch, config.dtype)  # config.json as read and checked above
         self.model = load_model(path, dtype, config.device, config=model_config)
-        self.engine = LLMEngine(self.model, self.tokenizer, config)
+        self.engine = LLMEngine(self.model, self.tokenizer, config, draft_shape=draft_shape)
         if fp8.is_fp8(self.engine.kv_cache.dtype):
             kv_cache_dtype = self.engine.kv_cache.dtype
             token_ids = calibration_tokens(self.model, self.tokenizer)

@@ -24,6 +24,7 @@ from typing import BinaryIO
 from minipaged import atomic_write
 from minipaged.input_file import check_input_file
 from minipaged.outputs import StepOutput
+from minipaged.trace_accounting import Ledger
 from minipaged.trace_lines import event_from_dict, step_from_dict, step_to_dict
 from minipaged.trace_schema import (
     BYTES_PER_JSON_BYTE,
@@ -120,20 +121,31 @@ def save(
             recorder.write(step)
 
 
-def load(path: str | Path, vocab_size: int | None = None, budget: Budget | None = None) -> Trace:
+def load(
+    path: str | Path,
+    vocab_size: int | None = None,
+    budget: Budget | None = None,
+    check_events: bool = True,
+) -> Trace:
     """Read a trace written by ``save``. Raises ``FileNotFoundError`` for a missing file and
     ``TraceError`` (a ``ValueError``) naming the file for a header that is not a minipaged
     trace of this version, or whose claims are out of range. A step line that is damaged or
     breaks the header's claims (``minipaged.trace_schema``: token ids below ``vocab_size``,
     every size within ``budget``, by default half the memory free now) ends the trace: the
     steps before it are returned, with ``error`` naming the line, the field and the last good
-    line. Nothing a line describes is built before its sizes are checked."""
+    line. Nothing a line describes is built before its sizes are checked.
+
+    Each step's events must add up to its refcounts (``minipaged.trace_accounting``): a file
+    whose events were reordered, dropped or edited was not written by a recorder, so none of it
+    is replayed: ``TraceError`` names the line, the step and the event. ``check_events=False``
+    leaves that out for a run of code under test, whose broken refcounts the replay shows."""
     path = _existing(path)
     budget = budget or Budget()
     steps: list[StepOutput] = []
     with path.open("rb") as file:
         header, claims = _read_header(path, file, budget, vocab_size)
         checker = Checker(claims, budget)
+        ledger = Ledger() if check_events else None
         for number in itertools.count(2):
             limit = budget.left // BYTES_PER_JSON_BYTE
             line = file.readline(limit + 1)
@@ -151,6 +163,8 @@ def load(path: str | Path, vocab_size: int | None = None, budget: Budget | None 
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as error:
                 problem = str(error).splitlines()[0] if str(error) else type(error).__name__
             else:
+                if ledger is not None:
+                    _add_up(ledger, step, path, number)
                 steps.append(step)
                 continue
             kept = f"replayed the {len(steps)} step(s) up to line {number - 1}, the last good line"
@@ -161,6 +175,16 @@ def load(path: str | Path, vocab_size: int | None = None, budget: Budget | None 
                 + (kept if steps else "no step before it was readable"),
             )
     return Trace(header, steps)
+
+
+def _add_up(ledger: Ledger, step: StepOutput, path: Path, number: int) -> None:
+    try:
+        ledger.step(step)
+    except TraceError as error:
+        raise TraceError(
+            f"{path}: line {number}, {error} (step {step.step}'s events do not add up); no "
+            "step of this trace is replayed: record the run again with `minipaged trace record`"
+        ) from None
 
 
 def read_header(path: str | Path, vocab_size: int | None = None) -> dict:

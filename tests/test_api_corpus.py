@@ -355,6 +355,7 @@ def valid_configs() -> dict[str, object]:
         "EngineConfig": EngineConfig(
             num_gpu_blocks=64,
             num_cpu_blocks=8,
+            watermark=0.25,  # a share that keeps blocks of 64 (16) as float32 too
             max_num_batched_tokens=512,
             enable_chunked_prefill=True,
             long_prefill_token_threshold=64,

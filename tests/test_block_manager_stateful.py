@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import settings
+from hypothesis import assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -114,6 +114,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         prefix_caching=st.sampled_from([None, "hash", "radix"]),
     )
     def setup(self, block_size, num_device, num_host, watermark, prefix_caching):
+        assume(watermark == 0 or int(watermark * num_device) > 0)  # else refused: keeps none
         self.manager = BlockManager(num_device, num_host, block_size, watermark, prefix_caching)
         self.caching = prefix_caching is not None
         self.ids: dict[int, list[int]] = {}  # each sequence's token ids

@@ -111,7 +111,8 @@ def record(
     else:
         unwritten = False
     finally:
-        recorded = trace.load(trace_file) if trace_file.is_file() else nothing
+        # the student's refcounts may be wrong: the replay shows them, the ledger would refuse
+        recorded = trace.load(trace_file, check_events=False) if trace_file.is_file() else nothing
         child.close()
     if unwritten:
         error += f"\nExercise {number:02d} asks you to write {asked_for(number)}."

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from minipaged.block_manager import BlockManager
-from minipaged.checkpoint import load_config, load_model
+from minipaged.checkpoint import load_model
 from minipaged.decoding import Sampler
 from minipaged.kv_cache import KVCache
 from minipaged.model import Llama, LlamaConfig
@@ -32,6 +32,7 @@ from minipaged.speculative.branches import Branches, adopt, fork_branches
 from minipaged.speculative.config import SpeculativeConfig
 from minipaged.speculative.drafters import DraftModelDrafter, NgramDrafter
 from minipaged.speculative.events import Accept, Propose, Prune, Verify
+from minipaged.speculative.fits import check_loaded_draft, check_speculation_fits
 from minipaged.speculative.tree import Drafter, TokenTree, grow_tree
 from minipaged.speculative.verify import fallback_note, verify
 
@@ -45,40 +46,27 @@ class Drafted:
     branches: Branches
 
 
-def check_speculation_fits(config: SpeculativeConfig, target: LlamaConfig) -> None:
-    """Refuse, from the models' ``config.json`` alone (before any weights load), speculation
-    the target cannot run: a draft as deep as its context, where one token of prompt leaves
-    ``max_position_embeddings - 1`` to write (the setting would be cut every step, without a
-    word), or a draft model of another vocabulary (its token ids would mean other tokens)."""
-    context = target.max_position_embeddings
-    if config.num_speculative_tokens >= context:
-        raise ValueError(
-            f"speculative num_speculative_tokens={config.num_speculative_tokens:,} drafts as "
-            f"deep as the model's context of {context:,} tokens, past what any sequence can "
-            f"write after its prompt; lower it below {context:,}"
-        )
-    if config.method != "draft":
-        return
-    draft = config.draft_model
-    shape = draft.config if isinstance(draft, Llama) else load_config(model_directory(draft))
-    if shape.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"the draft model's vocabulary has {shape.vocab_size:,} tokens but the target's "
-            f"has {target.vocab_size:,}: a draft model must share the target's tokenizer; "
-            "give a draft_model trained with it, or method 'ngram'"
-        )
-
-
-def make_drafter(config: SpeculativeConfig, target: Llama) -> Drafter:
-    """The drafter ``config`` names (``check_speculation_fits`` first). A draft model is
-    loaded like the target (same dtype and device)."""
-    check_speculation_fits(config, target.config)
+def make_drafter(
+    config: SpeculativeConfig,
+    target: Llama,
+    budget: int,
+    max_num_seqs: int,
+    draft_shape: LlamaConfig | None = None,
+) -> Drafter:
+    """The drafter ``config`` names, checked with the step's token ``budget`` and
+    ``max_num_seqs`` first (``minipaged.speculative.fits``). A draft model is loaded like the
+    target (same dtype and device) from ``draft_shape``, its config.json as ``LLM`` read it
+    (read here when None); one passed loaded must have the target's dtype and device."""
+    draft_shape = check_speculation_fits(config, target.config, budget, max_num_seqs, draft_shape)
     if config.method == "ngram":
         return NgramDrafter(config.ngram_max, config.ngram_min)
     draft = config.draft_model
-    if not isinstance(draft, Llama):
-        param = next(target.parameters())
-        draft = load_model(model_directory(draft), dtype=param.dtype, device=param.device)
+    param = next(target.parameters())
+    if isinstance(draft, Llama):
+        check_loaded_draft(draft, param.dtype, param.device)
+    else:
+        directory = model_directory(draft)
+        draft = load_model(directory, dtype=param.dtype, device=param.device, config=draft_shape)
     return DraftModelDrafter(draft)
 
 
