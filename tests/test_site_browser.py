@@ -8,7 +8,8 @@ is loaded once, in one tab, at one width, and then shown at the other by resizin
 place, as a reader turns a tablet or widens a window: loading a page (MathJax and mermaid
 parsed again) is most of the run time, and a resize is what finds a layout that only a
 change of width breaks. Pages are loaded at each width in turn, half at each. The checks below
-read what the visits recorded. Search, the same index on every page, is tried on a few pages.
+read what the visits recorded. Search, the same index on every page, is tried on a few pages,
+and only they build the index (the others get its response with no page in it).
 
 This file visits every page of the site served over HTTP; ``test_site_from_disk.py`` runs the
 same checks on the site opened from disk, on one page of each kind (what a page loads is what
