@@ -47,48 +47,50 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 # `make test` runs whole files on pytest-xdist workers (--dist loadfile), handing the next file
 # in collection order to whichever worker is free. The longest files go first, so that no
-# worker is left alone with a long one at the end (longest-processing-time-first). Measured with
-# the Makefile's command on two cores (pytest's --junitxml, each file's seconds summed) once the
-# site's browser checks loaded each page once per file instead of twice; these few take about
-# two thirds of the suite's time. A stale list only costs balance. test_site_browser.py comes
-# right after the longest file: the worker that takes it builds the site (its pages' examples
-# run once, docs/hooks/prose_values.py) and test_docs.py, next, reads the same runs; by the
-# time a worker reaches test_site_from_disk.py the site is built and it never waits for it.
-# test_site_from_disk.py opens one page of each kind (10 of the 54 pages), and test_tui_story.py
-# and test_tui_projection.py replay recorded runs (29% and 50% less CPU): they went down.
-# test_trace_corpus.py, once it drew fewer traces, fell below test_tui_exercise.py (one run
-# each, niced, on a loaded machine: 35 s of CPU against 59 s and its grading children).
-# test_tui_serve_scale.py's check joined test_tui_serve.py, on one server and one browser.
-# test_tui_exercise.py runs --solution for one exercise, not five (19 s of CPU less): about
-# 40 s, still above test_trace_corpus.py. test_compile_cache.py compiles a one-line function
-# instead of the v1 twin, twice (23 s of CPU, its children's counted, became 12 s): it went
-# to the list's end. Run alone, niced, on a loaded machine (CPU s, children counted / wall s):
-# test_bench.py 28.5/121, test_tui_serve.py 17.3/84, test_grader_mutants.py 26.5/59 once its
-# slowest kernel mutants try first the criterion that catches them, test_tui.py 16.9/64 and
-# test_tui_story.py 13.4/61: the story went below the four.
+# worker is left alone with a long one at the end (longest-processing-time-first); the files
+# not named here take under 10 s each and fill the gaps. A stale list only costs balance.
+# Measured with the Makefile's command on two idle cores (each file's seconds summed from
+# pytest's --junitxml: 1,408 s in all, 735 s of wall time), then less the browser visits' cut
+# (the search index built only where a page searches). test_docs.py comes right after
+# test_site_browser.py, which builds the site (its pages' examples run once,
+# docs/hooks/prose_values.py): test_docs.py reads the same runs, and by the time a worker
+# reaches test_site_from_disk.py the site is built and it never waits for it.
 LONGEST_FIRST = (
-    "test_exercises.py",
-    "test_site_browser.py",
-    "test_docs.py",
-    "test_tui_exercise.py",
-    "test_trace_corpus.py",
-    "test_grader_integrity.py",
-    "test_cpu_kernels.py",
-    "test_ptx.py",
-    "test_student_run.py",
-    "test_grader_hostile.py",
-    "test_grader_student_answers.py",
-    "test_bench.py",
-    "test_tui_serve.py",
-    "test_grader_mutants.py",
-    "test_tui.py",
-    "test_tui_story.py",
-    "test_tui_projection.py",
-    "test_site_from_disk.py",
-    "test_cli_fuzz.py",
-    "test_tui_snapshots.py",
-    "test_tui_attention.py",
-    "test_compile_cache.py",
+    "test_exercises.py",  # 156 s
+    "test_site_browser.py",  # 154 s before the cut; its fixture builds the site
+    "test_docs.py",  # 41 s
+    "test_grader_hostile.py",  # 99 s
+    "test_grader_integrity.py",  # 94 s
+    "test_tui_exercise.py",  # 54 s
+    "test_grader_mutants.py",  # 52 s
+    "test_cpu_kernels.py",  # 46 s
+    "test_student_run.py",  # 38 s
+    "test_trace_corpus.py",  # 38 s
+    "test_grader_student_answers.py",  # 34 s
+    "test_tui_serve.py",  # 32 s
+    "test_tui_projection.py",  # 24 s
+    "test_tui.py",  # 24 s
+    "test_tui_story.py",  # 23 s
+    "test_grader_gpu_path.py",  # 22 s
+    "test_tui_attention.py",  # 21 s
+    "test_ptx.py",  # 20 s
+    "test_criterion_clock.py",  # 20 s
+    "test_grader_student_bugs.py",  # 18 s
+    "test_site_from_disk.py",  # 18 s
+    "test_grader_similarity.py",  # 18 s
+    "test_handout.py",  # 18 s
+    "test_gradebook.py",  # 17 s
+    "test_bench_kernels.py",  # 16 s
+    "test_tui_snapshots.py",  # 15 s
+    "test_grader_child_imports.py",  # 14 s
+    "test_peer_tui_keys.py",  # 14 s
+    "test_tui_layout.py",  # 12 s
+    "test_compile_cache.py",  # 12 s
+    "test_tui_cli.py",  # 12 s
+    "test_bench.py",  # 12 s
+    "test_grader_escape.py",  # 11 s
+    "test_block_manager_stateful.py",  # 11 s
+    "test_output_failure_corpus.py",  # 10 s
 )
 
 

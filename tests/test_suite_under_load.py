@@ -151,3 +151,13 @@ def test_the_page_scan_finds_an_await_with_no_timer_beside_it():
   });
 """
     assert unbounded_page_awaits_in(planted) == [2, 3]
+
+
+def test_every_file_longest_first_names_is_in_the_suite():
+    """``conftest.LONGEST_FIRST`` places files by name: a file renamed or removed would lose
+    its place without a word, and a long one left to run last keeps one worker busy alone."""
+    from conftest import LONGEST_FIRST
+
+    here = Path(__file__).parent
+    missing = [name for name in LONGEST_FIRST if not (here / name).is_file()]
+    assert not missing, f"conftest.LONGEST_FIRST names files the suite lacks: {missing}"
