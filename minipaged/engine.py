@@ -122,9 +122,7 @@ class LLMEngine:
         self.speculator = None
         if config.speculative is not None:
             budget = config.token_budget(self.max_model_len)
-            drafter = make_drafter(
-                config.speculative, model, budget, config.max_num_seqs, draft_shape
-            )
+            drafter = make_drafter(config.speculative, model, budget, draft_shape)
             self.speculator = Speculator(
                 config.speculative, drafter, model, self.kv_cache, self.sampler, self.backend
             )

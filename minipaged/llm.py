@@ -109,8 +109,7 @@ class LLM:
         )
         draft_shape = None  # the draft's config.json, read once here, passed to the engine
         if config.speculative is not None:
-            args = (config.speculative, model_config, budget, config.max_num_seqs)
-            draft_shape = check_speculation_fits(*args)
+            draft_shape = check_speculation_fits(config.speculative, model_config, budget)
         self.config = config
         dtype = getattr(torch, config.dtype)  # config.json as read and checked above
         self.model = load_model(path, dtype, config.device, config=model_config)

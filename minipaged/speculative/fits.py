@@ -5,9 +5,11 @@ that only mean something beside another one, each refused naming both values:
 
 - the tree's depth $d$ (``num_speculative_tokens``) against the target's context
   (``max_position_embeddings``): one prompt token leaves one fewer to write;
-- $d$ against the step's token budget: a full batch (``max_num_seqs`` sequences) decodes one
-  token each, and the trees share what ``max_num_batched_tokens`` has left, which must hold at
-  least one tree of depth $d$, or a full batch never drafts as deep as the setting says;
+- $d$ against the step's token budget: a sequence verified in a step needs its own token and
+  the $d$ its tree drafts, so ``max_num_batched_tokens`` must hold at least $1 + d$, or no
+  sequence ever drafts as deep as the setting says. A full batch may draft less deep: the
+  trees share what the sequences' own tokens leave of the budget (``LLMEngine.step``), and
+  that is the budget working, not a setting to refuse;
 - a draft model against the target: the same vocabulary (its token ids are the target's), a
   context at least as long (it writes every position the target does), and, for a draft
   already loaded, the target's dtype and device (it runs as it is).
@@ -39,7 +41,6 @@ def check_speculation_fits(
     config: SpeculativeConfig,
     target: LlamaConfig,
     budget: int,
-    max_num_seqs: int,
     draft_shape: LlamaConfig | None = None,
 ) -> LlamaConfig | None:
     """Refuse, from the models' ``config.json`` alone (before any weights load), speculation
@@ -54,13 +55,13 @@ def check_speculation_fits(
             f"context of {context:,} tokens, past what any sequence can write after its "
             f"prompt; lower it below {context:,}"
         )
-    if budget - max_num_seqs < depth:
+    if budget - 1 < depth:
         raise ValueError(
             f"speculative num_speculative_tokens={depth:,} needs {depth:,} tokens of a step "
-            f"beside its sequences' own, but max_num_batched_tokens={budget:,} less one token "
-            f"for each of max_num_seqs={max_num_seqs:,} leaves {max(budget - max_num_seqs, 0):,}: "
-            "raise max_num_batched_tokens (--max-num-batched-tokens), lower max_num_seqs "
-            "(--max-num-seqs) or num_speculative_tokens"
+            f"beside its sequence's own, but max_num_batched_tokens={budget:,} less that one "
+            f"token leaves {budget - 1:,}: raise max_num_batched_tokens "
+            f"(--max-num-batched-tokens) to at least {depth + 1:,} or lower "
+            "num_speculative_tokens"
         )
     if config.method != "draft":
         return None

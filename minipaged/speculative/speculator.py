@@ -50,14 +50,13 @@ def make_drafter(
     config: SpeculativeConfig,
     target: Llama,
     budget: int,
-    max_num_seqs: int,
     draft_shape: LlamaConfig | None = None,
 ) -> Drafter:
-    """The drafter ``config`` names, checked with the step's token ``budget`` and
-    ``max_num_seqs`` first (``minipaged.speculative.fits``). A draft model is loaded like the
+    """The drafter ``config`` names, checked with the step's token ``budget`` first
+    (``minipaged.speculative.fits``). A draft model is loaded like the
     target (same dtype and device) from ``draft_shape``, its config.json as ``LLM`` read it
     (read here when None); one passed loaded must have the target's dtype and device."""
-    draft_shape = check_speculation_fits(config, target.config, budget, max_num_seqs, draft_shape)
+    draft_shape = check_speculation_fits(config, target.config, budget, draft_shape)
     if config.method == "ngram":
         return NgramDrafter(config.ngram_max, config.ngram_min)
     draft = config.draft_model
