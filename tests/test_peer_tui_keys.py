@@ -12,12 +12,10 @@ and a prefix hit (README), so one app walks every row.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from textual.command import CommandPalette
 
-from tests.stuck import STUCK_AFTER_S
+from tests.tui_runs import settled, until
 from tui.app import PagedApp
 from tui.scenarios import SCENARIOS
 
@@ -30,17 +28,10 @@ def anyio_backend():
     return "asyncio"
 
 
-async def until(pilot, condition):
-    deadline = time.monotonic() + STUCK_AFTER_S
-    while not condition():
-        assert time.monotonic() < deadline, "the app did not get there in time"
-        await pilot.pause(0.02)
-
-
 async def press(pilot, key):
     """Press ``key`` and wait until the view no longer waits for the model."""
     await pilot.press(key)
-    await until(pilot, lambda: pilot.app.navigator.waiting is None)
+    await settled(pilot)
     await pilot.pause()
 
 

@@ -19,7 +19,7 @@ from minipaged import trace
 from minipaged.block_state import BlockState, TableState
 from minipaged.checkpoint import model_directory
 from tests.stuck import STUCK_AFTER_S
-from tests.tui_runs import until
+from tests.tui_runs import settled, until
 from tui import keymap
 from tui.app import PagedApp
 from tui.feed import StepFeed
@@ -58,11 +58,6 @@ async def at_step(pilot, index: int) -> None:
     await until(pilot, lambda: app.navigator.waiting is None)
     await pilot.pause()  # let the layout follow the new frame
     assert app.timeline.cursor == min(index, app.timeline.recorded)
-
-
-async def settled(pilot) -> None:
-    """Wait until no request waits for the model."""
-    await until(pilot, lambda: pilot.app.navigator.waiting is None)
 
 
 def panes(app: PagedApp) -> dict[str, str]:

@@ -85,4 +85,4 @@ def test_the_docs_and_the_flag_say_the_rule():
     help_text = EngineConfig.__dataclass_fields__["watermark"].metadata["setting"].help
     assert "rounded down" in help_text and "under 100" in help_text
     page = Path(__file__).parents[1] / "docs" / "explanation" / "preemption.md"
-    assert "keeps none of a pool under 100 blocks" in page.read_text()
+    assert f"keeps none of a pool of fewer than $1 / {DEFAULT_WATERMARK}$" in page.read_text()

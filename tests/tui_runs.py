@@ -23,6 +23,13 @@ async def until(pilot, condition, what: str = "the app did not get there") -> No
         await pilot.pause(0.02)
 
 
+async def settled(pilot) -> None:
+    """Wait until the app shows a run and no request waits for the model: after a restart
+    (``r``) the run has no navigator until the model has loaded again."""
+    app = pilot.app
+    await until(pilot, lambda: app.navigator is not None and app.navigator.waiting is None)
+
+
 async def whole_run(pilot) -> PagedApp:
     """The pilot's app once the model has loaded and every step of its run is recorded."""
     app = pilot.app
