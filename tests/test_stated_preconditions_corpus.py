@@ -18,10 +18,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from minipaged import LLM, fp8
+from minipaged import LLM, SamplingParams, fp8
 from minipaged.block_manager import BlockManager
 from minipaged.contract import POOL_DTYPES
 from minipaged.kv_cache import KVCache, write_kv
+from minipaged.kv_calibration import calibrate_kv_scales, calibration_tokens
 from minipaged.memory import expected_static_internal_waste, static_internal_waste
 from minipaged.prefix_cache import HashPrefixCache
 from minipaged.radix_cache import RadixCache
@@ -251,14 +252,36 @@ def test_an_fp8_scale_broadcasts_against_x_and_keeps_its_shape(call, shape):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    return LLM("tiny", num_gpu_blocks=16, block_size=4, backend="torch").engine
+def llm():
+    return LLM("tiny", num_gpu_blocks=16, block_size=4, backend="torch")
+
+
+@pytest.mark.parametrize("flags", [(True, False), (False, True)], ids=str)
+def test_generate_refuses_show_progress_and_use_tqdm_that_disagree(llm, flags):
+    """``use_tqdm`` is vLLM's name for ``show_progress`` (``LLM.generate``): given both, the
+    second won in silence. Both alike are one setting."""
+    show_progress, use_tqdm = flags
+    with pytest.raises(ValueError, match=f"show_progress={show_progress} and use_tqdm="):
+        llm.generate([[1, 2]], show_progress=show_progress, use_tqdm=use_tqdm)
+    assert not llm.engine.requests
+    params = SamplingParams(max_tokens=1)
+    assert llm.generate([[1, 2]], params, show_progress=False, use_tqdm=False)[0].outputs
+
+
+def test_calibration_names_its_empty_token_ids(llm):
+    """``calibrate_kv_scales`` prefills ``token_ids``: none was refused as a cache of 0
+    blocks, in words about a cache the caller never built."""
+    with pytest.raises(ValueError, match=r"needs token ids .* calibration_tokens\(model"):
+        calibrate_kv_scales(llm.model, [], E4M3)
+    tokens = calibration_tokens(llm.model, None)[:4]
+    assert calibrate_kv_scales(llm.model, tokens, E4M3)[0].shape == (4, 2)
 
 
 @pytest.mark.parametrize("params", [0, 0.0, False, "", [], (), {}], ids=repr)
-def test_add_request_refuses_params_of_any_falsy_kind(engine, params):
+def test_add_request_refuses_params_of_any_falsy_kind(llm, params):
     """ "``TypeError`` for a prompt or ``params`` of the wrong kind" (``check_request``): a
     falsy one was taken as the default, ``SamplingParams()``. Only None means that."""
+    engine = llm.engine
     with pytest.raises(TypeError, match="sampling params must be a SamplingParams"):
         engine.add_request([1, 2, 3], params)
     assert not engine.requests and not engine.has_unfinished()
