@@ -149,7 +149,7 @@ class LLMEngine:
         if request_id is not None:  # before any event names it
             check_request_id(request_id, "pass None for an automatic one")
             check_id_free(request_id, self.requests)
-        params = params or SamplingParams()
+        params = SamplingParams() if params is None else params  # 0 or [] is refused below
         try:
             token_ids, text = self.check_request(prompt, params)
         except RequestRejected as rejected:  # the refusal shows in the next step's events

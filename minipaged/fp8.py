@@ -78,7 +78,7 @@ def quantize(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     $x / 0$ stores $\\pm\\max$ for every nonzero value, and a NaN scale stores NaN bytes."""
     check_tensor(x, "x")
     check_fp8_dtype(dtype)
-    return quantize_unchecked(x, check_scales(scale, "scale"), dtype)
+    return quantize_unchecked(x, check_scale_for(x, scale), dtype)
 
 
 def quantize_unchecked(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
@@ -165,7 +165,7 @@ def dequantize(x: Tensor, scale: Tensor | float | None) -> Tensor:
     Raises ``TypeError`` unless ``x`` is a tensor, and checks a given ``scale`` as ``quantize``
     does: a 0 or NaN scale would turn every stored value into 0 or NaN."""
     check_tensor(x, "x")
-    return dequantize_unchecked(x, None if scale is None else check_scales(scale, "scale"))
+    return dequantize_unchecked(x, None if scale is None else check_scale_for(x, scale))
 
 
 def dequantize_unchecked(x: Tensor, scale: Tensor | float | None) -> Tensor:
@@ -176,6 +176,26 @@ def dequantize_unchecked(x: Tensor, scale: Tensor | float | None) -> Tensor:
         return x
     values = x.float()
     return values if scale is None else values * scale
+
+
+def check_scale_for(x: Tensor, scale: object) -> Tensor | float:
+    """``scale`` checked by ``check_scales`` and, as a tensor, against ``x``: it broadcasts
+    against ``x`` and leaves its shape, else ``ValueError`` naming both shapes: a scale
+    ``[k, N, ...]`` would give ``k`` copies of the result, and one that does not broadcast
+    failed inside the arithmetic, in torch's words."""
+    scale = check_scales(scale, "scale")
+    if isinstance(scale, Tensor):
+        try:
+            shape = torch.broadcast_shapes(scale.shape, x.shape)
+        except RuntimeError:
+            shape = None
+        if shape != x.shape:
+            raise ValueError(
+                f"scale of shape {list(scale.shape)} must broadcast against x of shape "
+                f"{list(x.shape)} and leave its shape; for keys [N, N_KV, d_h] give one scale "
+                "per KV head as scale[:, None] ([N_KV, 1])"
+            )
+    return scale
 
 
 def check_tensor(x: object, name: str) -> None:
@@ -200,7 +220,7 @@ def error_bound(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
     are checked as ``quantize`` checks them."""
     check_tensor(x, "x")
     check_fp8_dtype(dtype)
-    scale = check_scales(scale, "scale")
+    scale = check_scale_for(x, scale)
     info = torch.finfo(dtype)
     mantissa_bits = -round(math.log2(info.eps))  # e4m3: 3, e5m2: 2
     min_exponent = round(math.log2(info.smallest_normal))  # e4m3: -6, e5m2: -14

@@ -299,7 +299,19 @@ class KVCache:
 
     def set_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:
         """Set the FP8 scales ``[num_layers, num_kv_heads]`` (from ``minipaged.kv_calibration``)
-        before anything is written: bytes written under other scales would change meaning."""
+        before anything is written: bytes written under other scales would change meaning.
+
+        Refused, before any scale changes: pools that are not FP8 (a float pool holds the keys
+        and values themselves and is read without scales, so a scale would be ignored), and
+        pools holding a written byte. Pools start as zeros, and a zero byte means 0 under
+        every scale, so only a nonzero byte counts as written (``_holds_written_bytes``)."""
+        if not fp8.is_fp8(self.dtype):
+            raise ValueError(
+                f"set_scales sets the scales of FP8 pools, but this cache holds {self.dtype}, "
+                "which stores the keys and values themselves: the scales would be ignored; "
+                "build the cache with an FP8 dtype (KVCache(dtype=torch.float8_e4m3fn), "
+                "LLM(kv_cache_dtype='fp8_e4m3')) or leave the scales at 1"
+            )
         expected = (self.num_layers, self.num_kv_heads)
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
             fp8.check_scales(scale, name)  # positive and finite: a tensor of them
@@ -309,8 +321,21 @@ class KVCache:
                     f"{list(expected)}, got {type(scale).__name__} of shape "
                     f"{list(getattr(scale, 'shape', []))}"
                 )
+        if self._holds_written_bytes():
+            raise ValueError(
+                "set_scales was called after keys and values were written to this cache: "
+                "the bytes already stored were quantized with the scales in force then and "
+                "would change meaning; set the scales before the first write (LLM sets them "
+                "at load, from minipaged.kv_calibration), or build a new KVCache for the new "
+                "scales"
+            )
         self.k_scale.copy_(k_scale)
         self.v_scale.copy_(v_scale)
+
+    def _holds_written_bytes(self) -> bool:
+        """Whether a pool, device or host, holds a nonzero byte (one pass, no copy)."""
+        pools = (self._key, self._value, self._host_key, self._host_value)
+        return any(bool(p.view(torch.uint8).any()) for p in pools if p.numel() and not p.is_meta)
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Copy-on-write (§5): for each ``(src, dst)``, device block ``dst`` becomes a copy of

@@ -53,7 +53,13 @@ def calibrate_kv_scales(
     """The scales ``k_scale`` and ``v_scale`` ``[num_layers, num_kv_heads]`` for an FP8 cache
     of ``dtype``: prefill ``token_ids`` as one sequence into a float cache of the model's
     dtype, then ``fp8.scale_for`` of each layer's and KV head's largest magnitude. The keys
-    are measured after RoPE, as the cache stores them."""
+    are measured after RoPE, as the cache stores them. ``token_ids`` holds at least one id,
+    else ``ValueError`` (an empty cache of 0 blocks was refused in its own words)."""
+    if not len(token_ids):
+        raise ValueError(
+            "calibrate_kv_scales needs token ids to measure keys and values on, got none; pass "
+            "calibration_tokens(model, tokenizer), a fixed text the model reads"
+        )
     config = model.config
     param = next(model.parameters())
     num_tokens = len(token_ids)

@@ -145,12 +145,17 @@ class LLM:
         exception, in ``on_step`` too), this call's unfinished requests are aborted and their
         blocks released before the exception goes on: the engine is left as it was found.
         ``show_progress`` (default: when the output is a terminal; ``use_tqdm`` is vLLM's name
-        for it) draws a progress bar over finished requests. ``on_step`` sees every
-        ``StepOutput``, events and block state included; it may read the engine, and a call
-        that would change it (``add_request``, ``abort_request``, ``step``, ``generate``) is
-        refused with ``RuntimeError`` (``LLMEngine.check_not_in_callback``).
+        for it: give one, or both alike) draws a progress bar over finished requests.
+        ``on_step`` sees every ``StepOutput``, events and block state included; it may read the
+        engine, and a call that would change it (``add_request``, ``abort_request``, ``step``,
+        ``generate``) is refused with ``RuntimeError`` (``LLMEngine.check_not_in_callback``).
         """
         self.engine.check_not_in_callback("LLM.generate")
+        if None not in (show_progress, use_tqdm) and show_progress != use_tqdm:
+            raise ValueError(  # one setting under two names: neither may win in silence
+                f"show_progress={show_progress!r:.40} and use_tqdm={use_tqdm!r:.40} disagree, "
+                "and use_tqdm is vLLM's name for show_progress; pass one of them"
+            )
         show_progress = show_progress if use_tqdm is None else use_tqdm
         flag = show_progress is None or isinstance(show_progress, bool)
         if not flag or not (on_step is None or callable(on_step)):  # before anything queues

@@ -58,7 +58,10 @@ class SpeculativeConfig:
       (``FileNotFoundError`` otherwise, as for any missing path).
     - ``max_tree_nodes``: a cap on the draft nodes of one tree (each costs one block while the
       step runs), filled breadth first: a full tree has $k + k^2 + \\dots + k^d$. At most
-      ``MAX_TREE_NODES``; the pool's free blocks cap each tree further, before drafting.
+      ``MAX_TREE_NODES``; the pool's free blocks and what the step's token budget leaves cap
+      each tree further, before drafting (``Speculator.draft``). So a cap above the budget,
+      or below $d$, is not refused: the tree is only smaller (under a budget of 6 the default
+      32 drafts at most 5 guesses), and speculation works whenever one guess fits.
     - ``ngram_max`` / ``ngram_min``: the longest and shortest suffix prompt lookup matches; at
       most ``MAX_NGRAM``.
 
