@@ -5,7 +5,9 @@ Landlock's rule for a file in a folder that also holds a hidden module names tha
 an editor, ``git`` or ``pip`` replaces a file with a new one. ``minipaged tui --exercise 3``
 stopped at step 1 with ``PermissionError`` when a file of ``minipaged/`` was saved while it
 ran. One process confined as the child is, over a package of two modules: the parent replaces
-the one it may read once the process is confined, and the process then imports it.
+the one it may read once the process is confined, and the process then imports it. A file
+listed for a rule and removed before the rule is made (a temporary file of another process's
+``.pyc`` or editor) is no rule: the child starts.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from minipaged.grader.provenance import codes_of
 root = Path(sys.argv[1])
 sys.path.insert(0, str(root))
 hidden = root / "pkg" / "hidden.py"
-rules = readable.read_rules([*readable.roots(None, root / "temp"), root], [hidden])
+whole, listing = readable.read_rules([*readable.roots(None, root / "temp"), root], [hidden])
+rules = ([*whole, root / "pkg" / "gone.py"], listing)  # listed, then removed before confine
 import_as_read(read_before_confinement(*rules))
 print(confine([root / "temp"], [], rules, None), flush=True)
 sys.stdin.readline()  # the parent has replaced pkg/late.py

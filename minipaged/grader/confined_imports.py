@@ -20,6 +20,7 @@ unreadable, and Python then compiles the source it holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from importlib.machinery import (
@@ -40,11 +41,13 @@ def read_before_confinement(whole: list[Path], listing: list[Path]) -> dict[str,
     """The Python sources that ``readable.read_rules``'s ``(whole, listing)`` makes readable
     one file at a time (those directly in a folder of ``listing``), by resolved path, read now."""
     folders = set(listing)
-    return {
-        str(path): path.read_bytes()
-        for path in whole
-        if path.parent in folders and path.suffix in SOURCE_SUFFIXES and path.is_file()
-    }
+    sources = {}
+    for path in whole:
+        if path.parent in folders and path.suffix in SOURCE_SUFFIXES:
+            # listed, then removed (another process's temporary file), or a folder: no source
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                sources[str(path)] = path.read_bytes()
+    return sources
 
 
 def import_as_read(sources: dict[str, bytes]) -> None:
