@@ -329,6 +329,7 @@ def _prepare(args: argparse.Namespace) -> str:
     """Guard and confine this process for the student's code (which runs only after it), and
     move into their folder; return how it is confined. What fails here is the grader's."""
     from minipaged.grader import readable
+    from minipaged.grader.confined_imports import import_as_read, read_before_confinement
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
@@ -356,6 +357,8 @@ def _prepare(args: argparse.Namespace) -> str:
         load_library_imports(args.path)
     places = readable.roots(args.path, args.temp)
     rules = readable.read_rules(places, hidden)
+    # A file readable by a rule of its own is unreadable once replaced: import it as read now.
+    import_as_read(read_before_confinement(*rules))
     writable = [args.temp] + ([args.path] if args.path is not None else [])
     # Programs run from where they were installed: not from what the student's code writes,
     # nor this interpreter under any name (another Python would run code no hook sees).

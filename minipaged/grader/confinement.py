@@ -94,13 +94,19 @@ def confine(
         file_rights = _WRITE_FILE | (_TRUNCATE if version >= 3 else 0) | (reads & _READ_FILE)
         files = [Path(os.devnull), *devices]
         rules = [(Path(p), fs | reads) for p in writable] + [(p, file_rights) for p in files]
+        required = len(rules)  # the folders it writes and the device files: these must exist
         if readable is not None:
             whole, listing = readable
             rules += [(p, _READ_FILE if p.is_file() else reads) for p in whole]
             rules += [(p, _READ_DIR) for p in listing]
         rules += [(p, runs) for p in executable or []]
-        for path, allowed in rules:
-            target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        for index, (path, allowed) in enumerate(rules):
+            try:
+                target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if index < required:
+                    raise
+                continue  # listed, then removed (another process's temporary file): no rule
             try:
                 rule = _PathBeneath(allowed, target)
                 if libc.syscall(_ADD_RULE, fd, _PATH_BENEATH, ctypes.byref(rule), 0) < 0:
