@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from minipaged.grader.confinement import abi
+from tests.stuck import STUCK_AFTER_S
 
 pytestmark = pytest.mark.skipif(not abi()[0], reason=f"no Landlock here: {abi()[1]}")
 
@@ -70,7 +71,7 @@ def test_a_module_replaced_after_confinement_imports_as_it_was_read(tmp_path):
     replacement = package / "late.py.new"
     replacement.write_text("VALUE = 2\n")
     os.replace(replacement, package / "late.py")  # a new inode, as an editor or git writes
-    out, err = child.communicate("go\n", timeout=60)
+    out, err = child.communicate("go\n", timeout=STUCK_AFTER_S)
     assert child.returncode == 0, err[-2000:]
     assert out.split() == ["1", "True", "hidden"], err[-2000:]
     assert Path(package / "late.py").read_text() == "VALUE = 2\n"
