@@ -106,11 +106,12 @@ class LLMEngine:
             device=param.device,
             kernels=kernels_for(self.backend),
         )
+        budget = config.token_budget(self.max_model_len)  # the scheduler's and speculation's
         self.scheduler = Scheduler(
             self.block_manager,
             config.preemption,
             config.max_num_seqs,
-            config.token_budget(self.max_model_len),
+            budget,
             config.enable_chunked_prefill,
             config.long_prefill_token_threshold,
         )
@@ -121,7 +122,6 @@ class LLMEngine:
         self.sampler = Sampler(frozenset(eos_ids - {None}), self.max_model_len)
         self.speculator = None
         if config.speculative is not None:
-            budget = config.token_budget(self.max_model_len)
             drafter = make_drafter(config.speculative, model, budget, draft_shape)
             self.speculator = Speculator(
                 config.speculative, drafter, model, self.kv_cache, self.sampler, self.backend

@@ -53,9 +53,9 @@ def make_drafter(
     draft_shape: LlamaConfig | None = None,
 ) -> Drafter:
     """The drafter ``config`` names, checked with the step's token ``budget`` first
-    (``minipaged.speculative.fits``). A draft model is loaded like the
-    target (same dtype and device) from ``draft_shape``, its config.json as ``LLM`` read it
-    (read here when None); one passed loaded must have the target's dtype and device."""
+    (``minipaged.speculative.fits``). A draft model is loaded like the target (same dtype and
+    device) from ``draft_shape``, its config.json as ``LLM`` read it (read here when None); one
+    passed loaded must have the target's dtype and device."""
     draft_shape = check_speculation_fits(config, target.config, budget, draft_shape)
     if config.method == "ngram":
         return NgramDrafter(config.ngram_max, config.ngram_min)
