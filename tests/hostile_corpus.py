@@ -1041,6 +1041,100 @@ WATCHERS = HandIn(
 (``runtime_code.WATCHING``): each passed before (a trace function was in
 ``handlers-and-hooks``, as an attack grading had to survive)."""
 
+THE_GUARDS_STATE = """
+import os as _os, sys as _sys
+import minipaged.memory as _library
+from minipaged.grader import delegation as _delegation, provenance as _provenance
+from minipaged.paging_arguments import sequence_id as _theirs  # any function of the library's
+
+class _Frame:  # what the hand-over hook reads of a frame: its code, and its caller's frame
+    def __init__(self, code, back):
+        self.f_code, self.f_back = code, back
+
+def _handed(name):
+    asking = _Frame(_delegation._STUB_CODE, _Frame(_theirs.__code__, None))
+    space, box = _provenance.PRIVATE, []
+    real = space["getframe"]
+    space["getframe"] = lambda depth=0: asking  # the hooks' getframe, as they saw it
+    try:
+        _sys.audit("minipaged.grader.delegation.hand-over", name, box)
+    finally:
+        space["getframe"] = real
+    return box[0]
+
+_LECTURE = _os.path.join(_os.path.dirname(_os.path.dirname(_provenance.__file__)), "lecture.py")
+_SOURCE = "def block_offset(t, block_size):\\n    return _library.block_offset(t, block_size)\\n"
+try:
+    _provenance.AS_READ[_LECTURE] = _SOURCE.encode()  # "the library's file, as read"
+except TypeError:  # read-only
+    pass
+exec(compile(_SOURCE, _LECTURE, "exec", dont_inherit=True), globals())
+
+def _originals():
+    depth, frame = 0, _sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = _sys.getrecursionlimit()
+    try:
+        for extra in range(2, 60):  # until the stack fills up inside the hand-over hook
+            try:
+                _sys.setrecursionlimit(depth + extra)
+                _library.num_logical_blocks(1, 1)
+            except RecursionError as error:
+                _sys.setrecursionlimit(limit)
+                tb = error.__traceback__
+                while tb is not None:
+                    if tb.tb_frame.f_code.co_name == "hand_over":
+                        return tb.tb_frame.f_locals["originals"]
+                    tb = tb.tb_next
+    finally:
+        _sys.setrecursionlimit(limit)
+"""
+"""Reaching the guards' own state, in the grading child the student's code shares: the names
+the hooks call (``provenance.PRIVATE``), the library's sources they judge code by
+(``provenance.AS_READ``), and a hook's frame off a traceback."""
+
+STATE = HandIn(
+    "the-guards-own-state",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-made-up-hand-over",
+            "return j = floor(t / B)",
+            "return _handed('minipaged.memory:logical_block')(t, block_size)",
+            ("logical_block",),
+            "IndexError",  # nothing handed over
+        ),
+        Attack(
+            "a-source-of-its-own-as-the-library-s",
+            "return o = t mod B",
+            "raise NotImplementedError('replaced below')",
+            ("block_offset",),
+            "may not call the library's",
+        ),
+        Attack(
+            "the-hand-over-s-table-off-a-traceback",
+            "return M = ceil(L / B)",
+            "table = _originals()\n"
+            "return table['minipaged.memory:num_logical_blocks'][0](num_tokens, block_size)",
+            ("num_logical_blocks",),
+            "may not read a frame of the grader's own guards",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=THE_GUARDS_STATE,
+)
+"""The guards are a tripwire in the process the student's code shares; what they decide by
+was within its reach. A ``getframe`` of the student's put in ``PRIVATE`` made up the frames
+the hand-over hook judges (exercise 03 passed all eight criteria on the library's ``fork``
+and ``free``); a source of the student's put in ``AS_READ`` under a library file name made
+their function genuine; the hand-over hook's frame, off a ``RecursionError`` raised in it,
+held every function it keeps. Each passed; now each guard function calls only names of its
+own, the sources are sealed, and a guard's frame is refused to the student's code."""
+
+
 GRAB = """
 import sys as _sys, threading as _threading
 from minipaged.block_manager import BlockManager as _Library
@@ -1744,6 +1838,7 @@ HAND_INS = (
     LIBRARY_HELPERS,
     WATCHERS,
     WATCHING,
+    STATE,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,
