@@ -1394,6 +1394,8 @@ def _right_body(number: int, file: str, qualname: str) -> str:
 
 _ENCODED = (
     "from minipaged import events  # what the copies use\n"
+    "from minipaged.paging_arguments import sequence_id\n"
+    "from minipaged.python_numbers import python_number\n"
     f"_FORK64 = {base64.b64encode(_library_class('BlockManager.fork').encode())!r}\n"
     f"_FORK = {codecs.encode(_library_class('BlockManager.fork'), 'rot13')!r}\n"
     f"_FORK_CODE = {marshal.dumps(compile(_library_class('BlockManager.fork'), 'x', 'exec'))!r}\n"
@@ -1429,10 +1431,24 @@ def _beside_an_honest_answer(name: str, body: str, said: str) -> HandIn:
 
 COMPILED, UNREADABLE = "compiled at run time", "cannot read"
 
+_SILENCED = (
+    "import os\nstub = block_manager.BlockManager.fork  # the library's, stubbed\n"
+    "refused = next(c.cell_contents for c in stub.__closure__\n"
+    "    if getattr(c.cell_contents, '__name__', '') == 'refused')\n"
+    "tell = next(c.cell_contents for c in refused.__closure__\n"
+    "    if getattr(c.cell_contents, '__name__', '') == 'tell')\n"
+    "for cell in tell.__closure__:  # its os.write: what it tells, told to no one\n"
+    "    if cell.cell_contents is os.write:\n"
+    "        cell.cell_contents = lambda fd, data: len(data)\n"
+)
+"""The ``tell`` of a stub's refusal, silenced: it was the one the guards' hooks tell the grader
+with, and a copy then compiled unheard (``base64-decoded-and-run`` passed its criteria with
+it). A stub's ``refused`` and ``tell`` are now its own."""
+
 NEVER_ON_DISK = (
     _beside_an_honest_answer(
         "base64-decoded-and-run",
-        "import base64\nnamespace = dict(globals())\n"
+        "import base64\n" + _SILENCED + "namespace = dict(globals())\n"
         "exec(base64.b64decode(_FORK64), namespace)\n"
         "return namespace['_Copied'].fork(self, parent, child)",
         COMPILED,
@@ -1751,10 +1767,7 @@ REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
             3, "block_manager.py", "BlockManager.free"
         )
     },
-    appended=_ENCODED
-    + "from minipaged.paging_arguments import sequence_id\n"
-    + "from minipaged.python_numbers import python_number  # what the copy uses\n"
-    + "_REWRITTEN = False\n",
+    appended=_ENCODED + "_REWRITTEN = False\n",
 )
 """A first call that writes the library's ``fork``, in disguise, over its own file and ends its
 grading process: the next one imported the copy with none of the student's code on the stack
