@@ -1041,6 +1041,100 @@ WATCHERS = HandIn(
 (``runtime_code.WATCHING``): each passed before (a trace function was in
 ``handlers-and-hooks``, as an attack grading had to survive)."""
 
+THE_GUARDS_STATE = """
+import os as _os, sys as _sys
+import minipaged.memory as _library
+from minipaged.grader import delegation as _delegation, provenance as _provenance
+from minipaged.paging_arguments import sequence_id as _theirs  # any function of the library's
+
+class _Frame:  # what the hand-over hook reads of a frame: its code, and its caller's frame
+    def __init__(self, code, back):
+        self.f_code, self.f_back = code, back
+
+def _handed(name):
+    asking = _Frame(_delegation._STUB_CODE, _Frame(_theirs.__code__, None))
+    space, box = _provenance.PRIVATE, []
+    real = space["getframe"]
+    space["getframe"] = lambda depth=0: asking  # the hooks' getframe, as they saw it
+    try:
+        _sys.audit("minipaged.grader.delegation.hand-over", name, box)
+    finally:
+        space["getframe"] = real
+    return box[0]
+
+_LECTURE = _os.path.join(_os.path.dirname(_os.path.dirname(_provenance.__file__)), "lecture.py")
+_SOURCE = "def block_offset(t, block_size):\\n    return _library.block_offset(t, block_size)\\n"
+try:
+    _provenance.AS_READ[_LECTURE] = _SOURCE.encode()  # "the library's file, as read"
+except TypeError:  # read-only
+    pass
+exec(compile(_SOURCE, _LECTURE, "exec", dont_inherit=True), globals())
+
+def _originals():
+    depth, frame = 0, _sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = _sys.getrecursionlimit()
+    try:
+        for extra in range(2, 60):  # until the stack fills up inside the hand-over hook
+            try:
+                _sys.setrecursionlimit(depth + extra)
+                _library.num_logical_blocks(1, 1)
+            except RecursionError as error:
+                _sys.setrecursionlimit(limit)
+                tb = error.__traceback__
+                while tb is not None:
+                    if tb.tb_frame.f_code.co_name == "hand_over":
+                        return tb.tb_frame.f_locals["originals"]
+                    tb = tb.tb_next
+    finally:
+        _sys.setrecursionlimit(limit)
+"""
+"""Reaching the guards' own state, in the grading child the student's code shares: the names
+the hooks call (``provenance.PRIVATE``), the library's sources they judge code by
+(``provenance.AS_READ``), and a hook's frame off a traceback."""
+
+STATE = HandIn(
+    "the-guards-own-state",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-made-up-hand-over",
+            "return j = floor(t / B)",
+            "return _handed('minipaged.memory:logical_block')(t, block_size)",
+            ("logical_block",),
+            "IndexError",  # nothing handed over
+        ),
+        Attack(
+            "a-source-of-its-own-as-the-library-s",
+            "return o = t mod B",
+            "raise NotImplementedError('replaced below')",
+            ("block_offset",),
+            "may not call the library's",
+        ),
+        Attack(
+            "the-hand-over-s-table-off-a-traceback",
+            "return M = ceil(L / B)",
+            "table = _originals()\n"
+            "return table['minipaged.memory:num_logical_blocks'][0](num_tokens, block_size)",
+            ("num_logical_blocks",),
+            "may not read a frame of the grader's own guards",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=THE_GUARDS_STATE,
+)
+"""The guards are a tripwire in the process the student's code shares; what they decide by
+was within its reach. A ``getframe`` of the student's put in ``PRIVATE`` made up the frames
+the hand-over hook judges (exercise 03 passed all eight criteria on the library's ``fork``
+and ``free``); a source of the student's put in ``AS_READ`` under a library file name made
+their function genuine; the hand-over hook's frame, off a ``RecursionError`` raised in it,
+held every function it keeps. Each passed; now each guard function calls only names of its
+own, the sources are sealed, and a guard's frame is refused to the student's code."""
+
+
 GRAB = """
 import sys as _sys, threading as _threading
 from minipaged.block_manager import BlockManager as _Library
@@ -1300,6 +1394,8 @@ def _right_body(number: int, file: str, qualname: str) -> str:
 
 _ENCODED = (
     "from minipaged import events  # what the copies use\n"
+    "from minipaged.paging_arguments import sequence_id\n"
+    "from minipaged.python_numbers import python_number\n"
     f"_FORK64 = {base64.b64encode(_library_class('BlockManager.fork').encode())!r}\n"
     f"_FORK = {codecs.encode(_library_class('BlockManager.fork'), 'rot13')!r}\n"
     f"_FORK_CODE = {marshal.dumps(compile(_library_class('BlockManager.fork'), 'x', 'exec'))!r}\n"
@@ -1335,10 +1431,24 @@ def _beside_an_honest_answer(name: str, body: str, said: str) -> HandIn:
 
 COMPILED, UNREADABLE = "compiled at run time", "cannot read"
 
+_SILENCED = (
+    "import os\nstub = block_manager.BlockManager.fork  # the library's, stubbed\n"
+    "refused = next(c.cell_contents for c in stub.__closure__\n"
+    "    if getattr(c.cell_contents, '__name__', '') == 'refused')\n"
+    "tell = next(c.cell_contents for c in refused.__closure__\n"
+    "    if getattr(c.cell_contents, '__name__', '') == 'tell')\n"
+    "for cell in tell.__closure__:  # its os.write: what it tells, told to no one\n"
+    "    if cell.cell_contents is os.write:\n"
+    "        cell.cell_contents = lambda fd, data: len(data)\n"
+)
+"""The ``tell`` of a stub's refusal, silenced: it was the one the guards' hooks tell the grader
+with, and a copy then compiled unheard (``base64-decoded-and-run`` passed its criteria with
+it). A stub's ``refused`` and ``tell`` are now its own."""
+
 NEVER_ON_DISK = (
     _beside_an_honest_answer(
         "base64-decoded-and-run",
-        "import base64\nnamespace = dict(globals())\n"
+        "import base64\n" + _SILENCED + "namespace = dict(globals())\n"
         "exec(base64.b64decode(_FORK64), namespace)\n"
         "return namespace['_Copied'].fork(self, parent, child)",
         COMPILED,
@@ -1657,10 +1767,7 @@ REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
             3, "block_manager.py", "BlockManager.free"
         )
     },
-    appended=_ENCODED
-    + "from minipaged.paging_arguments import sequence_id\n"
-    + "from minipaged.python_numbers import python_number  # what the copy uses\n"
-    + "_REWRITTEN = False\n",
+    appended=_ENCODED + "_REWRITTEN = False\n",
 )
 """A first call that writes the library's ``fork``, in disguise, over its own file and ends its
 grading process: the next one imported the copy with none of the student's code on the stack
@@ -1744,6 +1851,7 @@ HAND_INS = (
     LIBRARY_HELPERS,
     WATCHERS,
     WATCHING,
+    STATE,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

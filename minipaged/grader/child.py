@@ -342,7 +342,7 @@ def _prepare(args: argparse.Namespace) -> str:
     hidden = []
     if args.path is not None:
         tell = teller(args.notices)
-        guard(ex, args.path, refusal(tell))
+        guard(ex, args.path, refusal(tell), refusal(teller(args.notices)))
         watch(args.path, tell)
         import_from_source([args.path, args.temp])
         # Imported now, they need not be read again: from here on no one can read them.

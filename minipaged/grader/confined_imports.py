@@ -34,7 +34,7 @@ from importlib.machinery import (
 )
 from pathlib import Path
 
-from minipaged.grader.provenance import AS_READ
+from minipaged.grader.provenance import AS_READ, seal_as_read
 
 
 def read_before_confinement(whole: list[Path], listing: list[Path]) -> dict[str, bytes]:
@@ -53,8 +53,9 @@ def read_before_confinement(whole: list[Path], listing: list[Path]) -> dict[str,
 def import_as_read(sources: dict[str, bytes]) -> None:
     """From now on, a module whose source is one of ``sources`` (``read_before_confinement``)
     loads from those bytes, not from the file, and the guards judge its code by them
-    (``provenance.AS_READ``); modules elsewhere load as before."""
-    AS_READ.update(sources)
+    (``provenance.AS_READ``, sealed here: once, before any student code runs); modules
+    elsewhere load as before."""
+    seal_as_read(sources)
     folders = {os.path.dirname(path) for path in AS_READ}
 
     class AsRead(SourceFileLoader):

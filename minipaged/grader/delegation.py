@@ -40,7 +40,6 @@ from types import CodeType, FunctionType
 from minipaged.grader import similarity
 from minipaged.grader.exercises import Exercise
 from minipaged.grader.provenance import (
-    PRIVATE,
     audit,
     basename,
     getframe,
@@ -48,6 +47,7 @@ from minipaged.grader.provenance import (
     private,
     provenance,
     realpath,
+    share,
     walk,
 )
 
@@ -201,7 +201,7 @@ _SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
 """Audit events of a search through the interpreter's objects, which would find that function."""
 
 
-def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
+def guard(ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=None) -> None:
     """In a grading child, before the student's code loads: stub every graded function (and
     every answer of the exercise, ``Exercise.answers``), and refuse any later read or run of
     their modules' source, any search of the interpreter's objects, and any function rebuilt
@@ -214,7 +214,10 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
     for its function with an audit event; the hook checks that the asking frame runs the stubs'
     code and that its caller may use the library's version (``_allowed``), and hands the
     function over in a list the stub empties as it calls it. ``refused(message)`` makes each
-    refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first)."""
+    refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first);
+    ``stubs_refused``, the stubs' (``refused`` where None): a stub is within a student's reach,
+    and so is what its closure holds, so a grading child gives the stubs a ``refused`` (and a
+    ``tell``) of their own, which the hooks never call."""
     folder = str(folder.resolve())
     library = Library(ex)
     guarded, stubs, originals = set(), {}, {}
@@ -228,7 +231,7 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation) -> None:
     for name in names:
         owner, attribute, value = ex.lookup(name)
         original = value.fget if isinstance(value, property) else value
-        stub = _stub(name, original, ex.number, name in ex.answers, refused)
+        stub = _stub(name, original, ex.number, name in ex.answers, stubs_refused or refused)
         originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
@@ -381,5 +384,5 @@ _LIBRARY = tuple(
 )
 _GRADER = os.path.dirname(__file__) + os.sep
 
-PRIVATE |= {f.__name__: private(f) for f in (_fingerprint, _code_parts, _docstring)}
+share(_fingerprint, _code_parts, _docstring)
 """The fingerprints a grading child's audit hook takes, over names a student cannot rebind."""

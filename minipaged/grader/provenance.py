@@ -10,9 +10,16 @@ numbers, so only the file's own functions match.
 What the guards run must stay out of the student's reach while it runs: a student's code may
 rebind ``sys._getframe``, ``os.path.realpath`` or ``builtins.isinstance``, and whatever the
 guard calls then runs their code with the guard's frame, and the library functions it keeps,
-one ``f_back`` away. ``private(function)`` rebuilds a function over ``PRIVATE``: the names it
-needs, and a copy of the builtins, all taken when this module is imported, before any
-student code runs.
+one ``f_back`` away. ``private(function)`` rebuilds a function over a namespace of its own
+(``sealed``): a copy of ``PRIVATE``, the names the guards need and the builtins, all taken
+when this module is imported, before any student code runs. A copy, because ``PRIVATE`` is
+within the student's reach (``provenance.PRIVATE``, a stub's ``__globals__``): a student's
+code that put its own ``getframe`` there had the delegation guard hand it the library's
+``fork`` (exercise 03 passed all eight criteria on the library's code), and one that put a
+source of its own in ``AS_READ`` under a library file name made its code genuine. Each
+function's namespace is reachable from that function alone; the guards' hooks, held by the
+interpreter, are reachable from nothing (``runtime_code`` refuses a traceback's frame of
+theirs).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import hashlib
 import os
 import sys
 import types
-from types import CodeType
+from types import CodeType, MappingProxyType
 
 try:
     from _imp import get_frozen_object as frozen
@@ -101,10 +108,28 @@ def codes_of(path: str) -> frozenset:
     return frozenset(walk(top))
 
 
-AS_READ: dict[str, bytes] = {}
+def _read_once():
+    """``(view, seal)``: a read-only view of sources by path, and ``seal(sources)``, which
+    fills it once. Once sealed, nothing but the view holds the sources (not ``seal``'s
+    closure either): no code can change them."""
+    held: dict | None = {}
+    view = MappingProxyType(held)
+
+    def seal(sources: dict[str, bytes]) -> None:
+        nonlocal held
+        if held is None:
+            raise RuntimeError("the library's sources as read are sealed already: seal once")
+        held.update(sources)
+        held = None
+
+    return view, seal
+
+
+AS_READ, seal_as_read = _read_once()
 """Library sources read just before the grading child was confined, by path
-(``minipaged.grader.confined_imports``): read from here, since Landlock's rule for such a file
-names the file that was there then, and a file replaced since cannot be read."""
+(``minipaged.grader.confined_imports``, which seals them before any student code runs): read
+from here, since Landlock's rule for such a file names the file that was there then, and a
+file replaced since cannot be read."""
 
 PRIVATE: dict = {
     "__builtins__": dict(vars(builtins)),
@@ -119,14 +144,37 @@ PRIVATE: dict = {
     "FunctionType": types.FunctionType,
     "PLAIN_CONSTANTS": PLAIN_CONSTANTS,
 }
-"""What the guards' functions see as globals: taken at import, before any student code."""
+"""What the guards' functions see as globals, taken at import, before any student code: the
+template each ``sealed`` namespace copies, never a guard's namespace itself."""
 
 
-def private(function):
-    """``function`` rebuilt over ``PRIVATE`` (see the module's docstring)."""
+def _over(function, space: dict):
     return types.FunctionType(
-        function.__code__, PRIVATE, function.__name__, function.__defaults__, function.__closure__
+        function.__code__, space, function.__name__, function.__defaults__, function.__closure__
     )
 
 
-PRIVATE |= {f.__name__: private(f) for f in (plain_constants, _plain, walk, codes_of)}
+def share(*functions) -> None:
+    """Put ``functions`` in ``PRIVATE``, for the guards' functions to call by name: each
+    ``sealed`` namespace gets a copy of its own of each."""
+    PRIVATE.update({f.__name__: _over(f, PRIVATE) for f in functions})
+
+
+def sealed() -> dict:
+    """A namespace of ``PRIVATE``'s names as they are now, its builtins copied, and each
+    function ``share`` put there rebuilt over it: what one guard function calls by name is
+    then its own, whatever a student's code does to ``PRIVATE`` or to another's namespace."""
+    space = dict(PRIVATE)
+    space["__builtins__"] = dict(PRIVATE["__builtins__"])
+    for name, value in PRIVATE.items():
+        if type(value) is types.FunctionType and value.__globals__ is PRIVATE:
+            space[name] = _over(value, space)
+    return space
+
+
+def private(function):
+    """``function`` rebuilt over a ``sealed`` namespace of its own (the module's docstring)."""
+    return _over(function, sealed())
+
+
+share(plain_constants, _plain, walk, codes_of)

@@ -31,6 +31,7 @@ grader's sight); its refusal is told to the grader too, which fails the call wit
 
 from __future__ import annotations
 
+import _thread
 import ast
 import os
 import sys
@@ -44,6 +45,7 @@ from minipaged.grader.delegation import (
     _LIBRARY,
     LibraryDelegation,
     _fingerprint,
+    _stub,
     copy_finder,
     write_your_own,
 )
@@ -108,6 +110,31 @@ WATCHED = (
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load")
 """Audit events of code compiled, loaded or run."""
 
+GUARDS_FRAME = (
+    "your code may not read a frame of the grader's own guards (a traceback's tb_frame, of an "
+    "exception raised through them): it holds what the grader keeps from your code; read the "
+    "frames of your own code only"
+)
+"""The refusal of a traceback's frame that runs a guard's code (``guards_codes``): its
+``f_locals`` and ``f_globals`` hold the hooks' state: the hand-over hook's frame, off a
+``RecursionError`` raised in it, held every library function it keeps (``originals``), and
+the runtime hook's its ``busy`` set, in which a thread's compiling goes unseen."""
+
+
+def guards_codes() -> frozenset:
+    """The code of every function of the guards' hooks (this module's, ``delegation``'s,
+    ``notices``', ``provenance``'s and ``interpreters``'), each compiled inside them included;
+    not a stub's (``delegation._stub``), whose frame holds only what its caller gave it."""
+    names = ("delegation", "interpreters", "notices", "provenance", "runtime_code")
+    modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
+    return frozenset(
+        code
+        for module in modules
+        for value in vars(module).values()
+        if type(getattr(value, "__code__", None)) is CodeType
+        for code in walk(value.__code__)
+    ) - frozenset(walk(_stub.__code__))
+
 
 def trusted_roots(folder: Path) -> tuple[str, ...]:
     """The folders whose files are installed code: the library, the Python installation and
@@ -132,7 +159,9 @@ def watch(folder: Path, tell) -> None:
     seen: set[str] = set()  # digests of the sources recorded
     unchecked: list[tuple[bytes, str]] = []  # recorded, not yet compiled into ``known``
     known: set[str] = set()  # fingerprints of every code object the recorded sources make
-    state = {"bytes": 0, "busy": False}
+    state = {"bytes": 0}
+    busy: set[int] = set()  # the threads in the hook: their events are the hook's own
+    thread, guards = _thread.get_ident, guards_codes()
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
     runs_python = python_finder(_LIBRARY)
@@ -190,9 +219,13 @@ def watch(folder: Path, tell) -> None:
 
     def hook(event: str, args: tuple) -> None:
         watch = watching.get(event)
+        if event == "object.__getattr__":
+            if args[1] == "tb_frame" and thread() not in busy:
+                guards_frame(args[0], getframe(1))
+            return
         if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym" and not watch:
             return
-        if state["busy"]:  # the hook's own compiling
+        if thread() in busy:  # the hook's own compiling
             return
         caller = getframe(1)
         theirs = student_frame(caller)
@@ -201,7 +234,7 @@ def watch(folder: Path, tell) -> None:
         starting = caller.f_code is bootstrap
         if theirs is None and not (watch and starting):
             return
-        state["busy"] = True
+        busy.add(thread())
         try:
             if watch:
                 raise refused(watched.format(watch))
@@ -231,11 +264,21 @@ def watch(folder: Path, tell) -> None:
                 if not readable(code, theirs):
                     raise refused(UNREADABLE.format(f"{code.co_qualname}, {event}"))
         finally:
-            state["busy"] = False
+            busy.discard(thread())
+
+    def guards_frame(traceback, caller) -> None:
+        """Refuse a student's code the frame of a guard in ``traceback``."""
+        busy.add(thread())  # reading the frame, and its code, raise events of their own
+        try:
+            if traceback.tb_frame.f_code in guards and student_frame(caller) is not None:
+                raise refused(guards_frame_refused)
+        finally:
+            busy.discard(thread())
 
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
+    guards_frame_refused = GUARDS_FRAME
     installed, student_frame, record = private(installed), private(student_frame), private(record)
-    readable = private(readable)
+    readable, guards_frame = private(readable), private(guards_frame)
     sys.addaudithook(private(hook))
 
 
