@@ -303,7 +303,12 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
     """Grade every sub-folder of ``--batch DIR`` with a progress bar; write the gradebook."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from minipaged.grader.gradebook import grade_batch, submissions, write_gradebook
+    from minipaged.grader.gradebook import (
+        check_gradebook_replaceable,
+        grade_batch,
+        submissions,
+        write_gradebook,
+    )
 
     for flag, value in (("--json", args.json), ("--gradescope", args.gradescope)):
         if value is not None:
@@ -311,7 +316,8 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
                 f"{flag} writes one submission's report; with --batch every student's report "
                 "goes into their folder and gradebook.json holds them all: leave it out"
             )
-    folders = submissions(args.batch)
+    folders = submissions(args.number, args.batch)
+    check_gradebook_replaceable(args.number, args.batch)  # before anyone is graded
     jobs = args.jobs or max(1, (os.cpu_count() or 2) // 2)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
