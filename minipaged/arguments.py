@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from minipaged import atomic_write
 from minipaged.config import EngineConfig, check_setting, settings_of
 from minipaged.python_numbers import MAX_COUNT
 from minipaged.sampling_rules import check_sampling_value
@@ -196,59 +195,6 @@ def named_path(what: str) -> Callable[[str], Path]:
         return Path(nonempty(value))
 
     parse.__name__ = "path"
-    return parse
-
-
-def check_can_write_in(folder: Path, value: str) -> None:
-    """Refuse ``value`` where it is typed when no file can be made in its ``folder``
-    (``atomic_write.check_can_make_files``): the work would be done and then not saved."""
-    try:
-        atomic_write.check_can_make_files(folder)
-    except OSError as error:
-        why = f"no file can be made in {folder} ({error.strerror})"
-        raise argparse.ArgumentTypeError(
-            f"cannot write {value}: {why}; name a path you can write"
-        ) from None
-
-
-def output_file(what: str) -> Callable[[str], Path]:
-    """An argparse type for a file the command will write (``named_path``'s rules): refused where
-    it is typed, before any work, when its folder is missing, it names a folder, or no file can
-    be made in its folder."""
-    named = named_path(what)
-
-    def parse(value: str) -> Path:
-        file = named(value)
-        if file.is_dir():
-            raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
-        if not file.parent.is_dir():
-            missing = "is a file" if file.parent.exists() else "does not exist; create it first"
-            raise argparse.ArgumentTypeError(
-                f"cannot write {value}: its folder {file.parent} {missing}"
-            )
-        check_can_write_in(file.parent, value)
-        return file
-
-    parse.__name__ = "output_file"
-    return parse
-
-
-def output_folder(what: str) -> Callable[[str], Path]:
-    """An argparse type for a folder the command will write into, made when missing
-    (``named_path``'s rules): refused where it is typed, before any work, when a file is in its
-    place or on its way, or nothing can be made in the nearest folder that exists on its way."""
-    named = named_path(what)
-
-    def parse(value: str) -> Path:
-        folder = named(value)
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir():
-            where = value if existing == folder else f"{existing}, on the way to {value},"
-            raise argparse.ArgumentTypeError(f"{where} is a file: name {what}, or a new one")
-        check_can_write_in(existing, value)
-        return folder
-
-    parse.__name__ = "output_folder"
     return parse
 
 

@@ -6,13 +6,18 @@ card) is written one way: the content goes to a
 temporary file in the target's own folder, which is renamed over the target once complete. A
 command that fails or is refused before then leaves the old file as it was; no reader ever
 sees half a file; and a symbolic link at the target is replaced, never followed, so nothing is
-written outside the folder named.
+written outside the folder named. Only a regular file (or a link to one, or nothing) is ever
+replaced: a folder, a device (``/dev/null``, ``/dev/stdout``'s terminal), a FIFO or a socket
+at the target is refused (``not_a_file``), since putting a file in its place would take it
+from whatever else uses it (as root, ``/dev/null`` itself) or leave a reader of the FIFO
+waiting for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +33,28 @@ def check_can_make_files(folder: Path) -> None:
     os.unlink(probe)
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_a_file(path: str | Path) -> str:
+    """What stands at ``path`` when it is something a written file must not replace (a
+    symbolic link judged by what it points to): ``"a folder"``, ``"a character device"``,
+    ``"a block device"``, ``"a FIFO (a named pipe)"`` or ``"a socket"``; ``""`` for a regular
+    file, a dangling link or nothing. The one rule for every output path, where it is typed
+    (``output_paths.output_file``) and where it is written (``Replacement``)."""
+    try:
+        mode = os.stat(path).st_mode  # never opens it: a FIFO does not block here
+    except (OSError, ValueError):  # nothing there, or a name no file can have
+        return ""
+    return next((kind for test, kind in _KINDS if test(mode)), "")
+
+
 class Replacement:
     """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``."""
 
@@ -38,8 +65,11 @@ class Replacement:
             raise FileNotFoundError(
                 f"cannot write {self.path}: its folder {folder} does not exist; create it first"
             )
-        if self.path.is_dir():
+        kind = not_a_file(self.path)
+        if kind == "a folder":
             raise IsADirectoryError(f"cannot write {self.path}: it is a folder; name a file")
+        if kind:
+            raise OSError(f"cannot write {self.path}: it is {kind}, not a file; name a file")
         self.was_link = self.path.is_symlink()
         try:
             fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")

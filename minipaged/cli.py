@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from minipaged.arguments import (
     FAILURE,
@@ -29,7 +30,6 @@ from minipaged.arguments import (
     config_from_flags,
     excludes,
     integer,
-    output_file,
     sampling_value,
     say,
     speculation_needs_one_sequence,
@@ -37,6 +37,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import EngineConfig
 from minipaged.environment import check_environment
+from minipaged.output_paths import check_outputs_apart, output_file
 
 FILE_ERRORS = (
     ("minipaged.checkpoint", "CheckpointError"),
@@ -136,8 +137,8 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
     speculation_needs_one_sequence(gen, n, beam)
 
 
-def _workload(args: argparse.Namespace):
-    """The LLM and sampling parameters the workload flags describe."""
+def _workload(args: argparse.Namespace, writes: tuple[str, Path] | None = None):
+    """The LLM and sampling parameters the workload flags describe; ``writes``: a file of theirs."""
     from minipaged.device import check_device
     from minipaged.llm import LLM
     from minipaged.models import check_model_directory
@@ -145,7 +146,9 @@ def _workload(args: argparse.Namespace):
 
     config = config_from_flags(args, EngineConfig())
     check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
-    check_model_directory(config.model)
+    directory = check_model_directory(config.model)
+    if writes is not None:  # a trace put in place of model.safetensors would replace it
+        check_outputs_apart([writes], [("a file of the model", f) for f in directory.iterdir()])
     check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None
     params = SamplingParams(
@@ -259,7 +262,7 @@ def _trace(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.trace_command == "record":
-        llm, params = _workload(args)
+        llm, params = _workload(args, writes=("the trace", args.file))
         config = llm.config
         header = {
             "model": str(config.model),

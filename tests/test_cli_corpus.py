@@ -503,7 +503,7 @@ def test_an_output_no_file_can_be_made_for_is_refused_before_the_work(capsys, ar
 
 
 def test_the_writability_probe_leaves_nothing_behind(capsys, tmp_path):
-    from minipaged.arguments import output_file, output_folder
+    from minipaged.output_paths import output_file, output_folder
 
     assert output_file("a trace")(str(tmp_path / "run.jsonl")) == tmp_path / "run.jsonl"
     assert output_folder("a folder")(str(tmp_path / "a" / "b")) == tmp_path / "a" / "b"

@@ -21,7 +21,7 @@ FULL = os.strerror(errno.ENOSPC)
 
 def output_flags(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     """``(subcommand words, flag)`` for every argument whose value is a file or folder the
-    command writes (``arguments.output_file`` / ``output_folder``)."""
+    command writes (``output_paths.output_file`` / ``output_folder``)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():

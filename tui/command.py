@@ -19,7 +19,6 @@ from minipaged.arguments import (
     excludes,
     integer,
     named_path,
-    output_file,
     requires,
     sampling_value,
     say,
@@ -28,6 +27,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
+from minipaged.output_paths import check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 from tui import serve
 from tui.engine_config import TUI_CONFIG
@@ -129,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     keys = screenshot_keys(args.keys)
+    if args.screenshot is not None:  # the picture must not take the place of what it shows
+        check_outputs_apart([("--screenshot", args.screenshot)], files_shown(args))
     if args.serve:
         return serve.serve(args, tui_parser())
     app = build_app(args)
@@ -139,6 +141,19 @@ def run(args: argparse.Namespace) -> int:
         app.run()
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, args.size, keys)
+
+
+def files_shown(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The files a run of ``args`` reads, which its screenshot must not replace: the trace it
+    replays, or the exercise's code it runs (refused here when it is not there)."""
+    if args.trace is not None:
+        return [("the trace --trace replays", args.trace)]
+    if args.exercise is None or args.solution:
+        return []
+    from minipaged.grader.student_run import folder_of
+
+    code = folder_of(args.exercise, args.path).glob("*.py")
+    return [("code of the exercise", file) for file in code]
 
 
 def screenshot_keys(keys: str) -> list[str]:

@@ -19,7 +19,6 @@ sub-folder of ``DIR`` and writes a gradebook beside it (``minipaged.grader.grade
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -28,12 +27,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from minipaged import atomic_write
-from minipaged.arguments import integer, named_path, output_file, real
+from minipaged.arguments import integer, named_path, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
+from minipaged.grader.report_files import graded_code, save
 from minipaged.grader.student_folder import folder_of
+from minipaged.output_paths import check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 
 REPORT_NAME = "report.json"
@@ -279,44 +279,36 @@ def _run(args: argparse.Namespace) -> int:
         return _batch(args, limits, console)
     if args.jobs is not None:
         raise ValueError("--jobs is for --batch: give --batch DIR, or leave --jobs out")
-    report = grade(args.number, args.path, args.solution, limits, args.first_failure)
-    report.render(console)
     target = args.json
     if target is None and not args.solution:
         target = folder_of(args.number, args.path) / REPORT_NAME
+    check_outputs_apart(
+        [("--json" if args.json else "the report", target), ("--gradescope", args.gradescope)],
+        graded_code(args.number, args.path, args.solution),
+    )
+    report = grade(args.number, args.path, args.solution, limits, args.first_failure)
+    report.render(console)
     written = [(target, report.to_dict())] if target is not None else []
     if args.gradescope is not None:
         from minipaged.grader.gradebook import gradescope
 
         written.append((args.gradescope, gradescope(report.to_dict())))
-    saved = [_save(console, args.number, path, document) for path, document in written]
+    saved = [save(console, args.number, path, document) for path, document in written]
     if not all(saved):  # the grade is printed above, but a file asked for is missing
         return UNSAVED
     return 0 if report.passed else 1
-
-
-def _save(console: Console, number: int, target: Path, document: dict) -> bool:
-    """Write ``document`` as JSON to ``target`` (whole, replacing and never following a link
-    there), and say where; or say why it could not be written, and return False."""
-    try:
-        note = atomic_write.write_text(target, json.dumps(document, indent=2) + "\n")
-        console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
-        return True
-    except OSError as error:  # an installed package's starter folder is not writable
-        console.print(
-            f"no report written ({error.strerror or error}: {target}); copy the exercise "
-            f"out with `minipaged exercises init {number} DIR`, or pass --json FILE",
-            markup=False,
-            highlight=False,
-        )
-        return False
 
 
 def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
     """Grade every sub-folder of ``--batch DIR`` with a progress bar; write the gradebook."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from minipaged.grader.gradebook import grade_batch, submissions, write_gradebook
+    from minipaged.grader.gradebook import (
+        check_gradebook_replaceable,
+        grade_batch,
+        submissions,
+        write_gradebook,
+    )
 
     for flag, value in (("--json", args.json), ("--gradescope", args.gradescope)):
         if value is not None:
@@ -324,7 +316,8 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
                 f"{flag} writes one submission's report; with --batch every student's report "
                 "goes into their folder and gradebook.json holds them all: leave it out"
             )
-    folders = submissions(args.batch)
+    folders = submissions(args.number, args.batch)
+    check_gradebook_replaceable(args.number, args.batch)  # before anyone is graded
     jobs = args.jobs or max(1, (os.cpu_count() or 2) // 2)
     columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:

@@ -11,7 +11,12 @@ student's ``report.json`` is written into their folder, and beside ``DIR``:
 - ``gradebook.json``: the same rows, each with its whole report.
 
 A sub-folder without the exercise's files is a row with status ``missing`` and what it holds
-instead (``found Block_Manager.py: rename it to block_manager.py``), never a missing row.
+instead (``found Block_Manager.py: rename it to block_manager.py``), and so is a file where a
+student's folder should be (``bob.zip``, not unpacked): never a missing row. A gradebook already
+beside ``DIR`` is replaced only when it is this exercise's, of this folder, written by
+minipaged (``check_gradebook_replaceable``); anything else there (the instructor's own
+spreadsheet, another exercise's or another section's grades, a folder) is refused before
+anyone is graded.
 Gradescope's autograder grades one submission at a time: ``gradescope`` turns one report into
 its ``results.json``.
 """
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipaged import __version__, atomic_write
-from minipaged.grader.exercises import exercise
+from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
@@ -49,6 +54,13 @@ STARTUP_SECONDS = 300.0
 and its grading children, whose starts ``--time-limit`` does not count: one per place its
 criteria run, and one more after each criterion that ends its child) before it is ended and
 its row says so."""
+
+COLUMNS_AFTER_CRITERIA = ["total", "max", "status", "cause", "seconds"]
+"""The gradebook's columns after the student's name and the criteria's points."""
+
+MAX_GRADEBOOK_BYTES = 64 * 2**20
+"""The most of a ``gradebook.json`` read to tell whose it is: a class's reports fit many
+times over; a larger file there is no gradebook of ours."""
 
 PASSED, FAILED, MISSING, ERROR = "passed", "failed", "missing", "error"
 """A row's status: every criterion met; some failed; the files are not there; the grading
@@ -73,20 +85,101 @@ class Row:
         return self.report.get("score", 0)
 
 
-def submissions(root: Path) -> list[Path]:
-    """The sub-folders of ``root`` to grade, by name; hidden ones (``.git``) are left out.
-    Raises ``ValueError`` naming ``root`` when it is not a folder of folders."""
+def submissions(number: int, root: Path) -> list[Path]:
+    """What ``root`` holds to grade for exercise ``number``, by name: one entry per student,
+    a folder or a file that should have been one (each a row); hidden ones (``.git``) and a
+    gradebook (of a section graded in a sub-folder) are left out. Raises ``ValueError``
+    naming ``root`` when it is not a folder of submissions: not a folder, empty, or one
+    student's folder itself (it holds the exercise's files)."""
     if not root.is_dir():
         raise ValueError(
             f"--batch {root}: not a folder; give the folder holding one folder per student"
         )
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not folders:
+    if not missing_files(number, root):
         raise ValueError(
-            f"--batch {root} holds no sub-folders: put each student's files in a folder of its "
-            "own, named for the student"
+            f"--batch {root} holds exercise {number:02d}'s files itself, so it is one "
+            f"student's folder: grade it with --path {root}, or give --batch the folder that "
+            "holds one folder per student"
         )
-    return folders
+    ours = {path.name for path in gradebook_paths(root)}  # a section's, graded in a sub-folder
+    entries = sorted(
+        p
+        for p in root.iterdir()
+        if not p.name.startswith(".") and not (p.name in ours and p.is_file())
+    )
+    if not any(p.is_dir() for p in entries):
+        held = f" (it holds {', '.join(p.name for p in entries[:3])})" if entries else ""
+        raise ValueError(
+            f"--batch {root} holds no sub-folders{held}: put each student's files in a folder "
+            "of its own, named for the student"
+        )
+    return entries
+
+
+def check_gradebook_replaceable(number: int, root: Path) -> None:
+    """Refuse, before anyone is graded, a gradebook beside ``root`` that grading exercise
+    ``number`` there cannot write or must not replace: one in a folder no file can be made in,
+    something other than a file (a folder, a FIFO), a file minipaged did not write (an
+    instructor's own ``gradebook.csv``), or the gradebook of another exercise or of another
+    folder of submissions (a sibling section's). A symbolic link there is replaced, and what
+    it points to left alone (``atomic_write``). Raises ``ValueError`` naming the file and the
+    fix."""
+    here = root.resolve()  # `--batch .` named by where it is
+    move = f"move it away, or {here} into a folder of its own (the gradebook goes beside it)"
+    beside = gradebook_paths(root)[0].parent
+    try:  # the class graded, and then no gradebook: refused first
+        atomic_write.check_can_make_files(beside)
+    except OSError as error:
+        raise ValueError(
+            f"no gradebook can be written beside {here}, in {beside} ({error.strerror}): "
+            f"move {here} into a folder you can write"
+        ) from None
+    for path in gradebook_paths(root):
+        kind = atomic_write.not_a_file(path)
+        if kind:
+            raise ValueError(f"{path} is {kind}, where the gradebook goes: {move}")
+        if path.is_symlink() or not path.exists():
+            continue
+        whose = _gradebook_of(path)
+        if whose is None:
+            raise ValueError(
+                f"{path} is there and is no gradebook minipaged wrote, so grading would "
+                f"replace it: {move}"
+            )
+        exercise_number, graded = whose
+        if exercise_number not in (None, number):
+            raise ValueError(
+                f"{path} holds exercise {exercise_number:02d}'s grades, which grading "
+                f"exercise {number:02d} would replace: {move}"
+            )
+        if graded is not None and graded.resolve() != here:
+            raise ValueError(
+                f"{path} holds the grades of {graded}, which grading {here} would replace: {move}"
+            )
+
+
+def _gradebook_of(path: Path) -> tuple[int | None, Path | None] | None:
+    """``(exercise, folder of submissions)`` of the gradebook file ``path`` (either None where
+    it does not say), or None when it is no gradebook minipaged wrote."""
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            if path.suffix == ".csv":
+                header = next(csv.reader([file.readline(MAX_GRADEBOOK_BYTES)]), [])
+                if header[:1] != ["student"] or header[-5:] != COLUMNS_AFTER_CRITERIA:
+                    return None
+                names = header[1:-5]
+                same = [n for n, ex in EXERCISES.items() if list(ex.points()) == names]
+                return (same[0] if len(same) == 1 else None), None
+            book = json.loads(file.read(MAX_GRADEBOOK_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not (isinstance(book, dict) and "minipaged_version" in book):
+        return None
+    if type(book.get("exercise")) is not int:
+        return None
+    folder = book.get("submissions")
+    absolute = isinstance(folder, str) and Path(folder).is_absolute()  # older ones: as typed
+    return book["exercise"], Path(folder) if absolute else None
 
 
 def grade_batch(
@@ -98,7 +191,7 @@ def grade_batch(
 ) -> list[Row]:
     """Grade exercise ``number`` in every sub-folder of ``root``, ``jobs`` at a time; call
     ``done(row)`` as each finishes; return the rows in the folders' order."""
-    folders = submissions(root)
+    folders = submissions(number, root)
     with (
         tempfile.TemporaryDirectory(prefix="minipaged-batch-") as reports,
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool,
@@ -129,15 +222,23 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
     start = time.monotonic()
     if folder.is_symlink():
         return Row(folder.name, ERROR, "a symbolic link: copy the submission in instead")
+    if not folder.is_dir():
+        return Row(
+            folder.name,
+            MISSING,
+            "a file, not a folder: unpack it into a folder of its own, named for the student",
+        )
     missing = missing_files(number, folder)
     if missing:
         return Row(folder.name, MISSING, missing)
-    target = reports / f"{folder.name}.json"
+    # Ours, named by no student (a name of 255 bytes has no room for a suffix)
+    reports = Path(tempfile.mkdtemp(dir=reports))
+    target, output = reports / "report.json", reports / "output.txt"
     memory = "inf" if limits.memory_gib is None else str(limits.memory_gib)
     command = [sys.executable, "-m", "minipaged.cli", "exercises", "check", str(number)]
-    command += ["--path", str(folder), "--json", str(target)]
+    # path=value: a folder named -bob is no flag
+    command += [f"--path={folder}", f"--json={target}"]
     command += ["--time-limit", str(limits.wall_seconds), "--memory-limit", memory]
-    output = reports / f"{folder.name}.out"
     with open(output, "wb") as sink:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
@@ -181,11 +282,11 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     points = ex.points()
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(["student", *points, "total", "max", "status", "cause", "seconds"])
+    writer.writerow(["student", *points, *COLUMNS_AFTER_CRITERIA])
     for row in rows:
         earned = {c["name"]: _cell(c) for c in row.report.get("criteria", [])}
         writer.writerow(
-            [row.student]
+            [printable(row.student)]
             + [earned.get(name, 0) for name in points]
             + [row.total, row.report.get("max_score", sum(points.values()))]
             + [row.status, printable(row.cause), row.seconds]  # cat-able: no escape codes
@@ -193,7 +294,7 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     book = {
         "exercise": number,
         "title": ex.title,
-        "submissions": str(root),
+        "submissions": str(root.absolute()),  # what check_gradebook_replaceable compares
         "graded_at": now(),
         "minipaged_version": __version__,
         "points": points,
@@ -209,8 +310,7 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
             for r in rows
         ],
     }
-    beside = root.resolve().parent
-    csv_path, json_path = beside / f"{GRADEBOOK}.csv", beside / f"{GRADEBOOK}.json"
+    csv_path, json_path = gradebook_paths(root)
     unsaved = []
     for path, content in ((csv_path, text.getvalue()), (json_path, json.dumps(book, indent=2))):
         try:  # each file tried, whatever became of the other
@@ -220,6 +320,13 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     if unsaved:
         raise OSError("; ".join(unsaved))
     return csv_path, json_path
+
+
+def gradebook_paths(root: Path) -> tuple[Path, Path]:
+    """Where the gradebook of the submissions in ``root`` goes: ``gradebook.csv`` and
+    ``gradebook.json`` beside ``root``."""
+    beside = root.resolve().parent
+    return beside / f"{GRADEBOOK}.csv", beside / f"{GRADEBOOK}.json"
 
 
 def _cell(criterion: dict) -> int | str:

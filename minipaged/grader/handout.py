@@ -31,8 +31,8 @@ import urllib.parse
 from pathlib import Path
 
 from minipaged import atomic_write
-from minipaged.arguments import check_can_write_in
 from minipaged.grader.exercises import exercise
+from minipaged.output_paths import check_can_write_in
 
 PACKAGES = ("minipaged", "tui", "cuda_kernels")
 """The project's import packages: no exercise is copied into one."""
@@ -147,7 +147,8 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
                 "create that folder first, or choose another"
             )
         if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{folder} is a file, not a folder: choose a new or empty folder")
+            kind = atomic_write.not_a_file(folder) or "a file"
+            raise ValueError(f"{folder} is {kind}, not a folder: choose a new or empty folder")
     check_outside_the_library(directory)
     nearest = next(folder for folder in (directory, *directory.parents) if folder.exists())
     try:  # an unwritable place: refused before any folder is made

@@ -10,7 +10,6 @@ import sys
 from minipaged.arguments import (
     excludes,
     integer,
-    output_folder,
     real,
     setting_integer,
     setting_text,
@@ -19,6 +18,7 @@ from minipaged.arguments import (
 from minipaged.config import settings_of
 from minipaged.environment import MAX_THREADS
 from minipaged.memory import free_memory, memory_amount
+from minipaged.output_paths import output_folder
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
