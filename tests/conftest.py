@@ -91,6 +91,12 @@ LONGEST_FIRST = (
     "test_grader_escape.py",  # 11 s
     "test_block_manager_stateful.py",  # 11 s
     "test_output_failure_corpus.py",  # 10 s
+    # The CUDA simulator's run (a process of its own, Makefile), whose files skip at once in the
+    # run above: its tests go out one by one (--dist load), so the peer file's long cases (an
+    # engine run, v2's refusals: 6 s each) go first, and test_cuda_kernels.py's short tests, at
+    # its end, fill the gap while the other worker finishes its last long one.
+    "test_peer_cuda_simulator.py",
+    "test_cuda_kernels.py",
 )
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minipaged.attention import NO_BLOCK, paged_attention_decode_loop
+from minipaged.attention import NO_BLOCK, paged_attention_decode, paged_attention_decode_loop
 from minipaged.kv_cache import KVCache, write_kv
 
 TOLERANCE = {"atol": 2e-5, "rtol": 1e-4}  # float32; the simulator's math.exp is float64
@@ -144,10 +144,15 @@ def test_v1_equals_the_loop_reference_and_contiguous_attention(kernels, case):
 
 @settings(max_examples=8, deadline=None)
 @given(cases(), st.integers(1, 3))
-def test_v2_equals_v1_for_partitions_of_one_to_three_blocks(kernels, case, blocks_per_partition):
+def test_v2_equals_the_reference_for_partitions_of_one_to_three_blocks(
+    kernels, case, blocks_per_partition
+):
+    """v2 against the vectorized reference, not against v1: the test above holds v1 to the
+    references, so v2 equal to them is v2 equal to v1, and on 8 more cases than v1's own 10. In
+    the CUDA simulator a v1 launch here cost a quarter to a third of each example."""
     partition_size = blocks_per_partition * case.block_size
     got = kernels.paged_attention_decode_v2(*case.args, partition_size=partition_size)
-    torch.testing.assert_close(got, kernels.paged_attention_decode(*case.args), **TOLERANCE)
+    torch.testing.assert_close(got, paged_attention_decode(*case.args), **TOLERANCE)
 
 
 def test_v2_rejects_a_partition_size_that_is_not_whole_blocks(kernels):

@@ -30,7 +30,7 @@ from kernel_properties import (  # noqa: F401  (pytest collects the imported tes
     test_swap_blocks_out_copies_exactly_what_kvcache_swap_out_copies,
     test_swap_blocks_rejects_a_host_block_outside_the_host_pool,
     test_v1_equals_the_loop_reference_and_contiguous_attention,
-    test_v2_equals_v1_for_partitions_of_one_to_three_blocks,
+    test_v2_equals_the_reference_for_partitions_of_one_to_three_blocks,
     test_v2_rejects_a_partition_size_that_is_not_whole_blocks,
 )
 from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collected here too)
@@ -38,7 +38,7 @@ from kernel_properties_fp8 import (  # noqa: F401  (the FP8 properties, collecte
     test_engine_in_fp8_with_the_kernels_generates_the_torch_backends_tokens,
     test_reshape_and_cache_writes_the_bytes_write_kv_quantizes,
     test_v1_in_fp8_equals_the_loop_reference,
-    test_v2_in_fp8_equals_v1,
+    test_v2_in_fp8_equals_the_reference,
 )
 
 from cuda_kernels import cpu
