@@ -1089,6 +1089,26 @@ def _originals():
                     tb = tb.tb_next
     finally:
         _sys.setrecursionlimit(limit)
+
+def _blinded():
+    import ast
+    real = ast._Unparser  # what ast.unparse runs: the runtime hook unparses a tree compiled
+
+    class _Spy(real):
+        def visit(self, node):
+            frame = _sys._getframe()
+            while frame is not None:  # up to the hook's frame: its table of what is refused
+                watching = frame.f_locals.get("watching")
+                if isinstance(watching, dict):
+                    watching.clear()
+                frame = frame.f_back
+            return super().visit(node)
+
+    ast._Unparser = _Spy
+    try:
+        compile(ast.parse("x = 1"), "<tree>", "exec")
+    finally:
+        ast._Unparser = real
 """
 """Reaching the guards' own state, in the grading child the student's code shares: the names
 the hooks call (``provenance.PRIVATE``), the library's sources they judge code by
@@ -1121,6 +1141,15 @@ STATE = HandIn(
             ("num_logical_blocks",),
             "may not read a frame of the grader's own guards",
         ),
+        Attack(
+            "a-spy-in-a-function-the-hook-calls",
+            "keys and values, for every layer and KV head",
+            "_blinded()\n_sys.settrace(lambda *a: None)  # refused, unless the hook was blinded\n"
+            "_sys.settrace(None)\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "may not run inside one of the grader's guards",
+        ),
     ),
     passes=("slot",),
     honest=RIGHT_SLOT,
@@ -1131,8 +1160,10 @@ was within its reach. A ``getframe`` of the student's put in ``PRIVATE`` made up
 the hand-over hook judges (exercise 03 passed all eight criteria on the library's ``fork``
 and ``free``); a source of the student's put in ``AS_READ`` under a library file name made
 their function genuine; the hand-over hook's frame, off a ``RecursionError`` raised in it,
-held every function it keeps. Each passed; now each guard function calls only names of its
-own, the sources are sealed, and a guard's frame is refused to the student's code."""
+held every function it keeps; a function of Python's that the runtime hook calls
+(``ast.unparse``), replaced, ran the student's code with the hook's frame below it. Each
+passed; now each guard function calls only names of its own, the sources are sealed, and a
+guard's frame, or any frame inside a guard's call, is refused to the student's code."""
 
 
 GRAB = """

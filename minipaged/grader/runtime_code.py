@@ -120,6 +120,21 @@ GUARDS_FRAME = (
 ``RecursionError`` raised in it, held every library function it keeps (``originals``), and
 the runtime hook's its ``busy`` set, in which a thread's compiling goes unseen."""
 
+INSIDE_A_GUARD = (
+    "your code may not run inside one of the grader's guards (a function of Python's that a "
+    "guard calls, replaced by your code, took a frame, compiled or ran code there): the "
+    "guards' frames hold what the grader keeps from your code, and what runs there is unseen"
+)
+"""The refusal of code that runs inside a guard's call and takes a frame or acts (compiles,
+runs code): ``ast.unparse``, which the runtime hook calls on a syntax tree compiled, ran a
+student's ``ast._Unparser`` with the hook's frame a few ``f_back`` away, and its ``f_locals``
+held the hook's state (its table of what the student's code may not do: emptied, a trace
+function was then set unrefused); and what it compiled there the hook, busy, never saw."""
+
+FRAME_READS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+"""The attributes that give a frame (each read is the audit event ``object.__getattr__``);
+``sys._getframe`` is an event of its own."""
+
 
 def guards_codes() -> frozenset:
     """The code of every function of the guards' hooks (this module's, ``delegation``'s,
@@ -160,7 +175,8 @@ def watch(folder: Path, tell) -> None:
     unchecked: list[tuple[bytes, str]] = []  # recorded, not yet compiled into ``known``
     known: set[str] = set()  # fingerprints of every code object the recorded sources make
     state = {"bytes": 0}
-    busy: set[int] = set()  # the threads in the hook: their events are the hook's own
+    busy: set[int] = set()  # the threads in the hook: only the guards' code acts there
+    looking: set[int] = set()  # the threads looking at frames here: only C code runs then
     thread, guards = _thread.get_ident, guards_codes()
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
@@ -218,14 +234,18 @@ def watch(folder: Path, tell) -> None:
         return True
 
     def hook(event: str, args: tuple) -> None:
+        if thread() in looking:  # this hook's own look at frames
+            return
+        if thread() in busy:  # inside this hook's work: is it the guards' own act?
+            acted_inside()
+            return
         watch = watching.get(event)
-        if event == "object.__getattr__":
-            if args[1] == "tb_frame" and thread() not in busy:
-                guards_frame(args[0], getframe(1))
+        if event == "sys._getframe" or event == "object.__getattr__":
+            read = "sys._getframe" if event == "sys._getframe" else args[1]
+            if read == "sys._getframe" or read in frame_reads:
+                frame_read(args[0] if read == "tb_frame" else None)
             return
         if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym" and not watch:
-            return
-        if thread() in busy:  # the hook's own compiling
             return
         caller = getframe(1)
         theirs = student_frame(caller)
@@ -266,19 +286,43 @@ def watch(folder: Path, tell) -> None:
         finally:
             busy.discard(thread())
 
-    def guards_frame(traceback, caller) -> None:
-        """Refuse a student's code the frame of a guard in ``traceback``."""
-        busy.add(thread())  # reading the frame, and its code, raise events of their own
+    def acted_inside() -> None:
+        """Refuse an audited act (a compile, a frame taken) inside this hook's work by code
+        that is not the guards' own: a function of Python's the hook calls (``ast.unparse``),
+        replaced by the student's code, runs there, where the hook records nothing."""
+        looking.add(thread())
         try:
-            if traceback.tb_frame.f_code in guards and student_frame(caller) is not None:
+            if getframe(2).f_code not in guards:  # 0: here, 1: the hook, 2: who acted
+                raise refused(inside_a_guard)
+        finally:
+            looking.discard(thread())
+
+    def frame_read(traceback) -> None:
+        """Refuse a frame to code that a guard's call runs (``INSIDE_A_GUARD``), and a guard's
+        frame off ``traceback`` to the student's code (``GUARDS_FRAME``)."""
+        looking.add(thread())  # reading frames, and their code, raise events of their own
+        try:
+            reader = getframe(2)  # 0: here, 1: the hook, 2: the code taking the frame
+            if reader.f_code not in guards:  # a guard's own look is its own
+                below = reader.f_back
+                while below is not None:
+                    if below.f_code in guards:
+                        raise refused(inside_a_guard)
+                    below = below.f_back
+            theirs = traceback is not None and student_frame(reader) is not None
+            if theirs and traceback.tb_frame.f_code in guards:
                 raise refused(guards_frame_refused)
         finally:
-            busy.discard(thread())
+            looking.discard(thread())
 
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
-    guards_frame_refused = GUARDS_FRAME
+    guards_frame_refused, inside_a_guard, frame_reads = GUARDS_FRAME, INSIDE_A_GUARD, FRAME_READS
     installed, student_frame, record = private(installed), private(student_frame), private(record)
-    readable, guards_frame = private(readable), private(guards_frame)
+    readable, frame_read, acted_inside = (
+        private(readable),
+        private(frame_read),
+        private(acted_inside),
+    )
     sys.addaudithook(private(hook))
 
 
