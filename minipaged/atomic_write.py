@@ -45,13 +45,19 @@ _KINDS = (
 def not_a_file(path: str | Path) -> str:
     """What stands at ``path`` when it is something a written file must not replace (a
     symbolic link judged by what it points to): ``"a folder"``, ``"a character device"``,
-    ``"a block device"``, ``"a FIFO (a named pipe)"`` or ``"a socket"``; ``""`` for a regular
-    file, a dangling link or nothing. The one rule for every output path, where it is typed
-    (``output_paths.output_file``) and where it is written (``Replacement``)."""
+    ``"a block device"``, ``"a FIFO (a named pipe)"``, ``"a socket"``, or a link to a
+    process's open file (``/dev/stdout``, whatever it leads to: with the output redirected to
+    a file, it leads to that file, and replacing the link would take ``/dev/stdout`` from
+    every process); ``""`` for a regular file, a dangling link or nothing. The one rule for
+    every output path, where it is typed (``output_paths.output_file``) and where it is
+    written (``Replacement``)."""
     try:
         mode = os.stat(path).st_mode  # never opens it: a FIFO does not block here
     except (OSError, ValueError):  # nothing there, or a name no file can have
         return ""
+    with contextlib.suppress(OSError, ValueError):  # not a link
+        if os.readlink(path).startswith("/proc/"):
+            return f"a link to a process's open file ({os.readlink(path)})"
     return next((kind for test, kind in _KINDS if test(mode)), "")
 
 

@@ -246,3 +246,21 @@ def test_a_gradebook_that_cannot_be_written_is_refused_before_anyone_is_graded(
     assert status == USAGE and f"no gradebook can be written beside {root}" in err, err
     assert "Permission denied" in err and "grading exercise" not in out
     assert files_below(tmp_path) == before
+
+
+@pytest.mark.parametrize("flag", [[], ["--path"]])
+def test_a_class_folder_checked_without_batch_says_to_give_batch(flag, tmp_path, capsys):
+    """It said "has no memory.py (found ada/memory.py: move it up, into class/ itself)": a
+    fix that would put one student's file over the class."""
+    root = tmp_path / "class"
+    for name in ("ada", "bob"):
+        answered(root / name)
+    before = files_below(tmp_path)
+    status = cli.main(["exercises", "check", "1", *flag, str(root)])
+    err = capsys.readouterr().err
+    assert status == USAGE and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"2 folders in it do (ada, bob): to grade each as a student's, give --batch {root}" in err
+    )
+    assert "move it up" not in err
+    assert files_below(tmp_path) == before

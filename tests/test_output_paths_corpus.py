@@ -1,5 +1,6 @@
 """Where a command writes, tried with paths that name something no written file may replace:
-a FIFO, a device (through a link to ``/dev/null``), a socket, a folder; a file the command
+a FIFO, a device (through a link to ``/dev/null``), a socket, a link to a process's open file
+(as ``/dev/stdout`` is), a folder; a file the command
 reads (the code ``exercises check`` grades, the trace ``tui`` replays, the model ``trace
 record`` runs); and the same file named by two outputs. Each is refused before any work, in
 one line that names the path and the fix, with status 2, and what stood there is left as it
@@ -43,6 +44,13 @@ def unix_socket(path: Path) -> Path:
     return path
 
 
+def stdout_link(path: Path) -> Path:
+    """A link such as ``/dev/stdout``: here fd 1 is pytest's capture, a regular file, so only
+    the link's own target tells it from a file."""
+    path.symlink_to("/proc/self/fd/1")
+    return path
+
+
 def folder(path: Path) -> Path:
     path.mkdir()
     return path
@@ -52,6 +60,7 @@ KINDS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "fifo": (fifo, "a FIFO"),
     "device": (device, "a character device"),
     "socket": (unix_socket, "a socket"),
+    "stdout link": (stdout_link, "a link to a process's open file"),
     "folder": (folder, "a folder"),
 }
 """What can stand where an output goes, how to make it, and the words that name it."""
@@ -120,7 +129,7 @@ def test_every_output_flag_is_tried_here():
     assert flags - {"bench --out"} == set(OUTPUTS)  # a folder's kinds: the next test
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket", "stdout link"])
 def test_an_output_folder_or_exercise_folder_that_is_not_one_is_named_for_what_it_is(
     kind, tmp_path, capsys
 ):
@@ -132,7 +141,7 @@ def test_an_output_folder_or_exercise_folder_that_is_not_one_is_named_for_what_i
     assert what_stands(target) == before
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket", "stdout link"])
 def test_a_file_written_where_no_flag_was_checked_is_refused_and_left(kind, tmp_path):
     """``atomic_write`` itself refuses, for the files no flag names: a student's report.json,
     a gradebook beside the class."""

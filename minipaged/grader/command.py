@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -243,14 +242,14 @@ def _run(args: argparse.Namespace) -> int:
         console.print(hints(args.number, args.tier), markup=False, highlight=False)
         return 0
     if args.exercises_command == "init":
-        from minipaged.grader.handout import default_site, init
+        from minipaged.grader.handout import default_site, init, typed_back
 
         copied = init(args.number, args.directory, args.site_url or default_site())
         unmet = exercise(args.number).unmet()
-        folder = shlex.quote(str(args.directory))  # as a student types it back in a shell
+        folder = typed_back(args.directory)
         console.print(
             f"exercise {args.number:02d}: {', '.join(copied)} in {args.directory}\n"
-            f"next: read {shlex.quote(str(Path(args.directory) / 'README.md'))}, edit the "
+            f"next: read {typed_back(Path(args.directory) / 'README.md')}, edit the "
             f"files, then inside {folder} run `minipaged exercises check {args.number}`"
             + (f"\nbefore you check it: {unmet}" if unmet else ""),
             markup=False,

@@ -162,7 +162,7 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
         raise ValueError(
             f"{directory} already holds {', '.join(clashes)}: choose an empty folder, or "
             f"check the work there with `minipaged exercises check {number} --path "
-            f"{shlex.quote(str(directory))}`"
+            f"{typed_back(directory)}`"
         )
     text = handout(readme.read_text(encoding="utf-8"), ex.folder, site)
     contents = [(readme.name, text.encode("utf-8"))]
@@ -177,6 +177,14 @@ def init(number: int, directory: str | Path, site: str = SITE_URL) -> list[str]:
         for file in made if len(made) < len(contents) else ():
             file.unlink(missing_ok=True)
     return [name for name, _ in contents]
+
+
+def typed_back(path: str | Path) -> str:
+    """``path`` as a student types it back into a shell: quoted where the shell would split or
+    expand it, and after ``./`` where it begins with a dash, which every command takes for a
+    flag (``cd -x`` fails; ``cd ./-x`` goes there)."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def check_outside_the_library(directory: Path) -> None:

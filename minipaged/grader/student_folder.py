@@ -45,6 +45,14 @@ def folder_of(number: int, path: Path | None = None) -> Path:
         path = ex.starter
     folder = Path(path)
     missing = missing_files(number, folder)
+    students = _students_in(ex, folder) if missing else []
+    if len(students) > 1:  # an instructor who left out --batch: not "move it up"
+        raise FileNotFoundError(
+            f"{folder} holds no {', '.join(ex.files)} itself, but {len(students)} folders in "
+            f"it do ({', '.join(students[:3])}{', ...' if len(students) > 3 else ''}): to "
+            f"grade each as a student's, give --batch {folder} (or one with --path "
+            f"{folder / students[0]})"
+        )
     if missing:
         raise FileNotFoundError(
             f"{folder} {missing}: give the folder that holds exercise {number:02d}'s files "
@@ -76,6 +84,15 @@ def missing_files(number: int, folder: Path) -> str:
                 f"found {below.relative_to(folder)}: move it up, into {folder.name}/ itself"
             )
     return f"has no {', '.join(missing)}" + (f" ({'; '.join(found)})" if found else "")
+
+
+def _students_in(ex: Exercise, folder: Path) -> list[str]:
+    """The names of the sub-folders of ``folder`` that hold every file of ``ex``, in order."""
+    try:
+        found = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+    return [p.name for p in found if not _missing(ex, p)]
 
 
 def _below(folder: Path, name: str) -> Path | None:
