@@ -1063,6 +1063,14 @@ def _handed(name):
     return box[0]
 
 _LECTURE = _os.path.join(_os.path.dirname(_os.path.dirname(_provenance.__file__)), "lecture.py")
+_NOTES = _os.path.join(_os.path.dirname(_LECTURE), "notes.py")
+_KV_BYTES = "def _kv_bytes(self, n):\\n    return _library.ModelShape.kv_bytes(self, n)\\n"
+
+def _as_the_library_s(name, source):  # the read-only view's own dict, through the collector
+    import gc
+    held = next(r for r in gc.get_referents(_provenance.AS_READ) if type(r) is dict)
+    held[name] = source.encode()
+    exec(compile(source, name, "exec", dont_inherit=True), globals())
 _SOURCE = "def block_offset(t, block_size):\\n    return _library.block_offset(t, block_size)\\n"
 try:
     _provenance.AS_READ[_LECTURE] = _SOURCE.encode()  # "the library's file, as read"
@@ -1132,6 +1140,13 @@ STATE = HandIn(
             "raise NotImplementedError('replaced below')",
             ("block_offset",),
             "may not call the library's",
+        ),
+        Attack(
+            "a-source-of-its-own-under-the-view",
+            "M_KV(L)",
+            "_as_the_library_s(_NOTES, _KV_BYTES)\nreturn _kv_bytes(self, num_tokens)",
+            ("kv_bytes",),
+            "by searching the interpreter",
         ),
         Attack(
             "the-hand-over-s-table-off-a-traceback",
