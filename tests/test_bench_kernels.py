@@ -29,12 +29,19 @@ def is_identity(block_tables: torch.Tensor) -> bool:
 
 
 def shuffled_and_slowed(*args, **kwargs):
-    """A planted defect: the vectorized reference, run four times when the blocks are shuffled
-    (a kernel whose paging costs 4×: large enough to show through a loaded machine's noise),
-    once when they are laid out in order."""
-    for _ in range(0 if is_identity(args[3]) else 3):
-        attention.paged_attention_decode(*args, **kwargs)
-    return attention.paged_attention_decode(*args, **kwargs)
+    """A planted defect: the vectorized reference, which then, when the blocks are shuffled,
+    keeps its core busy three times as long as the call took (a kernel whose paging costs 4×:
+    large enough to show through a loaded machine's noise). Spinning on the thread's own CPU
+    clock, the clock a one-thread row is timed by, makes it 4× on any machine: running the call
+    four times did not, since the three calls after the first found the keys and values in
+    the cache, and on a machine with a 480 MiB cache the plant cost 1.6×."""
+    start = time.thread_time()
+    output = attention.paged_attention_decode(*args, **kwargs)
+    if not is_identity(args[3]):
+        until = time.thread_time() + 3 * (time.thread_time() - start)
+        while time.thread_time() < until:
+            pass
+    return output
 
 
 @pytest.fixture(scope="module")
