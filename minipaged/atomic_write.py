@@ -56,8 +56,9 @@ def not_a_file(path: str | Path) -> str:
     except (OSError, ValueError):  # nothing there, or a name no file can have
         return ""
     with contextlib.suppress(OSError, ValueError):  # not a link
-        if os.readlink(path).startswith("/proc/"):
-            return f"a link to a process's open file ({os.readlink(path)})"
+        link = os.readlink(path)
+        if link.startswith("/proc/"):
+            return f"a link to a process's open file ({link})"
     return next((kind for test, kind in _KINDS if test(mode)), "")
 
 

@@ -111,7 +111,9 @@ def codes_of(path: str) -> frozenset:
 def _read_once():
     """``(view, seal)``: a read-only view of sources by path, and ``seal(sources)``, which
     fills it once. Once sealed, nothing but the view holds the sources (not ``seal``'s
-    closure either): no code can change them."""
+    closure either), so no attribute or item reaches them to change; the collector does
+    (``gc.get_referents`` of the view is the dict it views), and the delegation guard refuses
+    the collector's searches (``delegation._SEARCHES``)."""
     held: dict | None = {}
     view = MappingProxyType(held)
 
