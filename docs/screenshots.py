@@ -74,7 +74,7 @@ CROPS = {
         53,
         27,
         67,
-        ("▶ 2   2    8–11", "1.32    4.27  0.733", "max|Δ| < 1e-6 ✓", "query heads 0, 1 (GQA)"),
+        ("▶ 2   2    8–11", "1.32    4.27  0.733", "max|Δ|<1e-6 ✓", "query heads 0, 1 (GQA)"),
     ),
     "recompute-step-29-tables.svg": Crop(
         "recompute-step-29.svg", 1, 53, 5, 67, ("s1  L=37", "s2  L=20", "s3  L=17")

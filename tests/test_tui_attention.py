@@ -26,7 +26,7 @@ from minipaged.checkpoint import model_directory
 from tests import test_tui
 from tests.test_tui import SIZE, panes
 from tests.tui_runs import recorded, replaying, until
-from tui.attention_view import AttentionView, rounded
+from tui.attention_view import AttentionView, max_difference
 from tui.command import screenshot_keys
 from tui.event_log import EventLog
 from tui.pane import Selection
@@ -223,12 +223,14 @@ async def test_a_opens_the_view_on_the_selected_sequence_and_the_panes_show_bloc
 def test_a_difference_float32_rounding_explains_reads_the_same_on_every_machine(digits):
     # the snapshots below were failing on a second machine whose SIMD lanes add in another
     # order: 4.5e-08 where the first machine showed 1.5e-08, for the same step
-    assert rounded(digits) == "< 1e-6"
+    assert max_difference(digits) == "max|Δ|<1e-6"
 
 
-@pytest.mark.parametrize(("delta", "shown"), [(1e-06, "= 1.0e-06"), (2.5e-05, "= 2.5e-05")])
+@pytest.mark.parametrize(
+    ("delta", "shown"), [(1e-06, "max|Δ|=1.0e-06"), (2.5e-05, "max|Δ|=2.5e-05")]
+)
 def test_a_difference_rounding_does_not_explain_shows_its_value(delta, shown):
-    assert rounded(delta) == shown
+    assert max_difference(delta) == shown
 
 
 async def test_full_stop_and_comma_walk_the_blocks_and_every_pane_follows():

@@ -193,12 +193,14 @@ max|Δ| was 1.5e-08 on the machine the view's snapshots were first made on, 4.5e
 another), and the view must read the same on every machine."""
 
 
-def rounded(delta: float) -> str:
-    """``delta`` as the view shows a difference: ``< 1e-6`` when float32 rounding explains it,
-    else ``= `` and its value."""
+def max_difference(delta: float) -> str:
+    """``max|Δ|`` as the view shows a difference ``delta``: ``max|Δ|<1e-6`` when float32
+    rounding explains it, else ``max|Δ|=`` and its value. No spaces, so that a narrow pane
+    wraps it whole and never leaves the ``<`` at the end of one line and its bound on the
+    next."""
     if delta < 10.0**ROUNDING_EXPONENT:
-        return f"< 1e{ROUNDING_EXPONENT}"
-    return f"= {delta:.1e}"
+        return f"max|Δ|<1e{ROUNDING_EXPONENT}"
+    return f"max|Δ|={delta:.1e}"
 
 
 def result(w: Walk, piece) -> list[Text]:
@@ -207,9 +209,10 @@ def result(w: Walk, piece) -> list[Text]:
     most = Text("attends most to: ", style="bold")
     most.append("  ".join(f"{piece(t)} {w.weights[t]:.2f}" for t in ranked))
     ok = w.max_delta < 1e-4
-    check = Text("O = acc/ℓ vs the model's output: max|Δ| ")
+    check = Text("O = acc/ℓ vs the model's output: ")
     check.append(
-        f"{rounded(w.max_delta)} {'✓' if ok else '✗'}", style="bold green" if ok else "bold red"
+        f"{max_difference(w.max_delta)} {'✓' if ok else '✗'}",
+        style="bold green" if ok else "bold red",
     )
     return [most, check]
 
@@ -225,7 +228,7 @@ def partitions(w: Walk) -> list[Text]:
     lines.append(
         Text(
             f"m = max m_k = {m:.2f}; ℓ = Σ ℓ_k e^(m_k−m) = {w.l:.2f}; O = Σ w_k O_k: "
-            f"max|Δ| vs acc/ℓ {rounded(delta)}",
+            f"{max_difference(delta)} against acc/ℓ",
             style="dim",
         )
     )
