@@ -45,7 +45,7 @@ def output_file(what: str) -> Callable[[str], Path]:
             raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
         if kind:  # /dev/null, a FIFO: a file put in its place would take it from its users
             raise argparse.ArgumentTypeError(
-                f"{value} is {kind}, not a file: name {what} as a file to write"
+                f"{value} is {kind}, not a file: name {what} elsewhere"
             )
         if not file.parent.is_dir():
             missing = "is a file" if file.parent.exists() else "does not exist; create it first"
