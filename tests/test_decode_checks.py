@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("numba", reason="the kernels' wrappers need numba")
 
 from cuda_kernels import cpu, decode_arguments
+from cuda_kernels.cpu.paged_attention import tables_fit
 
 B, NUM_BLOCKS = 4, 8
 
@@ -103,3 +106,29 @@ def test_other_tensors_of_the_same_layout_are_read_not_the_first_ones():
         cpu.paged_attention_decode(**second),
         2 * cpu.paged_attention_decode(**first | {"query": second["query"]}),
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_v1_twin_refuses_in_its_kernel_exactly_the_values_the_contract_refuses(data):
+    """The v1 twin checks a remembered layout's values inside its kernel (``tables_fit``), and
+    only when it finds one it cannot read does its wrapper run ``check_values`` for the
+    refusal's words: the two must agree on every length and table, or a bad one would be read
+    (the kernel accepting what the contract refuses) or the call fail with no refusal (the
+    other way round)."""
+    batch, width = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 4))
+    block_size, num_blocks = data.draw(st.sampled_from([1, 2, 4])), data.draw(st.integers(1, 6))
+    lens = data.draw(
+        st.lists(st.integers(-2, width * block_size + 2), min_size=batch, max_size=batch)
+    )
+    ids = st.lists(st.integers(-2, num_blocks + 1), min_size=width, max_size=width)
+    rows = data.draw(st.lists(ids, min_size=batch, max_size=batch))
+    tables = torch.tensor(rows, dtype=torch.int32).view(batch, width)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    try:
+        decode_arguments.check_values(tables, seq_lens, block_size, num_blocks)
+        accepted = True
+    except ValueError:
+        accepted = False
+    fits = tables_fit(tables.numpy(), seq_lens.numpy(), block_size, num_blocks)
+    assert fits == accepted, (rows, lens, block_size, num_blocks)

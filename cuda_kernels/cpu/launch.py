@@ -35,14 +35,16 @@ def kernel_array(tensor: torch.Tensor, name: str) -> np.ndarray:
     lands in the tensor), contiguous so that one compiled version serves every call. An FP8
     tensor arrives as its bytes (``cuda_kernels.fp8``)."""
     check_device(tensor, name)
-    array = as_bytes(tensor.detach()).numpy()
+    if tensor.requires_grad:  # numpy() refuses such a tensor; detach() makes a new one
+        tensor = tensor.detach()
+    array = as_bytes(tensor).numpy()
     if not array.flags.c_contiguous:
         raise ValueError(f"{name} must be contiguous for the CPU kernels: call .contiguous()")
     return array
 
 
 def check_device(tensor: torch.Tensor, name: str) -> None:
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:  # asks without making a torch.device, as .device does
         raise ValueError(
             f"{name} is on {tensor.device}, but the CPU kernels (backend 'numba-cpu') run on "
             "the CPU: move it with .cpu(), or use backend 'numba' on a GPU"
@@ -55,22 +57,24 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
     the same loop nest compiled without ``parallel`` (``prange`` runs as ``range``): the result
     is the same, and no parallel region is opened and joined per call, which costs
     microseconds on an idle machine and can cost milliseconds on a busy one."""
-    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.config.DISABLE_JIT:  # Numba's compiler off: the twin is its Python, to step through
-        return kernel
-    callees_loaded(kernel)
-    if threads == 1:
-        return serial(kernel)
-    numba.set_num_threads(threads)
-    return kernel
+    threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+    if threads > 1 and not numba.config.DISABLE_JIT:
+        numba.set_num_threads(threads)
+    return runnable(kernel, one_thread=threads <= 1)
 
 
 @functools.cache
-def callees_loaded(kernel: numba.core.registry.CPUDispatcher) -> None:
-    """Once a process, before ``kernel`` first runs: its callees' cached code loaded ahead of it,
-    so that a twin loaded from Numba's cache runs the code a fresh compilation runs
+def runnable(kernel: numba.core.registry.CPUDispatcher, one_thread: bool):
+    """What runs ``kernel``, looked up once a process for each thread count's kind (every call
+    of a twin asks; from cold caches each lookup costs microseconds): ``kernel`` itself, its
+    ``serial`` copy on one thread, or, with Numba's compiler off, its Python, to step through.
+    Before a compiled twin first runs, its callees' cached code is loaded ahead of it, so that
+    a twin loaded from Numba's cache runs the code a fresh compilation runs
     (``compile_cache.load_callees``)."""
+    if numba.config.DISABLE_JIT:
+        return kernel
     load_callees(kernel)
+    return serial(kernel) if one_thread else kernel
 
 
 @functools.cache

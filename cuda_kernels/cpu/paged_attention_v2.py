@@ -33,6 +33,7 @@ from cuda_kernels.decode_arguments import (
     decode_arguments,
     output_like,
 )
+from cuda_kernels.fp8 import DecodeFields
 from minipaged.attention_call import ResultHoldsNaN, attention_entry_point
 from minipaged.contract import check_partition_size
 
@@ -51,7 +52,7 @@ def paged_attention_v2_partitions(
     partition_size,
     k_scale,
     v_scale,
-    fields,
+    decoder,
 ):
     """Iteration (r, k_v, p) attends the query heads of KV head k_v in sequence r to the
     tokens of partition p, [p * partition_size, (p + 1) * partition_size) cut at seq_lens[r]."""
@@ -59,6 +60,7 @@ def paged_attention_v2_partitions(
     num_kv_heads = key_pool.shape[1]
     num_partitions = max_logits.shape[2]
     group = num_heads // num_kv_heads  # GQA: query head h reads KV head h // group
+    fields = DecodeFields(*decoder)  # passed as a plain tuple (decode_arguments.by_fields)
     for item in prange(batch_size * num_kv_heads * num_partitions):
         seq = item // (num_kv_heads * num_partitions)
         kv_head = (item // num_partitions) % num_kv_heads
