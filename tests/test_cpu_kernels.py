@@ -110,6 +110,34 @@ def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
     assert twin.py_func.__code__ is paged_attention_v1.py_func.__code__
 
 
+def test_numba_is_given_torchs_thread_count_once_a_change_not_once_a_call(monkeypatch):
+    """Setting Numba's thread count takes a process-wide lock (about 0.08 ms from cold caches),
+    so ``on_torch_threads`` sets it only when torch's count changed since this thread last set
+    it: once for three calls on two threads, not again after a call on one (which runs the
+    serial twin and leaves Numba's count as it was), and Numba ends on torch's count."""
+    import numba
+
+    from cuda_kernels.cpu import launch
+
+    case = make_case(2, seq_lens=[9], num_heads=4, num_kv_heads=2, head_dim=8, block_size=4)
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    if threads < 2:
+        pytest.skip("Numba has one thread here")
+    sets = []
+    real_set = numba.set_num_threads
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: (sets.append(n), real_set(n)))
+    monkeypatch.setattr(launch.numba_threads, "count", None, raising=False)
+    previous = torch.get_num_threads()
+    try:
+        for torch_threads in (2, 2, 1, 2, 2):
+            torch.set_num_threads(torch_threads)
+            cpu.paged_attention_decode(*case.args)
+    finally:
+        torch.set_num_threads(previous)
+    assert sets == [2]
+    assert numba.get_num_threads() == 2
+
+
 STEP_THROUGH = """
 import torch
 from cuda_kernels import cpu

@@ -12,6 +12,7 @@ counterpart of ``cuda_kernels/launch.py``.
 from __future__ import annotations
 
 import functools
+import threading
 import types
 
 import numba
@@ -56,11 +57,23 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
     (at most Numba's pool), so a comparison with torch's own operations is fair. On one thread,
     the same loop nest compiled without ``parallel`` (``prange`` runs as ``range``): the result
     is the same, and no parallel region is opened and joined per call, which costs
-    microseconds on an idle machine and can cost milliseconds on a busy one."""
+    microseconds on an idle machine and can cost milliseconds on a busy one.
+
+    Numba's thread count belongs to the calling thread and stays until it is set again, and
+    setting it costs about 0.08 ms from cold caches (it takes a process-wide lock), so it is
+    set only when torch's count changed since this thread last set it (``numba_threads``). A
+    program that sets Numba's count itself in between makes the twins run on its count until
+    torch's changes: the same results, only not on torch's threads."""
     threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-    if threads > 1 and not numba.config.DISABLE_JIT:
+    changed = threads > 1 and getattr(numba_threads, "count", None) != threads
+    if changed and not numba.config.DISABLE_JIT:
         numba.set_num_threads(threads)
+        numba_threads.count = threads
     return runnable(kernel, one_thread=threads <= 1)
+
+
+numba_threads = threading.local()
+"""``count``: the thread count ``on_torch_threads`` last gave Numba from this thread."""
 
 
 @functools.cache
