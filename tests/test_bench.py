@@ -257,6 +257,10 @@ def test_kernels_bench_rows_hold_paging_fp8_and_the_stream_read(as_json, full_ru
         assert row["max_error"] < 1e-5 and row["fp8_error"] < 0.5
 
 
+def test_a_quick_kernels_run_says_its_reads_may_come_from_a_cache(as_json):
+    assert kernels.QUICK_NOTE in as_json["kernels"]["notes"]
+
+
 def test_the_results_page_renders_every_table_as_a_table(tables):
     """A ``|`` left unescaped in a header cell (``max |Δ|``) makes Markdown show the whole
     table as text: every table of the page must come out as an HTML table."""

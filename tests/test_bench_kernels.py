@@ -21,6 +21,10 @@ from minipaged.study.bench import Options, bandwidth, cpu_clock, kernels, rounds
 from minipaged.study.report import Report
 
 QUICK = Options(quick=True)
+FULL = Options()
+"""A full run's options, for the rows whose timings are asserted: ``measure`` then reads
+``EVICT_MULTIPLE`` last-level caches before each call, where ``QUICK`` reads
+``bandwidth.QUICK_BYTES``, which a large cache holds."""
 
 
 def is_identity(block_tables: torch.Tensor) -> bool:
@@ -47,7 +51,7 @@ def shuffled_and_slowed(*args, **kwargs):
 @pytest.fixture(scope="module")
 def planted_row():
     plants = {"planted": shuffled_and_slowed, "honest": attention.paged_attention_decode}
-    return kernels.measure(1, 512, 16, QUICK, repeats=9, kernels=plants)
+    return kernels.measure(1, 512, 16, FULL, repeats=9, kernels=plants)
 
 
 def test_a_slowdown_planted_in_the_paged_path_shows_in_paged_over_in_order(planted_row):
@@ -91,7 +95,7 @@ def default_probe() -> torch.Tensor:
 def test_the_stream_probe_reads_at_a_rate_memory_can_deliver(default_probe):
     probe = default_probe
     assert probe.numel() * 4 >= bandwidth.MIN_CACHE_MULTIPLE * bandwidth.cache_bytes()
-    row = kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={}, probe=probe)
+    row = kernels.measure(1, 64, 16, FULL, repeats=3, kernels={}, probe=probe)
     assert 0.5 < row["stream_gbps"] < 2000, row["stream_gbps"]
     assert row["sdpa_of_stream"] == pytest.approx(row["sdpa_gbps"] / row["stream_gbps"])
 
@@ -353,9 +357,46 @@ def test_a_path_timed_second_of_a_pair_is_not_favoured_by_its_place_in_the_round
 
 def test_bench_kernels_clears_the_caches_before_every_timed_call(monkeypatch):
     cleared = []
-    monkeypatch.setattr(bandwidth, "cache_evictor", lambda device: lambda: cleared.append(1))
+    monkeypatch.setattr(bandwidth, "cache_evictor", lambda device, quick: lambda: cleared.append(1))
     row = kernels.measure(1, 64, 16, QUICK, repeats=3, kernels={})
     assert len(cleared) == 3 * len(kernels.PATHS) == 3 * row["rounds"]
+
+
+class Made(Exception):
+    """Ends a run once the tensor a test looks at is made."""
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_only_a_quick_run_streams_and_clears_less_than_the_cache_holds(monkeypatch, quick):
+    """A full run's probe is ``CACHE_MULTIPLE`` last-level caches and its read before each call
+    ``EVICT_MULTIPLE``: neither can be served by the cache. Only ``--quick`` reads
+    ``QUICK_BYTES`` for both. The tensors are made on torch's meta device, which allocates
+    nothing, so the gigabytes a full run streams are sized here without being written."""
+    made = {}
+    probe_tensor, cache_evictor = bandwidth.probe_tensor, bandwidth.cache_evictor
+
+    def probe(device, nbytes=None, *, quick):
+        made["probe"] = probe_tensor("meta", nbytes, quick=quick).nbytes
+        raise Made
+
+    def evictor(device, *, quick):
+        made["evict"] = cache_evictor("meta", quick=quick).nbytes
+        raise Made
+
+    monkeypatch.setattr(bandwidth, "streaming_read", lambda tensor: tensor)  # what it reads
+    monkeypatch.setattr(bandwidth, "probe_tensor", probe)
+    monkeypatch.setattr(bandwidth, "cache_evictor", evictor)
+    options = Options(quick=quick)
+    with pytest.raises(Made):
+        kernels.run(options)
+    with pytest.raises(Made):
+        kernels.measure(1, 64, 16, options, repeats=3, kernels={})
+    cache = bandwidth.cache_bytes()
+    if quick:
+        assert made == {"probe": bandwidth.QUICK_BYTES, "evict": bandwidth.QUICK_BYTES}
+    else:
+        assert made["probe"] >= bandwidth.CACHE_MULTIPLE * cache
+        assert made["evict"] >= bandwidth.EVICT_MULTIPLE * cache
 
 
 def test_the_cache_evictor_reads_twice_the_last_level_cache(monkeypatch):

@@ -19,7 +19,7 @@ from minipaged.grader.exercises import EXERCISES, TUI_EXERCISES, TUTORIALS
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.student_run import RecordedRun, asked_for, record
 from minipaged.grader.witness import witnessed
-from tests.stuck import eventually
+from tests.stuck import STUCK_AFTER_S, eventually
 from tui.app import PagedApp
 from tui.invariants_view import InvariantsView
 from tui.scenarios import SCENARIOS
@@ -118,19 +118,24 @@ def test_asked_for_names_every_graded_function_and_its_file():
 
 
 def test_a_step_that_never_ends_is_stopped_and_what_it_started_ends_with_the_run(tmp_path):
-    """One run, two proofs (each a 10 s wait): the step is stopped at the per-step limit, and
-    the process it left behind is ended with the run."""
+    """One run, two proofs: the step is stopped at the per-step limit, and the process it left
+    behind is ended with the run. The limit is 3 s: the parallel scenario's whole run of 20
+    steps, the child's start included, took 1.8 s, so its first step, which must finish, has
+    more than ten times what it needs, and the test waits 3 s instead of 10."""
+    # It outlives the wait for its end below: a sleep of 92.5 s ended on its own within that
+    # wait, so a run that left it behind passed too.
+    left = f"{STUCK_AFTER_S + 72.5:g}"
     holder = (
-        "import subprocess, sys, time; subprocess.Popen(['sleep', '92.5'], stdout=sys.stdout, "
+        f"import subprocess, sys, time; subprocess.Popen(['sleep', '{left}'], stdout=sys.stdout, "
         "stderr=sys.stderr); time.sleep(3600)"
     )
     start = time.monotonic()
-    run = parallel(4, starter_04(tmp_path, holder), Limits(check_seconds=10.0))
+    run = parallel(4, starter_04(tmp_path, holder), Limits(check_seconds=3.0))
     assert time.monotonic() - start < 90  # the model's import has its own clock
-    assert run.error.startswith("still running after 10 s: is there a loop that never ends?")
+    assert run.error.startswith("still running after 3 s: is there a loop that never ends?")
     assert run.step == 2 and len(run.trace.steps) == 1
     eventually(
-        lambda: not [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"92.5" in _read(p)],
+        lambda: not [p for p in Path("/proc").glob("[0-9]*/cmdline") if left.encode() in _read(p)],
         "the process the step started was still running",
     )
 

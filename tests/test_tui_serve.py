@@ -268,6 +268,13 @@ MOST_MEAN_DIFFERENCE = 8.0
 the ratio reported as 1 it measured 1.7; without, the quarter-app picture 20.6."""
 
 
+STILL_AFTER_S = 1.2
+"""A served replay's screen is still once no frame has come for this long: its last frames came
+in one burst up to 0.72 s after the first that named the physical blocks, up to 0.7 s after the
+frame before them, and none in the 3.3 s after; a fixed 3 s wait took over a second longer than
+the screen did."""
+
+
 @pytest.fixture(scope="module")
 def screens(tmp_path_factory) -> tuple[int, dict[int, tuple[Path, set[str]]]]:
     """``minipaged tui --serve --trace run.jsonl`` opened in headless Chromium in two tabs, at
@@ -302,15 +309,20 @@ def shot(browser, port: int, scale: int, path: Path) -> tuple[Path, set[str]]:
     and the hosts the tab fetched anything from."""
     page = browser.new_page(viewport=VIEWPORT, device_scale_factor=scale)
     hosts: set[str] = set()
-    received: list[str] = []
+    frames: list[tuple[float, str]] = []  # when each websocket frame came, and what it held
     page.on("request", lambda request: hosts.add(urlparse(request.url).netloc))
-    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: received.append(str(f))))
+    page.on(
+        "websocket",
+        lambda ws: ws.on("framereceived", lambda f: frames.append((time.monotonic(), str(f)))),
+    )
     page.goto(f"http://127.0.0.1:{port}/")
     deadline = time.monotonic() + STUCK_AFTER_S
-    while "physical blocks" not in "".join(received):
+    while "physical blocks" not in "".join(text for _, text in frames):
         assert time.monotonic() < deadline, "the app's screen never arrived"
         page.wait_for_timeout(250)
-    page.wait_for_timeout(3000)  # a replay: every step is known, the screen is still
+    # A replay: every step is known, and the screen is still once the frames stop.
+    while time.monotonic() - frames[-1][0] < STILL_AFTER_S and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
     page.screenshot(path=str(path))
     page.close()
     return path, hosts

@@ -16,7 +16,11 @@ over SIMD lanes, so the memory system and not the arithmetic sets its pace. Why 
 
 A tensor that fits in a cache would measure the cache: ``probe_tensor`` refuses a size below
 ``MIN_CACHE_MULTIPLE`` times the last-level cache, and sizes its default at
-``CACHE_MULTIPLE`` times, at least ``MIN_BYTES``.
+``CACHE_MULTIPLE`` times, at least ``MIN_BYTES``: gigabytes where a machine reports a cache of
+hundreds of MiB. ``bench --quick`` (seconds, for tests) reads ``QUICK_BYTES`` instead, for the
+probe and for the read that clears the caches before each call: its row is computed as a full
+run's is, but a cache may serve it, so its stream read is not memory's rate (its notes say so).
+A full run always sizes both to defeat the cache.
 """
 
 from __future__ import annotations
@@ -58,10 +62,21 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-def probe_tensor(device: str = "cpu", nbytes: int | None = None) -> torch.Tensor:
+QUICK_BYTES = 16 * 2**20
+"""What ``bench --quick`` streams, for its probe and before each timed call, however large the
+cache: writing and reading gigabytes took most of a quick run, which proves only that the
+columns are there and how they are computed."""
+
+
+def probe_tensor(
+    device: str = "cpu", nbytes: int | None = None, *, quick: bool = False
+) -> torch.Tensor:
     """A float32 tensor of ``nbytes`` (default: ``CACHE_MULTIPLE`` last-level caches, at least
     ``MIN_BYTES``) on ``device``, written once so that every page is mapped before it is timed.
-    Refuses a size that a cache could hold a large part of."""
+    Refuses a size that a cache could hold a large part of. With ``quick``: ``QUICK_BYTES``,
+    which a cache may hold (``bench --quick``, whose notes say so)."""
+    if quick:
+        return torch.ones(QUICK_BYTES // 4, dtype=torch.float32, device=device)
     cache = cache_bytes(device)
     if nbytes is None:
         nbytes = max(MIN_BYTES, CACHE_MULTIPLE * cache)
@@ -79,12 +94,14 @@ EVICT_MULTIPLE = 2
 gone before the next path starts."""
 
 
-def cache_evictor(device: str = "cpu"):
+def cache_evictor(device: str = "cpu", *, quick: bool = False):
     """A call that reads ``EVICT_MULTIPLE`` last-level caches of a tensor of its own, for
     ``rounds.time_rounds``'s ``before_each``: every timed call then starts from caches that hold
     none of the keys and values of any path, as a layer's attention does after the layer's
-    projections, whichever path ran before it."""
-    tensor = torch.ones(EVICT_MULTIPLE * cache_bytes(device) // 4, device=device)
+    projections, whichever path ran before it. With ``quick`` it reads ``QUICK_BYTES``, which
+    leaves in a large cache what a path read (``bench --quick``, whose notes say so)."""
+    nbytes = QUICK_BYTES if quick else EVICT_MULTIPLE * cache_bytes(device)
+    tensor = torch.ones(nbytes // 4, device=device)
     return streaming_read(tensor)
 
 

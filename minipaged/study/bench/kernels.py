@@ -84,7 +84,8 @@ def measure(
     ``numba_kernels``) maps a kernel's name to a function with ``paged_attention_decode``'s
     arguments: each runs paged, in order and over FP8 pools. With ``probe``
     (``bandwidth.probe_tensor``), the machine's streaming read of it is one more path of the
-    same rounds. Every timed call starts from the same caches (``bandwidth.cache_evictor``).
+    same rounds. Every timed call starts from the same caches (``bandwidth.cache_evictor``;
+    with ``options.quick``, from a read of ``bandwidth.QUICK_BYTES`` that a large cache holds).
     Ratios are paired, round by round (``rounds.paired_ratio``); paged ÷ in
     order and FP8 ÷ fp32 come with their spreads."""
     device = options.device
@@ -101,7 +102,8 @@ def measure(
         paths[f"{name}_in_order"] = functools.partial(kernel, *inputs.in_order)
         paths[f"{name}_fp8"] = functools.partial(kernel, *inputs.fp8, **inputs.fp8_scales)
     timed = dict(paths)
-    evict = bandwidth.cache_evictor(device)  # each timed call starts from the same caches
+    # Each timed call starts from the same caches (in quick mode, from what a small read left).
+    evict = bandwidth.cache_evictor(device, quick=options.quick)
     if probe is not None:
         timed["stream"] = bandwidth.streaming_read(probe)
     row = {"batch": batch, "context": context, "block_size": block_size, "threads": threads}
@@ -240,7 +242,7 @@ def run(options: Options) -> Report:
         max_repeats = rounds.MAX_ROUNDS
         thread_counts, repeats = (1, 2), rounds.MIN_ROUNDS
     kernels, numba_notes = numba_kernels(options.device)
-    probe = bandwidth.probe_tensor(options.device)
+    probe = bandwidth.probe_tensor(options.device, quick=options.quick)
     rows = [
         measure(b, c, bs, options, repeats, threads, kernels, probe, max_repeats)
         for threads in thread_counts
@@ -353,7 +355,18 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
             else "no Numba kernel ran."
         ),
         *(f"{note}." for note in numba_notes),
+        *([QUICK_NOTE] if options.quick else []),
     ]
+
+
+QUICK_NOTE = (
+    f"Quick mode: the stream read and the read before each call are of "
+    f"{bandwidth.QUICK_BYTES // 2**20} MiB, not of many last-level caches, so a cache may serve "
+    "both: the stream read is not memory's rate and no path starts from cold caches. Run "
+    "without --quick to measure."
+)
+"""What a quick run's notes add: its GB/s and shares are computed as a full run's are, over
+reads a cache may hold (``bandwidth.QUICK_BYTES``)."""
 
 
 def _plot(rows: list[dict], kernels: list[str], options: Options):
