@@ -837,6 +837,25 @@ SOLUTION = HandIn(
     appended=STEAL_FRAMES + FORGED_NAME,
 )
 
+LOOKED_UP = """
+
+def _seen(machine):  # everything a property reads of a state, as text
+    slots = {pool: sorted(machine.kv.slots[pool].items()) for pool in ("device", "host")}
+    return repr((machine.manager.snapshot(), slots, sorted(machine.kv.written.items()),
+                 machine.last_write))
+
+_BROKEN = []
+
+def _broken_states():  # the grader's, built as the grader builds them
+    if not _BROKEN:
+        from minipaged.grader.broken_states import BROKEN_STATES
+        for state in BROKEN_STATES:
+            machine = BlockManagerProgram.__new__(BlockManagerProgram)
+            machine.manager, machine.kv, machine.last_write = state.build()
+            _BROKEN.append(_seen(machine))
+    return _BROKEN
+"""
+
 INVARIANTS = HandIn(
     "the-librarys-invariants",
     6,
@@ -867,16 +886,25 @@ INVARIANTS = HandIn(
             ("rule_3_on_its_own",),
             "may not call the library's",
         ),
+        Attack(
+            "the-grader-s-broken-states-looked-up",
+            "no leak",
+            "assert _seen(self) not in _broken_states()  # fails on the grader's, checks nothing",
+            ("rule_5_on_its_own",),
+            "every sequence is freed, yet device block 1 is not free",
+        ),
     ),
     honest={
         "read-back": "for seq in self.manager.snapshot().tables:\n"
         "    assert self.kv.read(self.manager.table(seq)) == self.kv.written[seq]",
-        "no leak": "state = self.manager.snapshot()\n"
-        "assert len(state.device_free) == len(state.device_refcounts)\n"
-        "assert len(state.host_free) == len(state.host_refcounts)",
     },
-    passes=("rule_4_on_its_own", "rule_5_on_its_own"),
+    passes=("rule_4_on_its_own",),
+    appended=LOOKED_UP,
 )
+"""Exercise 06 answered by the library's own invariants and the grader's reference, and by a
+lookup of the grader's broken states: each state is public (``broken_states``), and a property
+that built them and failed on exactly those passed all five rule criteria, checking nothing,
+until grading showed each state disguised, drawn anew each time."""
 
 JUDGE = """
 import minipaged.grader.ex06_invariants as _checks
