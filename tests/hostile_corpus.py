@@ -1061,13 +1061,27 @@ WATCHERS = HandIn(
             ("kv_bytes_per_token",),
             "your code may not read the frames of other threads (sys._current_frames)",
         ),
+        Attack(
+            "the-library-s-file-read-with-os-path-rebound",
+            "M_KV(L)",
+            "import posixpath, sys\nlibrary = sys.modules['minipaged.memory'].__file__\n"
+            "real = posixpath.abspath  # what os.path.realpath returns through\n"
+            "posixpath.abspath = lambda p: '/nowhere' + p  # no path is a library file's\n"
+            "try:\n    text = open(library).read()\nfinally:\n    posixpath.abspath = real\n"
+            "namespace = {}\nexec(text, namespace)\n"
+            "return namespace['ModelShape'].kv_bytes(self, num_tokens)",
+            ("kv_bytes",),
+            "may not read or run the library's memory.py",
+        ),
     ),
     passes=("slot",),
     honest=RIGHT_SLOT,
 )
 """Each way of watching the grading process's own code run, refused while graded
 (``runtime_code.WATCHING``): each passed before (a trace function was in
-``handlers-and-hooks``, as an attack grading had to survive)."""
+``handlers-and-hooks``, as an attack grading had to survive). Beside them, the delegation
+guard's reading of the library's file names, blinded by ``posixpath`` rebound: it judged a path
+by ``os.path.realpath``, the standard library's Python; it judges the file by its inode now."""
 
 THE_GUARDS_STATE = """
 import os as _os, sys as _sys
