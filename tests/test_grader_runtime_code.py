@@ -126,6 +126,8 @@ def test_a_python_is_known_whatever_the_student_s_code_changed(tmp_path, monkeyp
     monkeypatch.setattr(os, "environ", {"PATH": f"{tmp_path}/bin"})
     assert runs_python((None, ["pyx"], None, None)) == PYTHON
     monkeypatch.undo()
+    (tmp_path / "script").write_text("#!/usr/bin/env pyx\nprint(1)\n")  # found on its PATH
+    assert runs_python((None, [f"{tmp_path}/script"], None, {"PATH": f"{tmp_path}/bin"}))
     monkeypatch.setenv("PATH", "/nowhere")
     os.putenv("PATH", f"{tmp_path}/bin")  # the C environment only: what a shell searches
     assert runs_python(("exec pyx",)) == PYTHON

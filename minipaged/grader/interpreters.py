@@ -175,7 +175,9 @@ def python_finder(unread: tuple[str, ...] = ()):
         found = {f for path in searched for f in path.split(pathsep) if f}
         return [joined(folder, word) for folder in found]
 
-    def is_python(path: str, depth: int) -> bool:
+    def is_python(path: str, depth: int, searched: list) -> bool:
+        """Whether the file ``path`` is a Python; a script's ``#!`` words are looked for on
+        ``searched``, the ``PATH`` values the program start may search."""
         try:
             found = stat_of(path)
         except (OSError, ValueError):
@@ -191,9 +193,9 @@ def python_finder(unread: tuple[str, ...] = ()):
                 if data[:2] == b"#!":  # a script: what its first line runs
                     line = data[: max(data.find(b"\n"), 0) or 512].decode(errors="replace")
                     return depth < 3 and any(
-                        is_python(p, depth + 1)
+                        is_python(p, depth + 1, searched)
                         for w in words(line[2:], 0)
-                        for p in places(w, [defpath], [])
+                        for p in places(w, searched, [])
                     )
                 return data[:4] == b"\x7fELF" and any(data.find(m) >= 0 for m in markers)
         except (OSError, ValueError):
@@ -211,7 +213,9 @@ def python_finder(unread: tuple[str, ...] = ()):
         said = [w for w in said if w[:1] != "-"]
         folders = [w for w in said if w[:1] == "/"]  # Popen's cwd, a shell's cd
         found = any(
-            is_python(place, 0) for word in said for place in places(word, searched, folders)
+            is_python(place, 0, searched)
+            for word in said
+            for place in places(word, searched, folders)
         )
         return python if found else ""
 
