@@ -953,8 +953,31 @@ WASTES = HandIn(
             ("static_waste_of_a_recorded_run",),
             "may not call the library's",
         ),
+        Attack(
+            "the-text-s-orca-buffer-grown",
+            "sum ceil(l_i/ΔL)*ΔL - l_i over each step's sequences",
+            "from minipaged.study.baselines import OrcaAllocator\n"
+            "orca, grown, out = OrcaAllocator(10**9, delta), {}, []\n"
+            "for lengths in run.lengths:  # the run replayed by hand, on the library's buffers\n"
+            "    for seq in [s for s in grown if s not in lengths]:\n"
+            "        orca.release(seq)\n        del grown[seq]\n"
+            "    for seq, length in lengths.items():\n"
+            "        if seq not in grown:\n"
+            "            orca._place(seq, delta)\n"
+            "            orca._lengths[seq] = grown[seq] = 1\n"
+            "        for _ in range(length - grown[seq]):\n            orca.grow(seq)\n"
+            "        grown[seq] = length\n"
+            "    out.append(sum(orca.reserved_slots(s) - n for s, n in lengths.items()))\n"
+            "return out",
+            ("orca_waste_of_a_recorded_run",),
+            "may not call the library's minipaged.study.baselines.OrcaAllocator.grow",
+        ),
     ),
 )
+"""Exercise 13's series as the library computes them: the engine's tables, the simulator's
+replay, and the text's Orca buffer (``OrcaAllocator``, grown ΔL slots at a time: its spans are
+``ceil(l/ΔL)*ΔL``), driven by a replay of the student's own: it passed all of orca_waste's runs
+and deltas before ``OrcaAllocator.grow`` became an answer of the exercise."""
 
 FORGED_FREE = """
 import os as _os
