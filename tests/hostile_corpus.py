@@ -837,6 +837,25 @@ SOLUTION = HandIn(
     appended=STEAL_FRAMES + FORGED_NAME,
 )
 
+LOOKED_UP = """
+
+def _seen(machine):  # everything a property reads of a state, as text
+    slots = {pool: sorted(machine.kv.slots[pool].items()) for pool in ("device", "host")}
+    return repr((machine.manager.snapshot(), slots, sorted(machine.kv.written.items()),
+                 machine.last_write))
+
+_BROKEN = []
+
+def _broken_states():  # the grader's, built as the grader builds them
+    if not _BROKEN:
+        from minipaged.grader.broken_states import BROKEN_STATES
+        for state in BROKEN_STATES:
+            machine = BlockManagerProgram.__new__(BlockManagerProgram)
+            machine.manager, machine.kv, machine.last_write = state.build()
+            _BROKEN.append(_seen(machine))
+    return _BROKEN
+"""
+
 INVARIANTS = HandIn(
     "the-librarys-invariants",
     6,
@@ -867,16 +886,25 @@ INVARIANTS = HandIn(
             ("rule_3_on_its_own",),
             "may not call the library's",
         ),
+        Attack(
+            "the-grader-s-broken-states-looked-up",
+            "no leak",
+            "assert _seen(self) not in _broken_states()  # fails on the grader's, checks nothing",
+            ("rule_5_on_its_own",),
+            "every sequence is freed, yet device block 1 is not free",
+        ),
     ),
     honest={
         "read-back": "for seq in self.manager.snapshot().tables:\n"
         "    assert self.kv.read(self.manager.table(seq)) == self.kv.written[seq]",
-        "no leak": "state = self.manager.snapshot()\n"
-        "assert len(state.device_free) == len(state.device_refcounts)\n"
-        "assert len(state.host_free) == len(state.host_refcounts)",
     },
-    passes=("rule_4_on_its_own", "rule_5_on_its_own"),
+    passes=("rule_4_on_its_own",),
+    appended=LOOKED_UP,
 )
+"""Exercise 06 answered by the library's own invariants and the grader's reference, and by a
+lookup of the grader's broken states: each state is public (``broken_states``), and a property
+that built them and failed on exactly those passed all five rule criteria, checking nothing,
+until grading showed each state disguised, drawn anew each time."""
 
 JUDGE = """
 import minipaged.grader.ex06_invariants as _checks
@@ -925,8 +953,31 @@ WASTES = HandIn(
             ("static_waste_of_a_recorded_run",),
             "may not call the library's",
         ),
+        Attack(
+            "the-text-s-orca-buffer-grown",
+            "sum ceil(l_i/ΔL)*ΔL - l_i over each step's sequences",
+            "from minipaged.study.baselines import OrcaAllocator\n"
+            "orca, grown, out = OrcaAllocator(10**9, delta), {}, []\n"
+            "for lengths in run.lengths:  # the run replayed by hand, on the library's buffers\n"
+            "    for seq in [s for s in grown if s not in lengths]:\n"
+            "        orca.release(seq)\n        del grown[seq]\n"
+            "    for seq, length in lengths.items():\n"
+            "        if seq not in grown:\n"
+            "            orca._place(seq, delta)\n"
+            "            orca._lengths[seq] = grown[seq] = 1\n"
+            "        for _ in range(length - grown[seq]):\n            orca.grow(seq)\n"
+            "        grown[seq] = length\n"
+            "    out.append(sum(orca.reserved_slots(s) - n for s, n in lengths.items()))\n"
+            "return out",
+            ("orca_waste_of_a_recorded_run",),
+            "may not call the library's minipaged.study.baselines.OrcaAllocator.grow",
+        ),
     ),
 )
+"""Exercise 13's series as the library computes them: the engine's tables, the simulator's
+replay, and the text's Orca buffer (``OrcaAllocator``, grown ΔL slots at a time: its spans are
+``ceil(l/ΔL)*ΔL``), driven by a replay of the student's own: it passed all of orca_waste's runs
+and deltas before ``OrcaAllocator.grow`` became an answer of the exercise."""
 
 FORGED_FREE = """
 import os as _os
@@ -1033,13 +1084,27 @@ WATCHERS = HandIn(
             ("kv_bytes_per_token",),
             "your code may not read the frames of other threads (sys._current_frames)",
         ),
+        Attack(
+            "the-library-s-file-read-with-os-path-rebound",
+            "M_KV(L)",
+            "import posixpath, sys\nlibrary = sys.modules['minipaged.memory'].__file__\n"
+            "real = posixpath.abspath  # what os.path.realpath returns through\n"
+            "posixpath.abspath = lambda p: '/nowhere' + p  # no path is a library file's\n"
+            "try:\n    text = open(library).read()\nfinally:\n    posixpath.abspath = real\n"
+            "namespace = {}\nexec(text, namespace)\n"
+            "return namespace['ModelShape'].kv_bytes(self, num_tokens)",
+            ("kv_bytes",),
+            "may not read or run the library's memory.py",
+        ),
     ),
     passes=("slot",),
     honest=RIGHT_SLOT,
 )
 """Each way of watching the grading process's own code run, refused while graded
 (``runtime_code.WATCHING``): each passed before (a trace function was in
-``handlers-and-hooks``, as an attack grading had to survive)."""
+``handlers-and-hooks``, as an attack grading had to survive). Beside them, the delegation
+guard's reading of the library's file names, blinded by ``posixpath`` rebound: it judged a path
+by ``os.path.realpath``, the standard library's Python; it judges the file by its inode now."""
 
 THE_GUARDS_STATE = """
 import os as _os, sys as _sys
@@ -1610,6 +1675,20 @@ NEVER_ON_DISK = (
                 ("kv_bytes",),
                 "starts a Python interpreter",
             ),
+            Attack(
+                "a-python-looked-for-where-it-is-not",
+                "one block, one layer",
+                "import os, posixpath, subprocess, sys\n"
+                "folder, name = os.path.split(os.path.realpath(sys.executable))  # found on PATH\n"
+                "real = posixpath._get_sep  # what os.path.join reads; subprocess joins bytes\n"
+                "posixpath._get_sep = lambda p: b'/' if type(p) is bytes else '/nowhere/'\n"
+                "try:\n"
+                "    subprocess.check_output([name, '-c', 'print(1)'], env={'PATH': folder})\n"
+                "finally:\n    posixpath._get_sep = real\n"
+                "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
+                ("block_bytes",),
+                "starts a Python interpreter",
+            ),
         ),
         passes=("slot",),
         honest=RIGHT_SLOT,
@@ -1735,6 +1814,34 @@ NEVER_ON_DISK = (
                 "os.close(w)\nreturn int(os.read(r, 64) or -1)",
                 ("block_offset",),
                 "compiles code in a forked process",
+            ),
+            Attack(
+                "a-python-taken-for-a-library-file",
+                "return M = ceil(L / B)",
+                "import os, posixpath, shutil, subprocess, sys, tempfile\n"
+                "copy = shutil.copy(os.path.realpath(sys.executable), tempfile.mkdtemp())\n"
+                "library = os.path.dirname(sys.modules['minipaged'].__file__)\n"
+                "real = posixpath.abspath  # what os.path.realpath returns through\n"
+                "posixpath.abspath = lambda p: library + '/attention.py'\n"
+                "try:\n"
+                "    line = f'print(-(-{num_tokens} // {block_size}))'\n"
+                "    return int(subprocess.check_output([copy, '-c', line]))\n"
+                "finally:\n    posixpath.abspath = real",
+                ("num_logical_blocks",),
+                "starts a Python interpreter",
+            ),
+            Attack(
+                "a-word-that-encodes-as-another-program",
+                "keys and values, for every layer and KV head",
+                "import os, subprocess, sys\n"
+                "class Word(str):  # read as 'true'; subprocess encodes the program's name\n"
+                "    def encode(self, *args):\n"
+                "        return os.path.realpath(sys.executable).encode()\n"
+                "line = f'print(2 * {self.num_layers} * {self.num_kv_heads} * {self.head_dim}"
+                " * {self.dtype_bytes})'\n"
+                "return int(subprocess.check_output([Word('true'), '-c', line]))",
+                ("kv_bytes_per_token",),
+                "starts a program with an object of",
             ),
         ),
         passes=("slot",),

@@ -94,3 +94,54 @@ def test_a_python_is_known_by_its_file_not_its_name(tmp_path):
         assert runs_python(arguments), what
     assert not runs_python((None, ["sleep", "61.25"], None, None))
     assert not runs_python((None, ["sh", "-c", f"sleep 1; echo late > {tmp_path}/x"], None, {}))
+
+
+def test_a_python_is_known_whatever_the_student_s_code_changed(tmp_path, monkeypatch):
+    """The judge runs in the student's process: what it reads it reads with code of its own,
+    so standard-library functions rebound (``posixpath``'s, which ``os.path.join`` and
+    ``realpath`` call), ``os.environ`` replaced or changed, ``PATH`` set in the C environment
+    only, a ``str`` subclass for a word, change nothing it finds; a program that embeds a
+    Python (``gdb``) is one. The corpus's ``a-python-looked-for-where-it-is-not``,
+    ``a-python-taken-for-a-library-file`` and ``a-word-that-encodes-as-another-program`` are
+    these, tried for real."""
+    import os
+    import posixpath
+    import shutil
+    import sys
+
+    from minipaged.grader.interpreters import PYTHON, python_finder
+
+    real = os.path.realpath(sys.executable)
+    folder, name = os.path.split(real)
+    copy = shutil.copy(real, tmp_path / "cc")
+    (tmp_path / "library").mkdir()
+    runs_python = python_finder((f"{tmp_path}/library/",))  # its files: judged by inode only
+    monkeypatch.setattr(posixpath, "_get_sep", lambda p: b"/" if type(p) is bytes else "/x/")
+    monkeypatch.setattr(posixpath, "abspath", lambda p: f"{tmp_path}/library/cc")
+    assert runs_python((None, [name, "-c", "1"], None, {"PATH": folder})) == PYTHON
+    assert runs_python((str(copy), ["cc"], None, None)) == PYTHON
+    monkeypatch.undo()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "pyx").symlink_to(real)  # on no PATH but the one set below
+    monkeypatch.setattr(os, "environ", {"PATH": f"{tmp_path}/bin"})
+    assert runs_python((None, ["pyx"], None, None)) == PYTHON
+    monkeypatch.undo()
+    (tmp_path / "script").write_text("#!/usr/bin/env pyx\nprint(1)\n")  # found on its PATH
+    assert runs_python((None, [f"{tmp_path}/script"], None, {"PATH": f"{tmp_path}/bin"}))
+    monkeypatch.setenv("PATH", "/nowhere")
+    os.putenv("PATH", f"{tmp_path}/bin")  # the C environment only: what a shell searches
+    assert runs_python(("exec pyx",)) == PYTHON
+    monkeypatch.undo()
+
+    class Word(str):
+        def encode(self, *args):
+            return real.encode()
+
+    assert "an object of" in runs_python((Word("true"), ["true"], None, None))
+    assert "an environment holding" in runs_python((None, ["true"], None, {"A": Word("b")}))
+    monkeypatch.setattr(os.environ, "decodevalue", lambda value: folder, raising=False)
+    assert "os.environ" in runs_python((None, ["true"], None, None))
+    monkeypatch.undo()
+    assert runs_python((None, ["true"], None, os.environ)) == ""
+    if shutil.which("gdb"):
+        assert runs_python((None, ["gdb", "-batch", "-ex", "python print(1)"], None, None))

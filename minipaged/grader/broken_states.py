@@ -10,10 +10,19 @@ the free list, or asks only $\\mathcal{R} \\ge 1$ of a written block, passes one
 Each state is a real ``BlockManager`` whose allocators hold refcounts and free lists set by
 hand (``PresetAllocator``), with simulated KV contents that agree with its tables, so a
 property reads it exactly as it reads a running manager.
+
+The states are public, in this module and in the repository, and a student's property can
+build them too: one that failed on exactly these states, found by lookup, and checked no rule
+passed all five rule criteria (and the false-alarm one). So grading shows each state
+``disguised``: among sound blocks and sequences of its own, its blocks renamed but for those
+its fault names, its tokens renumbered, each drawn anew for every grading; only a property
+that checks the rule tells it from a sound state.
 """
 
 from __future__ import annotations
 
+import itertools
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +64,8 @@ class BrokenState:
     name: str
     fault: str  # what is wrong, for the message
     build: Callable[[], tuple[BlockManager, SimulatedKV, int | None]]
+    device: tuple[int, ...] = ()  # the device blocks ``fault`` names, kept by a disguise
+    host: tuple[int, ...] = ()  # the host blocks it names
 
 
 def preset(
@@ -105,12 +116,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 1 has R=2 but only seq 0's table holds it: R[p] must equal the "
         "number of holders, not merely be at least that",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 2, 0], [2])),
+        device=(1,),
     ),
     BrokenState(
         1,
         "refcount_below_its_holders",
         "device block 0 has R=1 but the tables of seq 0 and seq 1 both hold it",
         lambda: preset({0: ([0], 2, "device"), 1: ([0], 2, "device")}, device=([1, 0, 0], [1, 2])),
+        device=(0,),
     ),
     BrokenState(
         1,
@@ -118,6 +131,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 2 has R=1 but no table holds it: check R[p] for every block of the "
         "pool, not only the blocks some table holds",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 1, 0], [3])),
+        device=(2,),
     ),
     BrokenState(
         1,
@@ -125,12 +139,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "host block 0 has R=2 but only seq 0's table (swapped out to the host) holds it: "
         "the rule holds in the host pool too",
         lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([2, 0], [1])),
+        host=(0,),
     ),
     BrokenState(
         2,
         "unreferenced_block_missing_from_free_list",
         "device block 2 has R=0 but is not on the free list: it is leaked",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0, 0], [3])),
+        device=(2,),
     ),
     BrokenState(
         2,
@@ -138,12 +154,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 1 is held by seq 0 (R=1) and is also on the free list: the next "
         "allocation would hand it to another sequence",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2, 1])),
+        device=(1,),
     ),
     BrokenState(
         2,
         "block_twice_on_the_free_list",
         "device block 2 is on the free list twice: two allocations would both get it",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2, 2])),
+        device=(2,),
     ),
     BrokenState(
         2,
@@ -151,6 +169,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "host block 1 has R=0 but is not on the host free list: the rule holds in the host "
         "pool too",
         lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([1, 0, 0], [2])),
+        host=(1,),
     ),
     BrokenState(
         3,
@@ -162,12 +181,14 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
             device=([2, 0], [1]),
             last_write=1,
         ),
+        device=(0,),
     ),
     BrokenState(
         4,
         "token_overwritten",
         "seq 0 wrote 3 tokens, but reading slot 1 through T_0=[0, 1] gives another token",
         lambda: _read_back_broken("device"),
+        device=(0, 1),
     ),
     BrokenState(
         4,
@@ -176,6 +197,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "lost. Compare the whole list read back with the whole list written (equal lengths "
         "too), not token by token over the shorter of the two",
         _token_lost,
+        device=(0, 1),
     ),
     BrokenState(
         4,
@@ -183,17 +205,92 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "seq 0, swapped out to the host, wrote 3 tokens, but reading host slot 1 through "
         "T_0=[0, 1] gives another token: read back every sequence, in its table's pool",
         lambda: _read_back_broken("host"),
+        host=(0, 1),
     ),
     BrokenState(
         5,
         "device_leak_after_all_freed",
         "every sequence is freed, yet device block 1 is not free (R=0 and off the free list)",
         lambda: preset({}, device=([0, 0, 0], [0, 2])),
+        device=(1,),
     ),
     BrokenState(
         5,
         "host_leak_after_all_freed",
         "every sequence is freed, yet host block 0 is still in use (R=1)",
         lambda: preset({}, device=([0, 0], [0, 1]), host=([1, 0], [1])),
+        host=(0,),
     ),
 )
+
+
+def disguised(
+    state: BrokenState, rng: random.Random
+) -> tuple[BlockManager, SimulatedKV, int | None]:
+    """``state`` built, and hidden with ``rng``'s draws: one to three blocks more in each pool,
+    each free (at a random place on the free list) or, where the state has tables, held by a
+    sound sequence of its own (a new id, one block, its tokens written); every block renamed
+    but those ``state.device`` and ``state.host`` keep (its fault names them), the last
+    write's slot with its block; every token renumbered. It breaks the rule ``state`` breaks,
+    and only that, as ``state.build()`` does: what is added holds no block another holds, and
+    renaming changes no count."""
+    manager, kv, last_write = state.build()
+    snap = manager.snapshot()
+    b = snap.block_size
+    kept = {"device": state.device, "host": state.host}
+    pools = {"device": (list(snap.device_refcounts), list(snap.device_free))}
+    if manager.host is not None:
+        pools["host"] = (list(snap.host_refcounts), list(snap.host_free))
+    tables = {seq: (list(t.blocks), t.num_tokens, t.pool) for seq, t in snap.tables.items()}
+    slots = {pool: dict(kv.slots[pool]) for pool in ("device", "host")}
+    written = {seq: list(tokens) for seq, tokens in kv.written.items()}
+    fresh = itertools.count(max(_tokens(slots, written), default=0) + 1)
+    for pool, (refcounts, free) in pools.items():
+        for _ in range(rng.randint(1, 3)):
+            block = len(refcounts)
+            if tables and rng.random() < 0.5:  # held by a sound sequence of its own
+                seq = rng.choice([s for s in range(2, 10_000) if s not in tables])
+                tables[seq] = ([block], rng.randint(1, b), pool)
+                written[seq] = [next(fresh) for _ in range(tables[seq][1])]
+                slots[pool].update({block * b + o: t for o, t in enumerate(written[seq])})
+                refcounts.append(1)
+            else:
+                refcounts.append(0)
+                free.insert(rng.randint(0, len(free)), block)
+    names = {}  # pool -> {block id in state.build(): its name here}
+    for pool, (refcounts, _) in pools.items():
+        others = [p for p in range(len(refcounts)) if p not in kept[pool]]
+        shuffled = rng.sample(others, len(others))
+        names[pool] = {p: p for p in kept[pool]} | dict(zip(others, shuffled, strict=True))
+    every = sorted(_tokens(slots, written))
+    numbers = rng.sample(range(1, 100 * len(every) + 100), len(every))
+    number = dict(zip(every, numbers, strict=True))
+
+    def renamed(pool: str) -> tuple[list[int], list[int]]:
+        """``pool``'s (R by block, free list) under its blocks' new names."""
+        refcounts, free = pools[pool]
+        moved = [0] * len(refcounts)
+        for p, r in enumerate(refcounts):
+            moved[names[pool][p]] = r
+        return moved, [names[pool][p] for p in free]
+
+    hidden, _, _ = preset({}, renamed("device"), renamed("host") if "host" in pools else None)
+    for seq in rng.sample(list(tables), len(tables)):
+        blocks, num_tokens, pool = tables[seq]
+        hidden.tables[seq] = BlockTable(b, [names[pool][p] for p in blocks], num_tokens, pool)
+    seen = SimulatedKV(b)
+    seen.slots = {"host": {}} | {
+        pool: {names[pool][s // b] * b + s % b: number[t] for s, t in slots[pool].items()}
+        for pool in pools
+    }
+    seen.written = {seq: [number[t] for t in written[seq]] for seq in hidden.tables}
+    if last_write is not None:
+        last_write = names["device"][last_write // b] * b + last_write % b
+    return hidden, seen, last_write
+
+
+def _tokens(slots: dict, written: dict) -> set[int]:
+    """Every token a state's KV contents hold or its sequences wrote."""
+    return {*slots["device"].values(), *slots["host"].values()} | {
+        t for tokens in written.values() for t in tokens
+    }

@@ -41,12 +41,10 @@ from minipaged.grader import similarity
 from minipaged.grader.exercises import Exercise
 from minipaged.grader.provenance import (
     audit,
-    basename,
     getframe,
     plain_constants,
     private,
     provenance,
-    realpath,
     share,
     walk,
 )
@@ -236,7 +234,7 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=N
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
     _replace_aliases(stubs)
-    basenames = frozenset(os.path.basename(f) for f in guarded)
+    files = frozenset((found.st_dev, found.st_ino) for found in map(_stat, guarded) if found)
     for path in guarded:  # tracebacks read no source line, and neither can a student's code
         linecache.cache[path] = (0, None, [], path)
     codes = frozenset(c for o, _ in originals.values() for c in _codes(o))
@@ -245,13 +243,18 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=N
         "{}: write it yourself, from the starter"
     )
     copied, refusal, stub_code = _copy_finder(library.prints), refused, _STUB_CODE
+    stat_of = private(_stat)
     searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
 
     def audit(event: str, args: tuple) -> None:
-        if event == "open" and type(args[0]) in (str, bytes):
-            path = args[0] if type(args[0]) is str else args[0].decode(errors="replace")
-            if basename(path) in basenames and realpath(path) in guarded:
-                raise refusal(message.format(basename(path)))
+        if event == "open" and (type(args[0]) is str or type(args[0]) is bytes):
+            # The file itself, by its inode: os.path's realpath and basename are the standard
+            # library's Python, which a student's code rebinds (posixpath.abspath made every
+            # path a path of no library file), and a link can name it otherwise.
+            found = stat_of(args[0])
+            if found and (found.st_dev, found.st_ino) in files:
+                path = args[0] if type(args[0]) is str else args[0].decode(errors="replace")
+                raise refusal(message.format(path.rpartition("/")[2]))
         elif event == "exec" and type(args[0]) is CodeType:
             found = copied(args[0])
             if found:
@@ -345,6 +348,14 @@ def _stub(name: str, original, number: int, answer: bool = False, refused=Librar
 
 _STUB_CODE = _stub("", None, 0).__code__
 """The code every stub runs: the only code ``guard``'s hook hands a library function to."""
+
+
+def _stat(path, stat=os.stat):
+    """``os.stat(path)`` (a default, which a ``private`` copy keeps), or None: no such file."""
+    try:
+        return stat(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):

@@ -11,6 +11,7 @@ which breaks rules silently, the way real code does.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from hypothesis.stateful import invariant
@@ -19,7 +20,7 @@ from minipaged import invariants
 from minipaged.block_manager import BlockManager, BlockState
 from minipaged.block_table import BlockTable
 from minipaged.grader import bug_zoo
-from minipaged.grader.broken_states import BROKEN_STATES, BrokenState, PresetAllocator
+from minipaged.grader.broken_states import BROKEN_STATES, BrokenState, PresetAllocator, disguised
 from minipaged.grader.properties import BlockManagerProgram, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion
 
@@ -178,10 +179,15 @@ RULES = {
 """Exercise 06's rules, numbered as its README numbers them."""
 
 
+_DRAWS = random.SystemRandom()
+"""What hides each broken state (``broken_states.disguised``): the system's random source,
+whose draws no seed or state in any process foretells."""
+
+
 def missed(student, state: BrokenState) -> str:
     """``""`` when the student's properties fail an assert on ``state``, else why not. Rules
     1 to 4 run every ``@invariant``; rule 5 runs ``after_all_freed``, as a program's end does."""
-    manager, kv, last_write = state.build()
+    manager, kv, last_write = disguised(state, _DRAWS)  # not found by lookup: drawn anew
     verdict = _ask(student, manager, kv, last_write, end=state.rule == 5)
     if verdict.failed:
         return ""

@@ -316,9 +316,10 @@ EXERCISES: dict[int, Exercise] = {
             "minipaged.study.recorded_waste:static_waste "
             "minipaged.study.recorded_waste:orca_waste "
             "minipaged.study.recorded_waste:fragmentation_stalls",
-            # the engine's tables' waste, and the simulator's spans: the checks' expectations
+            # the engine's tables' waste, and the simulator's spans: the checks' expectations;
+            # the text's Orca buffer, grown a token at a time: ceil(t/ΔL)*ΔL slots at t
             answers="minipaged.study.recorded_waste:table_waste "
-            "minipaged.study.recorded_waste:replay",
+            "minipaged.study.recorded_waste:replay minipaged.study.baselines:OrcaAllocator.grow",
         ),
     )
 }

@@ -259,8 +259,9 @@ def watch(folder: Path, tell) -> None:
             if watch:
                 raise refused(watched.format(watch))
             if event in STARTS:
-                if runs_python(args):
-                    raise refused(ELSEWHERE.format("starts a Python interpreter"))
+                started = runs_python(args)
+                if started:
+                    raise refused(ELSEWHERE.format(started))
             elif event == "ctypes.dlsym":
                 if args[1] in EXEC_SYMBOLS:
                     raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
