@@ -11,11 +11,20 @@ replaced: a folder, a device (``/dev/null``, ``/dev/stdout``'s terminal), a FIFO
 at the target is refused (``not_a_file``), since putting a file in its place would take it
 from whatever else uses it (as root, ``/dev/null`` itself) or leave a reader of the FIFO
 waiting for ever.
+
+One writer per file at a time: a ``Replacement`` holds an exclusive ``flock`` on its file from
+the moment it is made until it is committed or dropped, and a new one for a path that another
+live writer holds (its temporary file, or the file it has published and is still writing: a
+trace) is refused before anything is written (``other_writer``). A file that is published and
+written on (``publish``) is checked to be still in place at each write and at ``commit``: one
+renamed away or removed meanwhile is an error, never a success reported for a file nobody can
+read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import tempfile
@@ -62,8 +71,60 @@ def not_a_file(path: str | Path) -> str:
     return next((kind for test, kind in _KINDS if test(mode)), "")
 
 
+class OutputBusy(OSError):
+    """Another run is writing the file a new ``Replacement`` would replace."""
+
+
+class OutputReplaced(OSError):
+    """The file a ``Replacement`` published was replaced or removed before it was finished."""
+
+
+def other_writer(path: str | Path, own: int | None = None) -> str:
+    """Why ``path`` is not free to write, in the user's words, when another live writer holds it
+    (its lock: the file it has published, or a temporary file of its beside ``path``), or
+    ``""``. ``own``: a descriptor of the asking writer's own temporary file, not counted. The
+    one rule, asked where an output is typed (``output_paths.output_file``) and when its
+    ``Replacement`` is made."""
+    path = Path(path)
+    mine = os.fstat(own) if own is not None else None
+    with contextlib.suppress(OSError):  # an unreadable folder: the write itself will say so
+        temporaries = [
+            entry for entry in path.parent.iterdir() if entry.name.startswith(f".{path.name}.")
+        ]
+        for candidate in (path, *temporaries):
+            if _locked(candidate, mine):
+                return (
+                    "another run is writing it now (two runs writing one file would each "
+                    "replace the other's): wait for that run to end, or name another file"
+                )
+    return ""
+
+
+def _locked(path: Path, mine: os.stat_result | None) -> bool:
+    """Whether a regular file at ``path`` (no link followed), other than ``mine``, is locked by
+    a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # nothing there, a link, a file we may not read
+        return False
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or (
+            mine is not None and os.path.samestat(status, mine)
+        ):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+    finally:
+        os.close(fd)  # and with it the shared lock, if it was taken
+
+
 class Replacement:
-    """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``."""
+    """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``; the
+    only writer of ``path`` while it lives (``other_writer``)."""
 
     def __init__(self, path: str | Path, mode: str = "w") -> None:
         self.path = Path(path)
@@ -82,22 +143,50 @@ class Replacement:
             fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
         except OSError as error:  # named by the path asked for, not the temporary one
             raise OSError(error.errno, error.strerror, str(self.path)) from None
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a file of its own, so at once: held until closed
+        busy = other_writer(self.path, own=fd)
+        if busy:
+            os.close(fd)
+            os.unlink(self.temporary)
+            raise OutputBusy(f"cannot write {self.path}: {busy}")
         encoding = None if "b" in mode else "utf-8"
         self.file: IO = os.fdopen(fd, mode, encoding=encoding)
         self.published = False
 
     def publish(self) -> None:
         """Put the file in place of ``path`` now (a link there is replaced, not followed) and
-        go on writing to it: what is written from here on is readable as it is written."""
-        if not self.published:
-            self.file.flush()
-            os.chmod(self.temporary, 0o666 & ~_umask())
-            os.replace(self.temporary, self.path)
-            self.published = True
+        go on writing to it: what is written from here on is readable as it is written. Once
+        published, each call checks that the file is still at ``path`` (``OutputReplaced``
+        when not)."""
+        if self.published:
+            self._check_in_place()
+            return
+        self.file.flush()
+        os.chmod(self.temporary, 0o666 & ~_umask())
+        os.replace(self.temporary, self.path)
+        self.published = True
+
+    def _check_in_place(self) -> None:
+        try:
+            there = os.lstat(self.path)
+        except OSError:
+            there = None
+        if there is None or not os.path.samestat(there, os.fstat(self.file.fileno())):
+            what = "removed" if there is None else "replaced by another file"
+            raise OutputReplaced(
+                f"{self.path} was {what} while this run was writing it, so what it wrote is "
+                f"not there: write it again, one run to a file (the file at {self.path} now "
+                "is not this run's)"
+            )
 
     def commit(self) -> None:
-        """Put the finished file in place of ``path``."""
-        self.publish()
+        """Put the finished file in place of ``path``; ``OutputReplaced`` if it was published
+        and is no longer there."""
+        try:
+            self.publish()
+        except BaseException:
+            self.discard()
+            raise
         self.file.close()
 
     def discard(self) -> None:

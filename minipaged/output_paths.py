@@ -4,9 +4,10 @@ was there is lost.
 
 An output is refused when its folder is missing or no file can be made in it, when something
 other than a file stands where it goes (a folder, ``/dev/null``, a FIFO:
-``atomic_write.not_a_file``), and, once every path of the command is known
-(``check_outputs_apart``), when two outputs name one file or an output names a file the
-command reads: the second write would replace the first, or the input, without a word.
+``atomic_write.not_a_file``), when another run is writing it (``atomic_write.other_writer``),
+and, once every path of the command is known (``check_outputs_apart``), when two outputs name
+one file or an output names a file the command reads: the second write would replace the
+first, or the input, without a word.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def output_file(what: str) -> Callable[[str], Path]:
                 f"cannot write {value}: its folder {file.parent} {missing}"
             )
         check_can_write_in(file.parent, value)
+        busy = atomic_write.other_writer(file)
+        if busy:
+            raise argparse.ArgumentTypeError(f"cannot write {value}: {busy}")
         return file
 
     parse.__name__ = "output_file"
