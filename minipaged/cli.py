@@ -141,14 +141,14 @@ def _workload(args: argparse.Namespace, writes: tuple[str, Path] | None = None):
     """The LLM and sampling parameters the workload flags describe; ``writes``: a file of theirs."""
     from minipaged.device import check_device
     from minipaged.llm import LLM
-    from minipaged.models import check_model_directory
+    from minipaged.models import check_model_directory, files_read
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
     check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
-    directory = check_model_directory(config.model)
+    check_model_directory(config.model)
     if writes is not None:  # a trace put in place of model.safetensors would replace it
-        check_outputs_apart([writes], [("a file of the model", f) for f in directory.iterdir()])
+        check_outputs_apart([writes], files_read(config))
     check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None
     params = SamplingParams(

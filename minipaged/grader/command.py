@@ -30,8 +30,8 @@ from minipaged.arguments import integer, named_path, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
-from minipaged.grader.report_files import graded_code, save
-from minipaged.grader.student_folder import folder_of
+from minipaged.grader.report_files import save
+from minipaged.grader.student_folder import folder_of, graded_code
 from minipaged.output_paths import check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 
