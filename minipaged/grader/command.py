@@ -333,7 +333,7 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
     try:
         paths = write_gradebook(args.number, args.batch, rows)
         console.print(f"gradebook: {paths[0]} and {paths[1]}", highlight=False)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: something not ours appeared there
         unsaved.append(f"the gradebook ({error})")
     for what in unsaved:  # the grades are printed above, but files asked for are missing
         console.print(printable(f"not written: {what}"), markup=False, highlight=False)
