@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -57,9 +58,13 @@ def not_a_file(path: str | Path) -> str:
     ``"a block device"``, ``"a FIFO (a named pipe)"``, ``"a socket"``, or a link to a
     process's open file (``/dev/stdout``, whatever it leads to: with the output redirected to
     a file, it leads to that file, and replacing the link would take ``/dev/stdout`` from
-    every process); ``""`` for a regular file, a dangling link or nothing. The one rule for
+    every process), or a process's open file itself (``/dev/fd/1``, ``/proc/self/fd/1``:
+    ``open_stream``); ``""`` for a regular file, a dangling link or nothing. The one rule for
     every output path, where it is typed (``output_paths.output_file``) and where it is
     written (``Replacement``)."""
+    stream = open_stream(path)
+    if stream:  # whether or not the descriptor is open, and whatever it leads to
+        return stream
     try:
         mode = os.stat(path).st_mode  # never opens it: a FIFO does not block here
     except (OSError, ValueError):  # nothing there, or a name no file can have
@@ -67,8 +72,31 @@ def not_a_file(path: str | Path) -> str:
     with contextlib.suppress(OSError, ValueError):  # not a link
         link = os.readlink(path)
         if link.startswith("/proc/"):
-            return f"a link to a process's open file ({link})"
+            stream = open_stream(link)
+            return f"a link to a process's open file ({link}{': ' if stream else ''}{stream})"
     return next((kind for test, kind in _KINDS if test(mode)), "")
+
+
+_DESCRIPTOR = re.compile(r"/proc/(?P<process>self|thread-self|\d+)(/task/\d+)?/fd/(?P<fd>\d+)")
+_STREAMS = {0: "standard input", 1: "standard output", 2: "standard error"}
+
+
+def open_stream(path: str | Path) -> str:
+    """``path`` in a user's words when it names a file descriptor of a process (``/dev/fd/1``,
+    ``/proc/self/fd/2``, ``/proc/1234/fd/5``: its folder is ``/proc/PID/fd``, however named),
+    which a command cannot replace with a file it wrote: ``"this command's standard output
+    (file descriptor 1)"``, ``"file descriptor 5 of process 1234"``; else ``""``."""
+    try:
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    except (OSError, ValueError):
+        return ""
+    named = _DESCRIPTOR.fullmatch(os.path.join(folder, os.path.basename(path)))
+    if named is None:
+        return ""
+    fd, process = int(named["fd"]), named["process"]  # `/dev/stdout`: a link to one
+    if process in ("self", "thread-self", str(os.getpid())):
+        return f"this command's {_STREAMS.get(fd, 'open file')} (file descriptor {fd})"
+    return f"file descriptor {fd} of process {process}"
 
 
 class OutputBusy(OSError):

@@ -45,6 +45,11 @@ def output_file(what: str) -> Callable[[str], Path]:
         if kind == "a folder":
             raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
         if kind:  # /dev/null, a FIFO: a file put in its place would take it from its users
+            if "file descriptor" in kind:  # --json /dev/fd/1, to see it printed
+                raise argparse.ArgumentTypeError(
+                    f"{value} is {kind}, not a file: {what} can only go to a file (it is put "
+                    "in place of the name given); name a file, and read it from there (cat FILE)"
+                )
             raise argparse.ArgumentTypeError(
                 f"{value} is {kind}, not a file: name {what} elsewhere"
             )
