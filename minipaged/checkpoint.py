@@ -13,8 +13,10 @@ Everything here reads and writes local files only; nothing touches the network.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from minipaged.checkpoint_tensors import (
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig
 from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
+from minipaged.output_paths import output_folder
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -187,9 +190,20 @@ def save_model(
     from ours (``rms_norm_eps``, ``tie_word_embeddings``, ``head_dim``, ``rope_theta``).
     ``tokenizer`` is a ``Tokenizer``, a ``tokenizers.Tokenizer``, or a path to a
     ``tokenizer.json`` (or a directory holding one).
+
+    Every argument is checked, and every file's content made, before the folder is made or
+    any file written (``path`` by ``output_paths.output_folder``'s rule): a bad tokenizer or
+    model leaves a checkpoint already at ``path`` as it was, never new weights beside an old
+    config.
     """
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
+    if not isinstance(model, Llama):
+        raise TypeError(
+            "save_model writes a minipaged Llama (load_model or minipaged.train makes one), "
+            f"got {type(model).__name__} {model!r:.60}"
+        )
+    directory = _checkpoint_folder(path)
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer(tokenizer)
     config = model.config
 
     state = {
@@ -197,11 +211,10 @@ def save_model(
         for name, tensor in unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
+    weights = save(state, metadata={"format": "pt"})
+    directory.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all, a link at its name replaced, never followed.
-    atomic_write.write_bytes(directory / WEIGHTS_FILE, save(state, metadata={"format": "pt"}))
-
-    if not isinstance(tokenizer, Tokenizer):
-        tokenizer = Tokenizer(tokenizer)
+    atomic_write.write_bytes(directory / WEIGHTS_FILE, weights)
     tokenizer.save(directory / TOKENIZER_FILE)
 
     _write_json(directory / CONFIG_FILE, _hf_config(config))
@@ -266,6 +279,20 @@ def _existing_directory(path: str | Path) -> Path:
             f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}{close_name(path)}"
         )
     return directory
+
+
+def _checkpoint_folder(path: object) -> Path:
+    """``path`` as the folder ``save_model`` writes, by the command line's rule for a folder
+    to write (``output_paths.output_folder``), refused with a ``ValueError`` (``TypeError`` for
+    what is no path) naming it and the fix."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"save_model's path must be a folder's path, got {type(path).__name__} {path!r:.60}"
+        )
+    try:
+        return output_folder("a folder for the checkpoint")(os.fspath(path))
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(f"save_model's path {os.fspath(path)!r:.80}: {error}") from None
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
