@@ -40,6 +40,7 @@ from minipaged.checkpoint_tensors import (
     pack,
     unpack,
 )
+from minipaged.config import check_setting
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig
 from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
@@ -155,6 +156,7 @@ def load_model(
     was checked: a second reading could differ from the first (a file rewritten meanwhile).
     """
     device = check_device(device)
+    dtype = _weights_dtype(dtype)
     directory = _existing_directory(path)
     if config is None:
         config = load_config(directory)
@@ -196,11 +198,7 @@ def save_model(
     model leaves a checkpoint already at ``path`` as it was, never new weights beside an old
     config.
     """
-    if not isinstance(model, Llama):
-        raise TypeError(
-            "save_model writes a minipaged Llama (load_model or minipaged.train makes one), "
-            f"got {type(model).__name__} {model!r:.60}"
-        )
+    check_loaded_model(model, "save_model")
     directory = _checkpoint_folder(path)
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer(tokenizer)
@@ -279,6 +277,24 @@ def _existing_directory(path: str | Path) -> Path:
             f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}{close_name(path)}"
         )
     return directory
+
+
+def check_loaded_model(model: object, who: str) -> None:
+    """Refuse, with a ``TypeError`` naming ``who`` and the fix, a ``model`` that is not a
+    loaded ``Llama``: its name or directory, say, which ``load_model`` turns into one."""
+    if not isinstance(model, Llama):
+        raise TypeError(
+            f"{who} takes a loaded minipaged Llama, got {type(model).__name__} {model!r:.60}: "
+            "load one with minipaged.checkpoint.load_model('tiny' or a Hugging Face Llama "
+            "directory), or let LLM(model=...) load it"
+        )
+
+
+def _weights_dtype(dtype: object) -> torch.dtype:
+    """``dtype`` by the engine's rule for its ``dtype`` setting (``config.check_setting``): a
+    name of ``config.DTYPES`` or its ``torch.dtype``."""
+    name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+    return getattr(torch, check_setting("dtype", name))
 
 
 def _checkpoint_folder(path: object) -> Path:

@@ -48,7 +48,7 @@ CASES = {  # (model, tokenizer, path) from (model, tmp_path); the error; words i
     "a model that is its name": (
         lambda m, tmp: ("tiny", TOKENIZER, tmp / "saved"),
         TypeError,
-        ["save_model writes a minipaged Llama", "load_model", "got str 'tiny'"],
+        ["save_model takes a loaded minipaged Llama", "load_model", "got str 'tiny'"],
     ),
     "a path that is a file of the checkpoint": (
         lambda m, tmp: (m, TOKENIZER, tmp / "saved" / "config.json"),
