@@ -171,7 +171,8 @@ class Replacement:
             fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
         except OSError as error:  # named by the path asked for, not the temporary one
             raise OSError(error.errno, error.strerror, str(self.path)) from None
-        fcntl.flock(fd, fcntl.LOCK_EX)  # a file of its own, so at once: held until closed
+        with contextlib.suppress(OSError):  # a file system without locks: written unguarded
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a file of its own, so at once: held until closed
         busy = other_writer(self.path, own=fd)
         if busy:
             os.close(fd)

@@ -9,6 +9,7 @@ whole of one run's file."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -174,3 +175,19 @@ def test_a_recording_nobody_touched_is_whole(steps, tmp_path):
     trace.save(path, {"model": "tiny"}, steps)
     assert trace.load(path).steps == steps
     assert json.loads(path.read_text().splitlines()[0])["format"] == "minipaged-trace"
+
+
+def test_a_file_system_without_locks_is_still_written(tmp_path, monkeypatch):
+    """``flock`` fails with ENOLCK on some network and FUSE file systems: the write goes on
+    unguarded, as before there was a guard, rather than failing every output there."""
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(atomic_write.fcntl, "flock", no_locks)
+    path = tmp_path / "run.jsonl"
+    first = writing(path, published=True)
+    atomic_write.write_text(tmp_path / "other.txt", "written\n")
+    first.commit()
+    assert path.read_text() == "the first run's line\n"
+    assert (tmp_path / "other.txt").read_text() == "written\n"
