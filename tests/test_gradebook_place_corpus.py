@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from exercise01_answers import answered
+from test_gradebook_corpus import stand_in_grader  # noqa: F401 (a fixture)
 
 from minipaged import cli
 from minipaged.grader import gradebook
+from minipaged.grader.command import UNSAVED
 from minipaged.grader.gradebook import Row
 
 USAGE = 2
@@ -184,3 +186,29 @@ def test_a_class_with_an_escape_code_in_a_name_regrades_over_its_own_csv(tmp_pat
     the_csv_alone(tmp_path)  # its cell is the name made printable
     gradebook.check_gradebook_replaceable(1, root)
     gradebook.write_gradebook(1, root, rows)
+
+
+@pytest.mark.usefixtures("stand_in_grader")
+def test_a_file_put_where_the_gradebook_goes_during_the_grading_is_left_and_said(
+    tmp_path, capsys, monkeypatch
+):
+    """Checked before anyone is graded and again when the gradebook is written: a file put
+    there meanwhile (an unconfined student's code writing ``../../gradebook.csv``, another
+    program) is left, the grades are printed and in each report.json, and the batch exits
+    ``UNSAVED`` saying why, never 0."""
+    root = a_class(tmp_path)
+    grade_batch = gradebook.grade_batch
+
+    def grading_meanwhile(*args, **kwargs):
+        rows = grade_batch(*args, **kwargs)
+        (tmp_path / "gradebook.csv").write_text("owned\n")
+        return rows
+
+    monkeypatch.setattr(gradebook, "grade_batch", grading_meanwhile)
+    status = cli.main(["exercises", "check", "1", "--batch", str(root)])
+    out = capsys.readouterr().out
+    assert status == UNSAVED, out
+    assert "not written: the gradebook" in out and "no gradebook minipaged wrote" in out
+    assert (tmp_path / "gradebook.csv").read_text() == "owned\n"
+    assert not (tmp_path / "gradebook.json").exists()
+    assert json.loads((root / "ada" / "report.json").read_text())["score"] == 100
