@@ -69,24 +69,28 @@ class Recorder:
     flushed, so a run that is interrupted leaves a trace of every step it finished. The file
     takes ``path``'s place only at the first step (``minipaged.atomic_write``): a run refused
     before it leaves an existing trace as it was, and a symbolic link at ``path`` is replaced,
-    never followed."""
+    never followed. The header and ``keyframe_every`` are checked by the rule ``load`` reads
+    them by before anything is made: a recorder writes no trace that would not load."""
 
     def __init__(
         self, path: str | Path, header: dict, keyframe_every: int = KEYFRAME_EVERY
     ) -> None:
-        if keyframe_every < 1:
-            raise ValueError(f"keyframe_every must be at least 1, got {keyframe_every}")
+        line = header_line(header, keyframe_every)
         self.keyframe_every = keyframe_every
         self.num_steps = 0
         self._previous: StepOutput | None = None
         # Open for the recorder's lifetime, put in place by close() or the with block.
         self._replacement = atomic_write.Replacement(path)
         self._file = self._replacement.file
-        start = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
-        self._file.write(json.dumps({**start, **header}) + "\n")
+        self._file.write(line)
         self._file.flush()
 
     def write(self, step: StepOutput) -> None:
+        if not isinstance(step, StepOutput):  # before a line of it is written
+            raise TypeError(
+                f"Recorder.write takes a StepOutput (what LLMEngine.step returns), got "
+                f"{type(step).__name__} {step!r:.60}"
+            )
         previous = None if self.num_steps % self.keyframe_every == 0 else self._previous
         self._file.write(json.dumps(step_to_dict(step, previous)) + "\n")
         self._file.flush()
@@ -107,6 +111,37 @@ class Recorder:
             self._replacement.discard()  # refused before any step: keep what was there
         else:
             self.close()
+
+
+def header_line(header: dict, keyframe_every: int) -> str:
+    """The first line of a trace: the recorder's own keys, then ``header``'s. Refused, naming
+    the problem and the fix, where ``load`` would refuse it (``check_header``) or it is no
+    JSON: a header that is no dict, that sets a key only the recorder sets, holds a value JSON
+    cannot hold (NaN, a set, an object), or a ``keyframe_every`` that is no integer of at
+    least 1."""
+    if not isinstance(header, dict):
+        raise TypeError(
+            "a trace's header is a dict of what the run was (model, prompts, engine), got "
+            f"{type(header).__name__} {header!r:.60}"
+        )
+    own = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
+    taken = [key for key in own if key in header]
+    if taken:
+        raise ValueError(
+            f"the header sets {', '.join(taken)}, which only the recorder sets: drop "
+            f"{'it' if len(taken) == 1 else 'them'} from the header (pass keyframe_every to "
+            "the recorder itself)"
+        )
+    try:
+        line = json.dumps({**own, **header}, allow_nan=False)
+        check_header(json.loads(line))
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"the trace's header cannot be written as a trace that loads: {error}; give "
+            "keyframe_every as an integer of at least 1 and header values JSON holds (text, "
+            "finite numbers, lists and dicts of them)"
+        ) from None
+    return line + "\n"
 
 
 def save(
