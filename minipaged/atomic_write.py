@@ -29,6 +29,7 @@ import os
 import re
 import stat
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -181,6 +182,7 @@ class Replacement:
         encoding = None if "b" in mode else "utf-8"
         self.file: IO = os.fdopen(fd, mode, encoding=encoding)
         self.published = False
+        _UNFINISHED.add(self)
 
     def publish(self) -> None:
         """Put the file in place of ``path`` now (a link there is replaced, not followed) and
@@ -194,6 +196,7 @@ class Replacement:
         os.chmod(self.temporary, 0o666 & ~_umask())
         os.replace(self.temporary, self.path)
         self.published = True
+        _UNFINISHED.discard(self)
 
     def _check_in_place(self) -> None:
         try:
@@ -221,6 +224,7 @@ class Replacement:
     def discard(self) -> None:
         """Drop what was written, unless it is published already."""
         self.file.close()
+        _UNFINISHED.discard(self)
         if not self.published:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.temporary)
@@ -233,6 +237,20 @@ class Replacement:
             f"{self.path} was a symbolic link: replaced by the file, the file it pointed to "
             "left alone"
         )
+
+
+_UNFINISHED: weakref.WeakSet[Replacement] = weakref.WeakSet()
+"""Each ``Replacement`` whose temporary file is not yet put in place nor dropped."""
+
+
+def drop_unfinished() -> None:
+    """Remove every temporary file not yet put in place, for a process about to end without
+    unwinding (the command line's Ctrl-C ends it with ``os._exit``): what stands at each
+    name is left as it was, and no hidden ``.name.XXXX`` file stays behind."""
+    for replacement in list(_UNFINISHED):
+        with contextlib.suppress(OSError):
+            os.unlink(replacement.temporary)
+    _UNFINISHED.clear()
 
 
 @contextlib.contextmanager

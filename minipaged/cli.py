@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from minipaged import atomic_write
 from minipaged.arguments import (
     FAILURE,
     INTERRUPTED,
@@ -352,8 +353,8 @@ def _on_ctrl_c(command: Callable[[], str]):
     """Make Ctrl-C end the command at once: one line, status 130. A KeyboardInterrupt can be
     swallowed by a library's bare ``except:`` (some probe optional imports that way while torch
     loads), and the command would run on. Traces are flushed line by line and the pools live
-    in this process, so exiting loses nothing. Returns the handler it replaced, or None off
-    the main thread, where Python allows no signal handler."""
+    in this process, so exiting loses nothing (``atomic_write.drop_unfinished``). Returns the
+    handler it replaced, or None off the main thread, where Python allows no signal handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
@@ -361,6 +362,7 @@ def _on_ctrl_c(command: Callable[[], str]):
         with contextlib.suppress(Exception):  # stdout may be mid-write; its text can go
             sys.stdout.flush()
         say(command(), "interrupted (Ctrl-C)")
+        atomic_write.drop_unfinished()
         os._exit(INTERRUPTED)
 
     return signal.signal(signal.SIGINT, interrupted)
