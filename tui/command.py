@@ -194,9 +194,14 @@ def tui_parser() -> argparse.ArgumentParser:
 
 def failed(app) -> int:
     """1 with the app's error on stderr if its run could not start (a corrupt model or
-    tokenizer), else 0."""
+    tokenizer), or if the trace it replayed ends early at a damaged line (shown up to it, and
+    said, as ``trace replay`` shows it and exits 1); else 0."""
     if app.return_code:
         say("tui", str(app.error))
+        return 1
+    damaged = app.trace.error if app.trace is not None else None
+    if damaged:
+        say("tui", f"the trace ends early: {damaged}")
         return 1
     return 0
 
@@ -378,4 +383,4 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[st
     print(f"wrote {path} (step {step}, {size[0]}x{size[1]})")
     if app.stopped is not None:
         say("tui", str(app.stopped.error))
-    return 0
+    return failed(app)
