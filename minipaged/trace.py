@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from minipaged import atomic_write
 from minipaged.input_file import check_input_file
+from minipaged.json_input import loads
 from minipaged.outputs import StepOutput
 from minipaged.trace_accounting import Ledger
 from minipaged.trace_lines import event_from_dict, step_from_dict, step_to_dict
@@ -190,7 +191,7 @@ def load(
             try:
                 if len(line) > limit:
                     raise TraceError(f"is longer than the {limit:,} bytes this machine can parse")
-                record = checker.record(json.loads(line), previous)
+                record = checker.record(loads(line), previous)
                 step = step_from_dict(record, previous)
                 checker.result(step.state, step.sequences)
             except RecursionError:
@@ -261,7 +262,7 @@ def _header(path: Path, line: bytes) -> dict:
             "`minipaged trace record`"
         )
     try:
-        header = json.loads(line)
+        header = loads(line)
     except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise refuse(f"line 1 is not a JSON header ({error})") from error
     if not isinstance(header, dict) or header.get("format") != FORMAT:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 from minipaged import atomic_write
 from minipaged.grader.exercises import EXERCISES
 from minipaged.grader.report import printable
 from minipaged.grader.student_folder import missing_files
+from minipaged.json_input import loads
 
 GRADEBOOK = "gradebook"
 """The gradebook's files, beside the folder of submissions: gradebook.csv and gradebook.json."""
@@ -138,7 +138,7 @@ def _gradebook_of(path: Path) -> tuple[int | None, Path | None, list[str]] | Non
                 same = [n for n, ex in EXERCISES.items() if list(ex.points()) == names]
                 students = [row[0] for row in table[1:] if row]
                 return (same[0] if len(same) == 1 else None), None, students
-            book = json.loads(file.read(MAX_GRADEBOOK_BYTES))
+            book = loads(file.read(MAX_GRADEBOOK_BYTES))
     except (OSError, UnicodeDecodeError, ValueError, csv.Error):
         return None
     if not (isinstance(book, dict) and "minipaged_version" in book):
