@@ -18,7 +18,7 @@ from minipaged import atomic_write, cli
 STREAMS = {  # a path naming a descriptor, and the words for it
     "/dev/fd/1": "this command's standard output (file descriptor 1)",
     "/proc/self/fd/1": "this command's standard output (file descriptor 1)",
-    f"/proc/{os.getpid()}/fd/1": "this command's standard output (file descriptor 1)",
+    "/proc/PID/fd/1": "this command's standard output (file descriptor 1)",  # PID: our own
     "/dev/fd/2": "this command's standard error (file descriptor 2)",
     "/dev/fd/0": "this command's standard input (file descriptor 0)",
     "/dev/fd/97": "this command's open file (file descriptor 97)",  # not open: still no file
@@ -33,7 +33,9 @@ STREAMS = {  # a path naming a descriptor, and the words for it
 def test_an_output_named_by_a_file_descriptor_says_it_only_goes_to_a_file(
     output, stream, tmp_path, capsys
 ):
-    line = refused(OUTPUTS[output](tmp_path, stream), capsys, stream, STREAMS[stream])
+    words = STREAMS[stream]
+    stream = stream.replace("PID", str(os.getpid()))  # here, not in the id: a worker's own
+    line = refused(OUTPUTS[output](tmp_path, stream), capsys, stream, words)
     assert "not a file" in line and "can only go to a file" in line and "cat FILE" in line
     assert list(tmp_path.iterdir()) == []
 
