@@ -100,6 +100,16 @@ def open_stream(path: str | Path) -> str:
     return f"file descriptor {fd} of process {process}"
 
 
+def typed_as_folder(path: str | Path) -> bool:
+    """Whether ``path``, as typed, ends in a separator or a ``.`` or ``..`` part (``runs/``,
+    ``runs/.``), which names a folder: ``pathlib`` drops the first two, so a file would be
+    written at ``runs`` where the user named a folder. A ``Path`` has lost them already: the
+    rule is asked of the text where it is typed (``output_paths.output_file``) or given."""
+    text = os.fspath(path)
+    ends = (os.sep, os.altsep) if os.altsep else (os.sep,)
+    return text.endswith(ends) or os.path.basename(text) in (".", "..")
+
+
 class OutputBusy(OSError):
     """Another run is writing the file a new ``Replacement`` would replace."""
 
@@ -156,6 +166,11 @@ class Replacement:
     only writer of ``path`` while it lives (``other_writer``)."""
 
     def __init__(self, path: str | Path, mode: str = "w") -> None:
+        if isinstance(path, str) and typed_as_folder(path):
+            ending = os.path.basename(path) or path[-1]
+            raise IsADirectoryError(
+                f"cannot write {path}: it names a folder (it ends in {ending!r}); name a file"
+            )
         self.path = Path(path)
         folder = self.path.parent
         if not folder.is_dir():

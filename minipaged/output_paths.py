@@ -41,6 +41,11 @@ def output_file(what: str) -> Callable[[str], Path]:
 
     def parse(value: str) -> Path:
         file = named(value)
+        if atomic_write.typed_as_folder(value):  # Path("runs/") is Path("runs"): a file there
+            ending = os.path.basename(value) or value[-1]
+            raise argparse.ArgumentTypeError(
+                f"{value} names a folder (it ends in {ending!r}): name {what} inside it"
+            )
         kind = atomic_write.not_a_file(file)
         if kind == "a folder":
             raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
