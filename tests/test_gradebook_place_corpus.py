@@ -212,3 +212,29 @@ def test_a_file_put_where_the_gradebook_goes_during_the_grading_is_left_and_said
     assert (tmp_path / "gradebook.csv").read_text() == "owned\n"
     assert not (tmp_path / "gradebook.json").exists()
     assert json.loads((root / "ada" / "report.json").read_text())["score"] == 100
+
+
+@pytest.mark.parametrize("form", ["both files", "an old gradebook.json as typed"])
+def test_a_regrade_after_a_student_left_replaces_the_gradebook_that_names_this_folder(
+    form, tmp_path
+):
+    """The JSON names this folder, so its students need not all be there still, and it
+    vouches for the CSV beside it: a student who dropped the course is no sign of another
+    class."""
+    root = a_class(tmp_path)
+    (root / "carol").mkdir()
+    written_for(tmp_path, "class", ["ada", "bob", "carol"])
+    if form != "both files":
+        as_typed(tmp_path, "class")
+    (root / "carol").rmdir()
+    gradebook.check_gradebook_replaceable(1, root)
+    gradebook.write_gradebook(1, root, [Row("ada", gradebook.PASSED), Row("bob", "missing")])
+    assert "carol" not in (tmp_path / "gradebook.csv").read_text()
+
+
+def test_a_lone_csv_of_a_student_who_left_is_refused_as_it_cannot_be_told_apart(tmp_path):
+    root = a_class(tmp_path)
+    written_for(tmp_path, "class", ["ada", "carol"])
+    the_csv_alone(tmp_path)
+    with pytest.raises(ValueError, match=r"carol, who has no folder in .*may be another class"):
+        gradebook.check_gradebook_replaceable(1, root)

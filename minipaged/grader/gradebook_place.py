@@ -65,12 +65,13 @@ def check_gradebook_replaceable(number: int, root: Path, students: list[str] | N
     something other than a file (a folder, a FIFO), a file minipaged did not write (an
     instructor's own ``gradebook.csv``), or the gradebook of another exercise or of another
     folder of submissions (a sibling section's). Whose folder a gradebook is, is read from
-    ``gradebook.json``'s absolute ``submissions``; where that is not there (a ``gradebook.csv``
-    alone, a ``gradebook.json`` written before it was absolute), a relative folder's name must
-    be ``root``'s and every student it holds one of ``students`` (by default the names of
-    ``root``'s submissions). A symbolic link there is replaced, and what it points to left alone
-    (``atomic_write``). Raises ``ValueError`` naming the file and the fix. ``write_gradebook``
-    checks it too, so a gradebook written from a notebook keeps the same rule."""
+    ``gradebook.json``'s ``submissions`` (absolute; as typed in older ones, when its name must
+    be ``root``'s), which vouches for the ``gradebook.csv`` beside it; where no folder is named
+    (a ``gradebook.csv`` alone, an older ``gradebook.json`` of ``.``), every student it holds
+    must be one of ``students`` (by default the names of ``root``'s submissions). A symbolic
+    link there is replaced, and what it points to left alone (``atomic_write``). Raises
+    ``ValueError`` naming the file and the fix. ``write_gradebook`` checks it too, so a
+    gradebook written from a notebook keeps the same rule."""
     here = root.resolve()  # `--batch .` named by where it is
     move = f"move it away, or {here} into a folder of its own (the gradebook goes beside it)"
     beside = gradebook_paths(root)[0].parent
@@ -81,6 +82,7 @@ def check_gradebook_replaceable(number: int, root: Path, students: list[str] | N
             f"no gradebook can be written beside {here}, in {beside} ({error.strerror}): "
             f"move {here} into a folder you can write"
         ) from None
+    vouched = False  # the JSON names this folder: the CSV beside it is the same batch's
     for path in reversed(gradebook_paths(root)):  # the JSON first: it names its folder
         kind = atomic_write.not_a_file(path)
         if kind:
@@ -105,12 +107,18 @@ def check_gradebook_replaceable(number: int, root: Path, students: list[str] | N
                     f"{path} holds the grades of {graded}, which grading {here} would "
                     f"replace: {move}"
                 )
+            vouched = True
             continue
-        if graded is not None and graded.name not in ("", here.name):  # as typed, years ago
-            raise ValueError(
-                f"{path} holds the grades of a folder named {graded.name}, which grading "
-                f"{here} would replace: {move}"
-            )
+        if graded is not None and graded.name:  # as typed, before it was made absolute
+            if graded.name != here.name:
+                raise ValueError(
+                    f"{path} holds the grades of a folder named {graded.name}, which grading "
+                    f"{here} would replace: {move}"
+                )
+            vouched = True
+            continue
+        if vouched:
+            continue
         if students is None:
             students = [entry.name for entry in submissions(number, root)]
         ours = set(students) | {printable(name) for name in students}  # a CSV cell's
@@ -118,8 +126,8 @@ def check_gradebook_replaceable(number: int, root: Path, students: list[str] | N
         if strangers:
             raise ValueError(
                 f"{path} holds the grades of {printable(', '.join(strangers[:3]))}, who "
-                f"{'has' if len(strangers) == 1 else 'have'} no folder in {here}: it is "
-                f"another class's, which grading {here} would replace: {move}"
+                f"{'has' if len(strangers) == 1 else 'have'} no folder in {here}, so they may "
+                f"be another class's grades, which grading {here} would replace: {move}"
             )
 
 
