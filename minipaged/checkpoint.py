@@ -13,8 +13,10 @@ Everything here reads and writes local files only; nothing touches the network.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,11 @@ from minipaged.checkpoint_tensors import (
     pack,
     unpack,
 )
+from minipaged.config import check_setting
 from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig
 from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
+from minipaged.output_paths import output_folder
 from minipaged.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
@@ -152,6 +156,7 @@ def load_model(
     was checked: a second reading could differ from the first (a file rewritten meanwhile).
     """
     device = check_device(device)
+    dtype = _weights_dtype(dtype)
     directory = _existing_directory(path)
     if config is None:
         config = load_config(directory)
@@ -187,9 +192,16 @@ def save_model(
     from ours (``rms_norm_eps``, ``tie_word_embeddings``, ``head_dim``, ``rope_theta``).
     ``tokenizer`` is a ``Tokenizer``, a ``tokenizers.Tokenizer``, or a path to a
     ``tokenizer.json`` (or a directory holding one).
+
+    Every argument is checked, and every file's content made, before the folder is made or
+    any file written (``path`` by ``output_paths.output_folder``'s rule): a bad tokenizer or
+    model leaves a checkpoint already at ``path`` as it was, never new weights beside an old
+    config.
     """
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
+    check_loaded_model(model, "save_model")
+    directory = _checkpoint_folder(path)
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer(tokenizer)
     config = model.config
 
     state = {
@@ -197,11 +209,10 @@ def save_model(
         for name, tensor in unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
+    weights = save(state, metadata={"format": "pt"})
+    directory.mkdir(parents=True, exist_ok=True)
     # Each file whole or not at all, a link at its name replaced, never followed.
-    atomic_write.write_bytes(directory / WEIGHTS_FILE, save(state, metadata={"format": "pt"}))
-
-    if not isinstance(tokenizer, Tokenizer):
-        tokenizer = Tokenizer(tokenizer)
+    atomic_write.write_bytes(directory / WEIGHTS_FILE, weights)
     tokenizer.save(directory / TOKENIZER_FILE)
 
     _write_json(directory / CONFIG_FILE, _hf_config(config))
@@ -266,6 +277,38 @@ def _existing_directory(path: str | Path) -> Path:
             f"directory holding {CONFIG_FILE} and {WEIGHTS_FILE}{made_by}{close_name(path)}"
         )
     return directory
+
+
+def check_loaded_model(model: object, who: str) -> None:
+    """Refuse, with a ``TypeError`` naming ``who`` and the fix, a ``model`` that is not a
+    loaded ``Llama``: its name or directory, say, which ``load_model`` turns into one."""
+    if not isinstance(model, Llama):
+        raise TypeError(
+            f"{who} takes a loaded minipaged Llama, got {type(model).__name__} {model!r:.60}: "
+            "load one with minipaged.checkpoint.load_model('tiny' or a Hugging Face Llama "
+            "directory), or let LLM(model=...) load it"
+        )
+
+
+def _weights_dtype(dtype: object) -> torch.dtype:
+    """``dtype`` by the engine's rule for its ``dtype`` setting (``config.check_setting``): a
+    name of ``config.DTYPES`` or its ``torch.dtype``."""
+    name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+    return getattr(torch, check_setting("dtype", name))
+
+
+def _checkpoint_folder(path: object) -> Path:
+    """``path`` as the folder ``save_model`` writes, by the command line's rule for a folder
+    to write (``output_paths.output_folder``), refused with a ``ValueError`` (``TypeError`` for
+    what is no path) naming it and the fix."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"save_model's path must be a folder's path, got {type(path).__name__} {path!r:.60}"
+        )
+    try:
+        return output_folder("a folder for the checkpoint")(os.fspath(path))
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(f"save_model's path {os.fspath(path)!r:.80}: {error}") from None
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:

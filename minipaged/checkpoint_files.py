@@ -11,7 +11,6 @@ generate garbage (or trip the attention's overflow refusal with a scale it never
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
+
+from minipaged.json_input import NotJSON, loads
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
@@ -124,15 +125,13 @@ def read_json(file: Path, holds: str) -> dict[str, Any]:
     if not file.is_file():
         raise no_file(file, holds)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = loads(file.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise CheckpointError(
             f"{file} is not UTF-8 text (byte {error.start}); it should be JSON holding {holds}"
         ) from error
-    except json.JSONDecodeError as error:
-        raise CheckpointError(
-            f"{file} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
-        ) from error
+    except NotJSON as error:  # undecodable, a key twice (which value?), nested past reading
+        raise CheckpointError(f"{file} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{file} must hold a JSON object, got {type(data).__name__}")
     return data

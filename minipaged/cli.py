@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from minipaged import atomic_write
 from minipaged.arguments import (
     FAILURE,
     INTERRUPTED,
@@ -141,14 +142,14 @@ def _workload(args: argparse.Namespace, writes: tuple[str, Path] | None = None):
     """The LLM and sampling parameters the workload flags describe; ``writes``: a file of theirs."""
     from minipaged.device import check_device
     from minipaged.llm import LLM
-    from minipaged.models import check_model_directory
+    from minipaged.models import check_model_directory, files_read
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
     check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
-    directory = check_model_directory(config.model)
+    check_model_directory(config.model)
     if writes is not None:  # a trace put in place of model.safetensors would replace it
-        check_outputs_apart([writes], [("a file of the model", f) for f in directory.iterdir()])
+        check_outputs_apart([writes], files_read(config))
     check_device(config.device)  # LLM checks that the pools fit, before any is allocated
     beam = args.beam_width is not None
     params = SamplingParams(
@@ -352,8 +353,8 @@ def _on_ctrl_c(command: Callable[[], str]):
     """Make Ctrl-C end the command at once: one line, status 130. A KeyboardInterrupt can be
     swallowed by a library's bare ``except:`` (some probe optional imports that way while torch
     loads), and the command would run on. Traces are flushed line by line and the pools live
-    in this process, so exiting loses nothing. Returns the handler it replaced, or None off
-    the main thread, where Python allows no signal handler."""
+    in this process, so exiting loses nothing (``atomic_write.drop_unfinished``). Returns the
+    handler it replaced, or None off the main thread, where Python allows no signal handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
@@ -361,6 +362,7 @@ def _on_ctrl_c(command: Callable[[], str]):
         with contextlib.suppress(Exception):  # stdout may be mid-write; its text can go
             sys.stdout.flush()
         say(command(), "interrupted (Ctrl-C)")
+        atomic_write.drop_unfinished()
         os._exit(INTERRUPTED)
 
     return signal.signal(signal.SIGINT, interrupted)

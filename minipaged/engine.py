@@ -19,6 +19,7 @@ import torch
 from minipaged import fp8
 from minipaged.backend import kernels_for, resolve_backend
 from minipaged.block_manager import BlockManager
+from minipaged.checkpoint import check_loaded_model
 from minipaged.config import EngineConfig, check_fp8_model
 from minipaged.decoding import Sampler, ranked
 from minipaged.events import Event, Finish, Refuse
@@ -67,6 +68,7 @@ class LLMEngine:
         the exercises, to watch it run the real model. An FP8 ``kv_cache_dtype`` starts with
         scales of 1; ``LLM`` calibrates them. ``draft_shape``: a draft model's config.json as
         ``LLM`` read and checked it (``minipaged.speculative.fits``), so it is not read again."""
+        check_loaded_model(model, "LLMEngine")  # not its name: LLM(model="tiny") loads that
         config = (config or EngineConfig()).replace(**settings)
         check_tokenizer_fits(tokenizer, model.config.vocab_size)
         param = next(model.parameters())

@@ -4,9 +4,10 @@ was there is lost.
 
 An output is refused when its folder is missing or no file can be made in it, when something
 other than a file stands where it goes (a folder, ``/dev/null``, a FIFO:
-``atomic_write.not_a_file``), and, once every path of the command is known
-(``check_outputs_apart``), when two outputs name one file or an output names a file the
-command reads: the second write would replace the first, or the input, without a word.
+``atomic_write.not_a_file``), when another run is writing it (``atomic_write.other_writer``),
+and, once every path of the command is known (``check_outputs_apart``), when two outputs name
+one file or an output names a file the command reads: the second write would replace the
+first, or the input, without a word.
 """
 
 from __future__ import annotations
@@ -40,10 +41,20 @@ def output_file(what: str) -> Callable[[str], Path]:
 
     def parse(value: str) -> Path:
         file = named(value)
+        if atomic_write.typed_as_folder(value):  # Path("runs/") is Path("runs"): a file there
+            ending = os.path.basename(value) or value[-1]
+            raise argparse.ArgumentTypeError(
+                f"{value} names a folder (it ends in {ending!r}): name {what} inside it"
+            )
         kind = atomic_write.not_a_file(file)
         if kind == "a folder":
             raise argparse.ArgumentTypeError(f"{value} is a folder: name {what} inside it")
         if kind:  # /dev/null, a FIFO: a file put in its place would take it from its users
+            if "file descriptor" in kind:  # --json /dev/fd/1, to see it printed
+                raise argparse.ArgumentTypeError(
+                    f"{value} is {kind}, not a file: {what} can only go to a file (it is put "
+                    "in place of the name given); name a file, and read it from there (cat FILE)"
+                )
             raise argparse.ArgumentTypeError(
                 f"{value} is {kind}, not a file: name {what} elsewhere"
             )
@@ -53,6 +64,9 @@ def output_file(what: str) -> Callable[[str], Path]:
                 f"cannot write {value}: its folder {file.parent} {missing}"
             )
         check_can_write_in(file.parent, value)
+        busy = atomic_write.other_writer(file)
+        if busy:
+            raise argparse.ArgumentTypeError(f"cannot write {value}: {busy}")
         return file
 
     parse.__name__ = "output_file"

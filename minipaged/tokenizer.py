@@ -8,7 +8,6 @@ itself, so the ids do not depend on a file's post-processor.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from minipaged import atomic_write
+from minipaged.json_input import NotJSON, loads
 from minipaged.python_numbers import python_number
 
 ENDOFTEXT = "<|endoftext|>"
@@ -169,8 +169,8 @@ def _special_tokens_from_config(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        config = loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, NotJSON) as error:
         raise TokenizerError(
             f"{path} is not valid JSON ({error}); fix or delete it (it only names BOS and EOS)"
         ) from error

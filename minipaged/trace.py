@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from minipaged import atomic_write
 from minipaged.input_file import check_input_file
+from minipaged.json_input import loads
 from minipaged.outputs import StepOutput
 from minipaged.trace_accounting import Ledger
 from minipaged.trace_lines import event_from_dict, step_from_dict, step_to_dict
@@ -69,24 +70,28 @@ class Recorder:
     flushed, so a run that is interrupted leaves a trace of every step it finished. The file
     takes ``path``'s place only at the first step (``minipaged.atomic_write``): a run refused
     before it leaves an existing trace as it was, and a symbolic link at ``path`` is replaced,
-    never followed."""
+    never followed. The header and ``keyframe_every`` are checked by the rule ``load`` reads
+    them by before anything is made: a recorder writes no trace that would not load."""
 
     def __init__(
         self, path: str | Path, header: dict, keyframe_every: int = KEYFRAME_EVERY
     ) -> None:
-        if keyframe_every < 1:
-            raise ValueError(f"keyframe_every must be at least 1, got {keyframe_every}")
+        line = header_line(header, keyframe_every)
         self.keyframe_every = keyframe_every
         self.num_steps = 0
         self._previous: StepOutput | None = None
         # Open for the recorder's lifetime, put in place by close() or the with block.
         self._replacement = atomic_write.Replacement(path)
         self._file = self._replacement.file
-        start = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
-        self._file.write(json.dumps({**start, **header}) + "\n")
+        self._file.write(line)
         self._file.flush()
 
     def write(self, step: StepOutput) -> None:
+        if not isinstance(step, StepOutput):  # before a line of it is written
+            raise TypeError(
+                f"Recorder.write takes a StepOutput (what LLMEngine.step returns), got "
+                f"{type(step).__name__} {step!r:.60}"
+            )
         previous = None if self.num_steps % self.keyframe_every == 0 else self._previous
         self._file.write(json.dumps(step_to_dict(step, previous)) + "\n")
         self._file.flush()
@@ -107,6 +112,37 @@ class Recorder:
             self._replacement.discard()  # refused before any step: keep what was there
         else:
             self.close()
+
+
+def header_line(header: dict, keyframe_every: int) -> str:
+    """The first line of a trace: the recorder's own keys, then ``header``'s. Refused, naming
+    the problem and the fix, where ``load`` would refuse it (``check_header``) or it is no
+    JSON: a header that is no dict, that sets a key only the recorder sets, holds a value JSON
+    cannot hold (NaN, a set, an object), or a ``keyframe_every`` that is no integer of at
+    least 1."""
+    if not isinstance(header, dict):
+        raise TypeError(
+            "a trace's header is a dict of what the run was (model, prompts, engine), got "
+            f"{type(header).__name__} {header!r:.60}"
+        )
+    own = {"format": FORMAT, "version": VERSION, "keyframe_every": keyframe_every}
+    taken = [key for key in own if key in header]
+    if taken:
+        raise ValueError(
+            f"the header sets {', '.join(taken)}, which only the recorder sets: drop "
+            f"{'it' if len(taken) == 1 else 'them'} from the header (pass keyframe_every to "
+            "the recorder itself)"
+        )
+    try:
+        line = json.dumps({**own, **header}, allow_nan=False)
+        check_header(json.loads(line))
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"the trace's header cannot be written as a trace that loads: {error}; give "
+            "keyframe_every as an integer of at least 1 and header values JSON holds (text, "
+            "finite numbers, lists and dicts of them)"
+        ) from None
+    return line + "\n"
 
 
 def save(
@@ -155,7 +191,7 @@ def load(
             try:
                 if len(line) > limit:
                     raise TraceError(f"is longer than the {limit:,} bytes this machine can parse")
-                record = checker.record(json.loads(line), previous)
+                record = checker.record(loads(line), previous)
                 step = step_from_dict(record, previous)
                 checker.result(step.state, step.sequences)
             except RecursionError:
@@ -226,7 +262,7 @@ def _header(path: Path, line: bytes) -> dict:
             "`minipaged trace record`"
         )
     try:
-        header = json.loads(line)
+        header = loads(line)
     except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise refuse(f"line 1 is not a JSON header ({error})") from error
     if not isinstance(header, dict) or header.get("format") != FORMAT:

@@ -240,7 +240,7 @@ def test_solution_reports_are_kept_off_the_library_modules_it_grades():
     """Tried on the rule, not the command: with the rule broken, the command would write its
     report over ``minipaged/memory.py`` of the checkout running the test."""
     import minipaged.memory
-    from minipaged.grader.report_files import graded_code
+    from minipaged.grader.student_folder import graded_code
     from minipaged.output_paths import check_outputs_apart
 
     module = Path(minipaged.memory.__file__).resolve()

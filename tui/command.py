@@ -129,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     keys = screenshot_keys(args.keys)
-    if args.screenshot is not None:  # the picture must not take the place of what it shows
-        check_outputs_apart([("--screenshot", args.screenshot)], files_shown(args))
     if args.serve:
         return serve.serve(args, tui_parser())
     app = build_app(args)
@@ -143,17 +141,22 @@ def run(args: argparse.Namespace) -> int:
     return screenshot(app, args.screenshot, args.steps, args.size, keys)
 
 
-def files_shown(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    """The files a run of ``args`` reads, which its screenshot must not replace: the trace it
-    replays, or the exercise's code it runs (refused here when it is not there)."""
-    if args.trace is not None:
-        return [("the trace --trace replays", args.trace)]
-    if args.exercise is None or args.solution:
-        return []
-    from minipaged.grader.student_run import folder_of
+def check_screenshot_apart(args: argparse.Namespace, config) -> None:
+    """Refuse, before the run, a ``--screenshot`` that would take the place of a file the run
+    reads: the trace it replays, the code of the exercise it runs (``graded_code``: the
+    student's, or the library's modules with ``--solution``), a file of the model or draft
+    model of ``config`` (``files_read``)."""
+    if args.screenshot is None:
+        return
+    from minipaged.grader.student_run import graded_code
+    from minipaged.models import files_read
 
-    code = folder_of(args.exercise, args.path).glob("*.py")
-    return [("code of the exercise", file) for file in code]
+    shown = files_read(config)
+    if args.trace is not None:
+        shown.append(("the trace --trace replays", args.trace))
+    elif args.exercise is not None:
+        shown += graded_code(args.exercise, args.path, args.solution)
+    check_outputs_apart([("--screenshot", args.screenshot)], shown)
 
 
 def screenshot_keys(keys: str) -> list[str]:
@@ -191,9 +194,14 @@ def tui_parser() -> argparse.ArgumentParser:
 
 def failed(app) -> int:
     """1 with the app's error on stderr if its run could not start (a corrupt model or
-    tokenizer), else 0."""
+    tokenizer), or if the trace it replayed ends early at a damaged line (shown up to it, and
+    said, as ``trace replay`` shows it and exits 1); else 0."""
     if app.return_code:
         say("tui", str(app.error))
+        return 1
+    damaged = app.trace.error if app.trace is not None else None
+    if damaged:
+        say("tui", f"the trace ends early: {damaged}")
         return 1
     return 0
 
@@ -209,6 +217,7 @@ def build_app(args: argparse.Namespace):
         from minipaged.trace import TraceError
         from minipaged.transcript import load_recorded
 
+        check_screenshot_apart(args, TUI_CONFIG.replace(model=model))
         recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
         if recorded.error is not None and not recorded.steps:  # nothing to show: say why
             raise TraceError(recorded.error)
@@ -238,6 +247,7 @@ def build_app(args: argparse.Namespace):
             )
         scenario = SCENARIOS[name]
         scenario = replace(scenario, config=config_from_flags(args, scenario.config))
+    check_screenshot_apart(args, scenario.config)
     directory = model_directory(scenario.config.model)
     if not (directory / "config.json").is_file():
         fix = ", or train it with `python -m minipaged.train`" if model == "tiny" else ""
@@ -373,4 +383,4 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[st
     print(f"wrote {path} (step {step}, {size[0]}x{size[1]})")
     if app.stopped is not None:
         say("tui", str(app.stopped.error))
-    return 0
+    return failed(app)

@@ -30,8 +30,8 @@ from minipaged.arguments import integer, named_path, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
-from minipaged.grader.report_files import graded_code, save
-from minipaged.grader.student_folder import folder_of
+from minipaged.grader.report_files import save
+from minipaged.grader.student_folder import folder_of, graded_code
 from minipaged.output_paths import check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 
@@ -333,7 +333,7 @@ def _batch(args: argparse.Namespace, limits: Limits, console: Console) -> int:
     try:
         paths = write_gradebook(args.number, args.batch, rows)
         console.print(f"gradebook: {paths[0]} and {paths[1]}", highlight=False)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: something not ours appeared there
         unsaved.append(f"the gradebook ({error})")
     for what in unsaved:  # the grades are printed above, but files asked for are missing
         console.print(printable(f"not written: {what}"), markup=False, highlight=False)

@@ -14,9 +14,9 @@ A sub-folder without the exercise's files is a row with status ``missing`` and w
 instead (``found Block_Manager.py: rename it to block_manager.py``), and so is a file where a
 student's folder should be (``bob.zip``, not unpacked): never a missing row. A gradebook already
 beside ``DIR`` is replaced only when it is this exercise's, of this folder, written by
-minipaged (``check_gradebook_replaceable``); anything else there (the instructor's own
-spreadsheet, another exercise's or another section's grades, a folder) is refused before
-anyone is graded.
+minipaged (``gradebook_place.check_gradebook_replaceable``); anything else there (the
+instructor's own spreadsheet, another exercise's or another section's grades, a folder) is
+refused before anyone is graded, and by ``write_gradebook`` itself.
 Gradescope's autograder grades one submission at a time: ``gradescope`` turns one report into
 its ``results.json``.
 """
@@ -40,27 +40,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipaged import __version__, atomic_write
-from minipaged.grader.exercises import EXERCISES, exercise
+from minipaged.grader.exercises import exercise
+from minipaged.grader.gradebook_place import (
+    COLUMNS_AFTER_CRITERIA,
+    check_gradebook_replaceable,
+    gradebook_paths,
+    submissions,
+)
 from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
 from minipaged.grader.student_folder import missing_files
-
-GRADEBOOK = "gradebook"
-"""The gradebook's files, beside the folder of submissions: gradebook.csv and gradebook.json."""
 
 STARTUP_SECONDS = 300.0
 """Time a grading process may take beyond the submission's own limit (starting Python, torch,
 and its grading children, whose starts ``--time-limit`` does not count: one per place its
 criteria run, and one more after each criterion that ends its child) before it is ended and
 its row says so."""
-
-COLUMNS_AFTER_CRITERIA = ["total", "max", "status", "cause", "seconds"]
-"""The gradebook's columns after the student's name and the criteria's points."""
-
-MAX_GRADEBOOK_BYTES = 64 * 2**20
-"""The most of a ``gradebook.json`` read to tell whose it is: a class's reports fit many
-times over; a larger file there is no gradebook of ours."""
 
 PASSED, FAILED, MISSING, ERROR = "passed", "failed", "missing", "error"
 """A row's status: every criterion met; some failed; the files are not there; the grading
@@ -83,103 +79,6 @@ class Row:
     @property
     def total(self) -> int:
         return self.report.get("score", 0)
-
-
-def submissions(number: int, root: Path) -> list[Path]:
-    """What ``root`` holds to grade for exercise ``number``, by name: one entry per student,
-    a folder or a file that should have been one (each a row); hidden ones (``.git``) and a
-    gradebook (of a section graded in a sub-folder) are left out. Raises ``ValueError``
-    naming ``root`` when it is not a folder of submissions: not a folder, empty, or one
-    student's folder itself (it holds the exercise's files)."""
-    if not root.is_dir():
-        raise ValueError(
-            f"--batch {root}: not a folder; give the folder holding one folder per student"
-        )
-    if not missing_files(number, root):
-        raise ValueError(
-            f"--batch {root} holds exercise {number:02d}'s files itself, so it is one "
-            f"student's folder: grade it with --path {root}, or give --batch the folder that "
-            "holds one folder per student"
-        )
-    ours = {path.name for path in gradebook_paths(root)}  # a section's, graded in a sub-folder
-    entries = sorted(
-        p
-        for p in root.iterdir()
-        if not p.name.startswith(".") and not (p.name in ours and p.is_file())
-    )
-    if not any(p.is_dir() for p in entries):
-        held = f" (it holds {', '.join(p.name for p in entries[:3])})" if entries else ""
-        raise ValueError(
-            f"--batch {root} holds no sub-folders{held}: put each student's files in a folder "
-            "of its own, named for the student"
-        )
-    return entries
-
-
-def check_gradebook_replaceable(number: int, root: Path) -> None:
-    """Refuse, before anyone is graded, a gradebook beside ``root`` that grading exercise
-    ``number`` there cannot write or must not replace: one in a folder no file can be made in,
-    something other than a file (a folder, a FIFO), a file minipaged did not write (an
-    instructor's own ``gradebook.csv``), or the gradebook of another exercise or of another
-    folder of submissions (a sibling section's). A symbolic link there is replaced, and what
-    it points to left alone (``atomic_write``). Raises ``ValueError`` naming the file and the
-    fix."""
-    here = root.resolve()  # `--batch .` named by where it is
-    move = f"move it away, or {here} into a folder of its own (the gradebook goes beside it)"
-    beside = gradebook_paths(root)[0].parent
-    try:  # the class graded, and then no gradebook: refused first
-        atomic_write.check_can_make_files(beside)
-    except OSError as error:
-        raise ValueError(
-            f"no gradebook can be written beside {here}, in {beside} ({error.strerror}): "
-            f"move {here} into a folder you can write"
-        ) from None
-    for path in gradebook_paths(root):
-        kind = atomic_write.not_a_file(path)
-        if kind:
-            raise ValueError(f"{path} is {kind}, where the gradebook goes: {move}")
-        if path.is_symlink() or not path.exists():
-            continue
-        whose = _gradebook_of(path)
-        if whose is None:
-            raise ValueError(
-                f"{path} is there and is no gradebook minipaged wrote, so grading would "
-                f"replace it: {move}"
-            )
-        exercise_number, graded = whose
-        if exercise_number not in (None, number):
-            raise ValueError(
-                f"{path} holds exercise {exercise_number:02d}'s grades, which grading "
-                f"exercise {number:02d} would replace: {move}"
-            )
-        if graded is not None and graded.resolve() != here:
-            raise ValueError(
-                f"{path} holds the grades of {graded}, which grading {here} would replace: {move}"
-            )
-
-
-def _gradebook_of(path: Path) -> tuple[int | None, Path | None] | None:
-    """``(exercise, folder of submissions)`` of the gradebook file ``path`` (either None where
-    it does not say), or None when it is no gradebook minipaged wrote."""
-    try:
-        with open(path, encoding="utf-8", newline="") as file:
-            if path.suffix == ".csv":
-                header = next(csv.reader([file.readline(MAX_GRADEBOOK_BYTES)]), [])
-                if header[:1] != ["student"] or header[-5:] != COLUMNS_AFTER_CRITERIA:
-                    return None
-                names = header[1:-5]
-                same = [n for n, ex in EXERCISES.items() if list(ex.points()) == names]
-                return (same[0] if len(same) == 1 else None), None
-            book = json.loads(file.read(MAX_GRADEBOOK_BYTES))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not (isinstance(book, dict) and "minipaged_version" in book):
-        return None
-    if type(book.get("exercise")) is not int:
-        return None
-    folder = book.get("submissions")
-    absolute = isinstance(folder, str) and Path(folder).is_absolute()  # older ones: as typed
-    return book["exercise"], Path(folder) if absolute else None
 
 
 def grade_batch(
@@ -277,7 +176,10 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
 def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Path]:
     """Write ``gradebook.csv`` and ``gradebook.json`` beside ``root``, each whole or not at
     all, replacing (never following) a symbolic link there; return their paths. Raises
-    ``OSError`` naming each that could not be written, and why, after trying both."""
+    ``OSError`` naming each that could not be written, and why, after trying both, and
+    ``ValueError`` before writing either when what is there is not theirs to replace
+    (``check_gradebook_replaceable``, with the rows' students)."""
+    check_gradebook_replaceable(number, root, [row.student for row in rows])
     ex = exercise(number)
     points = ex.points()
     text = io.StringIO()
@@ -320,13 +222,6 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     if unsaved:
         raise OSError("; ".join(unsaved))
     return csv_path, json_path
-
-
-def gradebook_paths(root: Path) -> tuple[Path, Path]:
-    """Where the gradebook of the submissions in ``root`` goes: ``gradebook.csv`` and
-    ``gradebook.json`` beside ``root``."""
-    beside = root.resolve().parent
-    return beside / f"{GRADEBOOK}.csv", beside / f"{GRADEBOOK}.json"
 
 
 def _cell(criterion: dict) -> int | str:

@@ -2,7 +2,8 @@
 made (the student in it), a folder given with ``--path``, or in a source checkout the starter in
 ``tutorials/``; what is missing from a folder, and what in it their imports cannot reach, said
 so a student can fix it; and the work as a drop-in ``BlockManager`` for the TUI. The exercises
-themselves: ``minipaged.grader.exercises``."""
+themselves: ``minipaged.grader.exercises``. And the code graded, which nothing written may
+replace."""
 
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ LIBRARY_FOLDERS = {
     (Path(__file__).resolve().parent / up).resolve() for up in ("..", "../../cuda_kernels")
 }
 """The library's own packages: never a student's folder, though they hold the same names."""
+
+
+def graded_code(number: int, path: Path | None, solution: bool) -> list[tuple[str, Path]]:
+    """The code ``exercises check`` grades and ``tui --exercise`` runs, as
+    ``output_paths.check_outputs_apart``'s inputs, which no report or screenshot may replace:
+    the library modules that solve exercise ``number`` (``solution``), or every ``.py`` file
+    of the student's folder (``folder_of``: refused when the files are not there), theirs
+    whether the exercise names it or their files import it."""
+    if solution:  # the packages lie side by side, installed or in a checkout; none imported
+        packages = Path(__file__).resolve().parents[2]
+        modules = exercise(number).solution.values()
+        files = [packages / f"{name.replace('.', '/')}.py" for name in modules]
+        return [("a library module that is graded", file) for file in files]
+    return [("code that is graded", file) for file in folder_of(number, path).glob("*.py")]
 
 
 def folder_of(number: int, path: Path | None = None) -> Path:

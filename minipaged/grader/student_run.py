@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minipaged.grader.exercises import TUI_EXERCISES, exercise, listed, manager_of, tui_exercise
-from minipaged.grader.student_folder import folder_of
+from minipaged.grader.student_folder import folder_of, graded_code
 
 if TYPE_CHECKING:  # imported where used: the command line reads TUI_EXERCISES at its start
     from minipaged.config import EngineConfig
@@ -35,7 +35,15 @@ if TYPE_CHECKING:  # imported where used: the command line reads TUI_EXERCISES a
     from minipaged.sampling import SamplingParams
     from minipaged.trace import Trace
 
-__all__ = ["TUI_EXERCISES", "RecordedRun", "folder_of", "listed", "record", "tui_exercise"]
+__all__ = [
+    "TUI_EXERCISES",
+    "RecordedRun",
+    "folder_of",
+    "graded_code",
+    "listed",
+    "record",
+    "tui_exercise",
+]
 
 MAX_STEPS = 5000
 """A run still going after this many steps is cut there: a scheduler that never finishes."""

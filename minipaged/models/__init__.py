@@ -6,6 +6,7 @@ config can check a model's name without importing torch."""
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 EMBEDDED_MODELS = {name: Path(__file__).resolve().parent / name for name in ("tiny", "tiny-draft")}
@@ -51,3 +52,18 @@ def no_directory(path: Path) -> str:
     """Why ``path``, which is no directory, cannot be a model's: a file (a config.json or the
     weights named in place of their folder) or nothing at all."""
     return "a file, not a directory" if path.exists() else "no such directory"
+
+
+def files_read(config) -> list[tuple[str, Path]]:
+    """Every file of the model directories a run of ``config`` (an ``EngineConfig``) reads, as
+    ``output_paths.check_outputs_apart``'s inputs: the files of its model's directory and of
+    its speculative draft model's (each named or a path; a loaded model reads no file). A
+    command's output must take the place of none: ``trace record DRAFT/config.json`` with a
+    draft model ``DRAFT`` would replace the draft's config with a trace."""
+    draft = config.speculative.draft_model if config.speculative is not None else None
+    files = []
+    named_models = (("a file of the model", config.model), ("a file of the draft model", draft))
+    for what, named in named_models:
+        if isinstance(named, str | os.PathLike) and model_directory(named).is_dir():
+            files += [(what, file) for file in sorted(model_directory(named).iterdir())]
+    return files

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from minipaged.json_input import NotJSON, loads
 from minipaged.python_numbers import take_python_numbers
 
 if TYPE_CHECKING:  # a loaded draft model is also accepted; the config itself needs no torch
@@ -145,11 +145,12 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         return value
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
+            value = loads(value)
+        except NotJSON as error:
             raise ValueError(
                 f"speculative (--speculative-config) must be a JSON object such as "
-                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r} ({error})'
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r:.80} '
+                f"({error})"
             ) from None
     if isinstance(value, dict):
         unknown = set(value) - set(SpeculativeConfig.__dataclass_fields__)

@@ -1,0 +1,47 @@
+"""Ctrl-C before an output is put in place. The command line ends at once on SIGINT
+(``os._exit``, since a library's bare ``except:`` could swallow the KeyboardInterrupt), so no
+``finally`` ran and the temporary file of an output not yet put in place (a trace before its
+first step, a report, a checkpoint) stayed beside it as a hidden ``.name.XXXX``. Now the
+handler drops each (``atomic_write.drop_unfinished``): what stood at the name is left as it
+was, and nothing else is left."""
+
+from __future__ import annotations
+
+from test_cli_fuzz import interrupt
+
+from minipaged import atomic_write
+
+
+def test_drop_unfinished_removes_only_what_is_not_yet_in_place(tmp_path):
+    old, published = tmp_path / "old.json", tmp_path / "run.jsonl"
+    old.write_text("kept\n")
+    unfinished = atomic_write.Replacement(old)
+    unfinished.file.write("half")
+    recording = atomic_write.Replacement(published)
+    recording.file.write("step 1\n")
+    recording.publish()
+    atomic_write.drop_unfinished()
+    recording.file.write("step 2\n")
+    recording.commit()
+    assert old.read_text() == "kept\n" and published.read_text() == "step 1\nstep 2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json", "run.jsonl"]
+    unfinished.discard()  # its file is gone already: nothing to do, nothing raised
+
+
+def test_ctrl_c_before_the_first_step_leaves_the_old_trace_and_no_temporary_file(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("a trace recorded before\n")
+    status, err = interrupt(
+        None,
+        "trace",
+        "record",
+        str(path),
+        "--prompt",
+        "Emma",
+        "--max-tokens",
+        "400",
+        "--ignore-eos",
+    )
+    assert status == 130 and "interrupted (Ctrl-C)" in err, err
+    assert path.read_text() == "a trace recorded before\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
