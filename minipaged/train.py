@@ -33,6 +33,7 @@ from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
+from minipaged.output_paths import output_folder
 from minipaged.tokenizer import Tokenizer, train_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsFormatter,
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="one paragraph a line")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output model directory")
+    parser.add_argument(  # refused where it is typed, not after the training it would end
+        "--out",
+        type=output_folder("a folder for the trained model"),
+        default=DEFAULT_OUT,
+        help="output model directory",
+    )
     parser.add_argument("--steps", type=int, default=2800, help="optimizer steps (fixed)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
     parser.add_argument("--context", type=int, default=512, help="tokens per window")

@@ -57,9 +57,14 @@ def test_without_a_tokenizer_it_trains_its_own(corpus, tmp_path):
         (["--tokenizer", "no-such-dir"], "has no tokenizer.json"),
         (["--steps", "0"], "--steps must be positive"),
         (["--corpus", "no-such-file.txt"], "does not exist"),
+        # --out is refused before training, not when the trained model is saved minutes later
+        (["--out", "{corpus}"], "name a folder for the trained model"),
+        (["--out", "{corpus}/model"], "on the way to"),
+        (["--out", "/dev/null"], "name a folder for the trained model"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(argv, message, corpus, capsys):
+    argv = [word.format(corpus=corpus) for word in argv]
     base = ["--corpus", str(corpus)] if "--corpus" not in argv else []
     with pytest.raises(SystemExit) as exit_info:
         train.parse_args(base + argv)
