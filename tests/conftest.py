@@ -100,6 +100,10 @@ LONGEST_FIRST = (
 )
 
 
+EMPTY_SET = "got empty parameter set"
+"""The reason pytest gives the skip it puts on a parametrize given no cases."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # xdist's workers must collect the same ids: a parameter shown by an address (the repr of
     # an object()) differs between them, and the whole run then stops before any test runs.
@@ -108,6 +112,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             f"{len(moving)} test ids hold a memory address, e.g. {moving[0]}: give the "
             "parameter a stable repr or an id (parametrize's ids=)"
+        )
+    # A parametrize over nothing (a glob of a folder that moved, a filter that keeps nothing)
+    # is one test that pytest skips, and a run that checks nothing there passes.
+    empty = [
+        item.nodeid
+        for item in items
+        if (skip := item.get_closest_marker("skip"))
+        and skip.kwargs.get("reason", "").startswith(EMPTY_SET)
+    ]
+    if empty:
+        raise pytest.UsageError(
+            f"{len(empty)} parametrized tests have no cases, e.g. {empty[0]}: the list they "
+            "are given is empty; give it its cases, or remove the test"
         )
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole

@@ -110,7 +110,8 @@ def test_bench_json_has_each_report_with_rows_for_its_columns(as_json, name):
     assert report["title"].startswith(TITLES[name])
     assert report["rows"], "a report with no rows"
     keys = {column["key"] for column in report["columns"]}
-    assert all(keys & row.keys() for row in report["rows"])
+    missing = [sorted(keys - row.keys()) for row in report["rows"] if not keys <= row.keys()]
+    assert not missing, f"rows without a value for a column: {missing}"
 
 
 def test_a_full_run_writes_the_results_page_with_every_table_and_plot(tables):

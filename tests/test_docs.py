@@ -478,13 +478,15 @@ EXERCISE_LINK = re.compile(r"\[(?:[^\]]*?\b)?[Ee]xercises? (\d+)[^\]]*\]\(([^)\s
 def test_a_link_named_for_an_exercise_lands_on_that_exercises_page() -> None:
     """ "Your turn: Exercise 5" once led to the course's table; each exercise has a page."""
     pages = {int(Path(page).name[:2]): page for page in GENERATED}
-    wrong = []
+    wrong, seen = [], 0
     for path in PAGES:
         page = path.relative_to(DOCS).as_posix()
         for number, target in EXERCISE_LINK.findall(path.read_text(encoding="utf-8")):
+            seen += 1
             landed = (DOCS / page).parent.joinpath(target).resolve().relative_to(DOCS.resolve())
             if landed.as_posix() != pages.get(int(number)):
                 wrong.append(f"docs/{page}: exercise {number} links to {landed.as_posix()}")
+    assert seen, "no link is named for an exercise: EXERCISE_LINK no longer reads the pages"
     assert not wrong, "\n".join(wrong)
 
 

@@ -140,10 +140,19 @@ def test_tui_serve_refuses_bad_flags_before_it_listens(argv, capsys):
 
 
 @pytest.mark.parametrize("name", ["memory", "sharing"])
-def test_each_model_free_benchmark_runs_quick_and_writes_only_into_out(tmp_path, capsys, name):
-    assert cli.main(["bench", name, "--quick", "--out", str(tmp_path), "--json"]) == 0
+def test_each_model_free_benchmark_runs_quick_and_writes_only_into_out(
+    tmp_path, monkeypatch, capsys, name
+):
+    """Run from a folder of its own, beside --out: a file written anywhere but --out (the
+    working folder, --out's parent) is seen there, and so is a plot not written into --out."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["bench", name, "--quick", "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
-    assert all(path.is_relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out"]
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in out.iterdir()] == [f"{name}.svg"]  # with --json, no index.md
 
 
 def test_an_unknown_benchmark_is_refused_naming_the_benchmarks(capsys):
