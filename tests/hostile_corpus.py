@@ -26,6 +26,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stuck import STUCK_AFTER_S
 from test_grader_similarity import _Rename
 
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
@@ -49,6 +50,7 @@ class Attack:
     body: str
     fails: tuple[str, ...]
     said: str = ""
+    leaves: str = ""  # in the command line of a process it starts, which must end with the grading
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,10 @@ RESOURCES = HandIn(
 
 LEFT = "running after it returned: join every thread and wait for every process"
 
+OUTLIVES = f"{2 * STUCK_AFTER_S + 68.25:g}"
+"""How long a process left running sleeps: past the grading's wall limit and the wait for its
+end after (each at most ``STUCK_AFTER_S``), so that only the grader's ending it passes."""
+
 LEFT_RUNNING = HandIn(
     "left-running",
     1,
@@ -433,10 +439,12 @@ LEFT_RUNNING = HandIn(
         Attack(
             "a-process-in-a-session-of-its-own",
             "one block, all layers",
-            "import subprocess\nsubprocess.Popen(['sleep', '68.25'], start_new_session=True)\n"
+            "import subprocess\n"
+            f"subprocess.Popen(['sleep', '{OUTLIVES}'], start_new_session=True)\n"
             "return self.num_layers * self.block_bytes_per_layer(block_size)",
             ("block_bytes",),
             "your code left 1 process (pid ",
+            leaves=OUTLIVES,
         ),
         Attack(
             "a-timer-that-acts-just-after-the-answer",

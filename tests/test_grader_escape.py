@@ -51,6 +51,12 @@ THREAD = (
 
 MARKERS = ("61.25", "62.25", "63.25", "64.25")
 
+WAITED_S = int(2 * STUCK_AFTER_S)
+"""A sleeper looked for after a grading has ended sleeps longer than a wait for it to start
+and a wait for its end together, so that only its being ended passes (sleeps of 66.25 and
+67.25 s ended on their own within the wait for their end, and a sweep that ended nothing
+passed)."""
+
 
 def test_no_process_student_code_starts_outlives_the_grading(tmp_path):
     late = tmp_path / "late.txt"
@@ -104,20 +110,22 @@ def test_the_sweep_finds_a_process_that_left_its_parent_s_session(tmp_path):
             sys.executable,
             "-c",
             "import subprocess, time; "
-            "subprocess.Popen(['sleep', '%d.25' % 66], start_new_session=True); time.sleep(60)",
+            f"subprocess.Popen(['sleep', '%d.25' % {WAITED_S + 66}], start_new_session=True); "
+            "time.sleep(60)",
         ]
     )
+    marker = f"{WAITED_S + 66}.25"  # not in the parent's command line, which has the sum's parts
     try:
         deadline = time.monotonic() + STUCK_AFTER_S
-        while not _alive("66.25") and time.monotonic() < deadline:
+        while not _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        [sleeper] = _alive("66.25")
+        [sleeper] = _alive(marker)
         assert sleeper in descendants(parent.pid)
         assert end_descendants(parent.pid) >= 1
         deadline = time.monotonic() + STUCK_AFTER_S
-        while _alive("66.25") and time.monotonic() < deadline:
+        while _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _alive("66.25") == []
+        assert _alive(marker) == []
     finally:
         parent.kill()
         parent.wait()
@@ -129,11 +137,12 @@ def test_a_grader_killed_mid_grading_leaves_nothing_running(tmp_path):
     import signal
     import subprocess
 
+    marker = f"{WAITED_S + 67.25:g}"
     folder = submission(tmp_path / "orphan")
     with open(folder / "memory.py", "a") as f:
         f.write(
             "\nimport subprocess, time\n"
-            "subprocess.Popen(['sleep', '67.25'], start_new_session=True)\n"
+            f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
             "while True:\n    time.sleep(0.1)\n"
         )
     grader = subprocess.Popen(
@@ -145,13 +154,13 @@ def test_a_grader_killed_mid_grading_leaves_nothing_running(tmp_path):
     )
     try:
         deadline = time.monotonic() + STUCK_AFTER_S
-        while not _alive("67.25") and time.monotonic() < deadline:
+        while not _alive(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _alive("67.25"), "the student's import never started its sleeper"
+        assert _alive(marker), "the student's import never started its sleeper"
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
     deadline = time.monotonic() + STUCK_AFTER_S
-    while _alive("67.25") and time.monotonic() < deadline:
+    while _alive(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive("67.25") == []
+    assert _alive(marker) == []

@@ -18,6 +18,8 @@ from minipaged.grader import confinement, disk_quota
 from minipaged.grader.gradebook import PASSED, grade_batch, write_gradebook
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.report import FAIL, PASS
+from tests.stuck import eventually
+from tests.test_grader_integrity import _alive
 
 CONFINED = confinement.abi()[0] >= 6
 
@@ -47,6 +49,8 @@ def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
             assert results[name].outcome == FAIL, (attack.name, name)
         said = [results[name].message for name in attack.fails]
         assert not said or any(attack.said in m for m in said), (attack.name, said)
+        if marker := attack.leaves:
+            eventually(lambda m=marker: _alive(m) == [], f"{attack.name} left its process")
     for name in hand_in.passes:
         assert results[name].outcome == PASS, (name, results[name].message)
     printed = io.StringIO()

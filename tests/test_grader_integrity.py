@@ -25,7 +25,7 @@ from minipaged.grader.grading import Limits, grade
 from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
 from minipaged.grader.wire import decode
-from tests.stuck import eventually
+from tests.stuck import STUCK_AFTER_S, eventually
 
 TODO = {
     "logical_block": "return j = floor(t / B)",
@@ -120,13 +120,32 @@ def _alive(marker: str) -> list[int]:
     return found
 
 
+GRADING_S = 60
+"""How long a grading of a hand-in that leaves processes behind may take."""
+
+OUTLIVES_S = GRADING_S + STUCK_AFTER_S + 10
+"""A process the student's code leaves sleeps this long: past the grading and the wait for its
+end, so that only the grader's ending it passes (a sleep of 91.25 s ended on its own in that
+wait, and a grader that left it running passed)."""
+
+
+def _command_line(pid: int) -> bytes:
+    """The process's command line; empty once it is gone or a zombie."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_background_processes_end_with_the_grading_and_hold_nothing(tmp_path):
     """A sleeper that outlives its parent and holds its output, and a forked copy of the child,
     neither holds the grader past the criterion's limit, and both end with the grading; the
     fork fails the call that left it running, and the next criterion is blamed for nothing."""
-    sleeper = "import subprocess, sys; subprocess.Popen(['sleep', '91.25'], stdout=sys.stdout, stderr=sys.stderr)"  # noqa: E501
+    marker = f"{OUTLIVES_S + 1.25:g}"
+    sleeper = f"import subprocess, sys; subprocess.Popen(['sleep', '{marker}'], stdout=sys.stdout, stderr=sys.stderr)"  # noqa: E501
     fork = (
-        "import os, time\n    if os.fork() == 0:\n        time.sleep(90)\n    return t % block_size"
+        f"import os, time\n    if os.fork() == 0:\n        time.sleep({OUTLIVES_S:g})\n"
+        "    return t % block_size"
     )
     folder = submission(
         tmp_path / "sleepers",
@@ -136,15 +155,18 @@ def test_background_processes_end_with_the_grading_and_hold_nothing(tmp_path):
     )
     start = time.monotonic()
     report = grade(1, folder, limits=Limits(check_seconds=10.0))
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < GRADING_S
     outcomes = {r.name: r.outcome for r in report.results}
+    left = messages(report)["block_offset"]
     assert (
-        messages(report)["block_offset"].startswith("your code left 1 process (pid ")
-        and "a copy of the grading process, forked by your code) running after it returned"
-        in (messages(report)["block_offset"])
+        left.startswith("your code left 1 process (pid ")
+        and "a copy of the grading process, forked by your code) running after it returned" in left
     )
     assert outcomes["num_logical_blocks"] == PASS
-    eventually(lambda: _alive("91.25") == [], "the forked copy was still running")
+    fork_pid = int(left.removeprefix("your code left 1 process (pid ").split(":")[0])
+    ours = str(folder).encode()  # in the child's command line, and so in its fork's
+    eventually(lambda: ours not in _command_line(fork_pid), "the forked copy was still running")
+    eventually(lambda: _alive(marker) == [], "the sleeper was still running")
 
 
 def test_an_endless_loop_at_import_fails_every_criterion_within_the_limit(tmp_path):

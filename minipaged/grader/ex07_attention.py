@@ -9,6 +9,7 @@ keys and values in token order, built here apart from any paging.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,10 @@ UNDERFLOW = (
 UNKNOWN = "NaN or inf came from your arithmetic: is anything divided by a sum that can be 0?"
 
 
+_DRAWS = random.SystemRandom()
+"""The source of each grading's values: the system's, whose draws no seed foretells."""
+
+
 def make_case(
     what,
     seq_lens,
@@ -62,14 +67,21 @@ def make_case(
     holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
     sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
     query head per KV head), every key points away from the query: each score is about
-    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given."""
-    gen = torch.Generator().manual_seed(seed)
+    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given.
+
+    ``seed`` fixes the layout (which physical blocks, the tables a failure names), the same at
+    every grading; the queries, keys and values are drawn anew each time from ``_DRAWS``, and
+    the expected output computed from them here, so no hand-in can store the outputs of the
+    grader's inputs and return them."""
+    layout = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(_DRAWS.randrange(2**63))
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     query = torch.randn(len(seq_lens), num_heads, head_dim, generator=gen) * score_scale
+    torch.randn(query.shape, generator=layout)  # the layout's draws as they always were
     batch = len(seq_lens)
     blocks_of = [-(-length // block_size) for length in seq_lens]
     num_blocks = sum(blocks_of) + 3
-    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered physical blocks
+    order = torch.randperm(num_blocks, generator=layout).tolist()  # scattered physical blocks
     key_pool = torch.full((num_blocks, num_kv_heads, block_size, head_dim), float("nan"))
     value_pool = torch.full_like(key_pool, float("nan"))
     shared = order[:shared_blocks]

@@ -71,7 +71,10 @@ joined before the return stays listed while it exits (up to 8 ms seen, two cores
 9)."""
 
 STARTING_SECONDS = 0.05
-"""How long a thread the OS counts may take to show as Python's."""
+"""How long a thread the OS counts may take to show as Python's: a deadline (the look returns
+once it shows), kept short because a native thread of the student's that ends meanwhile runs
+unseen (the count falls back, as for a joined thread leaving the list); one that shows late is
+still failed by the grader's look (``tasks_left``), as a thread that Python does not list."""
 
 _LOOK_SECONDS = 0.005
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-import os
 import sys
 import types
 from types import CodeType, MappingProxyType
@@ -37,7 +36,6 @@ except ImportError:  # not CPython: frozen modules are then not told apart
     frozen = None
 
 getframe, audit = sys._getframe, sys.audit
-realpath, basename = os.path.realpath, os.path.basename
 
 PLAIN_CONSTANTS = (type(None), bool, int, float, complex, str, bytes, type(...), CodeType)
 """The constants ``compile`` makes; a code object holding anything else was built by hand
@@ -136,8 +134,6 @@ file replaced since cannot be read."""
 PRIVATE: dict = {
     "__builtins__": dict(vars(builtins)),
     "getframe": getframe,
-    "realpath": realpath,
-    "basename": basename,
     "sha256": hashlib.sha256,
     "audit": audit,
     "frozen": frozen,
