@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from minipaged import attention, backend, huge_pages
+from minipaged.memory import memory_amount
 from minipaged.study.bench import Options, bandwidth, cpu_clock, plot, rounds
 from minipaged.study.bench.kernel_inputs import FP8_DTYPE, SHAPE, decode_inputs
 from minipaged.study.report import Column, Report, View
@@ -361,7 +362,7 @@ def notes(options: Options, thread_counts, repeats: tuple[int, int], kernels, nu
 
 QUICK_NOTE = (
     f"Quick mode: the stream read and the read before each call are of "
-    f"{bandwidth.QUICK_BYTES // 2**20} MiB, not of many last-level caches, so a cache may serve "
+    f"{memory_amount(bandwidth.QUICK_BYTES)}, not of many last-level caches, so a cache may serve "
     "both: the stream read is not memory's rate and no path starts from cold caches. Run "
     "without --quick to measure."
 )
