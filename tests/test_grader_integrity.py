@@ -358,8 +358,11 @@ def test_a_copy_of_the_librarys_file_fails_before_any_of_it_runs(number, tmp_pat
     folder = delegating(number, "copy", tmp_path / "copy")
     assert "is a copy of the library's" in copies(EXERCISES[number], folder)
     report = grade(number, folder) if number == 1 else None
-    if report is not None:
-        assert all("is a copy of the library's" in r.message for r in report.results)
+    if report is not None:  # every criterion fails, saying why
+        assert [r.name for r in report.results] == [c.name for c in EXERCISES[1].criteria()]
+        assert all(
+            r.outcome == FAIL and "is a copy of the library's" in r.message for r in report.results
+        )
 
 
 @pytest.mark.parametrize("number", sorted(EXERCISES))
