@@ -43,7 +43,10 @@ class Attack:
     """``body`` replaces the starter's ``raise NotImplementedError("...{todo}...")`` line (its
     indentation kept, ``\\n`` starting each further line at the same indentation); ``fails``:
     the criteria it must fail, one message at least containing ``said`` (none: an attack on
-    the grading itself, which must go on to grade the next criterion)."""
+    the grading itself, which must go on to grade the next criterion). A process it starts
+    must end with the grading: one whose command line holds ``leaves``, and a fork of the
+    grading child, whose command line names the hand-in's folder (``test_grader_hostile``
+    looks for both)."""
 
     name: str
     todo: str
@@ -423,7 +426,7 @@ LEFT_RUNNING = HandIn(
         Attack(
             "a-fork-that-sleeps",
             "return o = t mod B",
-            "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+            f"import os, time\nif os.fork() == 0:\n    time.sleep({OUTLIVES})\n    os._exit(0)\n"
             "return t % block_size",
             ("block_offset",),
             "a copy of the grading process, forked by your code) running after it returned",
@@ -431,7 +434,7 @@ LEFT_RUNNING = HandIn(
         Attack(
             "a-thread-in-native-code",
             "return M = ceil(L / B)",
-            "import _thread, time\n_thread.start_new_thread(time.sleep, (60,))\n"
+            f"import _thread, time\n_thread.start_new_thread(time.sleep, ({OUTLIVES},))\n"
             "return -(-num_tokens // block_size)",
             ("num_logical_blocks",),
             "your code left 1 thread (started with _thread, in native code) running",

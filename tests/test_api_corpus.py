@@ -610,31 +610,33 @@ def llm() -> LLM:
 
 GREEDY = SamplingParams(max_tokens=3, temperature=0.0)
 
-BAD_PROMPTS = {
-    "an int": 5,
-    "None": None,
-    "bytes": b"Emma",
-    "a set": {1, 2},
-    "a dict without ids": {"prompt": "Emma"},
-    "ids as text": {"prompt_token_ids": "Emma"},
-    "a tensor of ids": {"prompt_token_ids": torch.tensor([1, 2])},
-    "a negative id": [-1],
-    "an id past the vocabulary": [10**9],
-    "a bool id": [True],
-    "a float id": [1.0],
-    "no ids": [],
-    "an empty string": "",
-    "a lone surrogate": "Emma \udcff",
-    "past the context": [1] * 100_000,
+BAD_PROMPTS = {  # name: (prompt, what its refusal says)
+    "an int": (5, "got int 5"),
+    "None": (None, "got NoneType None"),
+    "bytes": (b"Emma", "got bytes b'Emma'"),
+    "a set": ({1, 2}, "got set {1, 2}"),
+    "a dict without ids": ({"prompt": "Emma"}, "a dict prompt needs the key 'prompt_token_ids'"),
+    "ids as text": ({"prompt_token_ids": "Emma"}, "got str 'Emma'"),
+    "a tensor of ids": ({"prompt_token_ids": torch.tensor([1, 2])}, "(ids.tolist())"),
+    "a negative id": ([-1], "got [-1]"),
+    "an id past the vocabulary": ([10**9], "got [1000000000]"),
+    "a bool id": ([True], "got [True]"),
+    "a float id": ([1.0], "got [1.0]"),
+    "no ids": ([], "the prompt is empty"),
+    "an empty string": ("", "the prompt is empty"),
+    "a lone surrogate": ("Emma \udcff", "which is no Unicode character"),
+    "past the context": ([1] * 100_000, "tokens but the model's context is 512"),
 }
+"""Each refusal names its problem: a ``TypeError`` or ``ValueError`` that Python raised on the
+way (``'NoneType' object is not iterable``) is no refusal."""
 
 
 @pytest.mark.parametrize("prompt", BAD_PROMPTS)
 def test_a_bad_prompt_among_many_names_its_place_and_runs_nothing(llm, prompt):
-    prompts = ["Emma", BAD_PROMPTS[prompt], "Anne was"]
+    bad, words = BAD_PROMPTS[prompt]
     with pytest.raises((ValueError, TypeError), match=r"^prompt 1 of 3: ") as refused:
-        llm.generate(prompts, GREEDY, show_progress=False)
-    assert "\n" not in str(refused.value)
+        llm.generate(["Emma", bad, "Anne was"], GREEDY, show_progress=False)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
     assert not llm.engine.has_unfinished()
 
 
@@ -643,14 +645,23 @@ def test_requests_refused_while_others_run_leave_their_tokens_unchanged(llm):
     engine = llm.engine
     first, second = engine.add_request("Emma", GREEDY), engine.add_request("Anne was", GREEDY)
     engine.step()
-    bad_requests = [(prompt, GREEDY) for prompt in BAD_PROMPTS.values()]
-    bad_requests += [("Emma", SamplingParams(max_tokens=2, stop_token_ids=[10**6]))]
-    bad_requests += [("Emma", "greedy"), ("Emma", {"max_tokens": 2})]
-    for prompt, params in bad_requests:
-        with pytest.raises((ValueError, TypeError)):
+    bad_requests = [(prompt, GREEDY, words) for prompt, words in BAD_PROMPTS.values()]
+    bad_requests += [
+        ("Emma", SamplingParams(max_tokens=2, stop_token_ids=[10**6]), "stop_token_ids [1000000]"),
+        ("Emma", "greedy", "must be a SamplingParams, got str"),
+        ("Emma", {"max_tokens": 2}, "must be a SamplingParams, got dict"),
+    ]
+    for prompt, params, words in bad_requests:
+        with pytest.raises((ValueError, TypeError), match=re.escape(words)):
             engine.add_request(prompt, params)
-    for request_id in ("", "   ", first, 5, b"x"):  # empty, in use, of the wrong kind
-        with pytest.raises((ValueError, TypeError), match="request"):
+    for request_id, words in [
+        ("", "must name the request"),
+        ("   ", "must name the request"),
+        (first, "is already in use"),
+        (5, "must be a string"),
+        (b"x", "must be a string"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=f"^request.id .*{words}"):
             engine.add_request("Emma", GREEDY, request_id=request_id)
     finished = {}
     while engine.has_unfinished():

@@ -1,5 +1,5 @@
-"""Every ``--help`` of every subcommand states each option's default once, or not at all when
-there is none: argparse's ``(default: ...)`` is added only where the help does not say it in
+"""Every ``--help`` of every subcommand states each option's default, once, or none when there
+is none: argparse's ``(default: ...)`` is added only where the help does not say it in
 words already (``minipaged.arguments.DefaultsFormatter``)."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def shown_helps():
     for parser in [*parsers(build_parser()), train.build_parser()]:
         formatter = parser._get_formatter()
         for action in parser._actions:
-            if action.help not in (None, argparse.SUPPRESS):
-                yield parser.prog, action, formatter._expand_help(action)
+            if action.help != argparse.SUPPRESS:  # an option without help shows none: ""
+                yield parser.prog, action, formatter._expand_help(action) if action.help else ""
 
 
 def test_every_option_states_its_default_at_most_once_and_never_an_empty_one():
@@ -39,6 +39,38 @@ def test_every_option_states_its_default_at_most_once_and_never_an_empty_one():
         where = f"{prog} {'/'.join(action.option_strings) or action.dest}: {text}"
         assert len(DEFAULT.findall(text)) <= 1, where
         assert not re.search(r"\(default: (None|False)\)", text), where
+
+
+UNSAID_ZEROS = [
+    "minipaged tui --steps",
+    "minipaged simulate --beam-width",
+    "minipaged simulate --seed",
+    "minipaged bench --seed",
+    "python -m minipaged.train --seed",
+]
+"""Options whose default, 0, ``--help`` leaves unsaid: ``DefaultsFormatter`` takes it for none
+(``0 in (None, False)`` holds, 0 being equal to False), and train's --seed has no help at all.
+A defect of the library, reported; listed so that no other option joins them, and the test
+fails once one of them states its default, to be taken off the list."""
+
+
+def test_every_option_with_a_default_states_it():
+    """Each option that takes a value and has one when not typed says it in its help:
+    argparse's ``(default: X)``, or words of its own in ``(default ...)``."""
+    options = [
+        (prog, action, text)
+        for prog, action, text in shown_helps()
+        if action.option_strings
+        and action.nargs != 0  # a flag: its default is not to be given
+        and action.default not in (None, argparse.SUPPRESS)
+    ]
+    assert len(options) >= 40  # the engine's generated flags among them
+    silent = {
+        f"{prog} {action.option_strings[-1]}": action.default
+        for prog, action, text in options
+        if not DEFAULT.search(text)
+    }
+    assert silent == dict.fromkeys(UNSAID_ZEROS, 0), silent
 
 
 def test_check_help_says_the_memory_and_time_defaults_once():

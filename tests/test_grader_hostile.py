@@ -51,6 +51,10 @@ def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
         assert not said or any(attack.said in m for m in said), (attack.name, said)
         if marker := attack.leaves:
             eventually(lambda m=marker: _alive(m) == [], f"{attack.name} left its process")
+    # Every process of the grading ends with it: a grading child's command line names the
+    # folder, and so does its fork's (the corpus's forks sleep past this wait)
+    graded = f"--path\0{folder.resolve()}\0"
+    eventually(lambda: _alive(graded) == [], f"a process of {hand_in.name}'s grading was running")
     for name in hand_in.passes:
         assert results[name].outcome == PASS, (name, results[name].message)
     printed = io.StringIO()

@@ -210,19 +210,39 @@ def test_the_shared_invariant_module_agrees_on_a_sound_state():
     invariants.assert_holds(manager)
 
 
+def refcount_changes(before, after) -> set[tuple[str, int]]:
+    """(pool, p) for every block whose R[p] differs between two snapshots."""
+    return {
+        (pool, p)
+        for pool, old, new in (
+            ("device", before.device_refcounts, after.device_refcounts),
+            ("host", before.host_refcounts, after.host_refcounts),
+        )
+        for p, (r, s) in enumerate(zip(old, new, strict=True))
+        if r != s
+    }
+
+
 def test_the_manager_records_an_event_for_every_change():
+    """Each call's events, kind by kind, and between them they name every block whose
+    refcount the call changed, and no other."""
     manager = BlockManager(num_gpu_blocks=8, num_cpu_blocks=8, block_size=4)
-    manager.allocate(0, 6)
-    assert [e.kind for e in manager.pop_events()] == ["alloc", "alloc"]
-    manager.fork(0, 1)
-    kinds = [e.kind for e in manager.pop_events()]
-    assert kinds.count("fork") == 1 and kinds.count("incref") == 2
-    manager.append_slot(1)
-    assert "cow-copy" in [e.kind for e in manager.pop_events()]
-    manager.swap_out([0])
-    assert "swap-out" in [e.kind for e in manager.pop_events()]
-    manager.free(1)
-    assert {"decref", "free"} & {e.kind for e in manager.pop_events()}
+    calls = [
+        (lambda: manager.allocate(0, 6), ["alloc", "alloc"]),
+        (lambda: manager.fork(0, 1), ["fork", "incref", "incref"]),
+        (lambda: manager.append_slot(1), ["cow-copy", "decref"]),  # token 6 of 8: o = 2
+        (lambda: manager.swap_out([0]), ["swap-out"]),
+        (lambda: manager.free(1), ["free", "free"]),  # seq 0 is on the host: R drops to 0
+    ]
+    for call, kinds in calls:
+        before = manager.snapshot()
+        call()
+        events = manager.pop_events()
+        assert [e.kind for e in events] == kinds
+        named = {
+            (pool, p) for e in events for pool in ("device", "host") for p in e.blocks_in(pool)
+        }
+        assert named == refcount_changes(before, manager.snapshot()), kinds
     assert manager.pop_events() == []
 
 

@@ -7,6 +7,8 @@ replay of it, whose error stays on screen until dismissed.
 from __future__ import annotations
 
 import io
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -19,7 +21,8 @@ from minipaged.grader.exercises import EXERCISES, TUI_EXERCISES, TUTORIALS
 from minipaged.grader.grading import Limits, grade
 from minipaged.grader.student_run import RecordedRun, asked_for, record
 from minipaged.grader.witness import witnessed
-from tests.stuck import STUCK_AFTER_S, eventually
+from tests.stuck import eventually
+from tests.test_grader_integrity import _alive
 from tui.app import PagedApp
 from tui.invariants_view import InvariantsView
 from tui.scenarios import SCENARIOS
@@ -122,29 +125,25 @@ def test_a_step_that_never_ends_is_stopped_and_what_it_started_ends_with_the_run
     behind is ended with the run. The limit is 3 s: the parallel scenario's whole run of 20
     steps, the child's start included, took 1.8 s, so its first step, which must finish, has
     more than ten times what it needs, and the test waits 3 s instead of 10."""
-    # It outlives the wait for its end below: a sleep of 92.5 s ended on its own within that
-    # wait, so a run that left it behind passed too.
-    left = f"{STUCK_AFTER_S + 72.5:g}"
+    # The process left behind runs until this test's process ends (tail --pid), not for a
+    # time: a sleep of 192.5 s ended on its own within the wait below once the run took over
+    # 72 s, and a run that left it behind passed. Whatever the grader leaves, the test ends.
+    left = ["tail", "-f", f"--pid={os.getpid()}", "/dev/null"]
+    marker = "\0".join(left)
     holder = (
-        f"import subprocess, sys, time; subprocess.Popen(['sleep', '{left}'], stdout=sys.stdout, "
+        f"import subprocess, sys, time; subprocess.Popen({left!r}, stdout=sys.stdout, "
         "stderr=sys.stderr); time.sleep(3600)"
     )
-    start = time.monotonic()
-    run = parallel(4, starter_04(tmp_path, holder), Limits(check_seconds=3.0))
-    assert time.monotonic() - start < 90  # the model's import has its own clock
-    assert run.error.startswith("still running after 3 s: is there a loop that never ends?")
-    assert run.step == 2 and len(run.trace.steps) == 1
-    eventually(
-        lambda: not [p for p in Path("/proc").glob("[0-9]*/cmdline") if left.encode() in _read(p)],
-        "the process the step started was still running",
-    )
-
-
-def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes()
-    except OSError:
-        return b""
+        start = time.monotonic()
+        run = parallel(4, starter_04(tmp_path, holder), Limits(check_seconds=3.0))
+        assert time.monotonic() - start < 90  # the model's import has its own clock
+        assert run.error.startswith("still running after 3 s: is there a loop that never ends?")
+        assert run.step == 2 and len(run.trace.steps) == 1
+        eventually(lambda: _alive(marker) == [], "the process the step started was still running")
+    finally:
+        for pid in _alive(marker):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_copy_of_the_library_is_refused_before_it_runs(tmp_path):
