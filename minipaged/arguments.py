@@ -34,11 +34,12 @@ INTERRUPTED = 130
 class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Ends an option's help with ``(default: X)``, once: not where the help states its
     default itself (``(default: the starter folder)``, in words argparse cannot know), and not
-    where there is none to show (``None``, or a flag's ``False``)."""
+    where there is none to show (``None``, or a flag's ``False``). By identity: ``0 == False``,
+    and a count or seed whose default is 0 has one to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if re.search(r"\(default\b", text) or action.default in (None, False):
+        if re.search(r"\(default\b", text) or action.default is None or action.default is False:
             return text
         return super()._get_help_string(action)
 

@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=200, help="linear warmup steps")
     parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW, matrices only")
     parser.add_argument("--eval-every", type=int, default=250, help="steps between val losses")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the initial weights and every batch")
     parser.add_argument(
         "--threads",
         type=int,
