@@ -2,7 +2,8 @@
 terminal (SIGHUP) and Ctrl-\\ (SIGQUIT) ended Python at once, before any cleanup, so an output
 not yet put in place stayed beside its name as a hidden ``.name.XXXX`` file, and the command
 said nothing. Now each is one line on stderr naming the signal, status 128 + its number, the
-old file left as it was and nothing else left (``minipaged.ending_signals``); and what would
+old file left as it was and nothing else left (``minipaged.ending_signals``; a real ``trace
+record`` killed at its first step: ``test_interrupted_output_corpus``); and what would
 outlive the command is ended first: a batch grading's processes, in sessions of their own,
 graded on alone until their time limit. Each case sends the signal for real, to a real
 process."""
@@ -19,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from exercise01_answers import answered
-from test_cli_fuzz import interrupt
 
 from minipaged import cli, ending_signals
 
@@ -64,18 +64,6 @@ def test_a_signal_mid_write_leaves_the_old_file_and_no_temporary_one(tmp_path, n
     assert err.decode().splitlines() == [f"minipaged demo: {ending_signals.ENDING[number]}"]
     assert path.read_text() == "the report written before\n"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
-
-
-def test_kill_while_a_trace_records_its_first_step_leaves_the_old_trace(tmp_path):
-    """A real run: ``trace record`` killed as the engine takes its first step."""
-    path = tmp_path / "run.jsonl"
-    path.write_text("a trace recorded before\n")
-    argv = ("trace", "record", str(path), "--prompt", "Emma", "--max-tokens", "400")
-    status, err = interrupt(None, *argv, "--ignore-eos", number=signal.SIGTERM)
-    assert status == 143 and "terminated (SIGTERM" in err, err
-    assert "Traceback" not in err
-    assert path.read_text() == "a trace recorded before\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
 
 
 def test_the_handlers_are_put_back_when_the_command_returns(capsys):
