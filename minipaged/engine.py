@@ -36,6 +36,7 @@ from minipaged.request_limits import (
     check_fits,
     check_id_free,
     check_request_id,
+    shown_ids,
 )
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
@@ -186,7 +187,7 @@ class LLMEngine:
         if request_id not in self.requests:
             raise UnknownRequest(
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
-                f"existed; pass the id of one in flight, unfinished: {sorted(self.requests)}"
+                f"existed; pass the id of one in flight, unfinished: {shown_ids(self.requests)}"
             )
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches

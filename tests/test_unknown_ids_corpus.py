@@ -55,3 +55,14 @@ def test_an_abort_of_an_unknown_request_is_a_value_error_and_the_others_run_on()
     assert state(engine) == before
     tokens = run_to_the_end(engine)
     assert list(tokens) == ["a"] and len(tokens["a"]) == IN_FLIGHT[1].max_tokens
+
+
+def test_the_refusal_lists_at_most_ten_of_the_ids_in_flight():
+    """An engine may hold thousands of requests: the message names ten and counts the rest."""
+    engine = LLM("tiny", **POOL).engine
+    for number in range(25):
+        engine.add_request("Emma", None, f"r{number:02}")
+    with pytest.raises(ValueError) as refused:
+        engine.abort_request("zzz")
+    assert str(refused.value).endswith("'r08', 'r09'] and 15 more")
+    assert len(engine.requests) == 25
