@@ -61,6 +61,13 @@ def check_bookkeeping_fits(num_blocks: int, pool: str) -> None:
         )
 
 
+class BlockOutOfRange(ValueError, IndexError):
+    """A block id outside the pool's $0 \\ldots \\mathcal{P}_{\\max} - 1$: a ``ValueError``, as
+    every other bad argument of the Python API is, and an ``IndexError`` too, as exercise 02
+    asks a student's allocator to raise (its grader, and code written against either, catch
+    it)."""
+
+
 class BlockAllocator:
     """A pool of ``num_blocks`` ($\\mathcal{P}_{\\max}$) physical blocks with refcounts.
 
@@ -165,8 +172,9 @@ class BlockAllocator:
         if type(block) is not int:  # True is no block; 1.5 would index nothing
             raise TypeError(f"a {self.pool} block id must be an integer, got {block!r:.40}")
         if not 0 <= block < self.num_blocks:
-            raise IndexError(
-                f"{self.pool} block id {block} is out of range: "
-                f"the pool has blocks 0..{self.num_blocks - 1}"
+            raise BlockOutOfRange(
+                f"{self.pool} block id {block} is out of range: the pool has blocks "
+                f"0..{self.num_blocks - 1}; pass an id allocate returned, or one a block "
+                "table holds"
             )
         return block

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from minipaged import block_state, events, memory
+from minipaged import block_state, events, memory, paging_arguments
 from minipaged.allocator import BlockAllocator, OutOfBlocks
 from minipaged.block_state import AllocStatus, AppendResult, BlockState, TableState
 from minipaged.block_table import BlockTable
@@ -135,8 +135,7 @@ class BlockManager:
     def table(self, seq: SeqId) -> BlockTable:
         """$\\mathcal{T}_r$ of ``seq``; read it, do not change it."""
         seq = python_number(seq)  # np.int64(3) and torch.tensor(3) are sequence 3
-        if seq not in self.tables:
-            raise KeyError(f"unknown sequence {seq!r}: it was never allocated or is already freed")
+        paging_arguments.check_known_sequence(seq, self.tables)
         return self.tables[seq]
 
     # -- actions ---------------------------------------------------------------------------

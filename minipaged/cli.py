@@ -4,23 +4,20 @@
 Every error is one line on stderr that names the problem and the way out, never a traceback.
 Exit status: 0 done, 2 bad usage (a flag, a value, a pair of settings that cannot run together,
 a path that is not there), 1 a failure (a corrupt file, a request the engine refused or
-aborted, a run that could not finish), 130 interrupted by Ctrl-C. Nothing heavy (torch,
-Textual) is imported before the command runs, so Ctrl-C during start-up is caught too.
+aborted, a run that could not finish), 130 interrupted by Ctrl-C, and 128 + N for another
+signal that ends it (``ending_signals``: 143 for ``kill``). Nothing heavy (torch, Textual) is
+imported before the command runs, so Ctrl-C during start-up is caught too.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
-from minipaged import atomic_write
+from minipaged import ending_signals
 from minipaged.arguments import (
     FAILURE,
     INTERRUPTED,
@@ -312,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         say("", str(error))
         return USAGE_ERROR
     try:
-        previous = _on_ctrl_c(lambda: command)
+        previous = ending_signals.end_on_signals(lambda: command)
         try:
             args = build_parser().parse_args(argv)
         except SystemExit as done:  # --help, or a usage error argparse has printed
@@ -332,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         say(command, _message(error))
         return _status(error)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        ending_signals.restore(previous)
 
 
 def _traceback_wanted() -> bool:
@@ -347,25 +343,6 @@ def _traceback_wanted() -> bool:
             "set it to 1 or 0, or unset it"
         )
     return value == "1"
-
-
-def _on_ctrl_c(command: Callable[[], str]):
-    """Make Ctrl-C end the command at once: one line, status 130. A KeyboardInterrupt can be
-    swallowed by a library's bare ``except:`` (some probe optional imports that way while torch
-    loads), and the command would run on. Traces are flushed line by line and the pools live
-    in this process, so exiting loses nothing (``atomic_write.drop_unfinished``). Returns the
-    handler it replaced, or None off the main thread, where Python allows no signal handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def interrupted(signum: int, frame: object) -> None:
-        with contextlib.suppress(Exception):  # stdout may be mid-write; its text can go
-            sys.stdout.flush()
-        say(command(), "interrupted (Ctrl-C)")
-        atomic_write.drop_unfinished()
-        os._exit(INTERRUPTED)
-
-    return signal.signal(signal.SIGINT, interrupted)
 
 
 def _status(error: Exception) -> int:

@@ -31,10 +31,12 @@ from minipaged.outputs import CompletionOutput, RequestOutput, SeqView, StepOutp
 from minipaged.prompts import Prompt, check_stop_tokens, check_tokenizer_fits, prompt_token_ids
 from minipaged.request_limits import (
     RequestRejected,
+    UnknownRequest,
     automatic_id,
     check_fits,
     check_id_free,
     check_request_id,
+    shown_ids,
 )
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
@@ -177,15 +179,15 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> None:
         """End an unfinished request now, wherever it is (waiting, running or swapped out):
         its blocks are released and an ``Abort`` event is recorded for the next step. One rule
-        for any other id: ``KeyError``, whether its request finished, was aborted already or
-        never existed (the engine keeps no finished requests, and an abort that found nothing
-        to end should not pass in silence)."""
+        for any other id: ``UnknownRequest``, a ``ValueError`` (and ``KeyError``), whether its
+        request finished, was aborted already or never existed (the engine keeps no finished
+        requests, and an abort that found nothing to end should not pass in silence)."""
         self.check_not_in_callback("abort_request")
         check_request_id(request_id, "pass the id add_request returned")
         if request_id not in self.requests:
-            raise KeyError(
+            raise UnknownRequest(
                 f"no unfinished request {request_id!r}: it finished, was aborted or never "
-                f"existed; unfinished: {sorted(self.requests)}"
+                f"existed; pass the id of one in flight, unfinished: {shown_ids(self.requests)}"
             )
         self.scheduler.abort(self.requests.pop(request_id), "aborted by its caller")
         if self.speculator is not None:  # an interrupted step may have left branches

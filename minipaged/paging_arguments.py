@@ -15,6 +15,24 @@ from collections.abc import Sequence
 from minipaged.python_numbers import python_number
 
 
+class UnknownSequence(ValueError, KeyError):
+    """A sequence id no block table is kept for: a ``ValueError``, as every other bad argument
+    of the Python API is, and a ``KeyError`` too, as exercise 03 asks a student's block
+    manager to raise for an unknown parent. Nothing is changed."""
+
+    __str__ = ValueError.__str__  # KeyError's would show the message quoted, as a key
+
+
+def check_known_sequence(seq: object, tables: dict) -> None:
+    """Refuse ``seq`` (an id, as ``sequence_id`` gives it) when ``tables`` holds no table for
+    it, naming it and the way out."""
+    if seq not in tables:
+        raise UnknownSequence(
+            f"unknown sequence {seq!r:.60}: it was never allocated or is already freed; pass "
+            "one that holds a block table (allocate gives it one)"
+        )
+
+
 def sequence_id(seq: object) -> object:
     """``seq`` as the key of its block table, or a ``TypeError`` naming it."""
     seq = python_number(seq)

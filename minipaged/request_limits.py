@@ -28,6 +28,26 @@ class RequestRejected(ValueError):
         self.limit = limit
 
 
+class UnknownRequest(ValueError, KeyError):
+    """An id no unfinished request holds (``LLMEngine.abort_request``): a ``ValueError``, as
+    every other bad argument of the Python API is, and a ``KeyError`` too, for code written
+    when it was one. Nothing is changed: the engine and its requests run on."""
+
+    __str__ = ValueError.__str__  # KeyError's would show the message quoted, as a key
+
+
+SHOWN_IDS = 10
+"""The most request ids a message lists: an engine may hold thousands in flight."""
+
+
+def shown_ids(requests: Collection[str]) -> str:
+    """The ids of ``requests`` for a message: the first ``SHOWN_IDS`` in order, and how many
+    more there are."""
+    ids = sorted(requests)
+    more = f" and {len(ids) - SHOWN_IDS:,} more" if len(ids) > SHOWN_IDS else ""
+    return f"{ids[:SHOWN_IDS]}{more}"
+
+
 MAX_REQUEST_ID_LENGTH = 256
 """The longest request id, in characters. Every event of a request names it, and so every
 line of a trace and every row of the TUI's tables: an id of a megabyte made each of its

@@ -433,22 +433,23 @@ AT_FIRST_STEP = (
 )
 
 
-def interrupt(delay: float | None, *argv: str) -> tuple[int, str]:
-    """Start ``minipaged ARGV`` in a real process, send SIGINT ``delay`` seconds after
-    ``main`` has put in its Ctrl-C handler (Python's own start-up is not ours to catch), or
-    with ``delay`` None as its engine takes its first step, and return its status and what it
-    wrote to stderr after that moment."""
+def interrupt(delay: float | None, *argv: str, number: int = signal.SIGINT) -> tuple[int, str]:
+    """Start ``minipaged ARGV`` in a real process, send it the signal ``number`` (SIGINT:
+    Ctrl-C) ``delay`` seconds after ``main`` has put in its handlers (Python's own start-up is
+    not ours to catch), or with ``delay`` None as its engine takes its first step, and return
+    its status and what it wrote to stderr after that moment."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    # "ready" is printed once main has put in its Ctrl-C handler: a signal sent before that
+    # "ready" is printed once main has put in its handlers: a signal sent before that
     # belongs to Python's start-up (and is ignored outright where the test runner ignores it).
     code = (
         "import sys\n" + (AT_FIRST_STEP if delay is None else "") + "from minipaged import cli\n"
-        "handle_ctrl_c = cli._on_ctrl_c\n"
+        "from minipaged import ending_signals\n"
+        "handle = ending_signals.end_on_signals\n"
         "def announced(command):\n"
-        "    previous = handle_ctrl_c(command)\n"
+        "    previous = handle(command)\n"
         "    print('ready', file=sys.stderr, flush=True)\n"
         "    return previous\n"
-        "cli._on_ctrl_c = announced\n"
+        "ending_signals.end_on_signals = announced\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     process = subprocess.Popen(
@@ -462,7 +463,7 @@ def interrupt(delay: float | None, *argv: str) -> tuple[int, str]:
         assert process.stderr.readline() == b"running\n"
     else:
         time.sleep(delay)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(number)
     _, err = process.communicate(timeout=120)
     return process.returncode, err.decode()
 

@@ -3,13 +3,17 @@
 ``finally`` ran and the temporary file of an output not yet put in place (a trace before its
 first step, a report, a checkpoint) stayed beside it as a hidden ``.name.XXXX``. Now the
 handler drops each (``atomic_write.drop_unfinished``): what stood at the name is left as it
-was, and nothing else is left."""
+was, and nothing else is left. ``kill`` (SIGTERM) ends a run the same way
+(``minipaged.ending_signals``; every such signal: ``test_ending_signals_corpus``)."""
 
 from __future__ import annotations
 
+import signal
+
+import pytest
 from test_cli_fuzz import interrupt
 
-from minipaged import atomic_write
+from minipaged import atomic_write, ending_signals
 
 
 def test_drop_unfinished_removes_only_what_is_not_yet_in_place(tmp_path):
@@ -28,20 +32,15 @@ def test_drop_unfinished_removes_only_what_is_not_yet_in_place(tmp_path):
     unfinished.discard()  # its file is gone already: nothing to do, nothing raised
 
 
-def test_ctrl_c_before_the_first_step_leaves_the_old_trace_and_no_temporary_file(tmp_path):
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_a_signal_before_the_first_step_leaves_the_old_trace_and_no_temporary_file(
+    tmp_path, number
+):
     path = tmp_path / "run.jsonl"
     path.write_text("a trace recorded before\n")
-    status, err = interrupt(
-        None,
-        "trace",
-        "record",
-        str(path),
-        "--prompt",
-        "Emma",
-        "--max-tokens",
-        "400",
-        "--ignore-eos",
-    )
-    assert status == 130 and "interrupted (Ctrl-C)" in err, err
+    argv = ("trace", "record", str(path), "--prompt", "Emma", "--max-tokens", "400")
+    status, err = interrupt(None, *argv, "--ignore-eos", number=number)
+    assert status == 128 + number and ending_signals.ENDING[number] in err, err
+    assert "Traceback" not in err
     assert path.read_text() == "a trace recorded before\n"
     assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]

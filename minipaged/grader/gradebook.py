@@ -30,6 +30,7 @@ import io
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minipaged import __version__, atomic_write
+from minipaged import __version__, atomic_write, ending_signals
 from minipaged.grader.exercises import exercise
 from minipaged.grader.gradebook_place import (
     COLUMNS_AFTER_CRITERIA,
@@ -93,6 +94,7 @@ def grade_batch(
     folders = submissions(number, root)
     with (
         tempfile.TemporaryDirectory(prefix="minipaged-batch-") as reports,
+        ending_signals.undone_at_an_end(lambda: shutil.rmtree(reports, ignore_errors=True)),
         concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool,
     ):
         futures = {
@@ -138,21 +140,28 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
     # path=value: a folder named -bob is no flag
     command += [f"--path={folder}", f"--json={target}"]
     command += ["--time-limit", str(limits.wall_seconds), "--memory-limit", memory]
+    # Its own temporary folders go in ours too: removed with it, even where it was killed
+    env = {**os.environ, "TMPDIR": str(reports)}
     with open(output, "wb") as sink:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            env=env,
+            start_new_session=True,
         )
     allowed = limits.wall_seconds + STARTUP_SECONDS
     why = ""
-    try:
-        process.wait(timeout=None if math.isinf(allowed) else allowed)
-    except subprocess.TimeoutExpired:
-        why = f"still running after {allowed:g} s, so it was ended"
-    finally:
-        end_descendants(process.pid)  # its grading children, wherever they moved
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # it, and any child it left
-        process.wait()
+    # In a session of its own, it is reached by no Ctrl-C: ended here, or it grades on alone
+    with ending_signals.undone_at_an_end(lambda: _end(process)):
+        try:
+            process.wait(timeout=None if math.isinf(allowed) else allowed)
+        except subprocess.TimeoutExpired:
+            why = f"still running after {allowed:g} s, so it was ended"
+        finally:
+            _end(process)
+            process.wait()
     seconds = round(time.monotonic() - start, 1)
     try:
         report = json.loads(target.read_text(encoding="utf-8"))
@@ -171,6 +180,13 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
         cause += f"report.json not written into the folder ({error.strerror or error})"
         unsaved = f"{error.strerror or error}: {folder / 'report.json'}"
     return Row(folder.name, FAILED if failed else PASSED, cause, seconds, report, unsaved)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """End a student's grading process, and what it started."""
+    end_descendants(process.pid)  # its grading children, wherever they moved
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # it, and any child it left
 
 
 def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Path]:

@@ -21,6 +21,7 @@ fast.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -88,31 +89,55 @@ def run(name: str, options: Options) -> Report:
 
 def run_many(names: list[str], options: Options, as_json: bool = False) -> list[Report]:
     """Run each named sub-benchmark, printing its table (or, with ``as_json``, one JSON object
-    of all reports on stdout). When every sub-benchmark ran, write the results page
-    ``index.md`` beside the plots (when ``options.out`` names a folder)."""
+    of all reports on stdout; the files are the same either way). When every sub-benchmark
+    ran, write the results page ``index.md`` beside the plots (when ``options.out`` names a
+    folder); a partial run that is not ``quick`` refreshes its own sections of an existing one.
+
+    One run writes a folder's page at a time: the page's ``Replacement`` (its lock) is taken
+    before the first benchmark runs and held until the page is written, so a second run into
+    the folder is refused at its start (``atomic_write.OutputBusy``), not after minutes of
+    measuring, and a partial run reads the page it rewrites under that lock: no run's sections
+    are lost to another's read and write back."""
     if options.out is not None:  # made first: a folder that cannot be made stops no late run
         options.out.mkdir(parents=True, exist_ok=True)
+    page = page_written(names, options)
+    full = set(names) == set(SUBBENCHMARKS)
     out = console(stderr=as_json)
-    reports = []
-    for name in names:
-        out.print(f"[dim]bench {name}...[/dim]")
-        reports.append(run(name, options))
-        if not as_json:
-            out.print(reports[-1].rich_table())
-    if as_json:
-        json.dump({r.name: r.as_dict() for r in reports}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+    with contextlib.ExitStack() as held:
+        writer = held.enter_context(atomic_write.replacing(page)) if page else None
+        reports = []
+        for name in names:
+            out.print(f"[dim]bench {name}...[/dim]")
+            reports.append(run(name, options))
+            if not as_json:
+                out.print(reports[-1].rich_table())
+        if as_json:
+            json.dump({r.name: r.as_dict() for r in reports}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        if writer is not None and full:
+            writer.file.write(results_page(reports, options))
+        elif writer is not None:  # read under the lock: no other run writes it meanwhile
+            old = page.read_text(encoding="utf-8")
+            writer.file.write(replace_sections(old, reports, options))
     if options.out is None:
         out.print("[dim]no files written: pass --out DIR for the plots and index.md[/dim]")
-    elif set(names) == set(SUBBENCHMARKS):
-        page = options.out / "index.md"
-        atomic_write.write_text(page, results_page(reports, options))
+    elif page is not None and full:
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")
-    elif (page := options.out / "index.md").is_file() and not options.quick:
-        old = page.read_text(encoding="utf-8")
-        atomic_write.write_text(page, replace_sections(old, reports, options))
+    elif page is not None:
         out.print(f"updated {', '.join(r.name for r in reports)} in {page}")
     return reports
+
+
+def page_written(names: list[str], options: Options) -> Path | None:
+    """The results page a run of ``names`` writes (``run_many``), or None: a full run writes
+    ``index.md`` in ``options.out``, a partial run that is not ``quick`` rewrites it when it is
+    there, and a run with no folder writes nothing."""
+    if options.out is None:
+        return None
+    page = options.out / "index.md"
+    if set(names) == set(SUBBENCHMARKS) or (not options.quick and page.is_file()):
+        return page
+    return None
 
 
 def replace_sections(page: str, reports: list[Report], options: Options) -> str:

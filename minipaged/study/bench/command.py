@@ -18,7 +18,7 @@ from minipaged.arguments import (
 from minipaged.config import settings_of
 from minipaged.environment import MAX_THREADS
 from minipaged.memory import free_memory, memory_amount
-from minipaged.output_paths import output_folder
+from minipaged.output_paths import check_outputs_apart, output_folder
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
@@ -91,8 +91,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "bench",
         help=f"benchmarks: {', '.join(SUBBENCHMARKS)}",
         description="Run sub-benchmarks (all by default), print their tables and write plots; "
-        "a full run also writes the docs' results page, index.md, and a partial run refreshes "
-        "its own sections of an existing index.md. Files go only into --out; "
+        "a full run also writes the docs' results page, index.md, and a partial run without "
+        "--quick refreshes its own sections of an existing index.md. One run at a time writes "
+        "a folder's index.md: a second is refused at its start. Files go only into --out; "
         "without it, into the project's docs/results when run from the root of the minipaged "
         "repository (the folder holding mkdocs.yml, docs/ and the minipaged package that "
         "runs), and nowhere when run from any other folder. Timings are medians of "
@@ -109,7 +110,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="folder for plots and index.md; unset: docs/results when run from the repository "
         "root, no files anywhere else",
     )
-    bench.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    bench.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object of every report on stdout instead of tables (progress goes "
+        "to stderr); the plots and index.md are written as without it",
+    )
     bench.add_argument("--device", type=setting_text("device"), default="cpu", help="cpu or cuda")
     bench.add_argument(
         "--model",
@@ -228,9 +234,10 @@ def simulate(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     import torch
 
+    from minipaged.config import EngineConfig
     from minipaged.device import check_device
-    from minipaged.models import check_model_directory
-    from minipaged.study.bench import Options, default_out, run_many
+    from minipaged.models import check_model_directory, files_read
+    from minipaged.study.bench import Options, default_out, page_written, run_many
 
     # Every setting is checked before the first benchmark runs: a run takes minutes.
     check_device(args.device)
@@ -241,8 +248,8 @@ def bench(args: argparse.Namespace) -> int:
     twice = sorted({name for name in args.names if args.names.count(name) > 1})
     if twice:  # it would run, and print its table, twice
         raise ValueError(f"{', '.join(twice)} named more than once: name each benchmark once")
-    check_read(args.names or list(SUBBENCHMARKS), getattr(args, "typed", frozenset()))
-    torch.set_num_threads(args.threads)
+    names = args.names or list(SUBBENCHMARKS)
+    check_read(names, getattr(args, "typed", frozenset()))
     options = Options(
         out=default_out() if args.out is None else args.out,
         quick=args.quick,
@@ -252,5 +259,11 @@ def bench(args: argparse.Namespace) -> int:
         backends=tuple(args.backends or ()),
         kv_cache_dtype=args.kv_cache_dtype,
     )
-    run_many(args.names or list(SUBBENCHMARKS), options, as_json=args.json)
+    # Its page and plots go in place of none of the model's files (--out the model's folder)
+    out = options.out
+    plots = [(f"the {name} plot", out / f"{name}.svg") for name in names] if out else []
+    written = [("the results page", page_written(names, options)), *plots]
+    check_outputs_apart(written, files_read(EngineConfig(model=args.model)))
+    torch.set_num_threads(args.threads)
+    run_many(names, options, as_json=args.json)
     return 0
