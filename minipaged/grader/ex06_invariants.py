@@ -7,6 +7,12 @@ ways: no false alarm on the library's ``BlockManager``; each of the five rules o
 hand-built states that break that rule alone (``minipaged.grader.broken_states``); and a
 failed assertion against every member of the bug zoo (``minipaged.grader.bug_zoo``), each of
 which breaks rules silently, the way real code does.
+
+The programs are the same at every grading (derandomized), so that a borderline answer gets the
+same grade each time; their states are then public, and properties that failed on any state
+missing from a stored set of the library's (every zoo member's broken states are missing from
+it) passed every criterion, checking nothing. So the student's properties see every state
+``disguised`` (``broken_states.disguise``), drawn anew at each grading.
 """
 
 from __future__ import annotations
@@ -20,7 +26,13 @@ from minipaged import invariants
 from minipaged.block_manager import BlockManager, BlockState
 from minipaged.block_table import BlockTable
 from minipaged.grader import bug_zoo
-from minipaged.grader.broken_states import BROKEN_STATES, BrokenState, PresetAllocator, disguised
+from minipaged.grader.broken_states import (
+    BROKEN_STATES,
+    BrokenState,
+    PresetAllocator,
+    disguise,
+    disguised,
+)
 from minipaged.grader.properties import BlockManagerProgram, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion
 
@@ -79,6 +91,11 @@ def _manager_in(state: BlockState) -> BlockManager:
     return manager
 
 
+_DRAWS = random.SystemRandom()
+"""What hides each state the student's properties judge (``broken_states.disguise``): the
+system's random source, whose draws no seed or state in any process foretells."""
+
+
 def _ask(student, manager, kv: SimulatedKV, last_write, end: bool) -> Verdict:
     return student.run(judge, manager.snapshot(), kv.slots, kv.written, last_write, end)
 
@@ -91,6 +108,14 @@ INVARIANTS = (
     "every_sequence_reads_back_its_own_tokens()"
 )
 """The ``@invariant`` methods the student writes, as a failure names them."""
+
+
+SHOWN = (
+    "Your properties saw each state disguised, drawn anew at each grading: its blocks "
+    "renamed, its tokens renumbered, sound blocks and sequences of its own added; the program "
+    "names the blocks as the manager did."
+)
+"""Why the ids a student's failed assert names are not the program's."""
 
 
 class YourPropertiesFailed(AssertionError):
@@ -114,7 +139,8 @@ class _AskTheStudent(BlockManagerProgram):
         return clock(seconds) if clock is not None else None
 
     def _verdict(self, end: bool) -> None:
-        verdict = _ask(type(self).graded, self.manager, self.kv, self.last_write, end)
+        shown = disguise(self.manager, self.kv, self.last_write, _DRAWS, end=end)
+        verdict = _ask(type(self).graded, *shown, end)
         if verdict.crash:
             raise RuntimeError(f"your properties crashed: {verdict.crash}")
         if verdict.failed:
@@ -165,7 +191,7 @@ def check_no_false_alarm(student):
     except YourPropertiesFailed as error:
         raise CheckFailed(
             f"{PROGRAMS} against the library's BlockManager: a property failed, though it "
-            f"keeps every rule: {error}"
+            f"keeps every rule: {error}\n{SHOWN}"
         ) from None
 
 
@@ -177,11 +203,6 @@ RULES = {
     5: "after_all_freed: once every sequence is freed, every block of both pools is free",
 }
 """Exercise 06's rules, numbered as its README numbers them."""
-
-
-_DRAWS = random.SystemRandom()
-"""What hides each broken state (``broken_states.disguised``): the system's random source,
-whose draws no seed or state in any process foretells."""
 
 
 def missed(student, state: BrokenState) -> str:
@@ -228,7 +249,7 @@ def catches(member: type[BlockManager]):
             if not reference_problems(self.manager.snapshot(), self.kv, self.last_write, end):
                 raise FalseAlarm(
                     f"a property failed on a state that breaks no rule ({failed}): that is a "
-                    "false alarm, not a catch"
+                    f"false alarm, not a catch. {SHOWN}"
                 )
             raise failed
 

@@ -92,6 +92,17 @@ def make_case(
     for b, length in enumerate(seq_lens):
         k = torch.randn(num_kv_heads, length, head_dim, generator=gen) * score_scale
         v = torch.randn(num_kv_heads, length, head_dim, generator=gen)
+        if score_scale > 1 and length > block_size:
+            # Each KV head's highest score moved to the last token: the running max rises in
+            # the last block, so a loop that does not rescale what it summed is always seen
+            # (drawn where it fell, it lay in the first block about one grading in five).
+            heads = query[b, :: num_heads // num_kv_heads]  # [num_kv_heads, head_dim]
+            top = torch.einsum("hd,htd->ht", heads, k).argmax(dim=1).tolist()
+            for h, t in enumerate(top):
+                k[h, [t, length - 1]], v[h, [t, length - 1]] = (
+                    k[h, [length - 1, t]],
+                    v[h, [length - 1, t]],
+                )
         if far_below:  # s = scale q.k = scale 0.1 q.noise - far_below
             q = query[b, :, None, :]  # [num_kv_heads, 1, head_dim]
             k = 0.1 * k - q * (far_below / (scale * q.square().sum(-1, keepdim=True)))
