@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from exercise01_answers import answered
+from stuck import STUCK_AFTER_S
 
 from minipaged import cli, ending_signals
 
@@ -59,7 +60,7 @@ def test_a_signal_mid_write_leaves_the_old_file_and_no_temporary_one(tmp_path, n
     path.write_text("the report written before\n")
     process = start_mid_write(path)
     process.send_signal(number)
-    _, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=STUCK_AFTER_S)
     assert process.returncode == 128 + number, (process.returncode, err)
     assert err.decode().splitlines() == [f"minipaged demo: {ending_signals.ENDING[number]}"]
     assert path.read_text() == "the report written before\n"
@@ -108,15 +109,15 @@ def test_kill_during_a_batch_ends_its_grading_and_leaves_no_temporary_folder(tmp
         env=env,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STUCK_AFTER_S
         # Its grading child started: the grading process's temporary folder is made
         while not grading_processes(root / "aaron", children_only=True):
             assert time.monotonic() < deadline and batch.poll() is None, "no grading started"
             time.sleep(0.05)
         batch.send_signal(signal.SIGTERM)
-        _, err = batch.communicate(timeout=60)
+        _, err = batch.communicate(timeout=STUCK_AFTER_S)
         assert batch.returncode == 143 and "terminated (SIGTERM" in err.decode(), err
-        deadline = time.monotonic() + 10  # SIGKILL, reaped by init: not at once
+        deadline = time.monotonic() + STUCK_AFTER_S  # SIGKILL, reaped by init: not at once
         while grading_processes(root / "aaron"):
             assert time.monotonic() < deadline, "the student's grading runs on, alone"
             time.sleep(0.05)
