@@ -69,8 +69,17 @@ def test_every_kernel_runs_paged_in_order_and_fp8_on_the_same_keys_and_values():
     inputs = kernels.decode_inputs(2, 40, 16, "cpu")
     assert not is_identity(inputs.paged[3])
     assert is_identity(inputs.in_order[3])
+    # Paged and in order read one pool, each block once: only the order of the reads differs.
+    for paged, in_order in zip(inputs.paged[1:3], inputs.in_order[1:3], strict=True):
+        assert paged is in_order
+    assert sorted(inputs.paged[3].flatten().tolist()) == list(range(len(inputs.paged[1])))
     want = attention.paged_attention_decode(*inputs.paged)
-    torch.testing.assert_close(attention.paged_attention_decode(*inputs.in_order), want)
+    sdpa_in_order = torch.nn.functional.scaled_dot_product_attention(
+        *inputs.sdpa_in_order(), enable_gqa=True
+    )
+    torch.testing.assert_close(
+        attention.paged_attention_decode(*inputs.in_order), sdpa_in_order.squeeze(2)
+    )
     fp8 = attention.paged_attention_decode(*inputs.fp8, **inputs.fp8_scales)
     assert inputs.fp8[1].element_size() == 1
     torch.testing.assert_close(fp8, want, atol=0.1, rtol=0.1)  # e4m3 keeps 3 mantissa bits
