@@ -19,10 +19,10 @@ import pytest
 
 from minipaged import cli
 from minipaged.grader import confinement, grading
-from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.frames import ProtocolError
 from minipaged.grader.grading import Limits, grade
+from minipaged.grader.library_copies import copies
 from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
 from minipaged.grader.wire import decode

@@ -30,7 +30,8 @@ from minipaged.grader.process_tree import end_descendants
 
 class ChildProcess:
     """The process of one grading child for exercise ``number`` and the criteria that run in
-    ``runs_in``: launched, and launched again after it ends, on demand."""
+    ``runs_in`` (``"process"``, ``"simulator"``, ``"gpu"``; ``"tui"``: a TUI run's, on the
+    CPU, which grades nothing): launched, and launched again after it ends, on demand."""
 
     def __init__(self, number: int, runs_in: str, folder: Path | None, limits) -> None:
         self.number, self.runs_in, self.folder, self.limits = number, runs_in, folder, limits
@@ -75,6 +76,7 @@ class ChildProcess:
         command += ["--temp", str(self.temp)]
         command += ["--path", str(self.folder)] if self.folder is not None else []
         command += ["--gpu"] if self.runs_in == "gpu" else []
+        command += ["--tui"] if self.runs_in == "tui" else []
         memory = None if self.runs_in == "gpu" else self.limits.memory_gib
         command += ["--memory-gib", str(memory)] if memory is not None else []
         cpu = self.limits.cpu_seconds

@@ -1,0 +1,118 @@
+"""A grading child holds no library function it does not hand over (``Exercise.handed_over``):
+after ``delegation.guard``, for every exercise, no live function, cell or container anywhere in
+the process carries the code of a graded function or answer that is not handed over, nor does
+the hooks' own table of codes; and those handed over are found where the hook keeps them, so
+the search can fail. Student code reading the child's memory with ``ctypes`` (the corpus's
+``the-library-in-memory``), which no audit hook sees, then finds nothing else of the
+solution: exercise 01's ``logical_block`` passed that way, found in the hook's closure, and
+``block_offset`` rebuilt from the code ``provenance`` kept of the library's file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from minipaged.grader.exercises import EXERCISES
+
+SEARCH = r"""
+import gc, json, os, sys, tempfile
+from pathlib import Path
+from types import CellType, CodeType, FunctionType
+
+from minipaged.grader import delegation
+from minipaged.grader.exercises import EXERCISES
+from minipaged.grader.provenance import walk
+from minipaged.grader.runtime_code import watch
+from minipaged.grader.similarity import Graded
+
+
+def key(code):
+    return (code.co_filename, code.co_qualname, code.co_firstlineno)
+
+
+def contents(cell):
+    try:
+        return [cell.cell_contents]
+    except ValueError:  # a cell not filled yet
+        return []
+
+
+def carried():
+    # every code a live object carries: a function's, a cell's, an item of a container's
+    for held in gc.get_objects():
+        kind = type(held)
+        if kind is FunctionType:
+            inner = [held.__code__]
+        elif kind is CellType:
+            inner = contents(held)
+        elif kind in (tuple, list, set, frozenset):
+            inner = list(held)
+        elif kind is dict:
+            inner = [*held, *held.values()]
+        else:
+            continue
+        for code in inner:
+            if type(code) is CodeType and code.co_filename in files:
+                yield from walk(code)
+
+
+for ex in EXERCISES.values():  # imported once, before the forks
+    for name in ex.graded + ex.answers:
+        ex.lookup(name)
+def guarded(ex):  # in a fork: guard changes the process for good
+    names = ex.graded + ex.answers
+    codes = {n: [key(c) for c in delegation._codes(delegation._original(ex, n))] for n in names}
+    global files
+    files = {file for n in names for file, _, _ in codes[n]}
+    hooks = []  # held here, not installed: the hooks refuse gc's searches
+    sys.addaudithook = hooks.append
+    folder = Path(tempfile.mkdtemp())
+    delegation.guard(ex, folder)
+    watch(folder, lambda *told: None)  # the child's other guard, as it starts
+    gc.collect()
+    found = {key(c) for c in carried()}
+    shapes = sum(type(o) is Graded for o in gc.get_objects())  # the shape of a graded function
+    return {"held": sorted(n for n in names if found.intersection(codes[n])), "shapes": shapes}
+
+
+pipes = {}
+for ex in EXERCISES.values():  # two cores: the forks run side by side
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            answer = guarded(ex)
+        except BaseException as error:
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        os.write(write, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write)
+    pipes[ex.number] = (pid, read)
+results = {}
+for number, (pid, read) in pipes.items():
+    with os.fdopen(read) as answer:
+        results[number] = json.loads(answer.read() or '{"error": "no answer"}')
+    os.waitpid(pid, 0)
+print(json.dumps(results))
+"""
+"""Each exercise guarded in a fork of one process that imported the library once, and the
+graded functions and answers whose code is still carried by something alive, by name."""
+
+
+def test_a_grading_child_keeps_only_what_it_hands_over():
+    done = subprocess.run([sys.executable, "-c", SEARCH], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {int(n): r for n, r in json.loads(done.stdout.splitlines()[-1]).items()}
+    assert set(results) == set(EXERCISES)
+    for number, result in results.items():
+        assert "error" not in result, (number, result)
+        assert result["held"] == sorted(EXERCISES[number].handed_over), number
+        assert result["shapes"] == 0, number  # the copy finder's shapes are the grader's
+
+
+def test_what_a_grading_child_hands_over_is_graded_and_says_why():
+    for ex in EXERCISES.values():
+        assert set(ex.handed_over) <= set(ex.graded + ex.answers), ex.number
+        assert all(len(why) > 40 for why in ex.handed_over.values()), ex.number
