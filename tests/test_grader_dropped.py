@@ -116,3 +116,99 @@ def test_what_a_grading_child_hands_over_is_graded_and_says_why():
     for ex in EXERCISES.values():
         assert set(ex.handed_over) <= set(ex.graded + ex.answers), ex.number
         assert all(len(why) > 40 for why in ex.handed_over.values()), ex.number
+
+
+HOLDERS = """
+import dataclasses, functools
+
+def graded(*args):
+    return "library"
+
+alias = graded
+
+def with_default(f=graded):
+    return f()
+
+def with_keyword_default(*, f=graded):
+    return f()
+
+def _closing():
+    held = graded
+    return lambda: held()
+
+closure = _closing()
+wrapper = functools.wraps(graded)(lambda *args: graded(*args))
+cached = functools.lru_cache(graded)
+partial = functools.partial(graded)
+
+class Other:
+    method = graded
+    static = staticmethod(graded)
+    getter = property(graded)
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    function: object
+
+TABLE = (Record(graded),)
+REGISTRY = {"graded": graded}
+LISTED = [graded]
+
+class Registry:
+    def __init__(self):
+        self.handler = graded
+
+REGISTERED = Registry()
+
+class Dispatcher:  # what a Numba dispatcher holds: the Python function it compiles
+    def __init__(self, function):
+        self.py_func = function
+
+    def __call__(self, *args):
+        return self.py_func(*args)
+
+dispatcher = Dispatcher(graded)
+"""
+"""A library module holding its graded function every way the library may: an alias, default
+arguments, a closure, wrappers (``functools.wraps``, ``lru_cache``, ``partial``), another
+class's attributes (a method, a ``staticmethod``, a ``property``), a frozen record in a table,
+a registry's dict, list and object, a dispatcher's ``py_func``."""
+
+
+def test_every_holder_of_a_replaced_function_gets_its_stub_and_it_is_garbage(monkeypatch):
+    import types
+    import weakref
+
+    from minipaged.grader import holders
+
+    module = types.ModuleType("minipaged.holders_of_a_graded_function")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(HOLDERS, "<holders>", "exec"), vars(module))
+    graded, gone = module.graded, weakref.ref(module.graded)
+
+    def stub(*args):
+        return "stub"
+
+    module.graded = stub  # as guard replaces the function where the exercise names it
+    holders.replace_aliases({id(graded): stub})
+    del graded
+    holders.check_dropped([("minipaged.holders_of_a_graded_function:graded", gone)])
+    assert gone() is None
+    called = {
+        "alias": module.alias(),
+        "default": module.with_default(),
+        "keyword default": module.with_keyword_default(),
+        "closure": module.closure(),
+        "wraps": module.wrapper(),
+        "lru_cache": module.cached(),
+        "partial": module.partial(),
+        "method": module.Other.method(),
+        "staticmethod": module.Other.static(),
+        "property": module.Other().getter,
+        "record": module.TABLE[0].function(),
+        "dict": module.REGISTRY["graded"](),
+        "list": module.LISTED[0](),
+        "object": module.REGISTERED.handler(),
+        "py_func": module.dispatcher(),
+    }
+    assert called == dict.fromkeys(called, "stub")

@@ -23,7 +23,7 @@ remove the hooks or walk the collector's own lists to any object alive. So the c
 alive only the library functions its own code calls while the student's is graded, each named
 with why where its exercise is defined (``Exercise.handed_over``), and their code (``genuine``
 judges the frames that ask for them by it); every other graded function and answer, and its
-code, is garbage once ``guard`` returns (``_dropped`` checks it, and
+code, is garbage once ``guard`` returns (``holders.check_dropped`` checks it, and
 ``tests/test_grader_dropped.py`` searches the whole process). What such code can still reach,
 and why it stays: exercise 02's ``BlockAllocator.__init__`` (the library's ``BlockManager``
 makes its pools with it before the checks give it the student's), exercise 05's
@@ -40,8 +40,6 @@ recognition; what the grader judges is still only the data their code returns
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import importlib
 import importlib.util
 import inspect
@@ -54,6 +52,13 @@ from pathlib import Path
 from types import CodeType, FunctionType
 
 from minipaged.grader.exercises import Exercise
+from minipaged.grader.holders import (
+    check_dropped,
+    held_functions,
+    replace_aliases,
+    replace_inside,
+    swapped,
+)
 from minipaged.grader.library_copies import Library, library_copy_finder
 from minipaged.grader.provenance import audit, getframe, plain_constants, private, provenance, walk
 
@@ -80,9 +85,10 @@ def guard(
 
     The library's version is kept only of the functions the library's own code calls while
     the student's is graded (``Exercise.handed_over``; ``keeping``, the names to keep, where
-    given); every other one is replaced wherever the library holds it (``_replace_aliases``)
-    and is then garbage, which ``_dropped`` checks: no guard in the process stops code that
-    reads and writes its memory (``ctypes``), so what is not needed must not exist. Those kept
+    given); every other one is replaced wherever the library holds it
+    (``holders.replace_aliases``) and is then garbage, which ``holders.check_dropped`` checks:
+    no guard in the process stops code that reads and writes its memory (``ctypes``), so what
+    is not needed must not exist. Those kept
     are held by one audit hook (``hand_over``) and nowhere else a student's code can reach
     without reading memory: not in a stub's closure, module or class, not in a traceback
     (that hook never raises), not through ``gc`` (the other hook refuses it), not from a frame
@@ -116,14 +122,14 @@ def guard(
         if name in kept:
             originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))
         else:
-            gone += [(name, weakref.ref(f)) for f in {id(f): f for f in _held(original)}.values()]
+            gone += [(name, weakref.ref(f)) for f in held_functions(original)]
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
-        stubs |= {id(f): stub for f in _held(original)}
+        stubs |= {id(f): stub for f in held_functions(original)}
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
-        replaced += [value, *_held(original)]  # alive until replaced: no id in stubs is reused
-    _replace_aliases(stubs)
+        replaced += [value, *held_functions(original)]  # alive till replaced: no id is reused
+    replace_aliases(stubs)
     del owner, value, original, stub, replaced  # this frame holds none of them
-    _dropped(gone)
+    check_dropped(gone)
     files = frozenset((found.st_dev, found.st_ino) for found in map(_stat, guarded) if found)
     for path in guarded:  # tracebacks read no source line, and neither can a student's code
         linecache.cache[path] = (0, None, [], path)
@@ -195,117 +201,6 @@ def _original(ex: Exercise, name: str):
     return value.fget if isinstance(value, property) else value
 
 
-def _held(function) -> list:
-    """``function`` and every function it runs as its own: the Python function a Numba
-    dispatcher compiles (``py_func``) and the one a wrapper wraps (``__wrapped__``:
-    ``functools.wraps``, ``lru_cache``, hypothesis's ``@invariant()``), to the last."""
-    found = []
-    while function is not None and all(function is not f for f in found) and len(found) < 16:
-        found.append(function)
-        space = getattr(function, "__dict__", None)
-        space = space if type(space) is dict else {}
-        function = space.get("py_func", space.get("__wrapped__"))
-    return found
-
-
-def _swapped(value, stubs: dict):
-    """The stub for ``value`` if it is, or wraps, a function ``stubs`` replaces; else None."""
-    if id(value) in stubs:
-        return stubs[id(value)]
-    if isinstance(value, property) and id(value.fget) in stubs:  # the same getter, elsewhere
-        return property(stubs[id(value.fget)])
-    if callable(value) and not isinstance(value, type):
-        return next((stubs[id(f)] for f in _held(value) if id(f) in stubs), None)
-    return None
-
-
-def _replace_aliases(stubs: dict) -> None:
-    """Put each stub (by the id of what it replaces, in ``stubs``) wherever the library holds
-    the function it replaces, or a wrapper of it, under another name: a module's attribute
-    (``from minipaged.memory import slot``), a class's attribute (another class's method, or
-    the class a frozen dataclass with slots replaced, which its methods' cells still hold), an
-    item of a module's table or a field of a frozen record in one
-    (``minipaged.invariants.INVARIANTS``), a default argument, a closure's cell. What this
-    misses, ``_dropped`` finds, and the grading child refuses to start."""
-    seen: set[int] = set()
-    for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith(("minipaged.", "cuda_kernels.")):
-            continue
-        for attribute, value in list(vars(module).items()):
-            replacement = _swapped(value, stubs)
-            if replacement is not None:
-                setattr(module, attribute, replacement)
-            elif type(value) in (list, dict):
-                for key, item in list(value.items() if type(value) is dict else enumerate(value)):
-                    if (replacement := _swapped(item, stubs)) is not None:
-                        value[key] = replacement
-                    _replace_inside(item, stubs, seen)
-            elif type(value) is tuple:
-                for item in value:
-                    _replace_inside(item, stubs, seen)
-            else:
-                _replace_inside(value, stubs, seen)
-
-
-def _replace_inside(holder, stubs: dict, seen: set[int]) -> None:
-    """The stubs put in place of what ``holder`` holds: a library class its attributes, a
-    library function its default arguments and its closure's cells, a frozen record its
-    fields."""
-    if id(holder) in seen:
-        return
-    seen.add(id(holder))
-    if isinstance(holder, type):
-        if getattr(holder, "__module__", "").startswith(("minipaged.", "cuda_kernels.")):
-            for name, member in list(vars(holder).items()):
-                if (replacement := _swapped(member, stubs)) is not None:
-                    setattr(holder, name, replacement)
-                else:
-                    _replace_inside(getattr(member, "__func__", member), stubs, seen)
-        return
-    if dataclasses.is_dataclass(holder):
-        for field in dataclasses.fields(holder):
-            if (replacement := _swapped(getattr(holder, field.name), stubs)) is not None:
-                object.__setattr__(holder, field.name, replacement)
-    if type(holder) is not FunctionType:  # one the library holds, wherever compiled
-        return
-    for cell in holder.__closure__ or ():
-        if (replacement := _swapped(_contents(cell), stubs)) is not None:
-            cell.cell_contents = replacement
-        else:
-            _replace_inside(_contents(cell), stubs, seen)
-    if holder.__defaults__:
-        holder.__defaults__ = tuple(_swapped(d, stubs) or d for d in holder.__defaults__)
-    if holder.__kwdefaults__:
-        defaults = holder.__kwdefaults__.items()
-        holder.__kwdefaults__ = {k: _swapped(d, stubs) or d for k, d in defaults}
-
-
-def _contents(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:  # a cell not filled yet
-        return None
-
-
-def _dropped(gone: list) -> None:
-    """Check that each function of ``gone`` (``(name, weak reference)``) is garbage: raise
-    ``Undropped``, naming what still holds it, where one is alive after a collection."""
-    gc.collect()
-    alive = [(name, function()) for name, function in gone if function() is not None]
-    if alive:
-        name, function = alive[0]
-        holders = sorted({type(h).__name__ for h in gc.get_referrers(function)} - {"list"})
-        raise Undropped(
-            f"a grading child still holds the library's {name.replace(':', '.')} after "
-            f"{len(alive)} of them were replaced (held by a {', a '.join(holders)}): "
-            "delegation._replace_aliases does not reach that holder; teach it to"
-        )
-
-
-class Undropped(RuntimeError):
-    """A library function a grading child replaced is still alive: the grader's mistake."""
-
-
 def _stub(name: str, original, number: int, answer: bool = False, refused=LibraryDelegation):
     """A stand-in for the graded library function ``name`` of exercise ``number`` (or, with
     ``answer``, one of its answers): it runs the library's function where ``guard``'s hook
@@ -331,11 +226,13 @@ def _stub(name: str, original, number: int, answer: bool = False, refused=Librar
     # A function's marks (hypothesis's @invariant()), not a Numba dispatcher's state, which
     # holds the kernel's Python function
     markers = original.__dict__ if type(original) is FunctionType else {}
-    wrapped = {id(f): stub for f in _held(original)}  # a mark holds the function: the stub now
+    wrapped = {
+        id(f): stub for f in held_functions(original)
+    }  # a mark holds the function: the stub now
     for key, mark in markers.items():
         if not key.startswith("__wrapped"):  # hypothesis's __wrapped_target too
-            stub.__dict__[key] = _swapped(mark, wrapped) or mark
-            _replace_inside(stub.__dict__[key], wrapped, set())
+            stub.__dict__[key] = swapped(mark, wrapped) or mark
+            replace_inside(stub.__dict__[key], wrapped, set())
     return stub
 
 
