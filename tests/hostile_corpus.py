@@ -1356,6 +1356,33 @@ that reads memory found them, called the one and rebuilt the other, and passed: 
 ``logical_block`` did in a real grading. A grading child now keeps only what the library's own
 code calls while the student's is graded (``Exercise.handed_over``; none of exercise 01's)."""
 
+FORMULAS = HandIn(
+    "the-formulas-in-memory",
+    13,
+    "memory.py",
+    (
+        Attack(
+            "the-library-s-formula-off-the-collector-s-lists",
+            "return ceil(L/B)*B - L",
+            "return _library_s('paged_internal_waste')(num_tokens, block_size)",
+            ("paged_internal_waste",),
+            "no function paged_internal_waste of the library's memory.py",
+        ),
+        Attack(
+            "the-library-s-formula-made-a-function-again",
+            "return ceil(t/ΔL)*ΔL - t",
+            "return _rebuilt('reservation_waste')(t, delta)",
+            ("reservation_waste",),
+            "no code reservation_waste of the library's memory.py",
+        ),
+    ),
+    appended=IN_MEMORY,
+)
+"""Exercise 13 hands its ``memory.py`` formulas over, for the student's ``recorded_waste.py``
+graded on the library's: a child that kept them for every criterion let code reading memory
+pass the formulas' own criteria with the library's. Only the recorded runs' criteria
+(``Criterion.on_the_library``) run in a child that keeps them now."""
+
 GRAB = """
 import sys as _sys, threading as _threading
 from minipaged.block_manager import BlockManager as _Library
@@ -2116,6 +2143,7 @@ HAND_INS = (
     WATCHING,
     STATE,
     MEMORY,
+    FORMULAS,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

@@ -60,7 +60,7 @@ def carried():
 for ex in EXERCISES.values():  # imported once, before the forks
     for name in ex.graded + ex.answers:
         ex.lookup(name)
-def guarded(ex):  # in a fork: guard changes the process for good
+def guarded(ex, keeping):  # in a fork: guard changes the process for good
     names = ex.graded + ex.answers
     codes = {n: [key(c) for c in delegation._codes(delegation._original(ex, n))] for n in names}
     global files
@@ -68,7 +68,7 @@ def guarded(ex):  # in a fork: guard changes the process for good
     hooks = []  # held here, not installed: the hooks refuse gc's searches
     sys.addaudithook = hooks.append
     folder = Path(tempfile.mkdtemp())
-    delegation.guard(ex, folder)
+    delegation.guard(ex, folder, keeping=keeping)
     watch(folder, lambda *told: None)  # the child's other guard, as it starts
     gc.collect()
     found = {key(c) for c in carried()}
@@ -77,23 +77,26 @@ def guarded(ex):  # in a fork: guard changes the process for good
 
 
 pipes = {}
-for ex in EXERCISES.values():  # two cores: the forks run side by side
+# Each child of an exercise: the one for its criteria on the library's (keeping what it hands
+# over), and the one for the others (keeping nothing)
+runs = [(ex, kept) for ex in EXERCISES.values() for kept in {tuple(ex.handed_over), ()}]
+for ex, keeping in runs:  # two cores: the forks run side by side
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            answer = guarded(ex)
+            answer = guarded(ex, keeping)
         except BaseException as error:
             answer = {"error": f"{type(error).__name__}: {error}"}
         os.write(write, json.dumps(answer).encode())
         os._exit(0)
     os.close(write)
-    pipes[ex.number] = (pid, read)
+    pipes[f"{ex.number} {len(keeping)}"] = (pid, read)
 results = {}
-for number, (pid, read) in pipes.items():
+for run, (pid, read) in pipes.items():
     with os.fdopen(read) as answer:
-        results[number] = json.loads(answer.read() or '{"error": "no answer"}')
+        results[run] = json.loads(answer.read() or '{"error": "no answer"}')
     os.waitpid(pid, 0)
 print(json.dumps(results))
 """
@@ -104,18 +107,24 @@ graded functions and answers whose code is still carried by something alive, by 
 def test_a_grading_child_keeps_only_what_it_hands_over():
     done = subprocess.run([sys.executable, "-c", SEARCH], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = {int(n): r for n, r in json.loads(done.stdout.splitlines()[-1]).items()}
-    assert set(results) == set(EXERCISES)
-    for number, result in results.items():
-        assert "error" not in result, (number, result)
-        assert result["held"] == sorted(EXERCISES[number].handed_over), number
-        assert result["shapes"] == 0, number  # the copy finder's shapes are the grader's
+    results = json.loads(done.stdout.splitlines()[-1])
+    kept = {ex.number: len(ex.handed_over) for ex in EXERCISES.values()}
+    assert set(results) == {f"{n} {k}" for n, k in kept.items()} | {f"{n} 0" for n in kept}
+    for run, result in results.items():
+        number, keeping = map(int, run.split())
+        assert "error" not in result, (run, result)
+        assert result["held"] == sorted(EXERCISES[number].handed_over if keeping else ()), run
+        assert result["shapes"] == 0, run  # the copy finder's shapes are the grader's
 
 
-def test_what_a_grading_child_hands_over_is_graded_and_says_why():
+def test_what_a_grading_child_hands_over_is_graded_says_why_and_serves_some_criterion():
+    """The criteria graded on the library's (``Criterion.on_the_library``) are those a child
+    that hands functions over runs: an exercise has both, or neither."""
     for ex in EXERCISES.values():
         assert set(ex.handed_over) <= set(ex.graded + ex.answers), ex.number
         assert all(len(why) > 40 for why in ex.handed_over.values()), ex.number
+        on_the_library = [c.name for c in ex.criteria() if c.on_the_library]
+        assert bool(on_the_library) == bool(ex.handed_over), (ex.number, on_the_library)
 
 
 HOLDERS = """

@@ -30,11 +30,18 @@ makes its pools with it before the checks give it the student's), exercise 05's
 ``BlockManager.swap_out``, ``swap_in`` and ``_move`` (the student's scheduler is graded on the
 library's block manager, so that a wrong ``swap_out`` of theirs fails only its own criteria),
 and exercise 13's four formulas of ``memory.py`` (their ``recorded_waste.py`` computes with the
-library's, as its starter says, for the same reason): a student reading memory passes those
-criteria with the library's code. A TUI run's child, which grades nothing, keeps every one (the
-library's engine warms up and schedules around the student's code there). Disk is walled apart
-(``minipaged.grader.readable``). A determined student can still rewrite a copy beyond
-recognition; what the grader judges is still only the data their code returns
+library's, as its starter says, for the same reason). Only the child of the criteria that
+grade their work on the library's (``Criterion.on_the_library``: exercise 02's
+``block_manager_runs_on_your_allocator``, 05's eight scheduler criteria, 13's four recorded
+runs') keeps them; the other criteria's child keeps none. So a student reading memory can
+pass with the library's code only a criterion of that child that grades what a kept function
+computes: exercise 02's allocator under the library's manager with the library's ``__init__``
+in their own, exercise 05's scheduler criteria with the library's ``swap_out`` in their
+``_preempt`` (a swap is one of its two ways), and exercise 13's recorded runs with the
+formulas, which the starter gives them anyway. A TUI run's child, which grades nothing, keeps
+every one (the library's engine warms up and schedules around the student's code there).
+Disk is walled apart (``minipaged.grader.readable``). A determined student can still rewrite
+a copy beyond recognition; what the grader judges is still only the data their code returns
 (``minipaged.grader.wire``).
 """
 

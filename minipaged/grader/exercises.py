@@ -57,9 +57,10 @@ class Exercise:
     handed_over: dict[str, str] = field(default_factory=dict)
     """The only graded functions and answers whose library version a grading child keeps, and
     why each: the library's own code calls them while the student's is graded, through their
-    stubs (``minipaged.grader.delegation``). The child holds no other: each is replaced
-    wherever the library holds it, and then is garbage, so that a student's code reading the
-    child's memory (``ctypes``) finds none of it. Each one kept is within such code's reach."""
+    stubs (``minipaged.grader.delegation``), in the criteria ``on_the_library``, whose child
+    alone keeps them. No child holds any other: each is replaced wherever the library holds
+    it, and then is garbage, so that a student's code reading the child's memory (``ctypes``)
+    finds none of it. Each one kept is within such code's reach in that child."""
 
     @property
     def files(self) -> tuple[str, ...]:
