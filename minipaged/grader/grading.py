@@ -108,7 +108,10 @@ def grade(
     """Grade exercise ``number``: every criterion, each where it can run, the student's code
     (or, with ``solution``, the library's) in a child process under ``limits``. With
     ``first_failure``, the criteria after the first that fails are not run: they are
-    blocked, worth nothing either way, and no child starts for them."""
+    blocked, worth nothing either way, and no child starts for them. "After" in the order
+    they run: by where they run (the process, the simulator, the GPU), those graded on the
+    library's (``Criterion.on_the_library``) after the others of the same place, each group
+    in the exercise's order."""
     ex = exercise(number)
     limits = limits or Limits()
     criteria = ex.criteria()
