@@ -1383,6 +1383,28 @@ graded on the library's: a child that kept them for every criterion let code rea
 pass the formulas' own criteria with the library's. Only the recorded runs' criteria
 (``Criterion.on_the_library``) run in a child that keeps them now."""
 
+DISPATCHER_STATE = HandIn(
+    "the-kernel-s-state-on-its-stub",
+    8,
+    "cache_ops.py",
+    (
+        Attack(
+            "the-library-s-kernel-compiled-anew",
+            "copy block src onto block dst",
+            "return  # the kernel below is the library's",
+            ("one_pair", "several_pairs", "blocks_larger_than_the_threads"),
+            "object has no attribute",
+        ),
+    ),
+    appended="import cuda_kernels.cache_ops as _library\n"
+    "_kernel = _library.copy_blocks_kernel  # the stub: its Python function, by either name\n"
+    "copy_blocks_kernel = cuda.jit(getattr(_kernel, 'py_func', None) or _kernel.fn)\n",
+)
+"""A stub took its original's ``__dict__``: a Numba dispatcher's whole state, with the kernel's
+Python function (``py_func``; the simulator's kernel calls it ``fn``), so ``cuda.jit`` of it
+was the library's kernel again, and exercise 08 passed. A stub takes a plain function's marks
+only now."""
+
 GRAB = """
 import sys as _sys, threading as _threading
 from minipaged.block_manager import BlockManager as _Library
@@ -2144,6 +2166,7 @@ HAND_INS = (
     STATE,
     MEMORY,
     FORMULAS,
+    DISPATCHER_STATE,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,
