@@ -88,6 +88,7 @@ LONGEST_FIRST = (
     "test_compile_cache.py",  # 12 s
     "test_tui_cli.py",  # 12 s
     "test_bench.py",  # 12 s
+    "test_grader_dropped.py",  # 11 s
     "test_grader_escape.py",  # 11 s
     "test_block_manager_stateful.py",  # 11 s
     "test_output_failure_corpus.py",  # 10 s

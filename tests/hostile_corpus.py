@@ -1257,6 +1257,154 @@ passed; now each guard function calls only names of its own, the sources are sea
 guard's frame, or any frame inside a guard's call, is refused to the student's code."""
 
 
+IN_MEMORY = """
+import ctypes as _ctypes, gc as _gc, sys as _sys
+import minipaged.memory as _library
+_MEMORY = "minipaged/memory.py"
+
+def _objects(kind):  # every object of the kind the collector tracks, read off its own lists
+    api, word = _ctypes.pythonapi, _ctypes.c_size_t
+    api.PyInterpreterState_Get.restype = _ctypes.c_void_p
+    interp, mark, found = api.PyInterpreterState_Get(), [], []
+    memory = _ctypes.cast(8, _ctypes.POINTER(word))  # memory[a // 8 - 1]: the word at a
+    switch = _sys.getswitchinterval()
+    _gc.disable()  # nothing moves between the lists while they are read, nor another thread
+    _sys.setswitchinterval(1000)
+    try:
+        node = memory[(id(mark) - 16) // 8 - 1]  # its PyGC_Head: the two words before it
+        while not interp <= node < interp + 65536:  # on to the young list's head
+            node = memory[node // 8 - 1] & ~3
+        for head in (node, node + 24, node + 48):  # the three generations' heads
+            at = memory[head // 8 - 1] & ~3
+            while at != head:
+                if memory[(at + 24) // 8 - 1] == id(kind):  # the object's type
+                    found.append(at + 16)
+                at = memory[at // 8 - 1] & ~3
+    finally:
+        _gc.enable()
+        _sys.setswitchinterval(switch)
+    addresses = (word * len(found))(*found)
+    objects = _ctypes.cast(addresses, _ctypes.POINTER(_ctypes.py_object))
+    return [objects[i] for i in range(len(found))]
+
+_FOUND = {}  # each found once: a check calls the function hundreds of times
+
+def _library_s(name):  # the library's function, by its code's file and name
+    if name not in _FOUND:
+        _FOUND[name] = next(
+            (
+                function
+                for function in _objects(type(_objects))  # by name first: __code__ is an event
+                if function.__name__ == name and function.__code__.co_filename.endswith(_MEMORY)
+            ),
+            None,
+        )
+    if _FOUND[name] is None:
+        raise LookupError(f"no function {name} of the library's memory.py in this process")
+    return _FOUND[name]
+
+def _rebuilt(name):  # the library's code, out of any set of code, made a function by the C API
+    if name not in _FOUND:
+        _FOUND[name] = next(
+            (
+                code
+                for held in _objects(frozenset)
+                for code in held
+                if type(code) is type(_rebuilt.__code__)
+                and code.co_name == name
+                and code.co_filename.endswith(_MEMORY)
+            ),
+            None,
+        )
+    if _FOUND[name] is None:
+        raise LookupError(f"no code {name} of the library's memory.py in this process")
+    new = _ctypes.pythonapi.PyFunction_New
+    new.restype, new.argtypes = _ctypes.py_object, (_ctypes.py_object,) * 2
+    return new(_FOUND[name], vars(_library))
+"""
+"""Reading the grading child's memory, where no audit hook sees: the collector's lists walked
+with ``ctypes`` (``gc.get_objects`` without its audit event), for a function or a code object
+of the library's ``memory.py``. CPython 3.11-3.12's layout on a 64-bit machine."""
+
+MEMORY = HandIn(
+    "the-library-in-memory",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "the-library-s-function-off-the-collector-s-lists",
+            "return j = floor(t / B)",
+            "return _library_s('logical_block')(t, block_size)",
+            ("logical_block",),
+            "no function logical_block of the library's memory.py",
+        ),
+        Attack(
+            "the-library-s-code-made-a-function-again",
+            "return o = t mod B",
+            "return _rebuilt('block_offset')(t, block_size)",
+            ("block_offset",),
+            "no code block_offset of the library's memory.py",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=IN_MEMORY,
+)
+"""The guards were a tripwire: the hand-over hook kept every graded function of the exercise
+(its closure's ``originals``) and the library's code of each (``provenance``'s), and code
+that reads memory found them, called the one and rebuilt the other, and passed: exercise 01's
+``logical_block`` did in a real grading. A grading child now keeps only what the library's own
+code calls while the student's is graded (``Exercise.handed_over``; none of exercise 01's)."""
+
+FORMULAS = HandIn(
+    "the-formulas-in-memory",
+    13,
+    "memory.py",
+    (
+        Attack(
+            "the-library-s-formula-off-the-collector-s-lists",
+            "return ceil(L/B)*B - L",
+            "return _library_s('paged_internal_waste')(num_tokens, block_size)",
+            ("paged_internal_waste",),
+            "no function paged_internal_waste of the library's memory.py",
+        ),
+        Attack(
+            "the-library-s-formula-made-a-function-again",
+            "return ceil(t/ΔL)*ΔL - t",
+            "return _rebuilt('reservation_waste')(t, delta)",
+            ("reservation_waste",),
+            "no code reservation_waste of the library's memory.py",
+        ),
+    ),
+    appended=IN_MEMORY,
+)
+"""Exercise 13 hands its ``memory.py`` formulas over, for the student's ``recorded_waste.py``
+graded on the library's: a child that kept them for every criterion let code reading memory
+pass the formulas' own criteria with the library's. Only the recorded runs' criteria
+(``Criterion.on_the_library``) run in a child that keeps them now."""
+
+DISPATCHER_STATE = HandIn(
+    "the-kernel-s-state-on-its-stub",
+    8,
+    "cache_ops.py",
+    (
+        Attack(
+            "the-library-s-kernel-compiled-anew",
+            "copy block src onto block dst",
+            "return  # the kernel below is the library's",
+            ("one_pair", "several_pairs", "blocks_larger_than_the_threads"),
+            "object has no attribute",
+        ),
+    ),
+    appended="import cuda_kernels.cache_ops as _library\n"
+    "_kernel = _library.copy_blocks_kernel  # the stub: its Python function, by either name\n"
+    "copy_blocks_kernel = cuda.jit(getattr(_kernel, 'py_func', None) or _kernel.fn)\n",
+)
+"""A stub took its original's ``__dict__``: a Numba dispatcher's whole state, with the kernel's
+Python function (``py_func``; the simulator's kernel calls it ``fn``), so ``cuda.jit`` of it
+was the library's kernel again, and exercise 08 passed. A stub takes a plain function's marks
+only now."""
+
 GRAB = """
 import sys as _sys, threading as _threading
 from minipaged.block_manager import BlockManager as _Library
@@ -2016,6 +2164,9 @@ HAND_INS = (
     WATCHERS,
     WATCHING,
     STATE,
+    MEMORY,
+    FORMULAS,
+    DISPATCHER_STATE,
     KERNEL,
     WASTES,
     *NEVER_ON_DISK,

@@ -211,7 +211,7 @@ def test_a_file_that_does_not_import_fails_every_criterion_with_the_line(tmp_pat
 
 def as_written_by_a_student(library_source: str) -> str:
     """A library file as a student who wrote the same code would hand it in: with docstrings
-    of their own. The library's own docstrings mark a copy (``minipaged.grader.delegation``),
+    of their own. The library's own docstrings mark a copy (``minipaged.grader.library_copies``),
     which the grader refuses before running it."""
     return re.sub(r'"""(?=\S)', '"""Mine: ', library_source)
 

@@ -19,10 +19,10 @@ import pytest
 
 from minipaged import cli
 from minipaged.grader import confinement, grading
-from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.frames import ProtocolError
 from minipaged.grader.grading import Limits, grade
+from minipaged.grader.library_copies import copies
 from minipaged.grader.proxies import Proxy
 from minipaged.grader.report import FAIL, PASS, Report
 from minipaged.grader.wire import decode
@@ -352,7 +352,8 @@ def first_criterion(number: int, folder: Path, name: str | None = None):
     ``name``), in a child: the others, which may be slow (the simulator's), are not run."""
     criteria = EXERCISES[number].criteria()
     criterion = next(c for c in criteria if c.name == name) if name else criteria[0]
-    child = grading.GradingChild(number, criterion.runs_in, folder.resolve(), Limits(), Proxy)
+    runs_in, library = criterion.runs_in, criterion.on_the_library  # where grade runs it
+    child = grading.GradingChild(number, runs_in, folder.resolve(), Limits(), Proxy, library)
     try:
         return grading._run_in_child(criterion, child, Limits())
     finally:

@@ -22,9 +22,9 @@ import test_grader_integrity
 import test_tui_exercise
 
 from minipaged.grader import similarity
-from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import EXERCISES, TUTORIALS
 from minipaged.grader.grading import grade
+from minipaged.grader.library_copies import copies
 from minipaged.grader.report import FAIL
 
 ANSWERS = Path(__file__).parent / "student_answers"

@@ -13,7 +13,9 @@
   objects it keeps, so that the checks run here, unchanged; ``child_errors``: what a request
   raises when no answer comes;
 - ``wire``: what crosses between them: length-prefixed JSON (``frames``), strictly read;
-- ``delegation``: keeping the library's own solution out of a student's reach;
+- ``delegation``: keeping the library's own solution out of a student's reach (and out of a
+  grading child's memory; ``holders``: every place the library holds what it replaces);
+  ``library_copies``: a copy of it in their folder or code;
 - ``confinement``: Landlock, where Linux offers it;
 - ``report``: criteria, results, the printed and the JSON report;
 - ``student``: a student's files, or the library modules that solve an exercise;

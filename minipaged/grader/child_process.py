@@ -30,10 +30,16 @@ from minipaged.grader.process_tree import end_descendants
 
 class ChildProcess:
     """The process of one grading child for exercise ``number`` and the criteria that run in
-    ``runs_in``: launched, and launched again after it ends, on demand."""
+    ``runs_in`` (``"process"``, ``"simulator"``, ``"gpu"``; ``"tui"``: a TUI run's, on the
+    CPU, which grades nothing): launched, and launched again after it ends, on demand. With
+    ``hands_over``, it keeps the library functions the exercise hands over
+    (``Exercise.handed_over``), for criteria ``on_the_library``; without, none."""
 
-    def __init__(self, number: int, runs_in: str, folder: Path | None, limits) -> None:
+    def __init__(
+        self, number: int, runs_in: str, folder: Path | None, limits, hands_over: bool = False
+    ) -> None:
         self.number, self.runs_in, self.folder, self.limits = number, runs_in, folder, limits
+        self.hands_over = hands_over
         self.temp = Path(tempfile.mkdtemp(prefix="minipaged-grading-"))
         self.process: subprocess.Popen | None = None
         self.notices: Notices | None = None  # what the child's guards tell, as they act
@@ -75,6 +81,8 @@ class ChildProcess:
         command += ["--temp", str(self.temp)]
         command += ["--path", str(self.folder)] if self.folder is not None else []
         command += ["--gpu"] if self.runs_in == "gpu" else []
+        command += ["--tui"] if self.runs_in == "tui" else []
+        command += ["--hands-over"] if self.hands_over else []
         memory = None if self.runs_in == "gpu" else self.limits.memory_gib
         command += ["--memory-gib", str(memory)] if memory is not None else []
         cpu = self.limits.cpu_seconds

@@ -4,192 +4,75 @@ Each exercise mirrors library code, so the library's own functions would pass it
 ``Exercise.graded`` names the library functions an exercise asks the student to write (for
 exercise 04, ``minipaged.block_manager:BlockManager.append_slot``). Three guards keep them out:
 
-- ``copies(exercise, folder)``, in the grader, before any of the student's code runs: every
-  ``.py`` file of the folder is compiled (never run) and each function in it compared with the
-  graded functions; one that is the library's, bytecode and names and all, or the library's
-  shape in disguise (renamed, reordered, its docstrings and comments changed:
-  ``minipaged.grader.similarity``), fails the exercise.
+- ``copies(exercise, folder)`` (``minipaged.grader.library_copies``), in the grader, before any
+  of the student's code runs: a file of the folder holding the library's function, bytecode
+  and names and all, or its shape in disguise, fails the exercise.
 - ``guard(exercise, folder)``, in the child, before the student's code is imported: each graded
-  function is replaced by a stub that raises ``LibraryDelegation`` when a student's code reaches
-  it (a re-export, or ``super()`` from the student's own version), and the graded modules'
-  files can no longer be opened or re-executed (``importlib.reload``, ``spec_from_file_location``,
-  ``exec`` of their source: an audit hook refuses them).
+  function (and answer, ``Exercise.answers``) is replaced, wherever the library holds it, by a
+  stub that raises ``LibraryDelegation`` when a student's code reaches it (a re-export, or
+  ``super()`` from the student's own version), and the graded modules' files can no longer be
+  opened or re-executed (``importlib.reload``, ``spec_from_file_location``, ``exec`` of their
+  source: an audit hook refuses them).
 - The stub lets one part of the student's work use the library's version of another part graded
   apart (exercise 05's scheduler calls the library's ``swap_out``): it refuses only when no
   student code is on the stack, or when the student's own function of the same file is.
 
-A determined student can still rewrite a copy beyond recognition or attack the child itself;
-what the grader then judges is still only the data their code returns (``minipaged.grader.wire``).
+The audit hooks are a tripwire, not a wall: code that reads and writes the process's memory
+(``ctypes``; numpy's ``__array_interface__`` on a raw address) raises no audit event, and can
+remove the hooks or walk the collector's own lists to any object alive. So the child keeps
+alive only the library functions its own code calls while the student's is graded, each named
+with why where its exercise is defined (``Exercise.handed_over``), and their code (``genuine``
+judges the frames that ask for them by it); every other graded function and answer, and its
+code, is garbage once ``guard`` returns (``holders.check_dropped`` checks it, and
+``tests/test_grader_dropped.py`` searches the whole process). What such code can still reach,
+and why it stays: exercise 02's ``BlockAllocator.__init__`` (the library's ``BlockManager``
+makes its pools with it before the checks give it the student's), exercise 05's
+``BlockManager.swap_out``, ``swap_in`` and ``_move`` (the student's scheduler is graded on the
+library's block manager, so that a wrong ``swap_out`` of theirs fails only its own criteria),
+and exercise 13's four formulas of ``memory.py`` (their ``recorded_waste.py`` computes with the
+library's, as its starter says, for the same reason). Only the child of the criteria that
+grade their work on the library's (``Criterion.on_the_library``: exercise 02's
+``block_manager_runs_on_your_allocator``, 05's eight scheduler criteria, 13's four recorded
+runs') keeps them; the other criteria's child keeps none. So a student reading memory can
+pass with the library's code only a criterion of that child that grades what a kept function
+computes: exercise 02's allocator under the library's manager with the library's ``__init__``
+in their own, exercise 05's scheduler criteria with the library's ``swap_out`` in their
+``_preempt`` (a swap is one of its two ways), and exercise 13's recorded runs with the
+formulas, which the starter gives them anyway. A TUI run's child, which grades nothing, keeps
+every one (the library's engine warms up and schedules around the student's code there).
+Disk is walled apart (``minipaged.grader.readable``). A determined student can still rewrite
+a copy beyond recognition; what the grader judges is still only the data their code returns
+(``minipaged.grader.wire``).
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import importlib
 import importlib.util
 import inspect
 import linecache
 import os
 import sys
-from collections.abc import Callable, Iterator
-from hashlib import sha256
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType, FunctionType
 
-from minipaged.grader import similarity
 from minipaged.grader.exercises import Exercise
-from minipaged.grader.provenance import (
-    audit,
-    getframe,
-    plain_constants,
-    private,
-    provenance,
-    share,
-    walk,
+from minipaged.grader.holders import (
+    check_dropped,
+    held_functions,
+    replace_aliases,
+    replace_inside,
+    swapped,
 )
-
-MAX_FILES, MAX_BYTES = 200, 2**20
-"""The most files, and bytes per file, of a student's folder that ``copies`` reads."""
-
-LONG_BYTECODE = 400
-"""A function the library's, bytecode and names and all, is a copy if it also carries the
-library's docstring where the starter's differs; or, where they do not differ, if its bytecode
-is at least this long (a dozen lines or so). A short answer may well match the library's
-exactly: ``2 * self.num_layers * self.num_kv_heads * ...`` is the only way to write it."""
+from minipaged.grader.library_copies import Library, library_copy_finder
+from minipaged.grader.provenance import audit, getframe, plain_constants, private, provenance, walk
 
 
 class LibraryDelegation(BaseException):
     """A student's code reached a library function the exercise grades. A BaseException, so
     that a student's ``except Exception`` around ``super()`` cannot hide it."""
-
-
-def _functions(paths) -> dict[str, CodeType]:
-    """Every function compiled (not run) from the files ``paths``, by qualified name."""
-    found = {}
-    for path in paths:
-        for code in walk(compile(path.read_text(), str(path), "exec")):
-            found.setdefault(code.co_qualname, code)
-    return found
-
-
-def _fingerprint(code: CodeType) -> str:
-    """A digest of a function's bytecode, names and constants without its docstring or line
-    numbers: a grading child keeps no copy of the library's bytecode for a student to rebuild.
-    Only of code whose constants ``compile`` made (``provenance.plain_constants``)."""
-    return sha256(repr(_code_parts(code)).encode()).hexdigest()
-
-
-def _code_parts(code: CodeType) -> tuple:
-    consts = tuple(_code_parts(c) if type(c) is CodeType else c for c in code.co_consts[1:])
-    return (code.co_code, code.co_names, code.co_varnames, consts)
-
-
-def _docstring(code: CodeType):
-    return code.co_consts[0] if code.co_consts and type(code.co_consts[0]) is str else None
-
-
-class Library:
-    """The graded functions of one exercise: their code, by fingerprint, and whether a match
-    must also carry the library's docstring to count as a copy."""
-
-    def __init__(self, ex: Exercise) -> None:
-        self.exercise = ex
-        starter = _functions(ex.starter / f"{stem}.py" for stem in ex.solution)
-        library = _functions(Path(importlib.util.find_spec(m).origin) for m in ex.solution.values())
-        self.prints: dict[str, tuple[str, object]] = {}
-        for name in ex.graded:
-            code = library.get(name.partition(":")[2])
-            if code is None:
-                continue
-            doc, starter_code = _docstring(code), starter.get(code.co_qualname)
-            evidence = starter_code is None or doc != _docstring(starter_code)
-            if evidence:  # the library's own docstring marks a copy
-                self.prints[_fingerprint(code)] = (name, doc)
-            elif len(code.co_code) >= LONG_BYTECODE:  # too long to match by chance
-                self.prints[_fingerprint(code)] = (name, None)
-
-
-def _copy_finder(prints: dict):
-    """``copied(code)``: the library function ``code`` (or a function inside it) copies, if
-    any, by the fingerprints ``prints`` (``Library.prints``); the form a grading child's audit
-    hook keeps, out of the reach of a student's code."""
-
-    def copied(code: CodeType) -> str | None:
-        if not plain_constants(code):  # built by hand, not compiled: no copy of anything
-            return None
-        for inner in walk(code):
-            found = prints.get(_fingerprint(inner))
-            if found and (found[1] is None or _docstring(inner) == found[1]):
-                return (
-                    f"{inner.co_qualname} is a copy of the library's {found[0].replace(':', '.')}"
-                )
-        return None
-
-    return private(copied)
-
-
-def copies(ex: Exercise, folder: Path) -> str:
-    """Why the student's ``folder`` holds a copy of a graded library function, or ``""``: the
-    library's compiled code, or its shape in disguise (``minipaged.grader.similarity``)."""
-    copied = copy_finder(ex)
-    # Every file, not only .py: a copy kept as notes.txt is read and run by a line of code.
-    files = sorted(p for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
-    for path in files[:MAX_FILES]:  # a link (/dev/zero behind it never ends) is not followed
-        try:
-            with open(path, "rb") as f:
-                source = f.read(MAX_BYTES + 1)
-        except OSError:  # unreadable here: unreadable to their code too
-            continue
-        if len(source) > MAX_BYTES:
-            continue
-        found = copied(source, str(path))
-        if found:
-            return f"{path.relative_to(folder)}: {found}. {write_your_own(ex)}"
-    return ""
-
-
-def write_your_own(ex: Exercise) -> str:
-    return f"Exercise {ex.number:02d} grades your own code: write it yourself, from the starter"
-
-
-_FINDERS: dict[int, tuple[Exercise, Callable]] = {}
-"""``copy_finder``'s, by exercise number, with the exercise each was made for."""
-
-
-def copy_finder(ex: Exercise):
-    """``copied(source, filename)``: which graded library function of ``ex`` the Python
-    ``source`` copies (its compiled code, or its shape in disguise), or ``""``; ``""`` too for
-    what is not Python. Judges a file of the student's folder (``copies``) as well as code
-    their code compiled at run time (``minipaged.grader.runtime_code``). Made once for each
-    exercise in a process (0.1-0.3 s: the library it compares with does not change), not
-    once for each submission, each child and each file."""
-    made = _FINDERS.get(ex.number)
-    if made is None or made[0] is not ex:
-        made = _FINDERS[ex.number] = (ex, _made_finder(ex))
-    return made[1]
-
-
-def _made_finder(ex: Exercise):
-    library_copied = _copy_finder(dict(Library(ex).prints))  # made once, for every source
-    shapes = similarity.library_shapes(ex)
-
-    def copied(source: bytes | str, filename: str) -> str:
-        try:
-            tree = ast.parse(source, filename)  # parsed once: compiled, and compared by shape
-            code = compile(tree, filename, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return ""  # the import reports it
-        found = library_copied(code)
-        if found:
-            return found
-        return "; ".join(
-            f"{mine} matches the library's solution ({theirs.replace(':', '.')}, "
-            f"{ratio:.0%} alike once names, docstrings and order are set aside)"
-            for mine, theirs, ratio in similarity.matches(tree, shapes)
-        )
-
-    return copied
 
 
 _HAND_OVER = "minipaged.grader.delegation.hand-over"
@@ -199,41 +82,61 @@ _SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
 """Audit events of a search through the interpreter's objects, which would find that function."""
 
 
-def guard(ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=None) -> None:
+def guard(
+    ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=None, keeping=None
+) -> None:
     """In a grading child, before the student's code loads: stub every graded function (and
     every answer of the exercise, ``Exercise.answers``), and refuse any later read or run of
     their modules' source, any search of the interpreter's objects, and any function rebuilt
     from their code.
 
-    The library's functions are kept by one audit hook (``hand_over``) and nowhere else a
-    student's code can reach: not in a stub's closure, module or class, not in a traceback (that
-    hook never raises), not through ``gc`` (the other hook refuses it), not from a frame of the
-    hooks (they call nothing a student's code can rebind: ``provenance.private``). A stub asks
-    for its function with an audit event; the hook checks that the asking frame runs the stubs'
-    code and that its caller may use the library's version (``_allowed``), and hands the
-    function over in a list the stub empties as it calls it. ``refused(message)`` makes each
-    refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first);
+    The library's version is kept only of the functions the library's own code calls while
+    the student's is graded (``Exercise.handed_over``; ``keeping``, the names to keep, where
+    given); every other one is replaced wherever the library holds it
+    (``holders.replace_aliases``) and is then garbage, which ``holders.check_dropped`` checks:
+    no guard in the process stops code that reads and writes its memory (``ctypes``), so what
+    is not needed must not exist. Those kept
+    are held by one audit hook (``hand_over``) and nowhere else a student's code can reach
+    without reading memory: not in a stub's closure, module or class, not in a traceback
+    (that hook never raises), not through ``gc`` (the other hook refuses it), not from a frame
+    of the hooks (they call nothing a student's code can rebind: ``provenance.private``). A
+    stub asks for its function with an audit event; the hook checks that the asking frame runs
+    the stubs' code and that its caller may use the library's version (``_allowed``), and
+    hands the function over in a list the stub empties as it calls it. ``refused(message)``
+    makes each refusal (``minipaged.grader.notices.refusal``'s tells the grader of it first);
     ``stubs_refused``, the stubs' (``refused`` where None): a stub is within a student's reach,
     and so is what its closure holds, so a grading child gives the stubs a ``refused`` (and a
     ``tell``) of their own, which the hooks never call."""
     folder = str(folder.resolve())
     library = Library(ex)
-    guarded, stubs, originals = set(), {}, {}
     names = ex.graded + ex.answers
+    kept = frozenset(ex.handed_over if keeping is None else keeping)
+    guarded = set()
     for name in names:
-        owner, attribute, value = ex.lookup(name)
+        ex.lookup(name)  # imports its module
         module = sys.modules[name.partition(":")[0]]
         guarded |= {module.__file__, importlib.util.cache_from_source(module.__file__)}
     guarded = frozenset(os.path.realpath(f) for f in guarded)
-    genuine = provenance([f for f in guarded if f.endswith(".py")])
+    # The code of what is dropped, and all code around it (its module's, its class's), is no
+    # code that may run from the library's files: ``genuine`` keeps none of it.
+    dropped = frozenset(c for n in names if n not in kept for c in _codes(_original(ex, n)))
+    genuine = provenance([f for f in guarded if f.endswith(".py")], dropped)
+    stubs, originals, gone, replaced = {}, {}, [], []
     for name in names:
         owner, attribute, value = ex.lookup(name)
-        original = value.fget if isinstance(value, property) else value
+        original = _original(ex, name)
         stub = _stub(name, original, ex.number, name in ex.answers, stubs_refused or refused)
-        originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))
+        if name in kept:
+            originals[name] = (original, _allowed(ex, ex.file_of(name), folder, genuine))
+        else:
+            gone += [(name, weakref.ref(f)) for f in held_functions(original)]
         setattr(owner, attribute, property(stub) if isinstance(value, property) else stub)
+        stubs |= {id(f): stub for f in held_functions(original)}
         stubs[id(value)] = getattr(owner, attribute) if isinstance(value, property) else stub
-    _replace_aliases(stubs)
+        replaced += [value, *held_functions(original)]  # alive till replaced: no id is reused
+    replace_aliases(stubs)
+    del owner, value, original, stub, replaced  # this frame holds none of them
+    check_dropped(gone)
     files = frozenset((found.st_dev, found.st_ino) for found in map(_stat, guarded) if found)
     for path in guarded:  # tracebacks read no source line, and neither can a student's code
         linecache.cache[path] = (0, None, [], path)
@@ -242,7 +145,7 @@ def guard(ex: Exercise, folder: Path, refused=LibraryDelegation, stubs_refused=N
         f"exercise {ex.number:02d} grades your own code; it may not read or run the library's "
         "{}: write it yourself, from the starter"
     )
-    copied, refusal, stub_code = _copy_finder(library.prints), refused, _STUB_CODE
+    copied, refusal, stub_code = library_copy_finder(library.prints), refused, _STUB_CODE
     stat_of = private(_stat)
     searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
 
@@ -299,24 +202,10 @@ def _codes(function) -> Iterator[CodeType]:
         yield from walk(code)
 
 
-def _replace_aliases(stubs: dict) -> None:
-    """Put each stub wherever the library holds the function it replaces under another name: a
-    module's attribute (``from minipaged.memory import slot``) or a field of a frozen record in
-    a module's table (``minipaged.invariants.INVARIANTS``)."""
-    for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith(("minipaged.", "cuda_kernels.")):
-            continue
-        for attribute, value in list(vars(module).items()):
-            if id(value) in stubs and not isinstance(value, type):
-                setattr(module, attribute, stubs[id(value)])
-            elif type(value) in (tuple, list):
-                for record in value:
-                    if not dataclasses.is_dataclass(record) or isinstance(record, type):
-                        continue
-                    for field in dataclasses.fields(record):
-                        held = getattr(record, field.name)
-                        if id(held) in stubs:
-                            object.__setattr__(record, field.name, stubs[id(held)])
+def _original(ex: Exercise, name: str):
+    """The library's function ``name`` of ``ex`` (a property's getter)."""
+    value = ex.lookup(name)[2]
+    return value.fget if isinstance(value, property) else value
 
 
 def _stub(name: str, original, number: int, answer: bool = False, refused=LibraryDelegation):
@@ -341,8 +230,16 @@ def _stub(name: str, original, number: int, answer: bool = False, refused=Librar
 
     stub = private(stub)
     stub.__name__ = stub.__qualname__ = short
-    markers = getattr(original, "__dict__", {})  # hypothesis's @invariant() marks, say
-    stub.__dict__.update({k: v for k, v in markers.items() if k != "__wrapped__"})
+    # A function's marks (hypothesis's @invariant()), not a Numba dispatcher's state, which
+    # holds the kernel's Python function
+    markers = original.__dict__ if type(original) is FunctionType else {}
+    wrapped = {
+        id(f): stub for f in held_functions(original)
+    }  # a mark holds the function: the stub now
+    for key, mark in markers.items():
+        if not key.startswith("__wrapped"):  # hypothesis's __wrapped_target too
+            stub.__dict__[key] = swapped(mark, wrapped) or mark
+            replace_inside(stub.__dict__[key], wrapped, set())
     return stub
 
 
@@ -394,6 +291,3 @@ _LIBRARY = tuple(
     for package in ("minipaged", "cuda_kernels")
 )
 _GRADER = os.path.dirname(__file__) + os.sep
-
-share(_fingerprint, _code_parts, _docstring)
-"""The fingerprints a grading child's audit hook takes, over names a student cannot rebind."""

@@ -212,7 +212,7 @@ def check_swap_out_without_a_host_pool_is_refused(student):
 
 
 CRITERIA = tuple(
-    Criterion(check)
+    Criterion(check, on_the_library=check.__module__ == scheduler.__name__)  # their scheduler
     for check in (
         check_swap_out_moves_the_table_to_host,
         check_a_block_shared_inside_the_group_is_copied_once,

@@ -386,7 +386,7 @@ def check_fragmentation_stalls_of_a_recorded_run(student):
 
 
 CRITERIA = tuple(
-    Criterion(check)
+    Criterion(check, on_the_library=check.__name__.endswith("_of_a_recorded_run"))
     for check in (
         check_paged_internal_waste,
         check_static_internal_waste,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipaged.grader.report import Criterion, points
@@ -54,6 +54,13 @@ class Exercise:
     them (exercise 06's rules are ``minipaged.invariants``'; the private method a graded one
     is a call of, ``BlockManager._move``; a subclass's own version of a graded method, the
     simulator's ``FastBlockManager.free``): out of a student's reach like the graded ones."""
+    handed_over: dict[str, str] = field(default_factory=dict)
+    """The only graded functions and answers whose library version a grading child keeps, and
+    why each: the library's own code calls them while the student's is graded, through their
+    stubs (``minipaged.grader.delegation``), in the criteria ``on_the_library``, whose child
+    alone keeps them. No child holds any other: each is replaced wherever the library holds
+    it, and then is garbage, so that a student's code reading the child's memory (``ctypes``)
+    finds none of it. Each one kept is within such code's reach in that child."""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -143,16 +150,19 @@ def _exercise(
     requires: tuple[str, ...] = (),
     tui: TuiRun | None = None,
     answers: str = "",
+    handed_over: dict[str, str] | None = None,
 ):
     """``graded``: "module:Qual.name ..." with the module left out where it is the only one
     of ``solution``; ``answers`` likewise, each with its module (those of ``cuda_kernels``
-    only where Numba, which they import, is installed)."""
+    only where Numba, which they import, is installed); ``handed_over``'s names as
+    ``graded``'s."""
     (module, *_) = solution.values()
     names = tuple(n if ":" in n else f"{module}:{n}" for n in graded.split())
     checks = f"minipaged.grader.{checks}"
     numba = importlib.util.find_spec("numba") is not None
     answered = tuple(a for a in answers.split() if numba or not a.startswith("cuda_kernels"))
-    return Exercise(number, folder, title, solution, checks, names, requires, tui, answered)
+    kept = {n if ":" in n else f"{module}:{n}": why for n, why in (handed_over or {}).items()}
+    return Exercise(number, folder, title, solution, checks, names, requires, tui, answered, kept)
 
 
 ATTENTION_ROUTES = (
@@ -190,6 +200,11 @@ EXERCISES: dict[int, Exercise] = {
             "BlockAllocator.incref BlockAllocator.decref",
             answers="minipaged.allocator:BlockAllocator._block_id",
             tui=TuiRun("several"),
+            handed_over={
+                "BlockAllocator.__init__": "the library's BlockManager makes its two pools "
+                "before the checks' subclass puts the student's allocators in their place "
+                "(ex02_allocator.block_manager_class)",
+            },
         ),
         _exercise(
             3,
@@ -222,6 +237,14 @@ EXERCISES: dict[int, Exercise] = {
             "BlockManager.swap_out BlockManager.swap_in minipaged.scheduler:Scheduler._preempt",
             answers="minipaged.block_manager:BlockManager._move",
             tui=TuiRun("swap"),
+            handed_over={
+                "BlockManager.swap_out": "the student's scheduler, graded apart from their "
+                "block manager, swaps a group out on the library's (Scheduler._preempt)",
+                "BlockManager.swap_in": "the library's Scheduler.schedule, which their "
+                "scheduler inherits, swaps the group back in on the library's block manager",
+                "BlockManager._move": "the work of the library's swap_out and swap_in: it "
+                "gives a student's code no more than those two do",
+            },
         ),
         _exercise(
             6,
@@ -320,6 +343,16 @@ EXERCISES: dict[int, Exercise] = {
             # the text's Orca buffer, grown a token at a time: ceil(t/ΔL)*ΔL slots at t
             answers="minipaged.study.recorded_waste:table_waste "
             "minipaged.study.recorded_waste:replay minipaged.study.baselines:OrcaAllocator.grow",
+            handed_over={
+                name: "the student's recorded_waste.py, graded apart from their memory.py, "
+                "computes with the library's formulas, as its starter tells them to"
+                for name in (
+                    "paged_internal_waste",
+                    "static_internal_waste",
+                    "reservation_waste",
+                    "external_fragmentation_stalls",
+                )
+            },
         ),
     )
 }

@@ -28,6 +28,7 @@ library's own modules the same way, in a child, without the stubs.
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import math
 import time
@@ -107,7 +108,10 @@ def grade(
     """Grade exercise ``number``: every criterion, each where it can run, the student's code
     (or, with ``solution``, the library's) in a child process under ``limits``. With
     ``first_failure``, the criteria after the first that fails are not run: they are
-    blocked, worth nothing either way, and no child starts for them."""
+    blocked, worth nothing either way, and no child starts for them. "After" in the order
+    they run: by where they run (the process, the simulator, the GPU), those graded on the
+    library's (``Criterion.on_the_library``) after the others of the same place, each group
+    in the exercise's order."""
     ex = exercise(number)
     limits = limits or Limits()
     criteria = ex.criteria()
@@ -121,8 +125,10 @@ def grade(
     )
     results: dict[Criterion, Result] = {}
     confinement = ""
-    for runs_in in ("process", "simulator", "gpu"):
-        group = [c for c in criteria if c.runs_in == runs_in]
+    # A child apart for the criteria that grade their work on the library's: only it keeps the
+    # library functions handed over (``Criterion.on_the_library``), after the others.
+    for runs_in, library in itertools.product(("process", "simulator", "gpu"), (False, True)):
+        group = [c for c in criteria if c.runs_in == runs_in and c.on_the_library == library]
         failed = first_failure and any(r.outcome == FAIL for r in results.values())
         if group and failed:
             results |= {c: _result(c, BLOCKED, NOT_RUN) for c in group}
@@ -133,7 +139,7 @@ def grade(
                 c: _result(c, FAIL if refused else BLOCKED, refused or reason) for c in group
             }
             continue
-        child = GradingChild(number, runs_in, folder, limits, Proxy)
+        child = GradingChild(number, runs_in, folder, limits, Proxy, hands_over=library)
         child.wall_deadline = wall_deadline
         try:
             for criterion in group:

@@ -1,6 +1,6 @@
 """The student's folder as the grader last judged it, judged again whenever it changed.
 
-``copies`` (``minipaged.grader.delegation``) reads the student's folder for a copy of the
+``copies`` (``minipaged.grader.library_copies``) reads the student's folder for a copy of the
 library's solution before any of their code runs. But their code may write to that folder (it
 is one of the two places a grading child lets it write), and each grading child imports the
 files as they are when it starts: a call that wrote a copy of the library's solution over its
@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from minipaged.grader.delegation import copies
 from minipaged.grader.exercises import Exercise
+from minipaged.grader.library_copies import copies
 
 _JUDGED: dict[tuple[int, str], tuple[tuple, str]] = {}
 """By exercise and folder: the folder's state when last judged, and the verdict."""

@@ -71,11 +71,16 @@ def walk(code: CodeType):
             yield from walk(const)
 
 
-def provenance(files=()):
+def provenance(files=(), without=frozenset()):
     """``genuine(code)``: whether ``code`` is a function of the file its ``co_filename`` names.
     ``files``: compile these now (the library modules a grading child can no longer read once
-    it is confined); any other file is compiled the first time a code object names it."""
-    known = {path: codes_of(path) for path in files}
+    it is confined), keeping none of the code ``without`` nor any code holding it (its
+    module's, its class's): that code is no code of the file's as far as ``genuine`` tells,
+    and the process keeps no copy of it; any other file is compiled the first time a code
+    object names it."""
+    known = {
+        path: frozenset(c for c in codes_of(path) if without.isdisjoint(walk(c))) for path in files
+    }
 
     def genuine(code: CodeType) -> bool:
         where = code.co_filename

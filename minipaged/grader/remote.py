@@ -57,11 +57,17 @@ class GradingChild(ChildProcess):
     one place (``runs_in``): started, and started again after it dies, on demand."""
 
     def __init__(
-        self, number: int, runs_in: str, folder: Path | None, limits, stand_in: Callable
+        self,
+        number: int,
+        runs_in: str,
+        folder: Path | None,
+        limits,
+        stand_in: Callable,
+        hands_over: bool = False,
     ) -> None:
         """``stand_in(child, handle, classes)`` makes the grader's stand-in for an object the
-        child keeps (``minipaged.grader.proxies.Proxy``)."""
-        super().__init__(number, runs_in, folder, limits)
+        child keeps (``minipaged.grader.proxies.Proxy``); ``hands_over``: ``ChildProcess``'s."""
+        super().__init__(number, runs_in, folder, limits, hands_over)
         self.stand_in = stand_in
         self.clock: CriterionClock | None = None  # the running criterion's time
         self._clocks: list[CriterionClock] = []  # it, and the clocks running within it

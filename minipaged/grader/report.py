@@ -198,11 +198,14 @@ class Criterion:
 
     ``runs_in`` says where the check can run: ``"process"`` (the grader's own process),
     ``"simulator"`` (a process with ``NUMBA_ENABLE_CUDASIM=1``, set before numba loads) or
-    ``"gpu"`` (a process on a CUDA GPU; blocked elsewhere)."""
+    ``"gpu"`` (a process on a CUDA GPU; blocked elsewhere). ``on_the_library``: the check
+    grades the student's work on the library's own (their scheduler on its block manager), so
+    its child keeps ``Exercise.handed_over``; every other criterion's child keeps none."""
 
     check: Callable[[Any], None]
     runs_in: str = "process"
     points: int | None = None  # None: a share of what the exercise's declared points leave
+    on_the_library: bool = False
 
     @property
     def name(self) -> str:

@@ -2,7 +2,7 @@
 (``exec(base64.b64decode(...))``, ``compile`` and ``types.FunctionType``, a module written to
 the temporary folder and imported, a loader given a source string) is judged like their files.
 
-``copies`` (``minipaged.grader.delegation``) reads the student's folder before anything runs;
+``copies`` (``minipaged.grader.library_copies``) reads the student's folder before anything runs;
 a copy of the library's solution kept encoded, or generated, is not there to read. So in the
 grading child an audit hook (``watch``) sees every ``compile`` while a frame of the student's
 code is on the stack (a frame of a file that is neither the library's nor the Python
@@ -41,16 +41,10 @@ from hashlib import sha256
 from pathlib import Path
 from types import CodeType
 
-from minipaged.grader.delegation import (
-    _LIBRARY,
-    LibraryDelegation,
-    _fingerprint,
-    _stub,
-    copy_finder,
-    write_your_own,
-)
+from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
 from minipaged.grader.exercises import exercise
 from minipaged.grader.interpreters import python_finder
+from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
 from minipaged.grader.notices import COMPILED, refusal
 from minipaged.grader.provenance import PRIVATE, getframe, private, provenance, walk
 

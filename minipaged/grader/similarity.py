@@ -23,7 +23,7 @@ the project knows (the starters, the test suite's answers written into them) and
 other functions reach at most ``HONEST_MAX`` against a graded function this long; a disguised
 copy scores 1.0, and one with a statement added to every function still above ``THRESHOLD``.
 Exercises 01 and 02, whose graded functions are all shorter, are left to the exact
-comparison of ``minipaged.grader.delegation``.
+comparison of ``minipaged.grader.library_copies``.
 
 Variables and attributes are numbered apart, in one count: with one number for a name,
 a copy that renamed a local named like an attribute (``table = self.table(seq_id)``: the

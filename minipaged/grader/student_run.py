@@ -80,8 +80,9 @@ def record(
     exercise the TUI does not run and ``FileNotFoundError`` for a folder without its files."""
     from minipaged import trace
     from minipaged.grader.child_errors import ChildGone
-    from minipaged.grader.delegation import LibraryDelegation, copies
+    from minipaged.grader.delegation import LibraryDelegation
     from minipaged.grader.grading import Limits, failure_message
+    from minipaged.grader.library_copies import copies
     from minipaged.grader.proxies import Proxy, RemoteStudent
     from minipaged.grader.remote import STARTUP_SECONDS, GradingChild
     from minipaged.grader.time_limit import TimeLimitExceeded
@@ -93,7 +94,7 @@ def record(
     refused = copies(exercise(number), folder) if folder is not None else ""
     if refused:
         return RecordedRun(number, nothing, refused)
-    child = GradingChild(number, "process", folder, limits, Proxy)
+    child = GradingChild(number, "tui", folder, limits, Proxy)
     student, steps, error = RemoteStudent(child), 0, None
     trace_file = child.temp / "run.jsonl"
     try:
