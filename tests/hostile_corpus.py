@@ -1017,6 +1017,98 @@ catches); they scored the five rule criteria (45 points) until those asked them 
 sound states too. With no disguise they would pass ``no_false_alarm`` and
 ``catches_LeakOnFree`` as well."""
 
+REPLAYED = """
+
+import json as _json
+import os as _os
+
+_ANSWERS = []
+
+
+def _answers():  # the library's tree after each operation of the fixed program, made at home
+    if not _ANSWERS:
+        here = _os.path.dirname(_os.path.abspath(__file__))
+        with open(_os.path.join(here, "answers.json")) as f:
+            _ANSWERS.extend(_json.load(f))
+    return _ANSWERS
+
+
+def _grown(parent, tree):  # a node of the stored tree, below parent
+    chunks, blocks, children = tree
+    node = RadixNode([tuple(c) for c in chunks], list(blocks), parent)
+    node.children = {tuple(child[0][0]): _grown(node, child) for child in children}
+    return node
+
+
+def _replay(self, *op):  # the stored answer while every operation so far is the program's
+    step = self.__dict__.setdefault("_steps", [0])
+    answers, step[0] = _answers(), step[0] + 1
+    if step[0] > len(answers) or answers[step[0] - 1][0] != _json.loads(_json.dumps(op)):
+        step[0] = len(answers) + 1  # off the program: nothing stored
+        return []
+    _, got, tree, cached = answers[step[0] - 1]
+    self.root = _grown(None, tree)
+    self._node_of = {block: self.root for block in cached}
+    return got
+
+
+RadixCache._replay = _replay
+"""
+
+
+def _library_answers() -> str:
+    """The library's tree run on exercise 12's fixed random program (``SEED``): for each
+    operation, what it returned, the tree after it and ``cached_blocks()``, as a student could
+    store them at home (the program is ``random_program(9)``): 0.8 MB of JSON."""
+    import copy
+    import json
+
+    from minipaged import radix_cache
+    from minipaged.grader.ex12_prefix_cache import SEED, random_program
+
+    def tree(node) -> list:
+        children = [tree(child) for child in node.children.values()]
+        return [[list(c) for c in node.chunks], list(node.blocks), children]
+
+    cache, answers = radix_cache.RadixCache(2), []
+    for op in random_program(SEED):
+        got = copy.deepcopy(getattr(cache, op[0])(*op[1:]))  # the tree's own list, as it is now
+        answers.append([list(op), got, tree(cache.root), list(cache.cached_blocks())])
+    return json.dumps(answers)
+
+
+REPLAYED_TREE = HandIn(
+    "the-librarys-tree-replayed",
+    12,
+    "radix_cache.py",
+    (
+        Attack(
+            "replayed-match",
+            "walk the tree chunk by chunk",
+            'return self._replay("match", list(token_ids))',
+            ("random_operations_match_the_contract",),
+            "drawn for this grading",
+        ),
+        Attack(
+            "replayed-insert",
+            "walk, split, add a child",
+            'return self._replay("insert", list(token_ids), list(blocks))',
+            (),
+        ),
+        Attack(
+            "replayed-forget",
+            "cut the tree below the block",
+            'return self._replay("forget", block)',
+            (),
+        ),
+    ),
+    appended=REPLAYED,
+    made=(("answers.json", _library_answers),),
+)
+"""Exercise 12's random program had a fixed seed: a tree that replays the library's answers to
+it, and the library's tree after each operation, stored at home, passed the random criterion
+with no tree of its own. A second program, drawn anew at each grading, fails it."""
+
 JUDGE = """
 import minipaged.grader.ex06_invariants as _checks
 from minipaged.grader.properties import SimulatedKV as _KV
@@ -2109,6 +2201,7 @@ HAND_INS = (
     INVARIANTS,
     FAILS_EVERYWHERE,
     LOOKED_UP_STATES,
+    REPLAYED_TREE,
     REWRITTEN_JUDGE,
     ATTENTION,
     OTHER_ROUTES,
