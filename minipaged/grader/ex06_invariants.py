@@ -200,6 +200,13 @@ def check_no_false_alarm(student):
             f"{PROGRAMS} against the library's BlockManager: a property failed, though it "
             f"keeps every rule: {error}\n{SHOWN}"
         ) from None
+    if all(missed(student, state) for state in BROKEN_STATES):  # properties that never fail
+        raise CheckFailed(
+            f"{PROGRAMS} against the library's BlockManager: your properties held, but they "
+            f"also held on each of the {len(BROKEN_STATES)} hand-built states that break a "
+            "rule: properties that never fail raise no false alarm, and check nothing. Write "
+            "at least one rule's assert"
+        )
 
 
 RULES = {

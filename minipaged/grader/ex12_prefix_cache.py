@@ -71,7 +71,7 @@ def _cache(student, block_size: int = 2):
 
 
 def check_empty_cache_matches_nothing(student):
-    """an empty tree matches no prefix and holds no block"""
+    """an empty tree matches no prefix and holds no block, and finds a prefix once it holds it"""
     cache = _cache(student)
     expect(cache.match([1, 2, 3, 4]), [], "match([1, 2, 3, 4]) on an empty tree")
     expect(cache.cached_blocks(), (), "cached_blocks() of an empty tree")
@@ -81,6 +81,11 @@ def check_empty_cache_matches_nothing(student):
         lambda second: (second.cached_blocks(), second.match([1, 2, 3, 4])),
         "(cached_blocks(), match([1, 2, 3, 4])) of a second tree after insert([1, 2, 3, 4], "
         "[5, 6]) into the first",
+    )
+    cache = _cache(student)  # a tree that never caches would match nothing, too
+    cache.insert([1, 2, 3, 4], [5, 6])
+    expect(
+        cache.match([1, 2, 3, 4]), [5, 6], "match([1, 2, 3, 4]) after insert([1, 2, 3, 4], [5, 6])"
     )
 
 
@@ -322,9 +327,8 @@ with the same shortest program each time (seed 9's 500 operations catch every bu
 tests' zoo of trees; a drawn program missed a stale parent pointer about one time in four)."""
 
 _DRAWS = random.SystemRandom()
-"""The seed of the program each grading runs next, drawn from the system's random source. With
-the fixed program alone, the program was public: a tree that replayed the library's answers to
-it, stored at home, passed with no tree of its own."""
+"""The seed of the program each grading runs next, from the system's random source: with the
+fixed program alone, a tree replaying the library's answers to it, stored at home, passed."""
 
 
 def check_random_operations_match_the_contract(student):

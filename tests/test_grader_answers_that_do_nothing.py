@@ -1,0 +1,92 @@
+"""Answers that do nothing score nothing: each starter with ``return []`` or ``pass`` for every
+body once passed a criterion whose check held vacuously (exercise 06's no false alarm, 10
+points; exercise 12's empty tree, 15; exercise 05's swap-in, 6). Each such criterion now also
+asks for the work that makes its check mean something."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis.stateful import invariant
+
+from minipaged import radix_cache
+from minipaged.block_manager import BlockManager
+from minipaged.grader import ex05_preemption, ex06_invariants, ex12_prefix_cache
+from minipaged.grader.grading import run_criteria
+from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram
+from minipaged.grader.report import FAIL, PASS
+from minipaged.grader.student import Student
+
+
+def _result(check, **modules):
+    """The result of the one criterion whose check is ``check``, on ``modules``."""
+    criteria = [
+        c
+        for module in (ex05_preemption, ex06_invariants, ex12_prefix_cache)
+        for c in module.CRITERIA
+        if c.check is check
+    ]
+    (result,) = run_criteria(criteria, Student(modules))
+    return result
+
+
+def test_properties_that_never_fail_raise_no_false_alarm_and_score_nothing_for_it():
+    """They hold on the library's programs, and on every broken state too."""
+    never = SimpleNamespace(BlockManagerMachine=BlockManagerProgram)
+    result = _result(ex06_invariants.check_no_false_alarm, properties=never)
+    assert result.outcome == FAIL
+    assert "properties that never fail raise no false alarm, and check nothing" in result.message
+    right = SimpleNamespace(BlockManagerMachine=BlockManagerMachine)
+    assert _result(ex06_invariants.check_no_false_alarm, properties=right).outcome == PASS
+
+
+def test_one_rule_checked_is_enough_to_raise_no_false_alarm():
+    class RuleFiveOnly(BlockManagerProgram):
+        after_all_freed = BlockManagerMachine.after_all_freed
+
+    class RuleOneOnly(BlockManagerProgram):
+        @invariant()
+        def refcounts(self):
+            BlockManagerMachine.block_state_invariants_hold(self)
+
+    for machine in (RuleFiveOnly, RuleOneOnly):
+        properties = SimpleNamespace(BlockManagerMachine=machine)
+        result = _result(ex06_invariants.check_no_false_alarm, properties=properties)
+        assert result.outcome == PASS, result.message
+
+
+class _CachesNothing(radix_cache.RadixCache):
+    def match(self, token_ids):
+        return []
+
+    def insert(self, token_ids, blocks):
+        return []
+
+
+def test_a_tree_that_caches_nothing_is_not_an_empty_tree_done_right():
+    check = ex12_prefix_cache.check_empty_cache_matches_nothing
+    nothing = SimpleNamespace(RadixCache=_CachesNothing)
+    result = _result(check, radix_cache=nothing)
+    assert result.outcome == FAIL
+    assert "match([1, 2, 3, 4]) after insert([1, 2, 3, 4], [5, 6]): expected [5, 6]" in (
+        result.message
+    )
+    assert _result(check, radix_cache=radix_cache).outcome == PASS
+
+
+class _SwapsNothing(BlockManager):
+    def swap_out(self, seqs):
+        return []
+
+    def swap_in(self, seqs):
+        return []
+
+
+def test_a_swap_that_moves_nothing_does_not_restore_the_contents():
+    """Nothing moved, nothing was overwritten: the tokens read back, and the check held."""
+    check = ex05_preemption.check_swap_in_restores_the_contents
+    result = _result(check, block_manager=SimpleNamespace(BlockManager=_SwapsNothing))
+    assert result.outcome == FAIL
+    assert "T_1.pool after swap_out([1]): expected 'host', got 'device'" in result.message
+    library = SimpleNamespace(BlockManager=BlockManager)
+    assert _result(check, block_manager=library).outcome == PASS
