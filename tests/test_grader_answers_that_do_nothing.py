@@ -1,7 +1,7 @@
 """Answers that do nothing score nothing: each starter with ``return []`` or ``pass`` for every
 body once passed a criterion whose check held vacuously (exercise 06's no false alarm, 10
-points; exercise 12's empty tree, 15; exercise 05's swap-in, 6). Each such criterion now also
-asks for the work that makes its check mean something."""
+points; exercise 12's empty tree, 15; exercise 05's swap-in, 6, and its random programs, 5).
+Each such criterion now also asks for the work that makes its check mean something."""
 
 from __future__ import annotations
 
@@ -88,5 +88,17 @@ def test_a_swap_that_moves_nothing_does_not_restore_the_contents():
     result = _result(check, block_manager=SimpleNamespace(BlockManager=_SwapsNothing))
     assert result.outcome == FAIL
     assert "T_1.pool after swap_out([1]): expected 'host', got 'device'" in result.message
+    library = SimpleNamespace(BlockManager=BlockManager)
+    assert _result(check, block_manager=library).outcome == PASS
+
+
+def test_random_programs_whose_swaps_move_nothing_break_a_rule():
+    """A swap that moves nothing breaks no invariant of the state: the programs held, and the
+    reference properties now check that a swap's tables are in the pool it moved them to."""
+    check = ex05_preemption.check_random_programs_keep_every_invariant
+    result = _result(check, block_manager=SimpleNamespace(BlockManager=_SwapsNothing))
+    assert result.outcome == FAIL
+    assert "the swap returned, but the tables of [" in result.message
+    assert "are not in the host pool (§6)" in result.message
     library = SimpleNamespace(BlockManager=BlockManager)
     assert _result(check, block_manager=library).outcome == PASS
