@@ -1,20 +1,23 @@
 """Answers that do nothing score nothing: each starter with ``return []`` or ``pass`` for every
 body once passed a criterion whose check held vacuously (exercise 06's no false alarm, 10
-points; exercise 12's empty tree, 15; exercise 05's swap-in, 6, and its random programs, 5).
-Each such criterion now also asks for the work that makes its check mean something."""
+points; exercise 12's empty tree, 15; exercise 05's swap-in, 6, and its random programs, 5;
+exercise 10's dot product, 34, whose NaN outputs compared as close). Each such criterion now
+also asks for the work that makes its check mean something."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+import pytest
 from hypothesis.stateful import invariant
 
 from minipaged import radix_cache
 from minipaged.block_manager import BlockManager
-from minipaged.grader import ex05_preemption, ex06_invariants, ex12_prefix_cache
+from minipaged.grader import ex05_preemption, ex06_invariants, ex10_block_reduce, ex12_prefix_cache
 from minipaged.grader.grading import run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram
-from minipaged.grader.report import FAIL, PASS
+from minipaged.grader.report import FAIL, PASS, CheckFailed
 from minipaged.grader.student import Student
 
 
@@ -102,3 +105,14 @@ def test_random_programs_whose_swaps_move_nothing_break_a_rule():
     assert "are not in the host pool (§6)" in result.message
     library = SimpleNamespace(BlockManager=BlockManager)
     assert _result(check, block_manager=library).outcome == PASS
+
+
+def test_a_reduction_that_returns_nothing_does_not_compare_as_right():
+    """A ``reduce`` whose body is ``pass`` returns None, which the kernel stores as NaN: every
+    difference with NaN is NaN, never above the tolerance, so exercise 10's dot product passed
+    (34 points) on a reduction that did nothing. NaN is now close to nothing."""
+    nothing = np.full((1, 32), np.nan, np.float32)
+    said = r"token 0: thread 0 got nan, expected 2\.00000 \(and 31 other threads\)"
+    with pytest.raises(CheckFailed, match=said):
+        ex10_block_reduce._compare(nothing, np.array([2.0], np.float32), "a sum")
+    ex10_block_reduce._compare(np.full((1, 32), 2.0, np.float32), np.array([2.0]), "a sum")
