@@ -1,11 +1,13 @@
 """Answers that do nothing score nothing: each starter with ``return []`` or ``pass`` for every
 body once passed a criterion whose check held vacuously (exercise 06's no false alarm, 10
 points; exercise 12's empty tree, 15; exercise 05's swap-in, 6, and its random programs, 5;
-exercise 10's dot product, 34, whose NaN outputs compared as close). Each such criterion now
-also asks for the work that makes its check mean something."""
+exercise 10's dot product, 34, whose NaN outputs compared as close; the race criteria of
+exercises 10 and 11, 33 and 12, which a kernel that shares nothing passes). Each such
+criterion now also asks for the work that makes its check mean something."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +17,8 @@ from hypothesis.stateful import invariant
 from minipaged import radix_cache
 from minipaged.block_manager import BlockManager
 from minipaged.grader import ex05_preemption, ex06_invariants, ex10_block_reduce, ex12_prefix_cache
-from minipaged.grader.grading import run_criteria
+from minipaged.grader.exercises import EXERCISES, TUTORIALS
+from minipaged.grader.grading import grade, run_criteria
 from minipaged.grader.properties import BlockManagerMachine, BlockManagerProgram
 from minipaged.grader.report import FAIL, PASS, CheckFailed
 from minipaged.grader.student import Student
@@ -116,3 +119,32 @@ def test_a_reduction_that_returns_nothing_does_not_compare_as_right():
     with pytest.raises(CheckFailed, match=said):
         ex10_block_reduce._compare(nothing, np.array([2.0], np.float32), "a sum")
     ex10_block_reduce._compare(np.full((1, 32), 2.0, np.float32), np.array([2.0]), "a sum")
+
+
+def _starter_with(number: int, body: str, folder):
+    """Exercise ``number``'s starter with ``body`` for every ``raise NotImplementedError``."""
+    ex = EXERCISES[number]
+    for name in ex.files:
+        source = (TUTORIALS / ex.folder / "starter" / name).read_text()
+        (folder / name).write_text(re.sub(r"raise NotImplementedError\(.*\)", body, source))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("number", "body", "criterion", "said"),
+    [
+        (10, "return value", "no_shared_memory_race", "q . k, head_dim 32, watched, token 0"),
+        (11, "pass", "decode_has_no_shared_memory_race", "(L=37, B=8): sequence 0"),
+    ],
+    ids=("10-returns-its-value", "11-launches-nothing"),
+)
+def test_a_kernel_that_shares_nothing_has_no_race_and_no_result_either(
+    number, body, criterion, said, tmp_path
+):
+    """No shared memory, no race: the race criteria passed a reduction that returns each
+    thread's own value (33 points) and a decode kernel that computes nothing (12). The watched
+    launch's output must now be right too."""
+    pytest.importorskip("numba")
+    results = {r.name: r for r in grade(number, _starter_with(number, body, tmp_path)).results}
+    assert results[criterion].outcome == FAIL and said in results[criterion].message
+    assert {r.outcome for r in results.values()} <= {FAIL, "blocked"}
