@@ -23,9 +23,11 @@ import inspect
 import marshal
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hypothesis.stateful import invariant
 from stuck import STUCK_AFTER_S
 from test_grader_similarity import _Rename
 
@@ -70,6 +72,7 @@ class HandIn:
     appended: str = ""
     notes: str = ""  # a library module whose source the hand-in keeps as notes.txt
     files: tuple[tuple[str, str | bytes], ...] = ()  # more files of the folder: (path, text)
+    made: tuple[tuple[str, Callable[[], str]], ...] = ()  # more, made as it is written
 
     def write(self, folder: Path) -> Path:
         """The hand-in as a folder below ``folder``."""
@@ -92,6 +95,8 @@ class HandIn:
                 (target / name).write_bytes(text)
             else:
                 (target / name).write_text(text)
+        for name, make in self.made:  # what a student made at home, with the library
+            (target / name).write_text(make())
         if self.notes:
             spec = importlib.util.find_spec(self.notes)
             (target / "notes.txt").write_text(Path(spec.origin).read_text())
@@ -876,7 +881,7 @@ INVARIANTS = HandIn(
             "minipaged-invariants",
             "refcount conservation",
             "from minipaged import invariants\ninvariants.assert_holds(self.manager.snapshot())",
-            ("rule_1_on_its_own", "rule_2_on_its_own"),
+            ("rule_1_on_its_own", "rule_2_on_its_own", "rule_4_on_its_own"),
             "may not call the library's",
         ),
         Attack(
@@ -909,13 +914,200 @@ INVARIANTS = HandIn(
         "read-back": "for seq in self.manager.snapshot().tables:\n"
         "    assert self.kv.read(self.manager.table(seq)) == self.kv.written[seq]",
     },
-    passes=("rule_4_on_its_own",),
     appended=LOOKED_UP,
 )
 """Exercise 06 answered by the library's own invariants and the grader's reference, and by a
 lookup of the grader's broken states: each state is public (``broken_states``), and a property
 that built them and failed on exactly those passed all five rule criteria, checking nothing,
-until grading showed each state disguised, drawn anew each time."""
+until grading showed each state disguised, drawn anew each time. The honest read-back beside
+them fails rule 4's criterion too, refused for the same call: a rule criterion runs every
+property on the sound states its broken ones were made from, and on those the properties reach
+the library's invariants (they reached them only after the read-back had failed on the broken
+ones)."""
+
+TODOS = ("refcount conservation", "free iff R = 0", "exclusive writes", "read-back", "no leak")
+"""Exercise 06's five properties, by the words of their starter lines: rules 1 to 5."""
+
+
+def _everywhere(name: str, body: str) -> tuple[Attack, ...]:
+    """``body`` as each of exercise 06's five properties: rule k's fails its criterion as a
+    false alarm on a sound state; rule 1's carries the other criteria's failures."""
+    others = ("no_false_alarm", *(f"catches_{m}" for m in ZOO))
+    return tuple(
+        Attack(
+            f"{name}-rule-{rule}",
+            todo,
+            body,
+            (f"rule_{rule}_on_its_own", *(others if rule == 1 else ())),
+            f"a false alarm: on a sound state made like rule {rule}'s broken ones",
+        )
+        for rule, todo in enumerate(TODOS, start=1)
+    )
+
+
+ZOO = ("LeakOnFree", "DoubleFree", "MissingCow", "LostCowCopy", "StaleTableAfterSwap")
+
+FAILS_EVERYWHERE = HandIn(
+    "properties-that-fail-on-every-state",
+    6,
+    "properties.py",
+    _everywhere("assert-false", "assert False, 'nothing holds'"),
+)
+"""Every property an ``assert False``: it fails on every hand-built broken state, and scored
+the five rule criteria (45 points) until they asked the properties to hold on the sound states
+those were made from; now it scores 0."""
+
+STORED = """
+
+_STORED = set()
+
+
+def _stored():  # the library's states in the grader's programs, stored at home
+    if not _STORED:
+        import os
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "stored.txt")) as f:
+            _STORED.update(f.read().splitlines())
+    return _STORED
+"""
+
+
+def _library_states() -> str:
+    """The states the library's ``BlockManager`` reaches in the programs the grader draws for
+    ``no_false_alarm`` and ``catches_LeakOnFree``, printed as ``LOOKED_UP``'s ``_seen`` prints
+    them: what a student could store at home. The programs are derandomized, drawn from the
+    name of the class that runs them (hypothesis's digest of a class it has no source of), and
+    the grader's names are in its messages ("run_programs(YourProperties, ...) against
+    LeakOnFree"): the same names give the same programs. About 4 s."""
+    from minipaged.block_manager import BlockManager
+    from minipaged.grader.properties import BlockManagerProgram, run_programs
+
+    states = set()
+
+    class Recorder(BlockManagerProgram):
+        @invariant()
+        def record(self):
+            slots = {pool: sorted(self.kv.slots[pool].items()) for pool in ("device", "host")}
+            written = sorted(self.kv.written.items())
+            states.add(repr((self.manager.snapshot(), slots, written, self.last_write)))
+
+        def after_all_freed(self):
+            self.record()
+
+    for name, programs in (("BlockManager", 60), ("LeakOnFree", 100)):
+        named = type(name, (BlockManager,), {})  # the library's, named as the grader's is
+        run_programs(type("YourProperties", (Recorder,), {}), named, programs, shrink=False)
+    return "\n".join(sorted(states))
+
+
+LOOKED_UP_STATES = HandIn(
+    "the-librarys-states-looked-up",
+    6,
+    "properties.py",
+    _everywhere(
+        "stored-states", "assert _seen(self) in _stored(), 'not a state the library reaches'"
+    ),
+    appended=LOOKED_UP + STORED,
+    made=(("stored.txt", _library_states),),
+)
+"""Properties that fail on any state missing from a stored set of the library's, in the
+grader's derandomized programs (``_library_states``): they fail on every broken state,
+hand-built or a zoo member's, and check nothing. Shown every state disguised, they fail on the
+library's own states (``no_false_alarm``) and on the zoo's sound ones (false alarms, not
+catches); they scored the five rule criteria (45 points) until those asked them to hold on the
+sound states too. With no disguise they would pass ``no_false_alarm`` and
+``catches_LeakOnFree`` as well."""
+
+REPLAYED = """
+
+import json as _json
+import os as _os
+
+_ANSWERS = []
+
+
+def _answers():  # the library's tree after each operation of the fixed program, made at home
+    if not _ANSWERS:
+        here = _os.path.dirname(_os.path.abspath(__file__))
+        with open(_os.path.join(here, "answers.json")) as f:
+            _ANSWERS.extend(_json.load(f))
+    return _ANSWERS
+
+
+def _grown(parent, tree):  # a node of the stored tree, below parent
+    chunks, blocks, children = tree
+    node = RadixNode([tuple(c) for c in chunks], list(blocks), parent)
+    node.children = {tuple(child[0][0]): _grown(node, child) for child in children}
+    return node
+
+
+def _replay(self, *op):  # the stored answer while every operation so far is the program's
+    step = self.__dict__.setdefault("_steps", [0])
+    answers, step[0] = _answers(), step[0] + 1
+    if step[0] > len(answers) or answers[step[0] - 1][0] != _json.loads(_json.dumps(op)):
+        step[0] = len(answers) + 1  # off the program: nothing stored
+        return []
+    _, got, tree, cached = answers[step[0] - 1]
+    self.root = _grown(None, tree)
+    self._node_of = {block: self.root for block in cached}
+    return got
+
+
+RadixCache._replay = _replay
+"""
+
+
+def _library_answers() -> str:
+    """The library's tree run on exercise 12's fixed random program (``SEED``): for each
+    operation, what it returned, the tree after it and ``cached_blocks()``, as a student could
+    store them at home (the program is ``random_program(9)``): 0.8 MB of JSON."""
+    import copy
+    import json
+
+    from minipaged import radix_cache
+    from minipaged.grader.ex12_prefix_cache import SEED, random_program
+
+    def tree(node) -> list:
+        children = [tree(child) for child in node.children.values()]
+        return [[list(c) for c in node.chunks], list(node.blocks), children]
+
+    cache, answers = radix_cache.RadixCache(2), []
+    for op in random_program(SEED):
+        got = copy.deepcopy(getattr(cache, op[0])(*op[1:]))  # the tree's own list, as it is now
+        answers.append([list(op), got, tree(cache.root), list(cache.cached_blocks())])
+    return json.dumps(answers)
+
+
+REPLAYED_TREE = HandIn(
+    "the-librarys-tree-replayed",
+    12,
+    "radix_cache.py",
+    (
+        Attack(
+            "replayed-match",
+            "walk the tree chunk by chunk",
+            'return self._replay("match", list(token_ids))',
+            ("random_operations_match_the_contract",),
+            "drawn for this grading",
+        ),
+        Attack(
+            "replayed-insert",
+            "walk, split, add a child",
+            'return self._replay("insert", list(token_ids), list(blocks))',
+            (),
+        ),
+        Attack(
+            "replayed-forget",
+            "cut the tree below the block",
+            'return self._replay("forget", block)',
+            (),
+        ),
+    ),
+    appended=REPLAYED,
+    made=(("answers.json", _library_answers),),
+)
+"""Exercise 12's random program had a fixed seed: a tree that replays the library's answers to
+it, and the library's tree after each operation, stored at home, passed the random criterion
+with no tree of its own. A second program, drawn anew at each grading, fails it."""
 
 JUDGE = """
 import minipaged.grader.ex06_invariants as _checks
@@ -2155,6 +2347,9 @@ HAND_INS = (
     NOTES,
     SCHEDULER,
     INVARIANTS,
+    FAILS_EVERYWHERE,
+    LOOKED_UP_STATES,
+    REPLAYED_TREE,
     REWRITTEN_JUDGE,
     ATTENTION,
     OTHER_ROUTES,

@@ -1,4 +1,4 @@
-"""Exercise 06's states as grading shows them (``broken_states.disguise``): each hand-built
+"""Exercise 06's states as grading shows them (``disguise.disguise``): each hand-built
 broken state still breaks its rule alone, each state of a random program breaks the rules it
 broke, and none is the state a student's property could build, or store, and look up."""
 
@@ -13,8 +13,9 @@ from hypothesis.stateful import invariant
 from minipaged import invariants
 from minipaged.block_manager import BlockManager
 from minipaged.grader import bug_zoo
-from minipaged.grader.broken_states import BROKEN_STATES, disguise, disguised, preset
-from minipaged.grader.ex06_invariants import CRITERIA, _manager_in, reference_problems
+from minipaged.grader.broken_states import BROKEN_STATES, preset
+from minipaged.grader.disguise import disguise, disguised
+from minipaged.grader.ex06_invariants import CRITERIA, RULES, _manager_in, reference_problems
 from minipaged.grader.grading import run_criteria
 from minipaged.grader.properties import (
     BlockManagerMachine,
@@ -22,7 +23,7 @@ from minipaged.grader.properties import (
     SimulatedKV,
     run_programs,
 )
-from minipaged.grader.report import FAIL
+from minipaged.grader.report import FAIL, PASS
 from minipaged.grader.student import Student
 
 
@@ -147,28 +148,164 @@ def test_a_block_id_outside_its_pool_stays_outside_and_names_no_added_block():
         assert _verdicts(hidden, seen, written_at, False) == _verdicts(manager, kv, None, False)
 
 
-def test_properties_that_look_up_the_librarys_states_catch_no_member():
-    """The programs are derandomized, so the states they reach against the library are public:
-    properties that failed on any state missing from a stored set of them raised no false
-    alarm and caught every zoo member (whose programs leave the set at a broken state),
-    checking nothing. Shown each state in a disguise, they fail on the first: a false alarm."""
-    stored = {_seen(m, kv, w) for m, kv, w, _ in _reached(BlockManager, examples=LOOKED_UP)}
+def _graded(machine: type) -> dict:
+    """Every criterion of exercise 06 run on properties ``machine``, by name."""
+    student = Student({"properties": SimpleNamespace(BlockManagerMachine=machine)})
+    return {result.name: result for result in run_criteria(CRITERIA, student)}
+
+
+RULE_CRITERIA = [f"rule_{rule}_on_its_own" for rule in RULES]
+
+
+def _looking_up(stored: set[str], said: str) -> type:
+    """Properties that check no rule: they fail, saying ``said``, on every state whose print
+    (``_seen``) is not in ``stored``."""
 
     class LookedUp(BlockManagerProgram):
         @invariant()
-        def a_state_the_library_reaches(self):
-            assert _seen(self.manager, self.kv, self.last_write) in stored, "not the library's"
+        def a_stored_state(self):
+            assert _seen(self.manager, self.kv, self.last_write) in stored, said
 
         def after_all_freed(self):
-            self.a_state_the_library_reaches()
+            self.a_stored_state()
 
-    looked_up = Student({"properties": SimpleNamespace(BlockManagerMachine=LookedUp)})
-    members = [c for c in CRITERIA if c.name in ("catches_LeakOnFree", "catches_DoubleFree")]
-    for result in run_criteria(members, looked_up):
-        assert result.outcome == FAIL, result
-        assert "FalseAlarm" in result.message and "not the library's" in result.message
+    return LookedUp
+
+
+def test_properties_that_look_up_the_librarys_states_score_nothing():
+    """The programs are derandomized, so the states they reach against the library are public:
+    properties that failed on any state missing from a stored set of them raised no false
+    alarm and caught every zoo member (whose programs leave the set at a broken state), and
+    failed on every hand-built broken state, checking nothing. Shown each state in a disguise,
+    they fail on the first, and on the sound states the broken ones were made from: false
+    alarms, every one."""
+    stored = {_seen(m, kv, w) for m, kv, w, _ in _reached(BlockManager, examples=LOOKED_UP)}
+
+    results = _graded(_looking_up(stored, "not the library's"))
+    assert [r for r in results.values() if r.outcome != FAIL] == []
+    for member in ("catches_LeakOnFree", "catches_DoubleFree"):
+        said = results[member].message
+        assert "false alarm, not a catch" in said and "not the library's" in said
+    for name in RULE_CRITERIA:
+        said = results[name].message
+        assert "a false alarm" in said and " repaired, " in said and "not the library's" in said
 
 
 LOOKED_UP = 10
 """Programs whose states the lookup stores: enough for LeakOnFree's and DoubleFree's to leave
 them at a broken state, and for the lookup to catch both where its states are shown plainly."""
+
+
+def test_properties_that_fail_on_every_state_score_nothing():
+    """An ``assert False`` in every property fails on each hand-built broken state, and once
+    passed all five rule criteria (45 points) so: each now fails as a false alarm on the sound
+    state its broken ones were made from, named in the message."""
+
+    class AlwaysFails(BlockManagerProgram):
+        @invariant()
+        def nothing_holds(self):
+            raise AssertionError("nothing holds")
+
+        def after_all_freed(self):
+            raise AssertionError("nothing is freed")
+
+    results = _graded(AlwaysFails)
+    assert [r for r in results.values() if r.outcome != FAIL] == []
+    for name in RULE_CRITERIA:
+        said = results[name].message
+        assert said.startswith(f"a false alarm: on a sound state made like rule {name[5]}")
+        assert all(f"{s.name} repaired" in said for s in BROKEN_STATES if f"_{s.rule}_" in name)
+
+
+def test_properties_that_know_the_hand_built_sound_states_score_no_rule():
+    """The sound states are as public as the broken ones: properties that held on exactly the
+    states ``BrokenState.sound`` builds, and failed elsewhere, would pass every rule criterion
+    were the sound states shown as built. Shown disguised, they are false alarms."""
+    known = {_seen(*state.sound()) for state in BROKEN_STATES}
+
+    results = _graded(_looking_up(known, "not a sound one"))
+    for name in RULE_CRITERIA:
+        assert results[name].outcome == FAIL and "a false alarm" in results[name].message
+
+
+@pytest.mark.parametrize("state", BROKEN_STATES, ids=lambda s: s.name)
+def test_a_sound_state_breaks_no_rule_in_any_disguise_and_is_made_like_its_broken_one(state):
+    """``state.sound()`` holds the same sequences, pools and pool sizes as ``state.build()``,
+    so no property tells the two apart but by the rule; disguised, it breaks no rule."""
+    (broken, _, _), (sound, _, _) = state.build(), state.sound()
+    shape = [
+        (
+            {seq: (t.pool, t.num_tokens) for seq, t in m.snapshot().tables.items()},
+            len(m.snapshot().device_refcounts),
+            len(m.snapshot().host_refcounts),
+        )
+        for m in (broken, sound)
+    ]
+    assert shape[0] == shape[1]
+    for seed in range(20):
+        manager, kv, last_write = disguised(state, random.Random(seed), sound=True)
+        end = state.rule == 5
+        assert reference_problems(manager.snapshot(), kv, last_write, end) == [], seed
+        assert _broken_rules(manager, kv, last_write) - ({5} if not end else set()) == set()
+
+
+def test_a_false_alarm_is_not_hidden_by_a_leak_found_at_the_programs_end():
+    """A property that fails on a sound state ends the program with a false alarm, but
+    hypothesis still runs the program's teardown, whose ``after_all_freed`` then found
+    LeakOnFree's real leak: that verdict replaced the alarm, and the criterion passed (a lookup
+    of the library's states did so about one grading in five). Any alarm now decides."""
+
+    class SeqZeroNeverRuns(BlockManagerProgram):
+        @invariant()
+        def no_seq_0(self):  # wrong: the first sequence a program allocates is seq 0
+            assert 0 not in self.manager.snapshot().tables, "seq 0 is here"
+
+        after_all_freed = BlockManagerMachine.after_all_freed  # right
+
+    result = _graded(SeqZeroNeverRuns)["catches_LeakOnFree"]
+    assert result.outcome == FAIL
+    assert "false alarm, not a catch" in result.message and "seq 0 is here" in result.message
+
+
+def test_a_program_ends_at_its_first_failed_assert_and_its_teardown_judges_nothing():
+    """Hypothesis runs a program's teardown after the assert that ended it: there the freed
+    state of MissingCow breaks no rule, and an ``after_all_freed`` that fails on it (here, only
+    after a catch) must not turn the catch before it into a false alarm."""
+
+    class CatchesThenFailsAtTheEnd(BlockManagerProgram):
+        caught = False  # the last state failed; a class's: each verdict has a new machine
+
+        @invariant()
+        def the_reference_properties(self):
+            try:
+                BlockManagerMachine.block_state_invariants_hold(self)
+                BlockManagerMachine.writes_land_in_private_blocks(self)
+                BlockManagerMachine.every_sequence_reads_back_its_own_tokens(self)
+            except AssertionError:
+                type(self).caught = True
+                raise
+            type(self).caught = False  # a new program's states
+
+        def after_all_freed(self):
+            if type(self).caught:
+                raise AssertionError("after a catch")
+            BlockManagerMachine.after_all_freed(self)
+
+    results = _graded(CatchesThenFailsAtTheEnd)
+    for member in ("catches_MissingCow", "catches_LostCowCopy"):
+        assert results[member].outcome == PASS, results[member].message
+
+
+def test_a_refcount_below_zero_once_all_is_freed_is_a_catch_not_a_false_alarm():
+    """DoubleFree's forks forget R[p]'s increment, so freeing both tables drives R[p] below 0
+    while the free list looks whole: an ``after_all_freed`` that asks R[p] = 0 of every block
+    catches it (rule 1 holds at the end too)."""
+
+    class OnlyAtTheEnd(BlockManagerProgram):
+        def after_all_freed(self):
+            state = self.manager.snapshot()
+            counts = state.device_refcounts + state.host_refcounts
+            assert all(r == 0 for r in counts), f"R = {counts} once all is freed"
+
+    result = _graded(OnlyAtTheEnd)["catches_DoubleFree"]
+    assert result.outcome == PASS, result.message

@@ -63,7 +63,7 @@ def test_a_module_their_file_imports_loads_from_its_source_too(source_only):
 
 def test_a_pyc_with_no_source_does_not_import(source_only):
     (source_only / "judged_sourceless.pyc").write_bytes(_pyc("SAID = 'bytecode'\n"))
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(ModuleNotFoundError, match="'judged_sourceless'"):
         importlib.import_module("judged_sourceless")
 
 

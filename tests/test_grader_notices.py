@@ -49,19 +49,19 @@ def test_a_refusal_is_told_before_it_is_raised(pipe):
 
 
 @pytest.mark.parametrize(
-    "junk",
+    "junk, said",
     [
-        bytes(4) + b"\x02\x00\x05hello",  # a last piece with no first
-        bytes(4) + b"\x01\x00\x01a" + bytes(4) + b"\x03\x00\x01b",  # a first while one is open
-        bytes(4) + b"\x09\x00\x01a",  # flags no guard writes
-        bytes(4) + b"\x03\xff\xff",  # a piece longer than a piece
-        bytes(4) + b"\x03\x00\x05" + b"\x00\x00\x00\x09a",  # a field past the notice's end
+        (bytes(4) + b"\x02\x00\x05hello", "out of turn"),  # a last piece with no first
+        (bytes(4) + b"\x01\x00\x01a" + bytes(4) + b"\x03\x00\x01b", "out of turn"),  # 2 firsts
+        (bytes(4) + b"\x09\x00\x01a", "garbled"),  # flags no guard writes
+        (bytes(4) + b"\x03\xff\xff", "garbled"),  # a piece longer than a piece
+        (bytes(4) + b"\x03\x00\x05" + b"\x00\x00\x00\x09a", "garbled"),  # a field past the end
     ],
 )
-def test_what_no_guard_writes_is_refused(pipe, junk):
+def test_what_no_guard_writes_is_refused(pipe, junk, said):
     read, write = pipe
     os.write(write, junk)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match=said):
         Notices(read).drain()
 
 

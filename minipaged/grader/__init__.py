@@ -24,7 +24,8 @@
 - ``properties`` and ``program_steps``: random programs against a block manager, one request
   a step, and the reference properties;
 - ``bug_zoo`` and ``broken_states``: broken block managers and hand-built broken states that
-  exercise 06's properties must catch;
+  exercise 06's properties must catch (and the sound states those were made from, on which
+  they must hold); ``disguise``: how each state they judge is hidden, anew at each grading;
 - ``shared_memory_races``: watching the CUDA simulator's shared memory for races;
 - ``reduction_kernels``: the kernels exercise 10's checks launch on a student's reduction;
 - ``student_run``: a student's block manager run on the model in a grading child, as a trace

@@ -11,20 +11,20 @@ Each state is a real ``BlockManager`` whose allocators hold refcounts and free l
 hand (``PresetAllocator``), with simulated KV contents that agree with its tables, so a
 property reads it exactly as it reads a running manager.
 
+Each state comes with the sound state it was made from (``sound``): the same tables, the fault
+repaired. A property that failed on every state, or on every state it had not stored, failed
+on each broken state too, and passed all five rule criteria checking nothing; a rule criterion
+asks that the properties hold on the sound states as well.
+
 The states are public, in this module and in the repository, and a student's property can
 build them too: one that failed on exactly these states, found by lookup, and checked no rule
-passed all five rule criteria (and the false-alarm one). So grading shows each state
-``disguised``: among sound blocks and sequences of its own, its blocks renamed but for those
-its fault names, its tokens renumbered, each drawn anew for every grading; only a property
-that checks the rule tells it from a sound state. The states of exercise 06's random programs
-are as public (the programs are derandomized, the same at every grading), so grading shows
-each of them in a ``disguise`` too.
+passed all five rule criteria (and the false-alarm one). So grading shows each state, broken
+and sound, in a ``disguise`` (``minipaged.grader.disguise``) drawn anew for every grading:
+only a property that checks the rule tells the one from the other.
 """
 
 from __future__ import annotations
 
-import itertools
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,12 +60,14 @@ class PresetAllocator(BlockAllocator):
 @dataclass(frozen=True)
 class BrokenState:
     """One state, the rule it breaks (1 to 5, as exercise 06's README numbers them) and what
-    is wrong with it, in the words a failed criterion shows the student."""
+    is wrong with it, in the words a failed criterion shows the student; and ``sound``, the
+    state it was made from, its fault repaired, which breaks no rule."""
 
     rule: int
     name: str
     fault: str  # what is wrong, for the message
     build: Callable[[], tuple[BlockManager, SimulatedKV, int | None]]
+    sound: Callable[[], tuple[BlockManager, SimulatedKV, int | None]]
     device: tuple[int, ...] = ()  # the device blocks ``fault`` names, kept by a disguise
     host: tuple[int, ...] = ()  # the host blocks it names
 
@@ -96,18 +98,23 @@ def preset(
     return manager, kv, last_write
 
 
-def _read_back_broken(pool: str):
-    """Seq 0 holds T_0=[0, 1] with 3 tokens in ``pool``; its token 1 was overwritten."""
+def _read_back(pool: str):
+    """Seq 0 holds T_0=[0, 1] with 3 tokens in ``pool``, and reads them back."""
     pools = {"device": ([1, 1, 0], [2]), "host": ([0, 0], [0, 1])}
     host = ([1, 1, 0], [2]) if pool == "host" else None
-    manager, kv, last = preset({0: ([0, 1], 3, pool)}, device=pools[pool], host=host)
+    return preset({0: ([0, 1], 3, pool)}, device=pools[pool], host=host)
+
+
+def _read_back_broken(pool: str):
+    """``_read_back(pool)``, but seq 0's token 1 was overwritten."""
+    manager, kv, last = _read_back(pool)
     kv.slots[pool][1] = 999  # seq 0's token 1 was overwritten by someone else
     return manager, kv, last
 
 
 def _token_lost():
     """Seq 0 wrote 4 tokens, but T_0=[0, 1] counts only 3 of them: reading back gives 3."""
-    manager, kv, last = preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2]))
+    manager, kv, last = _read_back("device")
     kv.written[0].append(kv.written[0][-1] + 1)
     return manager, kv, last
 
@@ -119,6 +126,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 1 has R=2 but only seq 0's table holds it: R[p] must equal the "
         "number of holders, not merely be at least that",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 2, 0], [2])),
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2])),
         device=(1,),
     ),
     BrokenState(
@@ -126,6 +134,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "refcount_below_its_holders",
         "device block 0 has R=1 but the tables of seq 0 and seq 1 both hold it",
         lambda: preset({0: ([0], 2, "device"), 1: ([0], 2, "device")}, device=([1, 0, 0], [1, 2])),
+        lambda: preset({0: ([0], 2, "device"), 1: ([0], 2, "device")}, device=([2, 0, 0], [1, 2])),
         device=(0,),
     ),
     BrokenState(
@@ -134,6 +143,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 2 has R=1 but no table holds it: check R[p] for every block of the "
         "pool, not only the blocks some table holds",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 1, 0], [3])),
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0, 0], [3, 2])),
         device=(2,),
     ),
     BrokenState(
@@ -142,6 +152,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "host block 0 has R=2 but only seq 0's table (swapped out to the host) holds it: "
         "the rule holds in the host pool too",
         lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([2, 0], [1])),
+        lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([1, 0], [1])),
         host=(0,),
     ),
     BrokenState(
@@ -149,6 +160,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "unreferenced_block_missing_from_free_list",
         "device block 2 has R=0 but is not on the free list: it is leaked",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0, 0], [3])),
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0, 0], [3, 2])),
         device=(2,),
     ),
     BrokenState(
@@ -157,6 +169,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device block 1 is held by seq 0 (R=1) and is also on the free list: the next "
         "allocation would hand it to another sequence",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2, 1])),
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2])),
         device=(1,),
     ),
     BrokenState(
@@ -164,6 +177,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "block_twice_on_the_free_list",
         "device block 2 is on the free list twice: two allocations would both get it",
         lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2, 2])),
+        lambda: preset({0: ([0, 1], 3, "device")}, device=([1, 1, 0], [2])),
         device=(2,),
     ),
     BrokenState(
@@ -172,6 +186,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "host block 1 has R=0 but is not on the host free list: the rule holds in the host "
         "pool too",
         lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([1, 0, 0], [2])),
+        lambda: preset({0: ([0], 2, "host")}, device=([0, 0], [0, 1]), host=([1, 0, 0], [2, 1])),
         host=(1,),
     ),
     BrokenState(
@@ -184,6 +199,11 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
             device=([2, 0], [1]),
             last_write=1,
         ),
+        lambda: preset(  # copy-on-write gave seq 1 a block of its own
+            {0: ([0], 2, "device"), 1: ([1], 2, "device")},
+            device=([1, 1], []),
+            last_write=1,
+        ),
         device=(0,),
     ),
     BrokenState(
@@ -191,6 +211,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "token_overwritten",
         "seq 0 wrote 3 tokens, but reading slot 1 through T_0=[0, 1] gives another token",
         lambda: _read_back_broken("device"),
+        lambda: _read_back("device"),
         device=(0, 1),
     ),
     BrokenState(
@@ -200,6 +221,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "lost. Compare the whole list read back with the whole list written (equal lengths "
         "too), not token by token over the shorter of the two",
         _token_lost,
+        lambda: _read_back("device"),
         device=(0, 1),
     ),
     BrokenState(
@@ -208,6 +230,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "seq 0, swapped out to the host, wrote 3 tokens, but reading host slot 1 through "
         "T_0=[0, 1] gives another token: read back every sequence, in its table's pool",
         lambda: _read_back_broken("host"),
+        lambda: _read_back("host"),
         host=(0, 1),
     ),
     BrokenState(
@@ -215,6 +238,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "device_leak_after_all_freed",
         "every sequence is freed, yet device block 1 is not free (R=0 and off the free list)",
         lambda: preset({}, device=([0, 0, 0], [0, 2])),
+        lambda: preset({}, device=([0, 0, 0], [0, 2, 1])),
         device=(1,),
     ),
     BrokenState(
@@ -222,129 +246,7 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         "host_leak_after_all_freed",
         "every sequence is freed, yet host block 0 is still in use (R=1)",
         lambda: preset({}, device=([0, 0], [0, 1]), host=([1, 0], [1])),
+        lambda: preset({}, device=([0, 0], [0, 1]), host=([0, 0], [1, 0])),
         host=(0,),
     ),
 )
-
-
-def disguised(
-    state: BrokenState, rng: random.Random
-) -> tuple[BlockManager, SimulatedKV, int | None]:
-    """``state`` built, and hidden with ``rng``'s draws (``disguise``), but for the blocks its
-    fault names (``state.device``, ``state.host``), which keep their ids. It breaks the rule
-    ``state`` breaks, and only that, as ``state.build()`` does."""
-    kept = {"device": state.device, "host": state.host}
-    return disguise(*state.build(), rng, kept=kept, end=state.rule == 5)
-
-
-OUTSIDE = 3
-"""How far a block id outside its pool moves up: past the one to three blocks a disguise adds,
-so that it stays outside the pool and names none of them."""
-
-
-def disguise(
-    manager: BlockManager,
-    kv: SimulatedKV,
-    last_write: int | None,
-    rng: random.Random,
-    kept: dict[str, tuple[int, ...]] | None = None,
-    end: bool = False,
-) -> tuple[BlockManager, SimulatedKV, int | None]:
-    """``manager``'s state and ``kv``'s contents hidden with ``rng``'s draws: one to three
-    blocks more in each pool, each free (at a random place on the free list) or, unless at a
-    program's ``end`` (when every sequence is freed), held by a sound sequence of its own (a new
-    id, one block, its tokens written); every block renamed but those ``kept`` names, the last
-    write's slot with its block; every token renumbered, in the same order. A block id outside
-    its pool (a broken manager's) moves up ``OUTSIDE``, and stays outside.
-
-    Every rule holds or breaks as it does in ``manager``'s state, for the same blocks under
-    their new names: what is added holds no block another holds, and renaming changes no
-    count. Drawn anew at each grading, a disguise makes a state's print no print a property
-    could have stored: it looks states up in vain, and only a property that checks the rules
-    tells a broken state from a sound one."""
-    snap = manager.snapshot()
-    b = snap.block_size
-    kept = kept or {}
-    sizes = {"device": len(snap.device_refcounts)}
-    if manager.host is not None:
-        sizes["host"] = len(snap.host_refcounts)
-
-    def inside(pool: str, p: int) -> int:
-        return p + OUTSIDE if p >= sizes.get(pool, 0) else p
-
-    pools = {
-        "device": (list(snap.device_refcounts), [inside("device", p) for p in snap.device_free])
-    }
-    if "host" in sizes:
-        pools["host"] = (list(snap.host_refcounts), [inside("host", p) for p in snap.host_free])
-    tables = {
-        seq: ([inside(t.pool, p) for p in t.blocks], t.num_tokens, t.pool)
-        for seq, t in snap.tables.items()
-    }
-    slots = {
-        pool: {inside(pool, s // b) * b + s % b: t for s, t in kv.slots[pool].items()}
-        for pool in ("device", "host")
-    }
-    written = {seq: list(tokens) for seq, tokens in kv.written.items()}
-    if last_write is not None:
-        last_write = inside("device", last_write // b) * b + last_write % b
-    fresh = itertools.count(max(_tokens(slots, written), default=0) + 1)
-    for pool, (refcounts, free) in pools.items():
-        for _ in range(rng.randint(1, 3)):
-            block = len(refcounts)
-            if not end and rng.random() < 0.5:  # held by a sound sequence of its own
-                seq = rng.randrange(2, 10_000)
-                while seq in tables or seq in written:
-                    seq = rng.randrange(2, 10_000)
-                tables[seq] = ([block], rng.randint(1, b), pool)
-                written[seq] = [next(fresh) for _ in range(tables[seq][1])]
-                slots[pool].update({block * b + o: t for o, t in enumerate(written[seq])})
-                refcounts.append(1)
-            else:
-                refcounts.append(0)
-                free.insert(rng.randint(0, len(free)), block)
-    names = {}  # pool -> {block id: its name here}; an id outside the pool keeps its own
-    for pool, (refcounts, _) in pools.items():
-        keep = kept.get(pool, ())
-        others = [p for p in range(len(refcounts)) if p not in keep]
-        shuffled = rng.sample(others, len(others))
-        names[pool] = {p: p for p in keep} | dict(zip(others, shuffled, strict=True))
-
-    def name(pool: str, p: int) -> int:
-        return names.get(pool, {}).get(p, p)
-
-    every = sorted(_tokens(slots, written))
-    numbers = sorted(rng.sample(range(1, 100 * len(every) + 100), len(every)))
-    number = dict(zip(every, numbers, strict=True))
-
-    def renamed(pool: str) -> tuple[list[int], list[int]]:
-        """``pool``'s (R by block, free list) under its blocks' new names."""
-        refcounts, free = pools[pool]
-        moved = [0] * len(refcounts)
-        for p, r in enumerate(refcounts):
-            moved[names[pool][p]] = r
-        return moved, [name(pool, p) for p in free]
-
-    hosts = renamed("host") if "host" in pools else None
-    hidden, _, _ = preset({}, renamed("device"), hosts, block_size=b)
-    for seq in rng.sample(list(tables), len(tables)):
-        blocks, num_tokens, pool = tables[seq]
-        hidden.tables[seq] = BlockTable(b, [name(pool, p) for p in blocks], num_tokens, pool)
-    seen = SimulatedKV(b)  # in orders that tell nothing of what was added, or when
-    seen.slots = {"host": {}} | {
-        pool: dict(sorted((name(pool, s // b) * b + s % b, number[t]) for s, t in contents.items()))
-        for pool, contents in slots.items()
-        if pool in pools
-    }
-    order = [*hidden.tables, *(seq for seq in written if seq not in hidden.tables)]
-    seen.written = {seq: [number[t] for t in written[seq]] for seq in order if seq in written}
-    if last_write is not None:
-        last_write = name("device", last_write // b) * b + last_write % b
-    return hidden, seen, last_write
-
-
-def _tokens(slots: dict, written: dict) -> set[int]:
-    """Every token a state's KV contents hold or its sequences wrote."""
-    return {*slots["device"].values(), *slots["host"].values()} | {
-        t for tokens in written.values() for t in tokens
-    }

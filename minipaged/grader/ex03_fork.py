@@ -188,8 +188,9 @@ def check_random_programs_keep_every_invariant(student):
     (Exercises 04 and 05 grade their block managers with this check too.)
 
     Rule: after every step, R[p] equals the number of tables holding p, a block is free iff
-    R[p] = 0, a token is written into a block no other table holds, each sequence reads back
-    the tokens it wrote, and once every sequence is freed every block is free."""
+    R[p] = 0, a token is written into a block no other table holds, a swap moves its tables to
+    the other pool, each sequence reads back the tokens it wrote, and once every sequence is
+    freed every block is free."""
     run_programs(BlockManagerMachine, student=student, make=students_manager)
 
 

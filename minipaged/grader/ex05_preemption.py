@@ -141,6 +141,7 @@ def check_swap_in_restores_the_contents(student):
             kv.write(seq, table.slot(t))
     for device_block, host_block in bm.swap_out([1]):
         kv.copy("device", device_block, "host", host_block)
+    expect(bm.table(1).pool, "host", "T_1.pool after swap_out([1])")  # else nothing is checked
     table = bm.allocate(2, 8)  # reuses seq 1's old device blocks and overwrites them
     for t in range(8):
         kv.write(2, table.slot(t))

@@ -12,7 +12,11 @@ The programs are the same at every grading (derandomized), so that a borderline 
 same grade each time; their states are then public, and properties that failed on any state
 missing from a stored set of the library's (every zoo member's broken states are missing from
 it) passed every criterion, checking nothing. So the student's properties see every state
-``disguised`` (``broken_states.disguise``), drawn anew at each grading.
+``disguised`` (``minipaged.grader.disguise``), drawn anew at each grading.
+
+A property that failed on every state failed on every broken one too; so a rule criterion also
+asks that the properties hold on the sound state each broken one was made from
+(``BrokenState.sound``), disguised the same way: failing there is a false alarm.
 """
 
 from __future__ import annotations
@@ -26,13 +30,8 @@ from minipaged import invariants
 from minipaged.block_manager import BlockManager, BlockState
 from minipaged.block_table import BlockTable
 from minipaged.grader import bug_zoo
-from minipaged.grader.broken_states import (
-    BROKEN_STATES,
-    BrokenState,
-    PresetAllocator,
-    disguise,
-    disguised,
-)
+from minipaged.grader.broken_states import BROKEN_STATES, BrokenState, PresetAllocator
+from minipaged.grader.disguise import disguise, disguised
 from minipaged.grader.properties import BlockManagerProgram, SimulatedKV, run_programs
 from minipaged.grader.report import CheckFailed, Criterion
 
@@ -92,7 +91,7 @@ def _manager_in(state: BlockState) -> BlockManager:
 
 
 _DRAWS = random.SystemRandom()
-"""What hides each state the student's properties judge (``broken_states.disguise``): the
+"""What hides each state the student's properties judge (``disguise.disguise``): the
 system's random source, whose draws no seed or state in any process foretells."""
 
 
@@ -116,6 +115,12 @@ SHOWN = (
     "names the blocks as the manager did."
 )
 """Why the ids a student's failed assert names are not the program's."""
+
+SHOWN_HERE = (
+    "Each state is shown as your properties saw it, disguised, drawn anew at each grading: "
+    "sound blocks and sequences of its own added, its blocks renamed, its tokens renumbered."
+)
+"""Why a hand-built state a failure shows is not the one ``broken_states`` builds."""
 
 
 class YourPropertiesFailed(AssertionError):
@@ -160,9 +165,12 @@ def _programs(student, manager_class: type, max_examples: int, shrink: bool = Tr
 
 
 def reference_problems(state: BlockState, kv: SimulatedKV, last_write, end: bool) -> list[str]:
-    """What the reference properties (exercise 06's solution) find wrong with a state."""
+    """What the reference properties (exercise 06's solution) find wrong with a state: at a
+    program's ``end``, once every sequence is freed, rules 1 and 2 and no block in use (rule 5);
+    elsewhere rules 1 to 4. A block whose R[p] went below 0 breaks rule 1 at the end too."""
+    problems = [p for found in invariants.check(state).values() for p in found]
     if end:
-        return [
+        return problems + [
             f"{pool} block(s) still in use"
             for pool, free, refs in (
                 ("device", state.device_free, state.device_refcounts),
@@ -170,7 +178,6 @@ def reference_problems(state: BlockState, kv: SimulatedKV, last_write, end: bool
             )
             if len(free) != len(refs)
         ]
-    problems = [p for found in invariants.check(state).values() for p in found]
     if last_write is not None:
         problems += invariants.write_is_exclusive(state, last_write)
     problems += [
@@ -193,6 +200,13 @@ def check_no_false_alarm(student):
             f"{PROGRAMS} against the library's BlockManager: a property failed, though it "
             f"keeps every rule: {error}\n{SHOWN}"
         ) from None
+    if all(missed(student, state) for state in BROKEN_STATES):  # properties that never fail
+        raise CheckFailed(
+            f"{PROGRAMS} against the library's BlockManager: your properties held, but they "
+            f"also held on each of the {len(BROKEN_STATES)} hand-built states that break a "
+            "rule: properties that never fail raise no false alarm, and check nothing. Write "
+            "at least one rule's assert"
+        )
 
 
 RULES = {
@@ -218,12 +232,49 @@ def missed(student, state: BrokenState) -> str:
     return state.fault
 
 
+def false_alarm(student, state: BrokenState) -> str:
+    """``""`` when the student's properties hold on the sound state ``state`` was made from
+    (``state.sound``), disguised as ``state`` is; else what they said of it, with the state as
+    they were shown it."""
+    manager, kv, last_write = disguised(state, _DRAWS, sound=True)
+    verdict = _ask(student, manager, kv, last_write, end=state.rule == 5)
+    if not (verdict.failed or verdict.crash):
+        return ""
+    said = f"failed: {verdict.message}" if verdict.failed else f"crashed: {verdict.crash}"
+    return f"{state.name} repaired, {shown(manager, kv, last_write)}; your properties {said}"
+
+
+def shown(manager: BlockManager, kv: SimulatedKV, last_write) -> str:
+    """A state as a failure message shows it: every table, and each pool's R and free list."""
+    state = manager.snapshot()
+    tables = ", ".join(
+        f"seq {seq}: T={list(t.blocks)} ({t.pool}, {t.num_tokens} tokens, wrote "
+        f"{kv.written.get(seq)})"
+        for seq, t in state.tables.items()
+    )
+    pools = [("device", state.device_refcounts, state.device_free)]
+    if manager.host is not None:
+        pools.append(("host", state.host_refcounts, state.host_free))
+    counts = "; ".join(f"{pool} R={list(r)}, free list {list(f)}" for pool, r, f in pools)
+    written = "" if last_write is None else f"; the last token written at slot {last_write}"
+    return f"{tables or 'no table'}; {counts}{written}"
+
+
 def grades_rule(rule: int):
-    """A check that the student's properties catch every state that breaks only ``rule``."""
+    """A check that the student's properties catch every state that breaks only ``rule``, and
+    hold on the sound state each was made from: properties that fail on every state catch every
+    broken one, checking nothing."""
 
     def check(student):
-        problems = [m for s in BROKEN_STATES if s.rule == rule and (m := missed(student, s))]
-        if problems:
+        states = [s for s in BROKEN_STATES if s.rule == rule]
+        if alarms := [m for s in states if (m := false_alarm(student, s))]:
+            raise CheckFailed(
+                f"a false alarm: on a sound state made like rule {rule}'s broken ones, which "
+                "breaks no rule, your properties must hold, and these failed:\n- "
+                + "\n- ".join(alarms)
+                + f"\n{SHOWN_HERE}"
+            )
+        if problems := [m for s in states if (m := missed(student, s))]:
             where = "after_all_freed()" if rule == 5 else f"an @invariant ({INVARIANTS})"
             raise CheckFailed(
                 f"not checked completely: on a state that breaks rule {rule} alone, {where} "
@@ -240,34 +291,48 @@ def catches(member: type[BlockManager]):
     that really breaks a rule (the reference properties agree)."""
 
     class _Checked(_AskTheStudent):
+        alarms: list[FalseAlarm]  # every false alarm of one check, whatever ends its programs
+        judged = False  # this program ended at a failed assert: its teardown judges nothing
+
         def _verdict(self, end: bool) -> None:
+            if self.judged:
+                return
             try:
                 super()._verdict(end)
                 return
             except YourPropertiesFailed as error:
-                failed = error
+                failed, self.judged = error, True
             if not reference_problems(self.manager.snapshot(), self.kv, self.last_write, end):
-                raise FalseAlarm(
+                alarm = FalseAlarm(
                     f"a property failed on a state that breaks no rule ({failed}): that is a "
                     f"false alarm, not a catch. {SHOWN}"
                 )
+                type(self).alarms.append(alarm)
+                raise alarm
             raise failed
 
     def check(student):
-        machine = type("YourProperties", (_Checked,), {"graded": student})
+        machine = type("YourProperties", (_Checked,), {"graded": student, "alarms": []})
+        ended = None
         try:
             run_programs(machine, member, max_examples=100, shrink=False)
-        except YourPropertiesFailed:
-            return
         except NotImplementedError:
             raise
         except Exception as error:
+            ended = error
+        # A false alarm ends its program, but hypothesis still runs the program's teardown,
+        # whose verdict (a real leak at the end, say) replaced it: so any alarm decides.
+        if machine.alarms:
+            raise CheckFailed(f"{PROGRAMS} against {member.__name__}: {machine.alarms[0]}")
+        if isinstance(ended, YourPropertiesFailed):
+            return
+        if ended is not None:
             raise CheckFailed(
                 f"{PROGRAMS} against {member.__name__}: a program crashed with "
-                f"{type(error).__name__} "
-                f"before any property failed: {str(error).splitlines()[0]}\nYour properties "
+                f"{type(ended).__name__} "
+                f"before any property failed: {str(ended).splitlines()[0]}\nYour properties "
                 "must fail an assert as soon as the state is wrong, before it crashes"
-            ) from None
+            )
         raise CheckFailed(
             f"{PROGRAMS} against {member.__name__}: 100 random programs broke none of your "
             "properties. "

@@ -47,7 +47,8 @@ def _inputs(seed: int, tokens: int):
 
 def _compare(got: np.ndarray, expected: np.ndarray, what: str) -> None:
     for i, row in enumerate(got):
-        wrong = np.flatnonzero(np.abs(row - expected[i]) > 1e-4 * (1 + abs(expected[i])))
+        close = np.abs(row - expected[i]) <= 1e-4 * (1 + abs(expected[i]))
+        wrong = np.flatnonzero(~close)  # NaN is close to nothing: "> tolerance" let it pass
         if wrong.size:
             t = int(wrong[0])
             others = "" if wrong.size == 1 else f" (and {wrong.size - 1} other threads)"
@@ -79,16 +80,18 @@ def _watched_launches(student) -> dict:
 
     dot, largest = _kernels(student.block_reduce.tree_reduce)
     query, keys = _inputs(2, 1)
+    outputs = []
     with watch_shared_memory() as log:
         for kernel, args in ((dot, (query, keys)), (largest, (keys,))):
             try:
-                _launch(kernel, np.zeros((1, NUM_THREADS), np.float32), *args)
+                outputs.append(_launch(kernel, np.zeros((1, NUM_THREADS), np.float32), *args))
             except NotImplementedError:
                 raise
             except Exception as error:
                 crash = f"{type(error).__name__}: {error}{student.where(error)}"
                 return {"crash": crash, "races": [], "divergent": []}
-    return {"crash": "", "races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
+    found = {"races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
+    return {"crash": "", **found, "outputs": outputs}
 
 
 def _run(student, what: str, launch, *args) -> np.ndarray:
@@ -137,7 +140,12 @@ def check_max_and_reuse(student):
 
 def check_no_shared_memory_race(student):
     """threads wait at cuda.syncthreads() between writing scratch and reading another's entry"""
-    judge_races(student.run(_watched_launches), f"{BOTH_KERNELS}, one token each, watched")
+    seen = student.run(_watched_launches)
+    judge_races(seen, f"{BOTH_KERNELS}, one token each, watched")
+    query, keys = _inputs(2, 1)  # a reduction that shares nothing has no race, nor a result
+    _compare(seen["outputs"][0], keys @ query, f"{DOT}, q . k, head_dim 32, watched")
+    largest = keys.max(axis=1) - keys.min(axis=1)
+    _compare(seen["outputs"][1], largest, f"{LARGEST}, max(m - x) after m = max(x), watched")
 
 
 CRITERIA = tuple(

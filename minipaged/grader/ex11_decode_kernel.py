@@ -130,29 +130,33 @@ RACE_CASE = make_case(
 )
 
 
-def _watched_decode(student) -> dict:
-    """Next to the student's code: their kernel on ``RACE_CASE`` with every shared-memory
-    access recorded; the races and divergent barriers found, or the error that stopped it."""
+def _watched_decode(student, args: tuple) -> dict:
+    """Next to the student's code: their kernel on ``args`` (``RACE_CASE``'s, as the grader
+    drew them) with every shared-memory access recorded; the races and divergent barriers
+    found, or the error that stopped it, and the output."""
     from minipaged.grader.shared_memory_races import watch_shared_memory
 
     with watch_shared_memory() as log:
         try:
-            student.paged_attention.paged_attention_decode(*RACE_CASE.args)
+            out = student.paged_attention.paged_attention_decode(*args)
         except NotImplementedError:
             raise
         except Exception as error:
             crash = f"{type(error).__name__}: {error}{student.where(error)}"
             return {"crash": crash, "races": [], "divergent": []}
-    return {"crash": "", "races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
+    found = {"races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
+    return {"crash": "", **found, "out": out}
 
 
 def check_decode_has_no_shared_memory_race(student):
     """threads wait at cuda.syncthreads() before touching what another thread wrote to shared
     memory, and before overwriting what another thread still reads"""
+    seen = student.run(_watched_decode, RACE_CASE.args)  # values drawn here, not there
     judge_races(
-        student.run(_watched_decode),
-        f"{call_of('paged_attention_decode', RACE_CASE)} on {RACE_CASE.what}, watched",
+        seen, f"{call_of('paged_attention_decode', RACE_CASE)} on {RACE_CASE.what}, watched"
     )
+    # A kernel that shares nothing has no race, nor an output: the watched launch must be right
+    compare("paged_attention_decode", lambda *args: seen["out"], RACE_CASE)
 
 
 @functools.cache

@@ -88,7 +88,8 @@ class BlockManagerProgram(RuleBasedStateMachine):
 
     What a property can read: ``self.manager`` (``snapshot()`` gives a ``BlockState``),
     ``self.kv`` (``SimulatedKV``: ``kv.read(table)`` against ``kv.written[seq]``) and
-    ``self.last_write``: the slot the last step wrote into, if it was an append, else None.
+    ``self.last_write``: the slot the last step wrote into, if it was an append, else None;
+    ``self.last_swap``: (the pool it moved them to, the sequences) if the last step swapped.
     ``self._state`` is the manager's ``BlockState`` after the last step, and ``self._pools``
     the (free, total) blocks of each pool. ``after_all_freed`` runs at the end of every
     program, once every sequence is freed. ``program`` lists the steps taken, in the block
@@ -104,6 +105,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
     make = staticmethod(construct)
     last_program: ClassVar[list[str]] = []
     budget: ClassVar[ShrinkBudget | None] = None  # while shrinking: what it may still spend
+    last_swap: tuple[str, list[int]] | None = None  # set by a swap, until its step is checked
 
     def __init__(self) -> None:
         if type(self).budget is not None:
@@ -123,6 +125,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         except AssertionError as error:
             self._failed(error)
             raise
+        self.last_swap = None  # its step is checked
 
     def _failed(self, error: AssertionError) -> None:
         """Keep the program that broke a property, for when shrinking stops early."""
@@ -250,6 +253,7 @@ class BlockManagerProgram(RuleBasedStateMachine):
         self.program[-1] += f" -> {seen['mapping']}"
         for src, dst in seen["mapping"]:
             self.kv.copy(source, src, target, dst)
+        self.last_swap = (target, group)
 
     def teardown(self):
         if not hasattr(self, "manager"):
@@ -281,6 +285,15 @@ class BlockManagerMachine(BlockManagerProgram):
         if self.last_write is not None:
             problems = invariants.write_is_exclusive(self._state, self.last_write)
             assert not problems, f"copy-on-write broken (§5): {problems[0]}"
+
+    @invariant()
+    def swaps_move_their_tables(self):
+        if self.last_swap is not None:
+            pool, group = self.last_swap
+            stayed = [seq for seq in group if self._state.tables[seq].pool != pool]
+            assert not stayed, (
+                f"the swap returned, but the tables of {stayed} are not in the {pool} pool (§6)"
+            )
 
     @invariant()
     def every_sequence_reads_back_its_own_tokens(self):
