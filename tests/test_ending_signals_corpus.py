@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from exercise01_answers import answered
+from grading_processes import grading_processes
 from stuck import STUCK_AFTER_S
 
 from minipaged import cli, ending_signals
@@ -72,21 +73,6 @@ def test_the_handlers_are_put_back_when_the_command_returns(capsys):
     before = {number: signal.getsignal(number) for number in ending_signals.ENDING}
     assert cli.main(["demo", "--steps", "1", "--no-pause"]) == 0
     assert {number: signal.getsignal(number) for number in ending_signals.ENDING} == before
-
-
-def grading_processes(folder: Path, children_only: bool = False) -> list[int]:
-    """The processes grading ``folder``: the batch's grading process (``--path=FOLDER``) and
-    its grading children (``--path FOLDER``), or only the children."""
-    named = (str(folder).encode(),) + (() if children_only else (f"--path={folder}".encode(),))
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if set(named) & set((entry / "cmdline").read_bytes().split(b"\0")):
-                    pids.append(int(entry.name))
-            except OSError:  # it ended as we looked
-                continue
-    return pids
 
 
 def test_kill_during_a_batch_ends_its_grading_and_leaves_no_temporary_folder(tmp_path):
