@@ -5,12 +5,12 @@ other subcommands start as fast as before."""
 from __future__ import annotations
 
 import argparse
-import signal
+import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from minipaged import atomic_write
+from minipaged import atomic_write, ending_signals
 from minipaged.arguments import (
     Parser,
     add_config_flags,
@@ -30,6 +30,7 @@ from minipaged.grader.student_run import TUI_EXERCISES, listed
 from minipaged.output_paths import check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 from tui import serve
+from tui.ending import run_ending_on_signals
 from tui.engine_config import TUI_CONFIG
 
 SCREENSHOT_TIMEOUT_S = 120.0
@@ -133,10 +134,11 @@ def run(args: argparse.Namespace) -> int:
         return serve.serve(args, tui_parser())
     app = build_app(args)
     if args.screenshot is None:
-        # The command line exits at once on SIGINT; in the app, let Textual restore the
-        # terminal first (it raises KeyboardInterrupt, which the command line reports).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        app.run()
+        ended_by = run_ending_on_signals(app)  # the terminal given back first (tui.ending)
+        if ended_by is not None:
+            with contextlib.suppress(OSError):  # the terminal it would tell may be gone (SIGHUP)
+                say("tui", ending_signals.ENDING[ended_by])
+            return 128 + ended_by
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, args.size, keys)
 
