@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from minipaged.path_values import as_path
+
 
 def check_can_make_files(folder: Path) -> None:
     """Raise ``OSError`` unless a file can be made in ``folder`` (read-only, or ``/proc``'s,
@@ -166,6 +168,7 @@ class Replacement:
     only writer of ``path`` while it lives (``other_writer``)."""
 
     def __init__(self, path: str | Path, mode: str = "w") -> None:
+        as_path(path, "a file to write")  # a TypeError saying what to pass, for no path
         if isinstance(path, str) and typed_as_folder(path):
             ending = os.path.basename(path) or path[-1]
             raise IsADirectoryError(
