@@ -101,8 +101,9 @@ def test_each_ending_signal_ends_a_check_and_its_grading(tmp_path):
 def test_a_signal_while_the_tui_records_an_exercise_ends_its_grading(tmp_path):
     """``tui --exercise`` runs the code in a grading child before the app starts (here the
     library's, with ``--solution``: the child is still loading the model when the signal
-    comes)."""
+    comes). One signal: the four share the mechanism the check's case sends each of, and a
+    second app loading the model at once took the file past 8 s on a busy machine."""
     shot = tmp_path / "shot.svg"
     argv = ["tui", "--exercise", "2", "--solution", "--screenshot", str(shot)]
-    end_each(tmp_path, argv, [signal.SIGTERM, signal.SIGHUP], "tui")
+    end_each(tmp_path, argv, [signal.SIGHUP], "tui")
     assert not shot.exists()
