@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from minipaged.path_values import as_path
+
 
 def check_can_make_files(folder: Path) -> None:
     """Raise ``OSError`` unless a file can be made in ``folder`` (read-only, or ``/proc``'s,
@@ -166,6 +168,7 @@ class Replacement:
     only writer of ``path`` while it lives (``other_writer``)."""
 
     def __init__(self, path: str | Path, mode: str = "w") -> None:
+        as_path(path, "a file to write")  # a TypeError saying what to pass, for no path
         if isinstance(path, str) and typed_as_folder(path):
             ending = os.path.basename(path) or path[-1]
             raise IsADirectoryError(
@@ -187,17 +190,18 @@ class Replacement:
             fd, self.temporary = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.")
         except OSError as error:  # named by the path asked for, not the temporary one
             raise OSError(error.errno, error.strerror, str(self.path)) from None
+        _UNFINISHED.add(self)  # at once: a signal ending the command now removes it too
+        self.published = False
         with contextlib.suppress(OSError):  # a file system without locks: written unguarded
             fcntl.flock(fd, fcntl.LOCK_EX)  # a file of its own, so at once: held until closed
         busy = other_writer(self.path, own=fd)
         if busy:
             os.close(fd)
             os.unlink(self.temporary)
+            _UNFINISHED.discard(self)
             raise OutputBusy(f"cannot write {self.path}: {busy}")
         encoding = None if "b" in mode else "utf-8"
         self.file: IO = os.fdopen(fd, mode, encoding=encoding)
-        self.published = False
-        _UNFINISHED.add(self)
 
     def publish(self) -> None:
         """Put the file in place of ``path`` now (a link there is replaced, not followed) and

@@ -114,11 +114,19 @@ def check_weight(file: Path, name: str, tensor: torch.Tensor) -> None:
 
 
 def no_file(file: Path, holds: str) -> CheckpointError:
-    """The error for ``file`` (to hold ``holds``): absent, or a folder in a file's place."""
+    """The error for ``file`` (to hold ``holds``): absent, or a folder in a file's place; each
+    with the way out."""
+    if not file.exists():  # an empty folder, or a folder of something else, named as a model
+        return CheckpointError(
+            f"{file} does not exist; it should hold {holds}: pass a whole model directory (a "
+            "Hugging Face Llama's, with config.json, model.safetensors and tokenizer.json) or "
+            "an embedded model's name, such as 'tiny'"
+        )
     kind = "a folder" if file.is_dir() else "not a regular file"
-    what = f"is {kind}, not a file" if file.exists() else "does not exist"
-    fix = ": move it away and put the model's file there" if file.exists() else ""
-    return CheckpointError(f"{file} {what}; it should hold {holds}{fix}")
+    return CheckpointError(
+        f"{file} is {kind}, not a file; it should hold {holds}: move it away and put the "
+        "model's file there"
+    )
 
 
 def read_json(file: Path, holds: str) -> dict[str, Any]:

@@ -2,12 +2,17 @@
 
 Ctrl-C (SIGINT), ``kill`` (SIGTERM), a closed terminal (SIGHUP) and Ctrl-\\ (SIGQUIT) all mean
 "stop now". Each ends the command the same way: one line on stderr naming the signal, what
-would outlive the command undone (``undone_at_an_end``: the batch grader's grading processes
-and its temporary folder), every output not yet put in place dropped
-(``atomic_write.drop_unfinished``: the file at its name is left as it was, no hidden
+would outlive the command undone (``undone_at_an_end``: a grading child and its temporary
+folder, the batch grader's grading processes and theirs), every output not yet put in place
+dropped (``atomic_write.drop_unfinished``: the file at its name is left as it was, no hidden
 ``.name.XXXX`` stays), and the shells' status 128 + the signal's number (130 for Ctrl-C, 143
 for ``kill``). Without a handler, SIGTERM, SIGHUP and SIGQUIT end Python at once, before any
-cleanup, leaving the temporary files behind.
+cleanup, leaving the temporary files behind. ``python -m minipaged.train`` ends the same way.
+
+Two commands hold something that must be given back before they end, and end on their own
+event loop instead, then say the same line with the same status: the live TUI gives the
+terminal back (``tui.ending``), and ``tui --serve`` tells each tab's app to quit
+(``tui.guarded_server``).
 
 The process ends with ``os._exit``, not an exception: a library's bare ``except:`` (some probe
 optional imports that way while torch loads) could swallow a ``KeyboardInterrupt``, and the

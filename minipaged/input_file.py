@@ -12,13 +12,16 @@ import os
 import stat
 from pathlib import Path
 
+from minipaged.path_values import as_path
+
 
 def check_input_file(path: str | os.PathLike, fix: str) -> Path:
     """``path`` as a ``Path``, refused unless it names a regular file this process may read:
     ``FileNotFoundError`` (missing, or a symbolic link to nothing), ``IsADirectoryError``,
     ``PermissionError``, or ``ValueError`` (a NUL byte, a FIFO, socket or device). ``fix``
-    (``"record one with ..."``) ends the refusal of a missing file."""
-    path = Path(path)
+    (``"record one with ..."``) ends the refusal of a missing file; a ``TypeError`` for what
+    is no path (``path_values.as_path``)."""
+    path = as_path(path, "a file to read")
     if "\x00" in str(path):
         raise ValueError(f"{str(path)!r} is no path: it holds a NUL byte; name the file")
     try:

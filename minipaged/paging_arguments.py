@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from minipaged.python_numbers import python_number
+from minipaged.unknown_key import UnknownKey
 
 
-class UnknownSequence(ValueError, KeyError):
-    """A sequence id no block table is kept for: a ``ValueError``, as every other bad argument
-    of the Python API is, and a ``KeyError`` too, as exercise 03 asks a student's block
-    manager to raise for an unknown parent. Nothing is changed."""
-
-    __str__ = ValueError.__str__  # KeyError's would show the message quoted, as a key
+class UnknownSequence(UnknownKey):
+    """A sequence id no block table is kept for: a ``ValueError`` and a ``KeyError``
+    (``UnknownKey``), the latter as exercise 03 asks a student's block manager to raise for
+    an unknown parent. Nothing is changed."""
 
 
 def check_known_sequence(seq: object, tables: dict) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from minipaged.block_manager import AllocStatus, BlockManager
 from minipaged.sampling import SamplingParams
 from minipaged.scheduler import Scheduler
+from minipaged.unknown_key import UnknownKey
 
 
 class RequestRejected(ValueError):
@@ -28,12 +29,10 @@ class RequestRejected(ValueError):
         self.limit = limit
 
 
-class UnknownRequest(ValueError, KeyError):
-    """An id no unfinished request holds (``LLMEngine.abort_request``): a ``ValueError``, as
-    every other bad argument of the Python API is, and a ``KeyError`` too, for code written
-    when it was one. Nothing is changed: the engine and its requests run on."""
-
-    __str__ = ValueError.__str__  # KeyError's would show the message quoted, as a key
+class UnknownRequest(UnknownKey):
+    """An id no unfinished request holds (``LLMEngine.abort_request``): a ``ValueError`` and a
+    ``KeyError`` (``UnknownKey``), the latter for code written when it was one. Nothing is
+    changed: the engine and its requests run on."""
 
 
 SHOWN_IDS = 10

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import Tensor
 
-from minipaged import atomic_write
+from minipaged import atomic_write, ending_signals
 from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
@@ -310,7 +310,14 @@ def train(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    train(parse_args(argv))
+    """Train as ``argv`` says. Ctrl-C, ``kill``, a closed terminal and Ctrl-\\ end the run as
+    they end a ``minipaged`` command (``ending_signals``): one line, status 128 + the signal's
+    number, and no checkpoint file half written."""
+    previous = ending_signals.end_on_signals(lambda: "train")
+    try:
+        train(parse_args(argv))
+    finally:
+        ending_signals.restore(previous)
 
 
 if __name__ == "__main__":

@@ -285,17 +285,24 @@ def test_the_config_users_spell_no_setting_out_again(module, owner):
     assert not spelled & (SETTINGS - {"model"}), sorted(spelled & SETTINGS)
 
 
-@pytest.mark.parametrize("module", ["minipaged.cli", "tui.command"])
-def test_the_command_lines_generate_their_engine_flags(module):
-    tree = source_tree(module)
+@pytest.mark.parametrize(
+    "modules",
+    [["minipaged.cli"], ["tui.command", "tui.shown_run"]],  # the TUI reads its flags apart
+    ids=["minipaged.cli", "tui.command"],
+)
+def test_the_command_lines_generate_their_engine_flags(modules):
+    trees = [source_tree(module) for module in modules]
     calls = {
         node.func.id
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
     assert {"add_config_flags", "config_from_flags"} <= calls
+    module = " and ".join(modules)
     by_hand = {
         node.value
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     } & {f"--{name.replace('_', '-')}" for name in SETTINGS}

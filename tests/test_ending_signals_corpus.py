@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from exercise01_answers import answered
+from grading_processes import grading_processes
 from stuck import STUCK_AFTER_S
 
 from minipaged import cli, ending_signals
@@ -74,21 +75,6 @@ def test_the_handlers_are_put_back_when_the_command_returns(capsys):
     assert {number: signal.getsignal(number) for number in ending_signals.ENDING} == before
 
 
-def grading_processes(folder: Path, children_only: bool = False) -> list[int]:
-    """The processes grading ``folder``: the batch's grading process (``--path=FOLDER``) and
-    its grading children (``--path FOLDER``), or only the children."""
-    named = (str(folder).encode(),) + (() if children_only else (f"--path={folder}".encode(),))
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if set(named) & set((entry / "cmdline").read_bytes().split(b"\0")):
-                    pids.append(int(entry.name))
-            except OSError:  # it ended as we looked
-                continue
-    return pids
-
-
 def test_kill_during_a_batch_ends_its_grading_and_leaves_no_temporary_folder(tmp_path):
     """The batch grades each student in a process of its own session, which no Ctrl-C reaches
     and which the batch's end left grading, alone, until its time limit."""
@@ -128,3 +114,29 @@ def test_kill_during_a_batch_ends_its_grading_and_leaves_no_temporary_folder(tmp
                 os.kill(pid, signal.SIGKILL)
     assert list(temp.iterdir()) == []
     assert not (tmp_path / "gradebook.csv").exists()
+
+
+# Child code: the signal comes while the output's temporary file is being set up (made, not yet
+# locked), the moment a Replacement did not yet count it among the outputs to drop.
+AT_ITS_MAKING = """
+import os, signal, sys
+from minipaged import atomic_write, cli
+def signalled(fd, operation):
+    os.kill(os.getpid(), signal.SIGTERM)
+atomic_write.fcntl.flock = signalled
+cli.COMMANDS["demo"] = lambda args: atomic_write.Replacement(sys.argv[1])
+sys.exit(cli.main(["demo"]))
+"""
+
+
+def test_a_signal_as_the_temporary_file_is_made_leaves_none(tmp_path):
+    path = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", AT_ITS_MAKING, str(path)],
+        capture_output=True,
+        env=env,
+        timeout=STUCK_AFTER_S,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert list(tmp_path.iterdir()) == [], "its hidden .report.json.XXXX stayed"

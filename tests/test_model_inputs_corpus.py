@@ -20,8 +20,8 @@ import pytest
 from minipaged import cli
 from minipaged.grader.student_folder import graded_code
 from minipaged.models import EMBEDDED_MODELS
-from tui.command import check_screenshot_apart
 from tui.engine_config import TUI_CONFIG
+from tui.shown_run import check_screenshot_apart
 
 USAGE = 2
 

@@ -7,11 +7,17 @@ through. Each is still the class it was (``KeyError``, ``IndexError``), which ex
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from test_api_corpus import manager_with_one_sequence
 from test_engine_refusals import IN_FLIGHT, POOL, run_to_the_end, state
 
 from minipaged import LLM
+from minipaged.paging_arguments import UnknownSequence
+from minipaged.request_limits import UnknownRequest
+from minipaged.unknown_key import UnknownKey
 
 PAGING_CALLS = {
     # name: (the call on a manager holding sequence 0, its old class, the id its message names)
@@ -66,3 +72,25 @@ def test_the_refusal_lists_at_most_ten_of_the_ids_in_flight():
         engine.abort_request("zzz")
     assert str(refused.value).endswith("'r08', 'r09'] and 15 more")
     assert len(engine.requests) == 25
+
+
+SOURCES = [
+    Path(__file__).resolve().parents[1] / name for name in ("minipaged", "tui", "cuda_kernels")
+]
+
+
+def test_one_class_states_what_a_value_error_that_is_a_key_error_is():
+    """``UnknownSequence`` and ``UnknownRequest`` each derived from ``ValueError`` and
+    ``KeyError`` and each mended ``KeyError``'s quoting of the message: now both derive from
+    ``unknown_key.UnknownKey``, and no other class of the project derives from ``KeyError``
+    itself (one that did would show its message quoted, as a key)."""
+    direct = []
+    for source in SOURCES:
+        for path in sorted(source.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef) and "KeyError" in map(ast.unparse, node.bases):
+                    direct.append(f"{path.relative_to(source.parent)}:{node.name}")
+    assert direct == ["minipaged/unknown_key.py:UnknownKey"]
+    for kind in (UnknownSequence, UnknownRequest):
+        assert issubclass(kind, UnknownKey)
+        assert str(kind("unknown sequence 7: pass one")) == "unknown sequence 7: pass one"

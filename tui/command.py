@@ -5,17 +5,14 @@ other subcommands start as fast as before."""
 from __future__ import annotations
 
 import argparse
-import signal
+import contextlib
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from minipaged import atomic_write
+from minipaged import atomic_write, ending_signals
 from minipaged.arguments import (
     Parser,
     add_config_flags,
-    check_sequences_fit,
-    config_from_flags,
     excludes,
     integer,
     named_path,
@@ -27,10 +24,12 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
-from minipaged.output_paths import check_outputs_apart, output_file
+from minipaged.output_paths import output_file
 from minipaged.typed_numbers import read_integer
 from tui import serve
+from tui.ending import run_ending_on_signals
 from tui.engine_config import TUI_CONFIG
+from tui.shown_run import what_the_app_shows
 
 SCREENSHOT_TIMEOUT_S = 120.0
 
@@ -129,34 +128,18 @@ def run(args: argparse.Namespace) -> int:
     """Errors before the app starts (a bad flag, a missing or corrupt trace or model) propagate
     to ``minipaged.cli.main``, which prints them as one line with the right exit status."""
     keys = screenshot_keys(args.keys)
-    if args.serve:
+    if args.serve:  # each tab's app would refuse it: refused before the server starts
+        what_the_app_shows(args)
         return serve.serve(args, tui_parser())
     app = build_app(args)
     if args.screenshot is None:
-        # The command line exits at once on SIGINT; in the app, let Textual restore the
-        # terminal first (it raises KeyboardInterrupt, which the command line reports).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        app.run()
+        ended_by = run_ending_on_signals(app)  # the terminal given back first (tui.ending)
+        if ended_by is not None:
+            with contextlib.suppress(OSError):  # the terminal it would tell may be gone (SIGHUP)
+                say("tui", ending_signals.ENDING[ended_by])
+            return 128 + ended_by
         return failed(app)
     return screenshot(app, args.screenshot, args.steps, args.size, keys)
-
-
-def check_screenshot_apart(args: argparse.Namespace, config) -> None:
-    """Refuse, before the run, a ``--screenshot`` that would take the place of a file the run
-    reads: the trace it replays, the code of the exercise it runs (``graded_code``: the
-    student's, or the library's modules with ``--solution``), a file of the model or draft
-    model of ``config`` (``files_read``)."""
-    if args.screenshot is None:
-        return
-    from minipaged.grader.student_run import graded_code
-    from minipaged.models import files_read
-
-    shown = files_read(config)
-    if args.trace is not None:
-        shown.append(("the trace --trace replays", args.trace))
-    elif args.exercise is not None:
-        shown += graded_code(args.exercise, args.path, args.solution)
-    check_outputs_apart([("--screenshot", args.screenshot)], shown)
 
 
 def screenshot_keys(keys: str) -> list[str]:
@@ -207,56 +190,19 @@ def failed(app) -> int:
 
 
 def build_app(args: argparse.Namespace):
-    from minipaged.llm import check_kv_cache_fits
-    from minipaged.models import model_directory
+    """The app ``args`` ask for, checked first (``tui.shown_run.what_the_app_shows``)."""
     from tui.app import PagedApp
-    from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
-    model = getattr(args, "model", TUI_CONFIG.model)
+    shown = what_the_app_shows(args)
     if args.trace is not None:
-        from minipaged.trace import TraceError
-        from minipaged.transcript import load_recorded
-
-        check_screenshot_apart(args, TUI_CONFIG.replace(model=model))
-        recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
-        if recorded.error is not None and not recorded.steps:  # nothing to show: say why
-            raise TraceError(recorded.error)
+        recorded, tokenizer = shown
         return PagedApp(
-            trace=recorded, tokenizer=tokenizer, model=model, projection=args.projection
+            trace=recorded,
+            tokenizer=tokenizer,
+            model=getattr(args, "model", TUI_CONFIG.model),
+            projection=args.projection,
         )
-    if args.exercise is not None and not args.solution:
-        from minipaged.grader.student_run import folder_of
-
-        folder_of(args.exercise, args.path)  # the student's files: refused before any work
-    if args.prompt:
-        config = config_from_flags(args, TUI_CONFIG)
-        check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
-        scenario = custom(
-            tuple(args.prompt),
-            n=args.n,
-            beam_width=args.beam_width,
-            max_tokens=args.max_tokens,
-            config=config,
-        )
-    else:
-        name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)
-        if name not in SCENARIOS:
-            raise ValueError(
-                f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
-                "or give --prompt for a custom one"
-            )
-        scenario = SCENARIOS[name]
-        scenario = replace(scenario, config=config_from_flags(args, scenario.config))
-    check_screenshot_apart(args, scenario.config)
-    directory = model_directory(scenario.config.model)
-    if not (directory / "config.json").is_file():
-        fix = ", or train it with `python -m minipaged.train`" if model == "tiny" else ""
-        raise FileNotFoundError(
-            f"no model at {directory} (config.json is missing); pass --model DIR for a "
-            f"Hugging Face Llama directory{fix}"
-        )
-    check_kv_cache_fits(scenario.config)  # before any pool is allocated
-    scenario.check()  # a request the run would refuse is refused before the screen is taken
+    scenario, directory = shown
     if args.exercise is not None:
         return exercise_replay(scenario, args, directory)
     return PagedApp(scenario, model=scenario.config.model, projection=args.projection)

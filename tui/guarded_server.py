@@ -1,15 +1,21 @@
 """textual-serve's server with the guards ``tui.serve`` states: only this server's own pages
 (and the origins named) may open a websocket, at most ``max_sessions`` apps run at once, and
-the page names the address the browser used, so that it works from another machine too."""
+the page names the address the browser used, so that it works from another machine too. Every
+signal that ends a command (``minipaged.ending_signals``) ends the server as textual-serve ends
+it on Ctrl-C: each open tab's session is ended at once (aiohttp would wait up to a minute for
+it), its app told to quit and waited for, and the server returns; ``ended_by`` says which
+signal it was."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 from aiohttp import web
 from textual_serve.server import Server
 
+from minipaged import ending_signals
 from tui.origins import HOST_HEADER, allowed_origin
 from tui.sessions import DEFAULT_MAX_SESSIONS, TAB_MB
 
@@ -37,6 +43,28 @@ class GuardedServer(Server):
         self.allowed = allowed
         self.max_sessions = max_sessions
         self.sessions = 0
+        self.ended_by: int | None = None
+        self.tabs: set[asyncio.Task] = set()  # the handlers of the websockets open now
+
+    async def on_startup(self, app: web.Application) -> None:
+        # textual-serve ends gracefully on SIGINT and SIGTERM only: a closed terminal or
+        # Ctrl-\ ended the command at once, leaving each tab's app to notice alone
+        loop = asyncio.get_running_loop()
+        for number in ending_signals.ENDING:
+            loop.add_signal_handler(number, self.end_on, number)
+        await super().on_startup(app)
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        # aiohttp waits for every open websocket's handler, up to a minute, before it ends:
+        # each tab's session ends now (textual-serve's handler then tells its app to quit)
+        for tab in self.tabs:
+            tab.cancel()
+        await super().on_shutdown(app)
+
+    def end_on(self, number: int) -> None:
+        """Stop serving, as textual-serve does on Ctrl-C, because signal ``number`` came."""
+        self.ended_by = number
+        self.request_exit()
 
     async def handle_index(self, request: web.Request) -> web.Response:
         if not HOST_HEADER.fullmatch(request.host):
@@ -64,9 +92,11 @@ class GuardedServer(Server):
         if self.sessions >= self.max_sessions:
             return await self.refuse_busy(request)
         self.sessions += 1
+        self.tabs.add(asyncio.current_task())
         try:
             return await super().handle_websocket(request)
         finally:
+            self.tabs.discard(asyncio.current_task())
             self.sessions -= 1
 
     async def refuse_busy(self, request: web.Request) -> web.WebSocketResponse:

@@ -21,7 +21,8 @@ import socket
 import sys
 from pathlib import Path
 
-from minipaged.arguments import integer, requires, text
+from minipaged import ending_signals
+from minipaged.arguments import integer, requires, say, text
 from tui.origins import origin_flag
 from tui.sessions import DEFAULT_MAX_SESSIONS, TAB_MB
 
@@ -155,7 +156,8 @@ def check_can_listen(host: str, port: int) -> None:
 
 
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until interrupted;
+    """Serve the app at http://HOST:PORT (``args.host``, ``args.port``) until a signal ends
+    it (``minipaged.ending_signals``: its line on stderr and status, once every app has quit);
     ``parser`` is the ``tui`` subcommand's. Raises ``ValueError`` (with the way out) when
     textual-serve is not installed."""
     try:
@@ -174,4 +176,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         max_sessions=args.max_sessions,
     )
     server.serve()
+    if server.ended_by is not None:  # told on stderr with the status, as for every command
+        say("tui", ending_signals.ENDING[server.ended_by])
+        return 128 + server.ended_by
     return 0

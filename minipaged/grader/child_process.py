@@ -5,7 +5,10 @@ Invariants: a started child has three pipes to the grader (requests, answers, th
 notices) and one process group of its own; ``stop`` ends it and every process its code
 started, whatever group or session they moved to, closes the grader's ends of the pipes, and
 never waits on what a grandchild still holds. Whatever the child printed stays in
-``temp/output.txt``, a folder the grader made, so a student is shown their last lines.
+``temp/output.txt``, a folder the grader made, so a student is shown their last lines. A child
+held in a ``with`` block is closed (ended, and ``temp`` removed) at the block's end, and also
+when a signal ends the command inside it (``ending_signals.undone_at_an_end``): the child's
+session is its own, so no Ctrl-C or ``kill`` of the grader reaches it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from minipaged import ending_signals
 from minipaged.grader import child_errors
 from minipaged.grader.child import why_it_ended
 from minipaged.grader.child_environment import child_environment
@@ -44,6 +48,15 @@ class ChildProcess:
         self.process: subprocess.Popen | None = None
         self.notices: Notices | None = None  # what the child's guards tell, as they act
         self.quota = DiskQuota([self.temp, *([folder] if folder else [])], limits.disk_gib)
+        self._held = contextlib.ExitStack()
+
+    def __enter__(self) -> ChildProcess:
+        self._held.enter_context(ending_signals.undone_at_an_end(self.close))
+        self._held.callback(self.close)  # first: the block ends as a signal would end it
+        return self
+
+    def __exit__(self, *raised: object) -> None:
+        self._held.close()
 
     def launch(self) -> None:
         """Start the child in an empty ``temp`` with its three pipes; student code runs only
@@ -101,8 +114,9 @@ class ChildProcess:
         and wait for the child a bounded time."""
         if self.process is None:
             return
-        # A time limit or a Ctrl-C that lands in here would leave the child running: they wait.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT})
+        # A time limit or a signal ending the command that lands in here would leave the child
+        # running, or this stop half done when the signal's own close runs: they wait.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, *ending_signals.ENDING})
         try:
             end_descendants(self.process.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -117,8 +131,11 @@ class ChildProcess:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.temp, ignore_errors=True)
+        """End the child (``stop``) and remove ``temp``, even where the stop fails."""
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.temp, ignore_errors=True)
 
     def output(self, lines: int = 6) -> str:
         """The last ``lines`` lines the student's code (or Python, dying) printed."""

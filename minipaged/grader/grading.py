@@ -139,18 +139,16 @@ def grade(
                 c: _result(c, FAIL if refused else BLOCKED, refused or reason) for c in group
             }
             continue
-        child = GradingChild(number, runs_in, folder, limits, Proxy, hands_over=library)
-        child.wall_deadline = wall_deadline
-        try:
+        # Closed at the block's end, or at a signal that ends the command inside it
+        with GradingChild(number, runs_in, folder, limits, Proxy, hands_over=library) as child:
+            child.wall_deadline = wall_deadline
             for criterion in group:
                 if first_failure and any(r.outcome == FAIL for r in results.values()):
                     results[criterion] = _result(criterion, BLOCKED, NOT_RUN)
                     continue
                 results[criterion] = _run_in_child(criterion, child, limits)
             confinement = confinement or child.confinement
-        finally:
             wall_deadline = child.wall_deadline  # moved on by its starts, the grader's time
-            child.close()
     given = ex.points()
     return Report(
         number,

@@ -94,35 +94,34 @@ def record(
     refused = copies(exercise(number), folder) if folder is not None else ""
     if refused:
         return RecordedRun(number, nothing, refused)
-    child = GradingChild(number, "tui", folder, limits, Proxy)
-    student, steps, error = RemoteStudent(child), 0, None
-    trace_file = child.temp / "run.jsonl"
-    try:
-        child.start()  # loads the student's files; a broken import fails the first request
-        child.start_clock(STARTUP_SECONDS)  # the library warming up, not their code
-        student.run(prepare, config.as_json(), requests[0][0])
-        if not math.isinf(limits.wall_seconds):  # the whole run, as for a whole submission
-            child.wall_deadline = time.monotonic() + limits.wall_seconds
-        child.start_clock()
-        plain = [[prompt, asdict(params)] for prompt, params in requests]
-        run = student.run(start, number, title, config.as_json(), plain, str(trace_file))
-        while steps < MAX_STEPS:
+    # Closed at the block's end, or at a signal that ends the command inside it
+    with GradingChild(number, "tui", folder, limits, Proxy) as child:
+        student, steps, error = RemoteStudent(child), 0, None
+        trace_file = child.temp / "run.jsonl"
+        try:
+            child.start()  # loads the student's files; a broken import fails the first request
+            child.start_clock(STARTUP_SECONDS)  # the library warming up, not their code
+            student.run(prepare, config.as_json(), requests[0][0])
+            if not math.isinf(limits.wall_seconds):  # the whole run, as for a whole submission
+                child.wall_deadline = time.monotonic() + limits.wall_seconds
             child.start_clock()
-            if not run.step():
-                break
-            steps += 1
-            progress(steps)
-    except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as stopped:
-        error, unwritten = (
-            failure_message(stopped, student),
-            isinstance(stopped, NotImplementedError),
-        )
-    else:
-        unwritten = False
-    finally:
+            plain = [[prompt, asdict(params)] for prompt, params in requests]
+            run = student.run(start, number, title, config.as_json(), plain, str(trace_file))
+            while steps < MAX_STEPS:
+                child.start_clock()
+                if not run.step():
+                    break
+                steps += 1
+                progress(steps)
+        except (Exception, ChildGone, LibraryDelegation, TimeLimitExceeded) as stopped:
+            error, unwritten = (
+                failure_message(stopped, student),
+                isinstance(stopped, NotImplementedError),
+            )
+        else:
+            unwritten = False
         # the student's refcounts may be wrong: the replay shows them, the ledger would refuse
         recorded = trace.load(trace_file, check_events=False) if trace_file.is_file() else nothing
-        child.close()
     if unwritten:
         error += f"\nExercise {number:02d} asks you to write {asked_for(number)}."
     return RecordedRun(number, recorded, error, unwritten, None if error is None else steps + 1)

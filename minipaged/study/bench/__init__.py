@@ -93,18 +93,24 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
     ran, write the results page ``index.md`` beside the plots (when ``options.out`` names a
     folder); a partial run that is not ``quick`` refreshes its own sections of an existing one.
 
-    One run writes a folder's page at a time: the page's ``Replacement`` (its lock) is taken
-    before the first benchmark runs and held until the page is written, so a second run into
-    the folder is refused at its start (``atomic_write.OutputBusy``), not after minutes of
-    measuring, and a partial run reads the page it rewrites under that lock: no run's sections
-    are lost to another's read and write back."""
+    One run writes into a folder at a time, whether it writes the page or only its plots (a
+    quick partial run, or a partial run where no page is yet): the page's ``Replacement`` (its
+    lock) is taken before the first benchmark runs and held until the run's last file is
+    written, so a second run into the folder is refused at its start
+    (``atomic_write.OutputBusy``), not after minutes of measuring; no run's plots replace
+    another's while that one writes a page that shows its own; and a partial run reads the
+    page it rewrites under that lock, so no run's sections are lost to another's read and write
+    back. A run that writes no page drops its ``Replacement``: the page is left as it was."""
     if options.out is not None:  # made first: a folder that cannot be made stops no late run
         options.out.mkdir(parents=True, exist_ok=True)
     page = page_written(names, options)
     full = set(names) == set(SUBBENCHMARKS)
     out = console(stderr=as_json)
     with contextlib.ExitStack() as held:
-        writer = held.enter_context(atomic_write.replacing(page)) if page else None
+        writer = None
+        if options.out is not None:
+            writer = atomic_write.Replacement(options.out / "index.md")
+            held.callback(writer.discard)  # after a commit, nothing; else the page as it was
         reports = []
         for name in names:
             out.print(f"[dim]bench {name}...[/dim]")
@@ -114,17 +120,24 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
         if as_json:
             json.dump({r.name: r.as_dict() for r in reports}, sys.stdout, indent=2)
             sys.stdout.write("\n")
-        if writer is not None and full:
+        if page is not None and full:
             writer.file.write(results_page(reports, options))
-        elif writer is not None:  # read under the lock: no other run writes it meanwhile
+            writer.commit()
+        elif page is not None:  # read under the lock: no other run writes it meanwhile
             old = page.read_text(encoding="utf-8")
             writer.file.write(replace_sections(old, reports, options))
+            writer.commit()
     if options.out is None:
         out.print("[dim]no files written: pass --out DIR for the plots and index.md[/dim]")
     elif page is not None and full:
         out.print(f"wrote {page} and {sum(len(r.plots) for r in reports)} plots")
     elif page is not None:
         out.print(f"updated {', '.join(r.name for r in reports)} in {page}")
+    else:
+        plots = sum(len(r.plots) for r in reports)
+        out.print(
+            f"wrote {plots} plots in {options.out}; {options.out / 'index.md'} left as it was"
+        )
     return reports
 
 

@@ -92,8 +92,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help=f"benchmarks: {', '.join(SUBBENCHMARKS)}",
         description="Run sub-benchmarks (all by default), print their tables and write plots; "
         "a full run also writes the docs' results page, index.md, and a partial run without "
-        "--quick refreshes its own sections of an existing index.md. One run at a time writes "
-        "a folder's index.md: a second is refused at its start. Files go only into --out; "
+        "--quick refreshes its own sections of an existing index.md; a partial run with --quick "
+        "writes only its plots. One run at a time writes into a folder, its plots as its "
+        "index.md: a second is refused at its start. Files go only into --out; "
         "without it, into the project's docs/results when run from the root of the minipaged "
         "repository (the folder holding mkdocs.yml, docs/ and the minipaged package that "
         "runs), and nowhere when run from any other folder. Timings are medians of "
