@@ -41,7 +41,5 @@ def run_ending_on_signals(app) -> int | None:
     try:
         app.run()
     finally:
-        for number, handler in previous.items():
-            if handler is not None:
-                signal.signal(number, handler)
+        ending_signals.restore(previous)
     return ended[0] if ended else None

@@ -233,9 +233,7 @@ def _stub(name: str, original, number: int, answer: bool = False, refused=Librar
     # A function's marks (hypothesis's @invariant()), not a Numba dispatcher's state, which
     # holds the kernel's Python function
     markers = original.__dict__ if type(original) is FunctionType else {}
-    wrapped = {
-        id(f): stub for f in held_functions(original)
-    }  # a mark holds the function: the stub now
+    wrapped = {id(f): stub for f in held_functions(original)}  # a mark holding it: the stub
     for key, mark in markers.items():
         if not key.startswith("__wrapped"):  # hypothesis's __wrapped_target too
             stub.__dict__[key] = swapped(mark, wrapped) or mark
