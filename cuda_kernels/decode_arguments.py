@@ -197,6 +197,8 @@ def fp8_arguments(
     ``is_cpu``, which makes no ``torch.device`` object as ``scale.device`` does: from cold
     caches every attribute read costs microseconds, on every FP8 call."""
     num_kv_heads, device = key_pool.shape[1], key_pool.device
+    if k_scale is None and v_scale is None:  # every call of a float32 pool's
+        return unscaled_arguments(key_pool.dtype, num_kv_heads, device, kernel_array, decoder)
 
     def given(scale: torch.Tensor | None) -> object:
         if scale is not None and not scale.is_cpu:
@@ -206,6 +208,21 @@ def fp8_arguments(
 
     decoded = decoder_argument(key_pool.dtype, device, kernel_array, decoder)
     return given(k_scale), given(v_scale), decoded
+
+
+@functools.lru_cache(maxsize=MAX_LAYOUTS)
+def unscaled_arguments(
+    dtype: torch.dtype,
+    num_kv_heads: int,
+    device: torch.device,
+    kernel_array: KernelArray,
+    decoder: Decoder,
+) -> tuple[object, object, object]:
+    """``fp8_arguments`` of a call given no scale, looked up once rather than three times:
+    ones for both scales, and the decoder's argument. From cold caches each lookup costs
+    microseconds, on the float32 twin's every call."""
+    ones = scale_array((1.0,) * num_kv_heads, device, kernel_array)
+    return ones, ones, decoder_argument(dtype, device, kernel_array, decoder)
 
 
 SCALE_ARRAYS = 1024

@@ -101,14 +101,18 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
 
     @functools.wraps(function)
     def checked(query, key_pool, *args, k_scale=None, v_scale=None, **kwargs):
+        given = k_scale is not None or v_scale is not None
         scales_read = ()
         if isinstance(query, Tensor) and isinstance(key_pool, Tensor) and key_pool.dim() == 4:
-            scales_read = check_kv_scales(
-                query.dtype, key_pool.dtype, key_pool.shape[1], k_scale, v_scale, key_pool.device
-            )
+            if given:
+                dtypes_and_heads = (query.dtype, key_pool.dtype, key_pool.shape[1])
+                scales_read = check_kv_scales(*dtypes_and_heads, k_scale, v_scale, key_pool.device)
             k_scale, v_scale = unit_scales(query, key_pool, k_scale, v_scale)
         kwargs |= {"k_scale": k_scale, "v_scale": v_scale}
-        token = _scales_read.set(scales_read)
+        # Only a call given scales sets what it read: setting costs microseconds from cold
+        # caches, on every call, and a call given none asks scale_values only for the ones
+        # unit_scales made just now, which no call has read.
+        token = _scales_read.set(scales_read) if given else None
         try:
             result = function(query, key_pool, *args, **kwargs)
         except ResultHoldsNaN as found:
@@ -116,7 +120,8 @@ def attention_entry_point(function: Callable | None = None, *, finds_nan: bool =
                 refuse_overflow(signature.bind(query, key_pool, *args, **kwargs).arguments)
             return found.result
         finally:
-            _scales_read.reset(token)
+            if token is not None:
+                _scales_read.reset(token)
         outputs = result if isinstance(result, tuple) else (result,)
         looked = finds_nan or not _values_checked.get()
         if not looked and any(holds_nan(output) for output in outputs):

@@ -85,6 +85,44 @@ def test_the_twins_reject_a_gpu_tensor_with_the_way_out():
         cpu.paged_attention_decode(case.query.to("meta"), *case.args[1:])
 
 
+@pytest.mark.parametrize(
+    ("tensor", "dtype"),
+    [
+        (torch.ones(2, 3), np.float32),
+        (torch.arange(6, dtype=torch.int32), np.int32),
+        (torch.ones(2, 3, requires_grad=True), np.float32),  # numpy() refuses: detached first
+        (torch.ones(2, 3).to(torch.float8_e4m3fn), np.uint8),  # numpy() refuses: its bytes
+    ],
+    ids=["float32", "int32", "needs grad", "fp8"],
+)
+def test_kernel_array_views_the_memory_of_every_tensor_it_takes(tensor, dtype):
+    """``kernel_array`` tries ``numpy()`` first and asks why only when it refuses: each kind
+    it takes still comes back as a view of the tensor's own memory, never a copy."""
+    array = kernel_array(tensor, "t")
+    assert array.dtype == dtype
+    assert array.ctypes.data == tensor.data_ptr()
+
+
+def test_kernel_array_names_the_way_out_for_a_tensor_off_the_cpu():
+    with pytest.raises(ValueError, match=r"^t is on meta.*move it with \.cpu\(\)"):
+        kernel_array(torch.ones(2, device="meta"), "t")
+
+
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.float8_e4m3fn])
+def test_no_scales_give_the_kernel_what_scales_of_one_give(pool_dtype):
+    """A call given no ``k_scale``/``v_scale`` takes its arguments from one lookup
+    (``unscaled_arguments``): the same values as scales of one passed through the general
+    path, and the same decoder."""
+    pool = torch.zeros(4, 3, 8, 16).to(pool_dtype)
+    ones = torch.ones(3)
+    unscaled = fp8_arguments(pool, None, None, kernel_array, by_fields)
+    scaled = fp8_arguments(pool, ones, ones, kernel_array, by_fields)
+    for got, want in zip(unscaled[:2], scaled[:2], strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype == np.float32
+    assert unscaled[2] == scaled[2]
+
+
 def test_a_strided_query_gives_what_a_contiguous_one_gives():
     """The output is made contiguous whatever the query's strides (it was once made like the
     query, and a transposed query's output was refused as not contiguous)."""

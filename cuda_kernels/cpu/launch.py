@@ -34,11 +34,19 @@ softmax starts from $m = -\\infty$."""
 def kernel_array(tensor: torch.Tensor, name: str) -> np.ndarray:
     """The array a twin reads or writes in place of ``tensor``: a numpy view of it (so a write
     lands in the tensor), contiguous so that one compiled version serves every call. An FP8
-    tensor arrives as its bytes (``cuda_kernels.fp8``)."""
-    check_device(tensor, name)
-    if tensor.requires_grad:  # numpy() refuses such a tensor; detach() makes a new one
-        tensor = tensor.detach()
-    array = as_bytes(tensor).numpy()
+    tensor arrives as its bytes (``cuda_kernels.fp8``).
+
+    The common case is tried first: a float32 or integer CPU tensor that needs no grad, which
+    ``numpy()`` views as it is. Only a tensor it refuses is asked why, in turn: from cold
+    caches, as a layer's attention starts, every attribute read costs microseconds, and a
+    twin's call views three to four tensors."""
+    try:
+        array = tensor.numpy()
+    except (TypeError, RuntimeError):  # on another device, needing grad, or FP8 (no NumPy dtype)
+        check_device(tensor, name)
+        if tensor.requires_grad:  # numpy() refuses such a tensor; detach() makes a new one
+            tensor = tensor.detach()
+        array = as_bytes(tensor).numpy()
     if not array.flags.c_contiguous:
         raise ValueError(f"{name} must be contiguous for the CPU kernels: call .contiguous()")
     return array
@@ -69,25 +77,37 @@ def on_torch_threads(kernel: numba.core.registry.CPUDispatcher):
     if changed and not numba.config.DISABLE_JIT:
         numba.set_num_threads(threads)
         numba_threads.count = threads
-    return runnable(kernel, one_thread=threads <= 1)
+    return runnable(kernel, threads <= 1)
 
 
 numba_threads = threading.local()
 """``count``: the thread count ``on_torch_threads`` last gave Numba from this thread."""
 
 
-@functools.cache
 def runnable(kernel: numba.core.registry.CPUDispatcher, one_thread: bool):
-    """What runs ``kernel``, looked up once a process for each thread count's kind (every call
-    of a twin asks; from cold caches each lookup costs microseconds): ``kernel`` itself, its
-    ``serial`` copy on one thread, or, with Numba's compiler off, its Python, to step through.
-    Before a compiled twin first runs, its callees' cached code is loaded ahead of it, so that
-    a twin loaded from Numba's cache runs the code a fresh compilation runs
-    (``compile_cache.load_callees``)."""
+    """What runs ``kernel``, found once a process for each thread count's kind and kept in
+    ``runners``: ``kernel`` itself, its ``serial`` copy on one thread, or, with Numba's
+    compiler off, its Python, to step through. Before a compiled twin first runs, its callees'
+    cached code is loaded ahead of it, so that a twin loaded from Numba's cache runs the code a
+    fresh compilation runs (``compile_cache.load_callees``).
+
+    Every call of a twin asks, so the lookup is by the kernel's ``id``, an int, and not by the
+    kernel: from cold caches, hashing a Numba dispatcher cost a call about 7 µs, where a whole
+    twin call over 16 tokens took about 0.3 ms (on the machine this was written on)."""
+    key = (id(kernel), one_thread)
+    found = runners.get(key)
+    if found is not None and found[0] is kernel:
+        return found[1]
     if numba.config.DISABLE_JIT:
         return kernel
     load_callees(kernel)
-    return serial(kernel) if one_thread else kernel
+    runner = serial(kernel) if one_thread else kernel
+    runners[key] = (kernel, runner)  # the kernel kept with it, so its id is never reused
+    return runner
+
+
+runners: dict[tuple[int, bool], tuple] = {}
+"""``(id(kernel), one_thread)`` -> ``(kernel, what runs it)``: ``runnable``'s findings."""
 
 
 @functools.cache
