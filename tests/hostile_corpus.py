@@ -2472,6 +2472,62 @@ FAST_APPEND = HandIn(
 without events or a slot), the slot and the copy read off the table: it passed all eight
 criteria before ``try_append`` became an answer of the exercise."""
 
+_C_API = (
+    "import ctypes\n"
+    "def _c(name, *argtypes, restype=ctypes.py_object):  # Python's C API, by name\n"
+    "    function = getattr(ctypes.pythonapi, name)\n"
+    "    function.argtypes, function.restype = argtypes, restype\n"
+    "    return function\n"
+)
+
+C_API = (
+    _beside_an_honest_answer(
+        "source-run-by-the-c-api",
+        _C_API + "import base64\nnamespace = dict(globals())\n"
+        "_c('PyRun_String', ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object)("
+        "base64.b64decode(_FORK64), 257, namespace, namespace)  # Py_file_input\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyRun_String",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-run-by-the-c-api",
+        _C_API + "import importlib._bootstrap_external as loader\nnamespace = dict(globals())\n"
+        "_c('PyEval_EvalCode', *(ctypes.py_object,) * 3)("
+        "loader._compile_bytecode(_FORK_CODE), namespace, namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyEval_EvalCode",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-made-a-function-by-the-c-api",
+        _C_API + "import types, importlib._bootstrap_external as loader\n"
+        "module = loader._compile_bytecode(_FORK_CODE)\n"
+        "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+        "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+        "made = _c('PyFunction_New', ctypes.py_object, ctypes.py_object)(method, globals())\n"
+        "return made(self, parent, child)",
+        "PyFunction_New",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-run-through-ctypes-under-another-name",
+        "import ctypes, importlib, importlib._bootstrap_external as loader\n"
+        "low = importlib.import_module('_' + 'ctypes')\n"
+        "address = low.dlsym(low.dlopen(None, 0), 'PyEval_EvalCode')\n"
+        "run = ctypes.PYFUNCTYPE(*(ctypes.py_object,) * 4)(address)\n"
+        "namespace = dict(globals())\n"
+        "run(loader._compile_bytecode(_FORK_CODE), namespace, namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyEval_EvalCode",
+    ),
+)
+"""Python's C API through ``ctypes``: ``PyEval_EvalCode`` and ``PyFunction_New`` run a code
+object with none of the audit events the runtime hook judges (``exec``, ``function.__new__``),
+and each ran the library's ``fork`` from its bytes, looked up by ``ctypes.pythonapi`` or by
+``_ctypes.dlsym`` under another name: exercise 03 scored 100/100. ``PyRun_String`` raises
+``compile``, and was caught as a copy compiled. Looking such a function up by name is refused
+now (``native_calls.RUNS_UNSEEN``). Code that writes raw memory (numpy's
+``__array_interface__`` on an address, a function's ``func_code`` overwritten) still runs what
+it likes, unheard: this is a tripwire, and ``delegation`` says what such code can reach."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -2510,5 +2566,6 @@ HAND_INS = (
     BYTECODE_BESIDE_THE_STARTER,
     FROM_HOME,
     CARRIED,
+    *C_API,
 )
 """Every hand-in of the corpus."""

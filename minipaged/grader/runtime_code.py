@@ -51,6 +51,7 @@ from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
 from minipaged.grader.exercises import exercise
 from minipaged.grader.interpreters import python_finder
 from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
+from minipaged.grader.native_calls import EXEC_SYMBOLS, RUNS_UNSEEN, SYMBOLS, UNSEEN
 from minipaged.grader.notices import COMPILED, refusal
 from minipaged.grader.provenance import (
     PRIVATE,
@@ -78,13 +79,6 @@ ELSEWHERE = (
 STARTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system")
 """Audit events of a program started: another Python there would run code no hook sees
 (``minipaged.grader.interpreters`` tells a Python by what its file is)."""
-
-EXEC_SYMBOLS = frozenset(
-    {"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve"}
-    | {"execveat", "system", "posix_spawn", "posix_spawnp", "popen", "syscall"}
-)
-"""The C library's ways to start a program (or make any system call) that ``ctypes`` reaches
-past the audit events of ``STARTS``."""
 
 _MODES = ("exec", "eval", "single")
 
@@ -264,7 +258,7 @@ def watch(folder: Path, tell) -> None:
         if (
             event not in RECORDED
             and event not in STARTS
-            and event != "ctypes.dlsym"
+            and event not in SYMBOLS
             and not watch
             and not code_set
         ):
@@ -284,9 +278,11 @@ def watch(folder: Path, tell) -> None:
                 started = runs_python(args)
                 if started:
                     raise refused(ELSEWHERE.format(started))
-            elif event == "ctypes.dlsym":
+            elif event in SYMBOLS:
                 if args[1] in EXEC_SYMBOLS:
                     raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
+                if type(args[1]) is str and args[1].startswith(RUNS_UNSEEN):
+                    raise refused(UNSEEN.format(args[1]))
             elif event == "compile":
                 if getpid() != owner:  # what it compiles would run apart from the answers
                     raise refused(ELSEWHERE.format("compiles code in a forked process"))
@@ -393,6 +389,9 @@ PRIVATE |= {
     "COMPILED": COMPILED,
     "STARTS": STARTS,
     "EXEC_SYMBOLS": EXEC_SYMBOLS,
+    "SYMBOLS": SYMBOLS,
+    "RUNS_UNSEEN": RUNS_UNSEEN,
+    "UNSEEN": UNSEEN,
     "RECORDED": RECORDED,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
