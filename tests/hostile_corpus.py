@@ -2528,6 +2528,52 @@ now (``native_calls.RUNS_UNSEEN``). Code that writes raw memory (numpy's
 ``__array_interface__`` on an address, a function's ``func_code`` overwritten) still runs what
 it likes, unheard: this is a tripwire, and ``delegation`` says what such code can reach."""
 
+CLAIMS = HandIn(
+    "claiming-a-pass",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "pass-written-on-the-answers-pipe",
+            "return j = floor(t / B)",
+            "import os, sys\n"
+            "answers = int(sys.argv[sys.argv.index('--channel') + 1].split(',')[1])\n"
+            "os.write(answers, b'PASS logical_block\\n')\nreturn 0",
+            ("logical_block",),
+            "something other than the grading process's answer",
+        ),
+        Attack(
+            "the-answer-given-a-verdict-before-it-is-sent",
+            "return o = t mod B",
+            "from minipaged.grader import frames\nreal = frames.write_frame\n"
+            "def claimed(fd, document):  # once: the answer to this call\n"
+            "    frames.write_frame = real\n"
+            "    return real(fd, {**document, 'outcome': 'PASS', 'points': 100})\n"
+            "frames.write_frame = claimed\nreturn 0",
+            ("block_offset",),
+            "sent something the grader cannot read",
+        ),
+        Attack(
+            "the-check-s-expected-value-as-the-answer",
+            "return M = ceil(L / B)",
+            "from minipaged.grader import frames\nreal = frames.write_frame\n"
+            "def claimed(fd, document):  # the value the check wants, had it been sent here\n"
+            "    frames.write_frame = real\n"
+            "    return real(fd, {**document, 'v': 'PASS'})\n"
+            "frames.write_frame = claimed\nreturn 0",
+            ("num_logical_blocks",),
+            "'PASS'",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+)
+"""A student's code claiming the points in the grading child's own words: ``PASS`` written on
+the channel, a verdict added to the harness's answer, the answer's value replaced. The child
+holds no verdict to forge: the checks run in the grader, which reads a value from the child as
+it reads one the code returned, and refuses an answer that is anything else
+(``minipaged.grader.child``'s docstring lists what a child holds)."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -2567,5 +2613,6 @@ HAND_INS = (
     FROM_HOME,
     CARRIED,
     *C_API,
+    CLAIMS,
 )
 """Every hand-in of the corpus."""

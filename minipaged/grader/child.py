@@ -29,7 +29,9 @@ seconds the child spent on it outside the student's code (``minipaged.grader.har
 Whatever a student's code
 raises, ``BaseException``s included, is an answer, not the child's end. A process forked by
 student code closes the channel at once, so only this process ever answers on it. What the
-student's code prints goes to a file the grader shows, never to the channel.
+student's code prints goes to a file the grader shows, never to the channel. What this process
+holds that a student's code can read or change, and why no criterion turns on it:
+``minipaged.grader.remote``.
 """
 
 from __future__ import annotations
