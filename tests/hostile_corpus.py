@@ -73,6 +73,7 @@ class HandIn:
     notes: str = ""  # a library module whose source the hand-in keeps as notes.txt
     files: tuple[tuple[str, str | bytes], ...] = ()  # more files of the folder: (path, text)
     made: tuple[tuple[str, Callable[[], str]], ...] = ()  # more, made as it is written
+    gradings: int = 1  # graded this many times in a row: what one grading leaves, the next finds
 
     def write(self, folder: Path) -> Path:
         """The hand-in as a folder below ``folder``."""
@@ -685,7 +686,7 @@ DISK = HandIn(
         Attack(
             "a-million-small-files",
             "return o = t mod B",
-            "import os\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+            "import os, tempfile\nhere = tempfile.gettempdir()  # their folder is read-only\n"
             "for i in range(10**6):\n    open(os.path.join(here, f'empty{i}'), 'w').close()\n"
             "return 6",
             ("block_offset",),
@@ -2263,7 +2264,7 @@ REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
             "    here.write_text(text + '\\n' + base64.b64decode(_FORK64).decode())\n"
             "    os._exit(0)\nreturn _Copied.fork(self, parent, child)",
             ("fork_raises_each_refcount_by_one", "parallel_sampling_shares_the_prompt"),
-            "block_manager.py: fork matches the library's solution",
+            "",  # the write refused (PermissionError), or, unconfined, the copy judged
         ),
     ),
     honest={
@@ -2276,7 +2277,147 @@ REWRITTEN_FOR_THE_NEXT_CHILD = HandIn(
 """A first call that writes the library's ``fork``, in disguise, over its own file and ends its
 grading process: the next one imported the copy with none of the student's code on the stack
 to see it compiled, and 7 of 8 criteria passed. A grading process now starts only once the
-folder is judged as it is then (``minipaged.grader.judged_folder``)."""
+folder is judged as it is then (``minipaged.grader.judged_folder``); and where Landlock confines
+it, the student's folder is read-only to it, so the write itself fails."""
+
+
+def _library_code(qualname: str, module: str = "minipaged.block_manager"):
+    """The code object of the library's ``Class.name`` of ``module``, as it is at home."""
+    owner, name = qualname.split(".")
+    return getattr(getattr(importlib.import_module(module), owner), name).__code__
+
+
+BOUND = """
+import importlib._bootstrap_external as _external  # the import system's own marshal.loads
+from minipaged import events  # what the library's _move uses
+from minipaged.python_numbers import python_number
+
+def _bound(data):  # the library's _move, from its bytecode, as a function of this file
+    def _move(self, seqs, src_name, dst_name):
+        raise NotImplementedError("replaced")
+    _move.__code__ = _external._compile_bytecode(data)
+    return _move
+"""
+"""Bytes of the library's code made a function with neither ``marshal.loads`` nor
+``types.FunctionType`` called by the student's code, both of which are refused: the import
+system's ``_compile_bytecode`` loads them (its frame is installed code), and a function of the
+student's file takes them as its ``__code__``."""
+
+LIBRARY_FILE = "may not read or run the library's block_manager.py"
+"""The refusal of code that names the library's file: judged by that file, which it may not read."""
+
+FROM_HOME = HandIn(
+    "bytecode-brought-from-home",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "the-library-s-move-as-bytes-bound-as-code",
+            "move the tables to the host pool",
+            "return _bound(_MOVE_CODE)(self, seqs, 'device', 'host')",
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            LIBRARY_FILE,
+        ),
+        Attack(
+            "the-library-s-move-as-bytes-bound-as-code-in",
+            "move the tables back to the device pool",
+            "return _bound(_MOVE_CODE)(self, seqs, 'host', 'device')",
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            LIBRARY_FILE,
+        ),
+    ),
+    appended=BOUND + f"_MOVE_CODE = {marshal.dumps(_library_code('BlockManager._move'))!r}\n",
+)
+"""The library's ``_move``, ``marshal.dumps``'d at home, where the library is installed, and
+kept in ``block_manager.py`` as a bytes literal no judge of source reads as code: bound to a
+function of the file by ``__code__``, it passed the swap criteria (``swap_out_...`` both,
+``swap_in_...`` with them). A code object set as a function's ``__code__`` while the student's
+code runs is now judged as ``exec`` and ``types.FunctionType`` judge theirs
+(``minipaged.grader.runtime_code``), and refused."""
+
+PLACES = """
+import os, pathlib as _pathlib
+_PLACES = (  # where one grading child leaves it, for the next: the folder, /tmp, /dev/shm
+    _pathlib.Path(__file__).with_name("carried.bin"),
+    _pathlib.Path("/tmp/minipaged-carried.bin"),
+    _pathlib.Path("/dev/shm/minipaged-carried.bin"),
+)
+"""
+
+CARRY = """
+import marshal as _marshal, os as _os, sys as _sys
+from minipaged.block_manager import BlockManager as _Library
+
+class _Seqs:  # the sequences the library's _move lists: its frame, one call up
+    def __iter__(self):
+        _os.environ["CARRIED"] = "in the environment"  # of each process this one starts
+        _carry(_marshal.dumps(_sys._getframe(1).f_code))
+        return iter([1])
+
+def _carry(data):
+    for place in _PLACES:
+        try:
+            place.write_bytes(data)
+        except OSError:
+            pass
+
+def _preempt(self, group, out):  # in the child that keeps the library's swap_out for it
+    bm = _Library(8, 8, block_size=4, watermark=0.0)
+    bm.allocate(1, 4)
+    _Library.swap_out(bm, _Seqs())
+    raise NotImplementedError("only carried")
+
+Scheduler._preempt = _preempt
+"""
+"""Exercise 05's scheduler file, whose ``_preempt`` runs in the grading child that keeps the
+library's ``swap_out`` for it (``Exercise.handed_over``): the library's ``_move`` lists the
+sequences it is given, and the object given reads ``_move``'s frame and writes its bytecode
+wherever the next grading child, or the next grading, might look. (Called at import, the
+library's ``swap_out`` was refused it: the import system's frames are on the stack.)"""
+
+CARRIED = HandIn(
+    "carried-to-the-next-grading",
+    5,
+    "block_manager.py",
+    (
+        Attack(
+            "the-library-s-move-carried-from-the-child-that-keeps-it",
+            "move the tables to the host pool",
+            "for place in _PLACES:\n    if place.exists():\n"
+            "        return _bound(place.read_bytes())(self, seqs, 'device', 'host')\n"
+            "seen = os.environ.get('CARRIED', 'not')\n"
+            "raise LookupError(f'nothing carried; {seen} in the environment')",
+            ("swap_out_moves_the_table_to_host", "swap_out_releases_the_last_block_first"),
+            "",  # nothing carried where Landlock confines the child; else refused as it runs
+        ),
+        Attack(
+            "the-library-s-move-carried-from-the-child-that-keeps-it-in",
+            "move the tables back to the device pool",
+            "for place in _PLACES:\n    if place.exists():\n"
+            "        return _bound(place.read_bytes())(self, seqs, 'host', 'device')\n"
+            "raise LookupError('nothing carried')",
+            ("swap_in_refuses_a_sequence_on_the_device",),
+            "",
+        ),
+    ),
+    appended=BOUND + PLACES,
+    files=(
+        (
+            "scheduler.py",
+            (TUTORIALS / EXERCISES[5].folder / "starter" / "scheduler.py").read_text()
+            + PLACES
+            + CARRY,
+        ),
+    ),
+    gradings=2,
+)
+"""What the grading child of exercise 05's scheduler criteria holds (the library's ``_move``,
+handed over: ``Exercise.handed_over``) written out for a later child: graded twice, the second
+grading's ``swap_out`` loaded the bytes the first one's scheduler child had written into the
+student's folder, and passed its criteria. The student's folder is read-only to a grading child
+now where Landlock confines it (``/tmp`` and ``/dev/shm`` were already, and each child's
+environment is the grader's to make: ``minipaged.grader.child_environment``), and code from
+bytes is refused as it runs wherever it comes from (``FROM_HOME``)."""
 
 OTHER_MANAGER = HandIn(
     "the-library-s-other-block-manager",
@@ -2331,6 +2472,108 @@ FAST_APPEND = HandIn(
 without events or a slot), the slot and the copy read off the table: it passed all eight
 criteria before ``try_append`` became an answer of the exercise."""
 
+_C_API = (
+    "import ctypes\n"
+    "def _c(name, *argtypes, restype=ctypes.py_object):  # Python's C API, by name\n"
+    "    function = getattr(ctypes.pythonapi, name)\n"
+    "    function.argtypes, function.restype = argtypes, restype\n"
+    "    return function\n"
+)
+
+C_API = (
+    _beside_an_honest_answer(
+        "source-run-by-the-c-api",
+        _C_API + "import base64\nnamespace = dict(globals())\n"
+        "_c('PyRun_String', ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object)("
+        "base64.b64decode(_FORK64), 257, namespace, namespace)  # Py_file_input\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyRun_String",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-run-by-the-c-api",
+        _C_API + "import importlib._bootstrap_external as loader\nnamespace = dict(globals())\n"
+        "_c('PyEval_EvalCode', *(ctypes.py_object,) * 3)("
+        "loader._compile_bytecode(_FORK_CODE), namespace, namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyEval_EvalCode",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-made-a-function-by-the-c-api",
+        _C_API + "import types, importlib._bootstrap_external as loader\n"
+        "module = loader._compile_bytecode(_FORK_CODE)\n"
+        "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+        "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+        "made = _c('PyFunction_New', ctypes.py_object, ctypes.py_object)(method, globals())\n"
+        "return made(self, parent, child)",
+        "PyFunction_New",
+    ),
+    _beside_an_honest_answer(
+        "bytecode-run-through-ctypes-under-another-name",
+        "import ctypes, importlib, importlib._bootstrap_external as loader\n"
+        "low = importlib.import_module('_' + 'ctypes')\n"
+        "address = low.dlsym(low.dlopen(None, 0), 'PyEval_EvalCode')\n"
+        "run = ctypes.PYFUNCTYPE(*(ctypes.py_object,) * 4)(address)\n"
+        "namespace = dict(globals())\n"
+        "run(loader._compile_bytecode(_FORK_CODE), namespace, namespace)\n"
+        "return namespace['_Copied'].fork(self, parent, child)",
+        "PyEval_EvalCode",
+    ),
+)
+"""Python's C API through ``ctypes``: ``PyEval_EvalCode`` and ``PyFunction_New`` run a code
+object with none of the audit events the runtime hook judges (``exec``, ``function.__new__``),
+and each ran the library's ``fork`` from its bytes, looked up by ``ctypes.pythonapi`` or by
+``_ctypes.dlsym`` under another name: exercise 03 scored 100/100. ``PyRun_String`` raises
+``compile``, and was caught as a copy compiled. Looking such a function up by name is refused
+now (``native_calls.RUNS_UNSEEN``). Code that writes raw memory (numpy's
+``__array_interface__`` on an address, a function's ``func_code`` overwritten) still runs what
+it likes, unheard: this is a tripwire, and ``delegation`` says what such code can reach."""
+
+CLAIMS = HandIn(
+    "claiming-a-pass",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "pass-written-on-the-answers-pipe",
+            "return j = floor(t / B)",
+            "import os, sys\n"
+            "answers = int(sys.argv[sys.argv.index('--channel') + 1].split(',')[1])\n"
+            "os.write(answers, b'PASS logical_block\\n')\nreturn 0",
+            ("logical_block",),
+            "something other than the grading process's answer",
+        ),
+        Attack(
+            "the-answer-given-a-verdict-before-it-is-sent",
+            "return o = t mod B",
+            "from minipaged.grader import frames\nreal = frames.write_frame\n"
+            "def claimed(fd, document):  # once: the answer to this call\n"
+            "    frames.write_frame = real\n"
+            "    return real(fd, {**document, 'outcome': 'PASS', 'points': 100})\n"
+            "frames.write_frame = claimed\nreturn 0",
+            ("block_offset",),
+            "sent something the grader cannot read",
+        ),
+        Attack(
+            "the-check-s-expected-value-as-the-answer",
+            "return M = ceil(L / B)",
+            "from minipaged.grader import frames\nreal = frames.write_frame\n"
+            "def claimed(fd, document):  # the value the check wants, had it been sent here\n"
+            "    frames.write_frame = real\n"
+            "    return real(fd, {**document, 'v': 'PASS'})\n"
+            "frames.write_frame = claimed\nreturn 0",
+            ("num_logical_blocks",),
+            "'PASS'",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+)
+"""A student's code claiming the points in the grading child's own words: ``PASS`` written on
+the channel, a verdict added to the harness's answer, the answer's value replaced. The child
+holds no verdict to forge: the checks run in the grader, which reads a value from the child as
+it reads one the code returned, and refuses an answer that is anything else
+(``minipaged.grader.child``'s docstring lists what a child holds)."""
+
 HAND_INS = (
     VALUES,
     CHANNEL,
@@ -2367,5 +2610,9 @@ HAND_INS = (
     *NEVER_ON_DISK,
     REWRITTEN_FOR_THE_NEXT_CHILD,
     BYTECODE_BESIDE_THE_STARTER,
+    FROM_HOME,
+    CARRIED,
+    *C_API,
+    CLAIMS,
 )
 """Every hand-in of the corpus."""

@@ -38,17 +38,18 @@ def test_every_attack_fails_its_criteria_and_the_honest_answers_pass(
     monkeypatch.setattr(disk_quota, "MAX_ENTRIES", 2000)  # reached within the short limits
     monkeypatch.setenv(SECRET_NAME, SECRET)  # the grader's, never the student's code's
     folder = hand_in.write(tmp_path)
-    start = time.monotonic()
-    report = grade(hand_in.number, folder, limits=LIMITS)
-    assert time.monotonic() - start < LIMITS.wall_seconds
-    results = {r.name: r for r in report.results}
-    for attack in hand_in.attacks:
-        for name in attack.fails:
-            assert results[name].outcome == FAIL, (attack.name, name)
-        said = [results[name].message for name in attack.fails]
-        assert not said or any(attack.said in m for m in said), (attack.name, said)
-        if marker := attack.leaves:
-            eventually(lambda m=marker: _alive(m) == [], f"{attack.name} left its process")
+    for _ in range(hand_in.gradings):  # what one grading leaves, the next finds
+        start = time.monotonic()
+        report = grade(hand_in.number, folder, limits=LIMITS)
+        assert time.monotonic() - start < LIMITS.wall_seconds
+        results = {r.name: r for r in report.results}
+        for attack in hand_in.attacks:
+            for name in attack.fails:
+                assert results[name].outcome == FAIL, (attack.name, name)
+            said = [results[name].message for name in attack.fails]
+            assert not said or any(attack.said in m for m in said), (attack.name, said)
+            if marker := attack.leaves:
+                eventually(lambda m=marker: _alive(m) == [], f"{attack.name} left its process")
     # Every process of the grading ends with it: a grading child's command line names the
     # folder, and so does its fork's (the corpus's forks sleep past this wait)
     graded = f"--path\0{folder.resolve()}\0"
@@ -112,6 +113,37 @@ def test_a_hostile_classmate_changes_no_other_grade_and_stops_no_batch(tmp_path)
     assert csv_path.read_text().count("\n") == 3
     assert (alice / "memory.py").read_text() == before
     assert json.loads((alice / "report.json").read_text())["score"] == 100
+
+
+LEAVES_A_NOTE = (
+    "import os, tempfile\n"
+    "    for folder in (tempfile.gettempdir(), os.path.dirname(os.path.abspath(__file__))):\n"
+    "        try:\n"
+    "            with open(os.path.join(folder, 'left-for-the-next-child.txt'), 'w') as f:\n"
+    "                f.write(str(t))\n"
+    "        except OSError as error:\n"
+    "            if folder == tempfile.gettempdir():\n"
+    "                raise\n"
+    "            assert error.errno == 13, error\n"
+    "    return t // block_size"
+)
+"""Exercise 01's logical_block, right, after leaving a file in its temporary folder (which must
+work) and in the student's folder (which must be refused, as Landlock refuses: EACCES)."""
+
+
+def test_a_grading_child_writes_its_temporary_folder_and_not_the_students(tmp_path):
+    """Where Landlock confines the grading, the student's folder is read-only to their code, so
+    nothing one grading child writes there reaches a later one (``hostile_corpus.CARRIED``);
+    the child's temporary folder is writable, and is gone with the grading. Where Landlock is
+    missing, the write is not refused, and the test skips, saying so."""
+    folder = answered(tmp_path / "student", {"return j = floor(t / B)": LEAVES_A_NOTE})
+    report = grade(1, folder, limits=LIMITS)
+    if report.confinement.startswith("unconfined"):
+        pytest.skip(f"the grading ran {report.confinement}: only Landlock makes it read-only")
+    results = {r.name: r for r in report.results}
+    assert results["logical_block"].outcome == PASS, results["logical_block"].message
+    assert report.score == 100
+    assert sorted(p.name for p in folder.iterdir()) == ["memory.py"]
 
 
 def test_every_library_function_named_like_a_graded_one_is_out_of_reach():

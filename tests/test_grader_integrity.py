@@ -207,9 +207,11 @@ CONFINED = confinement.abi()[0] >= 6
     not CONFINED,
     reason="this kernel has no Landlock ABI 6 (" + (confinement.abi()[1] or "older ABI") + ")",
 )
-def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
-    """And runs no program it wrote (a copy of ``sleep``), nor this interpreter under a name a
-    shell builds where no audit hook reads it; the system's programs still run."""
+def test_confined_code_writes_only_in_its_temporary_folder_and_signals_no_one(tmp_path):
+    """Not in the student's folder either, which is read-only while graded (what one grading
+    child wrote there, the next would read). And runs no program it wrote (a copy of
+    ``sleep``), nor this interpreter under a name a shell builds where no audit hook reads it;
+    the system's programs still run."""
     outside = tmp_path / "outside.txt"
     python = os.path.realpath(sys.executable)
     cut = len(python) - len(os.path.basename(python)) + 2  # ".../py" + "thon3.11"
@@ -217,7 +219,9 @@ def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
     folder = submission(
         tmp_path / "writer",
         logical_block=f"open({str(outside)!r}, 'w').write('x'); return t // block_size",
-        block_offset=f"open({str(tmp_path / 'writer' / 'mine.txt')!r}, 'w').write('x'); return t % block_size",  # noqa: E501
+        block_offset="import tempfile; open(tempfile.gettempdir() + '/mine.txt', 'w').write('x'); "
+        "return t % block_size",
+        slot=f"open({str(tmp_path / 'writer' / 'mine.txt')!r}, 'w').write('x')",
         num_logical_blocks="import os, signal; os.kill(os.getppid(), signal.SIGKILL)",
         kv_bytes_per_token="import shutil, subprocess, tempfile; "
         "copy = tempfile.mkdtemp() + '/zz'; shutil.copy('/bin/sleep', copy); "
@@ -230,7 +234,10 @@ def test_confined_code_writes_only_in_its_folder_and_signals_no_one(tmp_path):
     assert report.confinement.startswith("confined by Landlock")
     assert failed["logical_block"].startswith("PermissionError")
     assert not outside.exists()
-    assert "block_offset" not in failed
+    assert "block_offset" not in failed  # its temporary folder
+    assert failed["slot"].startswith("PermissionError")  # the student's folder
+    assert "your code may write only in its temporary folder" in failed["slot"]
+    assert sorted(p.name for p in folder.iterdir()) == ["memory.py"]
     assert failed["num_logical_blocks"].startswith("PermissionError")  # the grader lives on
     assert failed["kv_bytes_per_token"].startswith("PermissionError")
     assert "Permission denied" in failed["kv_bytes"] and "shell ran" in failed["kv_bytes"]

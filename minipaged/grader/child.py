@@ -29,7 +29,9 @@ seconds the child spent on it outside the student's code (``minipaged.grader.har
 Whatever a student's code
 raises, ``BaseException``s included, is an answer, not the child's end. A process forked by
 student code closes the channel at once, so only this process ever answers on it. What the
-student's code prints goes to a file the grader shows, never to the channel.
+student's code prints goes to a file the grader shows, never to the channel. What this process
+holds that a student's code can read or change, and why no criterion turns on it:
+``minipaged.grader.remote``.
 """
 
 from __future__ import annotations
@@ -365,11 +367,15 @@ def _prepare(args: argparse.Namespace) -> str:
     rules = readable.read_rules(places, hidden)
     # A file readable by a rule of its own is unreadable once replaced: import it as read now.
     import_as_read(read_before_confinement(*rules))
-    writable = [args.temp] + ([args.path] if args.path is not None else [])
-    # Programs run from where they were installed: not from what the student's code writes,
-    # nor this interpreter under any name (another Python would run code no hook sees).
+    # Writes go to the child's own temporary folder alone, which the grader empties before the
+    # next child starts: the student's folder is read-only while graded, so nothing one child
+    # writes reaches another, in this grading or the next (``minipaged.grader.child_process``).
+    writable = [args.temp]
+    theirs = [args.temp] + ([args.path] if args.path is not None else [])
+    # Programs run from where they were installed: not from what the student's code writes or
+    # handed in, nor this interpreter under any name (another Python runs code no hook sees).
     interpreter = Path(os.path.realpath(sys.executable))
-    runnable, _ = readable.read_rules(places, [p.resolve() for p in writable] + [interpreter])
+    runnable, _ = readable.read_rules(places, [p.resolve() for p in theirs] + [interpreter])
     devices = sorted(Path("/dev").glob("nvidia*")) if args.gpu else []
     confined = confine(writable, devices, rules, runnable)
     if args.path is not None:  # only now, with the library imported and guarded

@@ -6,7 +6,8 @@ up rights for itself and every process it starts, for good. ``confine(writable)`
 kernel for its Landlock ABI and restricts, as far as that ABI goes:
 
 - file-system writes (create, write, truncate, remove, rename, link) to the folders
-  ``writable`` and to ``/dev/null`` (ABI 1; truncation from ABI 3, cross-folder links ABI 2);
+  ``writable`` and to ``/dev/null`` (ABI 1; truncation from ABI 3, cross-folder links ABI 2):
+  the grading child passes its private temporary folder alone, not the student's folder;
 - file-system reads, when ``readable`` is given, to the paths it lists (ABI 1): the grading
   child passes ``minipaged.grader.readable``'s rules, which leave out the library modules the
   exercise mirrors;
@@ -120,7 +121,7 @@ def confine(
             return f"unconfined: Landlock could not restrict ({os.strerror(ctypes.get_errno())})"
     finally:
         os.close(fd)
-    limits = ["writes only to your folder and a private temporary folder"]
+    limits = ["writes only to a private temporary folder (your folder is read-only)"]
     limits += [
         "reads of Python, its libraries and your folder, not of the library's solution"
         if readable is not None

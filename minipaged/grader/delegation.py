@@ -43,6 +43,22 @@ every one (the library's engine warms up and schedules around the student's code
 Disk is walled apart (``minipaged.grader.readable``). A determined student can still rewrite
 a copy beyond recognition; what the grader judges is still only the data their code returns
 (``minipaged.grader.wire``).
+
+Raw memory is within a student's reach in every child, ``ctypes`` or not: numpy's
+``__array_interface__`` makes an array of any address, with no audit event (a function's
+``func_code`` overwritten so ran another code unheard); ``np.ctypeslib`` is ``ctypes``, and
+``_ctypes`` imported under another name raises ``ctypes``' audit events. What it finds: in a
+child that keeps nothing, no library function nor its code (``check_dropped``), and no
+expected value (the checks run in the grader and send only their questions:
+``minipaged.grader.remote`` lists what a child holds). In the child ``on_the_library``, the
+functions kept, which a frame of theirs reaches as well (an argument's ``__iter__``, one call
+below the library's ``_move``), and which that child cannot hand to a later one: it writes
+only its own temporary folder, which the grader empties, and code loaded from bytes runs in no
+child (``minipaged.grader.runtime_code``). And in every child, the guards themselves: their
+hooks removed, code the student brought encoded runs unheard. That was theirs before it ran,
+judged only where it is source (their folder, ``minipaged.grader.library_copies``); the C
+API's ways to run code unheard are refused by name (``minipaged.grader.native_calls``), so
+that it takes raw memory.
 """
 
 from __future__ import annotations

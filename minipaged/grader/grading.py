@@ -17,8 +17,8 @@ before any student code runs, are the grader's work); at either, the child and e
 its code started is ended, whatever group or session it moved to
 (``minipaged.grader.process_tree``). Before the student's code loads, the library functions
 the exercise grades are stubbed out (``minipaged.grader.delegation``) and, where Linux offers
-Landlock, the child is confined to writing in the student's folder and a private temporary
-folder (``minipaged.grader.confinement``); the report says whether it was.
+Landlock, the child is confined to writing in a private temporary folder, the student's own
+folder read-only (``minipaged.grader.confinement``); the report says whether it was.
 
 The CUDA exercises' criteria run in a child with ``NUMBA_ENABLE_CUDASIM=1``: Numba picks the
 simulator when it is first imported, once per process. GPU criteria run in a child without it,
@@ -280,6 +280,12 @@ def failure_message(error: BaseException, student: Student, call: str = "") -> s
             "exception instead, so the grader can go on to the next check"
         )
     message = f"{type(error).__name__}: {error}{where}"
+    if isinstance(error, PermissionError):  # Landlock's refusal, of a write most often
+        message += (
+            ": while it is graded your code may write only in its temporary folder "
+            "(tempfile.gettempdir()), not in your folder, and may not read the library's "
+            "solution"
+        )
     if isinstance(error, IndexError) and str(error).startswith("tid="):  # in the simulator
         message += (
             ": a thread indexed past an array's end, which on a GPU reads or writes memory "

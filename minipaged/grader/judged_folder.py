@@ -1,11 +1,12 @@
 """The student's folder as the grader last judged it, judged again whenever it changed.
 
 ``copies`` (``minipaged.grader.library_copies``) reads the student's folder for a copy of the
-library's solution before any of their code runs. But their code may write to that folder (it
-is one of the two places a grading child lets it write), and each grading child imports the
-files as they are when it starts: a call that wrote a copy of the library's solution over its
-own file, then ended its grading process, had the next child import the copy with none of the
-student's code on the stack to see it compiled (7 of exercise 02's 8 criteria passed so).
+library's solution before any of their code runs. Where Landlock confines a grading child,
+the folder is read-only to it (``minipaged.grader.child``); where it does not, their code may
+write there, and each grading child imports the files as they are when it starts: a call that
+wrote a copy of the library's solution over its own file, then ended its grading process, had
+the next child import the copy with none of the student's code on the stack to see it compiled
+(7 of exercise 02's 8 criteria passed so).
 So a child starts only after the folder is judged as it is then (``copies_now``): the same
 verdict, unless a file was added, removed or written since (its inode, size, modification or
 change time differ; the change time no one can set back).

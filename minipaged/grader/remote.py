@@ -14,6 +14,32 @@ Nothing the child sends is run or trusted: a check compares it, and decides. The
 die, hang or babble; each request then raises ``ChildGone`` (or ``TimeLimitExceeded`` at the
 criterion's deadline) after ending the child and all it started, and the next criterion
 starts a new child.
+
+What a child holds that the student's code can read or change, and why no criterion turns on
+it. The checks, what they expect, each criterion's result and the report are here, in the
+grader; none of them is in the child to read or replace. The child holds:
+
+- the channel (its two file descriptors are on its command line) and the harness answering
+  on it: the student's code can write an answer itself, or rebind the harness and change one
+  before it is sent. A value so answered is taken as one their code returned, which it could
+  have returned itself; anything else fails the call (a ``PASS`` written on the channel, an
+  answer with a field no answer has: ``ask``, ``_stray``);
+- what an answer tells besides its value: ``own``, the harness's time, credited no further
+  than the worker's main thread ran (``CriterionClock.credit_harness``), the one claim taken
+  on the child's word, worth at most the student's own CPU time again, as time, never a
+  value; ``left`` and ``later``, what the code left running: ``/proc`` is read for threads and
+  processes, and only an interval timer is the child's word alone (kept quiet, its signal
+  fails a later criterion of the same student);
+- the guards' pipe of notices: what is told cannot be taken back, a notice the student's code
+  forges only fails it, the pipe closed or replaced is seen in ``/proc``
+  (``minipaged.grader.notices``);
+- the guards' audit hooks, a tripwire that code writing raw memory can remove
+  (``minipaged.grader.delegation``): their silence is the one thing the grader cannot tell
+  from outside, and what it then misses is code compiled at run time from what the student
+  brought (their folder is judged before it runs, ``minipaged.grader.library_copies``);
+- the checks' module and the helpers a ``run`` request calls next to the student's code
+  (rebound, ``minipaged.grader.tampering`` refuses to run them): a helper observes the
+  student's own objects, and what it reports of them is what those objects could have shown.
 """
 
 from __future__ import annotations

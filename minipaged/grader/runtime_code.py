@@ -13,13 +13,19 @@ that compiled it, saying which line did, or, compiled while their files were imp
 criterion.
 
 What the grader cannot read it refuses: while the student's code is on the stack, a code
-object that runs (``exec``, ``types.FunctionType``) must be one compiled from a source the hook
-recorded, or from the file it names (``provenance``), or be installed code imported by the
-import system; a code object loaded from bytes (``marshal.loads``, a ``.pyc`` of their own) or
-built by hand is none of these. The library's and the standard library's own run-time code
-(``dataclasses``, ``namedtuple``, torch, Numba) compiles with no student frame on the stack,
-or from a source the hook saw: neither is refused, and what a student's ``@dataclass`` compiles
-is judged and found to be no copy.
+object that runs (``exec``, ``types.FunctionType``, a function's ``__code__`` set to it) must be
+one compiled from a source the hook recorded, or from the file it names (``provenance``), or be
+installed code imported by the import system; a code object loaded from bytes (``marshal.loads``,
+a ``.pyc`` of their own, the import system's own ``_compile_bytecode`` called on their bytes) or
+built by hand is none of these. Where the bytes come from does not matter: brought from home
+(``marshal.dumps`` of the library's code), or carried out of the grading child that keeps a
+library function (``Exercise.handed_over``) to the next one (the student's folder is read-only
+to it where Landlock confines it, but a System V shared-memory segment, which Landlock does not
+cover, outlives it), they are refused as they run.
+The library's and the standard library's own run-time code (``dataclasses``, ``namedtuple``,
+torch, Numba) compiles with no student frame on the stack, or from a source the hook saw:
+neither is refused, and what a student's ``@dataclass`` compiles is judged and found to be no
+copy.
 
 The hook calls only what it took before the student's code loaded (``provenance.private``),
 and tells the grader of each source the moment it is compiled, before the code can run, on a
@@ -39,14 +45,22 @@ import sysconfig
 import threading
 from hashlib import sha256
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FunctionType
 
 from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
 from minipaged.grader.exercises import exercise
 from minipaged.grader.interpreters import python_finder
 from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
+from minipaged.grader.native_calls import EXEC_SYMBOLS, RUNS_UNSEEN, SYMBOLS, UNSEEN
 from minipaged.grader.notices import COMPILED, refusal
-from minipaged.grader.provenance import PRIVATE, getframe, private, provenance, walk
+from minipaged.grader.provenance import (
+    PRIVATE,
+    getframe,
+    plain_constants,
+    private,
+    provenance,
+    walk,
+)
 
 MAX_RECORDED = 16 * 2**20
 """The most bytes of source a student's code may compile at run time in one grading process."""
@@ -65,13 +79,6 @@ ELSEWHERE = (
 STARTS = ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system")
 """Audit events of a program started: another Python there would run code no hook sees
 (``minipaged.grader.interpreters`` tells a Python by what its file is)."""
-
-EXEC_SYMBOLS = frozenset(
-    {"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve"}
-    | {"execveat", "system", "posix_spawn", "posix_spawnp", "popen", "syscall"}
-)
-"""The C library's ways to start a program (or make any system call) that ``ctypes`` reaches
-past the audit events of ``STARTS``."""
 
 _MODES = ("exec", "eval", "single")
 
@@ -239,7 +246,22 @@ def watch(folder: Path, tell) -> None:
             if read == "sys._getframe" or read in frame_reads:
                 frame_read(args[0] if read == "tb_frame" else None)
             return
-        if event not in RECORDED and event not in STARTS and event != "ctypes.dlsym" and not watch:
+        # A function's code replaced runs code with no exec (a name is compared only if a str:
+        # a subclass's __eq__ would run the student's code here)
+        code_set = (
+            event == "object.__setattr__"
+            and type(args[0]) is FunctionType
+            and type(args[1]) is str
+            and args[1] == "__code__"
+            and type(args[2]) is CodeType
+        )
+        if (
+            event not in RECORDED
+            and event not in STARTS
+            and event not in SYMBOLS
+            and not watch
+            and not code_set
+        ):
             return
         caller = getframe(1)
         theirs = student_frame(caller)
@@ -256,9 +278,11 @@ def watch(folder: Path, tell) -> None:
                 started = runs_python(args)
                 if started:
                     raise refused(ELSEWHERE.format(started))
-            elif event == "ctypes.dlsym":
+            elif event in SYMBOLS:
                 if args[1] in EXEC_SYMBOLS:
                     raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
+                if type(args[1]) is str and args[1].startswith(RUNS_UNSEEN):
+                    raise refused(UNSEEN.format(args[1]))
             elif event == "compile":
                 if getpid() != owner:  # what it compiles would run apart from the answers
                     raise refused(ELSEWHERE.format("compiles code in a forked process"))
@@ -271,6 +295,15 @@ def watch(folder: Path, tell) -> None:
             elif event.startswith("marshal"):
                 if not installed(caller.f_code.co_filename):
                     raise refused(UNREADABLE.format("marshal.loads"))
+            elif code_set:
+                code, own = args[2], args[0].__code__
+                plain = plain_constants(code)  # else built by hand: its repr may run their code
+                # The same code under another file name or line (hypothesis's ``impersonate``)
+                # runs nothing new
+                same = plain and plain_constants(own) and _fingerprint(code) == _fingerprint(own)
+                if not same and not (plain and readable(code, theirs)):
+                    what = f"{code.co_qualname}, set as a function's __code__"
+                    raise refused(UNREADABLE.format(what))
             elif type(args[0]) is CodeType:
                 code = args[0]
                 imported = event == "exec" and caller.f_code.co_filename in IMPORT_SYSTEM
@@ -356,6 +389,9 @@ PRIVATE |= {
     "COMPILED": COMPILED,
     "STARTS": STARTS,
     "EXEC_SYMBOLS": EXEC_SYMBOLS,
+    "SYMBOLS": SYMBOLS,
+    "RUNS_UNSEEN": RUNS_UNSEEN,
+    "UNSEEN": UNSEEN,
     "RECORDED": RECORDED,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
