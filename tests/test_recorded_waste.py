@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 
-from minipaged.grader.ex13_three_wastes import EDGES, RUNS, _generated_runs, recorded
+from minipaged.grader.ex13_runs import EDGES, RUNS, generated_runs, recorded
 from minipaged.study import recorded_waste
 from minipaged.study.baselines import OrcaAllocator, PagedAllocator, StaticAllocator
 from minipaged.study.orca_baselines import OrcaReservationAllocator
@@ -46,7 +46,7 @@ def test_the_recorded_runs_queue_and_preempt(name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(_generated_runs())
+@given(generated_runs())
 def test_static_and_orca_waste_are_what_the_simulators_allocators_span(run):
     finals = [{s: run.final_lengths[s] for s in lengths} for lengths in run.lengths]
     static = replay(run, StaticAllocator(run.max_length * len(run.final_lengths)))
@@ -58,7 +58,7 @@ def test_static_and_orca_waste_are_what_the_simulators_allocators_span(run):
 
 
 @settings(max_examples=40, deadline=None)
-@given(_generated_runs(draw_capacity=True))
+@given(generated_runs(draw_capacity=True))
 def test_fragmentation_stalls_are_the_simulators_oracle_stalls(run):
     oracle = OrcaReservationAllocator(run.capacity, "oracle")
     replay(run, oracle)
