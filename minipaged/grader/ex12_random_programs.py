@@ -55,31 +55,39 @@ MAX_NODES = 10_000
 """A walk of the student's tree stops here: a cycle (a node among its own descendants) or a
 tree far larger than any program here builds."""
 
+MAX_DEPTH = 64
+"""Nor does it go deeper than this many edges: the programs' sequences hold at most four
+chunks, so a deeper path runs through a cycle."""
 
-def tree_shape(cache) -> list[list]:
+
+def tree_shape(cache) -> list[list] | None:
     """The student's tree as plain lists, walking it from ``cache.root``: for every edge below
-    the root, ``[path, key, chunks, blocks, parent_ok]``: the first chunks on the way to it,
-    its key, chunks and blocks, and whether its node's ``parent`` is the node whose
-    ``children`` hold it. Runs next to the student's code."""
-    shape, stack = [], [(cache.root, [])]
+    the root, ``[path, key, chunks, blocks, parent_ok]``: the chunks on the way to it (the
+    prefix its parent spells), its key, chunks and blocks, and whether its node's ``parent``
+    is the node whose ``children`` hold it. None for a tree past ``MAX_NODES`` or
+    ``MAX_DEPTH``. Runs next to the student's code."""
+    shape, stack = [], [(cache.root, [], 0)]
     while stack:
-        node, path = stack.pop()
+        node, path, depth = stack.pop()
         for key, child in node.children.items():
             chunks = [list(c) for c in child.chunks]
             shape.append([path, list(key), chunks, list(child.blocks), child.parent is node])
-            if len(shape) > MAX_NODES:
-                return shape
-            stack.append((child, path + chunks[:1]))
+            if len(shape) > MAX_NODES or depth >= MAX_DEPTH:
+                return None
+            stack.append((child, path + chunks, depth + 1))
     return shape
 
 
-def tree_problems(shape: list[list], cached: tuple) -> list[str]:
+def tree_problems(shape: list[list] | None, cached: tuple) -> list[str]:
     """What is wrong with the tree's own shape: every non-root edge holds at least one block,
     with one chunk per block; every child's ``parent`` is the node whose ``children`` hold it,
     under the key of its first chunk; and the blocks on the edges are exactly
     ``cached_blocks()``."""
-    if len(shape) > MAX_NODES:
-        return [f"the tree has more than {MAX_NODES} nodes: does a node hold itself below it?"]
+    if shape is None:
+        return [
+            f"the tree has more than {MAX_NODES} nodes or a path of more than {MAX_DEPTH} "
+            "edges: does a node hold itself below it?"
+        ]
     problems, on_edges = [], []
     for path, key, chunks, blocks, parent_ok in shape:
         if not blocks:
@@ -105,6 +113,63 @@ def tree_problems(shape: list[list], cached: tuple) -> list[str]:
             f"the edges hold blocks {sorted(on_edges)}, but cached_blocks() is {list(cached)}"
         )
     return problems
+
+
+def spelled(shape: list[list]) -> dict[tuple, int]:
+    """The prefixes the tree spells: for each block on an edge, the chunks from the root to
+    it (the path to its edge, then its edge's chunks up to its own) and the block."""
+    return {
+        tuple(tuple(c) for c in path + chunks[: i + 1]): block
+        for path, _, chunks, blocks, _ in shape
+        for i, block in enumerate(blocks)
+    }
+
+
+def prefix_problems(shape: list[list], model: PrefixModel) -> list[str]:
+    """Where the tree's structure disagrees with the prefixes it holds: each cached block must
+    sit where its own prefix ends, the path from the root spelling that prefix chunk by chunk.
+    A tree whose answers are right so far may still be wrong here (an edge not split, or split
+    at the wrong chunk; a node hung under the wrong parent), and a later lookup goes wrong."""
+    tree = spelled(shape)
+    where = {block: prefix for prefix, block in model.blocks.items()}
+    problems = []
+    for prefix, block in tree.items():
+        own = where.get(block)
+        if own is None or own == prefix:
+            continue
+        said = (
+            f"block {block} ends prefix {_listed(prefix)} in your tree, but it holds the last "
+            f"chunk of {_listed(own)}"
+        )
+        if len(prefix) > len(own):
+            why = (
+                "the path to it runs through chunks that are not its prefix's: split the edge "
+                "where the two prefixes part, at the first chunk that differs, and hang the new "
+                "blocks below the split"
+            )
+        elif len(prefix) < len(own):
+            why = (
+                "it hangs above where its prefix ends: some chunks before it are not on the path "
+                "to it (an edge split before the chunk where the prefixes part, or the children "
+                "of a forgotten node kept under its parent)"
+            )
+        else:
+            why = "a chunk on the path to it is not its prefix's: hang it below its own prefix"
+        problems.append(f"{said}: {why}")
+    on_edges = set(tree.values())
+    for prefix, block in model.blocks.items():
+        if block in on_edges or prefix in tree:
+            continue
+        problems.append(
+            f"prefix {_listed(prefix)} is cached in block {block}, but no path of your tree "
+            "spells it: did a new child take the key of a child already there (which drops "
+            "that child and its subtree)?"
+        )
+    return problems
+
+
+def _listed(prefix: tuple) -> list[list[int]]:
+    return [list(chunk) for chunk in prefix]
 
 
 def random_program(seed: int, length: int = 500) -> list[tuple]:
@@ -176,6 +241,8 @@ def run_program(student, program: list[tuple]) -> tuple[str, int]:
             )
         tree_before = step["tree"]
         problems = tree_problems(step["tree"], step["cached"])
+        if step["tree"] is not None:
+            problems += prefix_problems(step["tree"], model)
         if problems:
             return f"after {called(op)} the tree is broken: " + "; ".join(problems[:2]), ran
         blocks = tuple(sorted(model.blocks.values()))
