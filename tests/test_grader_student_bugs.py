@@ -6,6 +6,7 @@ instead of returning, each a failed check rather than a stopped grading process.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -338,3 +339,17 @@ def test_a_radix_tree_with_a_block_in_the_wrong_place_fails_with_the_cause(cls, 
     module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
     failed = failures_of(12, [criterion], radix_cache=module)
     assert words in failed[criterion], failed
+
+
+def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
+    """Every run once listed a step's sequences by id (the engine's tables and the generated
+    runs alike), so placing newcomers as the step lists them passed every criterion; a run
+    listing them out of order, and generated runs in shuffled order, now show it."""
+    path = Path(__file__).parent / "student_answers/ex13/step_order/recorded_waste.py"
+    spec = importlib.util.spec_from_file_location("step_order", path)
+    answer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(answer)
+    name = "fragmentation_stalls_of_a_recorded_run"
+    failed = failures_of(13, [name], recorded_waste=answer, memory=memory)
+    assert "listed 5 first: they ask in order of id" in failed[name]
+    assert "expected the stalls (step, sequence) [], got [(2, 4)]" in failed[name]

@@ -63,6 +63,18 @@ sequence 2 ends at $L_{\\max} = 8$, which fills two blocks; sequence 3 arrives a
 have left."""
 
 
+NEWCOMERS_LISTED_OUT_OF_ORDER = RecordedRun(
+    block_size=1,
+    capacity=10,
+    max_length=10,
+    lengths=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 5: 2, 4: 3}),
+    blocks=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 5: 2, 4: 3}),
+)
+"""Holes of 3 and 2 after step 1, and two newcomers at step 2, listed 5 first: in order of id,
+sequence 4 takes the hole of 3 and 5 the hole of 2; placed as listed, 5 takes two slots of the
+hole of 3 and 4 stalls."""
+
+
 LEAVE_AS_ONE_ARRIVES = RecordedRun(
     block_size=1,
     capacity=10,
@@ -89,14 +101,17 @@ def _often_an_end(rng: random.Random, low: int, high: int) -> int:
 
 def _fragmented_run(rng: random.Random) -> RecordedRun:
     """A run made to fragment a pool that is full at step 0: some of its sequences leave at
-    step 1, leaving holes between those that stay, and newcomers of every size arrive one a
-    step. Grown runs stall rarely (about one in seventy); about a third of these do."""
+    step 1, leaving holes between those that stay, and newcomers of every size arrive, one or
+    two a step, the higher id listed first (they ask in order of id all the same). Grown runs
+    stall rarely (about one in seventy); about a third of these do."""
     sizes = [_often_an_end(rng, 1, 8) for _ in range(rng.randint(3, 8))]
     staying = {s: n for s, n in enumerate(sizes) if rng.random() < 0.5}
     freed = sum(sizes) - sum(staying.values())
-    steps = [dict(enumerate(sizes)), dict(staying)]
-    for seq in range(len(sizes), len(sizes) + rng.randint(1, 4)):
-        steps.append(staying | {seq: _often_an_end(rng, 1, freed + 2)})
+    steps, seq = [dict(enumerate(sizes)), dict(staying)], len(sizes)
+    for _ in range(rng.randint(1, 3)):
+        arriving = range(seq + rng.randint(1, 2) - 1, seq - 1, -1)
+        steps.append({new: _often_an_end(rng, 1, freed + 2) for new in arriving} | staying)
+        seq += len(arriving)
     lengths = tuple(steps)
     block_size = rng.choice((1, 2, 3, 4, 16))
     blocks = tuple({s: -(-n // block_size) for s, n in ls.items()} for ls in lengths)
@@ -126,7 +141,9 @@ def generated_run(rng: random.Random, draw_capacity: bool = False) -> RecordedRu
             step += 1 + (rng.randint(0, 3) if rng.random() < 0.5 else 0)
             timelines[seq][step] = length
     steps = max(max(t) for t in timelines.values()) + 1
-    lengths = tuple({s: t[k] for s, t in timelines.items() if k in t} for k in range(steps))
+    listed = list(timelines)  # a step lists its sequences in any order, not by id
+    rng.shuffle(listed)
+    lengths = tuple({s: timelines[s][k] for s in listed if k in timelines[s]} for k in range(steps))
     blocks = tuple({s: -(-n // block_size) for s, n in ls.items()} for ls in lengths)
     capacity = seqs * max_length
     if draw_capacity:

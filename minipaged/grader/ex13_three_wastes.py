@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from minipaged.grader.ex13_runs import (
     LEAVE_AS_ONE_ARRIVES,
+    NEWCOMERS_LISTED_OUT_OF_ORDER,
     STALL_CAPACITY,
     for_generated_runs,
     recorded,
@@ -270,6 +271,9 @@ def check_fragmentation_stalls_of_a_recorded_run(student):
         _stalls_one(student, holes, where, sizes)
     where = "sequence 2 leaves the step sequence 4 arrives, beside a hole of 2"
     _stalls_one(student, LEAVE_AS_ONE_ARRIVES, where, {0: 2, 1: 2, 2: 2, 3: 2, 4: 4})
+    out_of_order = NEWCOMERS_LISTED_OUT_OF_ORDER
+    where = "newcomers 5 and 4 in one step, listed 5 first: they ask in order of id"
+    _stalls_one(student, out_of_order, where, out_of_order.final_lengths)
     for_generated_runs(
         lambda run, name: _stalls_one(student, run, name, run.final_lengths), draw_capacity=True
     )
