@@ -353,3 +353,27 @@ def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
     failed = failures_of(13, [name], recorded_waste=answer, memory=memory)
     assert "listed 5 first: they ask in order of id" in failed[name]
     assert "expected the stalls (step, sequence) [], got [(2, 4)]" in failed[name]
+
+
+class _CowLeavesOneSharer(BlockManager):
+    """Copy-on-write that leaves the old block to "the other" sharer, R[p] set to 1: right
+    with two sharers (parallel sampling with n = 2), wrong with three."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        src = table.blocks[-1]
+        shared = not table.is_last_block_full and self.device.refcount(src) > 1
+        result = super().append_slot(seq, token_ids)
+        while shared and self.device.refcount(src) > 1:
+            self.device.decref(src)
+        return result
+
+
+def test_copy_on_write_that_assumes_two_sharers_is_caught():
+    """It once failed only the random programs; the criterion for the copy now forks twice."""
+    name = "shared_partly_filled_block_is_copied"
+    failed = failures_of(4, [name], block_manager=SimpleNamespace(BlockManager=_CowLeavesOneSharer))
+    assert split_rule(failed[name])[0].startswith(
+        "R[1] after append_slot(1) copied block 1 away from three sharers"
+    )
+    assert split_rule(failed[name])[0].endswith("expected 2, got 1")
