@@ -377,3 +377,24 @@ def test_copy_on_write_that_assumes_two_sharers_is_caught():
         "R[1] after append_slot(1) copied block 1 away from three sharers"
     )
     assert split_rule(failed[name])[0].endswith("expected 2, got 1")
+
+
+class _IncrefMarksShared(allocator.BlockAllocator):
+    """incref marks a block shared, R[p] = 2, whatever it was: right for a second table,
+    wrong for a third."""
+
+    def incref(self, block):
+        super().incref(block)
+        self._refcounts[block] = 2
+        return 2
+
+
+def test_an_incref_that_sets_two_is_caught_by_the_counting_criterion():
+    """It once failed only the block-manager programs; the criterion for counting now
+    shares a block three ways."""
+    module = SimpleNamespace(BlockAllocator=_IncrefMarksShared, OutOfBlocks=allocator.OutOfBlocks)
+    name = "incref_and_decref_count_tables"
+    failed = failures_of(2, [name], allocator=module)
+    assert split_rule(failed[name])[0] == (
+        "incref(0) with R[0]=2 (a third table shares it): the new R: expected 3, got 2"
+    )
