@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from test_exercises import as_written_by_a_student, failures_of, starter_with
 
-from minipaged import allocator, memory, radix_cache, scheduler
+from minipaged import allocator, attention, memory, radix_cache, scheduler
 from minipaged.block_manager import BlockManager
 from minipaged.grader.grading import failure_message, grade
 from minipaged.grader.report import FAIL, PASS, split_rule
@@ -425,3 +425,35 @@ def test_a_swap_that_counts_the_group_and_not_the_holders_is_caught():
     assert split_rule(failed[name])[0].endswith(
         "swapped: [1]: expected 1, got 2; [2]: expected 1, got 2"
     )
+
+
+def _kv_head_by_n_kv(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
+    """Exercise 07's loop with query head h reading KV head h // N_KV, not h // (N_Q / N_KV):
+    the library's loop over pools whose heads are picked that way."""
+    heads = [h // key_pool.shape[1] for h in range(query.shape[1])]
+    return attention.paged_attention_decode_loop(
+        query, key_pool[:, heads], value_pool[:, heads], block_tables, seq_lens, scale, block_size
+    )
+
+
+def test_a_loop_reading_kv_head_h_over_n_kv_fails_the_grouped_query_criterion():
+    """With 4 query heads over 2 KV heads, h // N_KV and h // (N_Q / N_KV) are the same map:
+    the grouped-query criterion passed it (the one-head-per-KV-head cases caught it, under
+    other names). Its case is now 6 query heads over 3."""
+    module = SimpleNamespace(**vars(attention))
+    module.paged_attention_decode_loop = _kv_head_by_n_kv
+    name = "loop_grouped_query_attention"
+    failed = failures_of(7, [name], attention=module)
+    assert "6 query heads over 3 KV heads" in failed[name]
+    assert "expected [" in failed[name]
+
+
+@pytest.mark.slow
+def test_a_decode_kernel_reading_kv_head_h_over_n_kv_fails_the_gqa_criterion(tmp_path):
+    """The same map in the kernel passed decode_batch_with_gqa, 4 query heads over 2."""
+    right = "        kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA"
+    kernel_with(
+        tmp_path, "paged_attention.py", right, "        kv_head = head // key_pool.shape[1]  #"
+    )
+    failed = {r.name: r.message for r in grade(11, tmp_path).results if r.outcome == FAIL}
+    assert "6 query heads over 3 KV heads" in failed["decode_batch_with_gqa"]
