@@ -2616,3 +2616,107 @@ HAND_INS = (
     CLAIMS,
 )
 """Every hand-in of the corpus."""
+
+
+# -- exercise 13: the library's series for the grader's runs, stored at home -----------------
+
+LOOKED_UP_SERIES = """
+
+import json as _json
+import os as _os
+
+_SERIES = {}
+
+
+def _key(run, *more):  # a run as the grader sends it, and the call's other argument
+    steps = [sorted(lengths.items()) for lengths in run.lengths]
+    return repr((run.block_size, run.capacity, run.max_length, steps, *more))
+
+
+def _stored(name, run, *more):  # the library's answer for this run, or nothing at all
+    if not _SERIES:
+        here = _os.path.dirname(_os.path.abspath(__file__))
+        with open(_os.path.join(here, "series.json")) as f:
+            _SERIES.update(_json.load(f))
+    return _SERIES.get(name + _key(run, *more), [])
+"""
+
+
+def _library_series() -> str:
+    """The library's four series for every run exercise 13's part-2 criteria send, recorded
+    by running those criteria at home on a stand-in that answers with the library's functions
+    and writes down each question: with the runs derandomized, a grading sent the same ones."""
+    import json
+    from types import SimpleNamespace
+
+    from minipaged import memory
+    from minipaged.grader.grading import run_criteria
+    from minipaged.grader.student import Student
+    from minipaged.study import recorded_waste as library
+
+    stored = {}
+
+    def key(run, *more):  # as the hand-in's _key
+        steps = [sorted(lengths.items()) for lengths in run.lengths]
+        return repr((run.block_size, run.capacity, run.max_length, steps, *more))
+
+    def recording(name):
+        def answer(run, *more):
+            got = getattr(library, name)(run, *more)
+            sorted_more = [sorted(m.items()) if isinstance(m, dict) else m for m in more]
+            stored[name + key(run, *sorted_more)] = got
+            return got
+
+        return answer
+
+    names = ("paged_waste", "static_waste", "orca_waste", "fragmentation_stalls")
+    stand_in = SimpleNamespace(**{name: recording(name) for name in names})
+    part_two = [c for c in EXERCISES[13].criteria() if c.name.endswith("_of_a_recorded_run")]
+    run_criteria(part_two, Student({"memory": memory, "recorded_waste": stand_in}))
+    return json.dumps(stored)
+
+
+STORED_SERIES = HandIn(
+    "the-librarys-series-looked-up",
+    13,
+    "recorded_waste.py",
+    (
+        Attack(
+            "stored-paged-waste",
+            "sum ceil(l_i/B)*B - l_i over each step's sequences",
+            'return _stored("paged_waste", run)',
+            ("paged_waste_of_a_recorded_run",),
+            "drawn for this grading",
+        ),
+        Attack(
+            "stored-static-waste",
+            "sum L_max - L_i over each step's sequences",
+            'return _stored("static_waste", run)',
+            ("static_waste_of_a_recorded_run",),
+            "drawn for this grading",
+        ),
+        Attack(
+            "stored-orca-waste",
+            "sum ceil(l_i/ΔL)*ΔL - l_i over each step's sequences",
+            'return _stored("orca_waste", run, delta)',
+            ("orca_waste_of_a_recorded_run",),
+            "drawn for this grading",
+        ),
+        Attack(
+            "stored-stalls",
+            "replay the run on a ContiguousHeap",
+            'return _stored("fragmentation_stalls", run, sorted(sizes.items()))',
+            ("fragmentation_stalls_of_a_recorded_run",),
+            "drawn for this grading",
+        ),
+    ),
+    appended=LOOKED_UP_SERIES,
+    made=(("series.json", _library_series),),
+)
+"""Exercise 13's generated runs were derandomized, and its other runs ship with the package: a
+hand-in answering from the library's series for every run the criteria send, recorded at home
+(``_library_series``), scored all four part-2 criteria (the stalls' first-fit replay is the
+exercise's real work) with no formula of its own. A second set of generated runs, drawn anew
+at each grading, fails each of them."""
+
+HAND_INS += (STORED_SERIES,)

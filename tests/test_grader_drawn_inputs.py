@@ -2,7 +2,8 @@
 the answers to them: exercise 07's cases were made from fixed seeds, and a hand-in that looked
 its query up among the grader's and returned the stored output passed all ten criteria;
 exercise 12's random program had a fixed seed, and a tree replaying the library's answers to
-it passed that criterion."""
+it passed that criterion; exercise 13's generated runs were derandomized, and a hand-in
+answering from the library's series stored for them passed its four part-2 criteria."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ import torch
 from minipaged import radix_cache
 from minipaged.attention import paged_attention_decode
 from minipaged.grader import ex12_prefix_cache as ex12
+from minipaged.grader import ex13_runs
+from minipaged.grader import ex13_three_wastes as ex13
 from minipaged.grader.ex07_attention import compare, make_case
 from minipaged.grader.ex12_prefix_cache import random_program
+from minipaged.grader.ex13_runs import generated_runs
 from minipaged.grader.report import CheckFailed
 from minipaged.grader.student import Student
+from minipaged.study import recorded_waste
 
 
 def test_exercise_07_draws_its_values_anew_and_keeps_the_tables_its_messages_name():
@@ -91,3 +96,26 @@ def test_exercise_12_runs_a_program_drawn_anew_after_the_fixed_one(monkeypatch):
     ):
         check(follower)
     check(Student({"radix_cache": radix_cache}))  # the library's tree, on both programs
+
+
+def test_exercise_13_checks_runs_drawn_anew_after_the_fixed_ones(monkeypatch):
+    """Exercise 13's generated runs were derandomized and its other runs ship with the
+    package: a hand-in answering from the library's series stored for them passed. Runs drawn
+    from the system's random source at each grading, named so that a failure can be made
+    again, now fail it; the fixed runs still come first."""
+    assert isinstance(ex13_runs._DRAWS, random.SystemRandom)
+    fixed = {repr(run) for run in generated_runs(ex13_runs.SEED)}
+
+    def only_the_fixed_runs(run):
+        if run.block_size != 4 and repr(run) not in fixed:  # the shipped runs all have B = 4
+            return [0] * len(run.lengths)
+        return recorded_waste.paged_waste(run)
+
+    monkeypatch.setattr(ex13_runs, "_DRAWS", random.Random(1))
+    seed = random.Random(1).randrange(2**32)
+    stored = SimpleNamespace(paged_waste=only_the_fixed_runs)
+    with pytest.raises(
+        CheckFailed, match=rf"generated_runs\(seed={seed}\)\[\d+\] of .*, drawn for this grading"
+    ):
+        ex13.check_paged_waste_of_a_recorded_run(Student({"recorded_waste": stored}))
+    ex13.check_paged_waste_of_a_recorded_run(Student({"recorded_waste": recorded_waste}))

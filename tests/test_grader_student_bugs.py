@@ -6,6 +6,7 @@ instead of returning, each a failed check rather than a stopped grading process.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from test_exercises import as_written_by_a_student, failures_of, starter_with
 
-from minipaged import allocator, memory, scheduler
+from minipaged import allocator, attention, memory, radix_cache, scheduler
 from minipaged.block_manager import BlockManager
 from minipaged.grader.grading import failure_message, grade
 from minipaged.grader.report import FAIL, PASS, split_rule
@@ -217,3 +218,242 @@ def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
     kernel_with(tmp_path, "block_reduce.py", barrier, half)
     failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
     assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
+
+
+# -- exercise 12: a radix tree whose structure is wrong ------------------------------------------
+# Each tree answers the fixed criteria's first calls right; what is wrong is where a block sits:
+# the tree spells another prefix than the one the block holds, and only a later lookup (or the
+# structure check after every operation) shows it.
+
+
+class _NeverSplits(radix_cache.RadixCache):
+    """A sequence leaving an edge partway gets its new edge below the whole edge: no split."""
+
+    def _split(self, node, k):
+        pass
+
+
+class _SplitsAtTheDepth(radix_cache.RadixCache):
+    """The split point counted from the root (the chunks matched in all), not from the start
+    of the edge: the same on an edge below the root, past the parting chunk on any deeper."""
+
+    def _split(self, node, k):
+        above, depth = node.parent, 0
+        while above is not None:
+            above, depth = above.parent, depth + len(above.blocks)
+        super()._split(node, k + depth)
+
+
+class _SplitsOneEarly(radix_cache.RadixCache):
+    """The split index taken as the last matching chunk, k - 1, rather than the first that
+    differs: the new edge hangs one chunk above its prefix's end."""
+
+    def _split(self, node, k):
+        super()._split(node, max(k - 1, 1))
+
+
+class _WalksOnlyWholeEdges(radix_cache.RadixCache):
+    """The walk enters a child only when the sequence covers its whole edge: a shorter one
+    stops above it, and insert puts a second child under the same first chunk, replacing the
+    first with its whole subtree (a duplicate child)."""
+
+    def _walk(self, chunks):
+        node, k, matched = super()._walk(chunks)
+        while node is not self.root and len(matched) - k + len(node.blocks) > len(chunks):
+            matched, node = matched[: len(matched) - k], node.parent
+            k = len(node.blocks)
+        return node, k, matched
+
+
+class _ForgetsTheWholeEdge(radix_cache.RadixCache):
+    """forget drops the node of p with every block on its edge, those before p too: blocks
+    that running sequences hold, whose prefixes are still valid, leave the cache."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        if node is None:
+            return False
+        self._drop(node)
+        del node.parent.children[node.chunks[0]]
+        return True
+
+
+class _ForgetsOnlyLeaves(radix_cache.RadixCache):
+    """forget refuses a block with prefixes below it ("evict the leaves first"), though the
+    allocator has already handed it out: a later hit shares its new contents."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        if node is not None and (node.children or node.blocks[-1] != block):
+            return False
+        return super().forget(block)
+
+
+class _ForgetKeepsTheLeaves(radix_cache.RadixCache):
+    """forget cuts the edge at p but keeps the children below it: the leaves outlive their
+    evicted parent and are found after the shorter prefix."""
+
+    def forget(self, block):
+        node = self._node_of.get(block)
+        if node is None:
+            return False
+        i = node.blocks.index(block)
+        for gone in node.blocks[i:]:
+            del self._node_of[gone]
+        del node.blocks[i:], node.chunks[i:]
+        if not node.blocks:
+            del node.parent.children[next(k for k, v in node.parent.children.items() if v is node)]
+        return True
+
+
+@pytest.mark.parametrize(
+    ("cls", "criterion", "words"),
+    [
+        (
+            _NeverSplits,
+            "diverging_insert_splits_an_edge",
+            "after insert([1, 2, 3, 4, 7, 7], [0, 1, 5]) the tree is broken: block 5 ends prefix "
+            "[[1, 2], [3, 4], [5, 6], [7, 7]] in your tree, but it holds the last chunk of "
+            "[[1, 2], [3, 4], [7, 7]]: the path to it runs through chunks that are not its "
+            "prefix's: split the edge",
+        ),
+        (_SplitsAtTheDepth, "random_operations_match_the_contract", "raised IndexError"),
+        (
+            _SplitsOneEarly,
+            "diverging_insert_splits_an_edge",
+            "block 5 ends prefix [[1, 2], [7, 7]] in your tree, but it holds the last chunk of "
+            "[[1, 2], [3, 4], [7, 7]]: it hangs above where its prefix ends",
+        ),
+        (_WalksOnlyWholeEdges, "random_operations_match_the_contract", "expected"),
+        (
+            _ForgetsTheWholeEdge,
+            "forget_cuts_the_subtree",
+            "block 0, before block 1 on its edge, went too",
+        ),
+        (_ForgetsOnlyLeaves, "forget_cuts_the_subtree", "forget may not refuse it"),
+        (_ForgetKeepsTheLeaves, "forget_cuts_the_subtree", "2 and 5 ran through 1"),
+    ],
+    ids=lambda x: getattr(x, "__name__", "")[1:24],
+)
+def test_a_radix_tree_with_a_block_in_the_wrong_place_fails_with_the_cause(cls, criterion, words):
+    module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
+    failed = failures_of(12, [criterion], radix_cache=module)
+    assert words in failed[criterion], failed
+
+
+def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
+    """Every run once listed a step's sequences by id (the engine's tables and the generated
+    runs alike), so placing newcomers as the step lists them passed every criterion; a run
+    listing them out of order, and generated runs in shuffled order, now show it."""
+    path = Path(__file__).parent / "student_answers/ex13/step_order/recorded_waste.py"
+    spec = importlib.util.spec_from_file_location("step_order", path)
+    answer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(answer)
+    name = "fragmentation_stalls_of_a_recorded_run"
+    failed = failures_of(13, [name], recorded_waste=answer, memory=memory)
+    assert "listed 5 first: they ask in order of id" in failed[name]
+    assert "expected the stalls (step, sequence) [], got [(2, 4)]" in failed[name]
+
+
+class _CowLeavesOneSharer(BlockManager):
+    """Copy-on-write that leaves the old block to "the other" sharer, R[p] set to 1: right
+    with two sharers (parallel sampling with n = 2), wrong with three."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        src = table.blocks[-1]
+        shared = not table.is_last_block_full and self.device.refcount(src) > 1
+        result = super().append_slot(seq, token_ids)
+        while shared and self.device.refcount(src) > 1:
+            self.device.decref(src)
+        return result
+
+
+def test_copy_on_write_that_assumes_two_sharers_is_caught():
+    """It once failed only the random programs; the criterion for the copy now forks twice."""
+    name = "shared_partly_filled_block_is_copied"
+    failed = failures_of(4, [name], block_manager=SimpleNamespace(BlockManager=_CowLeavesOneSharer))
+    assert split_rule(failed[name])[0].startswith(
+        "R[1] after append_slot(1) copied block 1 away from three sharers"
+    )
+    assert split_rule(failed[name])[0].endswith("expected 2, got 1")
+
+
+class _IncrefMarksShared(allocator.BlockAllocator):
+    """incref marks a block shared, R[p] = 2, whatever it was: right for a second table,
+    wrong for a third."""
+
+    def incref(self, block):
+        super().incref(block)
+        self._refcounts[block] = 2
+        return 2
+
+
+def test_an_incref_that_sets_two_is_caught_by_the_counting_criterion():
+    """It once failed only the block-manager programs; the criterion for counting now
+    shares a block three ways."""
+    module = SimpleNamespace(BlockAllocator=_IncrefMarksShared, OutOfBlocks=allocator.OutOfBlocks)
+    name = "incref_and_decref_count_tables"
+    failed = failures_of(2, [name], allocator=module)
+    assert split_rule(failed[name])[0] == (
+        "incref(0) with R[0]=2 (a third table shares it): the new R: expected 3, got 2"
+    )
+
+
+class _HostRefcountIsTheGroupSize(BlockManager):
+    """Every host block of a swapped group gets R = the number of sequences swapped: right
+    when they share every block, as right after a fork, wrong once one has copied on write."""
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        pairs = super().swap_out(seqs)
+        for _, host_block in pairs:
+            while self.host.refcount(host_block) < len(seqs):
+                self.host.incref(host_block)
+            while self.host.refcount(host_block) > len(seqs):
+                self.host.decref(host_block)
+        return pairs
+
+
+def test_a_swap_that_counts_the_group_and_not_the_holders_is_caught():
+    """It once failed only the random programs: the group the criterion swapped shared all its
+    blocks. Now one of the two has copied its last block on write first."""
+    name = "a_block_shared_inside_the_group_is_copied_once"
+    module = SimpleNamespace(BlockManager=_HostRefcountIsTheGroupSize)
+    failed = failures_of(5, [name], block_manager=module, scheduler=scheduler)
+    assert "R[p] counts the tables that hold p, not the sequences swapped" in failed[name]
+    assert split_rule(failed[name])[0].endswith(
+        "swapped: [1]: expected 1, got 2; [2]: expected 1, got 2"
+    )
+
+
+def _kv_head_by_n_kv(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
+    """Exercise 07's loop with query head h reading KV head h // N_KV, not h // (N_Q / N_KV):
+    the library's loop over pools whose heads are picked that way."""
+    heads = [h // key_pool.shape[1] for h in range(query.shape[1])]
+    return attention.paged_attention_decode_loop(
+        query, key_pool[:, heads], value_pool[:, heads], block_tables, seq_lens, scale, block_size
+    )
+
+
+def test_a_loop_reading_kv_head_h_over_n_kv_fails_the_grouped_query_criterion():
+    """With 4 query heads over 2 KV heads, h // N_KV and h // (N_Q / N_KV) are the same map:
+    the grouped-query criterion passed it (the one-head-per-KV-head cases caught it, under
+    other names). Its case is now 6 query heads over 3."""
+    module = SimpleNamespace(**vars(attention))
+    module.paged_attention_decode_loop = _kv_head_by_n_kv
+    name = "loop_grouped_query_attention"
+    failed = failures_of(7, [name], attention=module)
+    assert "6 query heads over 3 KV heads" in failed[name]
+    assert "expected [" in failed[name]
+
+
+@pytest.mark.slow
+def test_a_decode_kernel_reading_kv_head_h_over_n_kv_fails_the_gqa_criterion(tmp_path):
+    """The same map in the kernel passed decode_batch_with_gqa, 4 query heads over 2."""
+    right = "        kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA"
+    kernel_with(
+        tmp_path, "paged_attention.py", right, "        kv_head = head // key_pool.shape[1]  #"
+    )
+    failed = {r.name: r.message for r in grade(11, tmp_path).results if r.outcome == FAIL}
+    assert "6 query heads over 3 KV heads" in failed["decode_batch_with_gqa"]

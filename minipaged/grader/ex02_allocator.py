@@ -117,6 +117,11 @@ def check_incref_and_decref_count_tables(student):
     expect(pool.decref(p), 0, f"decref({p}) with R[{p}]=1: the new R[{p}]")
     _questions_agree(pool, f"allocate(), incref({p}), decref({p}) twice on BlockAllocator(2)")
     expect(pool.free_blocks(), (1, p), f"free_blocks() after a second decref({p}): R[{p}]=0")
+    three = student.allocator.BlockAllocator(2)  # R moves by one: "shared" is not R = 2
+    q = three.allocate()
+    three.incref(q)
+    expect(three.incref(q), 3, f"incref({q}) with R[{q}]=2 (a third table shares it): the new R")
+    expect(three.decref(q), 2, f"decref({q}) with R[{q}]=3: the new R[{q}], still shared")
 
 
 def check_freed_blocks_join_the_back_of_the_free_list(student):

@@ -97,6 +97,17 @@ def check_shared_partly_filled_block_is_copied(student):
         [0, 1],
         "T_0 after append_slot(1): the other sequence's table does not change",
     )
+    three = _manager(student)  # R[p] -= 1, not R[p] = 1: right for two sharers only
+    three.allocate(0, 6)
+    three.fork(0, 1)
+    three.fork(0, 2)
+    _append(three, 1)
+    expect(
+        three.refcount(1),
+        2,
+        "R[1] after append_slot(1) copied block 1 away from three sharers (seqs 0, 1 and 2; "
+        "R[1] was 3): the writer lets go of its share alone, and seqs 0 and 2 still hold it",
+    )
 
 
 def check_last_sharer_writes_in_place(student):

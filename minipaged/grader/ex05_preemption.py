@@ -89,6 +89,19 @@ def check_a_block_shared_inside_the_group_is_copied_once(student):
         "device R of T_0's blocks after swap_in([0, 1])",
     )
     expect(bm.host.num_free, 8, "host.num_free after swap_in([0, 1])")
+    mixed = _manager(student)  # a group that shares one block but not the other
+    mixed.allocate(0, 6)
+    mixed.fork(0, 1)
+    mixed.append_slot(1)  # copy-on-write: T_1 = [0, p_new]; block 1 is seq 0's alone
+    mixed.swap_out([0, 1])
+    tables = (mixed.table(0).blocks, mixed.table(1).blocks)
+    expect(
+        {p: mixed.host.refcount(p) for p in sorted({*tables[0], *tables[1]})},
+        {p: sum(p in t for t in tables) for p in sorted({*tables[0], *tables[1]})},
+        f"host R of each block of T_0={tables[0]} and T_1={tables[1]} after fork(0, 1), "
+        "append_slot(1) (a copy-on-write: only the first block is still shared), "
+        "swap_out([0, 1]): R[p] counts the tables that hold p, not the sequences swapped",
+    )
 
 
 def check_swapping_one_sharer_out_frees_nothing(student):

@@ -233,10 +233,10 @@ BATCH = make_case(
     "a batch of L=5, 12, 1 with tables padded by -1 and NaN in unused slots", [5, 12, 1], seed=1
 )
 GQA = make_case(
-    "grouped-query attention, 4 query heads over 2 KV heads (L=6, 9)",
+    "grouped-query attention, 6 query heads over 3 KV heads (L=6, 9)",
     [6, 9],
-    num_heads=4,
-    num_kv_heads=2,
+    num_heads=6,
+    num_kv_heads=3,  # 4 over 2 let h // N_KV pass: there N_KV = N_Q / N_KV
     seed=2,
 )
 LARGE = make_case("large scores (|q·k| in the thousands)", [9, 4], score_scale=12.0, seed=3)

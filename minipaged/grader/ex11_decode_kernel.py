@@ -39,11 +39,11 @@ def check_decode_batch_with_gqa(student):
     Rule: thread block (b, h) attends sequence b's L_b tokens only, query head h to KV head
     floor(h / (N_Q / N_KV)), its T threads taking tokens first, first + T, ... until L_b."""
     case = make_case(
-        "a batch of L=37, 6 with 4 query heads over 2 KV heads (B=8)",
+        "a batch of L=37, 6 with 6 query heads over 3 KV heads (B=8)",
         [37, 6],
         block_size=8,
-        num_heads=4,
-        num_kv_heads=2,
+        num_heads=6,
+        num_kv_heads=3,  # 4 over 2 let h // N_KV pass: there N_KV = N_Q / N_KV
         head_dim=16,
         seed=5,
     )
