@@ -9,7 +9,7 @@ import argparse
 from dataclasses import replace
 
 from minipaged.arguments import check_sequences_fit, config_from_flags
-from minipaged.output_paths import check_outputs_apart
+from minipaged.output_paths import check_outputs_apart, check_replaceable
 from tui.engine_config import TUI_CONFIG
 
 
@@ -72,7 +72,8 @@ def check_screenshot_apart(args: argparse.Namespace, config) -> None:
     """Refuse, before the run, a ``--screenshot`` that would take the place of a file the run
     reads: the trace it replays, the code of the exercise it runs (``graded_code``: the
     student's, or the library's modules with ``--solution``), a file of the model or draft
-    model of ``config`` (``files_read``)."""
+    model of ``config`` (``files_read``); and one over a file that is no screenshot, unless
+    ``--force`` (``output_paths.check_replaceable``)."""
     if args.screenshot is None:
         return
     from minipaged.grader.student_run import graded_code
@@ -84,3 +85,13 @@ def check_screenshot_apart(args: argparse.Namespace, config) -> None:
     elif args.exercise is not None:
         shown += graded_code(args.exercise, args.path, args.solution)
     check_outputs_apart([("--screenshot", args.screenshot)], shown)
+    kind = "a screenshot minipaged wrote (an SVG of a terminal)"
+    forced = getattr(args, "force", False)
+    check_replaceable("--screenshot", args.screenshot, kind, is_screenshot, forced)
+
+
+def is_screenshot(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts an SVG screenshot of a terminal app
+    (Rich's, which Textual exports): a file ``--screenshot`` may replace without ``--force``."""
+    start = head[:4096]
+    return b"<svg " in start and b'class="rich-terminal"' in start
