@@ -130,7 +130,8 @@ def speculation_needs_one_sequence(
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type for an integer in [low, high]; ``high`` None is ``MAX_COUNT``, the
-    largest count any setting holds, so no typed count overflows what it sizes."""
+    largest count any setting holds, so no typed count overflows what it sizes. Its
+    ``bounds`` attribute says ``(low, high)``."""
     high = MAX_COUNT if high is None else high
 
     def parse(text: str) -> int:
@@ -140,6 +141,7 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(error)) from None
 
     parse.__name__ = "integer"
+    parse.bounds = (low, high)  # read by the command-line corpus, which tries each side's neighbour
     return parse
 
 
@@ -149,7 +151,7 @@ def real(
     """An argparse type for a finite number in [low, high] (``above``: low excluded;
     ``below``: high excluded): ``inf`` and ``nan`` are refused, since no size, probability or
     temperature is either; with ``inf`` (what it means: ``"for no limit"``), ``inf`` is taken,
-    and said so in every refusal."""
+    and said so in every refusal. Its ``bounds`` attribute says ``(low, high)``."""
     opening = "above" if above else "at least"
     closing = "below" if below else "at most"
     bounds = f"{opening} {low:g}" + (f" and {closing} {high:g}" if high is not None else "")
@@ -169,6 +171,7 @@ def real(
         return value
 
     parse.__name__ = "number"
+    parse.bounds = (low, high)
     return parse
 
 
