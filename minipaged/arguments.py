@@ -8,10 +8,11 @@ Every subcommand's parser is a ``Parser`` (``add_parser`` makes the parent's cla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -95,6 +96,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: {one_line(message)}; see `{self.prog} --help`\n")
+
+
+@contextlib.contextmanager
+def naming(flag: str) -> Iterator[None]:
+    """Start the message of a ``ValueError`` or ``OSError`` raised in the block with ``flag``
+    (``--trace run.jsonl does not exist: ...``) when it does not name it already: what a flag
+    names is often read after parsing, by code that names the path but not the flag."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        said = error.args[0] if len(error.args) == 1 else None
+        if isinstance(said, str) and flag not in said:
+            error.args = (f"{flag} {said}",)
+        raise
 
 
 def requires(action: argparse.Action, needed: argparse.Action) -> None:

@@ -6,9 +6,10 @@ refuse is refused by all, before a screen is taken or a server serves."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import replace
 
-from minipaged.arguments import check_sequences_fit, config_from_flags
+from minipaged.arguments import check_sequences_fit, config_from_flags, naming
 from minipaged.output_paths import check_outputs_apart, check_replaceable
 from tui.engine_config import TUI_CONFIG
 
@@ -28,14 +29,16 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
         from minipaged.transcript import load_recorded
 
         check_screenshot_apart(args, TUI_CONFIG.replace(model=model))
-        recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
-        if recorded.error is not None and not recorded.steps:  # nothing to show: say why
-            raise TraceError(recorded.error)
+        with naming("--trace"):
+            recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
+            if recorded.error is not None and not recorded.steps:  # nothing to show: say why
+                raise TraceError(recorded.error)
         return recorded, tokenizer
     if args.exercise is not None and not args.solution:
         from minipaged.grader.student_run import folder_of
 
-        folder_of(args.exercise, args.path)  # the student's files: refused before any work
+        with naming("--path") if args.path is not None else contextlib.nullcontext():
+            folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
         check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
@@ -50,7 +53,7 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
         name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)
         if name not in SCENARIOS:
             raise ValueError(
-                f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
+                f"--scenario: unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
                 "or give --prompt for a custom one"
             )
         scenario = SCENARIOS[name]

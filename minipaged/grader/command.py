@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from minipaged.arguments import excludes, integer, named_path, real
+from minipaged.arguments import excludes, integer, named_path, naming, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
@@ -280,6 +280,9 @@ def _run(args: argparse.Namespace) -> int:
         return _batch(args, limits, console)
     if args.jobs is not None:
         raise ValueError("--jobs is for --batch: give --batch DIR, or leave --jobs out")
+    if args.path is not None and args.directory is None:  # named by its flag, as DIR is not
+        with naming("--path"):
+            folder_of(args.number, args.path)
     target = args.json
     if target is None and not args.solution:
         target = folder_of(args.number, args.path) / REPORT_NAME

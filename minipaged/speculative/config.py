@@ -153,9 +153,13 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         try:
             value = loads(value)
         except NotJSON as error:
+            # cut where marked: a path cut at 80 characters was shown as if it were the value
+            shown = (
+                repr(value) if len(value) <= 200 else f"{value[:200]!r}... ({len(value):,} chars)"
+            )
             raise ValueError(
                 f"speculative (--speculative-config) must be a JSON object such as "
-                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r:.80} '
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {shown} '
                 f"({error})"
             ) from None
     if isinstance(value, dict):
