@@ -8,8 +8,10 @@ kind's malformed words where they are typed):
 - for each option that names something to read (a trace, a model, a student's folder, a
   class's folder), a path where nothing is, an empty folder and a file of noise, one of which
   is always the wrong kind and the other two nothing it could use: refused by the command
-  itself, with status 2 or 1, in one line naming the path, without a traceback, and with
-  nothing written anywhere.
+  itself, with status 2 or 1, in one line naming the path and the option it was given to
+  (``arguments.naming``), without a traceback, and with nothing written anywhere;
+- every setting of ``LLM`` and every parameter of ``BlockManager``, five wrong values each:
+  a ``TypeError`` or ``ValueError`` naming the parameter.
 
 A new option is swept the day it is added: the families are chosen by its type, and an option
 that reads a path but takes none of these types fails ``test_every_path_option_is_swept``.

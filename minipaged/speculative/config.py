@@ -153,13 +153,9 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         try:
             value = loads(value)
         except NotJSON as error:
-            # cut where marked: a path cut at 80 characters was shown as if it were the value
-            shown = (
-                repr(value) if len(value) <= 200 else f"{value[:200]!r}... ({len(value):,} chars)"
-            )
             raise ValueError(
                 f"speculative (--speculative-config) must be a JSON object such as "
-                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {shown} '
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {_shown(value)} '
                 f"({error})"
             ) from None
     if isinstance(value, dict):
@@ -173,10 +169,17 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         if "method" not in value:  # {} asked for nothing, and would have drafted by ngram
             raise ValueError(
                 f"a speculative setting needs its method: {NEEDED}; the others are optional "
-                f"({', '.join(k for k in known if k != 'method')}), got {value!r:.80}"
+                f"({', '.join(k for k in known if k != 'method')}), got {_shown(value)}"
             )
         return SpeculativeConfig(**value)
     raise ValueError(
         "speculative must be a SpeculativeConfig, a dict of its fields (a JSON object on the "
         f"command line) or None, got {value!r}"
     )
+
+
+def _shown(value: object) -> str:
+    """``value`` as a refusal shows it: its repr, cut past 200 characters where the cut is
+    marked (cut unmarked at 80, a path looked like another, shorter one)."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text):,} characters)"
