@@ -136,3 +136,15 @@ def test_a_file_that_cannot_be_read_is_refused_saying_so(tmp_path):
     with pytest.raises(ValueError, match=r"cannot be read \(Permission denied\).*--force"):
         check_replaceable("the trace", Path(target), "a minipaged trace", bool, force=False)
     check_replaceable("the trace", Path(target), "a minipaged trace", bool, force=True)
+
+
+def test_the_graded_folders_own_report_is_replaced_whatever_stands_there(tmp_path, capsys):
+    """``report.json`` in the graded folder is the grader's: a report a student planted there
+    (claiming every point) must be replaced by the real one, never kept by this rule."""
+    folder = tmp_path / "mine"
+    assert cli.main(["exercises", "init", "1", str(folder)]) == 0
+    planted = b'{"score": 100, "passed": true}\n'
+    (folder / "report.json").write_bytes(planted)
+    assert cli.main(["exercises", "check", "1", str(folder)]) in (0, 1)
+    report = json.loads((folder / "report.json").read_text())
+    assert "minipaged_version" in report and "Traceback" not in capsys.readouterr().err

@@ -288,7 +288,10 @@ def _run(args: argparse.Namespace) -> int:
         target = folder_of(args.number, args.path) / REPORT_NAME
     outputs = [("--json" if args.json else "the report", target), ("--gradescope", args.gradescope)]
     check_outputs_apart(outputs, graded_code(args.number, args.path, args.solution))
-    check_reports_replaceable(outputs, args.force)
+    # Typed ones only: report.json in the graded folder is the grader's, whatever stands there
+    check_reports_replaceable(
+        [("--json", args.json), ("--gradescope", args.gradescope)], args.force
+    )
     report = grade(args.number, args.path, args.solution, limits, args.first_failure)
     report.render(console)
     written = [(target, report.to_dict())] if target is not None else []

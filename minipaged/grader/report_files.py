@@ -3,9 +3,11 @@ replace: the report (``--json``, or ``report.json`` in the graded folder) and Gr
 results (``--gradescope``) are checked apart from each other and from the code graded before
 anything runs (``output_paths.check_outputs_apart``, given ``student_folder.graded_code``):
 ``--json memory.py`` would put the report in place of the student's code, and
-``--gradescope`` naming the report's file would leave one of the two. A file already at either
-name is replaced only when minipaged wrote it, or ``--force`` says so
-(``check_reports_replaceable``): ``--json notes.json`` replaced the notes."""
+``--gradescope`` naming the report's file would leave one of the two. A file already at a
+name typed with ``--json`` or ``--gradescope`` is replaced only when minipaged wrote it, or
+``--force`` says so (``check_reports_replaceable``): ``--json notes.json`` replaced the notes.
+``report.json`` in the graded folder is the grader's own and always replaced: a report a
+student put there must never be the one read."""
 
 from __future__ import annotations
 
