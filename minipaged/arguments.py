@@ -8,10 +8,11 @@ Every subcommand's parser is a ``Parser`` (``add_parser`` makes the parent's cla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -97,6 +98,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{self.prog}: {one_line(message)}; see `{self.prog} --help`\n")
 
 
+@contextlib.contextmanager
+def naming(flag: str) -> Iterator[None]:
+    """Start the message of a ``ValueError`` or ``OSError`` raised in the block with ``flag``
+    (``--trace run.jsonl does not exist: ...``) when it does not name it already: what a flag
+    names is often read after parsing, by code that names the path but not the flag."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        said = error.args[0] if len(error.args) == 1 else None
+        if isinstance(said, str) and flag not in said:
+            error.args = (f"{flag} {said}",)
+        raise
+
+
 def requires(action: argparse.Action, needed: argparse.Action) -> None:
     """Mark ``action`` (a flag ``add_argument`` returned) as meaningful only beside ``needed``:
     the parser refuses it alone (``Parser._check_pairs``)."""
@@ -130,7 +145,8 @@ def speculation_needs_one_sequence(
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type for an integer in [low, high]; ``high`` None is ``MAX_COUNT``, the
-    largest count any setting holds, so no typed count overflows what it sizes."""
+    largest count any setting holds, so no typed count overflows what it sizes. Its
+    ``bounds`` attribute says ``(low, high)``."""
     high = MAX_COUNT if high is None else high
 
     def parse(text: str) -> int:
@@ -140,6 +156,7 @@ def integer(low: int, high: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(error)) from None
 
     parse.__name__ = "integer"
+    parse.bounds = (low, high)  # read by the command-line corpus, which tries each side's neighbour
     return parse
 
 
@@ -149,7 +166,7 @@ def real(
     """An argparse type for a finite number in [low, high] (``above``: low excluded;
     ``below``: high excluded): ``inf`` and ``nan`` are refused, since no size, probability or
     temperature is either; with ``inf`` (what it means: ``"for no limit"``), ``inf`` is taken,
-    and said so in every refusal."""
+    and said so in every refusal. Its ``bounds`` attribute says ``(low, high)``."""
     opening = "above" if above else "at least"
     closing = "below" if below else "at most"
     bounds = f"{opening} {low:g}" + (f" and {closing} {high:g}" if high is not None else "")
@@ -169,6 +186,7 @@ def real(
         return value
 
     parse.__name__ = "number"
+    parse.bounds = (low, high)
     return parse
 
 

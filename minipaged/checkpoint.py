@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import save
 from tokenizers import Tokenizer as HFTokenizer
 
-from minipaged import atomic_write
+from minipaged import atomic_write, ending_signals
 from minipaged.checkpoint_files import (
     WEIGHTS_FILE,
     CheckpointError,
@@ -182,7 +182,10 @@ def load_model(
 
 
 def save_model(
-    model: Llama, tokenizer: Tokenizer | HFTokenizer | str | Path, path: str | Path
+    model: Llama,
+    tokenizer: Tokenizer | HFTokenizer | str | Path,
+    path: str | Path,
+    extra: dict[str, str] | None = None,
 ) -> None:
     """Write ``model`` and its tokenizer as a Hugging Face Llama directory at ``path``.
 
@@ -196,9 +199,12 @@ def save_model(
     Every argument is checked, and every file's content made, before the folder is made or
     any file written (``path`` by ``output_paths.output_folder``'s rule): a bad tokenizer or
     model leaves a checkpoint already at ``path`` as it was, never new weights beside an old
-    config.
+    config. ``extra``: more files of the checkpoint, by name, as text (``MODEL_CARD.md``);
+    all are put in place together (``write_together``), so a signal that ends the command
+    while they are saved leaves the old checkpoint or the new one, never a mix.
     """
     check_loaded_model(model, "save_model")
+    _check_extra(extra)
     directory = _checkpoint_folder(path)
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = Tokenizer(tokenizer)
@@ -209,15 +215,7 @@ def save_model(
         for name, tensor in unpack(model.state_dict(), config).items()
         if not (config.tie_word_embeddings and name == "lm_head.weight")
     }
-    weights = save(state, metadata={"format": "pt"})
-    directory.mkdir(parents=True, exist_ok=True)
-    # Each file whole or not at all, a link at its name replaced, never followed.
-    atomic_write.write_bytes(directory / WEIGHTS_FILE, weights)
-    tokenizer.save(directory / TOKENIZER_FILE)
-
-    _write_json(directory / CONFIG_FILE, _hf_config(config))
     special = {"bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id}
-    _write_json(directory / GENERATION_FILE, special)
     token_names = {
         key: tokenizer.tokenizer.id_to_token(token_id)
         for key, token_id in (
@@ -226,14 +224,42 @@ def save_model(
         )
         if token_id is not None
     }
-    _write_json(
-        directory / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": config.max_position_embeddings,
-            **token_names,
-        },
-    )
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": config.max_position_embeddings,
+        **token_names,
+    }
+    files = {
+        WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
+        TOKENIZER_FILE: tokenizer.tokenizer.to_str(pretty=True).encode(),
+        CONFIG_FILE: _json(_hf_config(config)),
+        GENERATION_FILE: _json(special),
+        "tokenizer_config.json": _json(tokenizer_config),
+        **{name: text.encode() for name, text in (extra or {}).items()},
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    write_together(directory, files)
+
+
+def write_together(directory: Path, files: dict[str, bytes]) -> None:
+    """Put ``files`` (name: content) in ``directory`` as one checkpoint: each is written whole
+    to a temporary file beside its name first, so an error or a signal then leaves every old
+    file as it was (``atomic_write``), and all are put in place with a signal that ends the
+    command held back until the last is (``ending_signals.held_back``): never new weights
+    beside an old config, or a model card of another run. A link at a name is replaced,
+    never followed."""
+    staged: list[atomic_write.Replacement] = []
+    try:
+        for name, content in files.items():
+            staged.append(atomic_write.Replacement(directory / name, "wb"))
+            staged[-1].file.write(content)
+        with ending_signals.held_back():
+            for replacement in staged:
+                replacement.commit()
+    except BaseException:
+        for replacement in staged:
+            replacement.discard()  # those put in place stay: the rest were never seen
+        raise
 
 
 def _hf_config(config: LlamaConfig) -> dict[str, Any]:
@@ -311,8 +337,27 @@ def _checkpoint_folder(path: object) -> Path:
         raise ValueError(f"save_model's path {os.fspath(path)!r:.80}: {error}") from None
 
 
-def _write_json(file: Path, data: dict[str, Any]) -> None:
-    atomic_write.write_text(file, json.dumps(data, indent=2) + "\n")
+def _check_extra(extra: object) -> None:
+    """``extra`` is None or a dict of plain file names (none of the checkpoint's own) to text;
+    else ``TypeError`` or ``ValueError`` naming the entry and the fix."""
+    if extra is None:
+        return
+    if not isinstance(extra, dict):
+        raise TypeError(
+            f"save_model's extra must be a dict of file name to text, got {extra!r:.60}"
+        )
+    own = {WEIGHTS_FILE, TOKENIZER_FILE, CONFIG_FILE, GENERATION_FILE, "tokenizer_config.json"}
+    for name, text in extra.items():
+        plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+        if not plain or "\x00" in name or name in own or not isinstance(text, str):
+            raise ValueError(
+                f"save_model's extra file {name!r:.60} must be a plain file name (no folder, not "
+                f"one of {sorted(own)}) with text, got {type(text).__name__}: name it so"
+            )
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 def _flag(raw: dict[str, Any], key: str, file: Path) -> bool:

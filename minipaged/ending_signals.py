@@ -9,6 +9,9 @@ dropped (``atomic_write.drop_unfinished``: the file at its name is left as it wa
 for ``kill``). Without a handler, SIGTERM, SIGHUP and SIGQUIT end Python at once, before any
 cleanup, leaving the temporary files behind. ``python -m minipaged.train`` ends the same way.
 
+A block that must finish once begun (a checkpoint's files put in place together) holds a
+signal until it is done (``held_back``), then ends the same way.
+
 Two commands hold something that must be given back before they end, and end on their own
 event loop instead, then say the same line with the same status: the live TUI gives the
 terminal back (``tui.ending``), and ``tui --serve`` tells each tab's app to quit
@@ -50,6 +53,9 @@ def end_on_signals(command: Callable[[], str]) -> dict[int, object] | None:
         return None
 
     def ended(signum: int, frame: object) -> None:
+        if _HELD:  # inside held_back(): ended as the block leaves
+            _HELD[-1].append(signum)
+            return
         with contextlib.suppress(Exception):  # stdout may be mid-write, or its terminal gone
             sys.stdout.flush()
         with contextlib.suppress(Exception):
@@ -68,6 +74,28 @@ def restore(previous: dict[int, object] | None) -> None:
     for number, handler in (previous or {}).items():
         if handler is not None:  # None: set outside Python, which cannot be put back
             signal.signal(number, handler)
+
+
+_HELD: list[list[int]] = []
+"""For each ``held_back`` block now running, the signals that came inside it."""
+
+
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """Hold a signal of ``ENDING`` that comes inside the block until the block is done, then
+    end the command on it, as it would have ended at once: for a few steps that must all
+    happen or none (a checkpoint's files put in place one after another), where ending
+    between two would leave a mix of new and old. Keep the block short: the command ends
+    only after it. Nested blocks hold until the outermost is done."""
+    _HELD.append([])
+    try:
+        yield
+    finally:
+        came = _HELD.pop()
+        if _HELD:
+            _HELD[-1].extend(came)
+        elif came:
+            signal.raise_signal(came[0])  # to the handler now in place: the end, at last
 
 
 _UNDONE: dict[int, Callable[[], None]] = {}

@@ -75,7 +75,14 @@ def quantize(x: Tensor, scale: Tensor | float, dtype: torch.dtype) -> Tensor:
 
     Raises ``TypeError`` unless ``x`` is a tensor, and ``ValueError`` for a scale that is 0,
     negative, infinite or NaN (``check_scales``):
-    $x / 0$ stores $\\pm\\max$ for every nonzero value, and a NaN scale stores NaN bytes."""
+    $x / 0$ stores $\\pm\\max$ for every nonzero value, and a NaN scale stores NaN bytes.
+
+    A value of ``x`` that is no finite number has a defined result, not a refusal: NaN is
+    stored as the format's NaN (e4m3 and e5m2 each hold one, and ``dequantize`` gives NaN
+    back), so a slot poisoned with NaN stays visibly poisoned, as the kernels' tests poison
+    the slots no sequence reaches; $\\pm\\infty$ is clamped to $\\pm\\max$, like every value
+    past the range (``dequantize`` gives $\\pm s\\max$, and ``error_bound`` says $\\infty$).
+    The scale, read by every value of its head, is never NaN: each way in refuses one."""
     check_tensor(x, "x")
     check_fp8_dtype(dtype)
     return quantize_unchecked(x, check_scale_for(x, scale), dtype)

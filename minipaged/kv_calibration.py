@@ -54,7 +54,9 @@ def calibrate_kv_scales(
     of ``dtype``: prefill ``token_ids`` as one sequence into a float cache of the model's
     dtype, then ``fp8.scale_for`` of each layer's and KV head's largest magnitude. The keys
     are measured after RoPE, as the cache stores them. ``token_ids`` holds at least one id,
-    else ``ValueError`` (an empty cache of 0 blocks was refused in its own words)."""
+    else ``ValueError`` (an empty cache of 0 blocks was refused in its own words); keys or
+    values that are NaN or infinite (a model whose weights hold one) are a ``ValueError``
+    naming the first layer and head, never a NaN scale."""
     if not len(token_ids):
         raise ValueError(
             "calibrate_kv_scales needs token ids to measure keys and values on, got none; pass "
@@ -80,7 +82,23 @@ def calibrate_kv_scales(
     positions = torch.arange(num_tokens, device=param.device)
     model.forward(tokens, positions, cache, batch, torch.tensor([num_tokens - 1]))
 
-    def amax(pools: list[Tensor]) -> Tensor:  # [N_L, num_blocks, N_KV, B, d_h] -> [N_L, N_KV]
-        return torch.stack(pools).abs().amax(dim=(1, 3, 4))
+    def amax(
+        pools: list[Tensor], what: str
+    ) -> Tensor:  # [N_L, blocks, N_KV, B, d_h] -> [N_L, N_KV]
+        largest = torch.stack(pools).abs().amax(dim=(1, 3, 4))
+        # a NaN or inf here would be a NaN or inf scale for every value of its head
+        bad = (~torch.isfinite(largest)).nonzero().tolist()
+        if bad:
+            layer, head = bad[0]
+            raise ValueError(
+                f"the FP8 scales cannot be calibrated: layer {layer}, KV head {head}'s {what} "
+                f"hold {largest[layer, head].item()} after the calibration prefill, so the "
+                "model's weights hold NaN or inf; check the checkpoint, or run it with "
+                "kv_cache_dtype='auto'"
+            )
+        return largest
 
-    return fp8.scale_for(amax(cache.key), dtype), fp8.scale_for(amax(cache.value), dtype)
+    return (
+        fp8.scale_for(amax(cache.key, "keys"), dtype),
+        fp8.scale_for(amax(cache.value, "values"), dtype),
+    )

@@ -46,6 +46,7 @@ __all__ = [  # event_from_dict and EVENT_TYPES: where the events' reference page
     "load",
     "read_header",
     "save",
+    "starts_a_trace",
 ]
 
 FORMAT = "minipaged-trace"
@@ -221,6 +222,20 @@ def _add_up(ledger: Ledger, step: StepOutput, path: Path, number: int) -> None:
             f"{path}: line {number}, {error} (step {step.step}'s events do not add up); no "
             "step of this trace is replayed: record the run again with `minipaged trace record`"
         ) from None
+
+
+def starts_a_trace(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, begins with a trace's header line (any version):
+    a file ``minipaged trace record`` may replace without ``--force``. A header line longer
+    than ``head`` (a run of long prompts) is known by its start, as ``header_line`` writes it."""
+    line, newline, _ = head.partition(b"\n")
+    if not newline and line.startswith(json.dumps({"format": FORMAT}).encode()[:-1]):
+        return True
+    try:
+        header = loads(line)
+    except ValueError:
+        return False
+    return isinstance(header, dict) and header.get("format") == FORMAT
 
 
 def read_header(path: str | Path, vocab_size: int | None = None) -> dict:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from torch import Tensor
 
-from minipaged import atomic_write, ending_signals
+from minipaged import ending_signals
 from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
 from minipaged.model import Llama, LlamaConfig
@@ -281,7 +281,6 @@ def train(args: argparse.Namespace) -> None:
     model.eval()
     final_train = mean_loss(model, train_eval_windows, args.batch_size)
     final_val = history[-1][2]
-    save_model(model, tokenizer, args.out)
     samples = {
         "greedy": generate(model, tokenizer, "It is a truth universally acknowledged", 60),
         "sampled (temperature 0.8, top-k 40, seed 0)": generate(
@@ -303,7 +302,8 @@ def train(args: argparse.Namespace) -> None:
         samples,
         VALIDATION_FRACTION,
     )
-    atomic_write.write_text(args.out / "MODEL_CARD.md", card)
+    # The card with the checkpoint it describes, put in place together (save_model)
+    save_model(model, tokenizer, args.out, extra={"MODEL_CARD.md": card})
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")

@@ -102,10 +102,11 @@ def test_init_refuses_a_file_for_a_folder(tmp_path, capsys):
 
 def test_a_refused_trace_record_leaves_the_existing_trace(tmp_path, capsys):
     existing = tmp_path / "run.jsonl"
-    existing.write_text('{"a trace": "recorded before"}\n')
+    before = '{"format": "minipaged-trace", "version": 2, "model": "recorded before"}\n'
+    existing.write_text(before)  # a trace: anything else is refused before the prompt is read
     assert cli.main(["trace", "record", str(existing), "--prompt", ""]) == 2
     assert "the prompt is empty" in capsys.readouterr().err
-    assert existing.read_text() == '{"a trace": "recorded before"}\n'
+    assert existing.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]
 
 

@@ -167,6 +167,7 @@ EXAMPLES = {
     "--allow-origin": ["https://course.example.org"],
     "--max-sessions": ["2"],
     "--path": ["."],
+    "--batch": ["."],
     "--solution": [],
     "--n": ["2"],
     "--temperature": ["0"],  # greedy: what --top-p and --top-k cannot go beside

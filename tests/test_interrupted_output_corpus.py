@@ -37,10 +37,11 @@ def test_a_signal_before_the_first_step_leaves_the_old_trace_and_no_temporary_fi
     tmp_path, number
 ):
     path = tmp_path / "run.jsonl"
-    path.write_text("a trace recorded before\n")
+    before = '{"format": "minipaged-trace", "version": 2, "model": "recorded before"}\n'
+    path.write_text(before)  # a trace: record replaces one without --force
     argv = ("trace", "record", str(path), "--prompt", "Emma", "--max-tokens", "400")
     status, err = interrupt(None, *argv, "--ignore-eos", number=number)
     assert status == 128 + number and ending_signals.ENDING[number] in err, err
     assert "Traceback" not in err
-    assert path.read_text() == "a trace recorded before\n"
+    assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]

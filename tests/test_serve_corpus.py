@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from tests.held_port import held_port
 from tests.test_cli_corpus import assert_usage_error, run
 from tui.origins import allowed_origin, origin_flag
 from tui.serve import check_can_listen
@@ -83,11 +84,10 @@ def test_a_listen_error_without_an_errno_is_refused_in_its_own_words(monkeypatch
 
 
 def test_an_address_and_port_free_here_are_taken_and_left_free():
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        port = probe.getsockname()[1]
-    check_can_listen("127.0.0.1", port)
-    with socket.create_server(("127.0.0.1", port)):  # the check let it go again
-        pass
+    with held_port() as port:  # no other test's server can take it meanwhile
+        check_can_listen("127.0.0.1", port)
+        with socket.create_server(("127.0.0.1", port)):  # the check let it go again
+            pass
 
 
 def test_the_command_line_checks_the_port_before_the_server_starts(capsys, monkeypatch):

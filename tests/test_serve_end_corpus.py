@@ -10,6 +10,7 @@ sent the real signals."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -20,8 +21,9 @@ import time
 import pytest
 
 from minipaged import ending_signals
+from tests.held_port import held_port
 from tests.stuck import STUCK_AFTER_S
-from tests.test_tui_serve import REPO, free_port, wait_for_port
+from tests.test_tui_serve import REPO, wait_for_port
 
 pytest.importorskip("textual_serve")
 
@@ -71,25 +73,25 @@ def test_a_signal_with_a_tab_open_ends_its_session_at_once():
     """The tab's session ends at once and its app quits before the server ends, with nothing
     more on stderr: aiohttp waited up to a minute for the open websocket of a browser's tab
     (and, with the real app, an "Event loop is closed" traceback was once seen at the end)."""
-    port = free_port()
-    server = serving(port)
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=STUCK_AFTER_S) as tab:
-            key = base64.b64encode(os.urandom(16)).decode()
-            tab.sendall(
-                f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13"
-                f"\r\nOrigin: http://127.0.0.1:{port}\r\n\r\n".encode()
-            )
-            assert tab.recv(1024).startswith(b"HTTP/1.1 101"), "the tab was refused"
-            time.sleep(0.5)  # its app started (the stand-in starts at once)
-            signalled = time.monotonic()
-            server.send_signal(signal.SIGHUP)
-            answer_as_a_browser(tab)
-            _, err = server.communicate(timeout=STUCK_AFTER_S)
-            took = time.monotonic() - signalled
-    finally:
-        server.kill()
+    with held_port() as port:
+        server = serving(port)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=STUCK_AFTER_S) as tab:
+                key = base64.b64encode(os.urandom(16)).decode()
+                tab.sendall(
+                    f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                    f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13"
+                    f"\r\nOrigin: http://127.0.0.1:{port}\r\n\r\n".encode()
+                )
+                assert tab.recv(1024).startswith(b"HTTP/1.1 101"), "the tab was refused"
+                time.sleep(0.5)  # its app started (the stand-in starts at once)
+                signalled = time.monotonic()
+                server.send_signal(signal.SIGHUP)
+                answer_as_a_browser(tab)
+                _, err = server.communicate(timeout=STUCK_AFTER_S)
+                took = time.monotonic() - signalled
+        finally:
+            server.kill()
     assert err.decode().splitlines() == [f"ended by {int(signal.SIGHUP)}"], err.decode()
     assert took < SESSION_ENDS_S, f"the server waited {took:.1f} s for the tab's session"
 
@@ -111,34 +113,35 @@ def test_each_ending_signal_ends_the_server_as_ctrl_c_does():
     """The four at once, each to a server of its own (textual-serve's own end took SIGINT and
     SIGTERM only)."""
     servers = {}
-    try:
-        ports = {number: free_port() for number in ending_signals.ENDING}
-        servers = {number: serving(port, wait=False) for number, port in ports.items()}
-        for number, server in servers.items():
-            wait_for_port(ports[number], server)
-            server.send_signal(number)
-        for number, server in servers.items():
-            _, err = server.communicate(timeout=STUCK_AFTER_S)
-            assert err.decode().splitlines() == [f"ended by {int(number)}"], err.decode()
-    finally:
-        for server in servers.values():
-            server.kill()
+    with contextlib.ExitStack() as held:
+        ports = {number: held.enter_context(held_port()) for number in ending_signals.ENDING}
+        try:
+            servers = {number: serving(port, wait=False) for number, port in ports.items()}
+            for number, server in servers.items():
+                wait_for_port(ports[number], server)
+                server.send_signal(number)
+            for number, server in servers.items():
+                _, err = server.communicate(timeout=STUCK_AFTER_S)
+                assert err.decode().splitlines() == [f"ended by {int(number)}"], err.decode()
+        finally:
+            for server in servers.values():
+                server.kill()
 
 
 def test_the_command_says_which_signal_ended_it_with_its_status():
     """``minipaged tui --serve`` itself: it exited 0 without a word on SIGINT and SIGTERM."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port, server)
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=STUCK_AFTER_S)
-    finally:
-        server.kill()
+    with held_port() as port:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "minipaged.cli", "tui", "--serve", "--port", str(port)],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_port(port, server)
+            server.send_signal(signal.SIGTERM)
+            _, err = server.communicate(timeout=STUCK_AFTER_S)
+        finally:
+            server.kill()
     assert server.returncode == 128 + signal.SIGTERM, (server.returncode, err)
     assert err.decode().splitlines() == [f"minipaged tui: {ending_signals.ENDING[signal.SIGTERM]}"]

@@ -26,7 +26,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from dark_scheme import IN_SLATE, unreadable
+from held_port import held_port
 from stuck import STUCK_AFTER_S
 from test_docs import DOCS, GENERATED, SUB_FOLDERS, SUB_PATH, shared_site
 
@@ -200,12 +200,6 @@ class Visit:
         return f"{self.url} at {self.width} px{resized}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     return shared_site(tmp_path_factory)
@@ -214,28 +208,29 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def base_url(site: Path):
     """The site over HTTP on 127.0.0.1, under site_url's path, for this module's tests."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=site.parents[len(SUB_FOLDERS) - 1] if SUB_FOLDERS else site,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}{SUB_PATH}"
-    try:
-        deadline = time.monotonic() + STUCK_AFTER_S
-        while True:
-            try:
-                urllib.request.urlopen(url + "index.html", timeout=STUCK_AFTER_S).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"python -m http.server did not answer at {url}")
-                time.sleep(0.1)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=STUCK_AFTER_S)
+    with held_port() as port:  # what answers there is this server, no other test's
+        server = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            cwd=site.parents[len(SUB_FOLDERS) - 1] if SUB_FOLDERS else site,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}{SUB_PATH}"
+        try:
+            deadline = time.monotonic() + STUCK_AFTER_S
+            while True:
+                try:
+                    urllib.request.urlopen(url + "index.html", timeout=STUCK_AFTER_S).close()
+                    break
+                except OSError:
+                    assert server.poll() is None, f"python -m http.server ended on port {port}"
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"python -m http.server did not answer at {url}")
+                    time.sleep(0.1)
+            yield url
+        finally:
+            server.terminate()
+            server.wait(timeout=STUCK_AFTER_S)
 
 
 @contextlib.contextmanager

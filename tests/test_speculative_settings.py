@@ -77,7 +77,7 @@ def test_every_size_of_the_config_has_a_cap():
 def speculative_config_from_json(**fields) -> SpeculativeConfig:
     import json
 
-    return speculative_config(json.dumps(fields))
+    return speculative_config(json.dumps({"method": "ngram", **fields}))
 
 
 @pytest.mark.parametrize("method", [5, None, ["ngram"], "NGRAM", "medusa", ""], ids=repr)
@@ -132,11 +132,11 @@ def test_unknown_keys_of_any_type_are_named_not_a_type_error():
         '{"method": "draft", "draft_model": ["tiny-draft"]}',
         '{"method": "draft", "draft_model": "no/such/model/dir"}',
         '{"method": 5}',
-        '{"branching": "wide"}',
-        '{"max_tree_nodes": 100000}',
-        '{"num_speculative_tokens": 1000000}',
-        '{"branching": 1025}',
-        '{"num_speculative_tokens": 1.5}',
+        '{"method": "ngram", "branching": "wide"}',
+        '{"method": "ngram", "max_tree_nodes": 100000}',
+        '{"method": "ngram", "num_speculative_tokens": 1000000}',
+        '{"method": "ngram", "branching": 1025}',
+        '{"method": "ngram", "num_speculative_tokens": 1.5}',
         "[1, 2]",
         "{",
     ],

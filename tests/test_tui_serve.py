@@ -23,6 +23,7 @@ import pytest
 from minipaged.checkpoint import model_directory
 from minipaged.cli import build_parser
 from minipaged.cli import main as cli_main
+from tests.held_port import held_port
 from tests.stuck import STUCK_AFTER_S
 from tui.command import tui_parser
 from tui.origins import allowed_origin
@@ -128,12 +129,6 @@ def test_a_websocket_is_allowed_only_from_the_servers_own_pages(origin, host, al
     assert allowed_origin(origin, host, allowed) is accepted
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 STDIN_ONCE = shlex.join([sys.executable, "-c", "import sys; sys.stdin.buffer.read(1)"])
 """A stand-in for the app: it runs until the server sends it anything (the quit at the end)."""
 
@@ -144,17 +139,19 @@ async def guarded(**options):
     test_utils = pytest.importorskip("aiohttp.test_utils")
     from tui.guarded_server import GuardedServer
 
-    port = free_port()
-    server = GuardedServer(STDIN_ONCE, templates=TEMPLATES, host="127.0.0.1", port=port, **options)
-    app = await server._make_app()
-    async with test_utils.TestServer(app, port=port), aiohttp.ClientSession() as session:
-        yield server, session, f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + STUCK_AFTER_S
-        while server.sessions:  # each app's process is told to quit once its tab has gone
-            assert time.monotonic() < deadline, "a session outlived its websocket"
-            await asyncio.sleep(0.05)
-        gc.collect()  # textual-serve leaves each app's process transport to the collector:
-        await asyncio.sleep(0.1)  # let it close while the event loop still runs
+    with held_port() as port:
+        server = GuardedServer(
+            STDIN_ONCE, templates=TEMPLATES, host="127.0.0.1", port=port, **options
+        )
+        app = await server._make_app()
+        async with test_utils.TestServer(app, port=port), aiohttp.ClientSession() as session:
+            yield server, session, f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + STUCK_AFTER_S
+            while server.sessions:  # each app's process is told to quit once its tab has gone
+                assert time.monotonic() < deadline, "a session outlived its websocket"
+                await asyncio.sleep(0.05)
+            gc.collect()  # textual-serve leaves each app's process transport to the collector:
+            await asyncio.sleep(0.1)  # let it close while the event loop still runs
 
 
 async def handshake(session, url: str, origin: str | None):
@@ -214,6 +211,8 @@ async def test_the_page_names_the_address_the_browser_used():
 
 
 def wait_for_port(port: int, server: subprocess.Popen) -> None:
+    """Return once ``server`` listens on ``port``, a port the test holds (``held_port``), so
+    that what listens there is ``server`` and no other test's."""
     deadline = time.monotonic() + STUCK_AFTER_S  # a new process loads torch and the model
     while True:
         with socket.socket() as s:
@@ -244,8 +243,7 @@ def served(port: int, *flags: str):
 def test_minipaged_tui_serve_refuses_a_handshake_from_another_site():
     """The real command, a real handshake: a page of another site gets 403 and no process."""
     pytest.importorskip("textual_serve")
-    port = free_port()
-    with served(port) as server:
+    with held_port() as port, served(port) as server:
         key = base64.b64encode(os.urandom(16)).decode()
         request = (
             f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
@@ -294,9 +292,12 @@ def screens(tmp_path_factory) -> tuple[int, dict[int, tuple[Path, set[str]]]]:
     trace = folder / "run.jsonl"
     args = ["trace", "record", str(trace), "--prompt", "Elizabeth", "--max-tokens", "6"]
     assert cli_main(args) == 0
-    port = free_port()
     found = {}
-    with served(port, "--trace", str(trace)), playwright.sync_playwright() as p:
+    with (
+        held_port() as port,
+        served(port, "--trace", str(trace)),
+        playwright.sync_playwright() as p,
+    ):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         for scale in (1, 2):
             found[scale] = shot(browser, port, scale, folder / f"{scale}x.png")

@@ -24,7 +24,7 @@ from minipaged.arguments import (
 )
 from minipaged.config import settings_of
 from minipaged.grader.student_run import TUI_EXERCISES, listed
-from minipaged.output_paths import output_file
+from minipaged.output_paths import add_force_flag, output_file
 from minipaged.typed_numbers import read_integer
 from tui import serve
 from tui.ending import run_ending_on_signals
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="OUT.svg",
         help="write an SVG and exit",
     )
+    force = add_force_flag(tui, "--screenshot's picture")
     steps = tui.add_argument(
         "--steps", type=integer(0), default=0, help="with --screenshot: the step to show"
     )
@@ -109,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve_flag = serve.add_arguments(tui)
     # Flags that would otherwise be ignored without a word: each only means something beside
     # another, or not beside a third.
-    for needs_screenshot in (steps, size, keys):
+    for needs_screenshot in (force, steps, size, keys):
         requires(needs_screenshot, screenshot_flag)
     for needs_exercise in (path, solution):
         requires(needs_exercise, exercise)

@@ -33,7 +33,7 @@ DEFAULT_PORT = 8765
 SERVER_ONLY = ("serve", "host", "port", "allow_origin", "max_sessions")
 """Flags of ``minipaged tui`` that configure the server, not the app each tab runs."""
 
-HEADLESS_ONLY = ("screenshot", "steps", "size", "keys")
+HEADLESS_ONLY = ("screenshot", "force", "steps", "size", "keys")
 """Flags that make a screenshot and exit: a tab wants the live app."""
 
 

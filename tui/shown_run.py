@@ -6,10 +6,11 @@ refuse is refused by all, before a screen is taken or a server serves."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import replace
 
-from minipaged.arguments import check_sequences_fit, config_from_flags
-from minipaged.output_paths import check_outputs_apart
+from minipaged.arguments import check_sequences_fit, config_from_flags, naming
+from minipaged.output_paths import check_outputs_apart, check_replaceable
 from tui.engine_config import TUI_CONFIG
 
 
@@ -28,14 +29,16 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
         from minipaged.transcript import load_recorded
 
         check_screenshot_apart(args, TUI_CONFIG.replace(model=model))
-        recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
-        if recorded.error is not None and not recorded.steps:  # nothing to show: say why
-            raise TraceError(recorded.error)
+        with naming("--trace"):
+            recorded, tokenizer = load_recorded(args.trace, str(model), "tui")
+            if recorded.error is not None and not recorded.steps:  # nothing to show: say why
+                raise TraceError(recorded.error)
         return recorded, tokenizer
     if args.exercise is not None and not args.solution:
         from minipaged.grader.student_run import folder_of
 
-        folder_of(args.exercise, args.path)  # the student's files: refused before any work
+        with naming("--path") if args.path is not None else contextlib.nullcontext():
+            folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
         check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
@@ -50,7 +53,7 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
         name = args.scenario or EXERCISE_SCENARIOS.get(args.exercise, DEFAULT_SCENARIO)
         if name not in SCENARIOS:
             raise ValueError(
-                f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
+                f"--scenario: unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}, "
                 "or give --prompt for a custom one"
             )
         scenario = SCENARIOS[name]
@@ -72,7 +75,8 @@ def check_screenshot_apart(args: argparse.Namespace, config) -> None:
     """Refuse, before the run, a ``--screenshot`` that would take the place of a file the run
     reads: the trace it replays, the code of the exercise it runs (``graded_code``: the
     student's, or the library's modules with ``--solution``), a file of the model or draft
-    model of ``config`` (``files_read``)."""
+    model of ``config`` (``files_read``); and one over a file that is no screenshot, unless
+    ``--force`` (``output_paths.check_replaceable``)."""
     if args.screenshot is None:
         return
     from minipaged.grader.student_run import graded_code
@@ -84,3 +88,13 @@ def check_screenshot_apart(args: argparse.Namespace, config) -> None:
     elif args.exercise is not None:
         shown += graded_code(args.exercise, args.path, args.solution)
     check_outputs_apart([("--screenshot", args.screenshot)], shown)
+    kind = "a screenshot minipaged wrote (an SVG of a terminal)"
+    forced = getattr(args, "force", False)
+    check_replaceable("--screenshot", args.screenshot, kind, is_screenshot, forced)
+
+
+def is_screenshot(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts an SVG screenshot of a terminal app
+    (Rich's, which Textual exports): a file ``--screenshot`` may replace without ``--force``."""
+    start = head[:4096]
+    return b"<svg " in start and b'class="rich-terminal"' in start

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from minipaged.arguments import integer, named_path, real
+from minipaged.arguments import excludes, integer, named_path, naming, real
 from minipaged.grader.exercises import EXERCISES, exercise
 from minipaged.grader.grading import CPU_PER_WALL, Limits, cpu_seconds_for, grade, platform_problem
 from minipaged.grader.report import printable
-from minipaged.grader.report_files import save
+from minipaged.grader.report_files import check_reports_replaceable, save
 from minipaged.grader.student_folder import folder_of, graded_code
-from minipaged.output_paths import check_outputs_apart, output_file
+from minipaged.output_paths import add_force_flag, check_outputs_apart, output_file
 from minipaged.typed_numbers import read_integer
 
 REPORT_NAME = "report.json"
@@ -137,7 +137,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--solution", action="store_true", help="grade the library's own modules instead"
     )
-    where.add_argument(
+    batch = where.add_argument(
         "--batch",
         type=named_path("a folder"),
         metavar="DIR",
@@ -158,6 +158,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write the report as Gradescope's results.json to FILE "
         "(/autograder/results/results.json in a Gradescope autograder)",
     )
+    force = add_force_flag(check, "a report")
+    excludes(force, batch, "a class's gradebook replaces only a gradebook of that class")
     check.add_argument(
         "--jobs",
         type=integer(1, 256),
@@ -278,12 +280,17 @@ def _run(args: argparse.Namespace) -> int:
         return _batch(args, limits, console)
     if args.jobs is not None:
         raise ValueError("--jobs is for --batch: give --batch DIR, or leave --jobs out")
+    if args.path is not None and args.directory is None:  # named by its flag, as DIR is not
+        with naming("--path"):
+            folder_of(args.number, args.path)
     target = args.json
     if target is None and not args.solution:
         target = folder_of(args.number, args.path) / REPORT_NAME
-    check_outputs_apart(
-        [("--json" if args.json else "the report", target), ("--gradescope", args.gradescope)],
-        graded_code(args.number, args.path, args.solution),
+    outputs = [("--json" if args.json else "the report", target), ("--gradescope", args.gradescope)]
+    check_outputs_apart(outputs, graded_code(args.number, args.path, args.solution))
+    # Typed ones only: report.json in the graded folder is the grader's, whatever stands there
+    check_reports_replaceable(
+        [("--json", args.json), ("--gradescope", args.gradescope)], args.force
     )
     report = grade(args.number, args.path, args.solution, limits, args.first_failure)
     report.render(console)

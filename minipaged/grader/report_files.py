@@ -3,7 +3,11 @@ replace: the report (``--json``, or ``report.json`` in the graded folder) and Gr
 results (``--gradescope``) are checked apart from each other and from the code graded before
 anything runs (``output_paths.check_outputs_apart``, given ``student_folder.graded_code``):
 ``--json memory.py`` would put the report in place of the student's code, and
-``--gradescope`` naming the report's file would leave one of the two."""
+``--gradescope`` naming the report's file would leave one of the two. A file already at a
+name typed with ``--json`` or ``--gradescope`` is replaced only when minipaged wrote it, or
+``--force`` says so (``check_reports_replaceable``): ``--json notes.json`` replaced the notes.
+``report.json`` in the graded folder is the grader's own and always replaced: a report a
+student put there must never be the one read."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from minipaged import atomic_write
+from minipaged.output_paths import check_replaceable
 
 
 def save(console: Console, number: int, target: Path, document: dict) -> bool:
@@ -30,3 +35,17 @@ def save(console: Console, number: int, target: Path, document: dict) -> bool:
             highlight=False,
         )
         return False
+
+
+def is_report(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts a JSON report minipaged wrote: a report
+    (``Report.to_dict``) or Gradescope's results made of one (``gradebook.gradescope``), each
+    of which names its ``minipaged_version``."""
+    return head.lstrip().startswith(b"{") and b'"minipaged_version"' in head
+
+
+def check_reports_replaceable(outputs: list[tuple[str, Path | None]], force: bool) -> None:
+    """Refuse, before anything is graded, each of ``outputs`` (``(flag, path)``) where a file
+    stands that is no report minipaged wrote, unless ``force``."""
+    for named, path in outputs:
+        check_replaceable(named, path, "a report minipaged wrote", is_report, force)

@@ -37,13 +37,19 @@ def close_name(model: object) -> str:
 
 def check_model_directory(model: str | Path) -> Path:
     """The directory of ``model`` (``model_directory``), refused with a ``FileNotFoundError``
-    that says what to pass when there is no such directory."""
+    that says what to pass when there is no such directory, or it holds no ``config.json``."""
     directory = model_directory(model)
     if not directory.is_dir():
         raise FileNotFoundError(
             f'--model {model}: {no_directory(directory)}; pass "tiny" or a Hugging Face Llama '
             "directory holding config.json, model.safetensors and tokenizer.json"
             + close_name(model)
+        )
+    if not (directory / "config.json").is_file():  # an empty folder, or another program's
+        raise FileNotFoundError(
+            f"--model {model}: {directory / 'config.json'} does not exist, so it is no model; "
+            'pass a whole model directory ("tiny", or a Hugging Face Llama directory holding '
+            "config.json, model.safetensors and tokenizer.json)"
         )
     return directory
 

@@ -138,9 +138,15 @@ def _check_draft_model(model: object) -> None:
         )
 
 
+NEEDED = '"method": "ngram" or "draft" (with "draft_model")'
+"""The key every speculative setting given as a dict or JSON names, as vLLM's
+``speculative_config`` names its method: an empty one asked for nothing."""
+
+
 def speculative_config(value: SpeculativeConfig | dict | str | None) -> SpeculativeConfig | None:
-    """``LLM(speculative=...)`` accepts a config, a dict of its fields (vLLM's style), that
-    dict as JSON (``minipaged generate --speculative-config``) or None."""
+    """``LLM(speculative=...)`` accepts a config, a dict of its fields (vLLM's style) that
+    names its ``method`` (``NEEDED``), that dict as JSON (``minipaged generate
+    --speculative-config``) or None."""
     if value is None or isinstance(value, SpeculativeConfig):
         return value
     if isinstance(value, str):
@@ -149,18 +155,31 @@ def speculative_config(value: SpeculativeConfig | dict | str | None) -> Speculat
         except NotJSON as error:
             raise ValueError(
                 f"speculative (--speculative-config) must be a JSON object such as "
-                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {value!r:.80} '
+                f'\'{{"method": "ngram", "num_speculative_tokens": 4}}\', got {_shown(value)} '
                 f"({error})"
             ) from None
     if isinstance(value, dict):
-        unknown = set(value) - set(SpeculativeConfig.__dataclass_fields__)
+        known = sorted(SpeculativeConfig.__dataclass_fields__)
+        unknown = set(value) - set(known)
         if unknown:
             raise ValueError(
-                f"unknown speculative setting(s) {sorted(unknown, key=str)}; known: "
-                f"{sorted(SpeculativeConfig.__dataclass_fields__)}"
+                f"unknown speculative setting(s) {sorted(unknown, key=str)}; known: {known}, "
+                f"of which {NEEDED} is needed"
+            )
+        if "method" not in value:  # {} asked for nothing, and would have drafted by ngram
+            raise ValueError(
+                f"a speculative setting needs its method: {NEEDED}; the others are optional "
+                f"({', '.join(k for k in known if k != 'method')}), got {_shown(value)}"
             )
         return SpeculativeConfig(**value)
     raise ValueError(
         "speculative must be a SpeculativeConfig, a dict of its fields (a JSON object on the "
         f"command line) or None, got {value!r}"
     )
+
+
+def _shown(value: object) -> str:
+    """``value`` as a refusal shows it: its repr, cut past 200 characters where the cut is
+    marked (cut unmarked at 80, a path looked like another, shorter one)."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text):,} characters)"
