@@ -36,6 +36,37 @@ def test_float_division_in_block_arithmetic_is_named():
         assert "what float division gives" in message and "use integers only" in message
 
 
+class _Fp16Bytes(memory.ModelShape):
+    """M_KV(L) written with FP16's b = 2 bytes, as in every model of the README."""
+
+    def kv_bytes(self, num_tokens):
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * num_tokens * 2
+
+
+class _BlockOf16(memory.ModelShape):
+    """One block's bytes written from §3's example, B = 16, whatever block_size is given."""
+
+    def block_bytes_per_layer(self, block_size):
+        return 2 * self.num_kv_heads * self.head_dim * 16 * self.dtype_bytes
+
+
+@pytest.mark.parametrize(
+    ("cls", "criterion", "words"),
+    [
+        (_Fp16Bytes, "kv_bytes", "it counts b = 2 bytes a value, but this shape's cache is FP8"),
+        (_BlockOf16, "block_bytes", "the bytes of a block of 16 tokens (§3's example); use"),
+    ],
+    ids=["fp16-bytes", "block-of-16"],
+)
+def test_a_byte_count_right_for_llama_alone_is_caught(cls, criterion, words):
+    """Every byte count was once checked on b = 2 shapes and block_bytes at B = 16 only."""
+    student = SimpleNamespace(**vars(memory))
+    student.ModelShape = cls
+    failed = failures_of(1, ["kv_bytes", "block_bytes"], memory=student)
+    assert list(failed) == [criterion]
+    assert words in failed[criterion]
+
+
 class _IncrefWraps(allocator.BlockAllocator):
     """incref without the range check: Python's list makes block -1 the pool's last block."""
 
@@ -339,6 +370,27 @@ def test_a_radix_tree_with_a_block_in_the_wrong_place_fails_with_the_cause(cls, 
     module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
     failed = failures_of(12, [criterion], radix_cache=module)
     assert words in failed[criterion], failed
+
+
+class _ChunksOfTwo(radix_cache.RadixCache):
+    """Cuts the tokens into chunks of 2, the B of every example, whatever its block_size."""
+
+    def __init__(self, block_size):
+        super().__init__(2)
+
+
+def test_a_radix_tree_that_ignores_its_block_size_is_caught(monkeypatch):
+    """Every check of exercise 12 once used B = 2, so a tree cutting chunks of 2 passed them
+    all. The drawn program's B is now 3 to 5; the message names it, to reproduce the failure."""
+    from minipaged.grader import ex12_prefix_cache as ex12
+
+    name = "random_operations_match_the_contract"
+    module = SimpleNamespace(RadixCache=_ChunksOfTwo, RadixNode=radix_cache.RadixNode)
+    for block_size in ex12.DRAWN_BLOCK_SIZES:
+        monkeypatch.setattr(ex12._DRAWS, "choice", lambda sizes, b=block_size: b)
+        failed = failures_of(12, [c.name for c in ex12.CRITERIA], radix_cache=module)
+        assert list(failed) == [name], failed
+        assert f"on a new RadixCache(block_size={block_size}):" in failed[name]
 
 
 def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():

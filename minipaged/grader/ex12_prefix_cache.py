@@ -149,31 +149,41 @@ SEED = 9
 with the same shortest program each time (seed 9's 500 operations catch every bug of the
 tests' zoo of trees; a drawn program missed a stale parent pointer about one time in four)."""
 
+SEED_BLOCK_SIZE = 2
+"""The fixed program's $B$, which every other check of exercise 12 uses too."""
+
+DRAWN_BLOCK_SIZES = (3, 4, 5)
+"""The $B$ of the drawn program, one of these at each grading: never the fixed program's 2, so
+that a tree cutting chunks of 2 whatever its ``block_size`` (or assuming $B$ divides something)
+fails at every grading, not one time in four."""
+
 _DRAWS = random.SystemRandom()
-"""The seed of the program each grading runs next, from the system's random source: with the
-fixed program alone, a tree replaying the library's answers to it, stored at home, passed."""
+"""The seed and $B$ of the program each grading runs next, from the system's random source:
+with the fixed program alone, a tree replaying the library's answers to it, stored at home,
+passed, and so did a tree that ignored ``block_size``."""
 
 
 def check_random_operations_match_the_contract(student):
-    """random inserts, matches and forgets (500 the same at every grading, then 500 drawn anew)
-    give what the contract says, and keep the tree sound: no empty edge below the root, parent
-    pointers that agree with the children
+    """random inserts, matches and forgets (500 the same at every grading with B=2, then 500
+    drawn anew with a B drawn from 3 to 5) give what the contract says, and keep the tree
+    sound: no empty edge below the root, parent pointers that agree with the children
 
     Rule: after every operation, match(tokens) gives the blocks of the longest cached prefix
-    of whole blocks, insert the blocks it newly caches, forget(p) whether p was cached, as a
-    dict from each cached prefix to its block would."""
-    for seed in (SEED, _DRAWS.randrange(2**32)):
-        program = random_program(seed)
-        failure, ran = run_program(student, program)
+    of whole blocks of B tokens, insert the blocks it newly caches, forget(p) whether p was
+    cached, as a dict from each cached prefix to its block would."""
+    drawn = (_DRAWS.randrange(2**32), _DRAWS.choice(DRAWN_BLOCK_SIZES))
+    for seed, block_size in ((SEED, SEED_BLOCK_SIZE), drawn):
+        program = random_program(seed, block_size=block_size)
+        failure, ran = run_program(student, program, block_size)
         if failure:
-            short, failure = shrink(student, program[:ran], failure)
+            short, failure = shrink(student, program[:ran], failure, block_size)
             steps = "\n  ".join(f"cache.{called(op)}" for op in short)
-            drawn = "" if seed == SEED else ", drawn for this grading"
+            why = "" if seed == SEED else ", drawn for this grading"
             raise CheckFailed(
                 f"{failure}\nThe shortest failing program found ({len(short)} of the "
-                f"{len(program)} random operations of random_program(seed={seed}){drawn}, in "
-                f"minipaged.grader.ex12_random_programs), on a new RadixCache(block_size=2):"
-                f"\n  {steps}"
+                f"{len(program)} random operations of random_program(seed={seed}, "
+                f"block_size={block_size}){why}, in minipaged.grader.ex12_random_programs), on "
+                f"a new RadixCache(block_size={block_size}):\n  {steps}"
             )
 
 
