@@ -372,6 +372,33 @@ def test_a_radix_tree_with_a_block_in_the_wrong_place_fails_with_the_cause(cls, 
     assert words in failed[criterion], failed
 
 
+class _ComparesOnlyTheKey(radix_cache.RadixCache):
+    """The walk finds a child by its key (its first chunk), then takes the blocks of its edge
+    without comparing their chunks with the prompt's: a prompt sharing only the first block
+    gets the blocks of another prefix of the same length."""
+
+    def _walk(self, chunks):
+        node, matched = self.root, []
+        while len(matched) < len(chunks) and chunks[len(matched)] in node.children:
+            node = node.children[chunks[len(matched)]]
+            take = min(len(node.blocks), len(chunks) - len(matched))
+            matched += node.blocks[:take]
+            if take < len(node.blocks):
+                return node, take, matched
+        return node, len(node.blocks), matched
+
+
+def test_a_hit_sharing_the_blocks_of_another_prefix_is_caught():
+    """The block-manager criterion once hit one prompt only, which the blocks held."""
+    name = "block_manager_hits_and_evicts_least_recent_first"
+    module = SimpleNamespace(RadixCache=_ComparesOnlyTheKey, RadixNode=radix_cache.RadixNode)
+    failed = failures_of(12, [name], radix_cache=module)
+    assert failed[name].startswith(
+        "allocate(1, 5, [1, 2, 8, 9, 5]) hit blocks [0, 1], but block 1 holds tokens [3, 4], "
+        "where the prompt has [8, 9]: a hit shares the blocks of another prefix"
+    ), failed
+
+
 class _ChunksOfTwo(radix_cache.RadixCache):
     """Cuts the tokens into chunks of 2, the B of every example, whatever its block_size."""
 

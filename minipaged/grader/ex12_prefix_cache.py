@@ -187,12 +187,56 @@ def check_random_operations_match_the_contract(student):
             )
 
 
-def check_block_manager_hits_and_evicts_least_recent_first(student):
-    """in the block manager: a finished prompt's blocks are hit, then evicted oldest first
+def _allocate_checking_hits(bm, seq: int, prompt: list[int], held: dict[int, list]) -> list:
+    """``bm.allocate(seq, len(prompt), prompt)``; fail, naming the cause, when its PrefixHit
+    shares a block that does not hold the prompt's own tokens there. ``held`` maps each block
+    to the tokens last written in it (updated here); returns the PrefixHits as (blocks,
+    tokens)."""
+    b = bm.block_size
+    bm.pop_events()
+    table = bm.allocate(seq, len(prompt), prompt)
+    hits = [(e.blocks, e.num_tokens) for e in bm.pop_events() if isinstance(e, PrefixHit)]
+    for blocks, _ in hits:
+        for j, block in enumerate(blocks):
+            own = prompt[j * b : (j + 1) * b]
+            if held.get(block) != own:
+                raise CheckFailed(
+                    f"allocate({seq}, {len(prompt)}, {prompt}) hit blocks {list(blocks)}, but "
+                    f"block {block} holds tokens {held.get(block)}, where the prompt has {own}: "
+                    "a hit shares the blocks of another prefix of the same length. Compare "
+                    "every chunk along an edge with the prompt's, not only the first (the key)"
+                )
+    for j, block in enumerate(table.blocks):
+        held[block] = prompt[j * b : (j + 1) * b]
+    return hits
 
-    Rule: a new prompt reuses the cached blocks match finds; a cached block is evicted only
-    when the allocator hands it out again, least recently released first, and forget drops
-    it with every prefix below it."""
+
+def _check_hits_hold_the_prompt(student) -> None:
+    """Two prompts of the same length sharing their first block: each hit must share the
+    blocks that hold its own prompt's tokens, not the other's."""
+    bm = block_manager_class(student)(8, block_size=2, watermark=0.0, prefix_caching="radix")
+    first, second, held = [1, 2, 3, 4, 5], [1, 2, 8, 9, 5], {}
+    _allocate_checking_hits(bm, 0, first, held)  # T_0 = [0, 1, 2]
+    bm.free(0)
+    what = "(blocks, tokens) of the PrefixHit of allocate({}, 5, {}), after {}"
+    hits = _allocate_checking_hits(bm, 1, second, held)
+    expect(hits, [((0,), 2)], what.format(1, second, f"{first} was cached in [0, 1, 2]"))
+    t_1 = bm.table(1).blocks
+    bm.free(1)
+    hits = _allocate_checking_hits(bm, 2, second, held)
+    expect(hits, [(tuple(t_1[:2]), 4)], what.format(2, second, f"it was cached in {t_1}"))
+    hits = _allocate_checking_hits(bm, 3, first, held)
+    expect(hits, [((0, 1), 4)], what.format(3, first, f"{second} was cached in {t_1}"))
+
+
+def check_block_manager_hits_and_evicts_least_recent_first(student):
+    """in the block manager: a finished prompt's blocks are hit, holding the prompt's own
+    tokens, then evicted oldest first
+
+    Rule: a new prompt reuses the cached blocks match finds, which hold its own tokens; a
+    cached block is evicted only when the allocator hands it out again, least recently
+    released first, and forget drops it with every prefix below it."""
+    _check_hits_hold_the_prompt(student)
     bm = block_manager_class(student)(6, block_size=2, watermark=0.0, prefix_caching="radix")
     prompt = [1, 2, 3, 4, 5]  # full blocks [1, 2] and [3, 4]
     bm.allocate(0, 5, prompt)  # T_0 = [0, 1, 2]
