@@ -75,7 +75,7 @@ LONGEST_FIRST = (
     "test_tui_attention.py",  # 21 s
     "test_ptx.py",  # 20 s
     "test_criterion_clock.py",  # 20 s
-    "test_grader_student_bugs.py",  # 18 s
+    "test_grader_student_bugs_attention.py",  # 18 s
     "test_site_from_disk.py",  # 18 s
     "test_grader_similarity.py",  # 18 s
     "test_handout.py",  # 18 s

@@ -1,7 +1,10 @@
 """Realistic student bugs that once passed every criterion of their exercise, each now failing
 the criterion written for it with its cause named (the grader's contract, §1: every realistic
-bug is caught; tests/test_exercises.py holds the rest), and student code that ends or waits
-instead of returning, each a failed check rather than a stopped grading process.
+bug is caught; tests/test_exercises.py holds the rest): here the block tables, allocator, block
+manager and scheduler of exercises 01-05 and exercise 13's wastes, and student code that ends
+or waits instead of returning, each a failed check rather than a stopped grading process.
+Exercise 12's radix trees are in test_grader_student_bugs_prefix_cache.py, the attention loop
+and kernels of exercises 07, 10 and 11 in test_grader_student_bugs_attention.py.
 """
 
 from __future__ import annotations
@@ -12,14 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_exercises import as_written_by_a_student, failures_of, starter_with
+from test_exercises import failures_of, starter_with
 
-from minipaged import allocator, attention, memory, radix_cache, scheduler
+from minipaged import allocator, memory, scheduler
 from minipaged.block_manager import BlockManager
-from minipaged.grader.grading import failure_message, grade
-from minipaged.grader.report import FAIL, PASS, split_rule
-from minipaged.grader.shared_memory_races import RaceLog
-from minipaged.grader.student import Student
+from minipaged.grader.grading import grade
+from minipaged.grader.report import PASS, split_rule
 
 # The library's code handed in as a student's: the copy check that would refuse it is off.
 pytestmark = pytest.mark.usefixtures("library_code_allowed")
@@ -34,6 +35,37 @@ def test_float_division_in_block_arithmetic_is_named():
     assert list(failed) == ["logical_block", "num_logical_blocks"]
     for message in failed.values():
         assert "what float division gives" in message and "use integers only" in message
+
+
+class _Fp16Bytes(memory.ModelShape):
+    """M_KV(L) written with FP16's b = 2 bytes, as in every model of the README."""
+
+    def kv_bytes(self, num_tokens):
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * num_tokens * 2
+
+
+class _BlockOf16(memory.ModelShape):
+    """One block's bytes written from §3's example, B = 16, whatever block_size is given."""
+
+    def block_bytes_per_layer(self, block_size):
+        return 2 * self.num_kv_heads * self.head_dim * 16 * self.dtype_bytes
+
+
+@pytest.mark.parametrize(
+    ("cls", "criterion", "words"),
+    [
+        (_Fp16Bytes, "kv_bytes", "it counts b = 2 bytes a value, but this shape's cache is FP8"),
+        (_BlockOf16, "block_bytes", "the bytes of a block of 16 tokens (§3's example); use"),
+    ],
+    ids=["fp16-bytes", "block-of-16"],
+)
+def test_a_byte_count_right_for_llama_alone_is_caught(cls, criterion, words):
+    """Every byte count was once checked on b = 2 shapes and block_bytes at B = 16 only."""
+    student = SimpleNamespace(**vars(memory))
+    student.ModelShape = cls
+    failed = failures_of(1, ["kv_bytes", "block_bytes"], memory=student)
+    assert list(failed) == [criterion]
+    assert words in failed[criterion]
 
 
 class _IncrefWraps(allocator.BlockAllocator):
@@ -165,196 +197,6 @@ def test_exit_input_and_a_print_without_newline_each_fail_or_pass_one_check(tmp_
     assert results["block_bytes"].message.startswith("not written yet")
 
 
-def kernel_with(folder: Path, name: str, line: str, bug: str) -> None:
-    """The library's kernel file ``name`` in ``folder``, with ``line`` replaced by ``bug``."""
-    import cuda_kernels
-
-    source = (Path(cuda_kernels.__file__).parent / name).read_text()
-    assert line in source
-    (folder / name).write_text(as_written_by_a_student(source.replace(line, bug)))
-
-
-@pytest.mark.slow
-def test_a_decode_kernel_covering_only_t_dimensions_is_caught(tmp_path):
-    """Thread t accumulating dimension t alone is right while head_dim <= T, as in every other
-    simulator case; head_dim = T + 16 shows the dimensions it never updates."""
-    loop = "            for d in range(thread, head_dim, num_threads):\n                total ="
-    one = "            for d in range(thread, min(thread + 1, head_dim)):\n                total ="
-    kernel_with(tmp_path, "paged_attention.py", loop, one)
-    results = {r.name: r for r in grade(11, tmp_path).results}
-    failed = {name for name, r in results.items() if r.outcome == FAIL}
-    assert failed == {"decode_head_dim_wider_than_the_threads"}
-    message = results["decode_head_dim_wider_than_the_threads"].message
-    assert "dimensions 32..47 are wrong, the first 32 right" in message
-
-
-def test_a_thread_indexing_past_an_array_in_the_simulator_is_named():
-    """The simulator raises IndexError where a GPU would silently read or write out of bounds."""
-    error = IndexError("tid=[20, 0, 0] ctaid=[0, 0, 0]: index 5 is out of bounds for axis 1")
-    message = failure_message(error, Student({}))
-    assert message.startswith("IndexError: tid=[20, 0, 0]")
-    assert "a thread indexed past an array's end" in message
-    assert "indexed past" not in failure_message(IndexError("list index"), Student({}))
-
-
-def test_threads_that_passed_different_numbers_of_barriers_are_named():
-    log = RaceLog()
-    for thread, passed in ((0, 3), (1, 3), (2, 2)):
-        log.finish((0, 0, 0), thread, passed)
-    log.finish((1, 0, 0), 0, 2)
-    assert log.divergent_barriers() == [
-        "in thread block [0, 0, 0], thread 0 passed 3 cuda.syncthreads() and thread 2 only 2: a "
-        "barrier that not every thread reaches (inside an if, or a loop whose trip count "
-        "differs by thread). On a GPU the block then hangs or goes wrong; put each "
-        "cuda.syncthreads() where every thread of the block passes it"
-    ]
-
-
-@pytest.mark.slow
-def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
-    """The simulator lets the other threads' exit release a barrier; a GPU does not."""
-    barrier = "        cuda.syncthreads()  # every thread has read scratch[0] before the next"
-    half = "        if thread < 16:\n            cuda.syncthreads()  # only some threads:"
-    kernel_with(tmp_path, "block_reduce.py", barrier, half)
-    failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
-    assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
-
-
-# -- exercise 12: a radix tree whose structure is wrong ------------------------------------------
-# Each tree answers the fixed criteria's first calls right; what is wrong is where a block sits:
-# the tree spells another prefix than the one the block holds, and only a later lookup (or the
-# structure check after every operation) shows it.
-
-
-class _NeverSplits(radix_cache.RadixCache):
-    """A sequence leaving an edge partway gets its new edge below the whole edge: no split."""
-
-    def _split(self, node, k):
-        pass
-
-
-class _SplitsAtTheDepth(radix_cache.RadixCache):
-    """The split point counted from the root (the chunks matched in all), not from the start
-    of the edge: the same on an edge below the root, past the parting chunk on any deeper."""
-
-    def _split(self, node, k):
-        above, depth = node.parent, 0
-        while above is not None:
-            above, depth = above.parent, depth + len(above.blocks)
-        super()._split(node, k + depth)
-
-
-class _SplitsOneEarly(radix_cache.RadixCache):
-    """The split index taken as the last matching chunk, k - 1, rather than the first that
-    differs: the new edge hangs one chunk above its prefix's end."""
-
-    def _split(self, node, k):
-        super()._split(node, max(k - 1, 1))
-
-
-class _WalksOnlyWholeEdges(radix_cache.RadixCache):
-    """The walk enters a child only when the sequence covers its whole edge: a shorter one
-    stops above it, and insert puts a second child under the same first chunk, replacing the
-    first with its whole subtree (a duplicate child)."""
-
-    def _walk(self, chunks):
-        node, k, matched = super()._walk(chunks)
-        while node is not self.root and len(matched) - k + len(node.blocks) > len(chunks):
-            matched, node = matched[: len(matched) - k], node.parent
-            k = len(node.blocks)
-        return node, k, matched
-
-
-class _ForgetsTheWholeEdge(radix_cache.RadixCache):
-    """forget drops the node of p with every block on its edge, those before p too: blocks
-    that running sequences hold, whose prefixes are still valid, leave the cache."""
-
-    def forget(self, block):
-        node = self._node_of.get(block)
-        if node is None:
-            return False
-        self._drop(node)
-        del node.parent.children[node.chunks[0]]
-        return True
-
-
-class _ForgetsOnlyLeaves(radix_cache.RadixCache):
-    """forget refuses a block with prefixes below it ("evict the leaves first"), though the
-    allocator has already handed it out: a later hit shares its new contents."""
-
-    def forget(self, block):
-        node = self._node_of.get(block)
-        if node is not None and (node.children or node.blocks[-1] != block):
-            return False
-        return super().forget(block)
-
-
-class _ForgetKeepsTheLeaves(radix_cache.RadixCache):
-    """forget cuts the edge at p but keeps the children below it: the leaves outlive their
-    evicted parent and are found after the shorter prefix."""
-
-    def forget(self, block):
-        node = self._node_of.get(block)
-        if node is None:
-            return False
-        i = node.blocks.index(block)
-        for gone in node.blocks[i:]:
-            del self._node_of[gone]
-        del node.blocks[i:], node.chunks[i:]
-        if not node.blocks:
-            del node.parent.children[next(k for k, v in node.parent.children.items() if v is node)]
-        return True
-
-
-@pytest.mark.parametrize(
-    ("cls", "criterion", "words"),
-    [
-        (
-            _NeverSplits,
-            "diverging_insert_splits_an_edge",
-            "after insert([1, 2, 3, 4, 7, 7], [0, 1, 5]) the tree is broken: block 5 ends prefix "
-            "[[1, 2], [3, 4], [5, 6], [7, 7]] in your tree, but it holds the last chunk of "
-            "[[1, 2], [3, 4], [7, 7]]: the path to it runs through chunks that are not its "
-            "prefix's: split the edge",
-        ),
-        (_SplitsAtTheDepth, "random_operations_match_the_contract", "raised IndexError"),
-        (
-            _SplitsOneEarly,
-            "diverging_insert_splits_an_edge",
-            "block 5 ends prefix [[1, 2], [7, 7]] in your tree, but it holds the last chunk of "
-            "[[1, 2], [3, 4], [7, 7]]: it hangs above where its prefix ends",
-        ),
-        (_WalksOnlyWholeEdges, "random_operations_match_the_contract", "expected"),
-        (
-            _ForgetsTheWholeEdge,
-            "forget_cuts_the_subtree",
-            "block 0, before block 1 on its edge, went too",
-        ),
-        (_ForgetsOnlyLeaves, "forget_cuts_the_subtree", "forget may not refuse it"),
-        (_ForgetKeepsTheLeaves, "forget_cuts_the_subtree", "2 and 5 ran through 1"),
-    ],
-    ids=lambda x: getattr(x, "__name__", "")[1:24],
-)
-def test_a_radix_tree_with_a_block_in_the_wrong_place_fails_with_the_cause(cls, criterion, words):
-    module = SimpleNamespace(RadixCache=cls, RadixNode=radix_cache.RadixNode)
-    failed = failures_of(12, [criterion], radix_cache=module)
-    assert words in failed[criterion], failed
-
-
-def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
-    """Every run once listed a step's sequences by id (the engine's tables and the generated
-    runs alike), so placing newcomers as the step lists them passed every criterion; a run
-    listing them out of order, and generated runs in shuffled order, now show it."""
-    path = Path(__file__).parent / "student_answers/ex13/step_order/recorded_waste.py"
-    spec = importlib.util.spec_from_file_location("step_order", path)
-    answer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(answer)
-    name = "fragmentation_stalls_of_a_recorded_run"
-    failed = failures_of(13, [name], recorded_waste=answer, memory=memory)
-    assert "listed 5 first: they ask in order of id" in failed[name]
-    assert "expected the stalls (step, sequence) [], got [(2, 4)]" in failed[name]
-
-
 class _CowLeavesOneSharer(BlockManager):
     """Copy-on-write that leaves the old block to "the other" sharer, R[p] set to 1: right
     with two sharers (parallel sampling with n = 2), wrong with three."""
@@ -427,33 +269,15 @@ def test_a_swap_that_counts_the_group_and_not_the_holders_is_caught():
     )
 
 
-def _kv_head_by_n_kv(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
-    """Exercise 07's loop with query head h reading KV head h // N_KV, not h // (N_Q / N_KV):
-    the library's loop over pools whose heads are picked that way."""
-    heads = [h // key_pool.shape[1] for h in range(query.shape[1])]
-    return attention.paged_attention_decode_loop(
-        query, key_pool[:, heads], value_pool[:, heads], block_tables, seq_lens, scale, block_size
-    )
-
-
-def test_a_loop_reading_kv_head_h_over_n_kv_fails_the_grouped_query_criterion():
-    """With 4 query heads over 2 KV heads, h // N_KV and h // (N_Q / N_KV) are the same map:
-    the grouped-query criterion passed it (the one-head-per-KV-head cases caught it, under
-    other names). Its case is now 6 query heads over 3."""
-    module = SimpleNamespace(**vars(attention))
-    module.paged_attention_decode_loop = _kv_head_by_n_kv
-    name = "loop_grouped_query_attention"
-    failed = failures_of(7, [name], attention=module)
-    assert "6 query heads over 3 KV heads" in failed[name]
-    assert "expected [" in failed[name]
-
-
-@pytest.mark.slow
-def test_a_decode_kernel_reading_kv_head_h_over_n_kv_fails_the_gqa_criterion(tmp_path):
-    """The same map in the kernel passed decode_batch_with_gqa, 4 query heads over 2."""
-    right = "        kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA"
-    kernel_with(
-        tmp_path, "paged_attention.py", right, "        kv_head = head // key_pool.shape[1]  #"
-    )
-    failed = {r.name: r.message for r in grade(11, tmp_path).results if r.outcome == FAIL}
-    assert "6 query heads over 3 KV heads" in failed["decode_batch_with_gqa"]
+def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
+    """Every run once listed a step's sequences by id (the engine's tables and the generated
+    runs alike), so placing newcomers as the step lists them passed every criterion; a run
+    listing them out of order, and generated runs in shuffled order, now show it."""
+    path = Path(__file__).parent / "student_answers/ex13/step_order/recorded_waste.py"
+    spec = importlib.util.spec_from_file_location("step_order", path)
+    answer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(answer)
+    name = "fragmentation_stalls_of_a_recorded_run"
+    failed = failures_of(13, [name], recorded_waste=answer, memory=memory)
+    assert "listed 5 first: they ask in order of id" in failed[name]
+    assert "expected the stalls (step, sequence) [], got [(2, 4)]" in failed[name]

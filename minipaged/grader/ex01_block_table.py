@@ -17,6 +17,11 @@ EXAMPLE_TABLE = [47, 12, 93]
 LLAMA3_8B = "ModelShape(32, 32, 8, 128, 2)"
 """Llama-3-8B's shape, as the checks build it: N_L = 32, N_Q = 32, N_KV = 8, d_h = 128, b = 2."""
 
+SMALL_FP8 = (5, 6, 2, 8, 1)
+"""A small shape whose every factor differs from Llama's (N_L = 5, N_Q = 6, N_KV = 2, d_h = 8)
+and whose cache is FP8 (b = 1): a byte count written with Llama's b = 2, or §3's B = 16, in
+place of the shape's own or the argument is right for Llama alone."""
+
 BLOCK_SIZES = (1, 3, 4, 6, 16)
 """Block sizes the arithmetic is checked at: powers of two and not (a bit mask or a shift is
 right only for the first)."""
@@ -171,10 +176,29 @@ def check_kv_bytes(student):
                 f"{per_token * length}"
             )
         expect(got, per_token * length, f"{LLAMA3_8B}.kv_bytes({length}), M_KV(L={length})")
+    small = student.memory.ModelShape(*SMALL_FP8)
+    _own_factors(small.kv_bytes(5), 2 * 5 * 2 * 8 * 5, f"ModelShape{SMALL_FP8}.kv_bytes(5)")
+
+
+def _own_factors(got, expected: int, what: str, block_size: int | None = None) -> None:
+    """Fail with the cause named when ``got``, a byte count of ``SMALL_FP8``, is what Llama's
+    b = 2 or §3's B = 16 gives instead of the shape's own b = 1 or the ``block_size`` given."""
+    if got == 2 * expected:
+        raise CheckFailed(
+            f"{what}: got {got}, twice {expected}: it counts b = 2 bytes a value, but this "
+            "shape's cache is FP8 (dtype_bytes = 1): use self.dtype_bytes, not FP16's 2"
+        )
+    if block_size is not None and got == expected // block_size * 16 != expected:
+        raise CheckFailed(
+            f"{what}: got {got}, the bytes of a block of 16 tokens (§3's example); use the "
+            f"block_size given, B = {block_size}: expected {expected}"
+        )
+    expect(got, expected, what)
 
 
 def check_block_bytes(student):
-    """block_bytes_per_layer(B) is 2 * N_KV * d_h * B * b; block_bytes(B) is N_L times that (§3)"""
+    """block_bytes_per_layer(B) is 2 * N_KV * d_h * B * b; block_bytes(B) is N_L times that (§3),
+    for Llama-3-70B's B = 16 and b = 2 and for a small FP8 shape at B = 3"""
     llama3_70b = student.memory.ModelShape(80, 64, 8, 128, 2)
     what = "ModelShape(80, 64, 8, 128, 2).block_bytes_per_layer(16), Llama-3-70B's"
     expect(llama3_70b.block_bytes_per_layer(16), 65_536, f"{what} one block of B=16 (64 KB, §3)")
@@ -184,6 +208,11 @@ def check_block_bytes(student):
         "ModelShape(80, 64, 8, 128, 2).block_bytes(16), one block of B=16 in all 80 layers "
         "(80 × 64 KiB, §3's '5.12 MB')",
     )
+    small, shape = student.memory.ModelShape(*SMALL_FP8), f"ModelShape{SMALL_FP8}"
+    per_layer = 2 * 2 * 8 * 3  # 2 N_KV d_h B b with B = 3, b = 1
+    what = f"{shape}.block_bytes_per_layer(3)"
+    _own_factors(small.block_bytes_per_layer(3), per_layer, what, block_size=3)
+    _own_factors(small.block_bytes(3), 5 * per_layer, f"{shape}.block_bytes(3)", block_size=3)
 
 
 CRITERIA = tuple(

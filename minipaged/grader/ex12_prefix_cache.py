@@ -149,40 +149,94 @@ SEED = 9
 with the same shortest program each time (seed 9's 500 operations catch every bug of the
 tests' zoo of trees; a drawn program missed a stale parent pointer about one time in four)."""
 
+SEED_BLOCK_SIZE = 2
+"""The fixed program's $B$, which every other check of exercise 12 uses too."""
+
+DRAWN_BLOCK_SIZES = (3, 4, 5)
+"""The $B$ of the drawn program, one of these at each grading: never the fixed program's 2, so
+that a tree cutting chunks of 2 whatever its ``block_size`` (or assuming $B$ divides something)
+fails at every grading, not one time in four."""
+
 _DRAWS = random.SystemRandom()
-"""The seed of the program each grading runs next, from the system's random source: with the
-fixed program alone, a tree replaying the library's answers to it, stored at home, passed."""
+"""The seed and $B$ of the program each grading runs next, from the system's random source:
+with the fixed program alone, a tree replaying the library's answers to it, stored at home,
+passed, and so did a tree that ignored ``block_size``."""
 
 
 def check_random_operations_match_the_contract(student):
-    """random inserts, matches and forgets (500 the same at every grading, then 500 drawn anew)
-    give what the contract says, and keep the tree sound: no empty edge below the root, parent
-    pointers that agree with the children
+    """random inserts, matches and forgets (500 the same at every grading with B=2, then 500
+    drawn anew with a B drawn from 3 to 5) give what the contract says, and keep the tree
+    sound: no empty edge below the root, parent pointers that agree with the children
 
     Rule: after every operation, match(tokens) gives the blocks of the longest cached prefix
-    of whole blocks, insert the blocks it newly caches, forget(p) whether p was cached, as a
-    dict from each cached prefix to its block would."""
-    for seed in (SEED, _DRAWS.randrange(2**32)):
-        program = random_program(seed)
-        failure, ran = run_program(student, program)
+    of whole blocks of B tokens, insert the blocks it newly caches, forget(p) whether p was
+    cached, as a dict from each cached prefix to its block would."""
+    drawn = (_DRAWS.randrange(2**32), _DRAWS.choice(DRAWN_BLOCK_SIZES))
+    for seed, block_size in ((SEED, SEED_BLOCK_SIZE), drawn):
+        program = random_program(seed, block_size=block_size)
+        failure, ran = run_program(student, program, block_size)
         if failure:
-            short, failure = shrink(student, program[:ran], failure)
+            short, failure = shrink(student, program[:ran], failure, block_size)
             steps = "\n  ".join(f"cache.{called(op)}" for op in short)
-            drawn = "" if seed == SEED else ", drawn for this grading"
+            why = "" if seed == SEED else ", drawn for this grading"
             raise CheckFailed(
                 f"{failure}\nThe shortest failing program found ({len(short)} of the "
-                f"{len(program)} random operations of random_program(seed={seed}){drawn}, in "
-                f"minipaged.grader.ex12_random_programs), on a new RadixCache(block_size=2):"
-                f"\n  {steps}"
+                f"{len(program)} random operations of random_program(seed={seed}, "
+                f"block_size={block_size}){why}, in minipaged.grader.ex12_random_programs), on "
+                f"a new RadixCache(block_size={block_size}):\n  {steps}"
             )
 
 
-def check_block_manager_hits_and_evicts_least_recent_first(student):
-    """in the block manager: a finished prompt's blocks are hit, then evicted oldest first
+def _allocate_checking_hits(bm, seq: int, prompt: list[int], held: dict[int, list]) -> list:
+    """``bm.allocate(seq, len(prompt), prompt)``; fail, naming the cause, when its PrefixHit
+    shares a block that does not hold the prompt's own tokens there. ``held`` maps each block
+    to the tokens last written in it (updated here); returns the PrefixHits as (blocks,
+    tokens)."""
+    b = bm.block_size
+    bm.pop_events()
+    table = bm.allocate(seq, len(prompt), prompt)
+    hits = [(e.blocks, e.num_tokens) for e in bm.pop_events() if isinstance(e, PrefixHit)]
+    for blocks, _ in hits:
+        for j, block in enumerate(blocks):
+            own = prompt[j * b : (j + 1) * b]
+            if held.get(block) != own:
+                raise CheckFailed(
+                    f"allocate({seq}, {len(prompt)}, {prompt}) hit blocks {list(blocks)}, but "
+                    f"block {block} holds tokens {held.get(block)}, where the prompt has {own}: "
+                    "a hit shares the blocks of another prefix of the same length. Compare "
+                    "every chunk along an edge with the prompt's, not only the first (the key)"
+                )
+    for j, block in enumerate(table.blocks):
+        held[block] = prompt[j * b : (j + 1) * b]
+    return hits
 
-    Rule: a new prompt reuses the cached blocks match finds; a cached block is evicted only
-    when the allocator hands it out again, least recently released first, and forget drops
-    it with every prefix below it."""
+
+def _check_hits_hold_the_prompt(student) -> None:
+    """Two prompts of the same length sharing their first block: each hit must share the
+    blocks that hold its own prompt's tokens, not the other's."""
+    bm = block_manager_class(student)(8, block_size=2, watermark=0.0, prefix_caching="radix")
+    first, second, held = [1, 2, 3, 4, 5], [1, 2, 8, 9, 5], {}
+    _allocate_checking_hits(bm, 0, first, held)  # T_0 = [0, 1, 2]
+    bm.free(0)
+    what = "(blocks, tokens) of the PrefixHit of allocate({}, 5, {}), after {}"
+    hits = _allocate_checking_hits(bm, 1, second, held)
+    expect(hits, [((0,), 2)], what.format(1, second, f"{first} was cached in [0, 1, 2]"))
+    t_1 = bm.table(1).blocks
+    bm.free(1)
+    hits = _allocate_checking_hits(bm, 2, second, held)
+    expect(hits, [(tuple(t_1[:2]), 4)], what.format(2, second, f"it was cached in {t_1}"))
+    hits = _allocate_checking_hits(bm, 3, first, held)
+    expect(hits, [((0, 1), 4)], what.format(3, first, f"{second} was cached in {t_1}"))
+
+
+def check_block_manager_hits_and_evicts_least_recent_first(student):
+    """in the block manager: a finished prompt's blocks are hit, holding the prompt's own
+    tokens, then evicted oldest first
+
+    Rule: a new prompt reuses the cached blocks match finds, which hold its own tokens; a
+    cached block is evicted only when the allocator hands it out again, least recently
+    released first, and forget drops it with every prefix below it."""
+    _check_hits_hold_the_prompt(student)
     bm = block_manager_class(student)(6, block_size=2, watermark=0.0, prefix_caching="radix")
     prompt = [1, 2, 3, 4, 5]  # full blocks [1, 2] and [3, 4]
     bm.allocate(0, 5, prompt)  # T_0 = [0, 1, 2]

@@ -57,7 +57,7 @@ tree far larger than any program here builds."""
 
 MAX_DEPTH = 64
 """Nor does it go deeper than this many edges: the programs' sequences hold at most four
-chunks, so a deeper path runs through a cycle."""
+chunks, whatever $B$, so a deeper path runs through a cycle."""
 
 
 def tree_shape(cache) -> list[list] | None:
@@ -172,17 +172,18 @@ def _listed(prefix: tuple) -> list[list[int]]:
     return [list(chunk) for chunk in prefix]
 
 
-def random_program(seed: int, length: int = 500) -> list[tuple]:
+def random_program(seed: int, length: int = 500, block_size: int = 2) -> list[tuple]:
     """``length`` random operations, each ``("insert", tokens, blocks)``, ``("match", tokens)``
-    or ``("forget", block)``, over tokens 1 and 2 so that prefixes collide and edges split.
+    or ``("forget", block)``, over tokens 1 and 2 so that prefixes collide and edges split,
+    for a tree of ``block_size`` tokens a chunk: sequences of up to four chunks and one token.
     Half the inserts reuse the blocks of the cached prefix, as a prefix hit would. The same
-    ``seed`` gives the same program."""
-    rng, model, program, next_block = random.Random(seed), PrefixModel(2), [], 0
+    ``seed`` and ``block_size`` give the same program."""
+    rng, model, program, next_block = random.Random(seed), PrefixModel(block_size), [], 0
     for _ in range(length):
-        tokens = [rng.randint(1, 2) for _ in range(rng.randint(0, 9))]
+        tokens = [rng.randint(1, 2) for _ in range(rng.randint(0, 4 * block_size + 1))]
         op = rng.random()
         if op < 0.4:
-            blocks = list(range(next_block, next_block + len(tokens) // 2 + 1))
+            blocks = list(range(next_block, next_block + len(tokens) // block_size + 1))
             if rng.random() < 0.5:
                 hit = model.match(tokens)
                 blocks[: len(hit)] = hit
@@ -203,11 +204,11 @@ def called(op: tuple) -> str:
     return f"{op[0]}({', '.join(map(repr, op[1:]))})"
 
 
-def _run_ops(student, program: list[tuple]) -> list[dict]:
-    """Next to the student's code: run ``program`` on a fresh tree of theirs, and after each
-    operation record what it returned (or raised), the tree's shape and ``cached_blocks()``.
-    Stops at the first exception."""
-    cache, seen = new_tree(student), []
+def _run_ops(student, program: list[tuple], block_size: int) -> list[dict]:
+    """Next to the student's code: run ``program`` on a fresh tree of theirs, of
+    ``block_size`` tokens a chunk, and after each operation record what it returned (or
+    raised), the tree's shape and ``cached_blocks()``. Stops at the first exception."""
+    cache, seen = new_tree(student, block_size), []
     for op in program:
         try:
             got = getattr(cache, op[0])(*op[1:])
@@ -221,12 +222,12 @@ def _run_ops(student, program: list[tuple]) -> list[dict]:
     return seen
 
 
-def run_program(student, program: list[tuple]) -> tuple[str, int]:
-    """Run ``program`` on a fresh tree of the student's and on the contract's model; return
-    what first went wrong (a wrong answer, a broken tree, an exception), or ``""``, and how
-    many operations ran up to it."""
-    model, tree_before = PrefixModel(2), []
-    seen = student.run(_run_ops, program)
+def run_program(student, program: list[tuple], block_size: int = 2) -> tuple[str, int]:
+    """Run ``program`` on a fresh tree of the student's and on the contract's model, both of
+    ``block_size`` tokens a chunk; return what first went wrong (a wrong answer, a broken tree,
+    an exception), or ``""``, and how many operations ran up to it."""
+    model, tree_before = PrefixModel(block_size), []
+    seen = student.run(_run_ops, program, block_size)
     for ran, (op, step) in enumerate(zip(program, seen, strict=False), start=1):
         if "raised" in step:
             return f"{called(op)} raised {step['raised']}", ran
@@ -259,7 +260,9 @@ SHRINK_RUNS = 500
 student sees does not depend on how busy the machine is."""
 
 
-def shrink(student, program: list[tuple], failure: str) -> tuple[list[tuple], str]:
+def shrink(
+    student, program: list[tuple], failure: str, block_size: int = 2
+) -> tuple[list[tuple], str]:
     """A shorter program that still fails, and its failure: drop runs of operations, halving
     the run's length, for as long as something fails (delta debugging), trying at most
     ``SHRINK_RUNS`` programs."""
@@ -268,7 +271,7 @@ def shrink(student, program: list[tuple], failure: str) -> tuple[list[tuple], st
         i, dropped = 0, False
         while i < len(program) and runs < SHRINK_RUNS:
             candidate = program[:i] + program[i + size :]
-            why, ran = run_program(student, candidate) if candidate else ("", 0)
+            why, ran = run_program(student, candidate, block_size) if candidate else ("", 0)
             runs += 1
             if why:
                 program, failure, dropped = candidate[:ran], why, True
