@@ -2576,6 +2576,20 @@ _NUMBA = (
     "return made(self, parent, child)"
 )
 
+IN_A_WORKER = _beside_an_honest_answer(
+    "source-compiled-by-a-pool-worker",
+    "import base64\nfrom concurrent.futures import ThreadPoolExecutor\n"
+    "namespace = dict(globals())\n"
+    "with ThreadPoolExecutor(1) as pool:  # exec and compile called by the worker's frame\n"
+    "    pool.submit(exec, base64.b64decode(_FORK64), namespace).result()\n"
+    "return namespace['_Copied'].fork(self, parent, child)",
+    COMPILED,
+)
+"""The library's ``fork``, kept encoded, run by ``exec`` called from a thread pool's worker,
+whose stack holds no frame of the student's: the ``compile`` went unrecorded, and exercise 03
+scored 100/100. What a thread their code started runs is theirs now
+(``minipaged.grader.runtime_code``): the source is recorded and judged a copy."""
+
 NUMBA = (
     # The refusal, raised inside Numba's compiled code, reaches the report as a SystemError
     _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "with an exception set"),
@@ -2694,6 +2708,7 @@ HAND_INS = (
     CARRIED,
     *C_API,
     RAW_MEMORY,
+    IN_A_WORKER,
     *NUMBA,
     CLAIMS,
 )

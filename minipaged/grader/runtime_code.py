@@ -197,6 +197,8 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
         name = filename if type(filename) is str else repr(type(filename))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
+        if installed(where):  # a thread theirs started: no frame of theirs on its stack
+            where = f"thread, in {where.rpartition('/')[2]}"
         tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
         seen.add(digest)  # told: never again
         unchecked.append((source, name))
