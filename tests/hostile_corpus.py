@@ -21,10 +21,12 @@ import importlib
 import importlib.util
 import inspect
 import marshal
+import pickle
 import sys
 import textwrap
+import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hypothesis.stateful import invariant
@@ -2576,6 +2578,59 @@ _NUMBA = (
     "return made(self, parent, child)"
 )
 
+
+class _TypesModule:
+    """Unpickled as the module ``types``."""
+
+    def __reduce__(self):
+        return importlib.import_module, ("types",)
+
+
+class _CodeType:
+    """Unpickled as ``types.CodeType``, which pickle then calls (``__call__``: pickle's rule)."""
+
+    def __call__(self, *args):
+        return types.CodeType(*args)
+
+    def __reduce__(self):
+        return getattr, (_TypesModule(), "CodeType")
+
+
+class _PickledCode:
+    """A code object as a pickle that calls ``types.CodeType`` on its parts as it loads."""
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.code = code
+
+    def __reduce__(self):
+        c = self.code
+        consts = tuple(_PickledCode(k) if isinstance(k, types.CodeType) else k for k in c.co_consts)
+        parts = (c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals)
+        parts += (c.co_stacksize, c.co_flags, c.co_code, consts, c.co_names, c.co_varnames)
+        parts += (c.co_filename, c.co_name, c.co_qualname, c.co_firstlineno, c.co_linetable)
+        return _CodeType(), (*parts, c.co_exceptiontable, c.co_freevars, c.co_cellvars)
+
+
+UNPICKLED = _beside_an_honest_answer(
+    "code-built-by-pickle-bound-by-raw-memory",
+    _RAW_MEMORY.replace(
+        "module = loader._compile_bytecode(_FORK_CODE)  # the import system's own marshal.loads\n"
+        "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+        "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n",
+        "import pickle\nmethod = pickle._loads(_FORK_PICKLE)  # CodeType called by pickle.py\n",
+    ),
+    "the bytecode of fork is the library's",
+)
+UNPICKLED = replace(
+    UNPICKLED,
+    appended=UNPICKLED.appended
+    + f"_FORK_PICKLE = {pickle.dumps(_PickledCode(_library_code('BlockManager.fork')), 2)!r}\n",
+)
+"""The library's ``fork`` built by ``types.CodeType`` on its parts, brought as a pickle that
+Python's own unpickler (``pickle._loads``, an installed caller) calls it from, and bound by raw
+memory as in ``RAW_MEMORY``: exercise 03 scored 100/100. A code object made with a graded
+library function's bytecode is refused whoever makes it (``made_code.hand_made_judge``)."""
+
 IN_A_WORKER = _beside_an_honest_answer(
     "source-compiled-by-a-pool-worker",
     "import base64\nfrom concurrent.futures import ThreadPoolExecutor\n"
@@ -2708,6 +2763,7 @@ HAND_INS = (
     CARRIED,
     *C_API,
     RAW_MEMORY,
+    UNPICKLED,
     IN_A_WORKER,
     *NUMBA,
     CLAIMS,
