@@ -21,10 +21,12 @@ import importlib
 import importlib.util
 import inspect
 import marshal
+import pickle
 import sys
 import textwrap
+import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hypothesis.stateful import invariant
@@ -2505,7 +2507,7 @@ C_API = (
         "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
         "made = _c('PyFunction_New', ctypes.py_object, ctypes.py_object)(method, globals())\n"
         "return made(self, parent, child)",
-        "PyFunction_New",
+        "marshal.loads",  # the bytes are judged as they load, before PyFunction_New is looked up
     ),
     _beside_an_honest_answer(
         "bytecode-run-through-ctypes-under-another-name",
@@ -2527,6 +2529,153 @@ and each ran the library's ``fork`` from its bytes, looked up by ``ctypes.python
 now (``native_calls.RUNS_UNSEEN``). Code that writes raw memory (numpy's
 ``__array_interface__`` on an address, a function's ``func_code`` overwritten) still runs what
 it likes, unheard: this is a tripwire, and ``delegation`` says what such code can reach."""
+
+_RAW_MEMORY = (
+    "import numpy, types, importlib._bootstrap_external as loader\n"
+    "module = loader._compile_bytecode(_FORK_CODE)  # the import system's own marshal.loads\n"
+    "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+    "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+    "def made(self, parent, child):\n    raise NotImplementedError('replaced')\n"
+    "class At:  # CPython 3.11: a function's func_code is 48 bytes in\n"
+    "    __array_interface__ = {'data': (id(made) + 48, False), 'shape': (1,), "
+    "'typestr': '<u8', 'version': 3}\n"
+    "numpy.asarray(At())[0] = id(method)  # no audit event: raw memory\n"
+    "globals().setdefault('_KEPT', []).extend([made, method])  # neither freed: a reference\n"
+    "return made(self, parent, child)"
+)
+
+RAW_MEMORY = _beside_an_honest_answer("bytecode-bound-by-raw-memory", _RAW_MEMORY, "marshal.loads")
+
+_NUMBA = (
+    "import marshal, numpy, types\n"
+    "from numba import njit, types as nb\n"
+    "from numba.extending import intrinsic\n"
+    "from numba.core import cgutils\n"
+    "from llvmlite import ir\n"
+    "def at(address):  # raw memory, as in _RAW_MEMORY\n"
+    "    class At:\n"
+    "        __array_interface__ = {'data': (address, False), 'shape': (1,), "
+    "'typestr': '<u8', 'version': 3}\n"
+    "    return numpy.asarray(At())\n"
+    "@intrinsic\n"
+    "def _loads(context, address, size):  # Python's C API, by name: no ctypes, no event\n"
+    "    def codegen(context, builder, signature, args):\n"
+    "        i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()\n"
+    "        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i8p, i64]),"
+    " 'PyMarshal_ReadObjectFromString')\n"
+    "        return builder.call(fn, [builder.inttoptr(args[0], i8p), args[1]])\n"
+    "    return nb.int64(nb.int64, nb.int64), codegen\n"
+    "loads = njit(lambda address, size: _loads(address, size))\n"
+    "data = numpy.frombuffer(_FORK_CODE, dtype=numpy.uint8)\n"
+    "address = data.__array_interface__['data'][0]\n"
+    "holder = [None]  # its one item becomes the module's code, the reference it was given\n"
+    "at(int(at(id(holder) + 24)[0]))[0] = loads(address, len(data))\n"
+    "(klass,) = [c for c in holder[0].co_consts if isinstance(c, types.CodeType)]\n"
+    "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n"
+    "def made(self, parent, child):\n    raise NotImplementedError('replaced')\n"
+    "at(id(made) + 48)[0] = id(method)\n"
+    "globals().setdefault('_KEPT', []).extend([made, method])\n"
+    "return made(self, parent, child)"
+)
+
+
+class _TypesModule:
+    """Unpickled as the module ``types``."""
+
+    def __reduce__(self):
+        return importlib.import_module, ("types",)
+
+
+class _CodeType:
+    """Unpickled as ``types.CodeType``, which pickle then calls (``__call__``: pickle's rule)."""
+
+    def __call__(self, *args):
+        return types.CodeType(*args)
+
+    def __reduce__(self):
+        return getattr, (_TypesModule(), "CodeType")
+
+
+class _PickledCode:
+    """A code object as a pickle that calls ``types.CodeType`` on its parts as it loads."""
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.code = code
+
+    def __reduce__(self):
+        c = self.code
+        consts = tuple(_PickledCode(k) if isinstance(k, types.CodeType) else k for k in c.co_consts)
+        parts = (c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals)
+        parts += (c.co_stacksize, c.co_flags, c.co_code, consts, c.co_names, c.co_varnames)
+        parts += (c.co_filename, c.co_name, c.co_qualname, c.co_firstlineno, c.co_linetable)
+        return _CodeType(), (*parts, c.co_exceptiontable, c.co_freevars, c.co_cellvars)
+
+
+UNPICKLED = _beside_an_honest_answer(
+    "code-built-by-pickle-bound-by-raw-memory",
+    _RAW_MEMORY.replace(
+        "module = loader._compile_bytecode(_FORK_CODE)  # the import system's own marshal.loads\n"
+        "(klass,) = [c for c in module.co_consts if isinstance(c, types.CodeType)]\n"
+        "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n",
+        "import pickle\nmethod = pickle._loads(_FORK_PICKLE)  # CodeType called by pickle.py\n",
+    ),
+    "the bytecode of fork is the library's",
+)
+UNPICKLED = replace(
+    UNPICKLED,
+    appended=UNPICKLED.appended
+    + f"_FORK_PICKLE = {pickle.dumps(_PickledCode(_library_code('BlockManager.fork')), 2)!r}\n",
+)
+"""The library's ``fork`` built by ``types.CodeType`` on its parts, brought as a pickle that
+Python's own unpickler (``pickle._loads``, an installed caller) calls it from, and bound by raw
+memory as in ``RAW_MEMORY``: exercise 03 scored 100/100. A code object made with a graded
+library function's bytecode is refused whoever makes it (``made_code.hand_made_judge``)."""
+
+IN_A_WORKER = _beside_an_honest_answer(
+    "source-compiled-by-a-pool-worker",
+    "import base64\nfrom concurrent.futures import ThreadPoolExecutor\n"
+    "namespace = dict(globals())\n"
+    "with ThreadPoolExecutor(1) as pool:  # exec and compile called by the worker's frame\n"
+    "    pool.submit(exec, base64.b64decode(_FORK64), namespace).result()\n"
+    "return namespace['_Copied'].fork(self, parent, child)",
+    COMPILED,
+)
+"""The library's ``fork``, kept encoded, run by ``exec`` called from a thread pool's worker,
+whose stack holds no frame of the student's: the ``compile`` went unrecorded, and exercise 03
+scored 100/100. What a thread their code started runs is theirs now
+(``minipaged.grader.runtime_code``): the source is recorded and judged a copy."""
+
+NUMBA = (
+    # The refusal, raised inside Numba's compiled code, reaches the report as a SystemError
+    _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "with an exception set"),
+    _beside_an_honest_answer(
+        "bytecode-loaded-by-numba-from-an-installed-frame",
+        _NUMBA.replace(
+            "at(int(at(id(holder) + 24)[0]))[0] = loads(address, len(data))",
+            "from concurrent.futures import ThreadPoolExecutor\n"
+            "with ThreadPoolExecutor(1) as pool:  # its worker's frame calls: installed code\n"
+            "    got = pool.submit(loads, address, len(data)).result()\n"
+            "at(int(at(id(holder) + 24)[0]))[0] = got",
+        ),
+        "marshal.loads",
+    ),
+)
+"""The library's ``fork`` from bytes by Numba: an ``@intrinsic`` calls Python's
+``PyMarshal_ReadObjectFromString`` by name (LLVM resolves it: no ``ctypes`` look-up), and
+numpy's raw memory puts the code object in a list and binds it as a function's ``func_code``.
+Called from the student's frame, the C function's own ``marshal.loads`` event was refused
+before (its caller is theirs). Called by a thread pool's worker, no frame of theirs was on the
+stack and the event went unjudged: exercise 03 scored 100/100. What a thread their code started
+runs is theirs now (``minipaged.grader.runtime_code``), and what ``marshal.loads`` makes is
+judged whoever calls it (``minipaged.grader.made_code``). A Numba intrinsic calling the C
+API's ``PyCode_New*`` on constants it builds raises no event at all, and is not walled
+(``minipaged.grader.delegation``)."""
+"""The library's ``fork`` brought from home as bytes, loaded by the import system's own
+``_compile_bytecode`` (an installed caller of ``marshal.loads``) and written over a function's
+``func_code`` with numpy's ``__array_interface__`` on the function's address: no audit event
+judges the binding, and exercise 03 scored 100/100. Raw memory cannot be walled in the child,
+but the code object has to exist first: ``marshal.loads`` is now judged whoever calls it
+(``minipaged.grader.made_code``), and the bytes name a file that holds no such code."""
 
 CLAIMS = HandIn(
     "claiming-a-pass",
@@ -2613,6 +2762,10 @@ HAND_INS = (
     FROM_HOME,
     CARRIED,
     *C_API,
+    RAW_MEMORY,
+    UNPICKLED,
+    IN_A_WORKER,
+    *NUMBA,
     CLAIMS,
 )
 """Every hand-in of the corpus."""

@@ -337,6 +337,7 @@ def _prepare(args: argparse.Namespace) -> str:
     from minipaged.grader.confinement import confine
     from minipaged.grader.delegation import guard
     from minipaged.grader.exercises import exercise
+    from minipaged.grader.library_copies import Library, library_copy_finder
     from minipaged.grader.library_imports import load_library_imports
     from minipaged.grader.notices import refusal, teller
     from minipaged.grader.runtime_code import watch
@@ -350,8 +351,9 @@ def _prepare(args: argparse.Namespace) -> str:
         # (its warm-up, the scheduler on their manager): it keeps every library function.
         keeping = ex.graded + ex.answers if args.tui else ()
         keeping = tuple(ex.handed_over) if args.hands_over else keeping
+        library = Library(ex)  # read before guard refuses the library's files
         guard(ex, args.path, refusal(tell), refusal(teller(args.notices)), keeping)
-        watch(args.path, tell)
+        watch(args.path, tell, library_copy_finder(library.prints), library.bytecodes)
         import_from_source([args.path, args.temp])
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]

@@ -53,12 +53,18 @@ expected value (the checks run in the grader and send only their questions:
 ``minipaged.grader.remote`` lists what a child holds). In the child ``on_the_library``, the
 functions kept, which a frame of theirs reaches as well (an argument's ``__iter__``, one call
 below the library's ``_move``), and which that child cannot hand to a later one: it writes
-only its own temporary folder, which the grader empties, and code loaded from bytes runs in no
-child (``minipaged.grader.runtime_code``). And in every child, the guards themselves: their
-hooks removed, code the student brought encoded runs unheard. That was theirs before it ran,
-judged only where it is source (their folder, ``minipaged.grader.library_copies``); the C
-API's ways to run code unheard are refused by name (``minipaged.grader.native_calls``), so
-that it takes raw memory.
+only its own temporary folder, which the grader empties. Raw memory binds a code object with
+no event, but the code object must be made first, and each way to make one from bytes or text
+is judged as it is made, whoever calls it, in any thread (``minipaged.grader.made_code``). What
+raw memory still reaches unheard: native code the student compiles in the process (a Numba
+``@intrinsic``, resolved by LLVM, needs no ``ctypes`` look-up) calling the C API's
+``PyCode_New*`` on constants it builds, which raises no event (``PyCode_NewEmpty`` so
+called made a code object unheard; ``marshal``'s C code raises ``marshal.loads``, judged);
+and in every child the guards
+themselves: their hooks removed, code the student brought encoded runs unheard. That was
+theirs before it ran, judged only where it is source (their folder,
+``minipaged.grader.library_copies``); the C API's ways to run code are refused by name to
+``ctypes`` (``minipaged.grader.native_calls``), so that it takes raw memory and native code.
 """
 
 from __future__ import annotations

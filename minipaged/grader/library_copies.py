@@ -77,6 +77,14 @@ class Library:
                 self.prints[_fingerprint(code)] = (name, doc)
             elif len(code.co_code) >= LONG_BYTECODE:  # too long to match by chance
                 self.prints[_fingerprint(code)] = (name, None)
+        # The bytecode of each graded function and of those inside it: a code object a student's
+        # code makes from bytes (``code.__new__``) with one of these is a copy, whatever it names
+        self.bytecodes = frozenset(
+            sha256(inner.co_code).hexdigest()
+            for name in ex.graded
+            if name.partition(":")[2] in library
+            for inner in walk(library[name.partition(":")[2]])
+        )
 
 
 def library_copy_finder(prints: dict):

@@ -15,13 +15,12 @@ criterion.
 What the grader cannot read it refuses: while the student's code is on the stack, a code
 object that runs (``exec``, ``types.FunctionType``, a function's ``__code__`` set to it) must be
 one compiled from a source the hook recorded, or from the file it names (``provenance``), or be
-installed code imported by the import system; a code object loaded from bytes (``marshal.loads``,
-a ``.pyc`` of their own, the import system's own ``_compile_bytecode`` called on their bytes) or
-built by hand is none of these. Where the bytes come from does not matter: brought from home
-(``marshal.dumps`` of the library's code), or carried out of the grading child that keeps a
-library function (``Exercise.handed_over``) to the next one (the student's folder is read-only
-to it where Landlock confines it, but a System V shared-memory segment, which Landlock does not
-cover, outlives it), they are refused as they run.
+installed code imported by the import system; and what ``marshal.loads`` makes, whoever calls
+it, is judged as it is made (``minipaged.grader.made_code``: raw memory binds a code object
+with no event), as is a code object built by hand. Where the bytes come from does not matter:
+brought from home, or carried out of the grading child that keeps a library function
+(``Exercise.handed_over``) to the next one (their folder is read-only to it where Landlock
+confines it; a System V shared-memory segment, which Landlock does not cover, outlives it).
 The library's and the standard library's own run-time code (``dataclasses``, ``namedtuple``,
 torch, Numba) compiles with no student frame on the stack, or from a source the hook saw:
 neither is refused, and what a student's ``@dataclass`` compiles is judged and found to be no
@@ -41,7 +40,6 @@ import _thread
 import ast
 import os
 import sys
-import sysconfig
 import threading
 from hashlib import sha256
 from pathlib import Path
@@ -51,6 +49,7 @@ from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
 from minipaged.grader.exercises import exercise
 from minipaged.grader.interpreters import python_finder
 from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
+from minipaged.grader.made_code import hand_made_judge, loaded_judge, trusted_roots
 from minipaged.grader.native_calls import EXEC_SYMBOLS, RUNS_UNSEEN, SYMBOLS, UNSEEN
 from minipaged.grader.notices import COMPILED, refusal
 from minipaged.grader.provenance import (
@@ -108,7 +107,7 @@ WATCHED = (
     "run, and what that code keeps from your code"
 )
 
-RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load")
+RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load", "code.__new__")
 """Audit events of code compiled, loaded or run."""
 
 GUARDS_FRAME = (
@@ -141,7 +140,7 @@ def guards_codes() -> frozenset:
     """The code of every function of the guards' hooks (this module's, ``delegation``'s,
     ``notices``', ``provenance``'s and ``interpreters``'), each compiled inside them included;
     not a stub's (``delegation._stub``), whose frame holds only what its caller gave it."""
-    names = ("delegation", "interpreters", "notices", "provenance", "runtime_code")
+    names = ("delegation", "interpreters", "made_code", "notices", "provenance", "runtime_code")
     modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
     return frozenset(
         code
@@ -152,23 +151,11 @@ def guards_codes() -> frozenset:
     ) - frozenset(walk(_stub.__code__))
 
 
-def trusted_roots(folder: Path) -> tuple[str, ...]:
-    """The folders whose files are installed code: the library, the Python installation and
-    its packages (as named, and with links resolved)."""
-    paths = set(_LIBRARY)
-    for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]:
-        paths.add(path.rstrip(os.sep) + os.sep)
-    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
-        paths.add(sysconfig.get_paths()[name].rstrip(os.sep) + os.sep)
-    paths |= {os.path.realpath(p) + os.sep for p in paths}
-    inside = str(folder.resolve()) + os.sep
-    return tuple(p for p in paths if not inside.startswith(p)) + ("<frozen ",)
-
-
-def watch(folder: Path, tell) -> None:
+def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
     """In a grading child, before the student's code loads: tell the grader the sources
     compiled while their code is on the stack, and refuse code that runs from no source (see
-    the module's docstring). ``tell``: ``minipaged.grader.notices.teller``'s."""
+    the module's docstring). ``tell``: ``minipaged.grader.notices.teller``'s; ``copied`` and
+    ``bytecodes``: ``library_copies.Library``'s, for code made from bytes (``made_code``)."""
     inside = str(folder.resolve()) + os.sep
     roots = trusted_roots(folder)
     genuine = provenance()
@@ -179,6 +166,7 @@ def watch(folder: Path, tell) -> None:
     busy: set[int] = set()  # the threads in the hook: only the guards' code acts there
     looking: set[int] = set()  # the threads looking at frames here: only C code runs then
     thread, guards = _thread.get_ident, guards_codes()
+    main = thread()  # the grading child's own thread, which loads the student's code
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
     runs_python = python_finder(_LIBRARY)
@@ -209,6 +197,8 @@ def watch(folder: Path, tell) -> None:
         name = filename if type(filename) is str else repr(type(filename))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
+        if installed(where):  # a thread theirs started: no frame of theirs on its stack
+            where = f"thread, in {where.rpartition('/')[2]}"
         tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
         seen.add(digest)  # told: never again
         unchecked.append((source, name))
@@ -264,7 +254,10 @@ def watch(folder: Path, tell) -> None:
         ):
             return
         caller = getframe(1)
-        theirs = student_frame(caller)
+        # The grader runs Python in the main thread alone: another one the student's code
+        # started, and what runs there is theirs (a pool's worker calling marshal.loads has
+        # no frame of their files on its stack)
+        theirs = student_frame(caller) if thread() == main else caller
         # threading.settrace and threading.setprofile set a function each new thread installs
         # as it starts, before any student frame is on its stack; the library sets none.
         starting = caller.f_code is bootstrap
@@ -292,9 +285,12 @@ def watch(folder: Path, tell) -> None:
                 elif type(source) is not bytes:  # a syntax tree: what it reads as
                     source = unparse(source).encode()
                 record(source, args[1], theirs)
-            elif event.startswith("marshal"):
-                if not installed(caller.f_code.co_filename):
-                    raise refused(UNREADABLE.format("marshal.loads"))
+            elif event.startswith("marshal"):  # made now: judged now, whoever calls it
+                if event != "marshal.loads" or not installed(caller.f_code.co_filename):
+                    raise refused(UNREADABLE.format(event))
+                judged(args[0], theirs)
+            elif event == "code.__new__":  # whoever makes it (marshal's C, a Numba intrinsic)
+                made_by_hand(args, caller)
             elif code_set:
                 code, own = args[2], args[0].__code__
                 plain = plain_constants(code)  # else built by hand: its repr may run their code
@@ -351,6 +347,9 @@ def watch(folder: Path, tell) -> None:
         private(frame_read),
         private(acted_inside),
     )
+    copied = copied or (lambda code: None)  # no copy finder: nothing is a copy
+    judged = loaded_judge(readable, installed, _LIBRARY, copied, refused, UNREADABLE)
+    made_by_hand = hand_made_judge(installed, bytecodes, refused)
     sys.addaudithook(private(hook))
 
 
