@@ -197,7 +197,7 @@ def fp8_arguments(
     ``is_cpu``, which makes no ``torch.device`` object as ``scale.device`` does: from cold
     caches every attribute read costs microseconds, on every FP8 call."""
     num_kv_heads, device = key_pool.shape[1], key_pool.device
-    if k_scale is None and v_scale is None:  # every call of a float32 pool's
+    if k_scale is None and v_scale is None:  # a float32 pool's every call takes this way
         return unscaled_arguments(key_pool.dtype, num_kv_heads, device, kernel_array, decoder)
 
     def given(scale: torch.Tensor | None) -> object:
