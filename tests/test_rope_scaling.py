@@ -13,6 +13,7 @@ import torch
 from minipaged import LLM, SamplingParams
 from minipaged.checkpoint import load_model
 from minipaged.rope import RopeScaling, inverse_frequencies
+from tests.test_peer_hf_oracle import MAX_TOKENS, hf_generate
 
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
@@ -107,22 +108,7 @@ def scaled_checkpoint(request, tmp_path_factory):
     return model, path, unscaled
 
 
-def hf_greedy(model) -> list[int]:
-    ids = torch.tensor([PROMPT])
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=MAX_TOKENS,
-            min_new_tokens=MAX_TOKENS,
-            pad_token_id=0,
-            do_sample=False,
-        )
-    return out[0, len(PROMPT) :].tolist()
-
-
 PROMPT = [5, 17, 99, 42, 8, 61, 23, 77, 3, 45, 12, 90]
-MAX_TOKENS = 20  # 12 + 20 positions: past the original context of 16
 
 
 def test_a_scaled_checkpoint_logits_equal_transformers_and_differ_unscaled(scaled_checkpoint):
@@ -141,8 +127,8 @@ def test_a_scaled_checkpoint_logits_equal_transformers_and_differ_unscaled(scale
 @pytest.mark.parametrize("settings", [dict(block_size=4), dict(backend="numba-cpu", block_size=8)])
 def test_a_scaled_checkpoint_greedy_tokens_equal_transformers(scaled_checkpoint, settings):
     model, path, unscaled = scaled_checkpoint
-    expected = hf_greedy(model)
-    assert expected != hf_greedy(unscaled)  # a model that ignored the scaling would fail
+    (expected,) = hf_generate(model, PROMPT)  # 12 + 12 positions: past the original 16
+    assert expected != hf_generate(unscaled, PROMPT)[0]  # ignoring the scaling would fail
     llm = LLM(model=str(path), **settings)
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, ignore_eos=True)
     (result,) = llm.generate({"prompt_token_ids": PROMPT}, params)
