@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import base64
 import codecs
+import dis
 import importlib
 import importlib.util
 import inspect
@@ -2619,7 +2620,7 @@ UNPICKLED = _beside_an_honest_answer(
         "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n",
         "import pickle\nmethod = pickle._loads(_FORK_PICKLE)  # CodeType called by pickle.py\n",
     ),
-    "the bytecode of fork is the library's",
+    "fork, in the shape of the library's bytecode",
 )
 UNPICKLED = replace(
     UNPICKLED,
@@ -2873,3 +2874,55 @@ exercise's real work) with no formula of its own. A second set of generated runs
 at each grading, fails each of them."""
 
 HAND_INS += (STORED_SERIES,)
+
+
+# -- round 15: copies in disguise, native code, values that pass every comparison -------------
+
+
+def disguised(code: types.CodeType, top: bool = True) -> types.CodeType:
+    """``code`` rebuilt by ``code.replace`` as a student hiding a copy would: its docstring
+    dropped (``top``: the function's own; a comprehension's first constant is no docstring),
+    its constants and its names each in reverse order with every instruction renumbered to
+    match, its local variables renamed and its first line moved; the functions inside it
+    likewise. It runs as the original does; its bytecode is no longer the original's."""
+    consts = [disguised(c, False) if isinstance(c, types.CodeType) else c for c in code.co_consts]
+    if top and consts and isinstance(consts[0], str):
+        consts[0] = None
+    const_at = {old: len(consts) - 1 - old for old in range(len(consts))}
+    name_at = {old: len(code.co_names) - 1 - old for old in range(len(code.co_names))}
+    raw = bytearray(code.co_code)
+    for offset, op, arg in dis._unpack_opargs(code.co_code):
+        if op in dis.hasconst:
+            raw[offset + 1] = const_at[arg]
+        elif op in dis.hasname:
+            flag = 1 if dis.opname[op] == "LOAD_GLOBAL" else 0  # LOAD_GLOBAL: index << 1 | NULL
+            raw[offset + 1] = name_at[arg >> flag] << flag | (arg & flag)
+    cells = set(code.co_cellvars) | set(code.co_freevars)
+    return code.replace(
+        co_code=bytes(raw),
+        co_consts=tuple(reversed(consts)),
+        co_names=tuple(reversed(code.co_names)),
+        co_varnames=tuple(v if v in cells else f"v{i}" for i, v in enumerate(code.co_varnames)),
+        co_firstlineno=code.co_firstlineno + 1000,
+    )
+
+
+DISGUISED = _beside_an_honest_answer(
+    "a-disguised-copy-built-by-pickle-bound-by-raw-memory",
+    UNPICKLED.attacks[0].body,
+    "in the shape of the library's bytecode",
+)
+DISGUISED = replace(
+    DISGUISED,
+    appended=DISGUISED.appended
+    + "_FORK_PICKLE = "
+    + repr(pickle.dumps(_PickledCode(disguised(_library_code("BlockManager.fork"))), 2))
+    + "\n",
+)
+"""``UNPICKLED``'s attack on a copy of the library's ``fork`` in disguise (``disguised``: its
+docstring dropped, constants and names renumbered, locals renamed, first line moved), built by
+``types.CodeType`` inside ``pickle``'s own unpickler and bound by raw memory: the digest of
+exact bytecode missed it, and exercise 03 scored 100/100. A code object built by hand is judged
+by its bytecode's shape (``minipaged.grader.code_shapes``), which the disguise keeps."""
+
+HAND_INS += (DISGUISED,)

@@ -353,7 +353,7 @@ def _prepare(args: argparse.Namespace) -> str:
         keeping = tuple(ex.handed_over) if args.hands_over else keeping
         library = Library(ex)  # read before guard refuses the library's files
         guard(ex, args.path, refusal(tell), refusal(teller(args.notices)), keeping)
-        watch(args.path, tell, library_copy_finder(library.prints), library.bytecodes)
+        watch(args.path, tell, library_copy_finder(library.prints), library.shapes)
         import_from_source([args.path, args.temp])
         # Imported now, they need not be read again: from here on no one can read them.
         mirrored = [importlib.import_module(m).__name__ for m in ex.hidden]

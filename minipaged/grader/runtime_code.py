@@ -138,9 +138,11 @@ FRAME_READS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
 def guards_codes() -> frozenset:
     """The code of every function of the guards' hooks (this module's, ``delegation``'s,
-    ``notices``', ``provenance``'s and ``interpreters``'), each compiled inside them included;
-    not a stub's (``delegation._stub``), whose frame holds only what its caller gave it."""
-    names = ("delegation", "interpreters", "made_code", "notices", "provenance", "runtime_code")
+    ``notices``', ``provenance``'s, ``interpreters``', ``made_code``'s and ``code_shapes``'),
+    each compiled inside them included; not a stub's (``delegation._stub``), whose frame holds
+    only what its caller gave it."""
+    names = ("code_shapes", "delegation", "interpreters", "made_code", "notices", "provenance")
+    names += ("runtime_code",)
     modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
     return frozenset(
         code
@@ -151,11 +153,11 @@ def guards_codes() -> frozenset:
     ) - frozenset(walk(_stub.__code__))
 
 
-def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
+def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     """In a grading child, before the student's code loads: tell the grader the sources
     compiled while their code is on the stack, and refuse code that runs from no source (see
     the module's docstring). ``tell``: ``minipaged.grader.notices.teller``'s; ``copied`` and
-    ``bytecodes``: ``library_copies.Library``'s, for code made from bytes (``made_code``)."""
+    ``shapes``: ``library_copies.Library``'s, for code made from bytes (``made_code``)."""
     inside = str(folder.resolve()) + os.sep
     roots = trusted_roots(folder)
     genuine = provenance()
@@ -349,7 +351,7 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
     )
     copied = copied or (lambda code: None)  # no copy finder: nothing is a copy
     judged = loaded_judge(readable, installed, _LIBRARY, copied, refused, UNREADABLE)
-    made_by_hand = hand_made_judge(installed, bytecodes, refused)
+    made_by_hand = hand_made_judge(installed, shapes, refused)
     sys.addaudithook(private(hook))
 
 
