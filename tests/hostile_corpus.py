@@ -19,6 +19,7 @@ import base64
 import codecs
 import dis
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import marshal
@@ -2647,8 +2648,8 @@ scored 100/100. What a thread their code started runs is theirs now
 (``minipaged.grader.runtime_code``): the source is recorded and judged a copy."""
 
 NUMBA = (
-    # The refusal, raised inside Numba's compiled code, reaches the report as a SystemError
-    _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "with an exception set"),
+    # Refused as Numba hands llvmlite the LLVM code that declares the C function
+    _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "PyMarshal_ReadObject"),
     _beside_an_honest_answer(
         "bytecode-loaded-by-numba-from-an-installed-frame",
         _NUMBA.replace(
@@ -2658,7 +2659,7 @@ NUMBA = (
             "    got = pool.submit(loads, address, len(data)).result()\n"
             "at(int(at(id(holder) + 24)[0]))[0] = got",
         ),
-        "marshal.loads",
+        "PyMarshal_ReadObject",
     ),
 )
 """The library's ``fork`` from bytes by Numba: an ``@intrinsic`` calls Python's
@@ -2926,3 +2927,116 @@ exact bytecode missed it, and exercise 03 scored 100/100. A code object built by
 by its bytecode's shape (``minipaged.grader.code_shapes``), which the disguise keeps."""
 
 HAND_INS += (DISGUISED,)
+
+
+def _library_parts(qualname: str) -> tuple:
+    """The arguments of ``PyCode_NewWithPosOnlyArgs`` (CPython 3.11) that make the library's
+    ``Class.name`` of ``minipaged.block_manager`` again, under another file name."""
+    c = _library_code(qualname)
+    return (
+        *(c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals),
+        *(c.co_stacksize, c.co_flags, c.co_code, c.co_consts, c.co_names, c.co_varnames),
+        *(c.co_freevars, c.co_cellvars, "lecture.py", c.co_name, c.co_qualname),
+        *(c.co_firstlineno, c.co_linetable, c.co_exceptiontable),
+    )
+
+
+_BY_ADDRESS = (
+    "import ctypes, os, sysconfig, llvmlite.binding as llvm\n"
+    "llvm.load_library_permanently(os.path.join(  # LLVM's own dlopen: no ctypes event\n"
+    "    sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))\n"
+    "P, I = ctypes.py_object, ctypes.c_int\n"
+    "new_code = ctypes.PYFUNCTYPE(P, *[I] * 6, *[P] * 9, I, P, P)(\n"
+    "    llvm.address_of_symbol('PyCode_NewWithPosOnlyArgs'))  # by address: no dlsym event\n"
+    "new_function = ctypes.PYFUNCTYPE(P, P, P)(llvm.address_of_symbol('PyFunction_New'))\n"
+    "return new_function(new_code(*_FORK_PARTS), globals())(self, parent, child)"
+)
+
+NATIVE_CODE = (
+    replace(
+        _beside_an_honest_answer(
+            "code-made-by-the-c-api-at-an-address-llvm-found", _BY_ADDRESS, "PyCode_New"
+        ),
+        appended=_ENCODED + f"_FORK_PARTS = {_library_parts('BlockManager.fork')!r}\n",
+    ),
+)
+
+_EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
+_NATIVE = Path(importlib.util.find_spec("_bisect").origin).read_bytes()
+"""A compiled module of Python's own (``_bisect``): native code a student could bring, whatever
+it does."""
+
+_HERE = "import os\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+
+NATIVE_IN_THE_FOLDER = HandIn(
+    "native-code-in-the-folder",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "an-extension-module-loaded-by-the-import-machinery",
+            "return j = floor(t / B)",
+            _HERE + "import _imp, importlib.util\n"
+            f"path = os.path.join(here, 'fast{_EXTENSION}')\n"
+            "_imp.create_dynamic(importlib.util.spec_from_file_location('_bisect', path))\n"
+            "return t // block_size",
+            ("logical_block",),
+            "loads no compiled code",
+        ),
+        Attack(
+            "a-shared-library-under-another-name",
+            "return o = t mod B",
+            _HERE + "import ctypes\nctypes.CDLL(os.path.join(here, 'notes.bin'))\n"
+            "return t % block_size",
+            ("block_offset",),
+            "loads no compiled code",
+        ),
+    ),
+    files=((f"fast{_EXTENSION}", _NATIVE), ("notes.bin", _NATIVE)),
+)
+"""Native code brought in the folder, loaded by the import system's ``_imp.create_dynamic``
+(no audit event) and by ``ctypes.CDLL`` under a name no suffix gives away: each loaded, and
+ran its machine code in the grading process (both criteria passed; a library's machine code
+can call Python's C API unheard). A folder holding native code is refused before any of the
+student's code runs (``minipaged.grader.native_files``): every criterion fails, saying which
+file."""
+
+WRITTEN_NATIVE = HandIn(
+    "native-code-written-while-graded",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-shared-library-written-and-loaded-by-ctypes",
+            "return M = ceil(L / B)",
+            "import base64, ctypes, os, tempfile\n"
+            "path = os.path.join(tempfile.mkdtemp(), 'fast.so')\n"
+            "with open(path, 'wb') as f:\n    f.write(base64.b64decode(_NATIVE64))\n"
+            "ctypes.CDLL(path)\nreturn -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "may not load the native library",
+        ),
+        Attack(
+            "a-compiled-module-written-and-loaded-by-the-import-machinery",
+            "return o = t mod B",
+            "import _imp, base64, importlib.util, os, tempfile\n"
+            f"path = os.path.join(tempfile.mkdtemp(), 'fast{_EXTENSION}')\n"
+            "with open(path, 'wb') as f:\n    f.write(base64.b64decode(_NATIVE64))\n"
+            "_imp.create_dynamic(importlib.util.spec_from_file_location('_bisect', path))\n"
+            "return t % block_size",
+            ("block_offset",),
+            "may not load the native library",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=f"_NATIVE64 = {base64.b64encode(_NATIVE)!r}\n",
+)
+"""Native code kept encoded in a source file, written to the grading child's temporary folder
+and loaded by ``ctypes.CDLL`` or ``_imp.create_dynamic``: each loaded (both criteria passed).
+Loading a library that is not installed (from the student's folder, the temporary one, or
+anywhere not the Python installation's or the system's) is refused
+(``minipaged.grader.native_calls``): ``ctypes.dlopen``'s audit event names the file, and so
+does the ``import`` event ``_imp.create_dynamic`` raises."""
+
+HAND_INS += (*NATIVE_CODE, NATIVE_IN_THE_FOLDER, WRITTEN_NATIVE)

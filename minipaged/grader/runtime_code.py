@@ -8,9 +8,9 @@ grading child an audit hook (``watch``) sees every ``compile`` while a frame of 
 code is on the stack (a frame of a file that is neither the library's nor the Python
 installation's: their folder, the temporary folder, ``"<string>"``), and records the source
 compiled. The grader hears each distinct source once (``minipaged.grader.notices``) and
-judges it with the same ``copy_finder`` as the files (``Judge``), and a copy fails the call
-that compiled it, saying which line did, or, compiled while their files were imported, every
-criterion.
+judges it with the same ``copy_finder`` as the files (``minipaged.grader.compiled_copies``),
+and a copy fails the call that compiled it, saying which line did, or, compiled while their
+files were imported, every criterion.
 
 What the grader cannot read it refuses: while the student's code is on the stack, a code
 object that runs (``exec``, ``types.FunctionType``, a function's ``__code__`` set to it) must be
@@ -40,18 +40,18 @@ import _thread
 import ast
 import os
 import sys
+import tempfile
 import threading
 from hashlib import sha256
 from pathlib import Path
 from types import CodeType, FunctionType
 
 from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
-from minipaged.grader.exercises import exercise
 from minipaged.grader.interpreters import python_finder
-from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
+from minipaged.grader.library_copies import _fingerprint
 from minipaged.grader.made_code import hand_made_judge, loaded_judge, trusted_roots
-from minipaged.grader.native_calls import EXEC_SYMBOLS, RUNS_UNSEEN, SYMBOLS, UNSEEN
-from minipaged.grader.notices import COMPILED, refusal
+from minipaged.grader.native_calls import ANYONES, EXTENSION, NATIVE, native_judge, seal_symbols
+from minipaged.grader.notices import COMPILED, refusal, refusal_not_raised
 from minipaged.grader.provenance import (
     PRIVATE,
     getframe,
@@ -138,11 +138,11 @@ FRAME_READS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
 def guards_codes() -> frozenset:
     """The code of every function of the guards' hooks (this module's, ``delegation``'s,
-    ``notices``', ``provenance``'s, ``interpreters``', ``made_code``'s and ``code_shapes``'),
-    each compiled inside them included; not a stub's (``delegation._stub``), whose frame holds
-    only what its caller gave it."""
-    names = ("code_shapes", "delegation", "interpreters", "made_code", "notices", "provenance")
-    names += ("runtime_code",)
+    ``notices``', ``provenance``'s, ``interpreters``', ``made_code``'s, ``code_shapes``' and
+    ``native_calls``'), each compiled inside them included; not a stub's
+    (``delegation._stub``), whose frame holds only what its caller gave it."""
+    names = ("code_shapes", "delegation", "interpreters", "made_code", "native_calls")
+    names += ("notices", "provenance", "runtime_code")
     modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
     return frozenset(
         code
@@ -250,10 +250,10 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         if (
             event not in RECORDED
             and event not in STARTS
-            and event not in SYMBOLS
+            and event not in NATIVE
             and not watch
             and not code_set
-        ):
+        ) or (event == extension and args[1] is None):  # an import statement's: no file
             return
         caller = getframe(1)
         # The grader runs Python in the main thread alone: another one the student's code
@@ -263,7 +263,7 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         # threading.settrace and threading.setprofile set a function each new thread installs
         # as it starts, before any student frame is on its stack; the library sets none.
         starting = caller.f_code is bootstrap
-        if theirs is None and not (watch and starting):
+        if theirs is None and not (watch and starting) and event not in anyones:
             return
         busy.add(thread())
         try:
@@ -273,11 +273,8 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
                 started = runs_python(args)
                 if started:
                     raise refused(ELSEWHERE.format(started))
-            elif event in SYMBOLS:
-                if args[1] in EXEC_SYMBOLS:
-                    raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
-                if type(args[1]) is str and args[1].startswith(RUNS_UNSEEN):
-                    raise refused(UNSEEN.format(args[1]))
+            elif event in NATIVE:
+                native(event, args, theirs)
             elif event == "compile":
                 if getpid() != owner:  # what it compiles would run apart from the answers
                     raise refused(ELSEWHERE.format("compiles code in a forked process"))
@@ -352,33 +349,10 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     copied = copied or (lambda code: None)  # no copy finder: nothing is a copy
     judged = loaded_judge(readable, installed, _LIBRARY, copied, refused, UNREADABLE)
     made_by_hand = hand_made_judge(installed, shapes, refused)
+    temp = str(Path(tempfile.gettempdir()).resolve()) + os.sep  # the child's own: TMPDIR
+    native, anyones = native_judge(roots, (inside, temp), refused, ELSEWHERE), ANYONES
+    extension, state["stand-ins"] = EXTENSION, seal_symbols(refusal_not_raised(tell))
     sys.addaudithook(private(hook))
-
-
-class Judge:
-    """In the grader: judges what a child's answers say the student's code of exercise
-    ``number`` compiled."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.copied = None  # ``copy_finder``, made at the first record
-
-    def __call__(self, compiled) -> str:
-        """Why one of ``compiled`` (``[where, filename, source]``, told by the child) copies the
-        library's solution, or ``""``."""
-        for entry in compiled if type(compiled) is list else []:
-            if type(entry) is not list or len(entry) != 3 or {type(e) for e in entry} != {str}:
-                continue
-            if self.copied is None:
-                self.copied = copy_finder(exercise(self.number))
-            where, filename, source = entry
-            found = self.copied(source, filename)
-            if found:
-                return (
-                    f"code your {where} compiled at run time (as {filename!r}): {found}. "
-                    f"{write_your_own(exercise(self.number))}"
-                )
-        return ""
 
 
 PRIVATE |= {
@@ -389,10 +363,7 @@ PRIVATE |= {
     "ELSEWHERE": ELSEWHERE,
     "COMPILED": COMPILED,
     "STARTS": STARTS,
-    "EXEC_SYMBOLS": EXEC_SYMBOLS,
-    "SYMBOLS": SYMBOLS,
-    "RUNS_UNSEEN": RUNS_UNSEEN,
-    "UNSEEN": UNSEEN,
+    "NATIVE": NATIVE,
     "RECORDED": RECORDED,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
