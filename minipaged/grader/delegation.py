@@ -172,7 +172,7 @@ def guard(
     )
     copied, refusal, stub_code = library_copy_finder(library.prints), refused, _STUB_CODE
     stat_of = private(_stat)
-    searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
+    searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, LIBRARY_FOLDERS
 
     def audit(event: str, args: tuple) -> None:
         if event == "open" and (type(args[0]) is str or type(args[0]) is bytes):
@@ -289,7 +289,7 @@ def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):
     ``"<string>"``) may not."""
     mine = os.path.join(folder, f"{stem}.py") if stem is not None else None
     others = frozenset(os.path.join(folder, f"{s}.py") for s in ex.solution) - {mine}
-    theirs_prefix, library, grader = folder + os.sep, _LIBRARY, _GRADER
+    theirs_prefix, library, grader = folder + os.sep, LIBRARY_FOLDERS, _GRADER
 
     def allowed(caller) -> bool:
         theirs, frame = [], caller
@@ -309,8 +309,12 @@ def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):
     return private(allowed)
 
 
-_LIBRARY = tuple(
+LIBRARY_FOLDERS = tuple(
     os.path.dirname(importlib.util.find_spec(package).origin) + os.sep
     for package in ("minipaged", "cuda_kernels")
 )
+"""The folders of the library's packages, each ending in a separator: what a file name starts
+with when it is the library's own code (the grader's included). The one definition the
+guards use (``made_code``, ``runtime_code``)."""
+
 _GRADER = os.path.dirname(__file__) + os.sep

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import CodeType
 
 from minipaged.grader.code_shapes import shaper
-from minipaged.grader.delegation import _LIBRARY
+from minipaged.grader.delegation import LIBRARY_FOLDERS
 from minipaged.grader.provenance import private
 
 LOADED = "marshal.loads"
@@ -58,7 +58,7 @@ CACHE_HEADER = 16
 def trusted_roots(folder: Path) -> tuple[str, ...]:
     """The folders whose files are installed code: the library, the Python installation and
     its packages (as named, and with links resolved)."""
-    paths = set(_LIBRARY)
+    paths = set(LIBRARY_FOLDERS)
     for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]:
         paths.add(path.rstrip(os.sep) + os.sep)
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):

@@ -46,7 +46,7 @@ from hashlib import sha256
 from pathlib import Path
 from types import CodeType, FunctionType
 
-from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
+from minipaged.grader.delegation import LIBRARY_FOLDERS, LibraryDelegation, _stub
 from minipaged.grader.interpreters import python_finder
 from minipaged.grader.library_copies import _fingerprint
 from minipaged.grader.made_code import hand_made_judge, loaded_judge, trusted_roots
@@ -171,7 +171,7 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     main = thread()  # the grading child's own thread, which loads the student's code
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
-    runs_python = python_finder(_LIBRARY)
+    runs_python = python_finder(LIBRARY_FOLDERS)
     watching, watched = dict(WATCHING), WATCHED
     bootstrap = threading.Thread._bootstrap_inner.__code__
 
@@ -347,7 +347,7 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         private(acted_inside),
     )
     copied = copied or (lambda code: None)  # no copy finder: nothing is a copy
-    judged = loaded_judge(readable, installed, _LIBRARY, copied, refused, UNREADABLE)
+    judged = loaded_judge(readable, installed, LIBRARY_FOLDERS, copied, refused, UNREADABLE)
     made_by_hand = hand_made_judge(installed, shapes, refused)
     temp = str(Path(tempfile.gettempdir()).resolve()) + os.sep  # the child's own: TMPDIR
     native, anyones = native_judge(roots, (inside, temp), refused, ELSEWHERE), ANYONES
