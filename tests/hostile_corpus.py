@@ -3040,3 +3040,58 @@ anywhere not the Python installation's or the system's) is refused
 does the ``import`` event ``_imp.create_dynamic`` raises."""
 
 HAND_INS += (*NATIVE_CODE, NATIVE_IN_THE_FOLDER, WRITTEN_NATIVE)
+
+
+SET_OFF = """
+import base64 as _b64, functools as _functools, weakref as _weakref
+_COPIED, _KEPT = [], []  # the library's fork, once the grader's own code has compiled it
+_SOURCE = _b64.b64decode(_FORK64).decode() + "\\n_COPIED.append(_Copied.fork)\\n"
+
+class _Dying:  # its finalizer is exec itself: no function of this file is on the stack
+    __del__ = _functools.partial(exec, _SOURCE, globals())
+
+class _Words(_weakref.ref):  # a weak reference that is also a mapping, exec's locals
+    def __getitem__(self, name):
+        raise KeyError(name)
+
+    def __setitem__(self, name, value):
+        globals()[name] = value
+"""
+"""What each of ``SET_OFF_BY_THE_GRADER``'s hand-ins keeps: the library's ``fork`` encoded,
+and three ways to have it compiled and run later by the interpreter, with none of the
+student's functions on the stack."""
+
+_LATER = (
+    "if _COPIED:  # compiled while the grader forgot the last criterion's objects\n"
+    "    return _COPIED[0](self, parent, child)\n"
+    "{}\n"
+    "raise NotImplementedError('fork: not written yet')"
+)
+
+SET_OFF_BY_THE_GRADER = tuple(
+    replace(
+        _beside_an_honest_answer(name, _LATER.format(line), COMPILED),
+        appended=_ENCODED + SET_OFF,
+    )
+    for name, line in (
+        (
+            "exec-run-by-a-finalizer-when-the-grader-forgets",
+            "_weakref.finalize(self, exec, _SOURCE, globals())  # when this manager is freed",
+        ),
+        ("exec-as-a-dunder-del", "self.last_words = _Dying()  # freed with this manager"),
+        (
+            "exec-as-a-weak-reference-s-callback",
+            "_KEPT.append(_Words(self, _functools.partial(exec, _SOURCE, globals())))",
+        ),
+    )
+)
+"""The library's ``fork``, kept encoded, run by ``exec`` that the interpreter calls for the
+student's code after it returned: a ``weakref.finalize``, a ``__del__`` that is
+``functools.partial(exec, ...)``, a weak reference's callback. Each fires when the grader's
+child forgets the criterion's objects (its ``reset``), with only the grader's own frames on
+the stack, where the runtime hook judged nothing: the first criterion failed, and the copy
+passed every later one of the same grading child (exercise 03 scored 87/100). Code compiled or
+run in the main thread with no student frame on the stack, once their code has run, is set
+off by it and judged as theirs now (``minipaged.grader.runtime_code``)."""
+
+HAND_INS += SET_OFF_BY_THE_GRADER

@@ -24,7 +24,9 @@ confines it; a System V shared-memory segment, which Landlock does not cover, ou
 The library's and the standard library's own run-time code (``dataclasses``, ``namedtuple``,
 torch, Numba) compiles with no student frame on the stack, or from a source the hook saw:
 neither is refused, and what a student's ``@dataclass`` compiles is judged and found to be no
-copy.
+copy. Once their code has run, code compiled or run with no frame of theirs on the stack is
+theirs all the same (``set_off``: a ``weakref.finalize`` running ``exec`` as the child forgets
+their objects ran an encoded copy of ``fork`` unheard, ``hostile_corpus.SET_OFF_BY_THE_GRADER``).
 
 The hook calls only what it took before the student's code loaded (``provenance.private``),
 and tells the grader of each source the moment it is compiled, before the code can run, on a
@@ -110,6 +112,10 @@ WATCHED = (
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load", "code.__new__")
 """Audit events of code compiled, loaded or run."""
 
+SET_OFF = ("compile", "exec", "function.__new__")
+"""Audit events of code compiled or run that no frame of the student's may be on the stack of,
+and still be theirs (``watch``'s ``set_off``)."""
+
 GUARDS_FRAME = (
     "your code may not read a frame of the grader's own guards (a traceback's tb_frame, of an "
     "exception raised through them): it holds what the grader keeps from your code; read the "
@@ -164,7 +170,7 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     seen: set[str] = set()  # digests of the sources recorded
     unchecked: list[tuple[bytes, str]] = []  # recorded, not yet compiled into ``known``
     known: set[str] = set()  # fingerprints of every code object the recorded sources make
-    state = {"bytes": 0}
+    state = {"bytes": 0, "ran": False}  # ran: code of theirs has run in this process
     busy: set[int] = set()  # the threads in the hook: only the guards' code acts there
     looking: set[int] = set()  # the threads looking at frames here: only C code runs then
     thread, guards = _thread.get_ident, guards_codes()
@@ -177,6 +183,9 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
+
+    def mine(where) -> bool:
+        return type(where) is str and where.startswith(inside)
 
     def student_frame(frame):
         """The innermost frame of the student's code on ``frame``'s stack, or None."""
@@ -199,8 +208,9 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         name = filename if type(filename) is str else repr(type(filename))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
-        if installed(where):  # a thread theirs started: no frame of theirs on its stack
-            where = f"thread, in {where.rpartition('/')[2]}"
+        if installed(where):  # no frame of theirs on the stack: what ran theirs there
+            ran_it = "thread" if thread() != main else "finalizer or callback"
+            where = f"{ran_it}, run in {where.rpartition('/')[2]}"
         tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
         seen.add(digest)  # told: never again
         unchecked.append((source, name))
@@ -260,6 +270,11 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         # started, and what runs there is theirs (a pool's worker calling marshal.loads has
         # no frame of their files on its stack)
         theirs = student_frame(caller) if thread() == main else caller
+        made = args[2] if code_set else args[0] if event in RECORDED and args else None
+        if not state["ran"] and type(made) is CodeType and mine(made.co_filename):
+            state["ran"] = True  # their first module runs
+        if theirs is None and state["ran"] and (code_set or event in SET_OFF):
+            theirs = set_off(caller, args[1] if event == "compile" else made)
         # threading.settrace and threading.setprofile set a function each new thread installs
         # as it starts, before any student frame is on its stack; the library sets none.
         starting = caller.f_code is bootstrap
@@ -309,6 +324,15 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         finally:
             busy.discard(thread())
 
+    def set_off(caller, compiled):
+        """``caller``, where code (``compiled``: a file name, or a code object) is compiled or
+        run by the interpreter for the student's code (a finalizer, a callback) with none of
+        theirs on the stack; None for the import system's work on an installed file."""
+        if caller.f_code.co_filename not in IMPORT_SYSTEM:
+            return caller
+        where = compiled.co_filename if type(compiled) is CodeType else compiled
+        return None if installed(where) else caller
+
     def acted_inside() -> None:
         """Refuse an audited act (a compile, a frame taken) inside this hook's work by code
         that is not the guards' own: a function of Python's the hook calls (``ast.unparse``),
@@ -341,6 +365,7 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
     guards_frame_refused, inside_a_guard, frame_reads = GUARDS_FRAME, INSIDE_A_GUARD, FRAME_READS
     installed, student_frame, record = private(installed), private(student_frame), private(record)
+    set_off, mine = private(set_off), private(mine)
     readable, frame_read, acted_inside = (
         private(readable),
         private(frame_read),
@@ -365,6 +390,7 @@ PRIVATE |= {
     "STARTS": STARTS,
     "NATIVE": NATIVE,
     "RECORDED": RECORDED,
+    "SET_OFF": SET_OFF,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
 """What the hook's functions see as globals, beside ``provenance``'s and ``delegation``'s."""
