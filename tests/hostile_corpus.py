@@ -3095,3 +3095,30 @@ run in the main thread with no student frame on the stack, once their code has r
 off by it and judged as theirs now (``minipaged.grader.runtime_code``)."""
 
 HAND_INS += SET_OFF_BY_THE_GRADER
+
+NATIVE_PAST_THE_FILES_READ = HandIn(
+    "native-code-past-the-files-the-grader-reads",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-shared-library-behind-two-hundred-notes",
+            "return j = floor(t / B)",
+            _HERE + "import ctypes\nctypes.CDLL(os.path.join(here, 'zz', 'fast.so'))\n"
+            "return t // block_size",
+            ("logical_block",),
+            "may not load the native library",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    files=(
+        *((f"notes/{i:03d}.txt", "a note\n") for i in range(210)),
+        ("zz/fast.so", _NATIVE),
+    ),
+)
+"""Native code placed after the 200 files the grader reads of a folder (``native_files`` and
+``library_copies`` each read at most that many): the folder is not refused, and the library
+is refused where it loads, as one written while graded is (``WRITTEN_NATIVE``)."""
+
+HAND_INS += (NATIVE_PAST_THE_FILES_READ,)
