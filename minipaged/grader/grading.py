@@ -44,7 +44,7 @@ from minipaged.grader.child_errors import (
 )
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.exercises import exercise
-from minipaged.grader.judged_folder import copies_now
+from minipaged.grader.judged_folder import refused_now
 from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.recorded_events import events_checked_last
 from minipaged.grader.remote import GradingChild
@@ -118,8 +118,9 @@ def grade(
     started = time.monotonic()
     label = graded_label(number, path, solution)
     folder = None if solution else folder_of(number, path).resolve()
-    # Reasons no criterion can pass: a file that copies the library's, a module not installed.
-    refused = (copies_now(ex, folder) if folder is not None else "") or ex.unmet()
+    # Reasons no criterion can pass: native code or a copy of the library's in the folder, a
+    # module not installed.
+    refused = (refused_now(ex, folder) if folder is not None else "") or ex.unmet()
     wall_deadline = (
         None if math.isinf(limits.wall_seconds) else time.monotonic() + limits.wall_seconds
     )
@@ -176,7 +177,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         if not child.alive:
             # The folder as this child will import it: their last child's code may have
             # written to it (``minipaged.grader.judged_folder``).
-            copied = copies_now(exercise(child.number), child.folder) if child.folder else ""
+            copied = refused_now(exercise(child.number), child.folder) if child.folder else ""
             if copied:
                 raise LibraryDelegation(copied)
             child.start()  # starting is not the criterion's time; importing has its own
