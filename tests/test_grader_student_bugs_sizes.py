@@ -1,5 +1,6 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
-other than the examples' B = 4. Each passed every criterion of its
+other than the examples' B = 4, a step that preempts two requests, a host pool with some room
+but not enough. Each passed every criterion of its
 exercise; each now fails the criterion written for it, with the size named (the other
 realistic bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
 """
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from test_exercises import failures_of
 
+from minipaged import scheduler
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
@@ -54,3 +56,69 @@ def test_an_append_written_for_a_block_of_four_is_caught_at_the_drawn_b(monkeypa
             f"{drawn}: append_slot(0) at t=6 with T_0=[1, 2], B=5: slot T_0[1]*B + o: "
             "expected 11, got 10"
         )
+
+
+class _AssignsTheCopies(scheduler.Scheduler):
+    """out.blocks_to_swap_out = bm.swap_out(ids): the step's copies replaced by this victim's,
+    right while a step preempts one request."""
+
+    def _preempt(self, group, out):
+        copies = len(out.blocks_to_swap_out)
+        super()._preempt(group, out)
+        out.blocks_to_swap_out = out.blocks_to_swap_out[copies:]
+
+
+class _AssignsTheVictims(scheduler.Scheduler):
+    """out.preempted = [group]: the step's victims replaced by this one."""
+
+    def _preempt(self, group, out):
+        super()._preempt(group, out)
+        out.preempted = [group]
+
+
+@pytest.mark.parametrize(
+    ("cls", "criterion", "words"),
+    [
+        (
+            _AssignsTheCopies,
+            "swap_preemption_moves_the_blocks_to_host",
+            "holds 2 copies, b's alone, expected 3: c's 1 block and b's 2",
+        ),
+        (
+            _AssignsTheVictims,
+            "recompute_frees_the_blocks_and_requeues",
+            "recompute: out.preempted of the schedule() that preempted two requests, c then b "
+            "(a needed a block, then b did, with 5 device blocks all held) is ['b'], expected "
+            "['c', 'b']",
+        ),
+    ],
+    ids=["copies", "victims"],
+)
+def test_a_preempt_that_assigns_the_steps_lists_is_caught(cls, criterion, words):
+    """Every scene of exercise 05 preempted one request a step, so a _preempt that assigned
+    out.preempted or out.blocks_to_swap_out where it should add to them passed. A scene where
+    one step preempts two requests now shows it."""
+    failed = failures_of(5, [criterion], scheduler=SimpleNamespace(Scheduler=cls))
+    assert words in failed[criterion]
+
+
+class _SwapsWhenTheHostHasAFreeBlock(scheduler.Scheduler):
+    """Asks whether the host pool has a free block, not whether it can take the group's."""
+
+    def _preempt(self, group, out):
+        bm = self.block_manager
+        bm.can_swap_out = lambda ids: bm.host is not None and bm.host.num_free > 0
+        try:
+            super()._preempt(group, out)
+        finally:
+            del bm.can_swap_out
+
+
+def test_a_swap_decided_by_one_free_host_block_is_caught():
+    """The host pools of exercise 05's scenes held none of the victim's blocks or all of them,
+    so any test of "room" passed; a host of 1 block for b's 2 now shows it."""
+    name = "swap_falls_back_to_recompute_without_host_room"
+    module = SimpleNamespace(Scheduler=_SwapsWhenTheHostHasAFreeBlock)
+    failed = failures_of(5, [name], scheduler=module)
+    assert "with a host pool of 1 block and b holding 2, raised OutOfBlocks" in failed[name]
+    assert "ask bm.can_swap_out(ids)" in failed[name]
