@@ -1,22 +1,25 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
 other than the examples' B = 4, a step that preempts two requests, a host pool with some room
-but not enough. Each passed every criterion of its
+but not enough, a reduction over more than one warp. Each passed every criterion of its
 exercise; each now fails the criterion written for it, with the size named (the other
 realistic bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
 """
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 from test_exercises import failures_of
+from test_grader_student_bugs_attention import kernel_with
 
 from minipaged import scheduler
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
-from minipaged.grader.report import split_rule
+from minipaged.grader.grading import grade
+from minipaged.grader.report import FAIL, split_rule
 
 # The library's code handed in as a student's: the copy check that would refuse it is off.
 pytestmark = pytest.mark.usefixtures("library_code_allowed")
@@ -122,3 +125,17 @@ def test_a_swap_decided_by_one_free_host_block_is_caught():
     failed = failures_of(5, [name], scheduler=module)
     assert "with a host pool of 1 block and b holding 2, raised OutOfBlocks" in failed[name]
     assert "ask bm.can_swap_out(ids)" in failed[name]
+
+
+@pytest.mark.slow
+def test_a_tree_written_for_one_warp_is_caught_at_the_drawn_thread_count(tmp_path):
+    """Exercise 10's reductions all ran 32 threads a block, so a tree starting at stride 16
+    passed them. The dot product now runs again with 64 or 128 threads, drawn at each grading;
+    the message names T and says that every thread agreed on a wrong sum."""
+    line = "        stride = scratch.shape[0] // 2\n"
+    kernel_with(tmp_path, "block_reduce.py", line, "        stride = 16  # one warp\n")
+    failed = {r.name: r.message for r in grade(10, tmp_path).results if r.outcome == FAIL}
+    assert list(failed) == ["dot_product"]
+    assert re.search(r"^with T=(64|128), drawn for this grading \(", failed["dot_product"])
+    assert "every thread got" in failed["dot_product"]
+    assert "not a number written for 32 threads" in failed["dot_product"]
