@@ -16,7 +16,7 @@ from test_grader_student_bugs_attention import kernel_with
 
 from minipaged import scheduler
 from minipaged.block_manager import AppendResult, BlockManager
-from minipaged.grader import drawn_sizes
+from minipaged.grader import bug_zoo, drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
 from minipaged.grader.grading import grade
 from minipaged.grader.report import FAIL, split_rule
@@ -139,3 +139,26 @@ def test_a_tree_written_for_one_warp_is_caught_at_the_drawn_thread_count(tmp_pat
     assert re.search(r"^with T=(64|128), drawn for this grading \(", failed["dot_product"])
     assert "every thread got" in failed["dot_product"]
     assert "not a number written for 32 threads" in failed["dot_product"]
+
+
+class _CopiesWhenTwoShare(BlockManager):
+    """Copy-on-write when R[p] == 2, the two sharers of n = 2 parallel sampling; with more
+    sharers it writes in place, into the block the others still read."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        if not table.is_last_block_full and self.device.refcount(table.blocks[-1]) > 2:
+            return bug_zoo.MissingCow.append_slot(self, seq, token_ids)
+        return super().append_slot(seq, token_ids)
+
+
+def test_copy_on_write_only_for_two_sharers_is_named_as_such():
+    """It failed the three-sharer case with "R[1] after append_slot(1) copied block 1 away from
+    three sharers ...: expected 2, got 3", about a copy that never happened."""
+    name = "shared_partly_filled_block_is_copied"
+    failed = failures_of(4, [name], block_manager=SimpleNamespace(BlockManager=_CopiesWhenTwoShare))
+    assert split_rule(failed[name])[0] == (
+        "append_slot(1) into block 1, shared by seqs 0, 1 and 2 (R[1]=3), returned cow=None: a "
+        "block is shared whenever R[p] > 1, whatever the count (R[p] == 2 holds for two sharers "
+        "only), and a write into it must copy first"
+    )

@@ -164,7 +164,12 @@ def _shared_copied(student, b: int) -> None:
     _, p = three.allocate(0, b + 2).blocks
     three.fork(0, 1)
     three.fork(0, 2)
-    _append(three, 1)
+    if _append(three, 1).cow is None:
+        raise CheckFailed(
+            f"append_slot(1) into block {p}, shared by seqs 0, 1 and 2 (R[{p}]=3), returned "
+            "cow=None: a block is shared whenever R[p] > 1, whatever the count (R[p] == 2 "
+            "holds for two sharers only), and a write into it must copy first"
+        )
     expect(
         three.refcount(p),
         2,
