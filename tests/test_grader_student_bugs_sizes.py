@@ -54,6 +54,11 @@ def test_an_append_written_for_a_block_of_four_is_caught_at_the_drawn_b(monkeypa
         "number that holds only there written where B belongs?)"
     )
     assert drawn in failed[name]
+    if block_size >= 7:  # t = B + 1 read as B = 4 is in block 2, past the table's end
+        assert failed[name].startswith(
+            f"IndexError: list index out of range, in the check's call bm.append_slot(seq), "
+            f"{drawn}\nRule: "
+        )
     if block_size == 5:  # t = 6: j = 1, o = 2 read as B = 4, where j = 1, o = 1 at B = 5
         assert split_rule(failed[name])[0] == (
             f"{drawn}: append_slot(0) at t=6 with T_0=[1, 2], B=5: slot T_0[1]*B + o: "

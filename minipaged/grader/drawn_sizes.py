@@ -14,9 +14,13 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from minipaged.grader.report import CALLED, CheckFailed, note_call
+from minipaged.grader.report import CheckFailed
 
 Size = TypeVar("Size")
+
+DRAWN = "the case's size: "
+"""Starts a note that names the size drawn for this grading at which the student's code raised;
+the failure's message ends with it (``drawn_size``, read by ``grading.failure_message``)."""
 
 DRAWS = random.SystemRandom()
 """Where each grading's sizes come from: the system's random source, whose draws no seed
@@ -28,8 +32,8 @@ def at_fixed_then_drawn(
 ) -> Size:
     """Run ``case(fixed)``, then ``case(drawn)`` for ``drawn`` chosen from ``choices`` (none of
     which should be ``fixed``); return ``drawn``. A failure at the drawn size starts with
-    ``"with {name}={drawn}, drawn for this grading"``; an error of the student's code there
-    is noted with it as the check's call, unless the case named its call already."""
+    ``"with {name}={drawn}, drawn for this grading"``; the message of an error of the student's
+    code there ends with it (a note, ``DRAWN``)."""
     case(fixed)
     drawn = DRAWS.choice(choices)
     said = (
@@ -41,7 +45,13 @@ def at_fixed_then_drawn(
     except CheckFailed as failure:
         raise CheckFailed(f"{said}: {failure}") from None
     except Exception as error:
-        if not any(note.startswith(CALLED) for note in getattr(error, "__notes__", ())):
-            note_call(error, f"of the case {said}")
+        error.add_note(DRAWN + said)
         raise
     return drawn
+
+
+def drawn_size(error: BaseException) -> str:
+    """``", with B=5, drawn for this grading (...)"``: the size a note on ``error`` names, or
+    ``""``."""
+    sizes = [n.removeprefix(DRAWN) for n in getattr(error, "__notes__", ()) if n.startswith(DRAWN)]
+    return f", {sizes[0]}" if sizes else ""
