@@ -1,8 +1,9 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
 other than the examples' B = 4, a step that preempts two requests, a host pool with some room
-but not enough, a reduction over more than one warp. Each passed every criterion of its
-exercise; each now fails the criterion written for it, with the size named (the other
-realistic bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
+but not enough, a reduction over more than one warp, a block id past 255, three sharers of a
+block. Each passed the criterion it breaks (or failed it with a message about something else);
+each now fails it with the size and the cause named (the other realistic bugs:
+test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import torch
 from test_exercises import failures_of
 from test_grader_student_bugs_attention import kernel_with
 
-from minipaged import scheduler
+from minipaged import attention, scheduler
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import bug_zoo, drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
@@ -167,3 +169,25 @@ def test_copy_on_write_only_for_two_sharers_is_named_as_such():
         "block is shared whenever R[p] > 1, whatever the count (R[p] == 2 holds for two sharers "
         "only), and a write into it must copy first"
     )
+
+
+def _table_of_bytes(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
+    """Exercise 07's loop reading the block table as uint8, a byte a block id: right for the
+    pools of fewer than 256 blocks every case had."""
+    tables = block_tables.to(torch.uint8).to(torch.int32)
+    return attention.paged_attention_decode_loop(
+        query, key_pool, value_pool, tables, seq_lens, scale, block_size
+    )
+
+
+def test_a_loop_reading_block_ids_as_bytes_is_caught():
+    """Every pool of exercise 07 held fewer than 20 blocks, and no table more than 4; a
+    sequence over 11 blocks of a pool of 300 now shows a block id cut to a byte, and the NaN it
+    reads is traced to a block no table holds, not to slots past the sequence's end."""
+    module = SimpleNamespace(**vars(attention))
+    module.paged_attention_decode_loop = _table_of_bytes
+    name = "loop_follows_the_block_table"
+    failed = failures_of(7, [name], attention=module)
+    assert "on one sequence over 11 blocks scattered in a pool of 300" in failed[name]
+    assert "reads a block its table does not hold" in failed[name]
+    assert "a block id cut to fewer bits (a uint8 holds 0..255" in failed[name]
