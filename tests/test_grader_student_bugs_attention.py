@@ -77,6 +77,14 @@ def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
     assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
 
 
+def loop_failures(loop, name: str) -> dict[str, str]:
+    """Exercise 07's criterion ``name``, run on the library's attention module with ``loop``
+    for its ``paged_attention_decode_loop``: ``{name: message}`` if it failed, else ``{}``."""
+    module = SimpleNamespace(**vars(attention))
+    module.paged_attention_decode_loop = loop
+    return failures_of(7, [name], attention=module)
+
+
 def _kv_head_by_n_kv(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
     """Exercise 07's loop with query head h reading KV head h // N_KV, not h // (N_Q / N_KV):
     the library's loop over pools whose heads are picked that way."""
@@ -90,10 +98,8 @@ def test_a_loop_reading_kv_head_h_over_n_kv_fails_the_grouped_query_criterion():
     """With 4 query heads over 2 KV heads, h // N_KV and h // (N_Q / N_KV) are the same map:
     the grouped-query criterion passed it (the one-head-per-KV-head cases caught it, under
     other names). Its case is now 6 query heads over 3."""
-    module = SimpleNamespace(**vars(attention))
-    module.paged_attention_decode_loop = _kv_head_by_n_kv
     name = "loop_grouped_query_attention"
-    failed = failures_of(7, [name], attention=module)
+    failed = loop_failures(_kv_head_by_n_kv, name)
     assert "6 query heads over 3 KV heads" in failed[name]
     assert "expected [" in failed[name]
 

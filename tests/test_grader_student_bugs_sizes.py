@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_exercises import failures_of
-from test_grader_student_bugs_attention import kernel_with
+from test_grader_student_bugs_attention import kernel_with, loop_failures
 
 from minipaged import attention, scheduler
 from minipaged.block_manager import AppendResult, BlockManager
@@ -184,10 +184,8 @@ def test_a_loop_reading_block_ids_as_bytes_is_caught():
     """Every pool of exercise 07 held fewer than 20 blocks, and no table more than 4; a
     sequence over 11 blocks of a pool of 300 now shows a block id cut to a byte, and the NaN it
     reads is traced to a block no table holds, not to slots past the sequence's end."""
-    module = SimpleNamespace(**vars(attention))
-    module.paged_attention_decode_loop = _table_of_bytes
     name = "loop_follows_the_block_table"
-    failed = failures_of(7, [name], attention=module)
+    failed = loop_failures(_table_of_bytes, name)
     assert "on one sequence over 11 blocks scattered in a pool of 300" in failed[name]
     assert "reads a block its table does not hold" in failed[name]
     assert "a block id cut to fewer bits (a uint8 holds 0..255" in failed[name]
