@@ -43,6 +43,7 @@ from minipaged.grader.child_errors import (
     StudentStopIteration,
 )
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.drawn_sizes import drawn_size
 from minipaged.grader.exercises import exercise
 from minipaged.grader.judged_folder import refused_now
 from minipaged.grader.proxies import Proxy, RemoteStudent
@@ -247,7 +248,7 @@ def failure_message(error: BaseException, student: Student, call: str = "") -> s
     """What a criterion that raised ``error`` tells the student: the check's own words, or
     the student's error with the line it came from, the check's ``call`` that reached it
     (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause."""
-    where = student.where(error) + call
+    where = student.where(error) + call + drawn_size(error)
     if isinstance(error, TimeLimitExceeded):
         return f"{error}: is there a loop that never ends?"
     if isinstance(error, MemoryError):
