@@ -12,6 +12,12 @@ at the target is refused (``not_a_file``), since putting a file in its place wou
 from whatever else uses it (as root, ``/dev/null`` itself) or leave a reader of the FIFO
 waiting for ever.
 
+Only a file of the kind the writer writes is replaced (``minipaged.replaceable``): each writer
+of the project names it (``replaces``; ``tests/test_existing_output_api_corpus.py`` finds every
+writer and checks that it does), and a file of another kind standing at the name is refused
+before anything is written, unless ``force``. Without ``replaces`` the mechanism alone
+replaces whatever file stands there, as it always did.
+
 One writer per file at a time: a ``Replacement`` holds an exclusive ``flock`` on its file from
 the moment it is made until it is committed or dropped, and a new one for a path that another
 live writer holds (its temporary file, or the file it has published and is still writing: a
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import IO
 
 from minipaged.path_values import as_path
+from minipaged.replaceable import ANY_FILE, OutputKind, check_replaceable
 
 
 def check_can_make_files(folder: Path) -> None:
@@ -165,9 +172,18 @@ def _locked(path: Path, mine: os.stat_result | None) -> bool:
 
 class Replacement:
     """A temporary file beside ``path`` (``file``), to ``commit`` over it or ``discard``; the
-    only writer of ``path`` while it lives (``other_writer``)."""
+    only writer of ``path`` while it lives (``other_writer``). A file standing at ``path`` is
+    replaced only when it is of the kind ``replaces`` (``replaceable.check_replaceable``: a
+    ``ValueError``, and nothing left made), or ``force``; by default, any file is."""
 
-    def __init__(self, path: str | Path, mode: str = "w") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        mode: str = "w",
+        *,
+        replaces: OutputKind = ANY_FILE,
+        force: bool = False,
+    ) -> None:
         as_path(path, "a file to write")  # a TypeError saying what to pass, for no path
         if isinstance(path, str) and typed_as_folder(path):
             ending = os.path.basename(path) or path[-1]
@@ -194,12 +210,16 @@ class Replacement:
         self.published = False
         with contextlib.suppress(OSError):  # a file system without locks: written unguarded
             fcntl.flock(fd, fcntl.LOCK_EX)  # a file of its own, so at once: held until closed
-        busy = other_writer(self.path, own=fd)
-        if busy:
+        try:  # whose the file is, asked of a file no other run is writing
+            busy = other_writer(self.path, own=fd)
+            if busy:
+                raise OutputBusy(f"cannot write {self.path}: {busy}")
+            check_replaceable(self.path, replaces, force)
+        except BaseException:
             os.close(fd)
             os.unlink(self.temporary)
             _UNFINISHED.discard(self)
-            raise OutputBusy(f"cannot write {self.path}: {busy}")
+            raise
         encoding = None if "b" in mode else "utf-8"
         self.file: IO = os.fdopen(fd, mode, encoding=encoding)
 
@@ -273,10 +293,12 @@ def drop_unfinished() -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: str | Path, mode: str = "w") -> Iterator[Replacement]:
+def replacing(
+    path: str | Path, mode: str = "w", *, replaces: OutputKind = ANY_FILE, force: bool = False
+) -> Iterator[Replacement]:
     """A ``Replacement`` for ``path``, committed when the block ends normally and discarded
     when it raises."""
-    replacement = Replacement(path, mode)
+    replacement = Replacement(path, mode, replaces=replaces, force=force)
     try:
         yield replacement
     except BaseException:
@@ -285,16 +307,22 @@ def replacing(path: str | Path, mode: str = "w") -> Iterator[Replacement]:
     replacement.commit()
 
 
-def write_text(path: str | Path, text: str) -> str:
-    """Write ``text`` to ``path`` at once and whole; returns ``Replacement.note``."""
-    with replacing(path) as replacement:
+def write_text(
+    path: str | Path, text: str, *, replaces: OutputKind = ANY_FILE, force: bool = False
+) -> str:
+    """Write ``text`` to ``path`` at once and whole, over a file of the kind ``replaces`` (or
+    any, with ``force``); returns ``Replacement.note``."""
+    with replacing(path, replaces=replaces, force=force) as replacement:
         replacement.file.write(text)
     return replacement.note()
 
 
-def write_bytes(path: str | Path, data: bytes) -> str:
-    """Write ``data`` to ``path`` at once and whole; returns ``Replacement.note``."""
-    with replacing(path, "wb") as replacement:
+def write_bytes(
+    path: str | Path, data: bytes, *, replaces: OutputKind = ANY_FILE, force: bool = False
+) -> str:
+    """Write ``data`` to ``path`` at once and whole, over a file of the kind ``replaces`` (or
+    any, with ``force``); returns ``Replacement.note``."""
+    with replacing(path, "wb", replaces=replaces, force=force) as replacement:
         replacement.file.write(data)
     return replacement.note()
 
@@ -302,7 +330,7 @@ def write_bytes(path: str | Path, data: bytes) -> str:
 def create(path: str | Path, data: bytes) -> None:
     """Write a new file ``path``, never one that exists: ``FileExistsError`` if anything,
     even a dangling symbolic link, has that name. Complete or absent, never half written."""
-    replacement = Replacement(path, "wb")
+    replacement = Replacement(path, "wb")  # replaces nothing: os.link refuses a taken name
     try:
         replacement.file.write(data)
         replacement.file.close()

@@ -32,6 +32,14 @@ from minipaged.checkpoint_files import (
     read_json,
     read_weights,
 )
+from minipaged.checkpoint_kinds import (
+    CONFIG_FILE,
+    GENERATION_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+    check_checkpoint_replaceable,
+    kind_of,
+)
 from minipaged.checkpoint_tensors import (
     HF_PREFIX,
     IGNORED_SUFFIXES,
@@ -47,10 +55,6 @@ from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
 from minipaged.output_paths import output_folder
 from minipaged.rope import RopeScaling
 from minipaged.tokenizer import Tokenizer
-
-CONFIG_FILE = "config.json"
-GENERATION_FILE = "generation_config.json"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def load_config(path: str | Path) -> LlamaConfig:
@@ -184,6 +188,7 @@ def save_model(
     tokenizer: Tokenizer | HFTokenizer | str | Path,
     path: str | Path,
     extra: dict[str, str] | None = None,
+    force: bool = False,
 ) -> None:
     """Write ``model`` and its tokenizer as a Hugging Face Llama directory at ``path``.
 
@@ -199,7 +204,9 @@ def save_model(
     model leaves a checkpoint already at ``path`` as it was, never new weights beside an old
     config. ``extra``: more files of the checkpoint, by name, as text (``MODEL_CARD.md``);
     all are put in place together (``write_together``), so a signal that ends the command
-    while they are saved leaves the old checkpoint or the new one, never a mix.
+    while they are saved leaves the old checkpoint or the new one, never a mix. A file at one
+    of their names that is not of its kind (another model's config or weights:
+    ``checkpoint_kinds``) is replaced only with ``force``: a ``ValueError`` before any is.
     """
     check_loaded_model(model, "save_model")
     _check_extra(extra)
@@ -232,24 +239,28 @@ def save_model(
         TOKENIZER_FILE: tokenizer.tokenizer.to_str(pretty=True).encode(),
         CONFIG_FILE: _json(_hf_config(config)),
         GENERATION_FILE: _json(special),
-        "tokenizer_config.json": _json(tokenizer_config),
+        TOKENIZER_CONFIG_FILE: _json(tokenizer_config),
         **{name: text.encode() for name, text in (extra or {}).items()},
     }
+    check_checkpoint_replaceable(directory, extra or (), force)
     directory.mkdir(parents=True, exist_ok=True)
-    write_together(directory, files)
+    write_together(directory, files, force)
 
 
-def write_together(directory: Path, files: dict[str, bytes]) -> None:
+def write_together(directory: Path, files: dict[str, bytes], force: bool = False) -> None:
     """Put ``files`` (name: content) in ``directory`` as one checkpoint: each is written whole
     to a temporary file beside its name first, so an error or a signal then leaves every old
     file as it was (``atomic_write``), and all are put in place with a signal that ends the
     command held back until the last is (``ending_signals.held_back``): never new weights
     beside an old config, or a model card of another run. A link at a name is replaced,
-    never followed."""
+    never followed; a file of another kind at a name only with ``force`` (``kind_of``)."""
     staged: list[atomic_write.Replacement] = []
     try:
         for name, content in files.items():
-            staged.append(atomic_write.Replacement(directory / name, "wb"))
+            kind = kind_of(name)
+            staged.append(
+                atomic_write.Replacement(directory / name, "wb", replaces=kind, force=force)
+            )
             staged[-1].file.write(content)
         with ending_signals.held_back():
             for replacement in staged:
@@ -345,7 +356,7 @@ def _check_extra(extra: object) -> None:
         raise TypeError(
             f"save_model's extra must be a dict of file name to text, got {extra!r:.60}"
         )
-    own = {WEIGHTS_FILE, TOKENIZER_FILE, CONFIG_FILE, GENERATION_FILE, "tokenizer_config.json"}
+    own = {WEIGHTS_FILE, TOKENIZER_FILE, CONFIG_FILE, GENERATION_FILE, TOKENIZER_CONFIG_FILE}
     for name, text in extra.items():
         plain = isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
         if not plain or "\x00" in name or name in own or not isinstance(text, str):

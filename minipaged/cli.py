@@ -269,7 +269,7 @@ def _trace(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.trace_command == "record":
-        writes = ("the trace", args.file, "a minipaged trace", trace.starts_a_trace)
+        writes = ("the trace", args.file, trace.TRACE.name, trace.TRACE.recognizes)
         llm, params = _workload(args, writes)
         config = llm.config
         header = {
@@ -283,7 +283,7 @@ def _trace(args: argparse.Namespace) -> int:
                 "kv_cache": llm.engine.kv_cache.summary(),
             },
         }
-        with trace.Recorder(args.file, header) as recorder:
+        with trace.Recorder(args.file, header, force=args.force) as recorder:
             outputs = llm.generate(args.prompt, params, on_step=recorder.write)
         transcript.print_outputs(console, outputs)
         print(f"recorded {recorder.num_steps} steps to {args.file}")

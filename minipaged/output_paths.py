@@ -8,19 +8,20 @@ other than a file stands where it goes (a folder, ``/dev/null``, a FIFO:
 and, once every path of the command is known (``check_outputs_apart``), when two outputs name
 one file or an output names a file the command reads: the second write would replace the
 first, or the input, without a word. And a file that stands at an output's name is replaced
-only when the command wrote it, or ``--force`` says so (``check_replaceable``).
+only when it is of the kind the command writes, or ``--force`` says so (``check_replaceable``:
+``minipaged.replaceable``'s rule, asked before any work).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from minipaged import atomic_write
+from minipaged import atomic_write, replaceable
 from minipaged.arguments import named_path
+from minipaged.replaceable import HEAD_BYTES as HEAD_BYTES  # where it was first defined
 
 
 def check_can_write_in(folder: Path, value: str) -> None:
@@ -124,11 +125,6 @@ def check_outputs_apart(
                 )
 
 
-HEAD_BYTES = 1 << 20
-"""The most of a file read to tell whose it is: a trace's header line, a report's first keys,
-a screenshot's first tag all lie well inside it."""
-
-
 def add_force_flag(parser: argparse.ArgumentParser, what: str) -> argparse.Action:
     """The ``--force`` flag of a command whose outputs ``check_replaceable`` guards."""
     return parser.add_argument(
@@ -141,30 +137,9 @@ def add_force_flag(parser: argparse.ArgumentParser, what: str) -> argparse.Actio
 def check_replaceable(
     named: str, path: Path | None, kind: str, ours: Callable[[bytes], bool], force: bool
 ) -> None:
-    """Refuse, before any work, an output ``path`` (typed as ``named``: ``"--json"``, ``"the
-    trace"``) where a file stands that is not ``kind`` (``"a minipaged trace"``): ``ours`` reads
-    the file's first ``HEAD_BYTES`` and says whether this command wrote it. The command would
-    replace whatever stands there (``atomic_write``), so a user's notes named like a trace, or
-    a picture named like a screenshot, were lost without a word. ``force`` replaces it anyway.
-    Nothing to lose is never refused: no file there, an empty one, or a symbolic link (replaced,
-    and what it points to left alone). Raises ``ValueError`` naming the path and both ways out."""
-    if path is None or force:
-        return
-    try:
-        status = os.lstat(path)
-        if not stat.S_ISREG(status.st_mode) or status.st_size == 0:
-            return
-        with open(path, "rb") as file:
-            head = file.read(HEAD_BYTES)
-    except FileNotFoundError:
-        return
-    except OSError as error:
-        raise ValueError(
-            f"{named} {path} is there and cannot be read ({error.strerror}) to tell whether it "
-            f"is {kind}: name another file, or give --force to replace it"
-        ) from None
-    if not ours(head):
-        raise ValueError(
-            f"{named} {path} is there and is not {kind}, so writing it would replace that file: "
-            "name another file, or give --force to replace it"
-        )
+    """``replaceable.check_replaceable`` for an output typed as ``named`` (``"--json"``,
+    ``"the trace"``), before any work, where the file may be ``kind`` (``"a minipaged
+    trace"``), as ``ours`` tells from its first ``HEAD_BYTES``: an ``OutputKind``'s two
+    fields. The way out it names is ``--force``."""
+    output_kind = replaceable.OutputKind(kind, ours)
+    replaceable.check_replaceable(path, output_kind, force, named, way="give --force")

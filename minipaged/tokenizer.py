@@ -18,6 +18,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from minipaged import atomic_write
 from minipaged.json_input import NotJSON, loads
 from minipaged.python_numbers import python_number
+from minipaged.replaceable import OutputKind
 
 ENDOFTEXT = "<|endoftext|>"
 """The one special token of the trained tokenizer: it separates documents (paragraphs), so it
@@ -125,10 +126,23 @@ class Tokenizer:
         known = [token for token in ids if token < self.vocab_size]
         return self.tokenizer.decode(known, skip_special_tokens=True)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, force: bool = False) -> None:
         """Write ``tokenizer.json`` to ``path`` (a file name), whole or not at all, replacing
-        (never following) a symbolic link there (``minipaged.atomic_write``)."""
-        atomic_write.write_text(path, self.tokenizer.to_str(pretty=True))
+        (never following) a symbolic link there (``minipaged.atomic_write``), and a file that
+        is no tokenizer only with ``force`` (``minipaged.replaceable``)."""
+        text = self.tokenizer.to_str(pretty=True)
+        atomic_write.write_text(path, text, replaces=TOKENIZER, force=force)
+
+
+def is_tokenizer(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts a ``tokenizers`` JSON file (what
+    ``Tokenizer.save`` writes, and every Hugging Face ``tokenizer.json``)."""
+    start = head.lstrip()[:4096]
+    return start.startswith(b"{") and b'"added_tokens"' in start and b'"version"' in start
+
+
+TOKENIZER = OutputKind("a tokenizer (a tokenizers JSON file)", is_tokenizer)
+"""What ``Tokenizer.save`` may replace without ``force``."""
 
 
 def train_tokenizer(

@@ -25,6 +25,7 @@ from minipaged import atomic_write
 from minipaged.input_file import check_input_file
 from minipaged.json_input import loads
 from minipaged.outputs import StepOutput
+from minipaged.replaceable import OutputKind
 from minipaged.trace_accounting import Ledger
 from minipaged.trace_lines import event_from_dict, step_from_dict, step_to_dict
 from minipaged.trace_schema import (
@@ -39,6 +40,7 @@ from minipaged.trace_values import EVENT_TYPES
 
 __all__ = [  # event_from_dict and EVENT_TYPES: where the events' reference page reads them
     "EVENT_TYPES",
+    "TRACE",
     "Recorder",
     "Trace",
     "TraceError",
@@ -72,17 +74,24 @@ class Recorder:
     takes ``path``'s place only at the first step (``minipaged.atomic_write``): a run refused
     before it leaves an existing trace as it was, and a symbolic link at ``path`` is replaced,
     never followed. The header and ``keyframe_every`` are checked by the rule ``load`` reads
-    them by before anything is made: a recorder writes no trace that would not load."""
+    them by before anything is made: a recorder writes no trace that would not load. A file at
+    ``path`` that is no trace is refused before anything is made, unless ``force``
+    (``minipaged.replaceable``)."""
 
     def __init__(
-        self, path: str | Path, header: dict, keyframe_every: int = KEYFRAME_EVERY
+        self,
+        path: str | Path,
+        header: dict,
+        keyframe_every: int = KEYFRAME_EVERY,
+        *,
+        force: bool = False,
     ) -> None:
         line = header_line(header, keyframe_every)
         self.keyframe_every = keyframe_every
         self.num_steps = 0
         self._previous: StepOutput | None = None
         # Open for the recorder's lifetime, put in place by close() or the with block.
-        self._replacement = atomic_write.Replacement(path)
+        self._replacement = atomic_write.Replacement(path, replaces=TRACE, force=force)
         self._file = self._replacement.file
         self._file.write(line)
         self._file.flush()
@@ -151,9 +160,12 @@ def save(
     header: dict,
     steps: Iterable[StepOutput],
     keyframe_every: int = KEYFRAME_EVERY,
+    *,
+    force: bool = False,
 ) -> None:
-    """Write a trace: the header line, then one line per step."""
-    with Recorder(path, header, keyframe_every) as recorder:
+    """Write a trace: the header line, then one line per step; over a file that is no trace
+    only with ``force`` (``Recorder``)."""
+    with Recorder(path, header, keyframe_every, force=force) as recorder:
         for step in steps:
             recorder.write(step)
 
@@ -236,6 +248,10 @@ def starts_a_trace(head: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(header, dict) and header.get("format") == FORMAT
+
+
+TRACE = OutputKind("a minipaged trace", starts_a_trace)
+"""What a recorder may replace without ``force``: a trace, of any version."""
 
 
 def read_header(path: str | Path, vocab_size: int | None = None) -> dict:

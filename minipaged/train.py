@@ -31,15 +31,17 @@ from torch import Tensor
 from minipaged import ending_signals
 from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
+from minipaged.checkpoint_kinds import check_checkpoint_replaceable
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
-from minipaged.output_paths import output_folder
+from minipaged.output_paths import add_force_flag, output_folder
 from minipaged.tokenizer import Tokenizer, train_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "austen.txt"
 DEFAULT_OUT = Path(__file__).resolve().parent / "models" / "tiny"
 VALIDATION_FRACTION = 0.05
+CARD = "MODEL_CARD.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_OUT,
         help="output model directory",
     )
+    add_force_flag(parser, "a file of the checkpoint")
     parser.add_argument("--steps", type=int, default=2800, help="optimizer steps (fixed)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
     parser.add_argument("--context", type=int, default=512, help="tokens per window")
@@ -98,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"corpus {args.corpus} does not exist; pass --corpus PATH")
     if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
         parser.error(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass a model directory")
+    try:  # another model's folder: refused before the training, not after it
+        check_checkpoint_replaceable(args.out, [CARD], args.force, way="give --force")
+    except ValueError as error:
+        parser.error(f"--out {error}")
     return args
 
 
@@ -303,7 +310,7 @@ def train(args: argparse.Namespace) -> None:
         VALIDATION_FRACTION,
     )
     # The card with the checkpoint it describes, put in place together (save_model)
-    save_model(model, tokenizer, args.out, extra={"MODEL_CARD.md": card})
+    save_model(model, tokenizer, args.out, extra={CARD: card}, force=args.force)
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")

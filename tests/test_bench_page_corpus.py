@@ -22,7 +22,7 @@ from minipaged.models import EMBEDDED_MODELS
 from minipaged.study import bench
 from minipaged.study.report import Column, Report
 
-PAGE = "# Results\n\n## Memory\n\nold memory\n\n## Sharing\n\nold sharing\n"
+PAGE = "# Benchmark results\n\n## Memory\n\nold memory\n\n## Sharing\n\nold sharing\n"
 
 
 class Folder:

@@ -29,7 +29,7 @@ from minipaged.typed_numbers import read_integer
 from tui import serve
 from tui.ending import run_ending_on_signals
 from tui.engine_config import TUI_CONFIG
-from tui.shown_run import what_the_app_shows
+from tui.shown_run import SCREENSHOT, what_the_app_shows
 
 SCREENSHOT_TIMEOUT_S = 120.0
 
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 say("tui", ending_signals.ENDING[ended_by])
             return 128 + ended_by
         return failed(app)
-    return screenshot(app, args.screenshot, args.steps, args.size, keys)
+    return screenshot(app, args.screenshot, args.steps, args.size, keys, force=args.force)
 
 
 def screenshot_keys(keys: str) -> list[str]:
@@ -283,11 +283,22 @@ def keep_spaces(svg: str) -> str:
     return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
-def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[str]) -> int:
+def screenshot(
+    app, path: Path, steps: int, size: tuple[int, int], keys: list[str], force: bool = False
+) -> int:
     """Run ``app`` headless at ``size``, record the whole run, move to step ``steps`` (or the
     last one, if the run is shorter), press ``keys``, write the screen as SVG to ``path`` and
-    exit. The same flags give the same picture every time."""
+    exit. The same flags give the same picture every time. A file at ``path`` that is no
+    screenshot is replaced only with ``force`` (``minipaged.replaceable``)."""
     failure: list[str] = []
+
+    def save() -> None:
+        # Whole or not at all, and never through a symbolic link (minipaged.atomic_write).
+        svg = keep_spaces(app.export_screenshot())
+        try:  # a file that is no screenshot, put there since the flags were checked
+            atomic_write.write_text(path, svg, replaces=SCREENSHOT, force=force)
+        except ValueError as error:
+            failure.append(str(error))
 
     async def shoot(pilot) -> None:
         deadline = time.monotonic() + SCREENSHOT_TIMEOUT_S
@@ -309,14 +320,13 @@ def screenshot(app, path: Path, steps: int, size: tuple[int, int], keys: list[st
             failure.append(app.error)
         elif app.navigator is None and app.stopped is not None:
             await pilot.pause(0.1)
-            atomic_write.write_text(path, keep_spaces(app.export_screenshot()))
+            save()
         elif app.navigator is None or app.navigator.waiting is not None:
             failure.append(app.notice or f"step {steps} was not reached in time")
         else:
             await pilot.pause(0.1)  # the log scrolls to the step once its new size is laid out
             await pilot.pause()
-            # Whole or not at all, and never through a symbolic link (minipaged.atomic_write).
-            atomic_write.write_text(path, keep_spaces(app.export_screenshot()))
+            save()
         app.exit()
 
     app.animation_level = "none"

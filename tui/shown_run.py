@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from minipaged.arguments import check_sequences_fit, config_from_flags, naming
 from minipaged.output_paths import check_outputs_apart, check_replaceable
+from minipaged.replaceable import OutputKind
 from tui.engine_config import TUI_CONFIG
 
 
@@ -88,9 +89,10 @@ def check_screenshot_apart(args: argparse.Namespace, config) -> None:
     elif args.exercise is not None:
         shown += graded_code(args.exercise, args.path, args.solution)
     check_outputs_apart([("--screenshot", args.screenshot)], shown)
-    kind = "a screenshot minipaged wrote (an SVG of a terminal)"
     forced = getattr(args, "force", False)
-    check_replaceable("--screenshot", args.screenshot, kind, is_screenshot, forced)
+    check_replaceable(
+        "--screenshot", args.screenshot, SCREENSHOT.name, SCREENSHOT.recognizes, forced
+    )
 
 
 def is_screenshot(head: bytes) -> bool:
@@ -98,3 +100,7 @@ def is_screenshot(head: bytes) -> bool:
     (Rich's, which Textual exports): a file ``--screenshot`` may replace without ``--force``."""
     start = head[:4096]
     return b"<svg " in start and b'class="rich-terminal"' in start
+
+
+SCREENSHOT = OutputKind("a screenshot minipaged wrote (an SVG of a terminal)", is_screenshot)
+"""What ``--screenshot`` may replace without ``--force``."""

@@ -8,7 +8,10 @@ Conventions (``tests/test_docs.py`` states them in full): every ```` ```python `
 in order, in one namespace per page; ``<!-- skip-test -->`` on the line before a fence leaves
 it out; a ```` ```text title="Output" ```` fence right after a Python fence is what it prints;
 ``<!-- run-in-shell -->`` marks a bash fence that runs in a shell of its own, followed by its
-```` ```text title="Shell output" ````.
+```` ```text title="Shell output" ````. Every other shell fence is commands a reader types, run
+by ``tests/test_docs_commands.py`` as written, unless ``<!-- commands-not-run: REASON -->``
+on the line before says why not, or ``<!-- commands-need-a-gpu -->`` keeps it to a machine
+with one (that test states its conventions in full).
 """
 
 from __future__ import annotations

@@ -299,7 +299,11 @@ def _run(args: argparse.Namespace) -> int:
         from minipaged.grader.gradebook import gradescope
 
         written.append((args.gradescope, gradescope(report.to_dict())))
-    saved = [save(console, args.number, path, document) for path, document in written]
+    owned = {target} if args.json is None else set()  # the graded folder's: see above
+    saved = [
+        save(console, args.number, path, document, force=args.force or path in owned)
+        for path, document in written
+    ]
     if not all(saved):  # the grade is printed above, but a file asked for is missing
         return UNSAVED
     return 0 if report.passed else 1

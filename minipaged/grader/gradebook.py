@@ -52,6 +52,7 @@ from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
 from minipaged.grader.student_folder import missing_files
+from minipaged.replaceable import ANY_FILE
 
 STARTUP_SECONDS = 300.0
 """Time a grading process may take beyond the submission's own limit (starting Python, torch,
@@ -174,7 +175,9 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
     cause = f"{failed[0]['name']}: {failed[0]['message']}".splitlines()[0][:200] if failed else ""
     unsaved = ""
     try:
-        atomic_write.write_text(folder / "report.json", json.dumps(report, indent=2) + "\n")
+        text = json.dumps(report, indent=2) + "\n"
+        # The graded folder's report.json is the grader's, whatever a student planted there
+        atomic_write.write_text(folder / "report.json", text, replaces=ANY_FILE)
     except OSError as error:  # a folder named report.json, a read-only folder: the grade stands
         cause = f"{cause}; " if cause else ""
         cause += f"report.json not written into the folder ({error.strerror or error})"
@@ -232,7 +235,10 @@ def write_gradebook(number: int, root: Path, rows: list[Row]) -> tuple[Path, Pat
     unsaved = []
     for path, content in ((csv_path, text.getvalue()), (json_path, json.dumps(book, indent=2))):
         try:  # each file tried, whatever became of the other
-            atomic_write.write_text(path, content + ("\n" if path == json_path else ""))
+            content += "\n" if path == json_path else ""
+            # Whose it is was asked above, by a finer rule than a kind's (which class, which
+            # exercise): check_gradebook_replaceable
+            atomic_write.write_text(path, content, replaces=ANY_FILE)
         except OSError as error:
             unsaved.append(f"{error.strerror or error}: {path}")
     if unsaved:

@@ -22,6 +22,7 @@ from typing import Any
 from rich.markup import escape
 
 from minipaged import __version__, atomic_write
+from minipaged.grader.report_files import REPORT
 
 PASS, FAIL, BLOCKED = "pass", "fail", "blocked"
 
@@ -363,10 +364,12 @@ class Report:
             "criteria": [asdict(r) | {"score": r.score} for r in self.results],
         }
 
-    def save(self, path: Path) -> str:
+    def save(self, path: Path, force: bool = False) -> str:
         """Write the report to ``path`` whole, replacing (never following) a symbolic link
-        there; returns what became of such a link, or ``""``."""
-        return atomic_write.write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        there, and a file that is no report only with ``force`` (``minipaged.replaceable``);
+        returns what became of such a link, or ``""``."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        return atomic_write.write_text(path, text, replaces=REPORT, force=force)
 
     def render(self, console) -> None:
         """Print one line per criterion, and the message under each one that did not pass."""

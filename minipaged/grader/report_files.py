@@ -18,13 +18,16 @@ from rich.console import Console
 
 from minipaged import atomic_write
 from minipaged.output_paths import check_replaceable
+from minipaged.replaceable import OutputKind
 
 
-def save(console: Console, number: int, target: Path, document: dict) -> bool:
+def save(console: Console, number: int, target: Path, document: dict, force: bool = False) -> bool:
     """Write ``document`` as JSON to ``target`` (whole, replacing and never following a link
-    there), and say where; or say why it could not be written, and return False."""
+    there; over a file that is no report only with ``force``), and say where; or say why it
+    could not be written, and return False."""
     try:
-        note = atomic_write.write_text(target, json.dumps(document, indent=2) + "\n")
+        text = json.dumps(document, indent=2) + "\n"
+        note = atomic_write.write_text(target, text, replaces=REPORT, force=force)
         console.print(f"report: {target}" + (f" ({note})" if note else ""), highlight=False)
         return True
     except OSError as error:  # an installed package's starter folder is not writable
@@ -44,8 +47,12 @@ def is_report(head: bytes) -> bool:
     return head.lstrip().startswith(b"{") and b'"minipaged_version"' in head
 
 
+REPORT = OutputKind("a report minipaged wrote", is_report)
+"""What a report or Gradescope's results may replace without ``--force``."""
+
+
 def check_reports_replaceable(outputs: list[tuple[str, Path | None]], force: bool) -> None:
     """Refuse, before anything is graded, each of ``outputs`` (``(flag, path)``) where a file
     stands that is no report minipaged wrote, unless ``force``."""
     for named, path in outputs:
-        check_replaceable(named, path, "a report minipaged wrote", is_report, force)
+        check_replaceable(named, path, REPORT.name, REPORT.recognizes, force)

@@ -30,7 +30,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from minipaged import atomic_write
+from minipaged import atomic_write, replaceable
+from minipaged.replaceable import PYTHON_FORCE, OutputKind
+from minipaged.study.bench.plot import PLOT
 from minipaged.study.report import Report, console
 
 SUBBENCHMARKS = {
@@ -67,7 +69,8 @@ class Options:
     to ``out`` (None: no files are written), ``device`` is where torch runs, ``model`` is the
     engine and fork benchmarks' model, ``backends`` the engine benchmark's attention backends
     (empty: its default for the device), ``kv_cache_dtype`` the memory benchmark's KV dtype
-    (``"auto"``: the presets' BF16)."""
+    (``"auto"``: the presets' BF16). A file in ``out`` that is no page or plot of a run is
+    replaced only with ``force`` (``check_replaceable``)."""
 
     out: Path | None = None
     quick: bool = False
@@ -76,6 +79,7 @@ class Options:
     seed: int = 0
     backends: tuple[str, ...] = ()
     kv_cache_dtype: str = "auto"
+    force: bool = False
 
 
 def run(name: str, options: Options) -> Report:
@@ -101,6 +105,7 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
     another's while that one writes a page that shows its own; and a partial run reads the
     page it rewrites under that lock, so no run's sections are lost to another's read and write
     back. A run that writes no page drops its ``Replacement``: the page is left as it was."""
+    check_replaceable(names, options)  # before minutes of measuring, not after
     if options.out is not None:  # made first: a folder that cannot be made stops no late run
         options.out.mkdir(parents=True, exist_ok=True)
     page = page_written(names, options)
@@ -109,7 +114,11 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
     with contextlib.ExitStack() as held:
         writer = None
         if options.out is not None:
-            writer = atomic_write.Replacement(options.out / "index.md")
+            # A page this run does not write is only locked, and left as it was
+            unwritten = page is None
+            writer = atomic_write.Replacement(
+                options.out / "index.md", replaces=PAGE, force=options.force or unwritten
+            )
             held.callback(writer.discard)  # after a commit, nothing; else the page as it was
         reports = []
         for name in names:
@@ -139,6 +148,30 @@ def run_many(names: list[str], options: Options, as_json: bool = False) -> list[
             f"wrote {plots} plots in {options.out}; {options.out / 'index.md'} left as it was"
         )
     return reports
+
+
+def is_page(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts a results page ``results_page`` wrote."""
+    return head.startswith(b"# Benchmark results\n")
+
+
+PAGE = OutputKind("a results page minipaged bench wrote", is_page)
+
+
+def outputs(names: list[str], options: Options) -> list[tuple[str, Path | None, OutputKind]]:
+    """What a run of ``names`` writes: its page (``page_written``) and each benchmark's plot,
+    each with what it is and the kind of file it may replace; none without ``options.out``."""
+    if options.out is None:
+        return []
+    plots = [(f"the {name} plot", options.out / f"{name}.svg", PLOT) for name in names]
+    return [("the results page", page_written(names, options), PAGE), *plots]
+
+
+def check_replaceable(names: list[str], options: Options, way: str = PYTHON_FORCE) -> None:
+    """Refuse, before any benchmark runs, a run of ``names`` whose page or plots would replace
+    a file of another kind (``replaceable.check_replaceable``), unless ``options.force``."""
+    for what, path, kind in outputs(names, options):
+        replaceable.check_replaceable(path, kind, options.force, what, way)
 
 
 def page_written(names: list[str], options: Options) -> Path | None:

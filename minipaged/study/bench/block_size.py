@@ -82,4 +82,4 @@ def _plot(rows: list[dict], options: Options):
     axis.set_xlabel("unused / reserved KV slots (%, simulated)")
     axis.set_ylabel("decode time / contiguous SDPA (measured)")
     axis.legend(fontsize="small")
-    return plot.save(fig, options.out, "block-size")
+    return plot.save(fig, options.out, "block-size", options.force)

@@ -276,4 +276,4 @@ def _plot(rows: list[dict], options: Options):
         panel.set_ylabel("time between tokens (ms)")
         panel.set_title(where, fontsize="medium")
         panel.legend(fontsize="small")
-    return plot.save(fig, options.out, "chunked")
+    return plot.save(fig, options.out, "chunked", options.force)

@@ -18,7 +18,7 @@ from minipaged.arguments import (
 from minipaged.config import settings_of
 from minipaged.environment import MAX_THREADS
 from minipaged.memory import free_memory, memory_amount
-from minipaged.output_paths import check_outputs_apart, output_folder
+from minipaged.output_paths import add_force_flag, check_outputs_apart, output_folder
 from minipaged.study.bench import SUBBENCHMARKS
 
 PRESET_NAMES = ("llama-3-8b", "llama-3-70b", "llama-2-70b")
@@ -133,6 +133,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "device's kernel backend (numba on cuda, numba-cpu on cpu)",
     )
     bench.add_argument("--seed", type=setting_integer("seed"), default=0, help="random seed")
+    add_force_flag(bench, "a plot or index.md")
     add_kv_cache_dtype(bench)
     bench.add_argument(
         "--threads",
@@ -155,7 +156,7 @@ ignore it, so an option typed beside none of its readers is refused (``check_rea
 ``--threads`` is read by the benchmarks that time on torch's thread count; memory and sharing
 time nothing, kv-dtype measures error, not time, and kernels times 1 and 2 threads itself."""
 
-READ_BY_EVERY_BENCHMARK = ("names", "quick", "out", "json")
+READ_BY_EVERY_BENCHMARK = ("names", "quick", "out", "json", "force")
 """The options every benchmark reads: which to run, their size, where files and tables go."""
 
 
@@ -238,7 +239,7 @@ def bench(args: argparse.Namespace) -> int:
     from minipaged.config import EngineConfig
     from minipaged.device import check_device
     from minipaged.models import check_model_directory, files_read
-    from minipaged.study.bench import Options, default_out, page_written, run_many
+    from minipaged.study.bench import Options, check_replaceable, default_out, outputs, run_many
 
     # Every setting is checked before the first benchmark runs: a run takes minutes.
     check_device(args.device)
@@ -259,12 +260,12 @@ def bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         backends=tuple(args.backends or ()),
         kv_cache_dtype=args.kv_cache_dtype,
+        force=args.force,
     )
     # Its page and plots go in place of none of the model's files (--out the model's folder)
-    out = options.out
-    plots = [(f"the {name} plot", out / f"{name}.svg") for name in names] if out else []
-    written = [("the results page", page_written(names, options)), *plots]
+    written = [(what, path) for what, path, _ in outputs(names, options)]
     check_outputs_apart(written, files_read(EngineConfig(model=args.model)))
+    check_replaceable(names, options, way="give --force")
     torch.set_num_threads(args.threads)
     run_many(names, options, as_json=args.json)
     return 0

@@ -276,4 +276,4 @@ def _plot(rows: list[dict], options: Options):
     axis.barh(labels, [r["tokens_per_s"] for r in rows])
     axis.set_xlabel("generated tokens per second")
     axis.invert_yaxis()
-    return plot.save(fig, options.out, "engine")
+    return plot.save(fig, options.out, "engine", options.force)

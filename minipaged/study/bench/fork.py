@@ -181,4 +181,4 @@ def _plot(rows: list[dict], options: Options):
     axis.set_xlabel("prompt length L (tokens)")
     axis.set_ylabel("time (µs)")
     axis.legend(fontsize="small")
-    return plot.save(fig, options.out, "fork")
+    return plot.save(fig, options.out, "fork", options.force)

@@ -393,4 +393,4 @@ def _plot(rows: list[dict], kernels: list[str], options: Options):
     axis.set_xticks(list(x), labels, rotation=60, ha="right", fontsize="x-small")
     axis.set_ylabel("GB/s read / streaming read")
     axis.legend(fontsize="small")
-    return plot.save(fig, options.out, "kernels")
+    return plot.save(fig, options.out, "kernels", options.force)

@@ -108,7 +108,7 @@ def _plot(rows: list[dict], options: Options):
     blocks.barh(names, [row["llama_blocks"] for row in rows])
     blocks.set_xlabel("Llama-3-8B blocks (B = 16) in 64 GB")
     blocks.invert_yaxis()
-    return plot.save(fig, options.out, "kv-dtype")
+    return plot.save(fig, options.out, "kv-dtype", options.force)
 
 
 def heldout_windows(tokenizer: Tokenizer, count: int) -> list[torch.Tensor]:

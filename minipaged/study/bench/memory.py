@@ -226,4 +226,4 @@ def _plot(rows: list[dict], options: Options):
     seqs.set_xlabel("concurrent sequences")
     seqs.invert_yaxis()
     seqs.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize="small")
-    return plot.save(fig, options.out, "memory")
+    return plot.save(fig, options.out, "memory", options.force)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minipaged import atomic_write
+from minipaged.replaceable import OutputKind
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -33,9 +34,20 @@ def figure(panels: int = 1, width: float = WIDTH_IN) -> tuple[Figure, list[Axes]
     return fig, list(fig.subplots(panels, 1, squeeze=False)[:, 0])
 
 
-def save(fig: Figure, out: Path | None, name: str) -> Path | None:
-    """Write ``fig`` to ``out/name.svg`` and return the path; with ``out`` None (no folder to
-    write to), write nothing and return None."""
+def is_plot(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts an SVG that Matplotlib drew (as ``save``
+    writes them): what a plot may replace without ``force``."""
+    start = head[:4096]
+    return b"<svg" in start and b"<dc:title>Matplotlib" in start
+
+
+PLOT = OutputKind("a plot minipaged bench drew (a Matplotlib SVG)", is_plot)
+
+
+def save(fig: Figure, out: Path | None, name: str, force: bool = False) -> Path | None:
+    """Write ``fig`` to ``out/name.svg`` (over a file that is no plot only with ``force``:
+    ``Options.force``) and return the path; with ``out`` None (no folder to write to), write
+    nothing and return None."""
     if out is None:
         return None
     import matplotlib
@@ -43,7 +55,7 @@ def save(fig: Figure, out: Path | None, name: str) -> Path | None:
     path = out / f"{name}.svg"
     with (
         matplotlib.rc_context({"svg.hashsalt": "minipaged"}),
-        atomic_write.replacing(path, "wb") as replacement,
+        atomic_write.replacing(path, "wb", replaces=PLOT, force=force) as replacement,
     ):
         fig.savefig(replacement.file, format="svg", metadata={"Date": None})
     return path

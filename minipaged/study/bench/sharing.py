@@ -108,4 +108,4 @@ def _plot(rows: list[dict], options: Options):
     axis.set_xlabel("parallel samples n / beam width K")
     axis.set_ylabel("KV blocks saved by copy-on-write (%)")
     axis.legend(fontsize="small")
-    return plot.save(fig, options.out, "sharing")
+    return plot.save(fig, options.out, "sharing", options.force)

@@ -203,4 +203,4 @@ def _plot(rows: list[dict], options: Options):
     blocks.set_xticks(list(where), names)
     blocks.set_ylabel("peak blocks in a step")
     blocks.legend(fontsize="small")
-    return plot.save(fig, options.out, "speculative")
+    return plot.save(fig, options.out, "speculative", options.force)

@@ -154,4 +154,4 @@ def _plot(rows: list[dict], options: Options):
     axis.axhline(BUDGET_MS, color="black", linestyle="--", label=f"budget {BUDGET_MS:.0f} ms")
     axis.set_ylabel("ms per step (median)")
     axis.legend(fontsize="small")
-    return plot.save(fig, options.out, "tui")
+    return plot.save(fig, options.out, "tui", options.force)
