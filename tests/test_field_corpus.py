@@ -61,6 +61,7 @@ KINDS = {
         "dtype": "text",
         "device": "text",
         "skip_tokenizer_init": "flag",
+        "max_model_len": "count",
         "block_size": "count",
         "num_gpu_blocks": "count",
         "num_cpu_blocks": "count",
