@@ -3056,6 +3056,11 @@ class _Words(_weakref.ref):  # a weak reference that is also a mapping, exec's l
 
     def __setitem__(self, name, value):
         globals()[name] = value
+
+def _lecture():  # the copy as a module that, once imported, hands it to this one
+    head = "import sys\\n_m = sys.modules[%r]\\n" % __name__
+    head += "globals().update({k: v for k, v in vars(_m).items() if k[:2] != '__'})\\n"
+    return head + _SOURCE.replace("_COPIED", "_m._COPIED")
 """
 """What each of ``SET_OFF_BY_THE_GRADER``'s hand-ins keeps: the library's ``fork`` encoded,
 and three ways to have it compiled and run later by the interpreter, with none of the
@@ -3083,11 +3088,20 @@ SET_OFF_BY_THE_GRADER = tuple(
             "exec-as-a-weak-reference-s-callback",
             "_KEPT.append(_Words(self, _functools.partial(exec, _SOURCE, globals())))",
         ),
+        (
+            "a-module-imported-by-a-finalizer",
+            "import importlib, pathlib, sys, tempfile\n"
+            "folder = pathlib.Path(tempfile.mkdtemp())\n"
+            "(folder / 'lecture.py').write_text(_lecture())\n"
+            "sys.path.insert(0, str(folder))\n"
+            "_weakref.finalize(self, importlib.import_module, 'lecture')  # the import, later",
+        ),
     )
 )
 """The library's ``fork``, kept encoded, run by ``exec`` that the interpreter calls for the
 student's code after it returned: a ``weakref.finalize``, a ``__del__`` that is
-``functools.partial(exec, ...)``, a weak reference's callback. Each fires when the grader's
+``functools.partial(exec, ...)``, a weak reference's callback; or written as a module that a
+``weakref.finalize`` imports (the import system compiles it). Each fires when the grader's
 child forgets the criterion's objects (its ``reset``), with only the grader's own frames on
 the stack, where the runtime hook judged nothing: the first criterion failed, and the copy
 passed every later one of the same grading child (exercise 03 scored 87/100). Code compiled or
