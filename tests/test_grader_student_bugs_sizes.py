@@ -1,9 +1,9 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
 other than the examples' B = 4, a step that preempts two requests, a host pool with some room
-but not enough, a reduction over more than one warp, a block id past 255, three sharers of a
-block. Each passed the criterion it breaks (or failed it with a message about something else);
-each now fails it with the size and the cause named (the other realistic bugs:
-test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
+but not enough, or exactly enough, a reduction over more than one warp, a block id past 255,
+three sharers of a block. Each passed the criterion it breaks (or failed it with a message about
+something else); each now fails it with the size and the cause named (the other realistic
+bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_exercises import failures_of
+from test_grader_student_bugs import swap_finding
 from test_grader_student_bugs_attention import kernel_with, loop_failures
 
 from minipaged import attention, scheduler
+from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import bug_zoo, drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
@@ -189,3 +191,27 @@ def test_a_loop_reading_block_ids_as_bytes_is_caught():
     assert "on one sequence over 11 blocks scattered in a pool of 300" in failed[name]
     assert "reads a block its table does not hold" in failed[name]
     assert "a block id cut to fewer bits (a uint8 holds 0..255" in failed[name]
+
+
+class _CountsEveryTablesBlocks(BlockManager):
+    """Checks the host's room by adding up the group's tables, so a block two of them share
+    counts twice: right whenever the host has room to spare."""
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        needed = sum(len(self.table(seq).blocks) for seq in seqs)
+        if self.host is not None and needed > self.host.num_free:
+            raise OutOfBlocks(f"the group needs {needed} host blocks")
+        return super().swap_out(seqs)
+
+
+def test_a_room_check_that_counts_shared_blocks_twice_is_caught():
+    """Every swap of exercise 05 that had to succeed had host room to spare, and those that had
+    to be refused lacked a block or more; a group of two sharers into a host of exactly their
+    2 distinct blocks now shows a count that takes a shared block twice."""
+    name = "a_block_shared_inside_the_group_is_copied_once"
+    assert swap_finding(_CountsEveryTablesBlocks, name).startswith(
+        "swap_out([0, 1]) of two sequences sharing 2 full blocks (8 tokens, B=4), into a host "
+        "pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one host block per "
+        "distinct block, 2"
+    )

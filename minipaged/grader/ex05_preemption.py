@@ -102,6 +102,18 @@ def check_a_block_shared_inside_the_group_is_copied_once(student):
         "append_slot(1) (a copy-on-write: only the first block is still shared), "
         "swap_out([0, 1]): R[p] counts the tables that hold p, not the sequences swapped",
     )
+    tight = _manager(student, host=2)
+    tight.allocate(0, 8)  # T_0 = [0, 1], both full
+    tight.fork(0, 1)
+    try:
+        tight.swap_out([0, 1])
+    except OutOfBlocks:
+        raise CheckFailed(
+            "swap_out([0, 1]) of two sequences sharing 2 full blocks (8 tokens, B=4), into a "
+            "host pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one host "
+            "block per distinct block, 2; count each shared block once (not once per table) "
+            "and a full last block once (ceil(L/B) blocks, not L // B + 1)"
+        ) from None
 
 
 def check_swapping_one_sharer_out_frees_nothing(student):
