@@ -215,3 +215,43 @@ def test_a_room_check_that_counts_shared_blocks_twice_is_caught():
         "pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one host block per "
         "distinct block, 2"
     )
+
+
+class _KeepsOneBlockSpare(BlockManager):
+    """Refuses an append that needs a block unless two are free: num_free <= 1 for == 0."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        needs = table.is_last_block_full or self.device.refcount(table.blocks[-1]) > 1
+        if needs and self.device.num_free <= 1:
+            raise OutOfBlocks(f"sequence {seq} needs a block and none is free")
+        return super().append_slot(seq, token_ids)
+
+
+class _SwapsOutWithOneBlockSpare(BlockManager):
+    """Refuses a swap that would leave the host no block free: needed >= num_free."""
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        needed = len({p for seq in seqs for p in self.table(seq).blocks})
+        if self.host is not None and needed >= self.host.num_free:
+            raise OutOfBlocks(f"the group needs {needed} host blocks")
+        return super().swap_out(seqs)
+
+
+def test_a_room_check_off_by_one_is_caught_where_the_pool_fits_exactly():
+    """Every append or swap of exercises 04 and 05 that had to succeed had blocks to spare;
+    one that takes the last free block now shows the off-by-one."""
+    failed = failures_of(
+        4,
+        ["full_last_block_gets_a_fresh_block", "shared_partly_filled_block_is_copied"],
+        block_manager=SimpleNamespace(BlockManager=_KeepsOneBlockSpare),
+    )
+    for message in failed.values():
+        assert "with exactly 1 free block, raised OutOfBlocks: one free block is enough" in message
+    assert len(failed) == 2
+    found = swap_finding(
+        _SwapsOutWithOneBlockSpare, "a_block_shared_inside_the_group_is_copied_once"
+    )
+    assert "into a host pool of exactly 2 free blocks, raised OutOfBlocks" in found
+    assert "Refuse only when fewer are free than needed" in found

@@ -111,8 +111,9 @@ def check_a_block_shared_inside_the_group_is_copied_once(student):
         raise CheckFailed(
             "swap_out([0, 1]) of two sequences sharing 2 full blocks (8 tokens, B=4), into a "
             "host pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one host "
-            "block per distinct block, 2; count each shared block once (not once per table) "
-            "and a full last block once (ceil(L/B) blocks, not L // B + 1)"
+            "block per distinct block, 2, and 2 are free. Refuse only when fewer are free than "
+            "needed, counting each shared block once (not once per table) and a full last "
+            "block once (ceil(L/B) blocks, not L // B + 1)"
         ) from None
 
 
