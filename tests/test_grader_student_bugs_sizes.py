@@ -212,7 +212,7 @@ def test_a_room_check_that_counts_shared_blocks_twice_is_caught():
     name = "a_block_shared_inside_the_group_is_copied_once"
     assert swap_finding(_CountsEveryTablesBlocks, name).startswith(
         "swap_out([0, 1]) of two sequences sharing 2 full blocks (8 tokens, B=4), into a host "
-        "pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one host block per "
+        "pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one block per "
         "distinct block, 2"
     )
 
@@ -228,15 +228,15 @@ class _KeepsOneBlockSpare(BlockManager):
         return super().append_slot(seq, token_ids)
 
 
-class _SwapsOutWithOneBlockSpare(BlockManager):
-    """Refuses a swap that would leave the host no block free: needed >= num_free."""
+class _SwapsInWithOneBlockSpare(BlockManager):
+    """Refuses a swap that would leave the device no block free: needed >= num_free."""
 
-    def swap_out(self, seqs):
+    def swap_in(self, seqs):
         seqs = list(seqs)
         needed = len({p for seq in seqs for p in self.table(seq).blocks})
-        if self.host is not None and needed >= self.host.num_free:
-            raise OutOfBlocks(f"the group needs {needed} host blocks")
-        return super().swap_out(seqs)
+        if needed >= self.device.num_free:
+            raise OutOfBlocks(f"the group needs {needed} device blocks")
+        return super().swap_in(seqs)
 
 
 def test_a_room_check_off_by_one_is_caught_where_the_pool_fits_exactly():
@@ -251,7 +251,8 @@ def test_a_room_check_off_by_one_is_caught_where_the_pool_fits_exactly():
         assert "with exactly 1 free block, raised OutOfBlocks: one free block is enough" in message
     assert len(failed) == 2
     found = swap_finding(
-        _SwapsOutWithOneBlockSpare, "a_block_shared_inside_the_group_is_copied_once"
+        _SwapsInWithOneBlockSpare, "a_block_shared_inside_the_group_is_copied_once"
     )
-    assert "into a host pool of exactly 2 free blocks, raised OutOfBlocks" in found
+    assert found.startswith("swap_in([0, 1]) of two sequences sharing 2 full blocks (8 tokens")
+    assert "into a device pool of exactly 2 free blocks, raised OutOfBlocks" in found
     assert "Refuse only when fewer are free than needed" in found
