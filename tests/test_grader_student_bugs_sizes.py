@@ -114,16 +114,30 @@ def test_a_preempt_that_assigns_the_steps_lists_is_caught(cls, criterion, words)
     assert words in failed[criterion]
 
 
-class _SwapsWhenTheHostHasAFreeBlock(scheduler.Scheduler):
-    """Asks whether the host pool has a free block, not whether it can take the group's."""
+def _room_decided_by(has_room):
+    """A scheduler whose _preempt decides the host's room by ``has_room(bm, ids)`` in place of
+    ``bm.can_swap_out(ids)``."""
 
-    def _preempt(self, group, out):
-        bm = self.block_manager
-        bm.can_swap_out = lambda ids: bm.host is not None and bm.host.num_free > 0
-        try:
-            super()._preempt(group, out)
-        finally:
-            del bm.can_swap_out
+    class Scheduler(scheduler.Scheduler):
+        def _preempt(self, group, out):
+            bm = self.block_manager
+            bm.can_swap_out = lambda ids: bm.host is not None and has_room(bm, ids)
+            try:
+                super()._preempt(group, out)
+            finally:
+                del bm.can_swap_out
+
+    return Scheduler
+
+
+def _blocks_of(bm, ids) -> int:
+    return len({p for seq in ids for p in bm.table(seq).blocks})
+
+
+_SwapsWhenTheHostHasAFreeBlock = _room_decided_by(lambda bm, ids: bm.host.num_free > 0)
+_SwapsWhenTheHostHasBlocksToSpare = _room_decided_by(
+    lambda bm, ids: bm.host.num_free > _blocks_of(bm, ids)
+)
 
 
 def test_a_swap_decided_by_one_free_host_block_is_caught():
@@ -134,6 +148,18 @@ def test_a_swap_decided_by_one_free_host_block_is_caught():
     failed = failures_of(5, [name], scheduler=module)
     assert "with a host pool of 1 block and b holding 2, raised OutOfBlocks" in failed[name]
     assert "ask bm.can_swap_out(ids)" in failed[name]
+
+
+def test_a_swap_that_wants_a_block_to_spare_is_caught():
+    """No scene had a host of exactly the victim's blocks: 'num_free > needed' for '>=' passed.
+    A host of exactly b's 2 blocks must now take them."""
+    name = "swap_preemption_moves_the_blocks_to_host"
+    module = SimpleNamespace(Scheduler=_SwapsWhenTheHostHasBlocksToSpare)
+    failed = failures_of(5, [name], scheduler=module)
+    assert split_rule(failed[name])[0].endswith(
+        "with a host pool of exactly b's 2 blocks (room enough: swap when the host has as many "
+        "free blocks as the group needs): expected 'swap', got 'recompute'"
+    )
 
 
 @pytest.mark.slow
