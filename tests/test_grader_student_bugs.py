@@ -269,6 +269,14 @@ def test_a_swap_that_counts_the_group_and_not_the_holders_is_caught():
     )
 
 
+def swap_finding(cls, name: str) -> str:
+    """What exercise 05's criterion ``name`` found in the block manager ``cls``, run with the
+    library's scheduler: its failure's message without the rule line."""
+    module = SimpleNamespace(BlockManager=cls)
+    failed = failures_of(5, [name], block_manager=module, scheduler=scheduler)
+    return split_rule(failed[name])[0]
+
+
 class _HostRefcountCopiedFromTheDevice(BlockManager):
     """Each host copy gets the R its device block had: right when every holder is swapped
     together, wrong when one of two sharers is swapped alone."""
@@ -286,14 +294,12 @@ class _HostRefcountCopiedFromTheDevice(BlockManager):
 def test_a_swap_that_copies_the_device_refcount_is_caught():
     """It once failed only the random programs (refcount conservation); the criterion that
     swaps one of two sharers now reads the copies' R."""
-    name = "swapping_one_sharer_out_frees_nothing"
-    module = SimpleNamespace(BlockManager=_HostRefcountCopiedFromTheDevice)
-    failed = failures_of(5, [name], block_manager=module, scheduler=scheduler)
-    assert split_rule(failed[name])[0].startswith(
+    found = swap_finding(_HostRefcountCopiedFromTheDevice, "swapping_one_sharer_out_frees_nothing")
+    assert found.startswith(
         "host R of T_1=[0, 1], the copies, after fork(0, 1), swap_out([1]): R[p] counts the "
         "tables that hold p"
     )
-    assert split_rule(failed[name])[0].endswith("expected [1, 1], got [2, 2]")
+    assert found.endswith("expected [1, 1], got [2, 2]")
 
 
 def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():

@@ -1,9 +1,9 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
 other than the examples' B = 4, a step that preempts two requests, a host pool with some room
-but not enough, a reduction over more than one warp, a block id past 255, three sharers of a
-block. Each passed the criterion it breaks (or failed it with a message about something else);
-each now fails it with the size and the cause named (the other realistic bugs:
-test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
+but not enough, or exactly enough, a reduction over more than one warp, a block id past 255,
+three sharers of a block. Each passed the criterion it breaks (or failed it with a message about
+something else); each now fails it with the size and the cause named (the other realistic
+bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_exercises import failures_of
+from test_grader_student_bugs import swap_finding
 from test_grader_student_bugs_attention import kernel_with, loop_failures
 
 from minipaged import attention, scheduler
+from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import bug_zoo, drawn_sizes
 from minipaged.grader import ex04_copy_on_write as ex04
@@ -112,16 +114,30 @@ def test_a_preempt_that_assigns_the_steps_lists_is_caught(cls, criterion, words)
     assert words in failed[criterion]
 
 
-class _SwapsWhenTheHostHasAFreeBlock(scheduler.Scheduler):
-    """Asks whether the host pool has a free block, not whether it can take the group's."""
+def _room_decided_by(has_room):
+    """A scheduler whose _preempt decides the host's room by ``has_room(bm, ids)`` in place of
+    ``bm.can_swap_out(ids)``."""
 
-    def _preempt(self, group, out):
-        bm = self.block_manager
-        bm.can_swap_out = lambda ids: bm.host is not None and bm.host.num_free > 0
-        try:
-            super()._preempt(group, out)
-        finally:
-            del bm.can_swap_out
+    class Scheduler(scheduler.Scheduler):
+        def _preempt(self, group, out):
+            bm = self.block_manager
+            bm.can_swap_out = lambda ids: bm.host is not None and has_room(bm, ids)
+            try:
+                super()._preempt(group, out)
+            finally:
+                del bm.can_swap_out
+
+    return Scheduler
+
+
+def _blocks_of(bm, ids) -> int:
+    return len({p for seq in ids for p in bm.table(seq).blocks})
+
+
+_SwapsWhenTheHostHasAFreeBlock = _room_decided_by(lambda bm, ids: bm.host.num_free > 0)
+_SwapsWhenTheHostHasBlocksToSpare = _room_decided_by(
+    lambda bm, ids: bm.host.num_free > _blocks_of(bm, ids)
+)
 
 
 def test_a_swap_decided_by_one_free_host_block_is_caught():
@@ -132,6 +148,18 @@ def test_a_swap_decided_by_one_free_host_block_is_caught():
     failed = failures_of(5, [name], scheduler=module)
     assert "with a host pool of 1 block and b holding 2, raised OutOfBlocks" in failed[name]
     assert "ask bm.can_swap_out(ids)" in failed[name]
+
+
+def test_a_swap_that_wants_a_block_to_spare_is_caught():
+    """No scene had a host of exactly the victim's blocks: 'num_free > needed' for '>=' passed.
+    A host of exactly b's 2 blocks must now take them."""
+    name = "swap_preemption_moves_the_blocks_to_host"
+    module = SimpleNamespace(Scheduler=_SwapsWhenTheHostHasBlocksToSpare)
+    failed = failures_of(5, [name], scheduler=module)
+    assert split_rule(failed[name])[0].endswith(
+        "with a host pool of exactly b's 2 blocks (room enough: swap when the host has as many "
+        "free blocks as the group needs): expected 'swap', got 'recompute'"
+    )
 
 
 @pytest.mark.slow
@@ -189,3 +217,68 @@ def test_a_loop_reading_block_ids_as_bytes_is_caught():
     assert "on one sequence over 11 blocks scattered in a pool of 300" in failed[name]
     assert "reads a block its table does not hold" in failed[name]
     assert "a block id cut to fewer bits (a uint8 holds 0..255" in failed[name]
+
+
+class _CountsEveryTablesBlocks(BlockManager):
+    """Checks the host's room by adding up the group's tables, so a block two of them share
+    counts twice: right whenever the host has room to spare."""
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        needed = sum(len(self.table(seq).blocks) for seq in seqs)
+        if self.host is not None and needed > self.host.num_free:
+            raise OutOfBlocks(f"the group needs {needed} host blocks")
+        return super().swap_out(seqs)
+
+
+def test_a_room_check_that_counts_shared_blocks_twice_is_caught():
+    """Every swap of exercise 05 that had to succeed had host room to spare, and those that had
+    to be refused lacked a block or more; a group of two sharers into a host of exactly their
+    2 distinct blocks now shows a count that takes a shared block twice."""
+    name = "a_block_shared_inside_the_group_is_copied_once"
+    assert swap_finding(_CountsEveryTablesBlocks, name).startswith(
+        "swap_out([0, 1]) of two sequences sharing 2 full blocks (8 tokens, B=4), into a host "
+        "pool of exactly 2 free blocks, raised OutOfBlocks: the group needs one block per "
+        "distinct block, 2"
+    )
+
+
+class _KeepsOneBlockSpare(BlockManager):
+    """Refuses an append that needs a block unless two are free: num_free <= 1 for == 0."""
+
+    def append_slot(self, seq, token_ids=None):
+        table = self.table(seq)
+        needs = table.is_last_block_full or self.device.refcount(table.blocks[-1]) > 1
+        if needs and self.device.num_free <= 1:
+            raise OutOfBlocks(f"sequence {seq} needs a block and none is free")
+        return super().append_slot(seq, token_ids)
+
+
+class _SwapsInWithOneBlockSpare(BlockManager):
+    """Refuses a swap that would leave the device no block free: needed >= num_free."""
+
+    def swap_in(self, seqs):
+        seqs = list(seqs)
+        needed = len({p for seq in seqs for p in self.table(seq).blocks})
+        if needed >= self.device.num_free:
+            raise OutOfBlocks(f"the group needs {needed} device blocks")
+        return super().swap_in(seqs)
+
+
+def test_a_room_check_off_by_one_is_caught_where_the_pool_fits_exactly():
+    """Every append or swap of exercises 04 and 05 that had to succeed had blocks to spare;
+    one that takes the last free block now shows the off-by-one."""
+    failed = failures_of(
+        4,
+        ["full_last_block_gets_a_fresh_block", "shared_partly_filled_block_is_copied"],
+        block_manager=SimpleNamespace(BlockManager=_KeepsOneBlockSpare),
+    )
+    for message in failed.values():
+        assert "with exactly 1 free block, raised OutOfBlocks: one free block is enough" in message
+    assert len(failed) == 2
+    found = swap_finding(
+        _SwapsInWithOneBlockSpare, "a_block_shared_inside_the_group_is_copied_once"
+    )
+    assert found.startswith("swap_in([0, 1]) of two sequences sharing 2 full blocks (8 tokens")
+    assert "into a device pool of exactly 2 free blocks, raised OutOfBlocks" in found
+    assert "Refuse only when fewer are free than needed" in found

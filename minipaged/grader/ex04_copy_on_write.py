@@ -70,6 +70,18 @@ def _append(bm, seq: int) -> AppendResult:
     return result
 
 
+def _takes_the_last_free_block(bm, seq: int, what: str) -> AppendResult:
+    """``_append(bm, seq)`` where the append needs a block and exactly one is free: failing,
+    with the cause named, if it refuses."""
+    try:
+        return _append(bm, seq)
+    except OutOfBlocks:
+        raise CheckFailed(
+            f"{what}, with exactly 1 free block, raised OutOfBlocks: one free block is enough. "
+            "Refuse only when none is free (num_free == 0, not num_free <= 1)"
+        ) from None
+
+
 def check_append_writes_in_place_when_the_block_has_room(student):
     """R[p] = 1 and o > 0: the token is written in place, at slot T_r[j] * B + o, with no copy"""
     _at_each_block_size(_in_place, student)
@@ -107,6 +119,9 @@ def _fresh_block(student, b: int) -> None:
     expect(result.slot, fresh * b + 0, f"append_slot(0).slot of t={2 * b}: T_0[2]*B + 0")
     expect(bm.refcount(fresh), 1, f"R[{fresh}], the fresh block, after append_slot(0)")
     expect(result.cow, None, "append_slot(0).cow when starting a fresh block")
+    last = _manager(student, 2, block_size=b)
+    last.allocate(0, b)  # one full block; one block is free
+    _takes_the_last_free_block(last, 0, f"append_slot(0) of t={b} after a full block")
 
 
 def check_shared_partly_filled_block_is_copied(student):
@@ -177,6 +192,10 @@ def _shared_copied(student, b: int) -> None:
         f"and 2; R[{p}] was 3): the writer lets go of its share alone, and seqs 0 and 2 still "
         "hold it",
     )
+    last = _manager(student, 3, block_size=b)
+    _, p = last.allocate(0, b + 2).blocks
+    last.fork(0, 1)  # one block is free, for the copy
+    _takes_the_last_free_block(last, 1, f"append_slot(1) into shared block {p}")
 
 
 def check_last_sharer_writes_in_place(student):

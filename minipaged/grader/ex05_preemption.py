@@ -102,6 +102,20 @@ def check_a_block_shared_inside_the_group_is_copied_once(student):
         "append_slot(1) (a copy-on-write: only the first block is still shared), "
         "swap_out([0, 1]): R[p] counts the tables that hold p, not the sequences swapped",
     )
+    tight = _manager(student, device=2, host=2)  # each pool holds the group exactly
+    tight.allocate(0, 8)  # T_0 = [0, 1], both full
+    tight.fork(0, 1)
+    for swap, pool in (("swap_out", "host"), ("swap_in", "device")):
+        try:
+            getattr(tight, swap)([0, 1])
+        except OutOfBlocks:
+            raise CheckFailed(
+                f"{swap}([0, 1]) of two sequences sharing 2 full blocks (8 tokens, "
+                f"B=4), into a {pool} pool of exactly 2 free blocks, raised OutOfBlocks: the "
+                "group needs one block per distinct block, 2, and 2 are free. Refuse only when "
+                "fewer are free than needed, counting each shared block once (not once per "
+                "table) and a full last block once (ceil(L/B) blocks, not L // B + 1)"
+            ) from None
 
 
 def check_swapping_one_sharer_out_frees_nothing(student):

@@ -73,11 +73,10 @@ def _two_decoding(student, preemption: str, host: int, b_arrival: int):
 
 
 def _three_requests_then_full(student, preemption: str, host: int) -> Scene:
-    """7-token prompts a (arrival 0) and b (1) and a 3-token prompt c (2) fill 5 device blocks
-    of B = 4; after one decode every one of them needs a fresh block. In the step that finds
-    the pool full, a takes c's one block, and b, with no later arrival left to preempt, is
-    preempted itself: two victims in one step, c then b (c, seq 2, is read through
-    ``out.preempted``)."""
+    """7-token prompts a (arrival 0) and b (1) and a 3-token prompt c (2, seq 2) fill 5 device
+    blocks of B = 4; after one decode each needs a fresh block. In the step that finds the pool
+    full, a takes c's one block, and b, with no later arrival left to preempt, is preempted
+    itself: two victims in one step, c then b."""
     bm = BlockManager(5, host, block_size=4, watermark=0.0)
     scheduler = student.scheduler.Scheduler(bm, preemption)
     a, b, c = _request("a", 0, 0, 7), _request("b", 1, 1, 7), _request("c", 2, 2, 3)
@@ -96,8 +95,7 @@ TWO_VICTIMS = (
 
 
 def _expect_both_reported(scene: Scene, preemption: str) -> None:
-    """``out.preempted`` of the two-victim step lists c then b: each ``_preempt`` adds its
-    group to what the step's earlier calls left there."""
+    """``out.preempted`` of the two-victim step lists c then b: each ``_preempt`` adds to it."""
     preempted = _ids(scene.out.preempted)
     if preempted == ["b"]:
         raise CheckFailed(
@@ -221,6 +219,13 @@ def check_swap_preemption_moves_the_blocks_to_host(student):
         (event.request_id, tuple(event.seqs), event.mode),
         ("b", (1,), "swap"),
         f"(request_id, seqs, mode) of the Preempt event {FULL} recorded (b holds seq 1)",
+    )
+    scene = student.run(_two_requests_then_full, "swap", 2)
+    expect(
+        _preempt_event(scene.bm).mode,
+        "swap",
+        f"the mode of the Preempt {FULL} recorded, with a host pool of exactly b's 2 blocks "
+        "(room enough: swap when the host has as many free blocks as the group needs)",
     )
     scene = student.run(_three_requests_then_full, "swap", 4)
     _expect_both_reported(scene, "swap")
