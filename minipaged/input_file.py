@@ -15,6 +15,19 @@ from pathlib import Path
 
 from minipaged.path_values import as_path
 
+LOOP = "a symbolic link that leads round in a loop"
+
+
+def broken_link(path: Path) -> str:
+    """What the symbolic link ``path``, which leads to no file, is in words: ``LOOP``, or a
+    link to nothing."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return LOOP
+    return "a symbolic link to nothing"
+
 
 def check_input_file(path: str | os.PathLike, fix: str) -> Path:
     """``path`` as a ``Path``, refused unless it names a regular file this process may read:
@@ -43,8 +56,8 @@ def check_input_file(path: str | os.PathLike, fix: str) -> Path:
         if error.errno != errno.ELOOP:
             raise
         raise ValueError(  # "Too many levels of symbolic links; check its permissions" misled
-            f"{path} is a symbolic link that leads round in a loop, back to itself through "
-            "links, so no file is there: name the file itself"
+            f"{path} is {LOOP}, back to itself through links, so no file is there: name the "
+            "file itself"
         ) from None
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a folder, not a file: name a file inside it")

@@ -6,9 +6,10 @@ config can check a model's name without importing torch."""
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 from pathlib import Path
+
+from minipaged.input_file import broken_link
 
 EMBEDDED_MODELS = {name: Path(__file__).resolve().parent / name for name in ("tiny", "tiny-draft")}
 """Models that ship inside the package, by name. ``minipaged.train`` made both: ``tiny`` is
@@ -72,16 +73,6 @@ def no_directory(path: Path) -> str:
     if path.exists():
         return "a file, not a directory"
     return broken_link(path) if path.is_symlink() else "no such directory"
-
-
-def broken_link(path: Path) -> str:
-    """What the symbolic link ``path``, which leads to no file, leads to, in words."""
-    try:
-        os.stat(path)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return "a symbolic link that leads round in a loop"
-    return "a symbolic link to nothing"
 
 
 def files_read(config) -> list[tuple[str, Path]]:
