@@ -53,6 +53,7 @@ from minipaged.device import check_device
 from minipaged.model import Llama, LlamaConfig
 from minipaged.models import EMBEDDED_MODELS, close_name, model_directory
 from minipaged.output_paths import output_folder
+from minipaged.rope import RopeScaling
 from minipaged.tokenizer import Tokenizer
 
 
@@ -64,8 +65,10 @@ def load_config(path: str | Path) -> LlamaConfig:
     Absent optional keys take HF's defaults: ``rms_norm_eps`` 1e-6, ``tie_word_embeddings``
     False, ``head_dim`` = hidden_size / num_attention_heads, ``num_key_value_heads`` =
     num_attention_heads, ``rope_theta`` 10000 (read flat or under ``rope_parameters``, as
-    transformers 5 writes it). Raises ``CheckpointError`` for another architecture, rope
-    scaling, biases or an activation other than SiLU, which this model does not implement.
+    transformers 5 writes it), and RoPE's scaling from ``rope_scaling`` or ``rope_parameters``
+    (``minipaged.rope.RopeScaling``). Raises ``CheckpointError`` for another architecture, a
+    rope scaling other than linear or llama3, biases or an activation other than SiLU, which
+    this model does not implement.
     """
     directory = _existing_directory(path)
     file = directory / CONFIG_FILE
@@ -99,13 +102,7 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
     rope_parameters = raw.get("rope_parameters") or {}
     if not isinstance(rope_parameters, dict):
         raise CheckpointError(f"{file}: rope_parameters must be an object, got {rope_parameters!r}")
-    rope_type = rope_parameters.get("rope_type", "default")
-    if raw.get("rope_scaling") is not None or rope_type != "default":
-        scaling = raw.get("rope_scaling") or rope_parameters
-        raise CheckpointError(
-            f"{file}: rope scaling {scaling} is not supported; minipaged implements plain RoPE "
-            '(rope_scaling null, rope_parameters.rope_type "default")'
-        )
+    scaling = raw.get("rope_scaling") or rope_parameters  # transformers 4's key, or 5's
     for key, supported in (("attention_bias", False), ("mlp_bias", False), ("hidden_act", "silu")):
         if raw.get(key, supported) != supported:
             raise CheckpointError(
@@ -135,6 +132,7 @@ def _config_from(raw: dict[str, Any], file: Path) -> LlamaConfig:
             tie_word_embeddings=_flag(raw, "tie_word_embeddings", file),
             bos_token_id=_first_id(raw.get("bos_token_id")),
             eos_token_id=raw.get("eos_token_id"),  # one id, or a list: generation stops at any
+            rope_scaling=RopeScaling.from_hf(scaling),
         )
     except ValueError as error:
         raise CheckpointError(f"{file}: {error}") from error
@@ -274,6 +272,7 @@ def write_together(directory: Path, files: dict[str, bytes], force: bool = False
 
 
 def _hf_config(config: LlamaConfig) -> dict[str, Any]:
+    scaling = config.rope_scaling.hf() if config.rope_scaling else {}
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -290,8 +289,8 @@ def _hf_config(config: LlamaConfig) -> dict[str, Any]:
         "rms_norm_eps": config.rms_norm_eps,
         # transformers 4 reads the flat key, transformers 5 the nested one.
         "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
-        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta} | scaling,
+        "rope_scaling": scaling or None,
         "max_position_embeddings": config.max_position_embeddings,
         "tie_word_embeddings": config.tie_word_embeddings,
         "bos_token_id": config.bos_token_id,

@@ -78,6 +78,15 @@ class EngineConfig:
         bool,
         flag=False,  # the command lines take prompts as text
     )
+    max_model_len: int | None = setting(
+        None,
+        "the longest a sequence (prompt and output) may grow, in tokens; a shorter one than the "
+        "model's context shrinks the default pools and token budget to match",
+        int,
+        low=1,
+        high=MAX_COUNT,
+        none="the model's context (max_position_embeddings)",
+    )
     # -- the paged KV cache (§3) -----------------------------------------------------------
     block_size: int = setting(16, "B, token slots per block", int, low=1, high=4096)
     num_gpu_blocks: int | None = setting(
@@ -210,6 +219,17 @@ class EngineConfig:
             self.enable_chunked_prefill,
             self.long_prefill_token_threshold,
         )
+
+    def context(self, max_position_embeddings: int) -> int:
+        """``max_model_len`` with None resolved for a model of ``max_position_embeddings``
+        positions; a longer one is refused (RoPE never turned to a later position in training)."""
+        limit = max_position_embeddings
+        if self.max_model_len is not None and self.max_model_len > limit:
+            raise ValueError(
+                f"max_model_len={self.max_model_len} is past the model's context of {limit} "
+                f"tokens (max_position_embeddings): pass at most {limit}, or leave it unset"
+            )
+        return self.max_model_len or limit
 
     def pool_sizes(self, block_bytes: int, max_context: int) -> tuple[int, int]:
         """``(num_gpu_blocks, num_cpu_blocks)`` with None resolved, for blocks of

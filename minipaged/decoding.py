@@ -191,12 +191,12 @@ class Sampler:
 
 
 def ranked(group: SequenceGroup) -> list[Sequence]:
-    """A finished request's sequences in output order: the ``beam_width`` best hypotheses by
-    length-normalized score for beam search, else in the order they were made."""
+    """A finished request's sequences in output order: the best hypotheses by length-normalized
+    score for beam search (``num_returned`` of them), else in the order they were made."""
     params = group.params
     if not params.use_beam_search:
         return sorted(group.finished, key=lambda s: s.seq_id)
-    return sorted(group.finished, key=lambda s: -_normalized(group, s))[: params.beam_width]
+    return sorted(group.finished, key=lambda s: -_normalized(group, s))[: params.num_returned]
 
 
 def _beams_done(group: SequenceGroup) -> bool:

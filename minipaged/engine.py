@@ -83,7 +83,7 @@ class LLMEngine:
         self.model = model
         self.tokenizer = tokenizer
         shape = model.config
-        self.max_model_len = shape.max_position_embeddings
+        self.max_model_len = config.context(shape.max_position_embeddings)
         block_bytes = ModelShape(
             shape.num_hidden_layers,
             shape.num_attention_heads,

@@ -23,7 +23,6 @@ Two entry points share every layer and differ only in the attention step:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,15 +33,18 @@ from torch import Tensor, nn
 from minipaged.attention_probe import Observer
 from minipaged.backend import PagedBatch, paged_attention
 from minipaged.kv_cache import KVCache
-from minipaged.python_numbers import MAX_COUNT, python_number, take_python_numbers
+from minipaged.python_numbers import (
+    FLOAT32_TINY,
+    MAX_COUNT,
+    python_number,
+    take_python_numbers,
+)
+from minipaged.rope import RopeScaling, apply_rope, rope_cos_sin
 
 AttendFn = Callable[[int, Tensor, Tensor, Tensor], Tensor]
 """``attend(layer, q, k, v)``: attention of one layer after RoPE, with q ``[..., H, d_h]`` and
 k, v ``[..., N_KV, d_h]`` over the same leading dimensions; returns ``[..., H, d_h]``."""
 
-
-FLOAT32_TINY = 1.1754943508222875e-38
-"""float32's smallest normal number: a smaller positive one is 0 or denormal in the model."""
 
 REAL_BOUNDS = {  # each real hyperparameter's low (itself allowed?), high, and why no model runs
     "rms_norm_eps": (
@@ -71,7 +73,8 @@ class LlamaConfig:
     a multiple of ``num_key_value_heads`` (grouped-query attention), ``head_dim`` is even
     (rotate-half RoPE pairs dimension $i$ with $i + d_h/2$) and the special token ids lie in the
     vocabulary. ``head_dim`` need not equal ``hidden_size / num_attention_heads``: HF allows an
-    explicit one.
+    explicit one. ``rope_scaling`` stretches RoPE's frequencies to a longer context
+    (``minipaged.rope``), or is None.
     """
 
     vocab_size: int
@@ -87,6 +90,7 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None  # HF allows several (Llama 3 has three)
+    rope_scaling: RopeScaling | None = None  # a dict as config.json writes it is read too
 
     def __post_init__(self) -> None:
         take_python_numbers(self)  # np.int64(64) is 64
@@ -125,6 +129,8 @@ class LlamaConfig:
                     f"{name} must be a number {range_} {high:.3g} ({why}), got {value!r}"
                 )
             object.__setattr__(self, name, float(value))  # config.json's 10000 is 10000.0
+        if not isinstance(self.rope_scaling, RopeScaling | None):
+            object.__setattr__(self, "rope_scaling", RopeScaling.from_hf(self.rope_scaling))
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(
                 f"tie_word_embeddings must be True or False, got {self.tie_word_embeddings!r}"
@@ -168,34 +174,6 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)  # x / rms(x), fp32
         return self.weight * normed.to(x.dtype)
-
-
-def rope_cos_sin(
-    positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[Tensor, Tensor]:
-    """cos and sin ``[len(positions), 1, head_dim]`` of the rotation angles
-    $p \\cdot \\theta^{-2i/d_h}$, each frequency written twice (for dimension $i$ and
-    $i + d_h/2$) as HF's rotate-half convention needs; the 1 broadcasts over heads."""
-    inv_freq = rope_inv_freq(head_dim, theta, positions.device)  # [head_dim/2]
-    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, head_dim/2]
-    angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # [T, 1, head_dim]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-@functools.cache
-def rope_inv_freq(head_dim: int, theta: float, device: torch.device) -> Tensor:
-    """The frequencies $\\theta^{-2i/d_h}$, $i = 0 \\ldots d_h/2 - 1$, in float32 on ``device``.
-    Made once per (head_dim, theta, device), not once per step: they never change."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim
-    return (1.0 / (theta**exponents)).to(device)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair (dimension $i$, dimension $i + d_h/2$) of every head of ``x``
-    ``[..., T, heads, head_dim]`` by its position's angle; cos, sin are ``[T, 1, head_dim]``."""
-    first, second = x.chunk(2, dim=-1)
-    rotated = torch.cat((-second, first), dim=-1)  # rotate_half(x)
-    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -359,7 +337,10 @@ class Llama(nn.Module):
         """Final normed hidden states ``[..., hidden]`` for tokens ``[...]``; the rows of
         ``tokens`` are at ``positions`` (``[T]`` shared by a contiguous batch, or ``[N]``)."""
         x = self.embed_tokens(tokens)  # [..., hidden]
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        config = self.config
+        cos, sin = rope_cos_sin(
+            positions, config.head_dim, config.rope_theta, x.dtype, config.rope_scaling
+        )
         for layer in self.layers:
             x = layer(x, cos, sin, attend)
         return self.norm(x)

@@ -26,6 +26,9 @@ sizes): the attention paths carry block ids, slots and sequence lengths as int32
 no run can use a larger one. Each setting refuses it where it is given, before a model loads
 or a pool is sized, rather than as an overflow inside a step."""
 
+FLOAT32_TINY = 1.1754943508222875e-38
+"""float32's smallest normal number: a smaller positive one is 0 or denormal in the model."""
+
 
 def python_number(value: object) -> object:
     """``value`` as the Python ``int`` or ``float`` it equals, by the rule above; anything

@@ -101,8 +101,8 @@ def check_fits(
     if len(token_ids) >= max_model_len:
         raise ValueError(
             f"the prompt has {len(token_ids)} tokens but the model's context is "
-            f"{max_model_len} tokens (max_position_embeddings), with room needed for "
-            "at least one new token; shorten the prompt"
+            f"{max_model_len} tokens (max_model_len, else max_position_embeddings), with "
+            "room needed for at least one new token; shorten the prompt"
         )
     scheduler.check_prompt(len(token_ids))
     if params.num_sequences > scheduler.max_num_seqs:

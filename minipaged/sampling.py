@@ -28,10 +28,12 @@ class SamplingParams:
       k most likely tokens, or the smallest set whose probability reaches p.
     - ``n``: parallel samples from one prompt, forked so they share the prompt's blocks.
     - ``use_beam_search`` with ``beam_width`` ($K$ in §5): keep the $K$ best sequences by
-      cumulative log-probability and return all $K$, best first; ``length_penalty`` ranks
-      finished beams by $\\log p / \\text{len}^{\\alpha}$ as transformers does. Beam search
-      samples nothing: ``temperature`` stays at 1.0 or 0, ``top_p`` at 1.0, ``top_k`` at 0,
-      ``n`` at 1; ``beam_width`` above 1 needs ``use_beam_search=True``.
+      cumulative log-probability and return them best first: all $K$, or the ``n`` best when
+      ``n`` is above 1 (at most $K$). vLLM's spelling, ``n`` beams with ``beam_width`` left
+      at 1, is read as $K = n$. ``length_penalty`` ranks finished beams by
+      $\\log p / \\text{len}^{\\alpha}$ as transformers does. Beam search samples nothing:
+      ``temperature`` stays at 1.0 or 0, ``top_p`` at 1.0, ``top_k`` at 0; ``beam_width``
+      above 1 needs ``use_beam_search=True``.
     - ``seed``: makes this request's sampling reproducible whatever else runs beside it; an
       integer from 0 to $2^{64} - 1$ as ``EngineConfig.seed`` (None: derived from that one).
     """
@@ -65,10 +67,13 @@ class SamplingParams:
         if self.top_k == -1:  # vLLM's spelling of "off": one value downstream
             object.__setattr__(self, "top_k", 0)
         if self.use_beam_search:
+            if self.n > 1 and self.beam_width == 1:  # vLLM's spelling: n beams, n returned
+                object.__setattr__(self, "beam_width", self.n)
             need(
-                self.n == 1,
-                f"beam search returns beam_width sequences: set beam_width={self.n} rather "
-                f"than n={self.n}",
+                self.n <= self.beam_width,
+                f"beam search returns the n best of its beam_width beams, so n={self.n} needs "
+                f"beam_width of at least {self.n} (got {self.beam_width}): raise beam_width or "
+                "lower n",
             )
             # Beams are ranked by the model's own log-probabilities; nothing is sampled, so
             # temperature may be left at its default (1: the model's distribution) or 0.
@@ -95,6 +100,12 @@ class SamplingParams:
     def num_sequences(self) -> int:
         """How many sequences the request runs at once: n, or the beam width."""
         return self.beam_width if self.use_beam_search else self.n
+
+    @property
+    def num_returned(self) -> int:
+        """How many sequences the request returns: n, or for beam search the beam width when
+        n is 1."""
+        return self.beam_width if self.use_beam_search and self.n == 1 else self.n
 
 
 def sample(

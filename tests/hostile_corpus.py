@@ -17,7 +17,9 @@ from __future__ import annotations
 import ast
 import base64
 import codecs
+import dis
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import marshal
@@ -2619,7 +2621,7 @@ UNPICKLED = _beside_an_honest_answer(
         "(method,) = [c for c in klass.co_consts if isinstance(c, types.CodeType)]\n",
         "import pickle\nmethod = pickle._loads(_FORK_PICKLE)  # CodeType called by pickle.py\n",
     ),
-    "the bytecode of fork is the library's",
+    "fork, in the shape of the library's bytecode",
 )
 UNPICKLED = replace(
     UNPICKLED,
@@ -2646,8 +2648,8 @@ scored 100/100. What a thread their code started runs is theirs now
 (``minipaged.grader.runtime_code``): the source is recorded and judged a copy."""
 
 NUMBA = (
-    # The refusal, raised inside Numba's compiled code, reaches the report as a SystemError
-    _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "with an exception set"),
+    # Refused as Numba hands llvmlite the LLVM code that declares the C function
+    _beside_an_honest_answer("bytecode-loaded-by-numba", _NUMBA, "PyMarshal_ReadObject"),
     _beside_an_honest_answer(
         "bytecode-loaded-by-numba-from-an-installed-frame",
         _NUMBA.replace(
@@ -2657,7 +2659,7 @@ NUMBA = (
             "    got = pool.submit(loads, address, len(data)).result()\n"
             "at(int(at(id(holder) + 24)[0]))[0] = got",
         ),
-        "marshal.loads",
+        "PyMarshal_ReadObject",
     ),
 )
 """The library's ``fork`` from bytes by Numba: an ``@intrinsic`` calls Python's
@@ -2873,3 +2875,250 @@ exercise's real work) with no formula of its own. A second set of generated runs
 at each grading, fails each of them."""
 
 HAND_INS += (STORED_SERIES,)
+
+
+# -- round 15: copies in disguise, native code, values that pass every comparison -------------
+
+
+def disguised(code: types.CodeType, top: bool = True) -> types.CodeType:
+    """``code`` rebuilt by ``code.replace`` as a student hiding a copy would: its docstring
+    dropped (``top``: the function's own; a comprehension's first constant is no docstring),
+    its constants and its names each in reverse order with every instruction renumbered to
+    match, its local variables renamed and its first line moved; the functions inside it
+    likewise. It runs as the original does; its bytecode is no longer the original's."""
+    consts = [disguised(c, False) if isinstance(c, types.CodeType) else c for c in code.co_consts]
+    if top and consts and isinstance(consts[0], str):
+        consts[0] = None
+    const_at = {old: len(consts) - 1 - old for old in range(len(consts))}
+    name_at = {old: len(code.co_names) - 1 - old for old in range(len(code.co_names))}
+    raw = bytearray(code.co_code)
+    for offset, op, arg in dis._unpack_opargs(code.co_code):
+        if op in dis.hasconst:
+            raw[offset + 1] = const_at[arg]
+        elif op in dis.hasname:
+            flag = 1 if dis.opname[op] == "LOAD_GLOBAL" else 0  # LOAD_GLOBAL: index << 1 | NULL
+            raw[offset + 1] = name_at[arg >> flag] << flag | (arg & flag)
+    cells = set(code.co_cellvars) | set(code.co_freevars)
+    return code.replace(
+        co_code=bytes(raw),
+        co_consts=tuple(reversed(consts)),
+        co_names=tuple(reversed(code.co_names)),
+        co_varnames=tuple(v if v in cells else f"v{i}" for i, v in enumerate(code.co_varnames)),
+        co_firstlineno=code.co_firstlineno + 1000,
+    )
+
+
+DISGUISED = _beside_an_honest_answer(
+    "a-disguised-copy-built-by-pickle-bound-by-raw-memory",
+    UNPICKLED.attacks[0].body,
+    "in the shape of the library's bytecode",
+)
+DISGUISED = replace(
+    DISGUISED,
+    appended=DISGUISED.appended
+    + "_FORK_PICKLE = "
+    + repr(pickle.dumps(_PickledCode(disguised(_library_code("BlockManager.fork"))), 2))
+    + "\n",
+)
+"""``UNPICKLED``'s attack on a copy of the library's ``fork`` in disguise (``disguised``: its
+docstring dropped, constants and names renumbered, locals renamed, first line moved), built by
+``types.CodeType`` inside ``pickle``'s own unpickler and bound by raw memory: the digest of
+exact bytecode missed it, and exercise 03 scored 100/100. A code object built by hand is judged
+by its bytecode's shape (``minipaged.grader.code_shapes``), which the disguise keeps."""
+
+HAND_INS += (DISGUISED,)
+
+
+def _library_parts(qualname: str) -> tuple:
+    """The arguments of ``PyCode_NewWithPosOnlyArgs`` (CPython 3.11) that make the library's
+    ``Class.name`` of ``minipaged.block_manager`` again, under another file name."""
+    c = _library_code(qualname)
+    return (
+        *(c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals),
+        *(c.co_stacksize, c.co_flags, c.co_code, c.co_consts, c.co_names, c.co_varnames),
+        *(c.co_freevars, c.co_cellvars, "lecture.py", c.co_name, c.co_qualname),
+        *(c.co_firstlineno, c.co_linetable, c.co_exceptiontable),
+    )
+
+
+_BY_ADDRESS = (
+    "import ctypes, os, sysconfig, llvmlite.binding as llvm\n"
+    "llvm.load_library_permanently(os.path.join(  # LLVM's own dlopen: no ctypes event\n"
+    "    sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))\n"
+    "P, I = ctypes.py_object, ctypes.c_int\n"
+    "new_code = ctypes.PYFUNCTYPE(P, *[I] * 6, *[P] * 9, I, P, P)(\n"
+    "    llvm.address_of_symbol('PyCode_NewWithPosOnlyArgs'))  # by address: no dlsym event\n"
+    "new_function = ctypes.PYFUNCTYPE(P, P, P)(llvm.address_of_symbol('PyFunction_New'))\n"
+    "return new_function(new_code(*_FORK_PARTS), globals())(self, parent, child)"
+)
+
+NATIVE_CODE = (
+    replace(
+        _beside_an_honest_answer(
+            "code-made-by-the-c-api-at-an-address-llvm-found", _BY_ADDRESS, "PyCode_New"
+        ),
+        appended=_ENCODED + f"_FORK_PARTS = {_library_parts('BlockManager.fork')!r}\n",
+    ),
+)
+
+_EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
+_NATIVE = Path(importlib.util.find_spec("_bisect").origin).read_bytes()
+"""A compiled module of Python's own (``_bisect``): native code a student could bring, whatever
+it does."""
+
+_HERE = "import os\nhere = os.path.dirname(os.path.abspath(__file__))\n"
+
+NATIVE_IN_THE_FOLDER = HandIn(
+    "native-code-in-the-folder",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "an-extension-module-loaded-by-the-import-machinery",
+            "return j = floor(t / B)",
+            _HERE + "import _imp, importlib.util\n"
+            f"path = os.path.join(here, 'fast{_EXTENSION}')\n"
+            "_imp.create_dynamic(importlib.util.spec_from_file_location('_bisect', path))\n"
+            "return t // block_size",
+            ("logical_block",),
+            "loads no compiled code",
+        ),
+        Attack(
+            "a-shared-library-under-another-name",
+            "return o = t mod B",
+            _HERE + "import ctypes\nctypes.CDLL(os.path.join(here, 'notes.bin'))\n"
+            "return t % block_size",
+            ("block_offset",),
+            "loads no compiled code",
+        ),
+    ),
+    files=((f"fast{_EXTENSION}", _NATIVE), ("notes.bin", _NATIVE)),
+)
+"""Native code brought in the folder, loaded by the import system's ``_imp.create_dynamic``
+(no audit event) and by ``ctypes.CDLL`` under a name no suffix gives away: each loaded, and
+ran its machine code in the grading process (both criteria passed; a library's machine code
+can call Python's C API unheard). A folder holding native code is refused before any of the
+student's code runs (``minipaged.grader.native_files``): every criterion fails, saying which
+file."""
+
+WRITTEN_NATIVE = HandIn(
+    "native-code-written-while-graded",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-shared-library-written-and-loaded-by-ctypes",
+            "return M = ceil(L / B)",
+            "import base64, ctypes, os, tempfile\n"
+            "path = os.path.join(tempfile.mkdtemp(), 'fast.so')\n"
+            "with open(path, 'wb') as f:\n    f.write(base64.b64decode(_NATIVE64))\n"
+            "ctypes.CDLL(path)\nreturn -(-num_tokens // block_size)",
+            ("num_logical_blocks",),
+            "may not load the native library",
+        ),
+        Attack(
+            "a-compiled-module-written-and-loaded-by-the-import-machinery",
+            "return o = t mod B",
+            "import _imp, base64, importlib.util, os, tempfile\n"
+            f"path = os.path.join(tempfile.mkdtemp(), 'fast{_EXTENSION}')\n"
+            "with open(path, 'wb') as f:\n    f.write(base64.b64decode(_NATIVE64))\n"
+            "_imp.create_dynamic(importlib.util.spec_from_file_location('_bisect', path))\n"
+            "return t % block_size",
+            ("block_offset",),
+            "may not load the native library",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    appended=f"_NATIVE64 = {base64.b64encode(_NATIVE)!r}\n",
+)
+"""Native code kept encoded in a source file, written to the grading child's temporary folder
+and loaded by ``ctypes.CDLL`` or ``_imp.create_dynamic``: each loaded (both criteria passed).
+Loading a library that is not installed (from the student's folder, the temporary one, or
+anywhere not the Python installation's or the system's) is refused
+(``minipaged.grader.native_calls``): ``ctypes.dlopen``'s audit event names the file, and so
+does the ``import`` event ``_imp.create_dynamic`` raises."""
+
+HAND_INS += (*NATIVE_CODE, NATIVE_IN_THE_FOLDER, WRITTEN_NATIVE)
+
+
+SET_OFF = """
+import base64 as _b64, functools as _functools, weakref as _weakref
+_COPIED, _KEPT = [], []  # the library's fork, once the grader's own code has compiled it
+_SOURCE = _b64.b64decode(_FORK64).decode() + "\\n_COPIED.append(_Copied.fork)\\n"
+
+class _Dying:  # its finalizer is exec itself: no function of this file is on the stack
+    __del__ = _functools.partial(exec, _SOURCE, globals())
+
+class _Words(_weakref.ref):  # a weak reference that is also a mapping, exec's locals
+    def __getitem__(self, name):
+        raise KeyError(name)
+
+    def __setitem__(self, name, value):
+        globals()[name] = value
+"""
+"""What each of ``SET_OFF_BY_THE_GRADER``'s hand-ins keeps: the library's ``fork`` encoded,
+and three ways to have it compiled and run later by the interpreter, with none of the
+student's functions on the stack."""
+
+_LATER = (
+    "if _COPIED:  # compiled while the grader forgot the last criterion's objects\n"
+    "    return _COPIED[0](self, parent, child)\n"
+    "{}\n"
+    "raise NotImplementedError('fork: not written yet')"
+)
+
+SET_OFF_BY_THE_GRADER = tuple(
+    replace(
+        _beside_an_honest_answer(name, _LATER.format(line), COMPILED),
+        appended=_ENCODED + SET_OFF,
+    )
+    for name, line in (
+        (
+            "exec-run-by-a-finalizer-when-the-grader-forgets",
+            "_weakref.finalize(self, exec, _SOURCE, globals())  # when this manager is freed",
+        ),
+        ("exec-as-a-dunder-del", "self.last_words = _Dying()  # freed with this manager"),
+        (
+            "exec-as-a-weak-reference-s-callback",
+            "_KEPT.append(_Words(self, _functools.partial(exec, _SOURCE, globals())))",
+        ),
+    )
+)
+"""The library's ``fork``, kept encoded, run by ``exec`` that the interpreter calls for the
+student's code after it returned: a ``weakref.finalize``, a ``__del__`` that is
+``functools.partial(exec, ...)``, a weak reference's callback. Each fires when the grader's
+child forgets the criterion's objects (its ``reset``), with only the grader's own frames on
+the stack, where the runtime hook judged nothing: the first criterion failed, and the copy
+passed every later one of the same grading child (exercise 03 scored 87/100). Code compiled or
+run in the main thread with no student frame on the stack, once their code has run, is set
+off by it and judged as theirs now (``minipaged.grader.runtime_code``)."""
+
+HAND_INS += SET_OFF_BY_THE_GRADER
+
+NATIVE_PAST_THE_FILES_READ = HandIn(
+    "native-code-past-the-files-the-grader-reads",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-shared-library-behind-two-hundred-notes",
+            "return j = floor(t / B)",
+            _HERE + "import ctypes\nctypes.CDLL(os.path.join(here, 'zz', 'fast.so'))\n"
+            "return t // block_size",
+            ("logical_block",),
+            "may not load the native library",
+        ),
+    ),
+    passes=("slot",),
+    honest=RIGHT_SLOT,
+    files=(
+        *((f"notes/{i:03d}.txt", "a note\n") for i in range(210)),
+        ("zz/fast.so", _NATIVE),
+    ),
+)
+"""Native code placed after the 200 files the grader reads of a folder (``native_files`` and
+``library_copies`` each read at most that many): the folder is not refused, and the library
+is refused where it loads, as one written while graded is (``WRITTEN_NATIVE``)."""
+
+HAND_INS += (NATIVE_PAST_THE_FILES_READ,)

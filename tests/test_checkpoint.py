@@ -14,7 +14,17 @@ from safetensors.torch import load_file, save_file
 
 from minipaged.checkpoint import CheckpointError, load_config, load_model, save_model
 from minipaged.model import Llama, LlamaConfig
+from minipaged.rope import RopeScaling
 from minipaged.tokenizer import Tokenizer, train_tokenizer
+
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
+"""Llama 3.1's scaling, with a context of 32 so that tests' short runs reach it."""
 
 TEXT = [
     "It is a truth universally acknowledged, that a single man in possession of a good "
@@ -61,8 +71,14 @@ def edit_weights(path: Path, edit) -> None:
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
 
 
-@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_export_loads_in_transformers_with_the_same_logits(tied, transformers, tokenizer, tmp_path):
+@pytest.mark.parametrize(
+    "tied, scaling",
+    [(True, None), (False, None), (False, LLAMA3 | {"original_max_position_embeddings": 4})],
+    ids=["tied", "untied", "llama3-rope"],
+)
+def test_export_loads_in_transformers_with_the_same_logits(
+    tied, scaling, transformers, tokenizer, tmp_path
+):
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=tokenizer.vocab_size,
@@ -77,6 +93,7 @@ def test_export_loads_in_transformers_with_the_same_logits(tied, transformers, t
         tie_word_embeddings=tied,
         bos_token_id=tokenizer.bos_id,
         eos_token_id=tokenizer.eos_id,
+        rope_scaling=scaling,  # a dict, as config.json states it
     )
     ours = Llama(config).eval()
     with torch.no_grad():  # every part matters and logits are peaky, as test_model.sharpen
@@ -276,17 +293,44 @@ def test_unsupported_architecture_is_rejected(broken):
 
 
 @pytest.mark.parametrize(
-    "changes",
+    "changes, says",
     [
-        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
-        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}},
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "type 'yarn' is not supported"),
+        ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "type 'dynamic' is not supported"),
+        ({"rope_parameters": {"rope_type": "longrope"}}, "type 'longrope' is not supported"),
+        ({"rope_scaling": {"rope_type": "linear"}}, "has no 'factor'"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "factor .* from 1 to"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": "2"}}, "factor .* must be a number"),
+        ({"rope_scaling": "llama3"}, "rope scaling must be an object"),
+        (
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}},
+            r"has no \['low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings'\]",
+        ),
+        (
+            {"rope_scaling": LLAMA3 | {"low_freq_factor": 4.0, "high_freq_factor": 1.0}},
+            "needs low_freq_factor < high_freq_factor",
+        ),
+        (
+            {"rope_scaling": LLAMA3 | {"original_max_position_embeddings": 0}},
+            "original_max_position_embeddings .* must be a positive integer",
+        ),
     ],
+)
+def test_a_rope_scaling_this_model_does_not_implement_is_refused_naming_it(broken, changes, says):
+    edit_config(broken, **changes)
+    with pytest.raises(CheckpointError, match=r"config\.json: .*" + says):
+        load_model(broken)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"rope_scaling": LLAMA3}, {"rope_parameters": LLAMA3 | {"rope_theta": 500000.0}}],
     ids=["rope_scaling", "rope_parameters"],
 )
-def test_rope_scaling_is_rejected(broken, changes):
+def test_llama3_rope_scaling_is_read_from_either_key(broken, changes):
     edit_config(broken, **changes)
-    with pytest.raises(CheckpointError, match=r"config\.json: rope scaling .* not supported"):
-        load_model(broken)
+    assert load_config(broken).rope_scaling == RopeScaling.from_hf(LLAMA3)
+    assert load_config(broken).rope_scaling.original_max_position_embeddings == 32
 
 
 def test_invalid_sizes_in_config_name_the_file(broken):

@@ -49,8 +49,9 @@ try:
 except PermissionError:
     print("hidden", flush=True)
 """
-"""Confined as a grading child is (``child._prepare``), then told to import ``pkg.late``: prints
-its ``VALUE``, whether the guards find its code, and that the hidden module stays unread."""
+"""Confined as a grading child is (``child_setup.prepare``), then told to import ``pkg.late``:
+prints its ``VALUE``, whether the guards find its code, and that the hidden module stays
+unread."""
 
 
 def test_a_module_replaced_after_confinement_imports_as_it_was_read(tmp_path):

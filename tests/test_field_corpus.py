@@ -1,10 +1,11 @@
 """Every field of every public settings dataclass (``SamplingParams``, ``EngineConfig``,
-``SpeculativeConfig``, ``ModelShape``, ``LlamaConfig``) refuses, when the object is made, each
-value no run can use: a bool for a number, a float for a count, text that spells a number, NaN
-and infinities, a count past ``MAX_COUNT`` (block ids and lengths are int32), a real number
-past its range, and a tiny one (1e-300, either sign) that means nothing but 0. A NumPy
-scalar is the number it equals. Generated over the dataclasses' fields: a new field without an
-entry in ``KINDS`` fails ``test_every_field_has_a_kind``, and its kind's corpus then runs."""
+``SpeculativeConfig``, ``ModelShape``, ``LlamaConfig``, ``RopeScaling``) refuses, when the
+object is made, each value no run can use: a bool for a number, a float for a count, text
+that spells a number, NaN and infinities, a count past ``MAX_COUNT`` (block ids and lengths
+are int32), a real number past its range, and a tiny one (1e-300, either sign) that means
+nothing but 0. A NumPy scalar is the number it equals. Generated over the dataclasses'
+fields: a new field without an entry in ``KINDS`` fails ``test_every_field_has_a_kind``, and
+its kind's corpus then runs."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from minipaged.config import EngineConfig
 from minipaged.memory import ModelShape
 from minipaged.model import LlamaConfig
 from minipaged.python_numbers import MAX_COUNT
+from minipaged.rope import RopeScaling
 from minipaged.speculative.config import SpeculativeConfig
 
 BASE = {
@@ -36,6 +38,7 @@ BASE = {
         num_key_value_heads=2,
         head_dim=8,
     ),
+    RopeScaling: dict(rope_type="llama3", factor=8.0),
 }
 """Each dataclass and arguments that make a valid one."""
 
@@ -58,6 +61,7 @@ KINDS = {
         "dtype": "text",
         "device": "text",
         "skip_tokenizer_init": "flag",
+        "max_model_len": "count",
         "block_size": "count",
         "num_gpu_blocks": "count",
         "num_cpu_blocks": "count",
@@ -105,6 +109,14 @@ KINDS = {
         "tie_word_embeddings": "flag",
         "bos_token_id": "token id",
         "eos_token_id": "token id",
+        "rope_scaling": "judged by its own check",
+    },
+    RopeScaling: {
+        "rope_type": "text",
+        "factor": "real",
+        "low_freq_factor": "real",
+        "high_freq_factor": "real",
+        "original_max_position_embeddings": "count",
     },
 }
 """Each field's kind, which picks the values it must refuse."""

@@ -16,7 +16,7 @@ import pytest
 
 from minipaged.grader import judged_folder
 from minipaged.grader.exercises import EXERCISES
-from minipaged.grader.judged_folder import copies_now
+from minipaged.grader.judged_folder import refused_now
 from minipaged.grader.student import import_from_source, load_folder
 
 
@@ -81,11 +81,11 @@ def test_a_folder_is_judged_again_once_written_and_only_then(tmp_path, monkeypat
     monkeypatch.setattr(
         judged_folder, "copies", lambda ex, folder: judged.append(1) or f"verdict {len(judged)}"
     )
-    assert copies_now(ex, tmp_path) == copies_now(ex, tmp_path) == "verdict 1"
+    assert refused_now(ex, tmp_path) == refused_now(ex, tmp_path) == "verdict 1"
     before = os.stat(tmp_path / "allocator.py")
     (tmp_path / "allocator.py").write_text(starter.replace("pass", "...")[: len(starter)])
     os.utime(tmp_path / "allocator.py", ns=(before.st_atime_ns, before.st_mtime_ns))  # set back
-    assert copies_now(ex, tmp_path) == "verdict 2"  # the change time cannot be set back
+    assert refused_now(ex, tmp_path) == "verdict 2"  # the change time cannot be set back
     (tmp_path / "__pycache__").mkdir()
-    assert copies_now(ex, tmp_path) == "verdict 3"
-    assert copies_now(ex, tmp_path) == "verdict 3"
+    assert refused_now(ex, tmp_path) == "verdict 3"
+    assert refused_now(ex, tmp_path) == "verdict 3"

@@ -9,9 +9,9 @@ from __future__ import annotations
 from exercise01_answers import answered
 from test_grader_similarity import disguised
 
+from minipaged.grader.compiled_copies import Judge
 from minipaged.grader.grading import grade
 from minipaged.grader.report import PASS
-from minipaged.grader.runtime_code import Judge
 
 HONEST_RUN_TIME = """
 

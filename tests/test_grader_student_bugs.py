@@ -269,6 +269,33 @@ def test_a_swap_that_counts_the_group_and_not_the_holders_is_caught():
     )
 
 
+class _HostRefcountCopiedFromTheDevice(BlockManager):
+    """Each host copy gets the R its device block had: right when every holder is swapped
+    together, wrong when one of two sharers is swapped alone."""
+
+    def swap_out(self, seqs):
+        seqs = list(seqs)
+        held = {p: self.device.refcount(p) for seq in seqs for p in self.table(seq).blocks}
+        pairs = super().swap_out(seqs)
+        for device_block, host_block in pairs:
+            while self.host.refcount(host_block) < held[device_block]:
+                self.host.incref(host_block)
+        return pairs
+
+
+def test_a_swap_that_copies_the_device_refcount_is_caught():
+    """It once failed only the random programs (refcount conservation); the criterion that
+    swaps one of two sharers now reads the copies' R."""
+    name = "swapping_one_sharer_out_frees_nothing"
+    module = SimpleNamespace(BlockManager=_HostRefcountCopiedFromTheDevice)
+    failed = failures_of(5, [name], block_manager=module, scheduler=scheduler)
+    assert split_rule(failed[name])[0].startswith(
+        "host R of T_1=[0, 1], the copies, after fork(0, 1), swap_out([1]): R[p] counts the "
+        "tables that hold p"
+    )
+    assert split_rule(failed[name])[0].endswith("expected [1, 1], got [2, 2]")
+
+
 def test_newcomers_placed_in_the_order_a_step_lists_them_are_caught():
     """Every run once listed a step's sequences by id (the engine's tables and the generated
     runs alike), so placing newcomers as the step lists them passed every criterion; a run

@@ -6,6 +6,7 @@ test_grader_student_bugs.py and test_grader_student_bugs_prefix_cache.py).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,8 +14,9 @@ import pytest
 from test_exercises import as_written_by_a_student, failures_of
 
 from minipaged import attention
+from minipaged.grader import ex08_copy_blocks, ex09_reshape_and_cache
 from minipaged.grader.grading import failure_message, grade
-from minipaged.grader.report import FAIL
+from minipaged.grader.report import FAIL, CheckFailed
 from minipaged.grader.shared_memory_races import RaceLog
 from minipaged.grader.student import Student
 
@@ -77,6 +79,14 @@ def test_a_barrier_only_some_threads_reach_fails_the_race_check(tmp_path):
     assert "passed 14 cuda.syncthreads() and thread" in failed["no_shared_memory_race"]
 
 
+def loop_failures(loop, name: str) -> dict[str, str]:
+    """Exercise 07's criterion ``name``, run on the library's attention module with ``loop``
+    for its ``paged_attention_decode_loop``: ``{name: message}`` if it failed, else ``{}``."""
+    module = SimpleNamespace(**vars(attention))
+    module.paged_attention_decode_loop = loop
+    return failures_of(7, [name], attention=module)
+
+
 def _kv_head_by_n_kv(query, key_pool, value_pool, block_tables, seq_lens, scale, block_size):
     """Exercise 07's loop with query head h reading KV head h // N_KV, not h // (N_Q / N_KV):
     the library's loop over pools whose heads are picked that way."""
@@ -90,10 +100,8 @@ def test_a_loop_reading_kv_head_h_over_n_kv_fails_the_grouped_query_criterion():
     """With 4 query heads over 2 KV heads, h // N_KV and h // (N_Q / N_KV) are the same map:
     the grouped-query criterion passed it (the one-head-per-KV-head cases caught it, under
     other names). Its case is now 6 query heads over 3."""
-    module = SimpleNamespace(**vars(attention))
-    module.paged_attention_decode_loop = _kv_head_by_n_kv
     name = "loop_grouped_query_attention"
-    failed = failures_of(7, [name], attention=module)
+    failed = loop_failures(_kv_head_by_n_kv, name)
     assert "6 query heads over 3 KV heads" in failed[name]
     assert "expected [" in failed[name]
 
@@ -107,3 +115,47 @@ def test_a_decode_kernel_reading_kv_head_h_over_n_kv_fails_the_gqa_criterion(tmp
     )
     failed = {r.name: r.message for r in grade(11, tmp_path).results if r.outcome == FAIL}
     assert "6 query heads over 3 KV heads" in failed["decode_batch_with_gqa"]
+
+
+def _copy_blocks(swapped=False, values=True):
+    """copy_blocks in plain PyTorch as a student's kernel would do it, with ``src`` and ``dst``
+    swapped or the value pools left alone."""
+
+    def copy_blocks(key_pools, value_pools, pairs):
+        pools = [*key_pools, *value_pools] if values else key_pools
+        for pool in pools:
+            source = pool.clone()
+            for src, dst in pairs:
+                pool[src if swapped else dst] = source[dst if swapped else src]
+
+    return SimpleNamespace(cache_ops=SimpleNamespace(copy_blocks=copy_blocks))
+
+
+@pytest.mark.parametrize(
+    ("student", "words"),
+    [
+        (_copy_blocks(swapped=True), "key_pool holds each pair's dst copied onto its src: the two"),
+        (_copy_blocks(values=False), "key_pool is right but value_pool did not change"),
+    ],
+    ids=["swapped", "keys-only"],
+)
+def test_a_block_copy_swapped_or_of_keys_alone_is_named(student, words):
+    """Both failed with one wrong element ('key_pool[1, 0, 0, 0] is 96, expected 32: block 1
+    is no destination'), which a student has to reason back from to the cause."""
+    with pytest.raises(CheckFailed, match=re.escape(words)):
+        ex08_copy_blocks.check_several_pairs(student)
+
+
+def test_a_padded_slot_written_from_the_pools_end_is_named():
+    """Slot -1 written as Python's index from the end failed with 'key_pool[5, :, 3] (slot 23)
+    should hold -7.0 (no token's slot)'; the message now says which slot and why."""
+
+    def reshape_and_cache(key, value, key_pool, value_pool, slot_mapping):
+        block_size = key_pool.shape[2]
+        for i, slot in enumerate(slot_mapping.tolist()):  # no check for slot < 0
+            for pool, new in ((key_pool, key), (value_pool, value)):
+                pool[slot // block_size, :, slot % block_size] = new[i]
+
+    student = SimpleNamespace(cache_ops=SimpleNamespace(reshape_and_cache=reshape_and_cache))
+    with pytest.raises(CheckFailed, match=r"key_pool slot 23 was written: slot -1, counted from"):
+        ex09_reshape_and_cache.check_cache_write(student)

@@ -5,6 +5,7 @@ the realistic bugs: test_grader_student_bugs.py and test_grader_student_bugs_att
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from test_exercises import failures_of
 
 from minipaged import radix_cache
 from minipaged.grader import ex12_prefix_cache as ex12
+from minipaged.grader.ex12_random_programs import tree_problems, tree_shape
 
 # The library's code handed in as a student's: the copy check that would refuse it is off.
 pytestmark = pytest.mark.usefixtures("library_code_allowed")
@@ -182,3 +184,39 @@ def test_a_radix_tree_that_ignores_its_block_size_is_caught(monkeypatch):
         failed = failures_of(12, [c.name for c in ex12.CRITERIA], radix_cache=module)
         assert list(failed) == [name], failed
         assert f"on a new RadixCache(block_size={block_size}):" in failed[name]
+
+
+class _TokensAsBytes(radix_cache.RadixCache):
+    """Holds a sequence's token ids as bytes, compact and hashable: the same tree for ids
+    below 256, a ValueError for any other (and a uint8 array would take it for another id)."""
+
+    def match(self, token_ids):
+        return super().match(bytes(token_ids))
+
+    def insert(self, token_ids, blocks):
+        return super().insert(bytes(token_ids), blocks)
+
+
+def test_a_radix_tree_holding_tokens_in_bytes_is_caught():
+    """Every program of exercise 12 ran over tokens 1 and 2 (and its fixed checks below 10),
+    so a tree holding token ids in bytes passed them all, though a real vocabulary's ids go
+    past 255. The drawn program's two ids are now one below 256 and one past 2**16."""
+    name = "random_operations_match_the_contract"
+    module = SimpleNamespace(RadixCache=_TokensAsBytes, RadixNode=radix_cache.RadixNode)
+    failed = failures_of(12, [c.name for c in ex12.CRITERIA], radix_cache=module)
+    assert list(failed) == [name], failed
+    assert "raised ValueError: bytes must be in range(0, 256)" in failed[name]
+    assert re.search(r"token_ids=\(\d+, \d+\)\), drawn for this grading", failed[name])
+
+
+def test_a_child_keyed_by_its_first_token_is_named_not_a_grader_error():
+    """A tree keying each child by the first token of its chunk failed with "TypeError: 'int'
+    object is not iterable, in the check's call list(key)", the grader's own line; the
+    structure check now says which key it found where the chunk belongs."""
+    cache = radix_cache.RadixCache(2)
+    cache.insert([1, 2, 3, 4], [0, 1])
+    cache.root.children = {1: cache.root.children[(1, 2)]}
+    problems = tree_problems(tree_shape(cache), cache.cached_blocks())
+    assert problems == [
+        "the node of blocks [0, 1] is a child under key 1, but its first chunk is [1, 2]"
+    ]

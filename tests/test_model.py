@@ -11,7 +11,8 @@ import torch
 from minipaged.backend import PagedBatch
 from minipaged.checkpoint import EMBEDDED_MODELS, load_model
 from minipaged.kv_cache import KVCache
-from minipaged.model import Llama, LlamaConfig, apply_rope, rope_cos_sin, rope_inv_freq
+from minipaged.model import Llama, LlamaConfig
+from minipaged.rope import apply_rope, inverse_frequencies, rope_cos_sin
 from minipaged.tokenizer import Tokenizer
 
 VOCAB = 101
@@ -188,7 +189,9 @@ def test_rope_angles_from_the_cached_frequencies_equal_the_formula(head_dim, the
     angles = torch.cat((angles, angles), dim=-1)[:, None, :]
     assert torch.equal(cos, angles.cos()) and torch.equal(sin, angles.sin())
     cpu = torch.device("cpu")
-    assert rope_inv_freq(head_dim, theta, cpu) is rope_inv_freq(head_dim, theta, cpu)
+    assert inverse_frequencies(head_dim, theta, None, cpu) is inverse_frequencies(
+        head_dim, theta, None, cpu
+    )
 
 
 def test_config_rejects_heads_that_are_not_a_multiple_of_kv_heads():

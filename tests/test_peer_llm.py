@@ -114,6 +114,21 @@ def test_beam_search_returns_beam_width_outputs_best_first(llm, greedy_reference
     assert llm.generate(PROMPTS[0], width_1)[0].outputs[0].token_ids == greedy_reference[0]
 
 
+def test_beam_search_n_is_vllms_beam_count_or_the_n_best_of_the_beams(llm):
+    width_4 = SamplingParams(use_beam_search=True, beam_width=4, max_tokens=8, ignore_eos=True)
+    (all_four,) = llm.generate(PROMPTS[0], width_4)
+    beams = [c.token_ids for c in all_four.outputs]
+    # vLLM's spelling: n beams with beam_width left at 1 runs n beams and returns them all
+    vllm_spelling = SamplingParams(use_beam_search=True, n=4, max_tokens=8, ignore_eos=True)
+    assert vllm_spelling.beam_width == 4
+    assert [c.token_ids for c in llm.generate(PROMPTS[0], vllm_spelling)[0].outputs] == beams
+    # n below the width: the same search, only its n best hypotheses returned
+    two_best = SamplingParams(
+        use_beam_search=True, beam_width=4, n=2, max_tokens=8, ignore_eos=True
+    )
+    assert [c.token_ids for c in llm.generate(PROMPTS[0], two_best)[0].outputs] == beams[:2]
+
+
 def test_the_best_beam_scores_at_least_the_greedy_sequence(llm):
     greedy = llm.generate(PROMPTS[1], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
     beams = llm.generate(

@@ -28,7 +28,7 @@ from minipaged.sampling import SamplingParams, argmax_rows, distributions, sampl
         ({"stop_token_ids": 5}, "stop_token_ids"),
         ({"stop_token_ids": [1, "2"]}, "stop_token_ids"),
         ({"stop_token_ids": [-1]}, "stop_token_ids"),
-        ({"use_beam_search": True, "beam_width": 2, "n": 2}, "beam_width=2 rather than n=2"),
+        ({"use_beam_search": True, "beam_width": 2, "n": 3}, "n=3 needs beam_width of at least 3"),
         ({"use_beam_search": True, "beam_width": 2, "temperature": 0.7}, "samples nothing"),
         ({"use_beam_search": True, "top_k": 5}, "top_k at 0"),
         ({"beam_width": 3}, "beam_width=3 needs use_beam_search=True"),

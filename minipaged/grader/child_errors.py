@@ -19,7 +19,7 @@ class Blocked(ChildGone):
 
 class DeviceUnusable(Blocked):
     """A child for the GPU criteria found, before any student code ran, that it cannot use the
-    GPU (``minipaged.grader.child.gpu_problem``): those criteria are blocked, not failed."""
+    GPU (``minipaged.grader.child_setup.gpu_problem``): those criteria are blocked, not failed."""
 
 
 class GraderFault(Blocked):

@@ -55,16 +55,19 @@ functions kept, which a frame of theirs reaches as well (an argument's ``__iter_
 below the library's ``_move``), and which that child cannot hand to a later one: it writes
 only its own temporary folder, which the grader empties. Raw memory binds a code object with
 no event, but the code object must be made first, and each way to make one from bytes or text
-is judged as it is made, whoever calls it, in any thread (``minipaged.grader.made_code``). What
-raw memory still reaches unheard: native code the student compiles in the process (a Numba
-``@intrinsic``, resolved by LLVM, needs no ``ctypes`` look-up) calling the C API's
-``PyCode_New*`` on constants it builds, which raises no event (``PyCode_NewEmpty`` so
-called made a code object unheard; ``marshal``'s C code raises ``marshal.loads``, judged);
-and in every child the guards
-themselves: their hooks removed, code the student brought encoded runs unheard. That was
-theirs before it ran, judged only where it is source (their folder,
-``minipaged.grader.library_copies``); the C API's ways to run code are refused by name to
-``ctypes`` (``minipaged.grader.native_calls``), so that it takes raw memory and native code.
+is judged as it is made, whoever calls it, in any thread (``minipaged.grader.made_code``):
+from bytes by fingerprint and by the file it names, built by ``types.CodeType`` by its
+bytecode's shape (``minipaged.grader.code_shapes``: a copy with its constants, names and
+locals renumbered or renamed keeps it). Python's C API makes code objects and functions with
+no event (``PyCode_New*``, ``PyFunction_New``): looked up by name through ``ctypes`` it is
+refused, and LLVM resolves it, for Numba's compiled code (an ``@intrinsic``) and llvmlite's
+look-ups, to a stand-in that refuses it (``minipaged.grader.native_calls``); a library of the
+student's own is refused in their folder (``minipaged.grader.native_files``) and wherever it
+loads from. What raw memory still reaches unheard: the C API called at an address read from
+memory (a ``ctypes`` call raises no event), and in every child the guards themselves: their
+hooks removed, code the student brought encoded runs unheard. That
+was theirs before it ran, judged only where it is source (their folder,
+``minipaged.grader.library_copies``).
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ def guard(
     )
     copied, refusal, stub_code = library_copy_finder(library.prints), refused, _STUB_CODE
     stat_of = private(_stat)
-    searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, _LIBRARY
+    searches, hand_over_event, library_folders = _SEARCHES, _HAND_OVER, LIBRARY_FOLDERS
 
     def audit(event: str, args: tuple) -> None:
         if event == "open" and (type(args[0]) is str or type(args[0]) is bytes):
@@ -286,7 +289,7 @@ def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):
     ``"<string>"``) may not."""
     mine = os.path.join(folder, f"{stem}.py") if stem is not None else None
     others = frozenset(os.path.join(folder, f"{s}.py") for s in ex.solution) - {mine}
-    theirs_prefix, library, grader = folder + os.sep, _LIBRARY, _GRADER
+    theirs_prefix, library, grader = folder + os.sep, LIBRARY_FOLDERS, _GRADER
 
     def allowed(caller) -> bool:
         theirs, frame = [], caller
@@ -306,8 +309,12 @@ def _allowed(ex: Exercise, stem: str | None, folder: str, genuine):
     return private(allowed)
 
 
-_LIBRARY = tuple(
+LIBRARY_FOLDERS = tuple(
     os.path.dirname(importlib.util.find_spec(package).origin) + os.sep
     for package in ("minipaged", "cuda_kernels")
 )
+"""The folders of the library's packages, each ending in a separator: what a file name starts
+with when it is the library's own code (the grader's included). The one definition the
+guards use (``made_code``, ``runtime_code``)."""
+
 _GRADER = os.path.dirname(__file__) + os.sep

@@ -116,6 +116,14 @@ def check_swapping_one_sharer_out_frees_nothing(student):
         "device.num_free after fork(0, 1), swap_out([1]): seq 0 still holds both",
     )
     expect([bm.refcount(p) for p in (0, 1)], [1, 1], "device [R[0], R[1]] after swap_out([1])")
+    host = bm.table(1).blocks
+    expect(
+        [bm.host.refcount(p) for p in host],
+        [1] * len(host),
+        f"host R of T_1={host}, the copies, after fork(0, 1), swap_out([1]): R[p] counts the "
+        "tables that hold p, and only T_1 holds the copies (T_0 keeps the device blocks, so "
+        "their device R of 2 is not the copies')",
+    )
     bm.swap_in([1])
     if set(bm.table(1).blocks) & set(bm.table(0).blocks):
         raise CheckFailed(

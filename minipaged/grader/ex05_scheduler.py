@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.events import Preempt, Recompute
 from minipaged.grader.report import CheckFailed, expect
@@ -71,6 +72,42 @@ def _two_decoding(student, preemption: str, host: int, b_arrival: int):
     return bm, scheduler, a, b
 
 
+def _three_requests_then_full(student, preemption: str, host: int) -> Scene:
+    """7-token prompts a (arrival 0) and b (1) and a 3-token prompt c (2) fill 5 device blocks
+    of B = 4; after one decode every one of them needs a fresh block. In the step that finds
+    the pool full, a takes c's one block, and b, with no later arrival left to preempt, is
+    preempted itself: two victims in one step, c then b (c, seq 2, is read through
+    ``out.preempted``)."""
+    bm = BlockManager(5, host, block_size=4, watermark=0.0)
+    scheduler = student.scheduler.Scheduler(bm, preemption)
+    a, b, c = _request("a", 0, 0, 7), _request("b", 1, 1, 7), _request("c", 2, 2, 3)
+    for group in (a, b, c):
+        scheduler.add(group)
+    _step(student, scheduler)
+    _step(student, scheduler)
+    bm.pop_events()
+    return Scene(bm, scheduler, a, b, _step(student, scheduler))
+
+
+TWO_VICTIMS = (
+    "the schedule() that preempted two requests, c then b (a needed a block, then b did, with "
+    "5 device blocks all held)"
+)
+
+
+def _expect_both_reported(scene: Scene, preemption: str) -> None:
+    """``out.preempted`` of the two-victim step lists c then b: each ``_preempt`` adds its
+    group to what the step's earlier calls left there."""
+    preempted = _ids(scene.out.preempted)
+    if preempted == ["b"]:
+        raise CheckFailed(
+            f"{preemption}: out.preempted of {TWO_VICTIMS} is ['b'], expected ['c', 'b']: "
+            "each _preempt adds its group to out.preempted (append, +=), since one step may "
+            "preempt several; assigning a new list drops the victims before it"
+        )
+    expect(preempted, ["c", "b"], f"{preemption}: out.preempted of {TWO_VICTIMS}")
+
+
 def _ids(groups) -> list[str]:
     """The request ids of ``groups``, a queue or ``out.preempted``, which hold groups."""
     for g in groups:
@@ -129,6 +166,13 @@ def check_recompute_frees_the_blocks_and_requeues(student):
         "with host room to spare (only a request of several sequences is swapped whatever the "
         "policy)",
     )
+    scene = student.run(_three_requests_then_full, "recompute", 0)
+    _expect_both_reported(scene, "recompute")
+    held = {seq: scene.bm.table(seq).blocks for seq in (1, 2) if seq in scene.bm.tables}
+    if held:
+        raise CheckFailed(
+            f"after {TWO_VICTIMS}, sequences of the victims still hold tables {held}: free them"
+        )
 
 
 def check_recomputed_request_prefills_prompt_and_generated(student):
@@ -178,6 +222,17 @@ def check_swap_preemption_moves_the_blocks_to_host(student):
         ("b", (1,), "swap"),
         f"(request_id, seqs, mode) of the Preempt event {FULL} recorded (b holds seq 1)",
     )
+    scene = student.run(_three_requests_then_full, "swap", 4)
+    _expect_both_reported(scene, "swap")
+    copies = len(scene.out.blocks_to_swap_out)
+    if copies == 2:
+        raise CheckFailed(
+            f"out.blocks_to_swap_out of {TWO_VICTIMS} holds 2 copies, b's alone, expected 3: "
+            "c's 1 block and b's 2. Add each victim's copies to it (+=): assigning the list "
+            "swap_out returns drops the copies of the victims before, whose blocks the device "
+            "then reuses with their keys and values never copied"
+        )
+    expect(copies, 3, f"len(out.blocks_to_swap_out) of {TWO_VICTIMS}: c's 1 block and b's 2")
 
 
 def check_swap_falls_back_to_recompute_without_host_room(student):
@@ -193,6 +248,22 @@ def check_swap_falls_back_to_recompute_without_host_room(student):
         _preempt_event(scene.bm).mode,
         "recompute",
         f"the mode of the Preempt {FULL} recorded, with no host pool",
+    )
+    try:
+        scene = student.run(_two_requests_then_full, "swap", 1)
+    except OutOfBlocks as error:
+        raise CheckFailed(
+            f"{FULL}, with a host pool of 1 block and b holding 2, raised OutOfBlocks "
+            f"({error}): _preempt swapped b out though the host cannot hold it. A host with "
+            "some room is not room for the group: ask bm.can_swap_out(ids), which counts the "
+            "group's distinct blocks, and recompute when it says no"
+        ) from None
+    expect(
+        (_preempt_event(scene.bm).mode, scene.b.status),
+        ("recompute", Status.WAITING),
+        f"(mode of the Preempt, b.status) {FULL} recorded, with a host pool of 1 block and b "
+        "holding 2: a host with some room is not room for the group (ask "
+        "bm.can_swap_out(ids), which counts the group's distinct blocks)",
     )
 
 

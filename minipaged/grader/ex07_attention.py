@@ -34,6 +34,12 @@ UNUSED_SLOTS = (
     "slots past the sequence's end: read only tokens τ < L (block j holds min(B, L - jB) "
     "tokens, and table entries past ceil(L/B) are -1)"
 )
+OTHER_BLOCKS = (
+    "With the blocks no table holds set to 0 instead of NaN the output is finite, so your code "
+    "reads a block its table does not hold: a table entry past ceil(L/B) (-1, which Python "
+    "reads as the pool's last block), or a block id cut to fewer bits (a uint8 holds 0..255, "
+    "an int8 -128..127): read T[j] for j < ceil(L/B) as it is given (int32)"
+)
 OVERFLOW = (
     "exp(s) overflows float32 once s > 88: subtract the running max m before exp, and "
     "rescale what came before by exp(m_prev - m_curr)"
@@ -62,12 +68,14 @@ def make_case(
     far_below=0.0,
     seed=0,
     scale=None,
+    pool_blocks=None,
 ) -> Case:
     """Sequences of ``seq_lens`` tokens in a pool of scattered blocks; every slot no token uses
     holds NaN, and tables are padded with -1. The first ``shared_blocks`` blocks of every
     sequence are the same physical blocks (a forked prompt). With ``far_below`` > 0 (and one
     query head per KV head), every key points away from the query: each score is about
-    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given.
+    ``-far_below``. ``scale`` multiplies the scores: 1/sqrt(head_dim) unless given. The pool
+    holds ``pool_blocks`` blocks, or three more than the sequences need.
 
     ``seed`` fixes the layout (which physical blocks, the tables a failure names), the same at
     every grading; the queries, keys and values are drawn anew each time from ``_DRAWS``, and
@@ -80,7 +88,7 @@ def make_case(
     torch.randn(query.shape, generator=layout)  # the layout's draws as they always were
     batch = len(seq_lens)
     blocks_of = [-(-length // block_size) for length in seq_lens]
-    num_blocks = sum(blocks_of) + 3
+    num_blocks = pool_blocks or sum(blocks_of) + 3
     order = torch.randperm(num_blocks, generator=layout).tolist()  # scattered physical blocks
     key_pool = torch.full((num_blocks, num_kv_heads, block_size, head_dim), float("nan"))
     value_pool = torch.full_like(key_pool, float("nan"))
@@ -204,22 +212,25 @@ def call_of(name: str, case: Case) -> str:
 
 
 def _nan_cause(function, case: Case) -> str:
-    """The likely cause of NaN in ``function``'s output: run it again with the unused slots
-    holding 0 instead of NaN; if the output is then finite, it reads past the sequence's end."""
+    """The likely cause of NaN in ``function``'s output: run it again with NaN turned to 0 in
+    the blocks no table holds; if the output is then finite, it reads one of those blocks.
+    Else with every unused slot 0; if the output is then finite, it reads past some
+    sequence's end."""
     query, key_pool, value_pool, tables, lens, scale, block_size = case.args
-    try:
-        clean = function(
-            query.clone(),
-            key_pool.nan_to_num(0.0),
-            value_pool.nan_to_num(0.0),
-            tables.clone(),
-            lens.clone(),
-            scale,
-            block_size,
-        )
-    except Exception:
-        return case.nan_hint
-    return UNUSED_SLOTS if bool(torch.isfinite(clean).all()) else case.nan_hint
+    unheld = torch.ones(key_pool.shape[0], dtype=torch.bool)
+    unheld[tables[tables >= 0].long()] = False
+    for zeroed, cause in ((unheld, OTHER_BLOCKS), (slice(None), UNUSED_SLOTS)):
+        keys, values = key_pool.clone(), value_pool.clone()
+        for pool in (keys, values):
+            pool[zeroed] = pool[zeroed].nan_to_num(0.0)
+        args = (query.clone(), keys, values, tables.clone(), lens.clone(), scale, block_size)
+        try:
+            clean = function(*args)
+        except Exception:
+            return case.nan_hint
+        if bool(torch.isfinite(clean).all()):
+            return cause
+    return case.nan_hint
 
 
 def _short(row: torch.Tensor) -> str:
@@ -229,6 +240,12 @@ def _short(row: torch.Tensor) -> str:
 
 ONE_BLOCK = make_case("one sequence in one partly filled block (L=3, B=4)", [3])
 SCATTERED = make_case("one sequence over 3 scattered blocks, ending mid-block (L=11, B=4)", [11])
+LONG = make_case(
+    "one sequence over 11 blocks scattered in a pool of 300, block ids past 255 (L=43, B=4)",
+    [43],
+    seed=10,
+    pool_blocks=300,
+)
 BATCH = make_case(
     "a batch of L=5, 12, 1 with tables padded by -1 and NaN in unused slots", [5, 12, 1], seed=1
 )
@@ -268,6 +285,7 @@ def check_loop_one_block(student):
 def check_loop_follows_the_block_table(student):
     """the loop reads token τ in block T[floor(τ/B)] at offset τ mod B, over several blocks"""
     compare("paged_attention_decode_loop", _loop(student), SCATTERED)
+    compare("paged_attention_decode_loop", _loop(student), LONG)
 
 
 def check_loop_batch_reads_only_tokens_below_each_length(student):
@@ -308,7 +326,7 @@ def check_vectorized_matches(student):
 
     Rule: paged_attention_decode computes the same attention as the loop: for every sequence
     and head, softmax(scale * q · k) over the tokens τ < L, times their values."""
-    for case in (ONE_BLOCK, SCATTERED, BATCH, GQA, LARGE, FAR_BELOW, SHARED, SCALED):
+    for case in (ONE_BLOCK, SCATTERED, LONG, BATCH, GQA, LARGE, FAR_BELOW, SHARED, SCALED):
         compare("paged_attention_decode", student.attention.paged_attention_decode, case)
 
 

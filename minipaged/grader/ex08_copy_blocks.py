@@ -21,17 +21,38 @@ def _pools(num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int):
     return key_pool, -key_pool - 1
 
 
+def _copied(pool: torch.Tensor, pairs) -> torch.Tensor:
+    """``pool`` after copying block ``src`` onto block ``dst`` for each pair, in order."""
+    copy = pool.clone()
+    for src, dst in pairs:
+        copy[dst] = pool[src]
+    return copy
+
+
 def _copy_and_compare(student, pairs, shape) -> None:
     key_pool, value_pool = _pools(*shape)
-    expected_k, expected_v = key_pool.clone(), value_pool.clone()
-    for src, dst in pairs:
-        expected_k[dst], expected_v[dst] = key_pool[src], value_pool[src]
+    before = {"key_pool": key_pool.clone(), "value_pool": value_pool.clone()}
+    expected_k, expected_v = _copied(key_pool, pairs), _copied(value_pool, pairs)
     student.cache_ops.copy_blocks([key_pool], [value_pool], pairs)
     _, num_kv_heads, block_size, head_dim = shape
+    call = f"after copy_blocks(pairs={pairs}) on pools of shape {list(shape)}"
     for name, got, expected in (
         ("key_pool", key_pool, expected_k),
         ("value_pool", value_pool, expected_v),
     ):
+        if torch.equal(got, expected):
+            continue
+        if torch.equal(got, _copied(before[name], [(dst, src) for src, dst in pairs])):
+            raise CheckFailed(
+                f"{call}, {name} holds each pair's dst copied onto its src: the two are "
+                "swapped. Pair k is (src, dst): thread block k reads pairs[k, 0] and writes "
+                "pairs[k, 1]"
+            )
+        if name == "value_pool" and torch.equal(got, before[name]):
+            raise CheckFailed(
+                f"{call}, key_pool is right but value_pool did not change: a block's copy is "
+                "its keys and its values, so copy value_pool[src] onto value_pool[dst] too"
+            )
         wrong = (got != expected).nonzero().tolist()
         if wrong:
             block, kv_head, offset, d = wrong[0]
@@ -42,11 +63,10 @@ def _copy_and_compare(student, pairs, shape) -> None:
                 if block in copied
                 else "is no destination and should not change"
             )
+            at, size = (block, kv_head, offset, d), num_kv_heads * block_size * head_dim
             raise CheckFailed(
-                f"after copy_blocks(pairs={pairs}) on pools of shape {list(shape)}, "
-                f"{name}[{block}, {kv_head}, {offset}, {d}] (element {element} of the block's "
-                f"{num_kv_heads * block_size * head_dim}) is {got[block, kv_head, offset, d]:g}, "
-                f"expected {expected[block, kv_head, offset, d]:g}: block {block} {what}"
+                f"{call}, {name}[{block}, {kv_head}, {offset}, {d}] (element {element} of the "
+                f"block's {size}) is {got[at]:g}, expected {expected[at]:g}: block {block} {what}"
             )
 
 

@@ -40,6 +40,15 @@ def check_cache_write(student):
             slot = block * block_size + offset
             writer = [i for i, s in enumerate(slots.tolist()) if s == slot]
             should = f"token {writer[0]}'s vector" if writer else f"{SENTINEL} (no token's slot)"
+            padded = [s for s in slots.tolist() if s < 0 and s + num_blocks * block_size == slot]
+            if padded and not writer:
+                raise CheckFailed(
+                    f"after reshape_and_cache(key, value, key_pool, value_pool, "
+                    f"slot_mapping={slots.tolist()}) with B={block_size}, {name} slot {slot} "
+                    f"was written: slot {padded[0]}, counted from the pool's end as a negative "
+                    "index is. A slot s < 0 marks a padded token, whose key and value go "
+                    "nowhere: skip it (if slot < 0: return)"
+                )
             raise CheckFailed(
                 f"after reshape_and_cache(key, value, key_pool, value_pool, "
                 f"slot_mapping={slots.tolist()}) with B={block_size}, {name}[{block}, :, {offset}] "

@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from minipaged.grader.drawn_sizes import at_fixed_then_drawn
 from minipaged.grader.report import CheckFailed, Criterion, note_call
 
 NUM_THREADS = 32  # one warp: thread t holds dimension t of a head_dim = 32 query and key
 
-DOT = "reduce = tree_reduce(add); reduce(q[t] * k[t], scratch) in each of 32 threads"
+WIDER_BLOCKS = (64, 128)
+"""The threads a block, $T$, of the dot product each grading draws after the fixed 32: a tree
+written for one warp (``stride = 16``) passed every case at 32."""
+
+
+def _dot(threads: int) -> str:
+    return f"reduce = tree_reduce(add); reduce(q[t] * k[t], scratch) in each of {threads} threads"
+
+
+DOT = _dot(NUM_THREADS)
 LARGEST = (
     "reduce = tree_reduce(maximum); m = reduce(x[t], scratch), then reduce(m - x[t], scratch) "
     "in each of 32 threads"
@@ -27,21 +37,22 @@ BOTH_KERNELS = "the kernels built on tree_reduce(add) and tree_reduce(maximum)"
 """The calls of the student's ``tree_reduce`` that the checks make, as their messages name them."""
 
 
-def _kernels(tree_reduce):
+def _kernels(tree_reduce, threads: int = NUM_THREADS):
     from minipaged.grader.reduction_kernels import kernels
 
-    return kernels(tree_reduce)
+    return kernels(tree_reduce, threads)
 
 
 def _launch(kernel, out, *args) -> np.ndarray:
-    kernel[out.shape[0], NUM_THREADS](out, *args)
+    """``kernel`` on ``out.shape[0]`` thread blocks of ``out.shape[1]`` threads."""
+    kernel[out.shape[0], out.shape[1]](out, *args)
     return out
 
 
-def _inputs(seed: int, tokens: int):
+def _inputs(seed: int, tokens: int, threads: int = NUM_THREADS):
     rng = np.random.default_rng(seed)
-    query = rng.standard_normal(NUM_THREADS).astype(np.float32)
-    keys = rng.standard_normal((tokens, NUM_THREADS)).astype(np.float32)
+    query = rng.standard_normal(threads).astype(np.float32)
+    keys = rng.standard_normal((tokens, threads)).astype(np.float32)
     return query, keys
 
 
@@ -49,6 +60,14 @@ def _compare(got: np.ndarray, expected: np.ndarray, what: str) -> None:
     for i, row in enumerate(got):
         close = np.abs(row - expected[i]) <= 1e-4 * (1 + abs(expected[i]))
         wrong = np.flatnonzero(~close)  # NaN is close to nothing: "> tolerance" let it pass
+        if wrong.size == row.size and bool(np.all(row == row[0])):
+            raise CheckFailed(
+                f"{what}, token {i}: every thread got {row[0]:.5f}, expected "
+                f"{expected[i]:.5f}. The threads agree, so the result reaches them all; what "
+                "the tree combined is wrong: each round, thread t < stride combines scratch[t] "
+                "with scratch[t + stride] by combine (not +), for stride = T/2, T/4, ..., 1 "
+                "with T = scratch.shape[0] (not a number written for 32 threads)"
+            )
         if wrong.size:
             t = int(wrong[0])
             others = "" if wrong.size == 1 else f" (and {wrong.size - 1} other threads)"
@@ -59,11 +78,12 @@ def _compare(got: np.ndarray, expected: np.ndarray, what: str) -> None:
             )
 
 
-def _launch_dot(student, seed: int, tokens: int) -> np.ndarray:
-    """Next to the student's code: the dot-product kernel on their reduction."""
-    dot, _ = _kernels(student.block_reduce.tree_reduce)
-    query, keys = _inputs(seed, tokens)
-    return _launch(dot, np.zeros((tokens, NUM_THREADS), np.float32), query, keys)
+def _launch_dot(student, seed: int, tokens: int, threads: int = NUM_THREADS) -> np.ndarray:
+    """Next to the student's code: the dot-product kernel on their reduction, in blocks of
+    ``threads`` threads."""
+    dot, _ = _kernels(student.block_reduce.tree_reduce, threads)
+    query, keys = _inputs(seed, tokens, threads)
+    return _launch(dot, np.zeros((tokens, threads), np.float32), query, keys)
 
 
 def _launch_largest(student, seed: int, tokens: int) -> np.ndarray:
@@ -122,9 +142,15 @@ def judge_races(seen: dict, launched: str) -> None:
 
 
 def check_dot_product(student):
-    """32 threads, one dimension each, sum q_t k_t: every thread gets q . k"""
-    query, keys = _inputs(0, 3)
-    _compare(_run(student, DOT, _launch_dot, 0, 3), keys @ query, f"{DOT}, q . k, head_dim 32")
+    """T threads, one dimension each, sum q_t k_t: every thread gets q . k (T = 32, then 64 or
+    128, drawn)"""
+
+    def case(threads: int) -> None:
+        query, keys = _inputs(0, 3, threads)
+        got = _run(student, _dot(threads), _launch_dot, 0, 3, threads)
+        _compare(got, keys @ query, f"{_dot(threads)}, q . k, head_dim {threads}")
+
+    at_fixed_then_drawn(case, "T", NUM_THREADS, WIDER_BLOCKS)
 
 
 def check_max_and_reuse(student):

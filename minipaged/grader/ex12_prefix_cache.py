@@ -157,33 +157,50 @@ DRAWN_BLOCK_SIZES = (3, 4, 5)
 that a tree cutting chunks of 2 whatever its ``block_size`` (or assuming $B$ divides something)
 fails at every grading, not one time in four."""
 
+SEED_TOKEN_IDS = (1, 2)
+"""The fixed program's two token ids, which every other check of exercise 12 keeps small too."""
+
+PAST_16_BITS = 2**16
+"""How far apart the drawn program's two token ids are: one below 256, the other past
+$2^{16}$ (a Llama-3 vocabulary's ids reach 128,255), equal in their low 16 bits. A tree that
+holds a token in a byte or in 16 bits (``bytes(chunk)``, a ``uint8`` or ``int16`` array) then
+fails at every grading, with an error or by taking the two for one; tokens 1 and 2 let it pass."""
+
 _DRAWS = random.SystemRandom()
-"""The seed and $B$ of the program each grading runs next, from the system's random source:
-with the fixed program alone, a tree replaying the library's answers to it, stored at home,
-passed, and so did a tree that ignored ``block_size``."""
+"""The seed, $B$ and token ids of the program each grading runs next, from the system's random
+source: with the fixed program alone, a tree replaying the library's answers to it, stored at
+home, passed, and so did a tree that ignored ``block_size``."""
 
 
 def check_random_operations_match_the_contract(student):
-    """random inserts, matches and forgets (500 the same at every grading with B=2, then 500
-    drawn anew with a B drawn from 3 to 5) give what the contract says, and keep the tree
-    sound: no empty edge below the root, parent pointers that agree with the children
+    """random inserts, matches and forgets (500 the same at every grading with B=2 over tokens
+    1 and 2, then 500 drawn anew with a B drawn from 3 to 5 over two token ids, one past 2**16)
+    give what the contract says, and keep the tree sound: no empty edge below the root, parent
+    pointers that agree with the children
 
     Rule: after every operation, match(tokens) gives the blocks of the longest cached prefix
     of whole blocks of B tokens, insert the blocks it newly caches, forget(p) whether p was
     cached, as a dict from each cached prefix to its block would."""
-    drawn = (_DRAWS.randrange(2**32), _DRAWS.choice(DRAWN_BLOCK_SIZES))
-    for seed, block_size in ((SEED, SEED_BLOCK_SIZE), drawn):
-        program = random_program(seed, block_size=block_size)
+    seed, block_size, low = (
+        _DRAWS.randrange(2**32),
+        _DRAWS.choice(DRAWN_BLOCK_SIZES),
+        _DRAWS.randrange(256),
+    )
+    drawn = (seed, block_size, (low, low + PAST_16_BITS))
+    for seed, block_size, token_ids in ((SEED, SEED_BLOCK_SIZE, SEED_TOKEN_IDS), drawn):
+        program = random_program(seed, block_size=block_size, token_ids=token_ids)
         failure, ran = run_program(student, program, block_size)
         if failure:
             short, failure = shrink(student, program[:ran], failure, block_size)
             steps = "\n  ".join(f"cache.{called(op)}" for op in short)
-            why = "" if seed == SEED else ", drawn for this grading"
+            made = f"random_program(seed={seed}, block_size={block_size})"
+            if seed != SEED:
+                made = f"{made[:-1]}, token_ids={token_ids}), drawn for this grading"
             raise CheckFailed(
                 f"{failure}\nThe shortest failing program found ({len(short)} of the "
-                f"{len(program)} random operations of random_program(seed={seed}, "
-                f"block_size={block_size}){why}, in minipaged.grader.ex12_random_programs), on "
-                f"a new RadixCache(block_size={block_size}):\n  {steps}"
+                f"{len(program)} random operations of {made}, in "
+                f"minipaged.grader.ex12_random_programs), on a new "
+                f"RadixCache(block_size={block_size}):\n  {steps}"
             )
 
 

@@ -43,8 +43,9 @@ from minipaged.grader.child_errors import (
     StudentStopIteration,
 )
 from minipaged.grader.delegation import LibraryDelegation
+from minipaged.grader.drawn_sizes import drawn_size
 from minipaged.grader.exercises import exercise
-from minipaged.grader.judged_folder import copies_now
+from minipaged.grader.judged_folder import refused_now
 from minipaged.grader.proxies import Proxy, RemoteStudent
 from minipaged.grader.recorded_events import events_checked_last
 from minipaged.grader.remote import GradingChild
@@ -118,8 +119,9 @@ def grade(
     started = time.monotonic()
     label = graded_label(number, path, solution)
     folder = None if solution else folder_of(number, path).resolve()
-    # Reasons no criterion can pass: a file that copies the library's, a module not installed.
-    refused = (copies_now(ex, folder) if folder is not None else "") or ex.unmet()
+    # Reasons no criterion can pass: native code or a copy of the library's in the folder, a
+    # module not installed.
+    refused = (refused_now(ex, folder) if folder is not None else "") or ex.unmet()
     wall_deadline = (
         None if math.isinf(limits.wall_seconds) else time.monotonic() + limits.wall_seconds
     )
@@ -176,7 +178,7 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         if not child.alive:
             # The folder as this child will import it: their last child's code may have
             # written to it (``minipaged.grader.judged_folder``).
-            copied = copies_now(exercise(child.number), child.folder) if child.folder else ""
+            copied = refused_now(exercise(child.number), child.folder) if child.folder else ""
             if copied:
                 raise LibraryDelegation(copied)
             child.start()  # starting is not the criterion's time; importing has its own
@@ -246,7 +248,7 @@ def failure_message(error: BaseException, student: Student, call: str = "") -> s
     """What a criterion that raised ``error`` tells the student: the check's own words, or
     the student's error with the line it came from, the check's ``call`` that reached it
     (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause."""
-    where = student.where(error) + call
+    where = student.where(error) + call + drawn_size(error)
     if isinstance(error, TimeLimitExceeded):
         return f"{error}: is there a loop that never ends?"
     if isinstance(error, MemoryError):

@@ -1,15 +1,16 @@
 """The student's folder as the grader last judged it, judged again whenever it changed.
 
-``copies`` (``minipaged.grader.library_copies``) reads the student's folder for a copy of the
-library's solution before any of their code runs. Where Landlock confines a grading child,
-the folder is read-only to it (``minipaged.grader.child``); where it does not, their code may
-write there, and each grading child imports the files as they are when it starts: a call that
-wrote a copy of the library's solution over its own file, then ended its grading process, had
-the next child import the copy with none of the student's code on the stack to see it compiled
-(7 of exercise 02's 8 criteria passed so).
-So a child starts only after the folder is judged as it is then (``copies_now``): the same
-verdict, unless a file was added, removed or written since (its inode, size, modification or
-change time differ; the change time no one can set back).
+Before any of their code runs, the grader reads the student's folder for native code
+(``minipaged.grader.native_files``) and for a copy of the library's solution (``copies``,
+``minipaged.grader.library_copies``); either fails every criterion. Where Landlock confines
+a grading child, the folder is read-only to it (``minipaged.grader.child``); where it does
+not, their code may write there, and each grading child imports the files as they are when
+it starts: a call that wrote a copy of the library's solution over its own file, then ended
+its grading process, had the next child import the copy with none of the student's code on
+the stack to see it compiled (7 of exercise 02's 8 criteria passed so). So a child starts
+only after the folder is judged as it is then (``refused_now``): the same verdict, unless a
+file was added, removed or written since (its inode, size, modification or change time
+differ; the change time no one can set back).
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from pathlib import Path
 
 from minipaged.grader.exercises import Exercise
 from minipaged.grader.library_copies import copies
+from minipaged.grader.native_files import native_code
 
 _JUDGED: dict[tuple[int, str], tuple[tuple, str]] = {}
 """By exercise and folder: the folder's state when last judged, and the verdict."""
 
 
-def copies_now(ex: Exercise, folder: Path) -> str:
-    """``copies(ex, folder)`` for the folder as it is now: judged again only if it changed
-    since it was last judged."""
+def refused_now(ex: Exercise, folder: Path) -> str:
+    """Why the folder as it is now is refused (native code in it, or a copy of the library's
+    solution), or ``""``: judged again only if it changed since it was last judged."""
     key, state = (ex.number, str(folder)), _state(folder)
     judged = _JUDGED.get(key)
     if judged is None or judged[0] != state:
-        _JUDGED[key] = judged = (state, copies(ex, folder))
+        _JUDGED[key] = judged = (state, native_code(folder) or copies(ex, folder))
     return judged[1]
 
 

@@ -13,6 +13,7 @@ rebuild the solution from.
 from __future__ import annotations
 
 import ast
+import dis
 import importlib.util
 from collections.abc import Callable
 from hashlib import sha256
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import CodeType
 
 from minipaged.grader import similarity
+from minipaged.grader.code_shapes import shape
 from minipaged.grader.exercises import Exercise
 from minipaged.grader.provenance import plain_constants, private, share, walk
 
@@ -31,6 +33,14 @@ LONG_BYTECODE = 400
 library's docstring where the starter's differs; or, where they do not differ, if its bytecode
 is at least this long (a dozen lines or so). A short answer may well match the library's
 exactly: ``2 * self.num_layers * self.num_kv_heads * ...`` is the only way to write it."""
+
+
+LONG_SHAPE = 32
+"""The fewest instructions a graded function (or one inside it) has for its bytecode's shape
+to mark a copy built by hand (``minipaged.grader.code_shapes``): a shorter one is written
+the library's way by honest students (``tests/student_answers`` holds answers of up to 23
+instructions in the shape of a graded function's: ``return list(self._free)``, a sum over a
+comprehension)."""
 
 
 def _functions(paths) -> dict[str, CodeType]:
@@ -77,13 +87,16 @@ class Library:
                 self.prints[_fingerprint(code)] = (name, doc)
             elif len(code.co_code) >= LONG_BYTECODE:  # too long to match by chance
                 self.prints[_fingerprint(code)] = (name, None)
-        # The bytecode of each graded function and of those inside it: a code object a student's
-        # code makes from bytes (``code.__new__``) with one of these is a copy, whatever it names
-        self.bytecodes = frozenset(
-            sha256(inner.co_code).hexdigest()
+        # The shape of each graded function's bytecode and of those inside it, long enough to
+        # be no honest answer's (``LONG_SHAPE``): a code object a student's code builds by hand
+        # (``code.__new__``) in one of these is a copy, whatever its names, constants and lines
+        # (``minipaged.grader.code_shapes``)
+        self.shapes = frozenset(
+            shape(inner.co_code)
             for name in ex.graded
             if name.partition(":")[2] in library
             for inner in walk(library[name.partition(":")[2]])
+            if sum(1 for _ in dis.get_instructions(inner)) >= LONG_SHAPE
         )
 
 

@@ -11,7 +11,7 @@ Nothing else is imported early: a module outside these may do anything as it loa
 (``antigravity`` opens a web browser), and is the student's to pay for, on their clock. A module
 that is not installed, or fails as it loads, is left to the student's own import, which reports
 it in their words. Nothing is imported that the student's import would not have imported: the
-same modules, the same order, after the same guards (``minipaged.grader.child._prepare``).
+same modules, the same order, after the same guards (``minipaged.grader.child_setup.prepare``).
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ import marshal
 import os
 import sys
 import sysconfig
-from hashlib import sha256
 from pathlib import Path
 from types import CodeType
 
-from minipaged.grader.delegation import _LIBRARY
+from minipaged.grader.code_shapes import shaper
+from minipaged.grader.delegation import LIBRARY_FOLDERS
 from minipaged.grader.provenance import private
 
 LOADED = "marshal.loads"
@@ -46,6 +46,11 @@ MADE_BY_HAND = (
 
 COPY = "your code loaded a copy of the library's solution from bytes ({}): write your own"
 
+BUILT_COPY = (
+    "your code built a copy of the library's solution as a code object ({}), with types.CodeType "
+    "or code.replace, whoever called them: write your own"
+)
+
 CACHE_HEADER = 16
 """Bytes before the marshalled code in a ``.pyc`` (PEP 552)."""
 
@@ -53,7 +58,7 @@ CACHE_HEADER = 16
 def trusted_roots(folder: Path) -> tuple[str, ...]:
     """The folders whose files are installed code: the library, the Python installation and
     its packages (as named, and with links resolved)."""
-    paths = set(_LIBRARY)
+    paths = set(LIBRARY_FOLDERS)
     for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]:
         paths.add(path.rstrip(os.sep) + os.sep)
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -119,21 +124,23 @@ def loaded_judge(readable, installed, library: tuple[str, ...], copied, refused,
     return private(judged)
 
 
-def hand_made_judge(installed, bytecodes: frozenset, refused):
+def hand_made_judge(installed, shapes: frozenset, refused):
     """``judged(args, caller)``: refuse a code object being made by ``types.CodeType`` or
     ``code.replace`` (the ``code.__new__`` event's ``args``: its bytecode first) while the
-    student's code is on the stack, if its bytecode is a graded library function's
-    (``bytecodes``: ``library_copies.Library``'s digests), whoever calls (an installed
-    trampoline: ``pickle``'s Python unpickler); or if the student's own code (``caller``, the
-    innermost Python frame) makes it, by hand. An installed caller's is left to be judged where
-    it runs (hypothesis's ``impersonate`` relabels a function's code)."""
-    digest, copy, by_hand = sha256, COPY, MADE_BY_HAND
+    student's code is on the stack, if its bytecode has the shape of a graded library
+    function's (``shapes``: ``library_copies.Library``'s, ``minipaged.grader.code_shapes``:
+    its docstring dropped, its constants, names and locals renumbered or renamed, its lines
+    changed, it is still the library's), whoever calls (an installed trampoline: ``pickle``'s
+    Python unpickler); or if the student's own code (``caller``, the innermost Python frame)
+    makes it, by hand. An installed caller's is left to be judged where it runs (hypothesis's
+    ``impersonate`` relabels a function's code)."""
+    shape, built, by_hand = shaper(), BUILT_COPY, MADE_BY_HAND
 
     def judged(args, caller) -> None:
         bytecode = args[0] if args and type(args[0]) is bytes else b""
-        if digest(bytecode).hexdigest() in bytecodes:
+        if shape(bytecode) in shapes:
             name = args[2] if len(args) > 2 and type(args[2]) is str else "a function"
-            raise refused(copy.format(f"the bytecode of {name[:80]} is the library's"))
+            raise refused(built.format(f"{name[:80]}, in the shape of the library's bytecode"))
         if not installed(caller.f_code.co_filename):
             raise refused(by_hand)
 

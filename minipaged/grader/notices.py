@@ -105,6 +105,19 @@ def refusal(tell):
     return private(refused)
 
 
+def refusal_not_raised(tell):
+    """``refused(message)``: a refusal told to the grader, which fails the call with it whatever
+    the student's code returns, for a guard that cannot raise into their code: a stand-in that
+    native code calls (``native_calls.seal_symbols``). Told as a thread's is (``IN_A_THREAD``),
+    which the grader raises for the same reason."""
+    kind, in_a_thread = REFUSED, IN_A_THREAD
+
+    def refused(message: str) -> None:
+        tell(kind, message, in_a_thread)
+
+    return private(refused)
+
+
 class Notices:
     """The grader's end of a child's pipe of notices; ``there``: the number of the child's
     end, in the child."""
@@ -132,7 +145,7 @@ class Notices:
     def verdict(self, judge, worker: int | None, loading: bool) -> tuple[str, str]:
         """After an answer of the child (``worker``, its process that runs the student's
         code): ``(ended, refused)``, why the call fails and the child must end (a copy
-        compiled, in any process, as ``judge``, ``runtime_code.Judge``, finds it; the
+        compiled, in any process, as ``judge``, ``compiled_copies.Judge``, finds it; the
         worker's end of the pipe closed or replaced), and why it fails else: a refusal told by
         another process (a fork's, whose end the answer does not show) or by a thread of the
         worker's besides the one that answers (not while ``loading`` the student's files). The

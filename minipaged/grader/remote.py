@@ -54,6 +54,7 @@ from typing import Any
 from minipaged.grader import child_errors, frames, wire
 from minipaged.grader.child_errors import ChildGone, DeviceUnusable, WallClockSpent
 from minipaged.grader.child_process import ChildProcess
+from minipaged.grader.compiled_copies import Judge
 from minipaged.grader.criterion_clock import CriterionClock
 from minipaged.grader.delegation import LibraryDelegation
 from minipaged.grader.left_running import (
@@ -70,7 +71,6 @@ from minipaged.grader.left_running import (
     tasks_left,
 )
 from minipaged.grader.process_tree import worker_of
-from minipaged.grader.runtime_code import Judge
 from minipaged.grader.student_exceptions import StudentExceptions
 from minipaged.grader.time_limit import TimeLimitExceeded
 

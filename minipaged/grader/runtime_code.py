@@ -8,9 +8,9 @@ grading child an audit hook (``watch``) sees every ``compile`` while a frame of 
 code is on the stack (a frame of a file that is neither the library's nor the Python
 installation's: their folder, the temporary folder, ``"<string>"``), and records the source
 compiled. The grader hears each distinct source once (``minipaged.grader.notices``) and
-judges it with the same ``copy_finder`` as the files (``Judge``), and a copy fails the call
-that compiled it, saying which line did, or, compiled while their files were imported, every
-criterion.
+judges it with the same ``copy_finder`` as the files (``minipaged.grader.compiled_copies``),
+and a copy fails the call that compiled it, saying which line did, or, compiled while their
+files were imported, every criterion.
 
 What the grader cannot read it refuses: while the student's code is on the stack, a code
 object that runs (``exec``, ``types.FunctionType``, a function's ``__code__`` set to it) must be
@@ -24,7 +24,9 @@ confines it; a System V shared-memory segment, which Landlock does not cover, ou
 The library's and the standard library's own run-time code (``dataclasses``, ``namedtuple``,
 torch, Numba) compiles with no student frame on the stack, or from a source the hook saw:
 neither is refused, and what a student's ``@dataclass`` compiles is judged and found to be no
-copy.
+copy. Once their code has run, code compiled or run with no frame of theirs on the stack is
+theirs all the same (``set_off``: a ``weakref.finalize`` running ``exec`` as the child forgets
+their objects ran an encoded copy of ``fork`` unheard, ``hostile_corpus.SET_OFF_BY_THE_GRADER``).
 
 The hook calls only what it took before the student's code loaded (``provenance.private``),
 and tells the grader of each source the moment it is compiled, before the code can run, on a
@@ -40,18 +42,18 @@ import _thread
 import ast
 import os
 import sys
+import tempfile
 import threading
 from hashlib import sha256
 from pathlib import Path
 from types import CodeType, FunctionType
 
-from minipaged.grader.delegation import _LIBRARY, LibraryDelegation, _stub
-from minipaged.grader.exercises import exercise
+from minipaged.grader.delegation import LIBRARY_FOLDERS, LibraryDelegation, _stub
 from minipaged.grader.interpreters import python_finder
-from minipaged.grader.library_copies import _fingerprint, copy_finder, write_your_own
+from minipaged.grader.library_copies import _fingerprint
 from minipaged.grader.made_code import hand_made_judge, loaded_judge, trusted_roots
-from minipaged.grader.native_calls import EXEC_SYMBOLS, RUNS_UNSEEN, SYMBOLS, UNSEEN
-from minipaged.grader.notices import COMPILED, refusal
+from minipaged.grader.native_calls import ANYONES, EXTENSION, NATIVE, native_judge, seal_symbols
+from minipaged.grader.notices import COMPILED, refusal, refusal_not_raised
 from minipaged.grader.provenance import (
     PRIVATE,
     getframe,
@@ -110,6 +112,10 @@ WATCHED = (
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load", "code.__new__")
 """Audit events of code compiled, loaded or run."""
 
+SET_OFF = ("compile", "exec", "function.__new__")
+"""Audit events of code compiled or run that no frame of the student's may be on the stack of,
+and still be theirs (``watch``'s ``set_off``)."""
+
 GUARDS_FRAME = (
     "your code may not read a frame of the grader's own guards (a traceback's tb_frame, of an "
     "exception raised through them): it holds what the grader keeps from your code; read the "
@@ -138,9 +144,11 @@ FRAME_READS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 
 def guards_codes() -> frozenset:
     """The code of every function of the guards' hooks (this module's, ``delegation``'s,
-    ``notices``', ``provenance``'s and ``interpreters``'), each compiled inside them included;
-    not a stub's (``delegation._stub``), whose frame holds only what its caller gave it."""
-    names = ("delegation", "interpreters", "made_code", "notices", "provenance", "runtime_code")
+    ``notices``', ``provenance``'s, ``interpreters``', ``made_code``'s, ``code_shapes``' and
+    ``native_calls``'), each compiled inside them included; not a stub's
+    (``delegation._stub``), whose frame holds only what its caller gave it."""
+    names = ("code_shapes", "delegation", "interpreters", "made_code", "native_calls")
+    names += ("notices", "provenance", "runtime_code")
     modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
     return frozenset(
         code
@@ -151,30 +159,33 @@ def guards_codes() -> frozenset:
     ) - frozenset(walk(_stub.__code__))
 
 
-def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
+def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
     """In a grading child, before the student's code loads: tell the grader the sources
     compiled while their code is on the stack, and refuse code that runs from no source (see
     the module's docstring). ``tell``: ``minipaged.grader.notices.teller``'s; ``copied`` and
-    ``bytecodes``: ``library_copies.Library``'s, for code made from bytes (``made_code``)."""
+    ``shapes``: ``library_copies.Library``'s, for code made from bytes (``made_code``)."""
     inside = str(folder.resolve()) + os.sep
     roots = trusted_roots(folder)
     genuine = provenance()
     seen: set[str] = set()  # digests of the sources recorded
     unchecked: list[tuple[bytes, str]] = []  # recorded, not yet compiled into ``known``
     known: set[str] = set()  # fingerprints of every code object the recorded sources make
-    state = {"bytes": 0}
+    state = {"bytes": 0, "ran": False}  # ran: code of theirs has run in this process
     busy: set[int] = set()  # the threads in the hook: only the guards' code acts there
     looking: set[int] = set()  # the threads looking at frames here: only C code runs then
     thread, guards = _thread.get_ident, guards_codes()
     main = thread()  # the grading child's own thread, which loads the student's code
     unparse, refused = ast.unparse, refusal(tell)
     owner, getpid = os.getpid(), os.getpid
-    runs_python = python_finder(_LIBRARY)
+    runs_python = python_finder(LIBRARY_FOLDERS)
     watching, watched = dict(WATCHING), WATCHED
     bootstrap = threading.Thread._bootstrap_inner.__code__
 
     def installed(where) -> bool:
         return type(where) is str and where.startswith(roots) and not where.startswith(inside)
+
+    def mine(where) -> bool:
+        return type(where) is str and where.startswith(inside)
 
     def student_frame(frame):
         """The innermost frame of the student's code on ``frame``'s stack, or None."""
@@ -197,8 +208,9 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
         name = filename if type(filename) is str else repr(type(filename))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
-        if installed(where):  # a thread theirs started: no frame of theirs on its stack
-            where = f"thread, in {where.rpartition('/')[2]}"
+        if installed(where):  # no frame of theirs on the stack: what ran theirs there
+            ran_it = "thread" if thread() != main else "finalizer or callback"
+            where = f"{ran_it}, run in {where.rpartition('/')[2]}"
         tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
         seen.add(digest)  # told: never again
         unchecked.append((source, name))
@@ -248,20 +260,25 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
         if (
             event not in RECORDED
             and event not in STARTS
-            and event not in SYMBOLS
+            and event not in NATIVE
             and not watch
             and not code_set
-        ):
+        ) or (event == extension and args[1] is None):  # an import statement's: no file
             return
         caller = getframe(1)
         # The grader runs Python in the main thread alone: another one the student's code
         # started, and what runs there is theirs (a pool's worker calling marshal.loads has
         # no frame of their files on its stack)
         theirs = student_frame(caller) if thread() == main else caller
+        made = args[2] if code_set else args[0] if event in RECORDED and args else None
+        if not state["ran"] and type(made) is CodeType and mine(made.co_filename):
+            state["ran"] = True  # their first module runs
+        if theirs is None and state["ran"] and (code_set or event in SET_OFF):
+            theirs = set_off(caller, args[1] if event == "compile" else made)
         # threading.settrace and threading.setprofile set a function each new thread installs
         # as it starts, before any student frame is on its stack; the library sets none.
         starting = caller.f_code is bootstrap
-        if theirs is None and not (watch and starting):
+        if theirs is None and not (watch and starting) and event not in anyones:
             return
         busy.add(thread())
         try:
@@ -271,11 +288,8 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
                 started = runs_python(args)
                 if started:
                     raise refused(ELSEWHERE.format(started))
-            elif event in SYMBOLS:
-                if args[1] in EXEC_SYMBOLS:
-                    raise refused(ELSEWHERE.format(f"calls the C library's {args[1]}"))
-                if type(args[1]) is str and args[1].startswith(RUNS_UNSEEN):
-                    raise refused(UNSEEN.format(args[1]))
+            elif event in NATIVE:
+                native(event, args, theirs)
             elif event == "compile":
                 if getpid() != owner:  # what it compiles would run apart from the answers
                     raise refused(ELSEWHERE.format("compiles code in a forked process"))
@@ -310,6 +324,15 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
         finally:
             busy.discard(thread())
 
+    def set_off(caller, compiled):
+        """``caller``, where code (``compiled``: a file name, or a code object) is compiled or
+        run by the interpreter for the student's code (a finalizer, a callback) with none of
+        theirs on the stack; None for the import system's work on an installed file."""
+        if caller.f_code.co_filename not in IMPORT_SYSTEM:
+            return caller
+        where = compiled.co_filename if type(compiled) is CodeType else compiled
+        return None if installed(where) else caller
+
     def acted_inside() -> None:
         """Refuse an audited act (a compile, a frame taken) inside this hook's work by code
         that is not the guards' own: a function of Python's the hook calls (``ast.unparse``),
@@ -342,41 +365,19 @@ def watch(folder: Path, tell, copied=None, bytecodes=frozenset()) -> None:
     # Each rebuilt over names taken now; the closures above then call the rebuilt ones.
     guards_frame_refused, inside_a_guard, frame_reads = GUARDS_FRAME, INSIDE_A_GUARD, FRAME_READS
     installed, student_frame, record = private(installed), private(student_frame), private(record)
+    set_off, mine = private(set_off), private(mine)
     readable, frame_read, acted_inside = (
         private(readable),
         private(frame_read),
         private(acted_inside),
     )
     copied = copied or (lambda code: None)  # no copy finder: nothing is a copy
-    judged = loaded_judge(readable, installed, _LIBRARY, copied, refused, UNREADABLE)
-    made_by_hand = hand_made_judge(installed, bytecodes, refused)
+    judged = loaded_judge(readable, installed, LIBRARY_FOLDERS, copied, refused, UNREADABLE)
+    made_by_hand = hand_made_judge(installed, shapes, refused)
+    temp = str(Path(tempfile.gettempdir()).resolve()) + os.sep  # the child's own: TMPDIR
+    native, anyones = native_judge(roots, (inside, temp), refused, ELSEWHERE), ANYONES
+    extension, state["stand-ins"] = EXTENSION, seal_symbols(refusal_not_raised(tell))
     sys.addaudithook(private(hook))
-
-
-class Judge:
-    """In the grader: judges what a child's answers say the student's code of exercise
-    ``number`` compiled."""
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.copied = None  # ``copy_finder``, made at the first record
-
-    def __call__(self, compiled) -> str:
-        """Why one of ``compiled`` (``[where, filename, source]``, told by the child) copies the
-        library's solution, or ``""``."""
-        for entry in compiled if type(compiled) is list else []:
-            if type(entry) is not list or len(entry) != 3 or {type(e) for e in entry} != {str}:
-                continue
-            if self.copied is None:
-                self.copied = copy_finder(exercise(self.number))
-            where, filename, source = entry
-            found = self.copied(source, filename)
-            if found:
-                return (
-                    f"code your {where} compiled at run time (as {filename!r}): {found}. "
-                    f"{write_your_own(exercise(self.number))}"
-                )
-        return ""
 
 
 PRIVATE |= {
@@ -387,11 +388,9 @@ PRIVATE |= {
     "ELSEWHERE": ELSEWHERE,
     "COMPILED": COMPILED,
     "STARTS": STARTS,
-    "EXEC_SYMBOLS": EXEC_SYMBOLS,
-    "SYMBOLS": SYMBOLS,
-    "RUNS_UNSEEN": RUNS_UNSEEN,
-    "UNSEEN": UNSEEN,
+    "NATIVE": NATIVE,
     "RECORDED": RECORDED,
+    "SET_OFF": SET_OFF,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
 """What the hook's functions see as globals, beside ``provenance``'s and ``delegation``'s."""
