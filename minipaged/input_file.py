@@ -8,17 +8,32 @@ folder, or a read that waits forever on a FIFO. Writing has its own module
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 from minipaged.path_values import as_path
 
+LOOP = "a symbolic link that leads round in a loop"
+
+
+def broken_link(path: Path) -> str:
+    """What the symbolic link ``path``, which leads to no file, is in words: ``LOOP``, or a
+    link to nothing."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return LOOP
+    return "a symbolic link to nothing"
+
 
 def check_input_file(path: str | os.PathLike, fix: str) -> Path:
     """``path`` as a ``Path``, refused unless it names a regular file this process may read:
     ``FileNotFoundError`` (missing, or a symbolic link to nothing), ``IsADirectoryError``,
-    ``PermissionError``, or ``ValueError`` (a NUL byte, a FIFO, socket or device). ``fix``
+    ``PermissionError``, or ``ValueError`` (a NUL byte, a FIFO, socket or device, symbolic
+    links that lead round in a loop). ``fix``
     (``"record one with ..."``) ends the refusal of a missing file; a ``TypeError`` for what
     is no path (``path_values.as_path``)."""
     path = as_path(path, "a file to read")
@@ -36,6 +51,13 @@ def check_input_file(path: str | os.PathLike, fix: str) -> Path:
     except NotADirectoryError:
         raise FileNotFoundError(
             f"{path} does not exist: a part of it before the last is a file, not a folder"
+        ) from None
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise ValueError(  # "Too many levels of symbolic links; check its permissions" misled
+            f"{path} is {LOOP}, back to itself through links, so no file is there: name the "
+            "file itself"
         ) from None
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a folder, not a file: name a file inside it")

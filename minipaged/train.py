@@ -32,6 +32,7 @@ from minipaged import ending_signals
 from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
 from minipaged.checkpoint_kinds import check_checkpoint_replaceable
+from minipaged.input_file import check_input_file
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
 from minipaged.output_paths import add_force_flag, output_folder
@@ -97,10 +98,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "batch_size", "context", "eval_every", "threads"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if not args.corpus.is_file():
-        parser.error(f"corpus {args.corpus} does not exist; pass --corpus PATH")
+    try:  # refused where typed, not after the tokenizer is trained on it
+        check_input_file(args.corpus, "pass --corpus PATH, a text file of one paragraph a line")
+        args.corpus.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        parser.error(
+            f"--corpus {args.corpus} is not UTF-8 text (byte {error.start}): save it as UTF-8"
+        )
+    except (OSError, ValueError) as error:
+        parser.error(f"--corpus {error}")
     if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
         parser.error(f"--tokenizer {args.tokenizer} has no tokenizer.json; pass a model directory")
+    if args.tokenizer is not None:
+        try:  # one that is there and does not load: refused now, not after the corpus is read
+            Tokenizer(args.tokenizer)
+        except (OSError, ValueError, TypeError) as error:
+            parser.error(f"--tokenizer {error}")
     try:  # another model's folder: refused before the training, not after it
         check_checkpoint_replaceable(args.out, [CARD], args.force, way="give --force")
     except ValueError as error:
@@ -127,6 +140,20 @@ def token_stream(tokenizer: Tokenizer, paragraphs: list[str]) -> Tensor:
         ids.append(tokenizer.bos_id)
         ids.extend(encoding.ids)
     return torch.tensor(ids, dtype=torch.int64)
+
+
+def check_enough_tokens(args: argparse.Namespace, train_tokens: int, val_tokens: int) -> None:
+    """End the command as a refused flag does (status 2), before the model is built, when
+    the corpus is too short for one window of ``--context`` tokens in its training part and
+    in its held-out part (the last ``VALIDATION_FRACTION``): the windows would be empty."""
+    need = args.context + 2  # a window's inputs and targets, and one place to start it
+    if min(train_tokens, val_tokens) < need:
+        build_parser().error(
+            f"--corpus {args.corpus} is too short for --context {args.context}: its training "
+            f"part has {train_tokens} tokens and its held-out last {VALIDATION_FRACTION:.0%} "
+            f"{val_tokens}, and each needs at least {need}; give a longer corpus or a "
+            "smaller --context"
+        )
 
 
 def random_windows(stream: Tensor, batch: int, context: int, generator: torch.Generator) -> Tensor:
@@ -209,7 +236,9 @@ def train(args: argparse.Namespace) -> None:
     else:
         tokenizer = Tokenizer(args.tokenizer)
     train_stream = token_stream(tokenizer, train_paragraphs)
-    val_windows = tiled_windows(token_stream(tokenizer, val_paragraphs), args.context)
+    val_stream = token_stream(tokenizer, val_paragraphs)
+    check_enough_tokens(args, len(train_stream), len(val_stream))
+    val_windows = tiled_windows(val_stream, args.context)
     # As many training windows as validation ones, fixed, for a final train loss that compares.
     train_eval_windows = tiled_windows(train_stream, args.context)[: len(val_windows)]
 

@@ -59,6 +59,9 @@ PAGES = sorted(
     for page in [*(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")), *GENERATED]
 )
 SEARCH_TERM = "refcount"
+TOPIC_SEARCH = ("index.html", "copy-on-write")
+"""A reader's search from the home page, for the topic the site is about: a hyphenated term,
+which the search must find as the words it is written with."""
 # Opened from disk and searched: the home page, and pages with tables, equations and diagrams.
 SAMPLE = ["index.html", "reference/glossary.html", "explanation/copy-on-write.html"]
 # TeX that survived as text: a dollar sign or backslash command outside math, or the tail of
@@ -106,10 +109,12 @@ INSPECT = """async () => {
   const scrollers = [...article.querySelectorAll(
     "div.arithmatex, pre > code, .md-typeset__scrollwrap")].filter(overflows)
     .map(e => ({text: e.textContent.trim().slice(0, 40), cue: cue(e)}));
-  const images = [...article.querySelectorAll("img")].map(img => ({
+  // decode(): settles once the file is fetched and decoded, and fails for one that is missing
+  // or is no image the browser can draw (the load event alone does not say which).
+  const images = await Promise.all([...article.querySelectorAll("img")].map(async img => ({
     src: img.currentSrc || img.src, width: img.getBoundingClientRect().width,
-    alt: img.getAttribute("alt"),
-  }));
+    alt: img.getAttribute("alt"), drawn: await img.decode().then(() => true, () => false),
+  })));
   // A table's first column, the key its rows are read by: in view at either end of its scroll.
   const cutTables = [];
   for (const wrap of article.querySelectorAll(".md-typeset__scrollwrap")) {
@@ -350,14 +355,16 @@ def record(tab, visit: Visit, page: str) -> None:
         tab.screenshot(path=str(Path(shots) / name.replace("/", "_")) + ".png", full_page=True)
     if page in SAMPLE:
         visit.search_hits, visit.search_texts = search(tab)
+    if page == TOPIC_SEARCH[0]:
+        visit.found["topic_search"] = search(tab, TOPIC_SEARCH[1])[1]
 
 
-def search(tab) -> tuple[int, list[str]]:
-    """Type SEARCH_TERM into Material's search box; return how many results it lists, and
+def search(tab, term: str = SEARCH_TERM) -> tuple[int, list[str]]:
+    """Type ``term`` into Material's search box; return how many results it lists, and
     their text as the reader sees it (title and snippet)."""
     tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
     # Typed key by key: Material searches on key events, and filling the box skips them.
-    tab.keyboard.type(SEARCH_TERM, delay=20)
+    tab.keyboard.type(term, delay=20)
     try:
         tab.wait_for_selector(".md-search-result__item", timeout=STUCK_AFTER_S * 1000)
     except sync_api.TimeoutError:
@@ -472,6 +479,15 @@ def test_search_finds_results(visits) -> None:
     assert len(chosen) >= len(SAMPLE), "search was not tried"
     bad = failures(chosen, lambda v: v.search_hits == 0 and f"no result for {SEARCH_TERM!r}")
     assert not bad, "\n".join(bad)
+
+
+def test_a_search_for_copy_on_write_finds_its_pages(visits) -> None:
+    """At each width, the home page's search lists the pages on copy-on-write first."""
+    searched = [v for v in visits if "topic_search" in v.found]
+    assert len(searched) == len(WIDTHS), "the topic search was not tried at each width"
+    for visit in searched:
+        texts = visit.found["topic_search"]
+        assert texts and "copy-on-write" in texts[0].lower(), f"{visit}: {texts[:3]}"
 
 
 def test_the_404_page_works_at_any_depth_under_the_sub_path(browser, base_url, site) -> None:
@@ -658,6 +674,42 @@ def broken_anchors(visits: list[Visit]) -> list[str]:
     return sorted(broken)
 
 
+def undrawn_images(found: dict) -> list[str]:
+    """The images of a page that the browser could not fetch or draw."""
+    return [image["src"].rsplit("/", 1)[-1] for image in found["images"] if not image["drawn"]]
+
+
+def test_every_image_and_figure_is_drawn(visits) -> None:
+    assert any(v.found["images"] for v in visits), "no image on any page"
+    bad = failures(visits, lambda v: undrawn_images(v.found))
+    assert not bad, "images the browser could not draw:\n" + "\n".join(bad)
+
+
+def broken_links(visits: list[Visit], site: Path) -> list[str]:
+    """Links from a page to a file of the site (a page, a figure, a download) that is not in
+    the built site: each link as the browser resolved it, served or opened from disk (the
+    build's own check reads only the Markdown's links, not the theme's or the hooks')."""
+    broken = set()
+    for v in visits:
+        page = urlparse(v.url)
+        for link in v.found["links"]:
+            target = urlparse(link)
+            if (target.scheme, target.netloc) != (page.scheme, page.netloc):
+                continue  # another site: not this check's
+            path = target._replace(query="", fragment="").geturl()
+            if path.endswith("/"):
+                path += "index.html"
+            if not local_file(path, site).exists():
+                broken.add(f"{v.url.rsplit('/', 1)[-1]} links to {link}")
+    return sorted(broken)
+
+
+def test_every_link_to_a_file_of_the_site_finds_it(visits, site) -> None:
+    assert any(urlparse(link).path.endswith(".html") for v in visits for link in v.found["links"])
+    bad = broken_links(visits, site)
+    assert not bad, "links to a file the site does not have:\n" + "\n".join(bad)
+
+
 def test_every_link_to_a_place_in_a_page_finds_it(visits) -> None:
     assert any("#" in link for v in visits for link in v.found["links"]), "no anchor is linked"
     bad = broken_anchors(visits)
@@ -683,7 +735,9 @@ PLANTED = """<!doctype html><html><head><meta charset="utf-8"><style>
   <th style="white-space: nowrap">a key column wider than the box</th><th>b</th></tr></table></div>
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E">
 <img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E" alt="a blank figure">
-<p id="here"><a href="#here">a place that is there</a>, <a href="#nowhere">one that is not</a></p>
+<img src="not-there.svg" alt="a figure whose file is missing">
+<p id="here"><a href="#here">a place that is there</a>, <a href="#nowhere">one that is not</a>,
+  <a href="planted.html">this page</a>, <a href="gone/">a page that is not there</a></p>
 <table style="width: 100px"><tr><td>a</td><td><code style="word-break: break-word"
   >minipaged.scheduler</code></td><td><code>minipaged.<wbr>chunked_<wbr>prefill</code></td></tr>
 </table>
@@ -709,6 +763,9 @@ def test_the_page_checks_find_each_defect_planted_on_a_page(browser, tmp_path) -
     assert found["cutTables"] == ["a key column wider than the box"]
     assert len(unnamed_images(found)) == 1
     assert broken_anchors([loaded]) == [f"planted.html links to {loaded.url}#nowhere"]
+    assert undrawn_images(found) == ["not-there.svg"]
+    gone = loaded.url.removesuffix("planted.html") + "gone/"
+    assert broken_links([loaded], tmp_path) == [f"planted.html links to {gone}"]
     assert found["cutCode"] == ["minipaged.scheduler"]
     assert sideways(found) is None
     # Settled, the widened page fits: only its state as the transition begins sticks out.

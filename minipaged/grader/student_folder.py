@@ -15,6 +15,7 @@ from pathlib import Path
 from minipaged.grader.exercises import Exercise, exercise, manager_of
 from minipaged.grader.library_imports import MAX_SOURCE_BYTES, named_modules
 from minipaged.grader.student import Student, installed_modules, load_folder, load_solution
+from minipaged.input_file import broken_link
 
 SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
 """Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
@@ -91,7 +92,9 @@ def missing_files(number: int, folder: Path) -> str:
     found = []
     for name in missing:
         near = difflib.get_close_matches(name.lower(), [n.lower() for n in present], 1, 0.75)
-        if near:
+        if (there := _not_a_file(folder / name)) is not None:  # said not there: it is
+            found.append(f"{name} is {there}: put the file itself there")
+        elif near:
             original = next(n for n in present if n.lower() == near[0])
             found.append(f"found {original}: rename it to {name}")
         elif below := _below(folder, name):
@@ -151,6 +154,16 @@ def shadowed_files(number: int, folder: Path) -> list[str]:
                 f"my_{stem}"
             )
     return said
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What stands at ``path`` where a file should, when something does: a folder, a link
+    that leads to no file, something else that is no regular file."""
+    if path.is_symlink() and not path.exists():
+        return broken_link(path)
+    if path.is_dir():
+        return "a folder"
+    return "not a regular file" if path.exists() else None
 
 
 def _missing(ex: Exercise, folder: Path) -> list[str]:

@@ -9,6 +9,8 @@ import difflib
 import os
 from pathlib import Path
 
+from minipaged.input_file import broken_link
+
 EMBEDDED_MODELS = {name: Path(__file__).resolve().parent / name for name in ("tiny", "tiny-draft")}
 """Models that ship inside the package, by name. ``minipaged.train`` made both: ``tiny`` is
 the default model, ``tiny-draft`` (a quarter of its size, the same tokenizer) is its draft
@@ -45,19 +47,32 @@ def check_model_directory(model: str | Path) -> Path:
             "directory holding config.json, model.safetensors and tokenizer.json"
             + close_name(model)
         )
-    if not (directory / "config.json").is_file():  # an empty folder, or another program's
+    config = directory / "config.json"
+    if not config.is_file():  # an empty folder, or another program's
         raise FileNotFoundError(
-            f"--model {model}: {directory / 'config.json'} does not exist, so it is no model; "
-            'pass a whole model directory ("tiny", or a Hugging Face Llama directory holding '
-            "config.json, model.safetensors and tokenizer.json)"
+            f"--model {model}: {config} {no_file(config)}, so it is no model; pass a whole "
+            'model directory ("tiny", or a Hugging Face Llama directory holding config.json, '
+            "model.safetensors and tokenizer.json)"
         )
     return directory
+
+
+def no_file(path: Path) -> str:
+    """Why ``path``, which is no regular file, cannot be one of a model's files, in words that
+    follow its name: a folder in its place was said not to exist."""
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.exists():
+        return "is not a regular file (a FIFO, a socket or a device)"
+    return f"is {broken_link(path)}" if path.is_symlink() else "does not exist"
 
 
 def no_directory(path: Path) -> str:
     """Why ``path``, which is no directory, cannot be a model's: a file (a config.json or the
     weights named in place of their folder) or nothing at all."""
-    return "a file, not a directory" if path.exists() else "no such directory"
+    if path.exists():
+        return "a file, not a directory"
+    return broken_link(path) if path.is_symlink() else "no such directory"
 
 
 def files_read(config) -> list[tuple[str, Path]]:
