@@ -14,10 +14,11 @@ only part of a circle. To run it past $L_{orig}$, a checkpoint may scale the fre
 
 - ``linear``: every $\\omega_i$ divided by ``factor``, as if positions were ``factor`` times
   closer together;
-- ``llama3`` (Llama 3.1 and 3.2): only the pairs that turn slowly are slowed. A pair with
-  $\\lambda_i > L_{orig} / $ ``low_freq_factor`` is divided by ``factor``; one with
-  $\\lambda_i < L_{orig} / $ ``high_freq_factor`` (many turns within $L_{orig}$: it encodes
-  nearby order) is kept; in between, $\\omega_i$ moves linearly from one to the other in
+- ``llama3`` (Llama 3.1 and 3.2): only the pairs that turn slowly are slowed. With
+  $f_{low}$ = ``low_freq_factor`` and $f_{high}$ = ``high_freq_factor``, a pair with
+  $\\lambda_i > L_{orig} / f_{low}$ is divided by ``factor``; one with
+  $\\lambda_i < L_{orig} / f_{high}$ (many turns within $L_{orig}$: it encodes nearby order)
+  is kept; in between, $\\omega_i$ moves linearly from one to the other in
   $L_{orig} / \\lambda_i$ (``inverse_frequencies``).
 
 Neither changes anything but the angles: the paged KV cache stores keys after their rotation,
