@@ -504,6 +504,7 @@ def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
         ({"pools": ("device",)}, [1, 2, 5], "host block 0 has R=2"),
         ({"duplicates": False}, [2], "on the free list twice"),
         ({"exclusive": lambda r: r >= 1}, [3], "not merely at least 1"),
+        ({"exclusive": lambda r: r != 2}, [3], "which seqs 0, 1 and 2 share (R=3)"),
         ({"rules": (1, 2, 3, 5)}, [4], "reading slot 1"),
         ({"rules": (1, 2, 3, 4)}, [5], "device block 1 is not free"),
         ({"every_block": False}, [1], "device block 2 has R=1 but no table holds it"),
@@ -516,6 +517,7 @@ def test_a_complete_student_answer_meets_every_rule_and_raises_no_false_alarm():
         "host-pool-skipped",
         "duplicates-skipped",
         "vacuous-exclusive-write",
+        "exclusive-write-for-two-sharers",  # passed while no state had R=3
         "no-read-back",
         "no-leak-check",
         "held-blocks-only",

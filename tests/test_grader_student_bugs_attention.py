@@ -117,6 +117,41 @@ def test_a_decode_kernel_reading_kv_head_h_over_n_kv_fails_the_gqa_criterion(tmp
     assert "6 query heads over 3 KV heads" in failed["decode_batch_with_gqa"]
 
 
+# Each passed every exercise 11 criterion while no case had L = 1, a block id above 255 or a
+# group of query heads a KV head other than 1 or 2: (criterion, words of its message, line, bug)
+DECODE_SIZE_BUGS = {
+    "rounds-stop-at-L-minus-1": (
+        "decode_one_head",
+        "(L=1, B=4)",
+        "        for first in range(start, end, num_threads):",
+        "        for first in range(start, end - 1, num_threads):",
+    ),
+    "block-ids-in-bytes": (
+        "decode_one_head",
+        "block ids past 255",
+        "        blocks = cuda.shared.array(num_threads, int32)  # [T] physical block T_r[j]",
+        "        blocks = cuda.shared.array(num_threads, np.uint8)  # [T] physical block T_r[j]",
+    ),
+    "group-by-a-shift": (
+        "decode_batch_with_gqa",
+        "10 query heads over 2 KV heads, a group of 5",
+        "        kv_head = head // (query.shape[1] // key_pool.shape[1])  # GQA",
+        "        group = query.shape[1] // key_pool.shape[1]\n"
+        "        kv_head = head >> (group.bit_length() - 1)  # GQA, h >> log2(group)",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", DECODE_SIZE_BUGS)
+def test_a_decode_kernel_right_only_at_the_old_sizes_is_caught(tmp_path, bug):
+    criterion, words, line, wrong = DECODE_SIZE_BUGS[bug]
+    kernel_with(tmp_path, "paged_attention.py", line, wrong)
+    failed = {r.name: r.message for r in grade(11, tmp_path).results if r.outcome == FAIL}
+    assert set(failed) == {criterion}
+    assert words in failed[criterion]
+
+
 def _copy_blocks(swapped=False, values=True):
     """copy_blocks in plain PyTorch as a student's kernel would do it, with ``src`` and ``dst``
     swapped or the value pools left alone."""

@@ -1,13 +1,15 @@
 """Realistic student bugs that only show at a size the fixed cases did not reach: a block size
 other than the examples' B = 4, a step that preempts two requests, a host pool with some room
 but not enough, or exactly enough, a reduction over more than one warp, a block id past 255,
-three sharers of a block. Each passed the criterion it breaks (or failed it with a message about
-something else); each now fails it with the size and the cause named (the other realistic
-bugs: test_grader_student_bugs.py, ..._attention.py, ..._prefix_cache.py).
+three sharers of a block, a fork in a full pool, a length past 2**53. Each passed the
+criterion it breaks (or failed it with a message about something else); each now fails it
+with the size and the cause named (the other realistic bugs: test_grader_student_bugs.py,
+..._attention.py, ..._prefix_cache.py).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -17,7 +19,7 @@ from test_exercises import failures_of
 from test_grader_student_bugs import swap_finding
 from test_grader_student_bugs_attention import kernel_with, loop_failures
 
-from minipaged import attention, scheduler
+from minipaged import attention, memory, scheduler
 from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import AppendResult, BlockManager
 from minipaged.grader import bug_zoo, drawn_sizes
@@ -282,3 +284,79 @@ def test_a_room_check_off_by_one_is_caught_where_the_pool_fits_exactly():
     assert found.startswith("swap_in([0, 1]) of two sequences sharing 2 full blocks (8 tokens")
     assert "into a device pool of exactly 2 free blocks, raised OutOfBlocks" in found
     assert "Refuse only when fewer are free than needed" in found
+
+
+def _slot_by_a_shift(table, t, block_size):
+    """slot with T_r[j] * B written as a shift by log2(B): right for B = 4 and 16."""
+    j, o = divmod(t, block_size)
+    return (table[j] << (block_size.bit_length() - 1)) + o
+
+
+def _slot_of_a_byte(table, t, block_size):
+    """slot reading the table as bytes: right for tables of ids below 256."""
+    j, o = divmod(t, block_size)
+    return bytearray(p % 256 for p in table)[j] * block_size + o
+
+
+@pytest.mark.parametrize(
+    ("slot", "words"),
+    [
+        (_slot_by_a_shift, "B=3) gave 10, T_r[j] shifted by log2(B) plus o"),
+        (_slot_of_a_byte, "B=1) gave 44, the slot of block 44: block 300 cut to a byte"),
+    ],
+    ids=["shift", "byte"],
+)
+def test_a_slot_right_for_the_examples_alone_is_caught(slot, words):
+    """Exercise 01's slot cases were §3's example (B = 16) and a table of 3 blocks at B = 4:
+    a shift for the product and a byte for a block id passed both. The slot now runs at every
+    block size of the other criteria, over a table of 10 blocks with ids past 255."""
+    module = SimpleNamespace(**vars(memory))
+    module.slot = slot
+    failed = failures_of(1, ["slot"], memory=module)
+    assert words in failed["slot"]
+
+
+class _ForksWhenThereIsRoom(BlockManager):
+    """fork refusing unless the pool could hold a copy of the parent's blocks, which it never
+    makes: right in every pool with blocks to spare."""
+
+    def fork(self, parent, child):
+        needed = len(self.table(parent).blocks)
+        if self.device.num_free < needed:
+            raise OutOfBlocks(f"fork needs {needed} free blocks")
+        return super().fork(parent, child)
+
+
+def test_a_fork_that_wants_free_blocks_is_named():
+    """Exercise 03's pools all had blocks to spare: only its random programs caught a fork
+    that asks for room, with a program's trace. Its refcount criterion now forks in a full
+    pool and names the cause."""
+    name = "fork_raises_each_refcount_by_one"
+    module = SimpleNamespace(BlockManager=_ForksWhenThereIsRoom)
+    failed = failures_of(3, [name], block_manager=module)
+    assert failed[name].startswith(
+        "fork(0, 1) in a pool of 2 blocks, both held by T_0=[0, 1] (none free) raised "
+        "OutOfBlocks (fork needs 2 free blocks): fork needs no free block"
+    )
+
+
+def _waste_by_float_ceiling(x, unit):
+    """ceil(x / unit) * unit - x with a float quotient: right below 2**53."""
+    return math.ceil(x / unit) * unit - x
+
+
+@pytest.mark.parametrize(
+    ("formula", "call"),
+    [
+        ("paged_internal_waste", "paged_internal_waste(L=2**60 + 1, B=16): got -1"),
+        ("reservation_waste", "reservation_waste(t=2**60 + 1, ΔL=16): got -1"),
+    ],
+)
+def test_a_waste_of_a_float_ceiling_is_caught(formula, call):
+    """Exercise 13's waste formulas ran L and t below 3B + 2 and §2's 500: math.ceil(L / B)
+    passed. Exercise 01 refuses it at 2**60; now exercise 13 does too, naming the cause."""
+    module = SimpleNamespace(**vars(memory))
+    setattr(module, formula, _waste_by_float_ceiling)
+    failed = failures_of(13, [formula], memory=module)
+    assert failed[formula].startswith(f"{call}, what float division gives")
+    assert "expected 15: use integers only (//, not /)" in failed[formula]

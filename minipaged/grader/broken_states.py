@@ -207,6 +207,23 @@ BROKEN_STATES: tuple[BrokenState, ...] = (
         device=(0,),
     ),
     BrokenState(
+        3,
+        "write_into_a_block_three_share",
+        "the last token was written at slot 1, in device block 0, which seqs 0, 1 and 2 "
+        "share (R=3): a write needs R[p] = 1 whatever the number of sharers, not R[p] != 2",
+        lambda: preset(
+            {0: ([0], 2, "device"), 1: ([0], 2, "device"), 2: ([0], 2, "device")},
+            device=([3, 0], [1]),
+            last_write=1,
+        ),
+        lambda: preset(  # copy-on-write gave seq 2 a block of its own; seqs 0 and 1 share
+            {0: ([0], 2, "device"), 1: ([0], 2, "device"), 2: ([1], 2, "device")},
+            device=([2, 1], []),
+            last_write=3,
+        ),
+        device=(0,),
+    ),
+    BrokenState(
         4,
         "token_overwritten",
         "seq 0 wrote 3 tokens, but reading slot 1 through T_0=[0, 1] gives another token",

@@ -22,6 +22,9 @@ SMALL_FP8 = (5, 6, 2, 8, 1)
 and whose cache is FP8 (b = 1): a byte count written with Llama's b = 2, or §3's B = 16, in
 place of the shape's own or the argument is right for Llama alone."""
 
+MANY_BLOCKS = [5, 0, 3, 300, 9, 1027, 2, 256, 11, 4]
+"""A table of more blocks than §3's example, whose ids pass 255 (a byte's)."""
+
 BLOCK_SIZES = (1, 3, 4, 6, 16)
 """Block sizes the arithmetic is checked at: powers of two and not (a bit mask or a shift is
 right only for the first)."""
@@ -31,9 +34,9 @@ LARGE_T = 2**60 - 1
 (``LARGE_T / 16`` rounds up to 2**56, ``(LARGE_T + 2) / 16`` down to it)."""
 
 
-def _integer_division(got, exact: int, rounded: int, what: str) -> None:
+def expect_integer_division(got, exact: int, rounded: int, what: str) -> None:
     """Fail with the cause named when ``got`` is what float division gives (``rounded``)
-    instead of the integer answer ``exact``."""
+    instead of the integer answer ``exact`` (exercise 13's waste formulas use it too)."""
     if got == rounded != exact:
         raise CheckFailed(
             f"{what}: got {got}, what float division gives (a float holds 53 bits, so a "
@@ -61,7 +64,7 @@ def check_logical_block(student):
                 f"logical_block({t}, {block_size}), j for t={t}, B={block_size}",
             )
     got = memory.logical_block(LARGE_T, 16)
-    _integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "logical_block(2**60 - 1, 16)")
+    expect_integer_division(got, LARGE_T // 16, int(LARGE_T / 16), "logical_block(2**60 - 1, 16)")
 
 
 def check_block_offset(student):
@@ -100,21 +103,42 @@ def check_num_logical_blocks(student):
         )
     got = memory.num_logical_blocks(LARGE_T + 2, 16)
     exact, rounded = -(-(LARGE_T + 2) // 16), math.ceil((LARGE_T + 2) / 16)
-    _integer_division(got, exact, rounded, "num_logical_blocks(2**60 + 1, 16)")
+    expect_integer_division(got, exact, rounded, "num_logical_blocks(2**60 + 1, 16)")
 
 
 def check_slot(student):
-    """slot(T_r, t, B) is T_r[j] * B + o, the token's row in the flattened pool"""
+    """slot(T_r, t, B) is T_r[j] * B + o, the token's row in the flattened pool
+
+    Checked at block sizes that are powers of two and not, over a table of 10 blocks whose ids
+    pass 255 (a shift for the product, or a byte for an id, is right for the example alone)."""
     memory = student.memory
     expect(
         memory.slot(EXAMPLE_TABLE, 38, 16),
         93 * 16 + 6,
         "§3's example: slot(T_r=[47, 12, 93], t=38, B=16) = T_r[2] * 16 + 6",
     )
-    table = [5, 0, 3]
-    for t in range(3 * 4):
-        expected = table[t // 4] * 4 + t % 4
-        expect(memory.slot(table, t, 4), expected, f"slot(T_r={table}, t={t}, B=4)")
+    for block_size in BLOCK_SIZES:
+        for t in range(len(MANY_BLOCKS) * block_size):
+            _slot_of(memory.slot(MANY_BLOCKS, t, block_size), t, block_size)
+
+
+def _slot_of(got, t: int, block_size: int) -> None:
+    """Fail with the cause named when ``got`` is not slot(``MANY_BLOCKS``, t, B): a shift for
+    the product, or a block id cut to a byte."""
+    block, offset = MANY_BLOCKS[t // block_size], t % block_size
+    expected = block * block_size + offset
+    what = f"slot(T_r={MANY_BLOCKS}, t={t}, B={block_size})"
+    if got == (block << block_size.bit_length() - 1) + offset != expected:
+        raise CheckFailed(
+            f"{what} gave {got}, T_r[j] shifted by log2(B) plus o; that is T_r[j] * B only "
+            f"when B is a power of two, expected {expected}: use *"
+        )
+    if got == block % 256 * block_size + offset != expected:
+        raise CheckFailed(
+            f"{what} gave {got}, the slot of block {block % 256}: block {block} cut to a byte "
+            f"(a uint8 holds 0..255), expected {expected}: keep block ids as Python ints"
+        )
+    expect(got, expected, what)
 
 
 OUTSIDE_THE_TABLE = {

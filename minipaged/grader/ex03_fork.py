@@ -7,6 +7,7 @@ and ``free`` written by the student. Appends here use the library's ``append_slo
 
 from __future__ import annotations
 
+from minipaged.allocator import OutOfBlocks
 from minipaged.block_manager import BlockManager
 from minipaged.grader.program_steps import students_manager
 from minipaged.grader.properties import BlockManagerMachine, run_programs
@@ -50,7 +51,8 @@ def check_fork_copies_the_table(student):
 
 
 def check_fork_raises_each_refcount_by_one(student):
-    """fork raises R[p] by one for every p in T_parent and allocates nothing (no KV is copied)"""
+    """fork raises R[p] by one for every p in T_parent and allocates nothing (no KV is copied),
+    so it succeeds in a full pool"""
     bm = _manager(student)
     bm.allocate(0, 6)
     free_before = bm.device.num_free
@@ -61,6 +63,17 @@ def check_fork_raises_each_refcount_by_one(student):
         free_before,
         "device.num_free before and after fork(0, 1) (steps 1-2 touch only ints)",
     )
+    full = _manager(student, num_blocks=2)  # every other pool had blocks to spare
+    full.allocate(0, 6)
+    what = "fork(0, 1) in a pool of 2 blocks, both held by T_0=[0, 1] (none free)"
+    try:
+        full.fork(0, 1)
+    except OutOfBlocks as error:
+        raise CheckFailed(
+            f"{what} raised OutOfBlocks ({error}): fork needs no free block, since it copies "
+            "no KV (steps 1-2 touch only ints); a full pool must still fork"
+        ) from None
+    expect(_refcounts(full, [0, 1]), [2, 2], f"[R[0], R[1]] after {what}")
 
 
 def check_parallel_sampling_shares_the_prompt(student):

@@ -24,21 +24,38 @@ from minipaged.grader.ex10_block_reduce import judge_races
 from minipaged.grader.report import CheckFailed, Criterion
 
 
-def check_decode_one_head(student):
-    """the decode kernel attends one sequence, one head, ending mid-block (L=5, B=4)
-
-    Rule: the output for head h is the sum over τ < L of softmax(s)_τ v_τ, with
-    s_τ = scale * q_h · k_τ; token τ is read at block T[floor(τ/B)], offset τ mod B."""
-    case = make_case("one sequence, one head (L=5, B=4)", [5], num_heads=1, num_kv_heads=1)
+def _decode(student, case) -> None:
     compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
 
 
-def check_decode_batch_with_gqa(student):
-    """the decode kernel handles a batch, GQA, L longer than one round of threads, NaN slots
+ONE_HEAD = (
+    make_case("one sequence, one head (L=5, B=4)", [5], num_heads=1, num_kv_heads=1),
+    # No other case has L = 1: a round loop that stops at L - 1 (range(0, L - 1, T)) skipped it
+    make_case("one sequence of one token (L=1, B=4)", [1], num_heads=1, num_kv_heads=1, seed=1),
+    # Every other pool has fewer than 256 blocks: a block id kept in a uint8 passed them
+    make_case(
+        "one head over 11 blocks scattered in a pool of 300, block ids past 255 (L=43, B=4)",
+        [43],
+        num_heads=1,
+        num_kv_heads=1,
+        seed=10,
+        pool_blocks=300,
+    ),
+)
 
-    Rule: thread block (b, h) attends sequence b's L_b tokens only, query head h to KV head
-    floor(h / (N_Q / N_KV)), its T threads taking tokens first, first + T, ... until L_b."""
-    case = make_case(
+
+def check_decode_one_head(student):
+    """the decode kernel attends one sequence, one head: ending mid-block (L=5, B=4), of one
+    token (L=1), and over 11 blocks whose ids pass 255
+
+    Rule: the output for head h is the sum over τ < L of softmax(s)_τ v_τ, with
+    s_τ = scale * q_h · k_τ; token τ is read at block T[floor(τ/B)], offset τ mod B."""
+    for case in ONE_HEAD:
+        _decode(student, case)
+
+
+GQA = (
+    make_case(
         "a batch of L=37, 6 with 6 query heads over 3 KV heads (B=8)",
         [37, 6],
         block_size=8,
@@ -46,8 +63,20 @@ def check_decode_batch_with_gqa(student):
         num_kv_heads=3,  # 4 over 2 let h // N_KV pass: there N_KV = N_Q / N_KV
         head_dim=16,
         seed=5,
-    )
-    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
+    ),
+    # Groups of 1 and 2 let a shift by log2 of the group pass (h >> 1 is h // 2): here it is 5
+    make_case("10 query heads over 2 KV heads, a group of 5 (L=9, B=4)", [9], num_heads=10, seed=6),
+)
+
+
+def check_decode_batch_with_gqa(student):
+    """the decode kernel handles a batch, GQA (groups of 2 and 5), L longer than one round of
+    threads, NaN slots
+
+    Rule: thread block (b, h) attends sequence b's L_b tokens only, query head h to KV head
+    floor(h / (N_Q / N_KV)), its T threads taking tokens first, first + T, ... until L_b."""
+    for case in GQA:
+        _decode(student, case)
 
 
 SIMULATED_THREADS = 32
@@ -74,10 +103,6 @@ FAR_BELOW = make_case(
     far_below=120.0,
     seed=7,
 )
-
-
-def _decode(student, case) -> None:
-    compare("paged_attention_decode", student.paged_attention.paged_attention_decode, case)
 
 
 def check_decode_block_size_that_does_not_divide_the_threads(student):

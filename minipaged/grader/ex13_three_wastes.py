@@ -11,8 +11,10 @@ The runs measured are ``minipaged.grader.ex13_runs``'s.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+from minipaged.grader.ex01_block_table import LARGE_T, expect_integer_division
 from minipaged.grader.ex13_runs import (
     LEAVE_AS_ONE_ARRIVES,
     NEWCOMERS_LISTED_OUT_OF_ORDER,
@@ -72,6 +74,16 @@ def check_paged_internal_waste(student):
                     f"expected {expected} = ceil(L/B)*B - L"
                 )
             expect(got, expected, f"{call}, the rule ceil(L/B)*B - L")
+    _integer_ceiling(waste, "paged_internal_waste(L", "B")
+
+
+def _integer_ceiling(waste, call: str, unit: str) -> None:
+    """``waste(2**60 + 1, 16)``, ceil(x/16)*16 - x = 15, against float division's -1: past 2**53
+    a float quotient rounds, so math.ceil(x / 16) is 2**56, one block short."""
+    x = LARGE_T + 2
+    rounded = math.ceil(x / 16) * 16 - x
+    what = f"{call}=2**60 + 1, {unit}=16)"
+    expect_integer_division(waste(x, 16), -(-x // 16) * 16 - x, rounded, what)
 
 
 def check_static_internal_waste(student):
@@ -114,6 +126,7 @@ def check_reservation_waste(student):
                     "ceil(t/ΔL)*ΔL - t"
                 )
             expect(got, expected, f"{call}, the rule ceil(t/ΔL)*ΔL - t")
+    _integer_ceiling(waste, "reservation_waste(t", "ΔL")
 
 
 def check_external_fragmentation_stalls(student):
