@@ -247,10 +247,28 @@ def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], 
     return ruled_number(kind, lambda value: check_sampling_value(name, value))
 
 
-def check_sequences_fit(n: int, beam_width: int | None, max_num_seqs: int) -> None:
-    """Refuse ``--n`` or ``--beam-width`` above ``--max-num-seqs`` before any model loads: a
-    request's sequences all run in one step's batch, so the engine would refuse it anyway
-    (``LLMEngine.add_request``), after the load and in the library's words."""
+def check_sequences_fit(args: argparse.Namespace, max_num_seqs: int) -> None:
+    """Refuse, before any model loads, what ``--n`` and ``--beam-width`` ask for that the
+    request could not give. ``--n N`` beside ``--beam-width K`` is the N best of the K beams,
+    as ``SamplingParams`` reads it: N above K is refused, and so is ``--n 1`` typed beside K
+    above 1, which ``SamplingParams`` reads as every beam (leaving ``--n`` out asks for all K).
+    Either flag above ``--max-num-seqs`` is refused too: a request's sequences all run in one
+    step's batch, so the engine would refuse it anyway (``LLMEngine.add_request``), after the
+    load and in the library's words."""
+    n, beam_width = args.n, args.beam_width
+    if beam_width is not None and "n" in args.typed:
+        if n > beam_width:
+            raise ValueError(
+                f"--n {n} asks for the {n} best of the beams of --beam-width {beam_width}, more "
+                f"than there are: lower --n to at most {beam_width} or raise --beam-width to "
+                f"at least {n}"
+            )
+        if n == 1 < beam_width:
+            raise ValueError(
+                f"--n 1 beside --beam-width {beam_width} would return all {beam_width} beams "
+                f"(SamplingParams reads n=1 as every beam), not the best one: leave --n out "
+                f"for all {beam_width}, or give --n from 2 to {beam_width} for that many best"
+            )
     flag, count = ("--beam-width", beam_width) if beam_width is not None else ("--n", n)
     if count > max_num_seqs:
         raise ValueError(

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save
 from tokenizers import Tokenizer as HFTokenizer
 
 from minipaged import atomic_write, ending_signals
@@ -39,6 +38,7 @@ from minipaged.checkpoint_kinds import (
     TOKENIZER_FILE,
     check_checkpoint_replaceable,
     kind_of,
+    weights_bytes,
 )
 from minipaged.checkpoint_tensors import (
     HF_PREFIX,
@@ -235,7 +235,7 @@ def save_model(
         **token_names,
     }
     files = {
-        WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
+        WEIGHTS_FILE: weights_bytes(state),
         TOKENIZER_FILE: tokenizer.tokenizer.to_str(pretty=True).encode(),
         CONFIG_FILE: _json(_hf_config(config)),
         GENERATION_FILE: _json(special),

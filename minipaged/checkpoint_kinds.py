@@ -5,15 +5,22 @@ writes: each file of a checkpoint only over a file of its own kind (``minipaged.
 word, and so did ``save_model`` called from Python. A config that minipaged wrote is known by
 what it holds (a Llama's, without the ``transformers_version`` that Hugging Face's own saves
 write), so another model's folder is refused by its config before any file is replaced; each
-other file is known by its own format.
+other file is known by what minipaged puts in it: the weights by the ``writer`` of their
+safetensors metadata (another Llama's weights carry the same tensor names), the model card by
+its first line (any text is not enough: a user's notes are text). An extra file of another
+name holds nothing that says who wrote it, so it is replaced only with ``force``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable
 from pathlib import Path
+
+import torch
+from safetensors.torch import save
 
 from minipaged.checkpoint_files import WEIGHTS_FILE
 from minipaged.replaceable import PYTHON_FORCE, OutputKind, check_replaceable
@@ -23,6 +30,11 @@ CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+MODEL_CARD_FILE = "MODEL_CARD.md"
+WEIGHTS_METADATA = {"format": "pt", "writer": "minipaged"}
+"""The safetensors metadata ``save_model`` writes (``weights_bytes``): ``format`` as
+transformers writes it (and requires), and ``writer``, which tells weights minipaged saved from
+another Llama's of the same tensor names."""
 
 
 def _json_object(head: bytes) -> dict | None:
@@ -51,17 +63,41 @@ def _keys_within(*keys: str):
     return recognizes
 
 
-def _llama_weights(head: bytes) -> bool:
+def _minipaged_weights(head: bytes) -> bool:
     """A safetensors file (an 8-byte little-endian header length, then a JSON header) whose
-    tensors carry a Llama's names."""
+    tensors carry a Llama's names and whose metadata names minipaged its writer."""
     if len(head) < 8:
         return False
     (length,) = struct.unpack("<Q", head[:8])
-    return head[8:9] == b"{" and b'"model.embed_tokens.weight"' in head[8 : 8 + length]
+    header = _json_object(head[8 : 8 + length])
+    if header is None or "model.embed_tokens.weight" not in header:
+        return False
+    metadata = header.get("__metadata__")
+    return isinstance(metadata, dict) and metadata.get("writer") == WEIGHTS_METADATA["writer"]
 
 
-def _text(head: bytes) -> bool:
-    return b"\x00" not in head and bool(head.decode("utf-8", errors="ignore"))
+def weights_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    """``state`` as a safetensors file carrying ``WEIGHTS_METADATA``, the same bytes for the
+    same tensors. safetensors writes metadata in a hash map's order, which changes from one
+    process to the next, so the JSON header is written again with the metadata's keys sorted
+    (the tensors' offsets count from the end of the header, so the data stays as it is)."""
+    raw = save(state, metadata=WEIGHTS_METADATA)
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # safetensors keeps the data 8-byte aligned
+    return struct.pack("<Q", len(text)) + text + raw[8 + length :]
+
+
+def model_card_title(name: str) -> str:
+    """The first line of the model card of the model ``name`` (``train --out``'s folder): the
+    line that tells a card minipaged wrote from any other text."""
+    return f"# minipaged {name} model"
+
+
+def _minipaged_model_card(head: bytes) -> bool:
+    return re.match(rb"# minipaged [^\n]+ model\r?\n", head) is not None
 
 
 KINDS = {
@@ -74,16 +110,26 @@ KINDS = {
         "a tokenizer config minipaged wrote",
         _keys_within("tokenizer_class", "model_max_length", "bos_token", "eos_token"),
     ),
-    WEIGHTS_FILE: OutputKind("a Llama's weights (safetensors)", _llama_weights),
+    WEIGHTS_FILE: OutputKind("a Llama's weights minipaged saved (safetensors)", _minipaged_weights),
 }
 """Each file of a checkpoint, and the kind of file saving one may replace at its name."""
-EXTRA = OutputKind("text (a file of a checkpoint, such as its model card)", _text)
-"""The kind of ``save_model``'s ``extra`` files (``MODEL_CARD.md``)."""
+EXTRAS = {
+    MODEL_CARD_FILE: OutputKind(
+        f"a model card minipaged wrote (its first line {model_card_title('NAME')!r})",
+        _minipaged_model_card,
+    ),
+}
+"""``save_model``'s ``extra`` files that minipaged can tell it wrote, by name."""
+OTHER_EXTRA = OutputKind(
+    "a file minipaged can tell it wrote (nothing in an extra file of another name says so)",
+    lambda head: False,
+)
+"""Any other ``extra`` file: only nothing (no file, an empty one) is replaced without force."""
 
 
 def kind_of(name: str) -> OutputKind:
     """The kind of file a checkpoint's file ``name`` may replace."""
-    return KINDS.get(name, EXTRA)
+    return KINDS.get(name) or EXTRAS.get(name, OTHER_EXTRA)
 
 
 def check_checkpoint_replaceable(

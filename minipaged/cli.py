@@ -121,10 +121,15 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
         ),
     )
     n = gen.add_argument(
-        "--n", type=sampling_value("n", int), default=1, help="parallel samples per prompt"
+        "--n",
+        type=sampling_value("n", int),
+        default=1,
+        help="parallel samples per prompt; with --beam-width, the N best beams",
     )
     beam = gen.add_argument(
-        "--beam-width", type=sampling_value("beam_width", int), help="beam search with K beams"
+        "--beam-width",
+        type=sampling_value("beam_width", int),
+        help="beam search with K beams (with --n N: the N best)",
     )
     gen.add_argument("--ignore-eos", action="store_true", help="always write --max-tokens")
     add_config_flags(gen, EngineConfig())
@@ -134,7 +139,6 @@ def _add_workload_args(gen: argparse.ArgumentParser) -> None:
         if sampling is not temperature:
             why = "greedy decoding takes the most likely token; nothing is cut"
             excludes(sampling, temperature, why, when=lambda value: value == 0)
-    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
     speculation_needs_one_sequence(gen, n, beam)
 
 
@@ -151,7 +155,7 @@ def _workload(
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
-    check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
+    check_sequences_fit(args, config.max_num_seqs)
     check_model_directory(config.model)
     if writes is not None:  # a trace put in place of model.safetensors would replace it
         output_paths.check_outputs_apart([writes[:2]], files_read(config))

@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 import torch
 
+from minipaged.checkpoint_kinds import model_card_title
 from minipaged.model import LlamaConfig
 from minipaged.tokenizer import ENDOFTEXT
 
@@ -64,7 +65,7 @@ many proposals are accepted, never the output."""
         source = args.tokenizer.name
         tokenizer_text = f"""Reused unchanged from `{source}` (`--tokenizer`), vocabulary
 {config.vocab_size}: a draft must propose token ids that the target reads as the same text."""
-    return f"""# minipaged {args.out.name} model
+    return f"""{model_card_title(args.out.name)}
 
 A {num_params / 1e6:.2f}M-parameter Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU,
 tied embeddings) trained from scratch on Jane Austen's six novels, {purpose}

@@ -10,7 +10,8 @@ so: ``--force`` on the command line, ``force=True`` in Python. A command checks 
 before any work (``check_replaceable``); ``atomic_write.Replacement`` asks the same question
 of every file it is about to replace, so a writer called from Python keeps the rule too
 (``tests/test_existing_output_api_corpus.py`` finds every writer of the package, and checks
-that each names its kind).
+that each names its kind; the site's scripts under ``docs/``, which regenerate the site's own
+committed files, are searched too and name their exemption there).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from torch import Tensor
 from minipaged import ending_signals
 from minipaged.arguments import DefaultsFormatter
 from minipaged.checkpoint import save_model
-from minipaged.checkpoint_kinds import check_checkpoint_replaceable
+from minipaged.checkpoint_kinds import MODEL_CARD_FILE, check_checkpoint_replaceable
 from minipaged.input_file import check_input_file
 from minipaged.model import Llama, LlamaConfig
 from minipaged.model_card import model_card
@@ -42,7 +42,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "austen.txt"
 DEFAULT_OUT = Path(__file__).resolve().parent / "models" / "tiny"
 VALIDATION_FRACTION = 0.05
-CARD = "MODEL_CARD.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,7 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except (OSError, ValueError, TypeError) as error:
             parser.error(f"--tokenizer {error}")
     try:  # another model's folder: refused before the training, not after it
-        check_checkpoint_replaceable(args.out, [CARD], args.force, way="give --force")
+        check_checkpoint_replaceable(args.out, [MODEL_CARD_FILE], args.force, way="give --force")
     except ValueError as error:
         parser.error(f"--out {error}")
     return args
@@ -339,7 +338,7 @@ def train(args: argparse.Namespace) -> None:
         VALIDATION_FRACTION,
     )
     # The card with the checkpoint it describes, put in place together (save_model)
-    save_model(model, tokenizer, args.out, extra={CARD: card}, force=args.force)
+    save_model(model, tokenizer, args.out, extra={MODEL_CARD_FILE: card}, force=args.force)
     print(f"final train loss {final_train:.3f}, val loss {final_val:.3f}; wrote {args.out}")
     for name, text in samples.items():
         print(f"{name}: {text}")

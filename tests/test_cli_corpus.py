@@ -248,11 +248,13 @@ def test_the_pairs_cover_the_flags_the_tui_would_otherwise_ignore():
 def test_the_pairs_cover_the_sampling_flags_beam_search_or_greedy_decoding_would_ignore():
     found = {(" ".join(p.values[0]), name_of(p.values[1]), name_of(p.values[2])) for p in pairs()}
     for command in ("generate", "trace record"):
-        for sampling in ("--temperature", "--top-p", "--top-k", "--n"):
+        for sampling in ("--temperature", "--top-p", "--top-k"):
             assert (command, "--beam-width", sampling) in found
+        assert (command, "--beam-width", "--n") not in found  # the n best of the K beams
         for cut in ("--top-p", "--top-k"):
             assert (command, cut, "--temperature") in found
-    assert ("tui", "--beam-width", "--n") in found and ("simulate", "--n", "--beam-width") in found
+    assert ("tui", "--beam-width", "--n") not in found
+    assert ("simulate", "--n", "--beam-width") in found
     for engine_flag in ("--block-size", "--num-gpu-blocks", "--enable-chunked-prefill"):
         assert ("tui", "--trace", engine_flag) in found  # a replay runs nothing new
     for command in ("generate", "trace record", "tui"):  # speculation drafts for one sequence
@@ -272,14 +274,26 @@ def test_speculation_beside_one_sample_is_not_refused():
     [
         ["generate", "--prompt", "Emma", "--beam-width", "2", "--temperature", "0.8"],
         ["generate", "--prompt", "Emma", "--beam-width", "2", "--top-k", "40"],
-        ["generate", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
-        ["tui", "--prompt", "Emma", "--beam-width", "2", "--n", "1"],
     ],
     ids=" ".join,
 )
 def test_a_typed_flag_counts_as_given_even_at_its_default_value(capsys, argv):
     """``--temperature 0.8`` is generate's default, and beam search would still ignore it."""
     assert_usage_error(argv, capsys, "--beam-width", "together")
+
+
+@pytest.mark.parametrize(
+    "command", [["generate"], ["trace", "record", "out.jsonl"], ["tui"]], ids=" ".join
+)
+def test_a_typed_n_of_one_beside_beams_is_refused_though_it_is_the_default(
+    capsys, tmp_path, monkeypatch, command
+):
+    """``SamplingParams`` reads n=1 as every beam: ``--n 1 --beam-width 2`` would return two
+    where one was asked for. Refused before any model loads or file is written."""
+    monkeypatch.chdir(tmp_path)
+    argv = [*command, "--prompt", "Emma", "--beam-width", "2", "--n", "1"]
+    assert_usage_error(argv, capsys, "--n 1", "--beam-width 2", "leave --n out")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_greedy_decoding_with_a_cut_is_refused_but_sampling_with_one_is_not(capsys):

@@ -221,7 +221,8 @@ BAD_FLAGS = [
     (["--device", "meta"], "'meta'"),
     (["--device", "cuda:99"], "'cuda:99'"),
     (["--model", ""], "--model"),
-    (["--n", "2", "--beam-width", "2"], "beam"),
+    (["--n", "3", "--beam-width", "2"], "--beam-width 2"),  # the 3 best of 2 beams
+    (["--n", "1", "--beam-width", "2"], "--n 1"),  # read as every beam, not the best one
 ]
 
 

@@ -39,6 +39,9 @@ from minipaged.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("minipaged", "tui", "cuda_kernels")
+SCRIPTS = ("docs",)
+"""The site's build scripts and hooks, outside the package: searched too, so that a writer
+there is a case or names its exemption in ``EXEMPT`` like any other."""
 MECHANISM = Path("minipaged") / "atomic_write.py"
 """The one writer every other goes through: its own calls are the rule, not users of it."""
 
@@ -86,9 +89,10 @@ def _writes(call: ast.Call) -> bool:
 
 
 def writers_in_package() -> set[str]:
-    """``module:function`` for every function of the package that writes a file itself."""
+    """``module:function`` for every function of the package (and of the site's scripts) that
+    writes a file itself."""
     found: set[str] = set()
-    for package in PACKAGES:
+    for package in (*PACKAGES, *SCRIPTS):
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT)
             if relative == MECHANISM:
@@ -172,6 +176,21 @@ EXEMPT = {
     "minipaged.grader.child_process:ChildProcess.launch": "the grading child's output, in a "
     "temporary folder it has just emptied",
     "minipaged.cli:main": "opens /dev/null to stand for a standard output whose reader left",
+    # The site's scripts (SCRIPTS): run by a maintainer (`make figures`, `make screenshots`,
+    # `mkdocs build`), each at names of its own under docs/, .cache/ or the built site, never
+    # at a path a user names; what they replace is committed, or theirs to make again.
+    "docs.figures:render": "savefig into an io.BytesIO: no file (write_all puts the bytes)",
+    "docs.figures:write_all": "regenerates the site's own figures (docs/assets/figures/*.svg) "
+    "and the radix diagram's fence on the comparison page: committed files, at fixed names",
+    "docs.screenshots:take_screenshot": "`minipaged tui --screenshot` writes the file by the "
+    "screenshot's rule; this then takes the web font out of that file, just written",
+    "docs.screenshots:write_crops": "cuts committed screenshots into committed crops, at fixed "
+    "names under docs/assets/screenshots",
+    "docs.hooks.prose_values:locked": "a lock file of the build's cache, opened to append to",
+    "docs.hooks.prose_values:cached_record": "an entry of the build's own cache "
+    "(.cache/prose-values), written beside its name under the process id, then put in place",
+    "docs.hooks.search_text:on_post_build": "rewrites the search index that mkdocs has just "
+    "written into the built site, its own output",
 }
 """Writers that replace no user's file, and why."""
 
@@ -239,7 +258,7 @@ def writers_naming_no_kind(path: Path) -> list[int]:
 def test_every_writer_names_the_kind_of_file_it_replaces():
     unnamed = [
         f"{path.relative_to(ROOT)}:{line}"
-        for package in PACKAGES
+        for package in (*PACKAGES, *SCRIPTS)
         for path in sorted((ROOT / package).rglob("*.py"))
         for line in writers_naming_no_kind(path)
     ]

@@ -73,21 +73,23 @@ def put(self):
         os.kill(os.getpid(), number)
 
 atomic_write.Replacement.__init__, atomic_write.Replacement.commit = staged, put
-save_model(model, tokenizer, out, extra={"MODEL_CARD.md": "the new card"})
+save_model(model, tokenizer, out, extra={"MODEL_CARD.md": "# minipaged new model\\n"})
 print("returned", file=sys.stderr)
 """
 
 
 @pytest.fixture(scope="module")
 def old_checkpoint(tmp_path_factory) -> dict[str, bytes]:
-    """The files of a save of the tiny model with the card "the old card"."""
+    """The files of a save of the tiny model with the card of a model named old."""
     from minipaged.checkpoint import load_model, save_model
     from minipaged.models import model_directory
     from minipaged.tokenizer import Tokenizer
 
     folder = tmp_path_factory.mktemp("old") / "model"
     tokenizer = Tokenizer(model_directory("tiny"))
-    save_model(load_model("tiny"), tokenizer, folder, extra={"MODEL_CARD.md": "the old card"})
+    save_model(
+        load_model("tiny"), tokenizer, folder, extra={"MODEL_CARD.md": "# minipaged old model\n"}
+    )
     return {file.name: file.read_bytes() for file in folder.iterdir()}
 
 
@@ -116,5 +118,5 @@ def test_a_signal_while_a_checkpoint_is_saved_leaves_the_old_one_or_the_new_neve
     if moment == "staged":  # none was in place when the signal came: the old one, whole
         assert files == old_checkpoint
     else:  # the first was in place: every file is the new save's
-        assert card == b"the new card"
+        assert card == b"# minipaged new model\n"
         assert files["model.safetensors"] == old_checkpoint["model.safetensors"]  # same model

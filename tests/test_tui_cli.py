@@ -139,8 +139,8 @@ def test_the_memory_gauge_shows_the_bytes_of_the_kv_dtype_live_and_in_a_replay(t
         (["--size", "100000x100000", "--screenshot", "x.svg"], "at most 1000x500 cells"),
         (["--size", "1001x40", "--screenshot", "x.svg"], "at most 1000x500 cells"),
         (
-            ["--prompt", "Emma", "--n", "2", "--beam-width", "2"],
-            "--beam-width and --n cannot go together",
+            ["--prompt", "Emma", "--n", "3", "--beam-width", "2"],
+            "--n 3 asks for the 3 best of the beams of --beam-width 2",
         ),
         (["--trace", "missing.jsonl"], "missing.jsonl does not exist"),
         (["--model", "no/such/dir"], "no model at no/such/dir"),

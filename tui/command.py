@@ -94,13 +94,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     custom = tui.add_argument_group("custom scenario (used when --prompt is given)")
     prompt = custom.add_argument("--prompt", action="append", help="repeat for several requests")
     n = custom.add_argument(
-        "--n", type=sampling_value("n", int), default=1, help="parallel samples per prompt"
+        "--n",
+        type=sampling_value("n", int),
+        default=1,
+        help="parallel samples per prompt; with --beam-width, the N best beams",
     )
     beam = custom.add_argument(
         "--beam-width",
         type=sampling_value("beam_width", int),
         default=None,
-        help="beam search with K beams",
+        help="beam search with K beams (with --n N: the N best)",
     )
     max_tokens = custom.add_argument(
         "--max-tokens", type=sampling_value("max_tokens", int), default=24, help="tokens per sample"
@@ -117,7 +120,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for needs_prompt in (n, beam, max_tokens):
         requires(needs_prompt, prompt)
     excludes(prompt, scenario, "--prompt makes a custom scenario of its own")
-    excludes(beam, n, "beam search returns its K beams; --n counts independent samples")
     speculation_needs_one_sequence(tui, n, beam)
     engine_flags = [a for a in tui._actions if a.dest in settings_of() and a.dest != "model"]
     for replaced in (prompt, scenario, exercise, *engine_flags):

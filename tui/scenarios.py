@@ -83,10 +83,13 @@ def sampled(max_tokens: int, seed: int, n: int = 1) -> SamplingParams:
     )
 
 
-def beams(max_tokens: int, beam_width: int) -> SamplingParams:
+def beams(max_tokens: int, beam_width: int, n: int = 1) -> SamplingParams:
+    """Beam search with ``beam_width`` beams, returning the ``n`` best (all of them when
+    ``n`` is 1, as ``SamplingParams`` reads it)."""
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=0.0,
+        n=n,
         use_beam_search=True,
         beam_width=beam_width,
         ignore_eos=True,
@@ -270,13 +273,13 @@ def custom(
     config: EngineConfig = TUI_CONFIG,
 ) -> Scenario:
     """One request per prompt, from the command line: ``n`` parallel samples each, or beam
-    search with ``beam_width`` beams, on ``config``. Raises ``ValueError`` naming a bad value."""
+    search with ``beam_width`` beams returning the ``n`` best (all of them when ``n`` is 1),
+    on ``config``. Raises ``ValueError`` naming a bad value."""
     if not prompts or not all(prompts):
         raise ValueError("a custom scenario needs at least one non-empty --prompt")
     if beam_width is not None:
-        if n != 1:
-            raise ValueError(f"choose parallel sampling (n={n}) or beam search, not both")
-        params, what = beams(max_tokens, beam_width), f"beam search, K = {beam_width}"
+        params, what = beams(max_tokens, beam_width, n), f"beam search, K = {beam_width}"
+        what += f", the {n} best returned" if n > 1 else ""
     else:
         # No per-request seed: the engine derives one from its seed and the arrival order, so
         # two identical prompts still sample differently.

@@ -42,7 +42,7 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
             folder_of(args.exercise, args.path)  # the student's files: refused before any work
     if args.prompt:
         config = config_from_flags(args, TUI_CONFIG)
-        check_sequences_fit(args.n, args.beam_width, config.max_num_seqs)
+        check_sequences_fit(args, config.max_num_seqs)
         scenario = custom(
             tuple(args.prompt),
             n=args.n,

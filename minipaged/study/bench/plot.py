@@ -34,11 +34,17 @@ def figure(panels: int = 1, width: float = WIDTH_IN) -> tuple[Figure, list[Axes]
     return fig, list(fig.subplots(panels, 1, squeeze=False)[:, 0])
 
 
+CREATOR = "minipaged bench"
+"""The start of the creator ``save`` writes into each plot's SVG metadata (then Matplotlib's
+version): what tells a plot of ours from any other Matplotlib SVG, whose creator is
+Matplotlib."""
+
+
 def is_plot(head: bytes) -> bool:
-    """Whether ``head``, a file's first bytes, starts an SVG that Matplotlib drew (as ``save``
-    writes them): what a plot may replace without ``force``."""
+    """Whether ``head``, a file's first bytes, starts an SVG that ``save`` wrote: what a plot
+    may replace without ``force``."""
     start = head[:4096]
-    return b"<svg" in start and b"<dc:title>Matplotlib" in start
+    return b"<svg" in start and f"<dc:title>{CREATOR} (Matplotlib".encode() in start
 
 
 PLOT = OutputKind("a plot minipaged bench drew (a Matplotlib SVG)", is_plot)
@@ -57,5 +63,6 @@ def save(fig: Figure, out: Path | None, name: str, force: bool = False) -> Path 
         matplotlib.rc_context({"svg.hashsalt": "minipaged"}),
         atomic_write.replacing(path, "wb", replaces=PLOT, force=force) as replacement,
     ):
-        fig.savefig(replacement.file, format="svg", metadata={"Date": None})
+        creator = f"{CREATOR} (Matplotlib v{matplotlib.__version__})"
+        fig.savefig(replacement.file, format="svg", metadata={"Date": None, "Creator": creator})
     return path
