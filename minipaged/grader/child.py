@@ -1,5 +1,6 @@
-"""The grading child: ``python -m minipaged.grader.child``. It loads a student's files and runs
-what the grader asks of them, answering with what they returned; it decides nothing.
+"""The grading child (``minipaged.grader.child_start`` runs its ``main``). It loads a
+student's files and runs what the grader asks of them, answering with what they returned; it
+decides nothing.
 
 It starts in its own temporary folder, not the student's, whose ``minipaged/`` (or any module
 named like one it imports) would otherwise shadow the library before any guard is up; it moves
