@@ -112,12 +112,10 @@ WATCHED = (
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load", "code.__new__")
 """Audit events of code compiled, loaded or run."""
 
-SET_OFF_BY = (
-    "code run by a finalizer or callback your code set up (a __del__, a weakref.finalize, a "
-    "weak reference's callback)"
-)
+SET_OFF_BY = "finalizer or callback (a __del__, a weakref.finalize, a weak reference's callback)"
 """What ran code of the student's in the main thread with no frame of theirs on the stack, as
-the notice tells it: the line is the grader's, where it let go of their objects."""
+the notice tells it ("code your finalizer or callback ... compiled at run time"): the line is
+the grader's, where it let go of their objects, and is not told."""
 
 SET_OFF = ("compile", "exec", "function.__new__")
 """Audit events of code compiled or run that no frame of the student's may be on the stack of,
