@@ -3136,3 +3136,81 @@ NATIVE_PAST_THE_FILES_READ = HandIn(
 is refused where it loads, as one written while graded is (``WRITTEN_NATIVE``)."""
 
 HAND_INS += (NATIVE_PAST_THE_FILES_READ,)
+
+
+FINALIZERS = """
+import gc as _gc, os as _os, time as _time
+
+def _spin(*_):
+    while True:
+        pass
+
+def _fork_and_sleep(*_):
+    if _os.fork() == 0:
+        _time.sleep(OUTLIVES)
+        _os._exit(0)
+
+class _Burner:  # in a cycle: the collector, wherever it runs, runs its finalizer
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        end = _time.thread_time() + 1.5
+        while _time.thread_time() < end:
+            pass
+""".replace("OUTLIVES", OUTLIVES)
+"""What ``HELD_BY_FINALIZERS``' hand-in keeps: finalizers that spin, fork, or burn a second
+and a half of CPU time each."""
+
+HELD_BY_FINALIZERS = HandIn(
+    "held-by-finalizers",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-cycle-collected-in-the-grader-s-time",
+            "keys and values, for every layer and KV head",
+            "_gc.set_threshold(1)  # the next allocation collects: the grader's, once returned\n"
+            "_Burner()\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
+            ("kv_bytes_per_token",),
+            "still running after 4 s",
+        ),
+        Attack(
+            "a-weakref-finalize-that-forks",
+            "M_KV(L)",
+            "import weakref\nweakref.finalize(self, _fork_and_sleep)\n"
+            "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * num_tokens "
+            "* self.dtype_bytes",
+            ("kv_bytes",),
+            "code run by a finalizer or callback your code set up",
+        ),
+        Attack(
+            "a-dunder-del-that-never-ends",
+            "one block, one layer",
+            "type(self).__del__ = _spin  # every shape's, once let go\n"
+            "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
+            ("block_bytes",),
+            "was still running 4 s after it started: does it loop, sleep or wait?",
+        ),
+    ),
+    passes=("slot", "logical_block", "block_offset", "num_logical_blocks"),
+    honest=RIGHT_SLOT
+    | {
+        "return j = floor(t / B)": "return t // block_size",
+        "return o = t mod B": "return t % block_size",
+        "return M = ceil(L / B)": "return -(-num_tokens // block_size)",
+        "one block, all layers": "return self.num_layers * self.block_bytes_per_layer(block_size)",
+    },
+    appended=FINALIZERS,
+)
+"""Student code that runs where no call of theirs is, each beside a right answer: a cycle
+whose ``__del__`` burns 1.5 s of CPU at each call, collected (``gc.set_threshold(1)``) in the
+grading child's own work after the call, which credited it to the grader: 7.5 s of the
+criterion's 4 s, and it passed; finalizers of the objects the grader holds (the shapes it
+made) that fork, or never end, when the grader lets go of them, which the next criterion's
+start forgave by ending the child: they passed. The collector now runs only in the student's
+time, and the criterion whose objects they are fails, naming the finalizer
+(``minipaged.grader.harness_time``, ``grading._let_go``)."""
+
+HAND_INS += (HELD_BY_FINALIZERS,)

@@ -83,7 +83,7 @@ def test_a_child_that_fails_as_it_prepares_blocks_its_criteria_as_the_graders_fa
 
     def command(self, channel=(-1, -1), notices=-1):
         words = real(self, channel, notices)
-        words[words.index("minipaged.grader.child") + 1] = "99"  # no such exercise
+        words[words.index("--") + 1] = "99"  # the exercise's number: no such exercise
         return words
 
     said = _blocked(tmp_path, monkeypatch, command)

@@ -1,5 +1,6 @@
-"""The grading child: ``python -m minipaged.grader.child``. It loads a student's files and runs
-what the grader asks of them, answering with what they returned; it decides nothing.
+"""The grading child (``minipaged.grader.child_start`` runs its ``main``). It loads a
+student's files and runs what the grader asks of them, answering with what they returned; it
+decides nothing.
 
 It starts in its own temporary folder, not the student's, whose ``minipaged/`` (or any module
 named like one it imports) would otherwise shadow the library before any guard is up; it moves
@@ -98,7 +99,7 @@ class Harness:
         self.student = None
         self.modules: set[int] = set()
         self.untouched = None  # the grader's names before the student's code loaded
-        self.meter = HarnessTime()  # this request's own work, to be told with its answer
+        self.meter: HarnessTime | None = None  # a request's own work, told with its answer
 
     def disown(self) -> None:
         """In a process forked by student code: let go of the channel."""
@@ -115,6 +116,7 @@ class Harness:
             os._exit(CHANNEL_LOST)
 
     def serve(self) -> None:
+        self.meter = HarnessTime()  # from here on, no student finalizer runs in the harness's
         while True:
             try:
                 request = frames.read_frame(self.requests)
@@ -122,10 +124,7 @@ class Harness:
                 return
             ident = request.get("id") if isinstance(request, dict) else None
             before = running_threads()
-            try:
-                answer = self.handle(request)
-            except BaseException as error:  # every failure is an answer
-                answer = {"raised": self.raised(error)}
+            answer = self.attempt(request)
             if left := threads_left(before, self.folder):  # the grader ends this child
                 answer = {"left": left}
             elif timer := itimers_left():  # so too for a timer whose signal comes later
@@ -137,13 +136,27 @@ class Harness:
             except BaseException as error:  # e.g. a result that cannot travel
                 self.answer({"id": ident, "own": own, "raised": self.raised(error)})
 
+    def attempt(self, request: dict) -> dict:
+        """The answer to ``request``: what it returned, or what it raised, every failure being
+        an answer. What the student's exception holds (its text, arguments, the frames it
+        went through and their objects) is read and let go as the student's time."""
+        try:
+            return self.handle(request)
+        except BaseException as error:
+            failed = error
+        with self.meter.theirs(collecting=True):
+            answer = {"raised": self.raised(failed)}
+            del failed
+        return answer
+
     def handle(self, request: dict):
         op = request["op"]
         if op == "load":
             with self.meter.theirs():
                 return {"v": self.load(request.get("solution", False))}
-        if op == "reset":
-            self.encoder.forget(self.modules)
+        if op == "reset":  # the objects' finalizers run now, as the student's time
+            with self.meter.theirs(collecting=True):
+                self.encoder.forget(self.modules)
             return {"v": None}
         if op == "run":
             module, _, name = request["helper"].partition(":")

@@ -1,14 +1,20 @@
-"""The environment variables a grading child starts with: what Python, the library and the
-GPU's driver need, and nothing else of the grader's.
+"""The environment variables a grading child starts with: what the library and the GPU's
+driver need, and nothing else of the grader's.
 
 A student's code reads its environment as easily as its arguments (``os.environ``), and
 whatever it raises or prints comes back in the report the student reads. The grader may run
 where its environment holds what no student should see: an autograder's API token, a cloud
 key, a database password, the instructor's paths. So the child gets only the variables
-``KEPT`` names (the interpreter's, the locale's, the libraries' and the GPU's settings),
-with its caches and temporary files in its own folder (``PRIVATE``) and the libraries' thread
-pools at one thread (``left_running.ONE_THREAD``). ``HOME`` is kept: Python finds a user's
-own installs (``pip install --user``) under it.
+``KEPT`` names (the locale's, the libraries' and the GPU's settings), with its home, caches
+and temporary files in its own folder (``PRIVATE``) and the libraries' thread pools at one
+thread (``left_running.ONE_THREAD``).
+
+No ``PYTHON*`` variable is kept: the child's interpreter starts isolated (``python -I``,
+``child_process.ChildProcess.command``), reading neither them nor the user's site folder,
+so a ``sitecustomize.py`` on ``PYTHONPATH``, or a ``usercustomize.py`` or ``.pth`` that one
+student's code wrote into ``~/.local``, runs in no later grading. Its ``HOME`` is its own
+folder, so what a library or a student's code keeps under ``~`` (Numba's and torch's
+settings, a cache) is read from and written to that folder only, and removed with it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from minipaged.grader.left_running import ONE_THREAD
 
 KEPT = (
     "PATH",
-    "HOME",
     "USER",
     "LANG",
     "LANGUAGE",
@@ -28,15 +33,6 @@ KEPT = (
     "LD_LIBRARY_PATH",
     "VIRTUAL_ENV",
     "CONDA_PREFIX",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONUSERBASE",
-    "PYTHONNOUSERSITE",
-    "PYTHONSAFEPATH",
-    "PYTHONDONTWRITEBYTECODE",
-    "PYTHONHASHSEED",
-    "PYTHONUTF8",
-    "PYTHONIOENCODING",
     "LC_*",
     "NUMBA_*",
     "CUDA_*",
@@ -51,13 +47,21 @@ KEPT = (
     "COV_CORE_*",
 )
 """The variables a child keeps, by name, or by the start of their name where it ends in
-``*``: the interpreter finding itself and its packages, the locale, and the settings of the
-libraries the exercises use (Numba, the CUDA driver, torch, the BLAS libraries), and a
-coverage run's (which measures the child too)."""
+``*``: the programs' search path, the locale, and the settings of the libraries the
+exercises use (Numba, the CUDA driver, torch, the BLAS libraries), and a coverage run's
+(which measures the child too)."""
 
-PRIVATE = ("TMPDIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "MPLCONFIGDIR", "CUDA_CACHE_PATH")
-"""The variables naming where libraries write their caches and temporary files: the child's
-own folder, which the grader empties."""
+PRIVATE = (
+    "HOME",
+    "TMPDIR",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "NUMBA_CACHE_DIR",
+    "MPLCONFIGDIR",
+    "CUDA_CACHE_PATH",
+)
+"""The variables naming the home folder and where libraries keep their settings, caches and
+temporary files: the child's own folder, which the grader empties."""
 
 
 def kept(name: str) -> bool:

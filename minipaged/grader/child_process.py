@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -27,9 +28,31 @@ from minipaged.grader import child_errors
 from minipaged.grader.child import why_it_ended
 from minipaged.grader.child_environment import child_environment
 from minipaged.grader.child_errors import ChildGone
+from minipaged.grader.delegation import LIBRARY_FOLDERS
 from minipaged.grader.disk_quota import DiskQuota
 from minipaged.grader.notices import Notices
 from minipaged.grader.process_tree import end_descendants
+
+
+def _searched_only_here(folder: str) -> bool:
+    """Whether ``folder`` is on this Python's path, and not a site folder, which an isolated
+    Python searches too."""
+    real = os.path.realpath(folder)
+    sites = {os.path.realpath(p) for p in site.getsitepackages()}
+    return real not in sites and any(os.path.realpath(p) == real for p in sys.path if p)
+
+
+START = os.path.join(os.path.dirname(__file__), "child_start.py")
+"""The file the child's Python runs (``minipaged.grader.child_start``)."""
+
+LIBRARY_ROOTS = tuple(
+    root
+    for root in dict.fromkeys(os.path.dirname(f.rstrip(os.sep)) for f in LIBRARY_FOLDERS)
+    if _searched_only_here(root)
+)
+"""The folders on the grader's path the library's packages were found in (``PYTHONPATH``'s,
+say), which an isolated Python would not search; none where an installer's finder found them
+(an editable install), so that the child's path holds no more of the checkout than before."""
 
 
 class ChildProcess:
@@ -87,9 +110,12 @@ class ChildProcess:
 
     def command(self, channel: tuple[int, int] = (-1, -1), notices: int = -1) -> list[str]:
         """The child's command line, its channel the file descriptors ``channel``, its pipe of
-        notices ``notices``. A GPU child gets no address-space limit: CUDA maps far more than
-        it uses."""
-        command = [sys.executable, "-m", "minipaged.grader.child", str(self.number)]
+        notices ``notices``. Its Python is isolated (``-I``: no ``PYTHON*`` variable, no user
+        site, no current folder on its path) and writes no bytecode (``-B``): it imports the
+        library from where the grader did (``minipaged.grader.child_start``). A GPU child
+        gets no address-space limit: CUDA maps far more than it uses."""
+        command = [sys.executable, "-I", "-B", START, *LIBRARY_ROOTS, "--"]
+        command += [str(self.number)]
         command += ["--channel", f"{channel[0]},{channel[1]}", "--notices", str(notices)]
         command += ["--temp", str(self.temp)]
         command += ["--path", str(self.folder)] if self.folder is not None else []

@@ -173,8 +173,6 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
             raise child.blocked
         if child.broken:
             raise ChildGone(child.broken)
-        if child.alive:
-            _reset_or_stop(child, limits)
         if not child.alive:
             # The folder as this child will import it: their last child's code may have
             # written to it (``minipaged.grader.judged_folder``).
@@ -190,18 +188,40 @@ def _run_in_child(criterion: Criterion, child: GradingChild, limits: Limits) -> 
         message = explained(criterion, error, RemoteStudent(child))
         outcome = BLOCKED if isinstance(error, Blocked) else FAIL
     seconds = round(time.perf_counter() - start, 3)
+    finalized = _let_go(child)
+    if finalized and outcome != BLOCKED:
+        failed_first = f"\nBefore that, the check failed: {message}" if outcome == FAIL else ""
+        outcome, message = FAIL, shortened(finalized + failed_first)
     return Result(criterion.name, criterion.statement, outcome, message, seconds)
 
 
-def _reset_or_stop(child: GradingChild, limits: Limits) -> None:
-    """Let ``child`` forget the last criterion's objects, or end it when it cannot within a
-    criterion's time (a finalizer of the student's that sleeps, or never returns): the next
-    criterion then starts a new child, and is not blamed for the last one's objects."""
+FINALIZER = (
+    "when the grader let go of this check's objects, code run by a finalizer or callback your "
+    "code set up (a __del__, a weakref.finalize or a weak reference's callback)"
+)
+"""What ran, where a criterion's objects were let go of (``_let_go``)."""
+
+
+def _let_go(child: GradingChild) -> str:
+    """After a criterion: let ``child`` forget its objects, running the student's finalizers
+    of them within a criterion's time. Where they do not end in it, or do what a call may not
+    (leave a process, end or break the child, compile a copy), the child is ended, the next
+    criterion starts a new one, and this criterion's failure is returned ("" where none)."""
+    if not child.alive:
+        return ""
     child.start_clock()
     try:
         child.reset()
-    except (Exception, ChildGone, TimeLimitExceeded):
+    except TimeLimitExceeded as error:
         child.stop()
+        return (
+            f"{FINALIZER} was still running {error.seconds:g} s after it started: does it "
+            "loop, sleep or wait?"
+        )
+    except (Exception, ChildGone, LibraryDelegation) as error:
+        child.stop()
+        return f"{FINALIZER} failed the check: {error}"
+    return ""
 
 
 def run_criteria(

@@ -112,6 +112,11 @@ WATCHED = (
 RECORDED = ("compile", "exec", "function.__new__", "marshal.loads", "marshal.load", "code.__new__")
 """Audit events of code compiled, loaded or run."""
 
+SET_OFF_BY = "finalizer or callback (a __del__, a weakref.finalize, a weak reference's callback)"
+"""What ran code of the student's in the main thread with no frame of theirs on the stack, as
+the notice tells it ("code your finalizer or callback ... compiled at run time"): the line is
+the grader's, where it let go of their objects, and is not told."""
+
 SET_OFF = ("compile", "exec", "function.__new__")
 """Audit events of code compiled or run that no frame of the student's may be on the stack of,
 and still be theirs (``watch``'s ``set_off``)."""
@@ -208,10 +213,11 @@ def watch(folder: Path, tell, copied=None, shapes=frozenset()) -> None:
         name = filename if type(filename) is str else repr(type(filename))
         where = frame.f_code.co_filename
         where = where[len(inside) :] if where.startswith(inside) else where
-        if installed(where):  # no frame of theirs on the stack: what ran theirs there
-            ran_it = "thread" if thread() != main else "finalizer or callback"
-            where = f"{ran_it}, run in {where.rpartition('/')[2]}"
-        tell(COMPILED, f"{where}:{frame.f_lineno}", name[:200], source.decode(errors="replace"))
+        if installed(where):  # no frame of theirs on the stack: say what ran it, not the line
+            told = "thread" if thread() != main else SET_OFF_BY
+        else:
+            told = f"{where}:{frame.f_lineno}"
+        tell(COMPILED, told, name[:200], source.decode(errors="replace"))
         seen.add(digest)  # told: never again
         unchecked.append((source, name))
 
@@ -391,6 +397,7 @@ PRIVATE |= {
     "NATIVE": NATIVE,
     "RECORDED": RECORDED,
     "SET_OFF": SET_OFF,
+    "SET_OFF_BY": SET_OFF_BY,
     "IMPORT_SYSTEM": IMPORT_SYSTEM,
 }
 """What the hook's functions see as globals, beside ``provenance``'s and ``delegation``'s."""

@@ -12,6 +12,7 @@ import difflib
 import sys
 from pathlib import Path
 
+from minipaged.grader.delegation import LIBRARY_FOLDERS
 from minipaged.grader.exercises import Exercise, exercise, manager_of
 from minipaged.grader.library_imports import MAX_SOURCE_BYTES, named_modules
 from minipaged.grader.student import Student, installed_modules, load_folder, load_solution
@@ -21,11 +22,6 @@ SOURCE_CHECKOUT = (Path(__file__).resolve().parent / "tutorials").is_symlink()
 """Whether this is a source checkout, whose ``tutorials/`` a student edits in place (the
 package's ``tutorials`` is a link to it), rather than an installed package, whose starters are
 read-only copies that only ``exercises init`` reads."""
-
-LIBRARY_FOLDERS = {
-    (Path(__file__).resolve().parent / up).resolve() for up in ("..", "../../cuda_kernels")
-}
-"""The library's own packages: never a student's folder, though they hold the same names."""
 
 
 def graded_code(number: int, path: Path | None, solution: bool) -> list[tuple[str, Path]]:
@@ -51,7 +47,8 @@ def folder_of(number: int, path: Path | None = None) -> Path:
     ex = exercise(number)
     if path is None:
         here = Path.cwd()
-        if here.resolve() not in LIBRARY_FOLDERS and _missing(ex, here) == []:
+        library = {Path(folder).resolve() for folder in LIBRARY_FOLDERS}  # never a student's
+        if here.resolve() not in library and _missing(ex, here) == []:
             return here
         if not SOURCE_CHECKOUT:
             raise FileNotFoundError(
