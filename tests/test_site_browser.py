@@ -363,14 +363,24 @@ def search(tab, term: str = SEARCH_TERM) -> tuple[int, list[str]]:
     """Type ``term`` into Material's search box; return how many results it lists, and
     their text as the reader sees it (title and snippet)."""
     tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
+    # The box keeps what an earlier search on this page typed (Escape only closes it): empty
+    # it first, or the new term is typed after the old one and finds nothing.
+    tab.keyboard.press("Control+A")
+    tab.keyboard.press("Backspace")
     # Typed key by key: Material searches on key events, and filling the box skips them.
     tab.keyboard.type(term, delay=20)
     try:
         tab.wait_for_selector(".md-search-result__item", timeout=STUCK_AFTER_S * 1000)
     except sync_api.TimeoutError:
         return 0, []
+    # The first results shown may be a prefix's ("cop"): the search runs in a worker, a
+    # query per key. Read them until two reads a moment apart agree.
     items = tab.locator(".md-search-result__item")
-    count, texts = items.count(), items.all_inner_texts()
+    texts, deadline = None, time.monotonic() + STUCK_AFTER_S
+    while (now := items.all_inner_texts()) != texts and time.monotonic() < deadline:
+        texts = now
+        tab.wait_for_timeout(300)
+    count = len(texts)
     tab.keyboard.press("Escape")
     # The search box closes at once, as if a while had passed: a resize then starts from a page
     # at rest, as it would for a reader.

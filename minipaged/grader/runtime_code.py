@@ -143,15 +143,12 @@ held the hook's state (its table of what the student's code may not do: emptied,
 function was then set unrefused); and what it compiled there the hook, busy, never saw."""
 
 FRAME_READS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-"""The attributes that give a frame (each read is the audit event ``object.__getattr__``);
-``sys._getframe`` is an event of its own."""
+"""Attributes that give a frame, each read an ``object.__getattr__`` event (not ``_getframe``)."""
 
 
 def guards_codes() -> frozenset:
-    """The code of every function of the guards' hooks (this module's, ``delegation``'s,
-    ``notices``', ``provenance``'s, ``interpreters``', ``made_code``'s, ``code_shapes``' and
-    ``native_calls``'), each compiled inside them included; not a stub's
-    (``delegation._stub``), whose frame holds only what its caller gave it."""
+    """The code of every function of the guards' hooks (the modules ``names`` lists), each
+    compiled inside them included; not a stub's, whose frame holds only its caller's."""
     names = ("code_shapes", "delegation", "interpreters", "made_code", "native_calls")
     names += ("notices", "provenance", "runtime_code")
     modules = [sys.modules[f"minipaged.grader.{name}"] for name in names]  # all imported here
