@@ -7,7 +7,9 @@ passes ``decode_arguments``: the query, the pools, the block tables and lengths,
 then FP8's per-KV-head scales and its decoder (``cuda_kernels.fp8``): the CUDA kernels' decode
 table (``by_table``), or the twins' bit fields (``by_fields``). Each passes its own
 launcher's ``check_device`` and ``kernel_array`` (a GPU or simulator array, or a NumPy view
-for the twins); only what a kernel writes differs from one wrapper to the next.
+for the twins); only what a kernel writes differs from one wrapper to the next. The v1 twin
+alone passes its per-call tensors (``per_call_tensors``) by address instead of as views
+(``cuda_kernels.cpu.addresses`` says why), and the rest as ``decode_arguments`` makes them.
 
 Why the checks remember layouts: an engine calls a kernel once per layer per step, with
 tensors whose kinds, dtypes, devices and shapes repeat from call to call while their values
@@ -152,15 +154,25 @@ def decode_arguments(
     """``(inputs, fp8)``: the kernel arguments every decode kernel reads, in their order,
     ``query, key_pool, value_pool, block_tables, seq_lens, scale``; and ``k_scale, v_scale``
     and what ``decoder`` gives (``fp8_arguments``), which come last."""
+    query, block_tables, seq_lens = per_call_tensors(query, block_tables, seq_lens)
     inputs = (
-        kernel_array(query.contiguous(), "query"),
+        kernel_array(query, "query"),
         pool_array(key_pool, "key_pool", kernel_array),  # made once per pool
         pool_array(value_pool, "value_pool", kernel_array),
-        kernel_array(as_int32(block_tables).contiguous(), "block_tables"),
-        kernel_array(as_int32(seq_lens), "seq_lens"),
+        kernel_array(block_tables, "block_tables"),
+        kernel_array(seq_lens, "seq_lens"),
         kernel_scale(scale),
     )
     return inputs, fp8_arguments(key_pool, k_scale, v_scale, kernel_array, decoder)
+
+
+def per_call_tensors(
+    query: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tensors a decode kernel is given anew on every call, as every kernel reads them:
+    the query contiguous, the tables and lengths int32 (``as_int32``) and contiguous. Each is
+    the tensor itself when it already is so."""
+    return query.contiguous(), as_int32(block_tables).contiguous(), as_int32(seq_lens).contiguous()
 
 
 @functools.lru_cache(maxsize=MAX_LAYOUTS)

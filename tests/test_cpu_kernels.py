@@ -133,6 +133,47 @@ def test_a_strided_query_gives_what_a_contiguous_one_gives():
         torch.testing.assert_close(decode(strided, *rest), decode(query, *rest))
 
 
+def test_per_call_tensors_that_are_views_elsewhere_give_what_fresh_ones_give():
+    """The v1 twin takes its per-call tensors by address (``cuda_kernels.cpu.addresses``): a
+    query that starts inside another tensor's memory, tables that are a strided int64 view and
+    lengths taken every other element must each reach the kernel as the values they show, not
+    as the memory at their storage's start or in their storage's order."""
+    case = make_case(1, seq_lens=[9, 4], num_heads=4, num_kv_heads=2, head_dim=8, block_size=4)
+    query, key_pool, value_pool, tables, lens, *rest = case.args
+    want = cpu.paged_attention_decode(*case.args)
+    padded = torch.cat([torch.randn(1, *query.shape[1:]), query])  # the query from row 1 on
+    wide = torch.full((tables.shape[1], 2 * tables.shape[0]), -7, dtype=torch.int64)
+    wide[:, ::2] = tables.T  # the tables as every other column of a wider, transposed one
+    spread = torch.tensor([n for length in lens.tolist() for n in (length, 99)], dtype=torch.int32)[
+        ::2
+    ]
+    views = (padded[1:], key_pool, value_pool, wide[:, ::2].T, spread, *rest)
+    assert padded[1:].storage_offset() > 0 and not views[3].is_contiguous()
+    assert not spread.is_contiguous()
+    torch.testing.assert_close(cpu.paged_attention_decode(*views), want, rtol=0, atol=0)
+
+
+def test_array_at_views_the_memory_at_an_address_in_compiled_code_and_in_python():
+    """``array_at`` gives the array at a tensor's address: its values, and a write lands in
+    the tensor; with Numba's compiler off, its Python body does the same (``ctypes``)."""
+    from numba import njit
+
+    from cuda_kernels.cpu.addresses import array_at
+
+    @njit
+    def second_row_doubled(address, rows):
+        view = array_at(address, (rows, 3), np.int32)
+        view[1] *= 2
+        return view.sum()
+
+    tensor = torch.arange(12, dtype=torch.int32)
+    assert second_row_doubled(tensor.data_ptr() + 3 * 4, 2) == sum(range(3, 9)) + 6 + 7 + 8
+    assert tensor[6:9].tolist() == [12, 14, 16] and tensor[3:6].tolist() == [3, 4, 5]
+    floats = torch.zeros(2, 2)
+    array_at.py_func(floats.data_ptr(), (2, 2), np.float32)[0, 1] = 5.0
+    assert floats.tolist() == [[0.0, 5.0], [0.0, 0.0]]
+
+
 def test_a_serial_twin_is_cached_on_disk_under_a_name_of_its_own():
     """A new process loads the one-thread compilation instead of compiling it again (about
     10 s for the v1 twin): it must be cached, and in files that are not the parallel

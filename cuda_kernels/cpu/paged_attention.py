@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from cuda_kernels.cpu.addresses import array_at
 from cuda_kernels.cpu.launch import (
     FASTMATH,
     NUM_THREADS,
@@ -51,10 +52,13 @@ from cuda_kernels.decode_arguments import (
     by_fields,
     check_decode_inputs,
     check_values,
-    decode_arguments,
+    fp8_arguments,
+    kernel_scale,
     output_like,
+    per_call_tensors,
 )
 from cuda_kernels.fp8 import DecodeFields, decoded_row
+from cuda_kernels.pool_arrays import pool_array
 from minipaged.attention_call import ResultHoldsNaN, attention_entry_point
 
 NEG_INF = np.float32(-np.inf)
@@ -200,14 +204,33 @@ def tables_fit(block_tables, seq_lens, block_size, num_blocks) -> bool:
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def paged_attention_v1(
-    out, query, key_pool, value_pool, block_tables, seq_lens, scale, k_scale, v_scale, decoder
+    sizes,
+    out,
+    query,
+    key_pool,
+    value_pool,
+    block_tables,
+    seq_lens,
+    scale,
+    k_scale,
+    v_scale,
+    decoder,
 ):
     """Iteration (r, k) writes ``out[r, h]`` for the query heads h of KV head k: attention
     over sequence r's seq_lens[r] tokens, through block table row T_r = block_tables[r].
     Returns how many rows ``out[r, h]`` hold a NaN, each looked at as it is written, while
     it is in the core's cache (``attention_call.ResultHoldsNaN``); or ``UNFIT``, having read
-    no key, when a length or a table row cannot be read (``tables_fit``)."""
-    batch_size, num_heads, head_dim = query.shape
+    no key, when a length or a table row cannot be read (``tables_fit``).
+
+    As a CUDA kernel is given device pointers, this one is given the four tensors that are new
+    on every call (``out``, ``query``, ``block_tables``, ``seq_lens``) as addresses, with
+    ``sizes`` = (batch, $N_Q$, $d_h$, the tables' width), and views them as arrays in its first
+    lines (``cuda_kernels.cpu.addresses`` says why); the pools, made once, come as arrays."""
+    batch_size, num_heads, head_dim, width = sizes
+    out = array_at(out, (batch_size, num_heads, head_dim), np.float32)
+    query = array_at(query, (batch_size, num_heads, head_dim), np.float32)
+    block_tables = array_at(block_tables, (batch_size, width), np.int32)
+    seq_lens = array_at(seq_lens, (batch_size,), np.int32)
     num_blocks, num_kv_heads, block_size = key_pool.shape[:3]
     if not tables_fit(block_tables, seq_lens, block_size, num_blocks):
         return UNFIT
@@ -253,8 +276,17 @@ def paged_attention_decode(
     output = output_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
-    inputs, fp8 = decode_arguments(*paged, scale, k_scale, v_scale, kernel_array, by_fields)
-    nan_rows = on_torch_threads(paged_attention_v1)(kernel_array(output, "output"), *inputs, *fp8)
+    # by address, so each is contiguous, of the kernel's dtype, and held here for the call
+    query, block_tables, seq_lens = per_call_tensors(query, block_tables, seq_lens)
+    sizes = (*query.shape, block_tables.shape[1])
+    per_call = (output, query, block_tables, seq_lens)
+    out, query_at, tables_at, lens_at = (tensor.data_ptr() for tensor in per_call)
+    keys = pool_array(key_pool, "key_pool", kernel_array)  # made once per pool
+    values = pool_array(value_pool, "value_pool", kernel_array)
+    fp8 = fp8_arguments(key_pool, k_scale, v_scale, kernel_array, by_fields)
+    kernel = on_torch_threads(paged_attention_v1)
+    arguments = (out, query_at, keys, values, tables_at, lens_at, kernel_scale(scale), *fp8)
+    nan_rows = kernel(sizes, *arguments)
     if nan_rows == UNFIT:  # the contract's refusal of the values says what is wrong
         check_values(block_tables, seq_lens, block_size, key_pool.shape[0])
         raise AssertionError("tables_fit refused values that check_values accepts")
