@@ -49,6 +49,7 @@ def as_pointer(typingctx, address, dtype):
 
 @overload(pointer)
 def compiled_pointer(address, dtype):
+    """What compiled code runs for ``pointer``: ``as_pointer``."""
     return lambda address, dtype: as_pointer(address, dtype)
 
 
