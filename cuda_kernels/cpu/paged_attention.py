@@ -276,10 +276,11 @@ def paged_attention_decode(
     output = output_like(query)  # [batch, num_heads, head_dim]
     if query.shape[0] == 0:
         return output
-    # by address, so each is contiguous, of the kernel's dtype, and held here for the call
-    query, block_tables, seq_lens = per_call_tensors(query, block_tables, seq_lens)
-    sizes = (*query.shape, block_tables.shape[1])
-    per_call = (output, query, block_tables, seq_lens)
+    # by address, so each is contiguous, of the kernel's dtype, and held here for the call;
+    # the caller's own tables and lengths stay as they are for check_values' refusal below
+    queries, tables, lengths = per_call_tensors(query, block_tables, seq_lens)
+    sizes = (*queries.shape, tables.shape[1])
+    per_call = (output, queries, tables, lengths)
     out, query_at, tables_at, lens_at = (tensor.data_ptr() for tensor in per_call)
     keys = pool_array(key_pool, "key_pool", kernel_array)  # made once per pool
     values = pool_array(value_pool, "value_pool", kernel_array)
