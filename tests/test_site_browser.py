@@ -362,13 +362,26 @@ def record(tab, visit: Visit, page: str) -> None:
 def search(tab, term: str = SEARCH_TERM) -> tuple[int, list[str]]:
     """Type ``term`` into Material's search box; return how many results it lists, and
     their text as the reader sees it (title and snippet)."""
-    tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
-    # The box keeps what an earlier search on this page typed (Escape only closes it): empty
-    # it first, or the new term is typed after the old one and finds nothing.
-    tab.keyboard.press("Control+A")
-    tab.keyboard.press("Backspace")
-    # Typed key by key: Material searches on key events, and filling the box skips them.
-    tab.keyboard.type(term, delay=20)
+    box = tab.locator(".md-search__input")
+    for _ in range(5):
+        tab.keyboard.press("/")  # Material's shortcut to the search box, at any width
+        # Right after an Escape the page may not have handled the box's closing yet, and then
+        # swallows the shortcut (seen once in CI, at a phone's width): press again until the
+        # box has the focus, or the letters typed next go to the page and nothing is searched.
+        with contextlib.suppress(sync_api.TimeoutError):
+            tab.wait_for_function(
+                "document.activeElement?.matches('.md-search__input')", timeout=2_000
+            )
+            # The box keeps what an earlier search on this page typed (Escape only closes
+            # it): empty it first, or the new term is typed after the old one.
+            tab.keyboard.press("Control+A")
+            tab.keyboard.press("Backspace")
+            # Typed key by key: Material searches on key events, and filling the box skips them.
+            tab.keyboard.type(term, delay=20)
+            if box.input_value() == term:
+                break
+    else:
+        raise AssertionError(f"{tab.url}: the search box never took the term {term!r}")
     try:
         tab.wait_for_selector(".md-search-result__item", timeout=STUCK_AFTER_S * 1000)
     except sync_api.TimeoutError:
