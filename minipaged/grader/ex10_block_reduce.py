@@ -96,7 +96,7 @@ def _launch_largest(student, seed: int, tokens: int) -> np.ndarray:
 def _watched_launches(student) -> dict:
     """Next to the student's code: both kernels, one token each, with every shared-memory
     access recorded; the races and divergent barriers found, or the error that stopped them."""
-    from minipaged.grader.shared_memory_races import watch_shared_memory
+    from minipaged.grader.shared_memory_races import crash_report, watch_shared_memory
 
     dot, largest = _kernels(student.block_reduce.tree_reduce)
     query, keys = _inputs(2, 1)
@@ -108,10 +108,8 @@ def _watched_launches(student) -> dict:
             except NotImplementedError:
                 raise
             except Exception as error:
-                crash = f"{type(error).__name__}: {error}{student.where(error)}"
-                return {"crash": crash, "races": [], "divergent": []}
-    found = {"races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
-    return {"crash": "", **found, "outputs": outputs}
+                return crash_report(error, student.where(error))
+    return {**log.report(), "outputs": outputs}
 
 
 def _run(student, what: str, launch, *args) -> np.ndarray:

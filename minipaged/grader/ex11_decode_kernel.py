@@ -159,7 +159,7 @@ def _watched_decode(student, args: tuple) -> dict:
     """Next to the student's code: their kernel on ``args`` (``RACE_CASE``'s, as the grader
     drew them) with every shared-memory access recorded; the races and divergent barriers
     found, or the error that stopped it, and the output."""
-    from minipaged.grader.shared_memory_races import watch_shared_memory
+    from minipaged.grader.shared_memory_races import crash_report, watch_shared_memory
 
     with watch_shared_memory() as log:
         try:
@@ -167,10 +167,8 @@ def _watched_decode(student, args: tuple) -> dict:
         except NotImplementedError:
             raise
         except Exception as error:
-            crash = f"{type(error).__name__}: {error}{student.where(error)}"
-            return {"crash": crash, "races": [], "divergent": []}
-    found = {"races": log.races[:20], "divergent": log.divergent_barriers()[:20]}
-    return {"crash": "", **found, "out": out}
+            return crash_report(error, student.where(error))
+    return {**log.report(), "out": out}
 
 
 def check_decode_has_no_shared_memory_race(student):

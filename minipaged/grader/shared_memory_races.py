@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+SHOWN = 20  # races and divergent barriers a report carries
+
 
 @dataclass(frozen=True)
 class Access:
@@ -68,6 +70,15 @@ class RaceLog:
                 )
         return found
 
+    def report(self) -> dict:
+        """What a watched launch that ran to its end sends back to the grader: no crash, and
+        the first ``SHOWN`` races and divergent barriers (the first is what a failure names)."""
+        return {
+            "crash": "",
+            "races": self.races[:SHOWN],
+            "divergent": self.divergent_barriers()[:SHOWN],
+        }
+
     def record(self, block: tuple, address: int, epoch: int, access: Access) -> None:
         with self.lock:
             seen = self.accesses.setdefault((block, address, epoch), {})
@@ -77,6 +88,12 @@ class RaceLog:
                     break
             if access.wrote or access.thread not in seen:
                 seen[access.thread] = access
+
+
+def crash_report(error: Exception, where: str) -> dict:
+    """What a watched launch that raised ``error`` (at ``where``, the student's line) sends back:
+    the error, and no races, since the launch did not run to its end."""
+    return {"crash": f"{type(error).__name__}: {error}{where}", "races": [], "divergent": []}
 
 
 def _describe(first: Access, second: Access, epoch: int) -> str:
