@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save
 
+from minipaged import json_input
 from minipaged.checkpoint_files import WEIGHTS_FILE
 from minipaged.replaceable import PYTHON_FORCE, OutputKind, check_replaceable
 from minipaged.tokenizer import TOKENIZER
@@ -40,8 +41,8 @@ another Llama's of the same tensor names."""
 def _json_object(head: bytes) -> dict | None:
     """The JSON object ``head`` holds whole, or None."""
     try:
-        value = json.loads(head)
-    except ValueError:  # not JSON, or cut off by HEAD_BYTES: no file of ours is that long
+        value = json_input.loads(head)
+    except json_input.NotJSON:  # not JSON, or cut off by HEAD_BYTES: no file of ours is that long
         return None
     return value if isinstance(value, dict) else None
 

@@ -13,6 +13,7 @@ and ``force=True``, and left as it was; what minipaged wrote is still replaced w
 from __future__ import annotations
 
 import re
+import struct
 
 import pytest
 import torch
@@ -21,9 +22,12 @@ from safetensors.torch import save_file
 
 from minipaged import train
 from minipaged.checkpoint import load_model, save_model
-from minipaged.checkpoint_kinds import MODEL_CARD_FILE, model_card_title
+from minipaged.checkpoint_kinds import KINDS, MODEL_CARD_FILE, model_card_title
+from minipaged.grader.report_files import REPORT
 from minipaged.models import EMBEDDED_MODELS
-from minipaged.study.bench import plot
+from minipaged.replaceable import OutputKind
+from minipaged.study.bench import PAGE, plot
+from minipaged.trace import TRACE
 
 TOKENIZER = EMBEDDED_MODELS["tiny"]
 
@@ -130,3 +134,46 @@ def test_the_committed_bench_plots_are_recognized_as_bench_plots():
     """``bench`` writes into ``docs/results`` by default: its plots there are its own."""
     plots = sorted((EMBEDDED_MODELS["tiny"].parents[2] / "docs" / "results").glob("*.svg"))
     assert plots and all(plot.is_plot(path.read_bytes()) for path in plots)
+
+
+DEEP = 200_000  # far past Python's recursion limit: json.loads alone raises RecursionError
+UNREADABLE_HEADS = {
+    "arrays nested too deeply": b"[" * DEEP + b"]" * DEEP,
+    "objects nested too deeply": b'{"a":' * DEEP + b"1" + b"}" * DEEP,
+    "a key twice": b'{"architectures": ["LlamaForCausalLM"], "architectures": []}',
+    "not UTF-8": b'{"architectures": "\xff\xfe"}',
+    "a number past float's range": b'{"hidden_size": 1e400}',
+    "NaN": b'{"hidden_size": NaN}',
+    "cut off": b'{"architectures": ["LlamaForCaus',
+}
+"""What anyone's file may hold where minipaged is about to write one of its own."""
+
+
+def every_output_kind() -> dict[str, OutputKind]:
+    return {
+        **{f"checkpoint's {name}": kind for name, kind in KINDS.items()},
+        "trace": TRACE,
+        "report": REPORT,
+        "bench page": PAGE,
+        "bench plot": plot.PLOT,
+    }
+
+
+@pytest.mark.parametrize("head", UNREADABLE_HEADS.values(), ids=UNREADABLE_HEADS.keys())
+def test_every_recognizer_says_no_to_a_head_it_cannot_read(head):
+    """A recognizer reads the first bytes of whatever stands where a file is about to be
+    written: anyone's file. It says no to what it cannot read, and never raises (a deeply
+    nested ``config.json`` once raised RecursionError out of ``save_model``)."""
+    safetensors_like = struct.pack("<Q", len(head)) + head  # the head as a safetensors header
+    for name, kind in every_output_kind().items():
+        for start in (head, safetensors_like, b"", b"\n" + head):
+            assert kind.recognizes(start) is False, (name, start[:40])
+
+
+@pytest.mark.parametrize("head", UNREADABLE_HEADS.values(), ids=UNREADABLE_HEADS.keys())
+@pytest.mark.parametrize("name", list(KINDS)[:4])  # the JSON files of a checkpoint
+def test_a_checkpoint_file_of_unreadable_json_is_refused_and_kept(tmp_path, tiny, head, name):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / name).write_bytes(head)
+    refused(lambda: save_model(tiny, TOKENIZER, folder), folder / name)

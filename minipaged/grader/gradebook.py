@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minipaged import __version__, atomic_write, ending_signals
+from minipaged import __version__, atomic_write, ending_signals, json_input
 from minipaged.grader.exercises import exercise
 from minipaged.grader.gradebook_place import (
     COLUMNS_AFTER_CRITERIA,
@@ -165,7 +165,7 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
             process.wait()
     seconds = round(time.monotonic() - start, 1)
     try:
-        report = json.loads(target.read_text(encoding="utf-8"))
+        report = json_input.loads(target.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         tail = output.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         cause = f"the grading did not finish: {why or tail[0][:300]}"
