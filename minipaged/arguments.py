@@ -365,15 +365,24 @@ def config_from_flags(args: argparse.Namespace, base: EngineConfig) -> EngineCon
     return base.replace(**given)
 
 
-def config_flags_given(args: argparse.Namespace) -> list[str]:
-    """The command-line words that give the engine flags ``args`` holds again (a served TUI
-    passes them on to the app it starts): ``["--block-size", "8", "--prefix-caching", ...]``."""
-    words: list[str] = []
-    for name, rule in settings_of().items():
-        if hasattr(args, name):
-            value = getattr(args, name)
-            words += [_flag(name)] if rule.kind is bool else [_flag(name), str(value)]
-    return words
+FIELD_VALUE = re.compile(r"\b([a-z][a-z0-9_]*)=(\S+)")
+"""A field of a config as the library's errors name it: ``max_model_len=100000``."""
+
+
+def in_flags(message: str, args: argparse.Namespace | None) -> str:
+    """``message`` with each ``field=value`` of an ``EngineConfig`` field typed as a flag
+    (``args`` holds only those: ``add_config_flags``) said as that flag (``--max-model-len
+    100000``): the library's errors name its fields, where the user typed flags."""
+    settings = settings_of()
+
+    def flag(match: re.Match) -> str:
+        name, value = match.groups()
+        offered = name in settings and args is not None and hasattr(args, name)
+        if not offered or settings[name].kind is bool:
+            return match.group(0)
+        return f"{_flag(name)} {value}"
+
+    return FIELD_VALUE.sub(flag, message)
 
 
 def _flag(name: str) -> str:

@@ -30,6 +30,7 @@ from minipaged.arguments import (
     check_sequences_fit,
     config_from_flags,
     excludes,
+    in_flags,
     integer,
     sampling_value,
     say,
@@ -315,7 +316,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand and return its exit status; never raises, never prints a
     traceback (set ``MINIPAGED_TRACEBACK=1`` to see one while debugging)."""
-    command, previous = "", None
+    command, previous, args = "", None, None
     try:
         show_traceback = _traceback_wanted()  # a bad value is refused before any work
         check_environment()
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if show_traceback:
             raise
-        say(command, _message(error))
+        say(command, in_flags(_message(error), args))
         return _status(error)
     finally:
         ending_signals.restore(previous)
@@ -348,8 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _traceback_wanted() -> bool:
     """Whether ``MINIPAGED_TRACEBACK`` asks for tracebacks: ``1`` yes, ``0`` or unset no. Any
-    other value is refused rather than guessed: ``MINIPAGED_TRACEBACK=0`` used to turn them on,
-    as any non-empty value did."""
+    other value is refused rather than guessed (``0`` once turned them on, as any value did)."""
     value = os.environ.get("MINIPAGED_TRACEBACK", "")
     if value not in ("", "0", "1"):
         raise ValueError(

@@ -15,6 +15,7 @@ by ``LLM(...)`` or a flag and failing at the first step (or never). So:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import io
@@ -26,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipaged import cli
-from minipaged.arguments import Parser, add_config_flags, config_flags_given, config_from_flags
+from minipaged.arguments import Parser, add_config_flags, config_from_flags, in_flags
 from minipaged.checkpoint import load_model, model_directory
 from minipaged.config import EngineConfig, Setting, check_setting, settings_of
 from minipaged.engine import LLMEngine, RequestRejected
@@ -298,7 +299,6 @@ def test_a_new_field_becomes_a_flag_without_touching_a_command_line(monkeypatch)
     args = parser.parse_args(["--max-long-partial-prefills", "64", "--block-size", "8"])
     built = config_from_flags(args, extended())
     assert (built.max_long_partial_prefills, built.block_size) == (64, 8)
-    assert config_flags_given(args) == ["--block-size", "8", "--max-long-partial-prefills", "64"]
     assert built.as_json()["max_long_partial_prefills"] == 64  # a trace header records it
     with pytest.raises(SystemExit):
         parser.parse_args(["--max-long-partial-prefills", "-1"])
@@ -378,3 +378,30 @@ def test_tui_engine_flags_change_a_named_scenario(monkeypatch):
     command.build_app(args)
     assert built["s"].config.block_size == 8
     assert built["s"].config.preemption == "swap"  # the scenario's own setting stays
+
+
+def test_every_config_field_typed_as_a_flag_is_said_as_that_flag():
+    """The library's errors name ``EngineConfig`` fields (``max_model_len=100000``), where the
+    user of a command line typed flags: ``cli.main`` says each field they typed as the flag the
+    parser gives it, and leaves every other ``word=value`` as it is."""
+    parser = Parser(prog="minipaged generate")
+    add_config_flags(parser, EngineConfig())
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.dest in settings_of()}
+    assert "max_model_len" in flags and "block_size" in flags
+    typed = argparse.Namespace(**{name: 7 for name in flags})  # every flag typed
+    for name, flag in flags.items():
+        message = f"{name}=7 is past a limit (x={name}); lower it"
+        if settings_of()[name].kind is bool:  # a switch has no value to say
+            assert in_flags(message, typed) == message
+        else:
+            assert in_flags(message, typed) == f"{flag} 7 is past a limit (x={name}); lower it"
+        assert in_flags(message, argparse.Namespace()) == message  # not typed: as it was
+        assert in_flags(message, None) == message  # before the command line is read
+    assert in_flags("n=3 and top_k=2", typed) == "n=3 and top_k=2"  # no config fields
+
+
+def test_a_max_model_len_past_the_models_context_is_refused_by_its_flag():
+    status, err = run_cli("generate", "--prompt", "Hi", "--max-model-len", "100000")
+    assert status == cli.USAGE_ERROR
+    assert "--max-model-len 100000 is past the model's context of" in err
+    assert "max_model_len=" not in err
