@@ -9,7 +9,7 @@ table (``by_table``), or the twins' bit fields (``by_fields``). Each passes its 
 launcher's ``check_device`` and ``kernel_array`` (a GPU or simulator array, or a NumPy view
 for the twins); only what a kernel writes differs from one wrapper to the next. The v1 twin
 alone passes its per-call tensors (``per_call_tensors``) by address instead of as views
-(``cuda_kernels.cpu.addresses`` says why), and the rest as ``decode_arguments`` makes them.
+(``cuda_kernels.cpu.addresses`` says why), and the rest as ``layer_arguments`` makes them.
 
 Why the checks remember layouts: an engine calls a kernel once per layer per step, with
 tensors whose kinds, dtypes, devices and shapes repeat from call to call while their values
@@ -155,15 +155,37 @@ def decode_arguments(
     ``query, key_pool, value_pool, block_tables, seq_lens, scale``; and ``k_scale, v_scale``
     and what ``decoder`` gives (``fp8_arguments``), which come last."""
     query, block_tables, seq_lens = per_call_tensors(query, block_tables, seq_lens)
+    keys, values, scale, fp8 = layer_arguments(
+        key_pool, value_pool, scale, k_scale, v_scale, kernel_array, decoder
+    )
     inputs = (
         kernel_array(query, "query"),
-        pool_array(key_pool, "key_pool", kernel_array),  # made once per pool
-        pool_array(value_pool, "value_pool", kernel_array),
+        keys,
+        values,
         kernel_array(block_tables, "block_tables"),
         kernel_array(seq_lens, "seq_lens"),
-        kernel_scale(scale),
+        scale,
     )
-    return inputs, fp8_arguments(key_pool, k_scale, v_scale, kernel_array, decoder)
+    return inputs, fp8
+
+
+def layer_arguments(
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    scale: float,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+    kernel_array: KernelArray,
+    decoder: Decoder,
+) -> tuple[object, object, np.float32, tuple]:
+    """``(keys, values, scale, fp8)``: the arguments that stay the same from one call of a
+    layer to the next, each made once and looked up after: the pools' arrays (``pool_array``),
+    the scale (``kernel_scale``) and the FP8 ones (``fp8_arguments``). ``per_call_tensors``
+    are the others."""
+    keys = pool_array(key_pool, "key_pool", kernel_array)
+    values = pool_array(value_pool, "value_pool", kernel_array)
+    fp8 = fp8_arguments(key_pool, k_scale, v_scale, kernel_array, decoder)
+    return keys, values, kernel_scale(scale), fp8
 
 
 def per_call_tensors(

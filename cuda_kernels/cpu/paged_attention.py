@@ -52,13 +52,11 @@ from cuda_kernels.decode_arguments import (
     by_fields,
     check_decode_inputs,
     check_values,
-    fp8_arguments,
-    kernel_scale,
+    layer_arguments,
     output_like,
     per_call_tensors,
 )
 from cuda_kernels.fp8 import DecodeFields, decoded_row
-from cuda_kernels.pool_arrays import pool_array
 from minipaged.attention_call import ResultHoldsNaN, attention_entry_point
 
 NEG_INF = np.float32(-np.inf)
@@ -282,11 +280,11 @@ def paged_attention_decode(
     sizes = (*queries.shape, tables.shape[1])
     per_call = (output, queries, tables, lengths)
     out, query_at, tables_at, lens_at = (tensor.data_ptr() for tensor in per_call)
-    keys = pool_array(key_pool, "key_pool", kernel_array)  # made once per pool
-    values = pool_array(value_pool, "value_pool", kernel_array)
-    fp8 = fp8_arguments(key_pool, k_scale, v_scale, kernel_array, by_fields)
+    keys, values, scale, fp8 = layer_arguments(
+        key_pool, value_pool, scale, k_scale, v_scale, kernel_array, by_fields
+    )
     kernel = on_torch_threads(paged_attention_v1)
-    arguments = (out, query_at, keys, values, tables_at, lens_at, kernel_scale(scale), *fp8)
+    arguments = (out, query_at, keys, values, tables_at, lens_at, scale, *fp8)
     nan_rows = kernel(sizes, *arguments)
     if nan_rows == UNFIT:  # the contract's refusal of the values says what is wrong
         check_values(block_tables, seq_lens, block_size, key_pool.shape[0])
