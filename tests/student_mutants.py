@@ -246,6 +246,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         3,
         "block_manager",
+        "fork returns the parent's table, not the child's",
+        "        self.tables[child] = table\n        return table",
+        "        self.tables[child] = table\n        return source",
+        within="def fork(",
+    ),
+    _m(
+        3,
+        "block_manager",
+        "fork stores the child's table and returns nothing",
+        "        self.tables[child] = table\n        return table",
+        "        self.tables[child] = table",
+        within="def fork(",
+    ),
+    _m(
+        3,
+        "block_manager",
         "fork shares the parent's list of blocks (aliasing)",
         "BlockTable(self.block_size, list(source.blocks), source.num_tokens)",
         "BlockTable(self.block_size, source.blocks, source.num_tokens)",

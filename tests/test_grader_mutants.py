@@ -139,8 +139,8 @@ PINNED = {
         "value) records [Incref(seq=1, logical_index=0, block=0, refcount=1, pool='device'), "
         "Incref(seq=1, logical_index=1, block=1, refcount=2, pool='device')]. The TUI draws the "
         "events your code records as what happened: record what the call did, or record "
-        "nothing\nRule: fork gives the child its own copy of T_parent: the same blocks and "
-        "length, another list",
+        "nothing\nRule: fork gives the child its own copy of T_parent (the same blocks and "
+        "length, another list) and returns it",
     ),
     "all B slots of a partly filled block read": (
         "loop_one_block",

@@ -30,7 +30,8 @@ def _refcounts(bm, blocks) -> list[int]:
 
 
 def check_fork_copies_the_table(student):
-    """fork gives the child its own copy of T_parent: the same blocks and length, another list"""
+    """fork gives the child its own copy of T_parent (the same blocks and length, another list)
+    and returns it"""
     expect_own_state(
         lambda: _manager(student),
         lambda first: (first.allocate(0, 6), first.fork(0, 1)),
@@ -42,12 +43,30 @@ def check_fork_copies_the_table(student):
     bm.allocate(0, 6)
     bm.fork(0, 1)
     expect(bm.table(1).blocks, [0, 1], "T_1 after fork(0, 1) with T_0=[0, 1]")
+    returned = student.run(_what_fork_returns)  # a table comes back as its values: ask there
+    if returned != "T_1":
+        raise CheckFailed(
+            f"fork(0, 1) returned {returned}, not the child's table T_1 (table(1)): its caller "
+            "goes on with the table fork returns (the fast manager's beam search appends to "
+            "it); return the table you stored for the child"
+        )
     expect(bm.table(1).num_tokens, 6, "T_1.num_tokens after fork(0, 1) with a 6-token T_0")
     if bm.table(1).blocks is bm.table(0).blocks:
         raise CheckFailed(
             "after fork(0, 1), T_1.blocks is the very list T_0.blocks: when one sequence's table "
             "changes (a new block, a copy-on-write) the other's would change too; copy the list"
         )
+
+
+def _what_fork_returns(student) -> str:
+    """Next to the student's code, where a table is an object and not its values: what
+    ``fork(0, 1)`` returned after ``allocate(0, 6)``, ``"T_1"`` when it is the child's table."""
+    bm = _manager(student)
+    bm.allocate(0, 6)
+    returned = bm.fork(0, 1)
+    if returned is bm.tables.get(1):
+        return "T_1"
+    return "the parent's table, T_0" if returned is bm.tables.get(0) else f"{returned!r:.60}"
 
 
 def check_fork_raises_each_refcount_by_one(student):
