@@ -456,6 +456,20 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- 05: swapping (block_manager.py) and preemption (scheduler.py) ----------------------
     _m(
         5,
+        "block_manager",
+        "every move recorded as a swap-out, the swap-ins too",
+        'event = events.SwapOut if dst_name == "host" else events.SwapIn',
+        "event = events.SwapOut",
+    ),
+    _m(
+        5,
+        "block_manager",
+        "the swap events' directions crossed",
+        'event = events.SwapOut if dst_name == "host" else events.SwapIn',
+        'event = events.SwapIn if dst_name == "host" else events.SwapOut',
+    ),
+    _m(
+        5,
         "scheduler",
         "the Preempt event numbers the request's sequences from 0, not by their seq ids",
         "bm.record(Preempt(group.request_id, tuple(ids), mode))",

@@ -9,7 +9,7 @@ happened. So every check of exercises 03-05 grades the student's manager through
 after each call of a method of ``witness.DERIVED``, each event kind of ``KINDS`` that the call
 recorded must be exactly the events the library records for what the call did, derived as the
 witness derives them (from the tables before and after it and what it returned). A kind the call
-did not record is not asked for.
+did not record is not asked for; a swap recorded as a move the other way fails (``CONTRARY``).
 
 A criterion's own checks speak first: the student's state error ("returned cow=None") says
 what to fix, while an event list that disagrees with a wrong state only repeats it less
@@ -41,6 +41,11 @@ KINDS: dict[str, tuple[str, ...]] = {
 of another kind (a prefix-cache eviction or hit) is left to the checks of its exercise.
 ``allocate`` is no method a student writes in exercises 03-05, but a student's subclass can
 override it, and the TUI draws its events as the others'."""
+
+CONTRARY = {"swap_out": "swap-in", "swap_in": "swap-out"}
+"""The kind of event that says the opposite of what a method does: a swap-out recorded as a
+swap-in (every move recorded as one kind, say), which the TUI would draw moving the other way.
+``KINDS`` alone would not see it, since it checks only the kinds the method records."""
 
 
 _HELD: ContextVar[list[CheckFailed] | None] = ContextVar("held_event_mismatches", default=None)
@@ -80,17 +85,23 @@ class Checked:
         manager.pop_events()
         before = {seq: table_copy(table) for seq, table in manager.tables.items()}
         result = getattr(manager, name)(*args)
-        recorded = [e for e in manager.pop_events() if getattr(e, "kind", None) in KINDS[name]]
-        if recorded:
-            expected = _derived(manager, name, before, result, args)
-            shown = f"{name}({', '.join(map(repr, args))})"
+        popped = [(getattr(e, "kind", None), e) for e in manager.pop_events()]
+        recorded = [e for kind, e in popped if kind in KINDS[name]]
+        shown = f"{name}({', '.join(map(repr, args))})"
+        try:
+            if contrary := [e for kind, e in popped if kind == CONTRARY.get(name)]:
+                raise CheckFailed(
+                    f"{shown} recorded {contrary}: a move the other way. The TUI draws the "
+                    f"events your code records as what happened: record a {KINDS[name][0]} "
+                    "for each sequence it moved, or record nothing"
+                )
+            expected = _derived(manager, name, before, result, args) if recorded else None
             for kind in KINDS[name] if expected is not None else ():
-                try:
-                    _expect_kind(kind, recorded, expected, shown)
-                except CheckFailed as mismatch:
-                    if (held := _HELD.get()) is None:
-                        raise
-                    held.append(mismatch)
+                _expect_kind(kind, recorded, expected, shown)
+        except CheckFailed as mismatch:
+            if (held := _HELD.get()) is None:
+                raise
+            held.append(mismatch)
         return result
 
 
