@@ -387,7 +387,7 @@ RESOURCES = HandIn(
             "return M = ceil(L / B)",
             "import time\nclass Slow:\n    def __del__(self): time.sleep(3600)\nreturn Slow()",
             ("num_logical_blocks",),
-            "",
+            "ran past 4 s",
         ),
         Attack(
             "str-that-raises",
@@ -2876,6 +2876,35 @@ at each grading, fails each of them."""
 
 HAND_INS += (STORED_SERIES,)
 
+SLOW_VALUES = HandIn(
+    "slow-values",
+    1,
+    "memory.py",
+    (
+        Attack(
+            "a-repr-that-sleeps",
+            "return j = floor(t / B)",
+            "import time\nclass Slow:\n    def __repr__(self): time.sleep(3600)\nreturn Slow()",
+            ("logical_block",),
+            "its __repr__ ran past 4 s",
+        ),
+        Attack(
+            "a-weakref-callback-that-sleeps",
+            "M_KV(L)",
+            "import time, weakref\nclass Kept:\n    pass\nkept = Kept()\n"
+            "_HELD.append(weakref.ref(kept, lambda ref: time.sleep(3600)))\nreturn kept",
+            ("kv_bytes",),
+            "ran past 4 s: does it loop, sleep or wait?",
+        ),
+    ),
+    appended="_HELD = []\n",
+)
+"""A student's code that sleeps where the grader shows what it returned (its ``__repr__``, in
+the failure's message) or where the grader lets go of it (a weak reference's callback): each is
+the criterion's time, told as a time-out, never a hang, a crash or a vague object."""
+
+HAND_INS += (SLOW_VALUES,)
+
 
 # -- round 15: copies in disguise, native code, values that pass every comparison -------------
 
@@ -3174,7 +3203,7 @@ HELD_BY_FINALIZERS = HandIn(
             "_Burner()\n"
             "return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes",
             ("kv_bytes_per_token",),
-            "still running after 4 s",
+            "your code ran past 4 s in kv_bytes_per_token",
         ),
         Attack(
             "a-weakref-finalize-that-forks",
@@ -3191,7 +3220,7 @@ HELD_BY_FINALIZERS = HandIn(
             "type(self).__del__ = _spin  # every shape's, once let go\n"
             "return 2 * self.num_kv_heads * self.head_dim * block_size * self.dtype_bytes",
             ("block_bytes",),
-            "was still running 4 s after it started: does it loop, sleep or wait?",
+            "ran past 4 s: does it loop, sleep or wait?",
         ),
     ),
     passes=("slot", "logical_block", "block_offset", "num_logical_blocks"),

@@ -232,7 +232,8 @@ def starter_with(tmp_path, todo: str, code: str, tail: str = "") -> Path:
 def test_a_check_that_runs_too_long_is_stopped(tmp_path):
     folder = starter_with(tmp_path, "return j = floor(t / B)", "while True: pass")
     result = grade(1, folder, limits=grading.Limits(check_seconds=0.5)).results[0]
-    assert (result.outcome, result.message[:25]) == (FAIL, "still running after 0.5 s")
+    assert result.outcome == FAIL
+    assert result.message.startswith(f"your code ran past 0.5 s in {result.name}:"), result.message
 
 
 def test_student_code_runs_in_a_child_process_under_limits(tmp_path):

@@ -138,7 +138,7 @@ def test_a_step_that_never_ends_is_stopped_and_what_it_started_ends_with_the_run
         start = time.monotonic()
         run = parallel(4, starter_04(tmp_path, holder), Limits(check_seconds=3.0))
         assert time.monotonic() - start < 90  # the model's import has its own clock
-        assert run.error.startswith("still running after 3 s: is there a loop that never ends?")
+        assert run.error.startswith("your code ran past 3 s: is there a loop that never ends")
         assert run.step == 2 and len(run.trace.steps) == 1
         eventually(lambda: _alive(marker) == [], "the process the step started was still running")
     finally:

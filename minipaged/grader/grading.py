@@ -214,10 +214,7 @@ def _let_go(child: GradingChild) -> str:
         child.reset()
     except TimeLimitExceeded as error:
         child.stop()
-        return (
-            f"{FINALIZER} was still running {error.seconds:g} s after it started: does it "
-            "loop, sleep or wait?"
-        )
+        return f"{FINALIZER} ran past {error.seconds:g} s: does it loop, sleep or wait?"
     except (Exception, ChildGone, LibraryDelegation) as error:
         child.stop()
         return f"{FINALIZER} failed the check: {error}"
@@ -259,18 +256,23 @@ def explained(criterion: Criterion, error: BaseException, student: Student) -> s
     the work broke (``Criterion.broken``) where the student's code ran and answered wrongly or
     raised; not where it could not be judged at all (a file that does not import, a grading
     process gone, a loop stopped by the clock, a copy of the library's code)."""
-    message = shortened(failure_message(error, student, _call_of(error)))
+    message = shortened(failure_message(error, student, _call_of(error), criterion.name))
     unjudged = StudentImportError | ChildGone | LibraryDelegation | TimeLimitExceeded | MemoryError
     return message if isinstance(error, unjudged) else criterion.broken(message)
 
 
-def failure_message(error: BaseException, student: Student, call: str = "") -> str:
+def failure_message(
+    error: BaseException, student: Student, call: str = "", criterion: str = ""
+) -> str:
     """What a criterion that raised ``error`` tells the student: the check's own words, or
     the student's error with the line it came from, the check's ``call`` that reached it
-    (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause."""
+    (``", in the check's call bm.fork(7, 8)"``) and, where it is telling, its likely cause.
+    A time-out is told as one, naming ``criterion`` where given ("your code ran past 3 s in
+    block_offset"): where the clock stopped it says nothing of the code's fault."""
     where = student.where(error) + call + drawn_size(error)
     if isinstance(error, TimeLimitExceeded):
-        return f"{error}: is there a loop that never ends?"
+        within = f" in {criterion}" if criterion else ""
+        return f"{error}{within}: is there a loop that never ends, a sleep or a wait?"
     if isinstance(error, MemoryError):
         return f"ran out of memory (MemoryError){where}"
     if isinstance(error, StudentImportError | CheckFailed | ChildGone | LibraryDelegation):

@@ -55,7 +55,9 @@ class Proxy:
     def __repr__(self) -> str:
         try:
             text = self._child.ask({"op": "repr", "h": self._handle})
-        except (Exception, ChildGone, TimeLimitExceeded):  # only for messages
+        except TimeLimitExceeded as error:  # the message tells the time-out, not a vague object
+            return f"<an object of your code: its __repr__ ran past {error.seconds:g} s>"
+        except (Exception, ChildGone):  # only for messages
             text = None
         return text if type(text) is str else "<an object of your code>"  # not a str subclass
 

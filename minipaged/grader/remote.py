@@ -142,7 +142,7 @@ class GradingChild(ChildProcess):
             self.loaded = self.ask({"op": "load", "solution": self.folder is None})
         except (TimeLimitExceeded, WallClockSpent) as error:
             self.broken = (
-                f"importing your files was still running after {self.limits.check_seconds:g} s"
+                f"importing your files ran past {self.limits.check_seconds:g} s"
                 if isinstance(error, TimeLimitExceeded)
                 else f"importing your files was still running when {error}"
             ) + ": is there a loop that never ends at import time (outside any function)?"

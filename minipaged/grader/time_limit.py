@@ -23,10 +23,11 @@ from collections.abc import Iterator
 
 class TimeLimitExceeded(BaseException):
     """A BaseException, so that neither a student's ``except Exception`` nor hypothesis's
-    failure handling swallows it."""
+    failure handling swallows it. Its text is the time-out as the student reads it: "your code
+    ran past 3 s", to which the grader adds the criterion (``grading.failure_message``)."""
 
     def __init__(self, seconds: float) -> None:
-        super().__init__(f"still running after {seconds:g} s")
+        super().__init__(f"your code ran past {seconds:g} s")
         self.seconds = seconds
 
 
