@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import save
 
 from minipaged.checkpoint_files import WEIGHTS_FILE
+from minipaged.json_input import loads
 from minipaged.replaceable import PYTHON_FORCE, OutputKind, check_replaceable
 from minipaged.tokenizer import TOKENIZER
 
@@ -38,9 +39,11 @@ another Llama's of the same tensor names."""
 
 
 def _json_object(head: bytes) -> dict | None:
-    """The JSON object ``head`` holds whole, or None."""
+    """The JSON object ``head`` holds whole, or None. Read by ``json_input.loads``: a file
+    nested thousands of levels deep in the folder written to is no file of ours, not a
+    ``RecursionError``."""
     try:
-        value = json.loads(head)
+        value = loads(head)
     except ValueError:  # not JSON, or cut off by HEAD_BYTES: no file of ours is that long
         return None
     return value if isinstance(value, dict) else None

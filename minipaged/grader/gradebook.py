@@ -52,6 +52,7 @@ from minipaged.grader.grading import Limits
 from minipaged.grader.process_tree import end_descendants
 from minipaged.grader.report import BLOCKED, FAIL, PASS, now, printable
 from minipaged.grader.student_folder import missing_files
+from minipaged.json_input import loads
 from minipaged.replaceable import ANY_FILE
 
 STARTUP_SECONDS = 300.0
@@ -165,7 +166,7 @@ def grade_one(number: int, folder: Path, limits: Limits, reports: Path) -> Row:
             process.wait()
     seconds = round(time.monotonic() - start, 1)
     try:
-        report = json.loads(target.read_text(encoding="utf-8"))
+        report = loads(target.read_bytes())
     except (OSError, ValueError):
         tail = output.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         cause = f"the grading did not finish: {why or tail[0][:300]}"
