@@ -247,28 +247,36 @@ def sampling_value(name: str, kind: type[int] | type[float]) -> Callable[[str], 
     return ruled_number(kind, lambda value: check_sampling_value(name, value))
 
 
+def check_best_of_beams(n: int, beam_width: int, n_typed: bool) -> None:
+    """Refuse what ``--n N`` beside ``--beam-width K`` (K >= 1) asks for that beam search
+    could not give. The pair is the N best of the K beams, as ``SamplingParams`` reads it: N
+    above K is refused, and so is ``--n 1`` typed (``n_typed``) beside K above 1, which
+    ``SamplingParams`` reads as every beam (leaving ``--n`` out asks for all K). ``generate``
+    and ``simulate`` both read the pair so."""
+    if not n_typed:
+        return
+    if n > beam_width:
+        raise ValueError(
+            f"--n {n} asks for the {n} best of the beams of --beam-width {beam_width}, more "
+            f"than there are: lower --n to at most {beam_width} or raise --beam-width to "
+            f"at least {n}"
+        )
+    if n == 1 < beam_width:
+        raise ValueError(
+            f"--n 1 beside --beam-width {beam_width} would return all {beam_width} beams "
+            f"(SamplingParams reads n=1 as every beam), not the best one: leave --n out "
+            f"for all {beam_width}, or give --n from 2 to {beam_width} for that many best"
+        )
+
+
 def check_sequences_fit(args: argparse.Namespace, max_num_seqs: int) -> None:
     """Refuse, before any model loads, what ``--n`` and ``--beam-width`` ask for that the
-    request could not give. ``--n N`` beside ``--beam-width K`` is the N best of the K beams,
-    as ``SamplingParams`` reads it: N above K is refused, and so is ``--n 1`` typed beside K
-    above 1, which ``SamplingParams`` reads as every beam (leaving ``--n`` out asks for all K).
-    Either flag above ``--max-num-seqs`` is refused too: a request's sequences all run in one
-    step's batch, so the engine would refuse it anyway (``LLMEngine.add_request``), after the
-    load and in the library's words."""
+    request could not give (``check_best_of_beams``). Either flag above ``--max-num-seqs`` is
+    refused too: a request's sequences all run in one step's batch, so the engine would
+    refuse it anyway (``LLMEngine.add_request``), after the load and in the library's words."""
     n, beam_width = args.n, args.beam_width
-    if beam_width is not None and "n" in args.typed:
-        if n > beam_width:
-            raise ValueError(
-                f"--n {n} asks for the {n} best of the beams of --beam-width {beam_width}, more "
-                f"than there are: lower --n to at most {beam_width} or raise --beam-width to "
-                f"at least {n}"
-            )
-        if n == 1 < beam_width:
-            raise ValueError(
-                f"--n 1 beside --beam-width {beam_width} would return all {beam_width} beams "
-                f"(SamplingParams reads n=1 as every beam), not the best one: leave --n out "
-                f"for all {beam_width}, or give --n from 2 to {beam_width} for that many best"
-            )
+    if beam_width is not None:
+        check_best_of_beams(n, beam_width, "n" in args.typed)
     flag, count = ("--beam-width", beam_width) if beam_width is not None else ("--n", n)
     if count > max_num_seqs:
         raise ValueError(

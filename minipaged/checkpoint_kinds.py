@@ -39,7 +39,9 @@ another Llama's of the same tensor names."""
 
 
 def _json_object(head: bytes) -> dict | None:
-    """The JSON object ``head`` holds whole, or None."""
+    """The JSON object ``head`` holds whole, or None. Read by ``json_input.loads``: a file
+    nested thousands of levels deep in the folder written to is no file of ours, not a
+    ``RecursionError``."""
     try:
         value = json_input.loads(head)
     except json_input.NotJSON:  # not JSON, or cut off by HEAD_BYTES: no file of ours is that long

@@ -152,12 +152,13 @@ def _workload(
     ``output_paths.check_replaceable``, unless ``--force``)."""
     from minipaged.device import check_device
     from minipaged.llm import LLM
+    from minipaged.model_context import check_context
     from minipaged.models import check_model_directory, files_read
     from minipaged.sampling import SamplingParams
 
     config = config_from_flags(args, EngineConfig())
     check_sequences_fit(args, config.max_num_seqs)
-    check_model_directory(config.model)
+    check_context(check_model_directory(config.model), config.max_model_len)
     if writes is not None:  # a trace put in place of model.safetensors would replace it
         output_paths.check_outputs_apart([writes[:2]], files_read(config))
         output_paths.check_replaceable(*writes, force=args.force)
@@ -360,8 +361,7 @@ def _traceback_wanted() -> bool:
 
 
 def _status(error: Exception) -> int:
-    # An error class can only have been raised once its module is loaded; looking the
-    # classes up in sys.modules keeps torch out of the command line's start-up.
+    # Looked up in sys.modules: a class is raised only once loaded, and torch stays unloaded
     broken_file = tuple(
         getattr(sys.modules[module], name) for module, name in FILE_ERRORS if module in sys.modules
     )

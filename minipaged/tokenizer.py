@@ -183,8 +183,8 @@ def _special_tokens_from_config(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     try:
-        config = loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, NotJSON) as error:
+        config = loads(path.read_bytes())  # bytes: loads names a byte that is no UTF-8
+    except NotJSON as error:
         raise TokenizerError(
             f"{path} is not valid JSON ({error}); fix or delete it (it only names BOS and EOS)"
         ) from error

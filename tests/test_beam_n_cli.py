@@ -1,7 +1,13 @@
 """``--n N --beam-width K`` on the command line: the N best of K beams, as
 ``SamplingParams(n=N, use_beam_search=True, beam_width=K)`` returns them, end to end through
 ``generate``, ``trace record`` (and its replay) and ``tui``; N above K refused before any
-model loads."""
+model loads. ``simulate`` reads the pair the same way: the K beams are simulated (they hold
+the memory), the N best are returned, and it refuses what ``generate`` refuses, in the same
+words."""
+
+import contextlib
+import io
+import json
 
 import pytest
 from test_cli_corpus import assert_usage_error
@@ -56,3 +62,30 @@ def test_more_best_beams_than_beams_is_refused_in_one_line(capsys, tmp_path, mon
     line = assert_usage_error(argv, capsys, "--n 4", "--beam-width 3", "lower --n")
     assert "raise --beam-width" in line
     assert list(tmp_path.iterdir()) == []  # nothing written, no model loaded first
+
+
+SIMULATE = ["simulate", "--requests", "20", "--beam-width", "4", "--json"]
+
+
+def simulated(argv: list[str]) -> dict:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(argv) == 0
+    return json.loads(printed.getvalue())
+
+
+def test_simulate_runs_the_k_beams_and_returns_the_n_best():
+    """The N best are chosen from K beams that all ran: the memory is that of K beams."""
+    every = simulated(SIMULATE)
+    best = simulated([*SIMULATE, "--n", "2"])
+    assert best["rows"] == every["rows"]
+    assert "the 2 best returned" in best["notes"][0]
+    assert "best returned" not in every["notes"][0]
+
+
+@pytest.mark.parametrize("n", ["1", "5", "1024"])
+def test_simulate_refuses_the_best_beams_generate_refuses_in_its_words(capsys, tmp_path, n):
+    generate = ["generate", "--prompt", "Emma", "--beam-width", "4", "--n", n]
+    said = assert_usage_error(generate, capsys, f"--n {n}", "--beam-width 4")
+    line = assert_usage_error([*SIMULATE, "--n", n], capsys, f"--n {n}", "--beam-width 4")
+    assert line.removeprefix("minipaged simulate:") == said.removeprefix("minipaged generate:")

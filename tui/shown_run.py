@@ -21,6 +21,7 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
     tokenizer)``), or the scenario it runs and the model's directory (``(scenario,
     directory)``). Nothing runs yet: an exercise's code runs in ``tui.command.exercise_replay``."""
     from minipaged.llm import check_kv_cache_fits
+    from minipaged.model_context import check_context
     from minipaged.models import model_directory
     from tui.scenarios import DEFAULT_SCENARIO, EXERCISE_SCENARIOS, SCENARIOS, custom
 
@@ -67,6 +68,7 @@ def what_the_app_shows(args: argparse.Namespace) -> tuple:
             f"no model at {directory} (config.json is missing); pass --model DIR for a "
             f"Hugging Face Llama directory{fix}"
         )
+    check_context(directory, scenario.config.max_model_len)  # in the flag's words, before a load
     check_kv_cache_fits(scenario.config)  # before any pool is allocated
     scenario.check()  # a request the run would refuse is refused before the screen is taken
     return scenario, directory

@@ -8,7 +8,7 @@ import json
 import sys
 
 from minipaged.arguments import (
-    excludes,
+    check_best_of_beams,
     integer,
     real,
     setting_integer,
@@ -56,10 +56,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="lengths: the source text's §2 mix, ShareGPT-like or Alpaca-like",
     )
     sim.add_argument("--requests", type=integer(1), default=1000, help="requests in the workload")
-    n = sim.add_argument(
-        "--n", type=integer(1, 1024), default=1, help="parallel samples per request"
+    sim.add_argument(
+        "--n",
+        type=integer(1, 1024),
+        default=1,
+        help="parallel samples per request; with --beam-width, the N best beams",
     )
-    beam = sim.add_argument(
+    sim.add_argument(
         "--beam-width",
         type=integer(0, 1024),
         default=0,
@@ -84,8 +87,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--seed", type=setting_integer("seed"), default=0, help="workload seed")
     add_kv_cache_dtype(sim)
     sim.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    why = "beam search keeps its K beams; --n counts independent samples"
-    excludes(n, beam, why, when=lambda width: width > 0)
 
     bench = sub.add_parser(
         "bench",
@@ -210,6 +211,8 @@ def simulate(args: argparse.Namespace) -> int:
     from minipaged.study.bench.memory import simulate_report
     from minipaged.study.report import console
 
+    if args.beam_width:  # as generate reads the pair: the N best of the K beams
+        check_best_of_beams(args.n, args.beam_width, "n" in args.typed)
     check_fits(args)
     report = simulate_report(
         args.model,

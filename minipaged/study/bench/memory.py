@@ -131,14 +131,23 @@ def simulate_report(
 ) -> Report:
     """Simulate one workload on every allocator over the same KV budget; one row each.
     ``kv_cache_dtype`` sets every allocator's $b$ (``"auto"``: the preset's BF16); with
-    ``fp8_paged`` a last row runs paging over an FP8 cache in the same bytes (§1's $b = 1$)."""
+    ``fp8_paged`` a last row runs paging over an FP8 cache in the same bytes (§1's $b = 1$).
+    ``n`` beside ``beam_width`` $K$: the n best of the K beams, as ``SamplingParams`` reads it;
+    the K beams are what is simulated, so n is at most K."""
+    if beam_width and n > beam_width:
+        raise ValueError(
+            f"n={n} asks for the {n} best of beam_width={beam_width} beams, more than there "
+            f"are: give n at most {beam_width}"
+        )
     if preset not in memory.PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; choose from {list(memory.PRESETS)}")
     shape = memory.PRESETS[preset].with_kv_dtype(kv_cache_dtype)
     weights_gb = WEIGHTS_GB[preset] if weights_gb is None else weights_gb
     budget = kv_budget_bytes(hbm_gb, weights_gb)
+    # With beam search, n is how many of the K beams are returned: the K beams hold the memory
+    samples = 1 if beam_width else n
     requests = make_workload(
-        lengths, num_requests, n=n, beam_width=beam_width, max_len=8192, seed=seed
+        lengths, num_requests, n=samples, beam_width=beam_width, max_len=8192, seed=seed
     )
     sizes = {"block_size": block_size, "delta": delta, "page_kb": page_kb}
     allocators = make_allocators(shape, budget, **sizes, fp8_paged=fp8_paged)
@@ -149,8 +158,9 @@ def simulate_report(
         if theory:
             row[THEORY.key] = theory_per_seq(alloc, requests)
         rows.append(row)
-    sampling = f", n = {n} parallel samples" if n > 1 else ""
+    sampling = f", n = {n} parallel samples" if samples > 1 else ""
     sampling += f", beam width K = {beam_width}" if beam_width else ""
+    sampling += f", the {n} best returned" if beam_width and n > 1 else ""
     measured = {r.measured for r in results}
     notes = [
         f"Simulated, model-free: {shape.name} on {hbm_gb:g} GB of HBM minus {weights_gb:g} GB "
