@@ -403,5 +403,5 @@ def test_every_config_field_typed_as_a_flag_is_said_as_that_flag():
 def test_a_max_model_len_past_the_models_context_is_refused_by_its_flag():
     status, err = run_cli("generate", "--prompt", "Hi", "--max-model-len", "100000")
     assert status == cli.USAGE_ERROR
-    assert "--max-model-len 100000 is past the model's context of" in err
+    assert "--max-model-len 100,000 is past the model's context of" in err
     assert "max_model_len=" not in err
