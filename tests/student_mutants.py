@@ -797,6 +797,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- 13: the three wastes (memory.py) of a recorded run (recorded_waste.py) -------------
     _m(
         13,
+        "recorded_waste",
+        "newcomers ask in the order of a set, not in order of sequence id",
+        "for seq in sorted(lengths.keys() - before):",
+        "for seq in lengths.keys() - before:",
+    ),
+    _m(
+        13,
         "memory",
         "paged waste B - (L mod B): a full last block counted as wasting B",
         "return num_logical_blocks(num_tokens, block_size) * block_size - num_tokens",

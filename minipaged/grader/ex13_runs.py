@@ -75,6 +75,19 @@ sequence 4 takes the hole of 3 and 5 the hole of 2; placed as listed, 5 takes tw
 hole of 3 and 4 stalls."""
 
 
+NEWCOMERS_IN_A_SET = RecordedRun(
+    block_size=1,
+    capacity=10,
+    max_length=10,
+    lengths=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 9: 3, 16: 2}),
+    blocks=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 9: 3, 16: 2}),
+)
+"""The holes of ``NEWCOMERS_LISTED_OUT_OF_ORDER``, and newcomers 9 and 16, listed in order of
+id: 9 takes the hole of 3 and 16 the hole of 2. A set of them ({9, 16}) is no order: Python
+walks it 16 first (16 and 9 fall in slots 0 and 1 of its table), and then 16 takes two slots of
+the hole of 3 and 9 stalls. (A set of ids below 8 walks them in order, by chance.)"""
+
+
 LEAVE_AS_ONE_ARRIVES = RecordedRun(
     block_size=1,
     capacity=10,

@@ -17,6 +17,7 @@ from dataclasses import replace
 from minipaged.grader.ex01_block_table import LARGE_T, expect_integer_division
 from minipaged.grader.ex13_runs import (
     LEAVE_AS_ONE_ARRIVES,
+    NEWCOMERS_IN_A_SET,
     NEWCOMERS_LISTED_OUT_OF_ORDER,
     STALL_CAPACITY,
     for_generated_runs,
@@ -287,6 +288,8 @@ def check_fragmentation_stalls_of_a_recorded_run(student):
     out_of_order = NEWCOMERS_LISTED_OUT_OF_ORDER
     where = "newcomers 5 and 4 in one step, listed 5 first: they ask in order of id"
     _stalls_one(student, out_of_order, where, out_of_order.final_lengths)
+    where = "newcomers 9 and 16 in one step, gathered in a set: they ask in order of id"
+    _stalls_one(student, NEWCOMERS_IN_A_SET, where, NEWCOMERS_IN_A_SET.final_lengths)
     for_generated_runs(
         lambda run, name: _stalls_one(student, run, name, run.final_lengths), draw_capacity=True
     )
