@@ -709,6 +709,45 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         12,
         "radix_cache",
+        "blocks cut into tuples of the token_ids' own items: a tensor's items hash by identity",
+        "        chunks = full_blocks(token_ids, self.block_size)\n        check_holders",
+        "        size = self.block_size\n"
+        "        chunks = [tuple(token_ids[j : j + size])\n"
+        "                  for j in range(0, len(token_ids) - size + 1, size)]\n"
+        "        check_holders",
+        also=(
+            (
+                "return self._walk(full_blocks(token_ids, self.block_size))[2]",
+                "size = self.block_size\n"
+                "        return self._walk([tuple(token_ids[j : j + size])\n"
+                "            for j in range(0, len(token_ids) - size + 1, size)])[2]",
+            ),
+        ),
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "a child filed under the whole rest of the path, not its first block's tokens",
+        "node.children[rest[0]] = child",
+        "node.children[tuple(rest)] = child",
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "a child filed under its first token id, not its first block's tuple of token ids",
+        "node.children[rest[0]] = child",
+        "node.children[rest[0][0]] = child",
+    ),
+    _m(
+        12,
+        "radix_cache",
+        "an edge's blocks stored as lists of token ids, compared later with tuples",
+        "child = RadixNode(list(rest), new_blocks, parent=node)",
+        "child = RadixNode([list(chunk) for chunk in rest], new_blocks, parent=node)",
+    ),
+    _m(
+        12,
+        "radix_cache",
         "forget leaves the children under a shortened edge",
         "        node.children.clear()\n        for gone in",
         "        for gone in",

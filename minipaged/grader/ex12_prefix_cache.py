@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+import torch
+
 from minipaged.block_manager import BlockManager
 from minipaged.events import PrefixEvict, PrefixHit
 from minipaged.grader.ex12_random_programs import (
@@ -53,6 +56,27 @@ def check_empty_cache_matches_nothing(student):
     expect(
         cache.match([1, 2, 3, 4]), [5, 6], "match([1, 2, 3, 4]) after insert([1, 2, 3, 4], [5, 6])"
     )
+
+
+def check_token_ids_of_a_tensor_are_token_ids(student):
+    """a block's key is its tuple of token ids as ints: tokens given as a tensor or an array
+    match the same tokens given as a list, either way round"""
+    tokens = [1, 2, 3, 4]
+    for kind, as_kind in (
+        ("torch.tensor", torch.tensor),
+        ("np.array", lambda ids: np.array(ids, dtype=np.int64)),
+    ):
+        given = f"{kind}({tokens})"
+        for inserted, matched in ((given, str(tokens)), (str(tokens), given)):
+            cache = new_tree(student)
+            cache.insert(as_kind(tokens) if inserted == given else tokens, [5, 6])
+            got = cache.match(as_kind(tokens) if matched == given else tokens)
+            if got != [5, 6]:
+                raise CheckFailed(
+                    f"insert({inserted}, [5, 6]) then match({matched}): expected [5, 6], got "
+                    f"{got!r}. An item of a tensor hashes by its identity, not its value: turn "
+                    "each token id into an int (int(t)) before it becomes part of a block's key"
+                )
 
 
 def check_insert_caches_full_blocks_only(student):
@@ -284,6 +308,7 @@ CRITERIA = tuple(
     for check in (
         check_empty_cache_matches_nothing,
         check_insert_caches_full_blocks_only,
+        check_token_ids_of_a_tensor_are_token_ids,
         check_diverging_insert_splits_an_edge,
         check_a_block_is_never_cached_twice,
         check_forget_cuts_the_subtree,
