@@ -277,7 +277,7 @@ CHANNEL = HandIn(
             "        vars(sys.modules[name]).update(expect=lambda *a, **k: None)\n"
             "while True:\n    pass",
             ("block_bytes",),
-            "still running",
+            "ran past",
         ),
     ),
     passes=("slot",),

@@ -77,7 +77,7 @@ def test_the_command_line_says_it_in_one_line_and_exits_2(capsys):
     flags = ["--prompt", "Hi", "--num-gpu-blocks", "50", "--watermark", "0.005"]
     assert cli.main(["generate", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "watermark=0.005 keeps int(0.005 * 50) = 0" in err[0], err
+    assert len(err) == 1 and "--watermark 0.005 keeps int(0.005 * 50) = 0" in err[0], err
     assert "at least 0.02 to keep one" in err[0] and "Traceback" not in err[0]
 
 
