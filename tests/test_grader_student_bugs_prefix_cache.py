@@ -204,7 +204,8 @@ def test_a_radix_tree_holding_tokens_in_bytes_is_caught():
     name = "random_operations_match_the_contract"
     module = SimpleNamespace(RadixCache=_TokensAsBytes, RadixNode=radix_cache.RadixNode)
     failed = failures_of(12, [c.name for c in ex12.CRITERIA], radix_cache=module)
-    assert list(failed) == [name], failed
+    # bytes() of a tensor's items fails the tensor criterion too; only these two may fail
+    assert name in failed and set(failed) <= {name, "token_ids_of_a_tensor_are_token_ids"}, failed
     assert "raised ValueError: bytes must be in range(0, 256)" in failed[name]
     assert re.search(r"token_ids=\(\d+, \d+\)\), drawn for this grading", failed[name])
 
