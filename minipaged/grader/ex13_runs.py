@@ -63,38 +63,29 @@ sequence 2 ends at $L_{\\max} = 8$, which fills two blocks; sequence 3 arrives a
 have left."""
 
 
-NEWCOMERS_LISTED_OUT_OF_ORDER = RecordedRun(
-    block_size=1,
-    capacity=10,
-    max_length=10,
-    lengths=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 5: 2, 4: 3}),
-    blocks=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 5: 2, 4: 3}),
+def slot_run(*lengths: dict[int, int]) -> RecordedRun:
+    """A run in a pool of 10 one-token blocks whose sequences hold ``lengths`` at each step:
+    with $B = 1$ a sequence's blocks are its length, so each buffer the stall checks place is
+    as long as its sequence."""
+    return RecordedRun(block_size=1, capacity=10, max_length=10, lengths=lengths, blocks=lengths)
+
+
+NEWCOMERS_LISTED_OUT_OF_ORDER = slot_run(
+    {0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 5: 2, 4: 3}
 )
 """Holes of 3 and 2 after step 1, and two newcomers at step 2, listed 5 first: in order of id,
 sequence 4 takes the hole of 3 and 5 the hole of 2; placed as listed, 5 takes two slots of the
 hole of 3 and 4 stalls."""
 
 
-NEWCOMERS_IN_A_SET = RecordedRun(
-    block_size=1,
-    capacity=10,
-    max_length=10,
-    lengths=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 9: 3, 16: 2}),
-    blocks=({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 9: 3, 16: 2}),
-)
+NEWCOMERS_IN_A_SET = slot_run({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 9: 3, 16: 2})
 """The holes of ``NEWCOMERS_LISTED_OUT_OF_ORDER``, and newcomers 9 and 16, listed in order of
 id: 9 takes the hole of 3 and 16 the hole of 2. A set of them ({9, 16}) is no order: Python
 walks it 16 first (16 and 9 fall in slots 0 and 1 of its table), and then 16 takes two slots of
 the hole of 3 and 9 stalls. (A set of ids below 8 walks them in order, by chance.)"""
 
 
-LEAVE_AS_ONE_ARRIVES = RecordedRun(
-    block_size=1,
-    capacity=10,
-    max_length=10,
-    lengths=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
-    blocks=({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1}),
-)
+LEAVE_AS_ONE_ARRIVES = slot_run({0: 2, 1: 2, 2: 2, 3: 2}, {0: 2, 2: 2, 3: 2}, {0: 2, 3: 2, 4: 1})
 """Sequence 2 leaves in the step sequence 4 asks for 4 slots: released first, its buffer joins
 sequence 1's hole and holds the request; placed first, the request finds two holes of 2."""
 

@@ -22,6 +22,7 @@ from minipaged.grader.ex13_runs import (
     STALL_CAPACITY,
     for_generated_runs,
     recorded,
+    slot_run,
 )
 from minipaged.grader.report import CheckFailed, Criterion, expect
 from minipaged.study import recorded_waste as library
@@ -275,9 +276,7 @@ def check_fragmentation_stalls_of_a_recorded_run(student):
         _stalls_one(student, run, f"recorded run {name!r}", run.final_lengths)
     # Holes of 3 and 2 (5 free) and a request of 4: a stall. Then a request of 6: not enough
     # in total, so no stall. A request of exactly 3 fits the first hole.
-    lengths = ({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 4: 1}, {1: 2, 3: 3, 5: 1})
-    blocks = tuple({s: n for s, n in ls.items()} for ls in lengths)
-    holes = RecordedRun(1, 10, 10, lengths, blocks)
+    holes = slot_run({0: 3, 1: 2, 2: 2, 3: 3}, {1: 2, 3: 3}, {1: 2, 3: 3, 4: 1}, {1: 2, 3: 3, 5: 1})
     for sizes, where in [
         ({0: 3, 1: 2, 2: 2, 3: 3, 4: 4, 5: 6}, "holes of 3 and 2 and a request of 4"),
         ({0: 3, 1: 2, 2: 2, 3: 3, 4: 3, 5: 6}, "a request of 3 fits the hole of 3 exactly"),
